@@ -1,0 +1,560 @@
+//! Buddy free areas: the free lists of one zone and the split/merge algorithm.
+//!
+//! Owns `FreeArea` — one intrusive, index-linked list per (order, migratetype)
+//! with O(1) insert and remove — and the operations that keep it a valid buddy
+//! system: `free_one` (merge upward), `expand` (split downward),
+//! `rmqueue_smallest`, moving a pageblock's free pages between lists, and
+//! taking one page out of a free block (hardware poison, isolation).
+//!
+//! It does not decide *which* list to take from (fallback, reserves and
+//! watermarks are the zone layer's) and never takes a lock: callers hold the
+//! zone lock and pass `&mut FreeArea`.
+//!
+//! # Invariants (checked by `PageAllocator::check_invariants`)
+//! - A page heads a free block iff it has `BUDDY`; its order and list
+//!   migratetype are in its descriptor; it is on exactly that list.
+//! - `free_pages == Σ over lists of (blocks × 2^order)`, likewise per type.
+//! - A free block is naturally aligned, lies inside the zone, never crosses a
+//!   memory section, and every pageblock it touches has its list's type.
+//! - Two free buddies of equal order are never left unmerged when merging is
+//!   allowed (same zone, below the merge limit, compatible types).
+#![deny(unsafe_code)]
+
+use crate::gfp::{MigrateType, MIGRATE_TYPES};
+use crate::page::{PageFlags, PageIdx, PageTable, NIL};
+use crate::pageblock::PageblockMap;
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// Read-only view of what the buddy algorithm needs besides its lists.
+#[derive(Clone, Copy)]
+pub(crate) struct BuddyCtx<'a> {
+    pub pages: &'a PageTable,
+    pub blocks: &'a PageblockMap,
+    /// First descriptor index of the zone.
+    pub start: PageIdx,
+    /// One past the zone's last descriptor index.
+    pub end: PageIdx,
+    /// Largest order a free block may have: min(MAX_PAGE_ORDER, section order).
+    pub max_order: u32,
+    pub pageblock_order: u32,
+}
+
+/// Where a freed block goes on its list.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Placement {
+    /// Decide by whether a higher-order merge looks likely (Linux's
+    /// `buddy_merge_likely`): likely → tail, so it stays free longer.
+    Auto,
+    /// Always at the tail (freeing a whole range at once).
+    Tail,
+}
+
+/// Lists of free blocks of one zone. See the module doc for its invariants.
+pub(crate) struct FreeArea {
+    heads: Vec<PageIdx>,
+    tails: Vec<PageIdx>,
+    /// Blocks per list, indexed like `heads`.
+    nr_blocks: Vec<u64>,
+    free_pages: u64,
+    free_pages_by_type: [u64; MIGRATE_TYPES],
+    max_order: u32,
+}
+
+#[inline]
+fn slot(order: u32, mt: MigrateType) -> usize {
+    order as usize * MIGRATE_TYPES + mt as usize
+}
+
+impl FreeArea {
+    /// Empty lists for orders `0..=max_order`.
+    pub(crate) fn new(max_order: u32) -> Self {
+        let n = (max_order as usize + 1) * MIGRATE_TYPES;
+        Self {
+            heads: vec![NIL; n],
+            tails: vec![NIL; n],
+            nr_blocks: vec![0; n],
+            free_pages: 0,
+            free_pages_by_type: [0; MIGRATE_TYPES],
+            max_order,
+        }
+    }
+
+    /// Highest order with a list.
+    #[inline]
+    pub(crate) fn max_order(&self) -> u32 {
+        self.max_order
+    }
+
+    /// Free pages in the zone.
+    #[inline]
+    pub(crate) fn free_pages(&self) -> u64 {
+        self.free_pages
+    }
+
+    /// Free pages on lists of one migratetype.
+    #[inline]
+    pub(crate) fn free_pages_of(&self, mt: MigrateType) -> u64 {
+        self.free_pages_by_type[mt as usize]
+    }
+
+    /// Free blocks of `order` on list `mt`.
+    #[inline]
+    pub(crate) fn nr_blocks(&self, order: u32, mt: MigrateType) -> u64 {
+        self.nr_blocks[slot(order, mt)]
+    }
+
+    /// Free blocks of `order`, all types (Linux's `free_area[order].nr_free`).
+    pub(crate) fn nr_free(&self, order: u32) -> u64 {
+        MigrateType::ALL
+            .iter()
+            .map(|&mt| self.nr_blocks(order, mt))
+            .sum()
+    }
+
+    /// First block on list (`order`, `mt`), if any.
+    #[inline]
+    pub(crate) fn first(&self, order: u32, mt: MigrateType) -> Option<PageIdx> {
+        let head = self.heads[slot(order, mt)];
+        (head != NIL).then_some(head)
+    }
+
+    /// Blocks on one list, head to tail (for invariant checks and tests).
+    pub(crate) fn iter_list<'a>(
+        &'a self,
+        cx: BuddyCtx<'a>,
+        order: u32,
+        mt: MigrateType,
+    ) -> impl Iterator<Item = PageIdx> + 'a {
+        let mut cur = self.heads[slot(order, mt)];
+        core::iter::from_fn(move || {
+            if cur == NIL {
+                return None;
+            }
+            let here = cur;
+            cur = cx.pages.get(cur).next();
+            Some(here)
+        })
+    }
+
+    /// Puts block `idx` of `order` on list `mt` and marks it free.
+    pub(crate) fn add(
+        &mut self,
+        cx: BuddyCtx<'_>,
+        idx: PageIdx,
+        order: u32,
+        mt: MigrateType,
+        at_tail: bool,
+    ) {
+        let s = slot(order, mt);
+        let page = cx.pages.get(idx);
+        page.set_state(PageFlags::BUDDY, order, mt as u8);
+        if at_tail {
+            let tail = self.tails[s];
+            page.set_next(NIL);
+            page.set_prev(tail);
+            if tail == NIL {
+                self.heads[s] = idx;
+            } else {
+                cx.pages.get(tail).set_next(idx);
+            }
+            self.tails[s] = idx;
+        } else {
+            let head = self.heads[s];
+            page.set_prev(NIL);
+            page.set_next(head);
+            if head == NIL {
+                self.tails[s] = idx;
+            } else {
+                cx.pages.get(head).set_prev(idx);
+            }
+            self.heads[s] = idx;
+        }
+        self.nr_blocks[s] += 1;
+        self.free_pages += 1 << order;
+        self.free_pages_by_type[mt as usize] += 1 << order;
+    }
+
+    /// Takes free block `idx` off its list and clears its free marking.
+    pub(crate) fn del(&mut self, cx: BuddyCtx<'_>, idx: PageIdx) {
+        let page = cx.pages.get(idx);
+        debug_assert!(page.has(PageFlags::BUDDY));
+        let order = page.order();
+        let mt = MigrateType::from_index(page.tag() as usize).unwrap_or(MigrateType::Unmovable);
+        let s = slot(order, mt);
+        let (prev, next) = (page.prev(), page.next());
+        if prev == NIL {
+            self.heads[s] = next;
+        } else {
+            cx.pages.get(prev).set_next(next);
+        }
+        if next == NIL {
+            self.tails[s] = prev;
+        } else {
+            cx.pages.get(next).set_prev(prev);
+        }
+        page.set_state(PageFlags::EMPTY, 0, 0);
+        page.set_next(NIL);
+        page.set_prev(NIL);
+        self.nr_blocks[s] -= 1;
+        self.free_pages -= 1 << order;
+        self.free_pages_by_type[mt as usize] -= 1 << order;
+    }
+
+    /// Moves free block `idx` to the list of `mt`, keeping its order.
+    pub(crate) fn move_to(&mut self, cx: BuddyCtx<'_>, idx: PageIdx, mt: MigrateType) {
+        let order = cx.pages.get(idx).order();
+        self.del(cx, idx);
+        self.add(cx, idx, order, mt, true);
+    }
+
+    /// Splits block `idx` of order `high` down to order `low`, returning the
+    /// upper halves to list `mt`. The caller owns `[idx, idx + 2^low)`.
+    pub(crate) fn expand(
+        &mut self,
+        cx: BuddyCtx<'_>,
+        idx: PageIdx,
+        low: u32,
+        high: u32,
+        mt: MigrateType,
+    ) {
+        let mut order = high;
+        while order > low {
+            order -= 1;
+            self.add(cx, idx + (1 << order), order, mt, false);
+        }
+    }
+
+    /// Takes the smallest block of at least `order` from list `mt` and splits
+    /// it to `order` (Linux's `__rmqueue_smallest`).
+    pub(crate) fn rmqueue_smallest(
+        &mut self,
+        cx: BuddyCtx<'_>,
+        order: u32,
+        mt: MigrateType,
+    ) -> Option<PageIdx> {
+        for current in order..=cx.max_order {
+            if let Some(idx) = self.first(current, mt) {
+                self.del(cx, idx);
+                self.expand(cx, idx, order, current, mt);
+                return Some(idx);
+            }
+        }
+        None
+    }
+
+    /// Returns block `idx` of `order` to the free lists, merging with free
+    /// buddies as far as allowed (Linux's `__free_one_page`). The descriptors
+    /// must already be prepared (flags clear, refcount zero).
+    pub(crate) fn free_one(
+        &mut self,
+        cx: BuddyCtx<'_>,
+        idx: PageIdx,
+        order: u32,
+        placement: Placement,
+    ) {
+        // A block larger than a pageblock may span pageblocks of different
+        // types: free it a pageblock at a time so each piece lands on its own
+        // type's list, then let merging rebuild the large block.
+        if order > cx.pageblock_order {
+            let step = 1u32 << cx.pageblock_order;
+            for piece in 0..(1u32 << (order - cx.pageblock_order)) {
+                self.free_one(cx, idx + piece * step, cx.pageblock_order, placement);
+            }
+            return;
+        }
+        let mut idx = idx;
+        let mut order = order;
+        let mt = cx.blocks.get(idx);
+        while order < cx.max_order {
+            let buddy = idx ^ (1 << order);
+            if buddy < cx.start || buddy + (1 << order) > cx.end {
+                break;
+            }
+            let b = cx.pages.get(buddy);
+            if !b.has(PageFlags::BUDDY) || b.order() != order {
+                break;
+            }
+            let buddy_mt =
+                MigrateType::from_index(b.tag() as usize).unwrap_or(MigrateType::Unmovable);
+            if order >= cx.pageblock_order && buddy_mt != mt {
+                // Isolated, CMA and highatomic blocks keep their identity;
+                // ordinary types may merge, the buddy adopting ours so the
+                // merged block's pageblocks all match its list.
+                if !mt.is_pcp_type() || !buddy_mt.is_pcp_type() {
+                    break;
+                }
+                self.del(cx, buddy);
+                set_range_type(cx, buddy, order, mt);
+            } else {
+                self.del(cx, buddy);
+            }
+            idx = idx.min(buddy);
+            order += 1;
+        }
+        let at_tail = match placement {
+            Placement::Tail => true,
+            Placement::Auto => self.merge_likely(cx, idx, order),
+        };
+        self.add(cx, idx, order, mt, at_tail);
+    }
+
+    /// Whether the block's parent has a free buddy, so that one more free
+    /// page would merge two orders up; such blocks go to the list tail.
+    fn merge_likely(&self, cx: BuddyCtx<'_>, idx: PageIdx, order: u32) -> bool {
+        if order + 2 > cx.max_order {
+            return false;
+        }
+        let parent = idx & !((1 << (order + 1)) - 1);
+        let uncle = parent ^ (1 << (order + 1));
+        if uncle < cx.start || uncle + (1 << (order + 1)) > cx.end {
+            return false;
+        }
+        let u = cx.pages.get(uncle);
+        u.has(PageFlags::BUDDY) && u.order() == order + 1
+    }
+
+    /// Frees `[idx, idx + count)` as the largest naturally aligned chunks
+    /// (order = min(alignment of the index, log2 of what is left, max
+    /// order)), each through [`free_one`](Self::free_one). Pages must be
+    /// prepared and the range must not cross a section.
+    pub(crate) fn free_range(
+        &mut self,
+        cx: BuddyCtx<'_>,
+        idx: PageIdx,
+        count: u32,
+        placement: Placement,
+    ) {
+        let mut idx = idx;
+        let mut left = count;
+        while left > 0 {
+            let order = chunk_order(idx, left, cx.max_order);
+            self.free_one(cx, idx, order, placement);
+            idx += 1 << order;
+            left -= 1 << order;
+        }
+    }
+
+    /// Free block containing page `idx`, as (head, order).
+    pub(crate) fn enclosing_free_block(
+        &self,
+        cx: BuddyCtx<'_>,
+        idx: PageIdx,
+    ) -> Option<(PageIdx, u32)> {
+        for order in 0..=cx.max_order {
+            let head = idx & !((1u32 << order) - 1);
+            if head < cx.start {
+                return None;
+            }
+            let p = cx.pages.get(head);
+            if p.has(PageFlags::BUDDY) {
+                let size = 1u32 << p.order();
+                return (idx < head + size).then_some((head, p.order()));
+            }
+        }
+        None
+    }
+
+    /// Removes the single page `idx` from the free block containing it,
+    /// returning the rest of the block to the lists. False if `idx` is not
+    /// free (Linux's `take_page_off_buddy`).
+    pub(crate) fn take_page(&mut self, cx: BuddyCtx<'_>, idx: PageIdx) -> bool {
+        let Some((mut head, mut order)) = self.enclosing_free_block(cx, idx) else {
+            return false;
+        };
+        let mt = MigrateType::from_index(cx.pages.get(head).tag() as usize)
+            .unwrap_or(MigrateType::Unmovable);
+        self.del(cx, head);
+        while order > 0 {
+            order -= 1;
+            let half = 1u32 << order;
+            if idx < head + half {
+                self.add(cx, head + half, order, mt, false);
+            } else {
+                self.add(cx, head, order, mt, false);
+                head += half;
+            }
+        }
+        true
+    }
+
+    /// Moves every free block inside the pageblock starting at `block_start`
+    /// to the list of `mt`; returns the number of free pages moved. Free
+    /// blocks larger than a pageblock are the caller's to split first.
+    pub(crate) fn move_freepages_block(
+        &mut self,
+        cx: BuddyCtx<'_>,
+        block_start: PageIdx,
+        mt: MigrateType,
+    ) -> u64 {
+        let end = (block_start + (1 << cx.pageblock_order)).min(cx.end);
+        let mut idx = block_start.max(cx.start);
+        let mut moved = 0;
+        while idx < end {
+            let p = cx.pages.get(idx);
+            if p.has(PageFlags::BUDDY) {
+                let order = p.order();
+                if p.tag() != mt as u8 {
+                    self.move_to(cx, idx, mt);
+                }
+                moved += 1u64 << order;
+                idx += 1 << order;
+            } else {
+                idx += 1;
+            }
+        }
+        moved
+    }
+}
+
+/// Order of the largest naturally aligned chunk at `idx` no bigger than `left`.
+#[inline]
+pub(crate) fn chunk_order(idx: PageIdx, left: u32, max_order: u32) -> u32 {
+    let align = if idx == 0 {
+        max_order
+    } else {
+        idx.trailing_zeros()
+    };
+    let fits = 31 - left.leading_zeros();
+    align.min(fits).min(max_order)
+}
+
+/// Sets every pageblock of block (`idx`, `order`) to `mt` (at least one).
+pub(crate) fn set_range_type(cx: BuddyCtx<'_>, idx: PageIdx, order: u32, mt: MigrateType) {
+    let pb = 1u32 << cx.pageblock_order;
+    let mut at = idx;
+    let end = idx + (1 << order);
+    loop {
+        cx.blocks.set(at, mt);
+        at += pb;
+        if at >= end {
+            break;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixture {
+        pages: PageTable,
+        blocks: PageblockMap,
+    }
+
+    impl Fixture {
+        fn new(n: usize) -> Self {
+            Self {
+                pages: PageTable::new_zeroed(n),
+                blocks: PageblockMap::new(n, 2, MigrateType::Movable),
+            }
+        }
+        fn cx(&self, max_order: u32) -> BuddyCtx<'_> {
+            BuddyCtx {
+                pages: &self.pages,
+                blocks: &self.blocks,
+                start: 0,
+                end: self.pages.len() as u32,
+                max_order,
+                pageblock_order: 2,
+            }
+        }
+    }
+
+    #[test]
+    fn chunk_orders_follow_alignment_and_size() {
+        assert_eq!(chunk_order(0, 16, 10), 4);
+        assert_eq!(chunk_order(4, 16, 10), 2);
+        assert_eq!(chunk_order(8, 3, 10), 1);
+        assert_eq!(chunk_order(1 << 12, 1 << 12, 10), 10);
+        assert_eq!(chunk_order(7, 100, 10), 0);
+    }
+
+    #[test]
+    fn freeing_every_page_merges_to_max_order() {
+        let f = Fixture::new(64);
+        let cx = f.cx(4);
+        let mut area = FreeArea::new(4);
+        for i in 0..64 {
+            area.free_one(cx, i, 0, Placement::Auto);
+        }
+        assert_eq!(area.free_pages(), 64);
+        assert_eq!(area.nr_free(4), 4);
+        for o in 0..4 {
+            assert_eq!(area.nr_free(o), 0, "order {o} left unmerged");
+        }
+    }
+
+    #[test]
+    fn split_and_take_back() {
+        let f = Fixture::new(16);
+        let cx = f.cx(4);
+        let mut area = FreeArea::new(4);
+        area.free_range(cx, 0, 16, Placement::Tail);
+        let a = area.rmqueue_smallest(cx, 0, MigrateType::Movable).unwrap();
+        assert_eq!(a, 0);
+        assert_eq!(area.free_pages(), 15);
+        assert_eq!(
+            (0..4).map(|o| area.nr_free(o)).collect::<Vec<_>>(),
+            vec![1, 1, 1, 1]
+        );
+        area.free_one(cx, a, 0, Placement::Auto);
+        assert_eq!(area.nr_free(4), 1);
+        assert!(area
+            .rmqueue_smallest(cx, 0, MigrateType::Unmovable)
+            .is_none());
+    }
+
+    #[test]
+    fn take_page_leaves_the_rest_free() {
+        let f = Fixture::new(16);
+        let cx = f.cx(4);
+        let mut area = FreeArea::new(4);
+        area.free_range(cx, 0, 16, Placement::Tail);
+        assert!(area.take_page(cx, 5));
+        assert!(!area.take_page(cx, 5), "already taken");
+        assert_eq!(area.free_pages(), 15);
+        assert_eq!(area.enclosing_free_block(cx, 5), None);
+        assert_eq!(area.enclosing_free_block(cx, 4), Some((4, 0)));
+        assert_eq!(area.enclosing_free_block(cx, 12), Some((8, 3)));
+    }
+
+    #[test]
+    fn isolated_blocks_do_not_merge_with_other_types() {
+        let f = Fixture::new(16);
+        let cx = f.cx(4);
+        f.blocks.set(4, MigrateType::Isolate);
+        let mut area = FreeArea::new(4);
+        area.free_range(cx, 0, 8, Placement::Tail);
+        assert_eq!(area.nr_blocks(2, MigrateType::Movable), 1);
+        assert_eq!(area.nr_blocks(2, MigrateType::Isolate), 1);
+        let f = Fixture::new(16);
+        let cx = f.cx(4);
+        f.blocks.set(4, MigrateType::Unmovable);
+        let mut area = FreeArea::new(4);
+        area.free_range(cx, 0, 8, Placement::Tail);
+        // Page 4's pageblock is freed second, so its buddy adopts its type.
+        assert_eq!(
+            area.nr_blocks(3, MigrateType::Unmovable),
+            1,
+            "pcp types merge"
+        );
+        assert_eq!(
+            f.blocks.get(0),
+            MigrateType::Unmovable,
+            "buddy adopted the type"
+        );
+    }
+
+    #[test]
+    fn merge_stops_at_zone_edge() {
+        let f = Fixture::new(16);
+        let mut cx = f.cx(4);
+        cx.start = 4;
+        let mut area = FreeArea::new(4);
+        area.free_range(cx, 4, 12, Placement::Tail);
+        assert_eq!(area.nr_free(2), 1);
+        assert_eq!(area.nr_free(3), 1);
+        assert_eq!(area.free_pages(), 12);
+    }
+}

@@ -1,0 +1,226 @@
+//! Typed errors of the public API. Every caller mistake maps to one of these;
+//! none of them leaves the allocator changed.
+#![deny(unsafe_code)]
+
+use crate::gfp::Gfp;
+use crate::memmap::{Geometry, ZoneSpec};
+use crate::Pfn;
+use core::fmt;
+
+/// Why an allocation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocError {
+    /// No zone the request may use had a block of this order above its
+    /// watermark, and reclaim (if allowed) did not help.
+    NoMemory {
+        /// Requested order.
+        order: u32,
+        /// Request flags.
+        gfp: Gfp,
+    },
+    /// `order` is above `MAX_PAGE_ORDER` (or above the section size).
+    OrderTooLarge {
+        /// Requested order.
+        order: u32,
+        /// Largest order this map can hand out.
+        max: u32,
+    },
+    /// The GFP zone bits are contradictory (for example DMA together with DMA32).
+    InvalidGfp(Gfp),
+    /// The node does not exist in the map.
+    NoSuchNode(usize),
+}
+
+impl fmt::Display for AllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoMemory { order, gfp } => write!(f, "out of memory: order {order}, gfp {gfp}"),
+            Self::OrderTooLarge { order, max } => {
+                write!(f, "order {order} above the largest order {max}")
+            }
+            Self::InvalidGfp(gfp) => write!(f, "invalid zone bits in gfp {gfp}"),
+            Self::NoSuchNode(nid) => write!(f, "no node {nid}"),
+        }
+    }
+}
+
+/// What is wrong with a page that a free path found wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BadPageReason {
+    /// The refcount was not zero when the page was released.
+    NonzeroRefcount(u32),
+    /// A "check at free" flag (LRU, locked, mapped, …) was still set.
+    FlagsSetAtFree(crate::PageFlags),
+    /// A tail of a compound page did not point at its head.
+    CorruptCompoundTail {
+        /// The inconsistent tail.
+        tail: Pfn,
+    },
+}
+
+impl fmt::Display for BadPageReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NonzeroRefcount(c) => write!(f, "nonzero _refcount ({c})"),
+            Self::FlagsSetAtFree(flags) => {
+                write!(f, "PAGE_FLAGS_CHECK_AT_FREE flag(s) set: {flags:?}")
+            }
+            Self::CorruptCompoundTail { tail } => {
+                write!(f, "corrupted compound tail at pfn {tail}")
+            }
+        }
+    }
+}
+
+/// Why a page or block could not be freed. Apart from `BadPage` (the page was
+/// reported and deliberately leaked, like Linux does), nothing was changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreeError {
+    /// The PFN is outside the map.
+    OutOfRange(Pfn),
+    /// The PFN is in a hole.
+    Hole(Pfn),
+    /// The PFN is a reserved page, never given out.
+    Reserved(Pfn),
+    /// The PFN is a tail of a compound page; free it through its head.
+    TailPage {
+        /// The tail that was passed.
+        pfn: Pfn,
+        /// Its head.
+        head: Pfn,
+    },
+    /// The page is already free.
+    DoubleFree(Pfn),
+    /// The PFN does not start an allocated block (inside one, or long free).
+    NotAllocated(Pfn),
+    /// The order does not match the allocation's.
+    WrongOrder {
+        /// Block start.
+        pfn: Pfn,
+        /// Order it was allocated with.
+        allocated: u32,
+        /// Order passed to the free.
+        given: u32,
+    },
+    /// The page was taken offline by `memory_failure` while free.
+    Poisoned(Pfn),
+    /// A frozen free of a page that still has references, or a reference
+    /// drop on a frozen page.
+    RefcountMismatch {
+        /// Block start.
+        pfn: Pfn,
+        /// Its refcount.
+        refcount: u32,
+    },
+    /// `free_pages_prepare` failed: reported as a bad page and leaked.
+    BadPage {
+        /// The bad page.
+        pfn: Pfn,
+        /// What was wrong.
+        reason: BadPageReason,
+    },
+}
+
+impl fmt::Display for FreeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::OutOfRange(p) => write!(f, "pfn {p} is outside the memory map"),
+            Self::Hole(p) => write!(f, "pfn {p} is in a hole"),
+            Self::Reserved(p) => write!(f, "pfn {p} is reserved"),
+            Self::TailPage { pfn, head } => {
+                write!(f, "pfn {pfn} is a tail page of compound page {head}")
+            }
+            Self::DoubleFree(p) => write!(f, "double free of pfn {p}"),
+            Self::NotAllocated(p) => write!(f, "pfn {p} does not start an allocated block"),
+            Self::WrongOrder {
+                pfn,
+                allocated,
+                given,
+            } => {
+                write!(
+                    f,
+                    "pfn {pfn} was allocated with order {allocated}, freed with order {given}"
+                )
+            }
+            Self::Poisoned(p) => write!(f, "pfn {p} is hardware-poisoned"),
+            Self::RefcountMismatch { pfn, refcount } => {
+                write!(f, "pfn {pfn} has refcount {refcount}")
+            }
+            Self::BadPage { pfn, reason } => write!(f, "bad page at pfn {pfn}: {reason}"),
+        }
+    }
+}
+
+/// Why the memory map could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BuildError {
+    /// Page size, orders or section size out of range or inconsistent.
+    BadGeometry(Geometry),
+    /// No zones were given.
+    NoZones,
+    /// A zone spans no pages.
+    EmptyZone(ZoneSpec),
+    /// Two zones overlap.
+    OverlappingZones(ZoneSpec, ZoneSpec),
+    /// The same zone type twice on one node.
+    DuplicateZone(ZoneSpec),
+    /// Node id at or above `MAX_NUMNODES`.
+    TooManyNodes(usize),
+    /// The map needs more than 2^32 - 1 page descriptors.
+    TooLarge {
+        /// Pages the map would span.
+        pages: u64,
+    },
+    /// Mapping real memory failed.
+    #[cfg(feature = "std")]
+    RealMemory(crate::rawmem::RealMemoryError),
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BadGeometry(g) => write!(f, "bad geometry {g:?}"),
+            Self::NoZones => f.write_str("the memory map has no zones"),
+            Self::EmptyZone(z) => write!(f, "zone {z:?} is empty"),
+            Self::OverlappingZones(a, b) => write!(f, "zones {a:?} and {b:?} overlap"),
+            Self::DuplicateZone(z) => write!(f, "zone {z:?} given twice"),
+            Self::TooManyNodes(n) => write!(f, "node {n} is above the node limit"),
+            Self::TooLarge { pages } => write!(f, "{pages} pages exceed 2^32 - 1 descriptors"),
+            #[cfg(feature = "std")]
+            Self::RealMemory(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// A page-level query or operation on a PFN that cannot be one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageError {
+    /// Outside the map.
+    OutOfRange(Pfn),
+    /// In a hole.
+    Hole(Pfn),
+    /// The page is free (or reserved), so it has no references to take.
+    NotInUse(Pfn),
+    /// Only embedder-owned flags may be changed.
+    FlagNotSettable(crate::PageFlags),
+}
+
+impl fmt::Display for PageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::OutOfRange(p) => write!(f, "pfn {p} is outside the memory map"),
+            Self::Hole(p) => write!(f, "pfn {p} is in a hole"),
+            Self::NotInUse(p) => write!(f, "pfn {p} is not in use"),
+            Self::FlagNotSettable(flags) => write!(f, "flags {flags:?} are owned by the allocator"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for AllocError {}
+#[cfg(feature = "std")]
+impl std::error::Error for FreeError {}
+#[cfg(feature = "std")]
+impl std::error::Error for BuildError {}
+#[cfg(feature = "std")]
+impl std::error::Error for PageError {}

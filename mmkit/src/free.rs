@@ -1,0 +1,433 @@
+//! Freeing: validation of caller input, references, `free_pages_prepare`,
+//! bad-page reports, hardware poison, and the release of prepared pages to a
+//! zone.
+//!
+//! "Prepare" (checks, done once per page without any lock) and "release"
+//! (free-list insertion under the zone lock) are separate steps so batched
+//! paths can check each page exactly once and then release whole runs.
+//!
+//! A page passed to a free path is first *validated*: an input mistake
+//! (outside the map, a hole, a tail, double free, wrong order, a page not
+//! handed out) returns a typed error and changes nothing. A page that is
+//! valid input but in a bad state (flags still set, corrupt compound tails)
+//! fails *preparation*: it is reported as a bad page and deliberately leaked,
+//! as Linux does, because returning it could hand corrupt memory out again.
+#![deny(unsafe_code)]
+
+use crate::buddy::Placement;
+use crate::error::{BadPageReason, FreeError, PageError};
+use crate::hooks::BadPageReport;
+use crate::page::{PageFlags, PageIdx};
+use crate::zone::Zone;
+use crate::{PageAllocator, Pfn};
+use core::sync::atomic::Ordering::Relaxed;
+
+/// What `memory_failure` did with the page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryFailure {
+    /// The page was free; it is now off the free lists for good.
+    TakenOffFreeList,
+    /// The page is in use; it will be dropped instead of freed.
+    InUse,
+    /// The page is reserved; it was never going to be handed out.
+    Reserved,
+    /// The page was already poisoned.
+    AlreadyPoisoned,
+}
+
+impl PageAllocator {
+    /// Frees a block allocated with [`alloc_pages`](Self::alloc_pages)
+    /// (Linux's `__free_pages`): drops one reference and, if it was the
+    /// last, returns the block to the free lists.
+    ///
+    /// A poisoned page inside the block is dropped, never freed (counted in
+    /// `hwpoison_offlined`); the rest of the block is freed.
+    ///
+    /// # Errors
+    /// Input errors ([`FreeError::OutOfRange`], [`Hole`](FreeError::Hole),
+    /// [`Reserved`](FreeError::Reserved), [`TailPage`](FreeError::TailPage),
+    /// [`DoubleFree`](FreeError::DoubleFree), [`NotAllocated`](FreeError::NotAllocated),
+    /// [`WrongOrder`](FreeError::WrongOrder), [`Poisoned`](FreeError::Poisoned),
+    /// [`RefcountMismatch`](FreeError::RefcountMismatch) for a frozen page)
+    /// change nothing. [`FreeError::BadPage`] means the block failed
+    /// `free_pages_prepare` and was reported and leaked.
+    pub fn free_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        let idx = self.validate_allocated(pfn)?;
+        let allocated = self.desc(idx).order();
+        if allocated != order {
+            return Err(FreeError::WrongOrder {
+                pfn,
+                allocated,
+                given: order,
+            });
+        }
+        self.put_and_maybe_free(pfn, idx)
+    }
+
+    /// Frees a frozen block (refcount 0) of `order` (Linux's
+    /// `free_frozen_pages`).
+    ///
+    /// # Errors
+    /// As [`free_pages`](Self::free_pages); a block that still has
+    /// references gets [`FreeError::RefcountMismatch`] and is left alone.
+    pub fn free_frozen_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        let idx = self.validate_allocated(pfn)?;
+        let page = self.desc(idx);
+        let allocated = page.order();
+        if allocated != order {
+            return Err(FreeError::WrongOrder {
+                pfn,
+                allocated,
+                given: order,
+            });
+        }
+        let refcount = page.refcount();
+        if refcount != 0 {
+            return Err(FreeError::RefcountMismatch { pfn, refcount });
+        }
+        self.free_block(idx, order)
+    }
+
+    /// Drops a reference to the page or compound page containing `pfn`
+    /// (a tail resolves to its head), freeing it on the last one.
+    ///
+    /// # Errors
+    /// As [`free_pages`](Self::free_pages), except that tails are accepted.
+    pub fn put_page(&self, pfn: Pfn) -> Result<(), FreeError> {
+        let head = self.compound_head(pfn).map_err(|e| match e {
+            PageError::Hole(p) => FreeError::Hole(p),
+            _ => FreeError::OutOfRange(pfn),
+        })?;
+        let idx = self.validate_allocated(head)?;
+        self.put_and_maybe_free(head, idx)
+    }
+
+    /// Takes a reference to the in-use page or compound page containing
+    /// `pfn`; returns the new count.
+    ///
+    /// # Errors
+    /// [`PageError::NotInUse`] if the page is free, frozen or reserved.
+    pub fn get_page(&self, pfn: Pfn) -> Result<u32, PageError> {
+        let head = self.compound_head(pfn)?;
+        let idx = self.pfn_to_idx(head).ok_or(PageError::OutOfRange(head))?;
+        let page = self.desc(idx);
+        if !page.has(PageFlags::ALLOCATED) {
+            return Err(PageError::NotInUse(head));
+        }
+        page.try_get().ok_or(PageError::NotInUse(head))
+    }
+
+    fn put_and_maybe_free(&self, pfn: Pfn, idx: PageIdx) -> Result<(), FreeError> {
+        let page = self.desc(idx);
+        match page.try_put() {
+            None => Err(FreeError::RefcountMismatch { pfn, refcount: 0 }),
+            Some(0) => self.free_block(idx, page.order()),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Checks that `pfn` starts an allocated block; the error says what it
+    /// is instead.
+    pub(crate) fn validate_allocated(&self, pfn: Pfn) -> Result<PageIdx, FreeError> {
+        let idx = self.pfn_to_idx(pfn).ok_or(FreeError::OutOfRange(pfn))?;
+        let page = self.desc(idx);
+        let flags = page.flags();
+        if flags.contains(PageFlags::ALLOCATED) {
+            return Ok(idx);
+        }
+        if flags.contains(PageFlags::HOLE) {
+            return Err(FreeError::Hole(pfn));
+        }
+        if flags.contains(PageFlags::TAIL) {
+            return Err(FreeError::TailPage {
+                pfn,
+                head: self.idx_to_pfn(page.next()),
+            });
+        }
+        if flags.contains(PageFlags::HWPOISON) {
+            return Err(FreeError::Poisoned(pfn));
+        }
+        if flags.contains(PageFlags::RESERVED) {
+            return Err(FreeError::Reserved(pfn));
+        }
+        if flags.contains(PageFlags::BUDDY) || self.is_free(idx) {
+            return Err(FreeError::DoubleFree(pfn));
+        }
+        Err(FreeError::NotAllocated(pfn))
+    }
+
+    /// Whether page `idx` lies inside a free block (takes the zone lock).
+    pub(crate) fn is_free(&self, idx: PageIdx) -> bool {
+        let Some(zone) = self.zone_of(idx) else {
+            return false;
+        };
+        let cx = zone.cx(self.mem());
+        let state = zone.state.lock();
+        state.area.enclosing_free_block(cx, idx).is_some()
+    }
+
+    /// Claims the block for freeing (exactly one caller wins), prepares it
+    /// and releases it to its zone.
+    fn free_block(&self, idx: PageIdx, order: u32) -> Result<(), FreeError> {
+        let page = self.desc(idx);
+        if !page.clear_allocated() {
+            return Err(FreeError::DoubleFree(self.idx_to_pfn(idx)));
+        }
+        if let Err((bad, reason)) = self.free_pages_prepare(idx, order) {
+            self.report_bad_page(bad, reason, 1 << order);
+            return Err(FreeError::BadPage {
+                pfn: self.idx_to_pfn(bad),
+                reason,
+            });
+        }
+        if let Some(zone) = self.zone_of(idx) {
+            self.release_prepared(zone, idx, 1 << order, Placement::Auto);
+        }
+        Ok(())
+    }
+
+    /// Linux's `free_pages_prepare`: the head must have no references and no
+    /// check-at-free flags; compound tails must point at the head. On
+    /// success every descriptor of the block is clean (poison kept). On
+    /// failure returns the offending page and why.
+    pub(crate) fn free_pages_prepare(
+        &self,
+        idx: PageIdx,
+        order: u32,
+    ) -> Result<(), (PageIdx, BadPageReason)> {
+        let head = self.desc(idx);
+        let flags = head.flags();
+        let refcount = head.refcount();
+        if refcount != 0 {
+            return Err((idx, BadPageReason::NonzeroRefcount(refcount)));
+        }
+        let stale = flags.intersection(PageFlags::CHECK_AT_FREE);
+        if stale != PageFlags::EMPTY {
+            return Err((idx, BadPageReason::FlagsSetAtFree(stale)));
+        }
+        if flags.contains(PageFlags::HEAD) {
+            for tail in idx + 1..idx + (1 << order) {
+                let t = self.desc(tail);
+                if !t.has(PageFlags::TAIL) || t.next() != idx {
+                    return Err((
+                        tail,
+                        BadPageReason::CorruptCompoundTail {
+                            tail: self.idx_to_pfn(tail),
+                        },
+                    ));
+                }
+                let stale = t.flags().intersection(PageFlags::CHECK_AT_FREE);
+                if stale != PageFlags::EMPTY {
+                    return Err((tail, BadPageReason::FlagsSetAtFree(stale)));
+                }
+            }
+            for tail in idx + 1..idx + (1 << order) {
+                let t = self.desc(tail);
+                let keep = t.flags().intersection(PageFlags::HWPOISON);
+                t.set_state(keep, 0, 0);
+            }
+        }
+        head.set_state(flags.intersection(PageFlags::HWPOISON), 0, 0);
+        Ok(())
+    }
+
+    /// Counts, rate-limits, logs and publishes a bad page.
+    pub(crate) fn report_bad_page(&self, idx: PageIdx, reason: BadPageReason, leaked_pages: u64) {
+        let total = self.stats.bad_pages.fetch_add(1, Relaxed) + 1;
+        self.stats.bad_pages_leaked.fetch_add(leaked_pages, Relaxed);
+        let pfn = self.idx_to_pfn(idx);
+        if self.bad_page_log.lock().allow(self.hooks.now_ns()) {
+            self.hooks
+                .log(format_args!("BUG: Bad page state: pfn {pfn}: {reason}"));
+        } else {
+            self.stats.bad_pages_suppressed.fetch_add(1, Relaxed);
+        }
+        self.hooks.bad_page(&BadPageReport { pfn, reason, total });
+    }
+
+    /// Returns prepared pages `[idx, idx + count)` of `zone` to its free
+    /// lists in the largest aligned chunks, skipping poisoned pages. The
+    /// range must not cross a section.
+    pub(crate) fn release_prepared(
+        &self,
+        zone: &Zone,
+        idx: PageIdx,
+        count: u32,
+        placement: Placement,
+    ) {
+        let cx = zone.cx(self.mem());
+        let mut state = zone.state.lock();
+        // memory_failure bumps the pending count before taking this lock, so
+        // a page poisoned while we prepared it is seen here.
+        if self.hwpoison_pending.load(Relaxed) == 0 {
+            if count.is_power_of_two() && idx & (count - 1) == 0 {
+                state
+                    .area
+                    .free_one(cx, idx, count.trailing_zeros(), placement);
+            } else {
+                state.area.free_range(cx, idx, count, placement);
+            }
+        } else {
+            let mut run_start = idx;
+            for i in idx..idx + count {
+                if self.desc(i).has(PageFlags::HWPOISON) {
+                    if i > run_start {
+                        state
+                            .area
+                            .free_range(cx, run_start, i - run_start, placement);
+                    }
+                    run_start = i + 1;
+                    self.hwpoison_pending.fetch_sub(1, Relaxed);
+                    self.stats.hwpoison_offlined.fetch_add(1, Relaxed);
+                }
+            }
+            if idx + count > run_start {
+                state
+                    .area
+                    .free_range(cx, run_start, idx + count - run_start, placement);
+            }
+        }
+        state.counters.pgfree_pages += count as u64;
+        zone.publish(&state);
+    }
+
+    /// Marks `pfn` as hardware-poisoned (Linux's `memory_failure`, for the
+    /// page-allocator side): a free page leaves the free lists at once; an
+    /// in-use page is dropped when it is freed. Either way it never returns.
+    ///
+    /// # Errors
+    /// [`PageError::OutOfRange`] or [`PageError::Hole`].
+    pub fn memory_failure(&self, pfn: Pfn) -> Result<MemoryFailure, PageError> {
+        let idx = self.pfn_to_idx(pfn).ok_or(PageError::OutOfRange(pfn))?;
+        let page = self.desc(idx);
+        if page.has(PageFlags::HOLE) {
+            return Err(PageError::Hole(pfn));
+        }
+        if !page.set_flag_once(PageFlags::HWPOISON) {
+            return Ok(MemoryFailure::AlreadyPoisoned);
+        }
+        self.stats.hwpoison_marked.fetch_add(1, Relaxed);
+        if page.has(PageFlags::RESERVED) {
+            return Ok(MemoryFailure::Reserved);
+        }
+        self.hwpoison_pending.fetch_add(1, Relaxed);
+        let Some(zone) = self.zone_of(idx) else {
+            return Ok(MemoryFailure::InUse);
+        };
+        let cx = zone.cx(self.mem());
+        let mut state = zone.state.lock();
+        if state.area.take_page(cx, idx) {
+            // Taking the page off rewrote its descriptor; poison it again.
+            page.set_state(PageFlags::HWPOISON, 0, 0);
+            self.hwpoison_pending.fetch_sub(1, Relaxed);
+            self.stats.hwpoison_offlined.fetch_add(1, Relaxed);
+            zone.publish(&state);
+            return Ok(MemoryFailure::TakenOffFreeList);
+        }
+        Ok(MemoryFailure::InUse)
+    }
+
+    /// Head of the compound page containing `pfn` (the page itself if it is
+    /// not a tail).
+    ///
+    /// # Errors
+    /// [`PageError::OutOfRange`] or [`PageError::Hole`].
+    pub fn compound_head(&self, pfn: Pfn) -> Result<Pfn, PageError> {
+        let idx = self.pfn_to_idx(pfn).ok_or(PageError::OutOfRange(pfn))?;
+        let page = self.desc(idx);
+        let flags = page.flags();
+        if flags.contains(PageFlags::HOLE) {
+            return Err(PageError::Hole(pfn));
+        }
+        Ok(if flags.contains(PageFlags::TAIL) {
+            self.idx_to_pfn(page.next())
+        } else {
+            pfn
+        })
+    }
+
+    /// Reference count of the page (0 for free and frozen pages).
+    ///
+    /// # Errors
+    /// [`PageError::OutOfRange`] or [`PageError::Hole`].
+    pub fn page_count(&self, pfn: Pfn) -> Result<u32, PageError> {
+        let head = self.compound_head(pfn)?;
+        let idx = self.pfn_to_idx(head).ok_or(PageError::OutOfRange(head))?;
+        Ok(self.desc(idx).refcount())
+    }
+
+    /// The page's flags.
+    ///
+    /// # Errors
+    /// [`PageError::OutOfRange`].
+    pub fn page_flags(&self, pfn: Pfn) -> Result<PageFlags, PageError> {
+        let idx = self.pfn_to_idx(pfn).ok_or(PageError::OutOfRange(pfn))?;
+        Ok(self.desc(idx).flags())
+    }
+
+    /// Sets embedder-owned flags (see [`PageFlags::EMBEDDER_SETTABLE`]) on an
+    /// allocated page, e.g. to say it is on an LRU list. A page freed with
+    /// such a flag set is a bad page.
+    ///
+    /// # Errors
+    /// [`PageError::FlagNotSettable`] for allocator-owned flags,
+    /// [`PageError::NotInUse`] for a page that is not allocated.
+    pub fn set_page_flags(&self, pfn: Pfn, flags: PageFlags) -> Result<(), PageError> {
+        self.change_page_flags(pfn, flags, PageFlags::EMPTY)
+    }
+
+    /// Clears embedder-owned flags.
+    ///
+    /// # Errors
+    /// As [`set_page_flags`](Self::set_page_flags).
+    pub fn clear_page_flags(&self, pfn: Pfn, flags: PageFlags) -> Result<(), PageError> {
+        self.change_page_flags(pfn, PageFlags::EMPTY, flags)
+    }
+
+    fn change_page_flags(
+        &self,
+        pfn: Pfn,
+        set: PageFlags,
+        clear: PageFlags,
+    ) -> Result<(), PageError> {
+        let foreign = set.union(clear).difference(PageFlags::EMBEDDER_SETTABLE);
+        if foreign != PageFlags::EMPTY {
+            return Err(PageError::FlagNotSettable(foreign));
+        }
+        let head = self.compound_head(pfn)?;
+        let head_idx = self.pfn_to_idx(head).ok_or(PageError::OutOfRange(head))?;
+        if !self.desc(head_idx).has(PageFlags::ALLOCATED) {
+            return Err(PageError::NotInUse(pfn));
+        }
+        let idx = self.pfn_to_idx(pfn).ok_or(PageError::OutOfRange(pfn))?;
+        self.desc(idx).update_flags_atomic(set, clear);
+        Ok(())
+    }
+
+    /// Stores the embedder's private word on an allocated block's first page.
+    ///
+    /// # Errors
+    /// [`PageError::NotInUse`] unless `pfn` starts an allocated block.
+    pub fn set_page_private(&self, pfn: Pfn, value: u64) -> Result<(), PageError> {
+        let idx = self.pfn_to_idx(pfn).ok_or(PageError::OutOfRange(pfn))?;
+        let page = self.desc(idx);
+        if !page.has(PageFlags::ALLOCATED) {
+            return Err(PageError::NotInUse(pfn));
+        }
+        page.set_private(value);
+        Ok(())
+    }
+
+    /// The private word of an allocated block's first page.
+    ///
+    /// # Errors
+    /// [`PageError::NotInUse`] unless `pfn` starts an allocated block.
+    pub fn page_private(&self, pfn: Pfn) -> Result<u64, PageError> {
+        let idx = self.pfn_to_idx(pfn).ok_or(PageError::OutOfRange(pfn))?;
+        let page = self.desc(idx);
+        if !page.has(PageFlags::ALLOCATED) {
+            return Err(PageError::NotInUse(pfn));
+        }
+        Ok(page.private())
+    }
+}

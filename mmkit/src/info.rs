@@ -1,0 +1,176 @@
+//! Reporting: the allocator's state as plain structs and in the `/proc`
+//! layouts users already parse (`buddyinfo`, `pagetypeinfo`, `vmstat`, and
+//! debugfs `extfrag`).
+//!
+//! Owns the snapshot taking (one zone lock at a time, never two) and the
+//! mapping of counters to vmstat names; the text layouts are `procfs`'s.
+#![deny(unsafe_code)]
+
+use crate::gfp::{MigrateType, ZoneType, MIGRATE_TYPES};
+use crate::procfs::{self, PageblockGeometry, ZoneFreeInfo};
+use crate::zone::ZoneCounters;
+use crate::PageAllocator;
+use alloc::string::String;
+use alloc::vec::Vec;
+use alloc::{format, vec};
+
+/// Counters of one zone at one moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneSnapshot {
+    /// Node id.
+    pub nid: usize,
+    /// Zone type.
+    pub zone_type: ZoneType,
+    /// Free pages.
+    pub free_pages: u64,
+    /// Free pages per migratetype list.
+    pub free_pages_by_type: [u64; MIGRATE_TYPES],
+    /// Pages in the highatomic reserve.
+    pub reserved_highatomic: u64,
+    /// Event counters.
+    pub counters: ZoneCounters,
+    /// Free blocks, pageblocks per type, for the /proc layouts.
+    pub free: ZoneFreeInfo,
+}
+
+impl PageAllocator {
+    /// One snapshot per zone, in node then zone order.
+    pub fn zone_snapshots(&self) -> Vec<ZoneSnapshot> {
+        let pb_order = self.geometry.pageblock_order;
+        self.zones
+            .iter()
+            .map(|zone| {
+                let state = zone.state.lock();
+                let area = &state.area;
+                let orders = self.geometry.merge_order() as usize + 1;
+                let mut per_order = vec![0u64; self.geometry.nr_orders()];
+                let mut per_type = vec![vec![0u64; self.geometry.nr_orders()]; MIGRATE_TYPES];
+                for o in 0..orders {
+                    per_order[o] = area.nr_free(o as u32);
+                    for mt in MigrateType::ALL {
+                        per_type[mt as usize][o] = area.nr_blocks(o as u32, mt);
+                    }
+                }
+                let mut free_by_type = [0u64; MIGRATE_TYPES];
+                for mt in MigrateType::ALL {
+                    free_by_type[mt as usize] = area.free_pages_of(mt);
+                }
+                let snapshot = ZoneSnapshot {
+                    nid: zone.nid,
+                    zone_type: zone.zone_type,
+                    free_pages: area.free_pages(),
+                    free_pages_by_type: free_by_type,
+                    reserved_highatomic: state.nr_reserved_highatomic,
+                    counters: state.counters,
+                    free: ZoneFreeInfo {
+                        node: zone.nid,
+                        zone_name: zone.zone_type.name(),
+                        free_blocks_per_order: per_order,
+                        free_blocks_per_type: per_type,
+                        pageblocks_per_type: Vec::new(),
+                    },
+                };
+                drop(state);
+                let mut snapshot = snapshot;
+                snapshot.free.pageblocks_per_type =
+                    self.count_pageblocks(zone.start_idx, zone.end_idx, pb_order);
+                snapshot
+            })
+            .collect()
+    }
+
+    /// Pageblocks per migratetype whose first page lies in `[start, end)`.
+    fn count_pageblocks(&self, start: u32, end: u32, pb_order: u32) -> Vec<u64> {
+        let mut counts = vec![0u64; MIGRATE_TYPES];
+        let first = start.div_ceil(1 << pb_order) as usize;
+        let last = end.div_ceil(1 << pb_order) as usize;
+        for block in first..last.min(self.blocks.len()) {
+            counts[self.blocks.get_block(block) as usize] += 1;
+        }
+        counts
+    }
+
+    fn free_infos(&self) -> Vec<ZoneFreeInfo> {
+        self.zone_snapshots().into_iter().map(|s| s.free).collect()
+    }
+
+    /// `/proc/buddyinfo` text.
+    pub fn buddyinfo(&self) -> String {
+        procfs::buddyinfo(&self.free_infos())
+    }
+
+    /// `/proc/pagetypeinfo` text (free counts and pageblock counts).
+    pub fn pagetypeinfo(&self) -> String {
+        let names: Vec<&str> = MigrateType::ALL.iter().map(|m| m.name()).collect();
+        let geometry = PageblockGeometry {
+            pageblock_order: self.geometry.pageblock_order,
+        };
+        procfs::pagetypeinfo(&geometry, &names, &self.free_infos())
+    }
+
+    /// debugfs `extfrag/unusable_index` text.
+    pub fn unusable_index(&self) -> String {
+        procfs::unusable_index_text(&self.free_infos())
+    }
+
+    /// debugfs `extfrag/extfrag_index` text.
+    pub fn extfrag_index(&self) -> String {
+        procfs::extfrag_index_text(&self.free_infos())
+    }
+
+    /// `/proc/vmstat`-style counters as (name, value) pairs: Linux's names
+    /// where Linux has the counter, `mmkit_`-prefixed ones otherwise.
+    pub fn vmstat_counters(&self) -> Vec<(String, u64)> {
+        let zones = self.zone_snapshots();
+        let sum = |f: &dyn Fn(&ZoneSnapshot) -> u64| zones.iter().map(f).sum::<u64>();
+        let mut out = vec![
+            (String::from("nr_free_pages"), sum(&|z| z.free_pages)),
+            (
+                String::from("nr_free_cma"),
+                sum(&|z| z.free_pages_by_type[MigrateType::Cma as usize]),
+            ),
+            (
+                String::from("nr_free_highatomic"),
+                sum(&|z| z.reserved_highatomic),
+            ),
+        ];
+        for zt in ZoneType::ALL {
+            let name = format!("pgalloc_{}", zt.name().to_ascii_lowercase());
+            out.push((
+                name,
+                sum(&|z| {
+                    if z.zone_type == zt {
+                        z.counters.pgalloc_pages
+                    } else {
+                        0
+                    }
+                }),
+            ));
+        }
+        out.push((String::from("pgfree"), sum(&|z| z.counters.pgfree_pages)));
+        let stats = self.stats();
+        for (name, value) in stats.pairs() {
+            let name = match name {
+                "allocstall" | "compact_stall" => String::from(name),
+                _ => format!("mmkit_{name}"),
+            };
+            out.push((name, value));
+        }
+        out.push((
+            String::from("mmkit_fallback_allocs"),
+            sum(&|z| z.counters.fallback_allocs),
+        ));
+        out.push((
+            String::from("mmkit_pageblocks_claimed"),
+            sum(&|z| z.counters.pageblocks_claimed),
+        ));
+        out
+    }
+
+    /// `/proc/vmstat` text of [`vmstat_counters`](Self::vmstat_counters).
+    pub fn vmstat(&self) -> String {
+        let counters = self.vmstat_counters();
+        let pairs: Vec<(&str, u64)> = counters.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        procfs::vmstat(&pairs)
+    }
+}

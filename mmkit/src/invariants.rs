@@ -1,0 +1,241 @@
+//! Whole-allocator consistency check, for tests and debug builds.
+//!
+//! Owns no state: it walks every zone's lists and every descriptor and
+//! verifies the invariants stated in `buddy` and `zone`. It takes each zone
+//! lock in turn, so it is exact only when no other thread is allocating or
+//! freeing (which is how tests call it).
+#![deny(unsafe_code)]
+
+use crate::buddy::BuddyCtx;
+use crate::gfp::{MigrateType, MIGRATE_TYPES};
+use crate::page::{PageFlags, PageIdx};
+use crate::{PageAllocator, Pfn};
+use alloc::format;
+use alloc::string::String;
+
+/// A broken invariant: where and what.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvariantViolation {
+    /// The page involved, if one is.
+    pub pfn: Option<Pfn>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl core::fmt::Display for InvariantViolation {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self.pfn {
+            Some(pfn) => write!(f, "pfn {pfn}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+macro_rules! ensure {
+    ($cond:expr, $pfn:expr, $($msg:tt)*) => {
+        if !$cond {
+            return Err(InvariantViolation { pfn: $pfn, message: format!($($msg)*) });
+        }
+    };
+}
+
+impl PageAllocator {
+    /// Verifies every invariant of every zone:
+    /// - list membership matches descriptors (`BUDDY`, order, type), and
+    ///   per-list, per-type and total free counts equal the blocks listed;
+    /// - free blocks are naturally aligned, inside their zone, within one
+    ///   section, and every pageblock they touch has their list's type;
+    /// - no page is both free and allocated; pages inside a free block carry
+    ///   no state; compound tails point at their head;
+    /// - no two free buddies are left unmerged where merging is allowed.
+    ///
+    /// Call with no concurrent allocator activity. Cost: O(pages).
+    ///
+    /// # Errors
+    /// The first violation found.
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        for zone in &self.zones {
+            let cx = zone.cx(self.mem());
+            let state = zone.state.lock();
+            let area = &state.area;
+            let mut listed_pages = 0u64;
+            let mut listed_heads = 0u64;
+            let mut by_type = [0u64; MIGRATE_TYPES];
+            for order in 0..=cx.max_order {
+                for mt in MigrateType::ALL {
+                    let mut blocks = 0;
+                    for idx in area.iter_list(cx, order, mt) {
+                        self.check_free_block(cx, idx, order, mt)?;
+                        blocks += 1;
+                        ensure!(
+                            blocks <= area.nr_blocks(order, mt),
+                            Some(self.idx_to_pfn(idx)),
+                            "list cycle"
+                        );
+                    }
+                    ensure!(
+                        blocks == area.nr_blocks(order, mt),
+                        None,
+                        "zone {:?}: list ({order}, {mt:?}) holds {blocks} blocks, counter says {}",
+                        zone.zone_type,
+                        area.nr_blocks(order, mt)
+                    );
+                    listed_heads += blocks;
+                    listed_pages += blocks << order;
+                    by_type[mt as usize] += blocks << order;
+                }
+            }
+            ensure!(
+                listed_pages == area.free_pages(),
+                None,
+                "zone {:?}: lists hold {listed_pages} pages, free counter says {}",
+                zone.zone_type,
+                area.free_pages()
+            );
+            for mt in MigrateType::ALL {
+                ensure!(
+                    by_type[mt as usize] == area.free_pages_of(mt),
+                    None,
+                    "free count of {mt:?} wrong"
+                );
+            }
+            // Walk the span: every BUDDY head must be one we listed, and
+            // allocated blocks must be well formed.
+            let mut idx = zone.start_idx;
+            let mut heads_seen = 0u64;
+            while idx < zone.end_idx {
+                let page = self.desc(idx);
+                let flags = page.flags();
+                let pfn = Some(self.idx_to_pfn(idx));
+                if flags.contains(PageFlags::BUDDY) {
+                    heads_seen += 1;
+                    idx += 1 << page.order();
+                } else if flags.contains(PageFlags::ALLOCATED) {
+                    ensure!(
+                        !flags.contains(PageFlags::TAIL),
+                        pfn,
+                        "allocated page is also a tail"
+                    );
+                    let order = page.order();
+                    ensure!(
+                        idx & ((1 << order) - 1) == 0,
+                        pfn,
+                        "allocated block misaligned"
+                    );
+                    for inner in idx + 1..idx + (1 << order) {
+                        let f = self.desc(inner).flags();
+                        ensure!(
+                            !f.contains(PageFlags::BUDDY),
+                            Some(self.idx_to_pfn(inner)),
+                            "free page inside an allocated block"
+                        );
+                        if flags.contains(PageFlags::HEAD) {
+                            ensure!(
+                                f.contains(PageFlags::TAIL) && self.desc(inner).next() == idx,
+                                Some(self.idx_to_pfn(inner)),
+                                "compound tail does not point at its head"
+                            );
+                        }
+                    }
+                    idx += 1 << order;
+                } else {
+                    idx += 1;
+                }
+            }
+            ensure!(
+                heads_seen == listed_heads,
+                None,
+                "zone {:?}: {heads_seen} BUDDY pages in the span, {listed_heads} on lists",
+                zone.zone_type
+            );
+            zone_free_matches_hint(zone, area.free_pages())?;
+        }
+        Ok(())
+    }
+
+    fn check_free_block(
+        &self,
+        cx: BuddyCtx<'_>,
+        idx: PageIdx,
+        order: u32,
+        mt: MigrateType,
+    ) -> Result<(), InvariantViolation> {
+        let pfn = Some(self.idx_to_pfn(idx));
+        let page = self.desc(idx);
+        ensure!(page.has(PageFlags::BUDDY), pfn, "listed block lacks BUDDY");
+        ensure!(
+            page.order() == order,
+            pfn,
+            "listed at order {order}, descriptor says {}",
+            page.order()
+        );
+        ensure!(
+            page.tag() == mt as u8,
+            pfn,
+            "listed as {mt:?}, descriptor says {}",
+            page.tag()
+        );
+        ensure!(
+            idx & ((1 << order) - 1) == 0,
+            pfn,
+            "order-{order} block misaligned"
+        );
+        let end = idx + (1 << order);
+        ensure!(
+            idx >= cx.start && end <= cx.end,
+            pfn,
+            "block leaves its zone"
+        );
+        let first = self.idx_to_pfn(idx).0;
+        let last = first + (1 << order) - 1;
+        ensure!(
+            self.geometry.pfn_to_section(first) == self.geometry.pfn_to_section(last),
+            pfn,
+            "block crosses a section boundary"
+        );
+        let pb = 1u32 << cx.pageblock_order;
+        let mut at = idx & !(pb - 1);
+        while at < end {
+            let t = cx.blocks.get(at);
+            ensure!(
+                t == mt,
+                pfn,
+                "block on {mt:?} list touches a {t:?} pageblock"
+            );
+            at += pb;
+        }
+        let inner_bad = (idx + 1..end).find(|&i| self.desc(i).flags() != PageFlags::EMPTY);
+        ensure!(
+            inner_bad.is_none(),
+            inner_bad.map(|i| self.idx_to_pfn(i)),
+            "page inside a free block has state"
+        );
+        if order < cx.max_order {
+            let buddy = idx ^ (1 << order);
+            if buddy >= cx.start && buddy + (1 << order) <= cx.end {
+                let b = self.desc(buddy);
+                let buddy_mt =
+                    MigrateType::from_index(b.tag() as usize).unwrap_or(MigrateType::Unmovable);
+                let blocked = order >= cx.pageblock_order
+                    && buddy_mt != mt
+                    && !(mt.is_pcp_type() && buddy_mt.is_pcp_type());
+                ensure!(
+                    !(b.has(PageFlags::BUDDY) && b.order() == order && !blocked),
+                    pfn,
+                    "free buddies of order {order} left unmerged"
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+fn zone_free_matches_hint(zone: &crate::zone::Zone, free: u64) -> Result<(), InvariantViolation> {
+    ensure!(
+        zone.free_pages() == free,
+        None,
+        "published free count {} != {free}",
+        zone.free_pages()
+    );
+    Ok(())
+}

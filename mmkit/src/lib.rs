@@ -1,0 +1,79 @@
+//! # mmkit — Linux's page allocator as a library
+//!
+//! A buddy page allocator with Linux's semantics and vocabulary: nodes and
+//! zones, memory sections, pageblocks with migratetypes and fallback,
+//! watermarks and `lowmem_reserve`, GFP → ALLOC flag conversion, compound and
+//! frozen pages, bad-page reports and hardware poison. The core is `no_std` +
+//! `alloc`; the default `std` feature adds real-memory backing.
+//!
+//! ```
+//! use mmkit::{Gfp, MemoryMapBuilder};
+//!
+//! // 64 MiB on one node: DMA below 16 MiB, DMA32 above.
+//! let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
+//! let pfn = mm.alloc_pages(Gfp::KERNEL, 3).unwrap();   // 8 contiguous pages
+//! assert_eq!(pfn.0 % 8, 0);                             // naturally aligned
+//! mm.free_pages(pfn, 3).unwrap();
+//! assert!(mm.free_pages(pfn, 3).is_err());              // double free: typed error
+//! mm.check_invariants().unwrap();
+//! ```
+//!
+//! ## Glossary
+//! - **page**: the unit of allocation (4 KiB by default); **PFN**: its number.
+//! - **order**: a block of 2^order pages, naturally aligned.
+//! - **pageblock**: 2^`pageblock_order` pages sharing one migratetype.
+//! - **section**: 2^`section_order` pages; no free block crosses one.
+//!
+//! ## Layers
+//! Public API (`allocator`, `free`, `info`) → zones (`zone`, `fallback`) →
+//! buddy lists (`buddy`) → page descriptors (`page`, `pageblock`). Only
+//! `rawmem` contains `unsafe`.
+#![cfg_attr(not(feature = "std"), no_std)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs)]
+
+extern crate alloc;
+
+mod allocator;
+mod buddy;
+pub mod error;
+mod fallback;
+mod free;
+pub mod gfp;
+pub mod hooks;
+mod info;
+mod invariants;
+pub mod memmap;
+mod page;
+mod pageblock;
+pub mod procfs;
+mod rawmem;
+mod stats;
+pub mod zone;
+
+pub use allocator::{PageAllocator, PAGE_ALLOC_COSTLY_ORDER};
+pub use error::{AllocError, BadPageReason, BuildError, FreeError, PageError};
+pub use free::MemoryFailure;
+pub use gfp::{AllocFlags, Gfp, MigrateType, ZoneType};
+pub use hooks::{Hooks, NoHooks, QuietHooks};
+pub use info::ZoneSnapshot;
+pub use invariants::InvariantViolation;
+pub use memmap::{Backing, Geometry, MemoryMapBuilder};
+pub use page::PageFlags;
+#[cfg(feature = "std")]
+pub use rawmem::HugePages;
+pub use stats::StatsSnapshot;
+
+/// Highest node id + 1 the map accepts.
+pub const MAX_NUMNODES: usize = 64;
+
+/// A page frame number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Pfn(pub u64);
+
+impl core::fmt::Display for Pfn {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}

@@ -1,0 +1,509 @@
+//! The memory map: geometry (page size, sections, pageblocks, orders), nodes
+//! and zones as PFN ranges, holes, reserved ranges and backing — and the
+//! builder that turns them into a ready [`PageAllocator`].
+//!
+//! Owns configuration validation and the boot-time hand-over of free memory
+//! to the buddy lists (Linux's `memblock_free_all`). It reads descriptors only
+//! to mark holes and reserved pages; everything after boot belongs to the
+//! allocator layers.
+#![deny(unsafe_code)]
+
+use crate::buddy::Placement;
+use crate::error::BuildError;
+use crate::gfp::{MigrateType, ZoneType, MAX_NR_ZONES};
+use crate::hooks::{Hooks, NoHooks};
+use crate::page::{PageFlags, PageTable};
+use crate::pageblock::PageblockMap;
+use crate::zone::{setup_watermarks, MemCtx, WatermarkConfig, Zone};
+use crate::PageAllocator;
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::ops::Range;
+
+/// Sizes that shape the map. Defaults are x86-64 Linux's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// log2 of the page size (12 → 4 KiB).
+    pub page_shift: u32,
+    /// log2 of pages per memory section (15 → 128 MiB of 4 KiB pages).
+    pub section_order: u32,
+    /// log2 of pages per pageblock (9 → 2 MiB).
+    pub pageblock_order: u32,
+    /// Largest block order, Linux's `MAX_PAGE_ORDER` (10 → 4 MiB).
+    pub max_page_order: u32,
+}
+
+impl Default for Geometry {
+    fn default() -> Self {
+        Self {
+            page_shift: 12,
+            section_order: 15,
+            pageblock_order: 9,
+            max_page_order: 10,
+        }
+    }
+}
+
+impl Geometry {
+    /// Bytes per page.
+    pub const fn page_size(&self) -> u64 {
+        1 << self.page_shift
+    }
+    /// Orders `0..=max_page_order`.
+    pub const fn nr_orders(&self) -> usize {
+        self.max_page_order as usize + 1
+    }
+    /// Largest order a free block can reach: merging never crosses a section.
+    pub const fn merge_order(&self) -> u32 {
+        if self.section_order < self.max_page_order {
+            self.section_order
+        } else {
+            self.max_page_order
+        }
+    }
+    /// Pages per pageblock.
+    pub const fn pageblock_nr_pages(&self) -> u64 {
+        1 << self.pageblock_order
+    }
+    /// Section number of a PFN.
+    pub const fn pfn_to_section(&self, pfn: u64) -> u64 {
+        pfn >> self.section_order
+    }
+
+    fn validate(&self) -> Result<(), BuildError> {
+        let ok = (9..=30).contains(&self.page_shift)
+            && self.max_page_order <= 20
+            && self.pageblock_order <= self.max_page_order
+            && self.section_order <= 30;
+        if ok {
+            Ok(())
+        } else {
+            Err(BuildError::BadGeometry(*self))
+        }
+    }
+}
+
+/// What stands behind the PFNs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Backing {
+    /// Descriptors only: the embedder owns the frames (physical memory in a
+    /// kernel, device memory, a simulated machine).
+    #[default]
+    MetadataOnly,
+    /// One anonymous mapping covering the whole map; `page_address` works and
+    /// `Gfp::ZERO` zeroes.
+    #[cfg(feature = "std")]
+    RealMemory(crate::rawmem::HugePages),
+}
+
+/// One zone's PFN span on one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneSpec {
+    /// NUMA node id.
+    pub nid: usize,
+    /// Which zone.
+    pub zone_type: ZoneType,
+    /// PFN span.
+    pub pfns: Range<u64>,
+}
+
+/// Builds a [`PageAllocator`]; see the crate example.
+pub struct MemoryMapBuilder {
+    geometry: Geometry,
+    zones: Vec<ZoneSpec>,
+    holes: Vec<Range<u64>>,
+    reserved: Vec<Range<u64>>,
+    backing: Backing,
+    watermarks: WatermarkConfig,
+    hooks: Box<dyn Hooks>,
+}
+
+impl Default for MemoryMapBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryMapBuilder {
+    /// An empty map with default geometry; add zones with [`zone`](Self::zone).
+    pub fn new() -> Self {
+        Self {
+            geometry: Geometry::default(),
+            zones: Vec::new(),
+            holes: Vec::new(),
+            reserved: Vec::new(),
+            backing: Backing::MetadataOnly,
+            watermarks: WatermarkConfig::default(),
+            hooks: Box::new(NoHooks),
+        }
+    }
+
+    /// One node of `bytes` of memory laid out like an x86-64 PC: DMA below
+    /// 16 MiB (PFN 0 reserved, as firmware keeps it), DMA32 below 4 GiB,
+    /// NORMAL above. Call after setting a page size other than 4 KiB.
+    pub fn with_memory(bytes: u64) -> Self {
+        Self::new().add_pc_node(0, 0, bytes)
+    }
+
+    /// Adds node `nid` of `bytes` starting at `start_pfn`, split into
+    /// DMA/DMA32/NORMAL by the 16 MiB and 4 GiB physical boundaries.
+    pub fn add_pc_node(mut self, nid: usize, start_pfn: u64, bytes: u64) -> Self {
+        let shift = self.geometry.page_shift;
+        let end = start_pfn + (bytes >> shift);
+        let dma_end = (16u64 << 20) >> shift;
+        let dma32_end = (4u64 << 30) >> shift;
+        let bounds = [
+            (ZoneType::Dma, start_pfn.max(1), dma_end),
+            (ZoneType::Dma32, start_pfn.max(dma_end), dma32_end),
+            (ZoneType::Normal, start_pfn.max(dma32_end), u64::MAX),
+        ];
+        for (zone_type, lo, hi) in bounds {
+            let hi = hi.min(end);
+            if lo < hi {
+                self = self.zone(nid, zone_type, lo..hi);
+            }
+        }
+        self
+    }
+
+    /// Replaces the geometry.
+    pub fn geometry(mut self, geometry: Geometry) -> Self {
+        self.geometry = geometry;
+        self
+    }
+    /// Page size in bytes (a power of two).
+    pub fn page_size(mut self, bytes: u64) -> Self {
+        self.geometry.page_shift = bytes.trailing_zeros();
+        if !bytes.is_power_of_two() {
+            self.geometry.page_shift = u32::MAX;
+        }
+        self
+    }
+    /// Pages per section as a power of two.
+    pub fn section_order(mut self, order: u32) -> Self {
+        self.geometry.section_order = order;
+        self
+    }
+    /// Pages per pageblock as a power of two.
+    pub fn pageblock_order(mut self, order: u32) -> Self {
+        self.geometry.pageblock_order = order;
+        self
+    }
+    /// `MAX_PAGE_ORDER`.
+    pub fn max_page_order(mut self, order: u32) -> Self {
+        self.geometry.max_page_order = order;
+        self
+    }
+    /// Adds a zone spanning `pfns` on node `nid`.
+    pub fn zone(mut self, nid: usize, zone_type: ZoneType, pfns: Range<u64>) -> Self {
+        self.zones.push(ZoneSpec {
+            nid,
+            zone_type,
+            pfns,
+        });
+        self
+    }
+    /// Marks `pfns` as a hole: no memory, no descriptor use.
+    pub fn hole(mut self, pfns: Range<u64>) -> Self {
+        self.holes.push(pfns);
+        self
+    }
+    /// Marks `pfns` reserved: present but never given to the allocator.
+    pub fn reserved(mut self, pfns: Range<u64>) -> Self {
+        self.reserved.push(pfns);
+        self
+    }
+    /// Chooses what backs the pages.
+    pub fn backing(mut self, backing: Backing) -> Self {
+        self.backing = backing;
+        self
+    }
+    /// Replaces all watermark settings.
+    pub fn watermarks(mut self, config: WatermarkConfig) -> Self {
+        self.watermarks = config;
+        self
+    }
+    /// Sets `min_free_kbytes` instead of Linux's default.
+    pub fn min_free_kbytes(mut self, kbytes: u64) -> Self {
+        self.watermarks.min_free_kbytes = Some(kbytes);
+        self
+    }
+    /// Sets `watermark_scale_factor` (1/10000 of managed memory).
+    pub fn watermark_scale_factor(mut self, factor: u64) -> Self {
+        self.watermarks.watermark_scale_factor = factor;
+        self
+    }
+    /// Installs reclaim hooks and event sinks.
+    pub fn hooks(mut self, hooks: impl Hooks + 'static) -> Self {
+        self.hooks = Box::new(hooks);
+        self
+    }
+
+    /// Validates the map, builds descriptors and zones, and frees every
+    /// present, unreserved page to the buddy lists.
+    ///
+    /// # Errors
+    /// [`BuildError`] for bad geometry, overlapping or empty zones, a map too
+    /// large for 32-bit page indices, or a failed real-memory mapping.
+    pub fn build(self) -> Result<PageAllocator, BuildError> {
+        let geo = self.geometry;
+        geo.validate()?;
+        let mut specs = self.zones;
+        if specs.is_empty() {
+            return Err(BuildError::NoZones);
+        }
+        specs.sort_by_key(|z| (z.nid, z.zone_type.index(), z.pfns.start));
+        for (i, z) in specs.iter().enumerate() {
+            if z.pfns.start >= z.pfns.end {
+                return Err(BuildError::EmptyZone(z.clone()));
+            }
+            if z.nid >= crate::MAX_NUMNODES {
+                return Err(BuildError::TooManyNodes(z.nid));
+            }
+            for other in &specs[i + 1..] {
+                if other.nid == z.nid && other.zone_type == z.zone_type {
+                    return Err(BuildError::DuplicateZone(z.clone()));
+                }
+                if other.pfns.start < z.pfns.end && z.pfns.start < other.pfns.end {
+                    return Err(BuildError::OverlappingZones(z.clone(), other.clone()));
+                }
+            }
+        }
+        let lowest = specs.iter().map(|z| z.pfns.start).min().unwrap_or(0);
+        let highest = specs.iter().map(|z| z.pfns.end).max().unwrap_or(0);
+        // Align the table's first PFN so index alignment equals PFN alignment
+        // for every order that matters (blocks, pageblocks, sections).
+        let align_order = geo
+            .section_order
+            .max(geo.max_page_order)
+            .max(geo.pageblock_order);
+        let base_pfn = lowest & !((1u64 << align_order) - 1);
+        let nr_pages = highest - base_pfn;
+        if nr_pages >= u32::MAX as u64 {
+            return Err(BuildError::TooLarge { pages: nr_pages });
+        }
+        let pages = PageTable::new_zeroed(nr_pages as usize);
+        let blocks =
+            PageblockMap::new(nr_pages as usize, geo.pageblock_order, MigrateType::Movable);
+        let idx = |pfn: u64| (pfn.clamp(base_pfn, highest) - base_pfn) as u32;
+
+        // Holes first, then reserved ranges (a reserved range inside a hole
+        // stays a hole). PFNs outside every zone are holes too.
+        let mut holes = self.holes;
+        let mut covered: Vec<Range<u64>> = specs.iter().map(|z| z.pfns.clone()).collect();
+        covered.sort_by_key(|r| r.start);
+        let mut cursor = base_pfn;
+        for r in &covered {
+            if cursor < r.start {
+                holes.push(cursor..r.start);
+            }
+            cursor = cursor.max(r.end);
+        }
+        let holes = normalize(holes, base_pfn, highest);
+        let reserved = subtract(&normalize(self.reserved, base_pfn, highest), &holes);
+        for r in &holes {
+            for i in idx(r.start)..idx(r.end) {
+                pages
+                    .get(i)
+                    .set_state(PageFlags::HOLE | PageFlags::RESERVED, 0, 0);
+            }
+        }
+        for r in &reserved {
+            for i in idx(r.start)..idx(r.end) {
+                pages.get(i).set_state(PageFlags::RESERVED, 0, 0);
+                pages.get(i).set_refcount(1);
+            }
+        }
+
+        let mut zones = Vec::with_capacity(specs.len());
+        let mut free_runs = Vec::with_capacity(specs.len());
+        for z in &specs {
+            let span = z.pfns.clone();
+            let hole_pages = overlap_pages(&holes, &span);
+            let reserved_pages = overlap_pages(&reserved, &span);
+            let present = (span.end - span.start) - hole_pages;
+            let managed = present - reserved_pages;
+            zones.push(Zone::new(
+                z.nid,
+                z.zone_type,
+                (span.start, span.end),
+                (idx(span.start), idx(span.end)),
+                present,
+                managed,
+                geo.merge_order(),
+            ));
+            let unavailable: Vec<Range<u64>> =
+                holes.iter().chain(reserved.iter()).cloned().collect();
+            free_runs.push(subtract(
+                &[span],
+                &normalize(unavailable, base_pfn, highest),
+            ));
+        }
+        let min_free_kbytes = setup_watermarks(&mut zones, geo.page_size(), &self.watermarks);
+
+        #[cfg(feature = "std")]
+        let memory = match self.backing {
+            Backing::MetadataOnly => None,
+            Backing::RealMemory(huge) => Some(
+                crate::rawmem::RealMemory::map(nr_pages as usize, geo.page_size() as usize, huge)
+                    .map_err(BuildError::RealMemory)?,
+            ),
+        };
+
+        let mem = MemCtx {
+            pages: &pages,
+            blocks: &blocks,
+            geometry: &geo,
+        };
+        for (zone, runs) in zones.iter().zip(&free_runs) {
+            let cx = zone.cx(mem);
+            let mut state = zone.state.lock();
+            for run in runs {
+                for (start, end) in split_at_sections(run.clone(), geo.section_order) {
+                    state
+                        .area
+                        .free_range(cx, idx(start), idx(end) - idx(start), Placement::Tail);
+                }
+            }
+            zone.publish(&state);
+        }
+
+        Ok(PageAllocator::from_parts(crate::allocator::Parts {
+            geometry: geo,
+            base_pfn,
+            pages,
+            blocks,
+            zones,
+            hooks: self.hooks,
+            min_free_kbytes,
+            #[cfg(feature = "std")]
+            memory,
+        }))
+    }
+}
+
+/// Pages of `span` covered by the sorted, disjoint `ranges`.
+fn overlap_pages(ranges: &[Range<u64>], span: &Range<u64>) -> u64 {
+    ranges
+        .iter()
+        .map(|r| r.end.min(span.end).saturating_sub(r.start.max(span.start)))
+        .sum()
+}
+
+/// Clips ranges to `[lo, hi)`, sorts and merges them.
+fn normalize(mut ranges: Vec<Range<u64>>, lo: u64, hi: u64) -> Vec<Range<u64>> {
+    for r in ranges.iter_mut() {
+        r.start = r.start.clamp(lo, hi);
+        r.end = r.end.clamp(lo, hi);
+    }
+    ranges.retain(|r| r.start < r.end);
+    ranges.sort_by_key(|r| r.start);
+    let mut out: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match out.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+/// `from` minus the sorted, disjoint `remove`.
+fn subtract(from: &[Range<u64>], remove: &[Range<u64>]) -> Vec<Range<u64>> {
+    let mut out = Vec::new();
+    for r in from {
+        let mut start = r.start;
+        for cut in remove {
+            if cut.end <= start || cut.start >= r.end {
+                continue;
+            }
+            if cut.start > start {
+                out.push(start..cut.start);
+            }
+            start = start.max(cut.end);
+        }
+        if start < r.end {
+            out.push(start..r.end);
+        }
+    }
+    out
+}
+
+/// Splits a PFN range at section boundaries.
+pub(crate) fn split_at_sections(
+    range: Range<u64>,
+    section_order: u32,
+) -> impl Iterator<Item = (u64, u64)> {
+    let section = 1u64 << section_order;
+    let mut start = range.start;
+    core::iter::from_fn(move || {
+        if start >= range.end {
+            return None;
+        }
+        let end = ((start / section) + 1)
+            .saturating_mul(section)
+            .min(range.end);
+        let piece = (start, end);
+        start = end;
+        Some(piece)
+    })
+}
+
+/// Zone types present on node `nid`, by index.
+pub(crate) fn node_zone_table(zones: &[Zone], nid: usize) -> [Option<usize>; MAX_NR_ZONES] {
+    let mut table = [None; MAX_NR_ZONES];
+    for (i, z) in zones.iter().enumerate() {
+        if z.nid == nid {
+            table[z.zone_type.index()] = Some(i);
+        }
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_helpers() {
+        assert_eq!(normalize(vec![5..9, 1..3, 2..6], 0, 8), vec![1..8]);
+        assert_eq!(subtract(&[0..10], &[2..3, 5..7]), vec![0..2, 3..5, 7..10]);
+        assert_eq!(overlap_pages(&[2..3, 5..7], &(0..6)), 2);
+        let pieces: Vec<_> = split_at_sections(3..20, 3).collect();
+        assert_eq!(pieces, vec![(3, 8), (8, 16), (16, 20)]);
+    }
+
+    #[test]
+    fn pc_layout_has_three_zones() {
+        let b = MemoryMapBuilder::with_memory(8 << 30);
+        let types: Vec<_> = b.zones.iter().map(|z| z.zone_type).collect();
+        assert_eq!(
+            types,
+            vec![ZoneType::Dma, ZoneType::Dma32, ZoneType::Normal]
+        );
+        assert_eq!(b.zones[0].pfns, 1..4096);
+        assert_eq!(b.zones[2].pfns, (1 << 20)..(2 << 20));
+    }
+
+    #[test]
+    fn rejects_bad_maps() {
+        assert!(matches!(
+            MemoryMapBuilder::new().build(),
+            Err(BuildError::NoZones)
+        ));
+        let overlap = MemoryMapBuilder::new()
+            .zone(0, ZoneType::Dma32, 0..100)
+            .zone(0, ZoneType::Normal, 50..200)
+            .build();
+        assert!(matches!(overlap, Err(BuildError::OverlappingZones(..))));
+        let geo = MemoryMapBuilder::new()
+            .pageblock_order(11)
+            .zone(0, ZoneType::Normal, 0..4096)
+            .build();
+        assert!(matches!(geo, Err(BuildError::BadGeometry(_))));
+        let empty = MemoryMapBuilder::new()
+            .zone(0, ZoneType::Normal, 5..5)
+            .build();
+        assert!(matches!(empty, Err(BuildError::EmptyZone(_))));
+    }
+}

@@ -1,0 +1,205 @@
+//! The unsafe floor: zero-filled tables and the real-memory region.
+//!
+//! Owns every raw allocation and raw pointer in the crate: the lazily zeroed
+//! descriptor table and (with `std`) the anonymous `mmap` region whose pages
+//! the allocator hands out. Nothing here knows about free lists or policy; the
+//! layers above only see safe slices and [`RealMemory::page_ptr`].
+
+use alloc::boxed::Box;
+use core::alloc::Layout;
+
+/// Types for which the all-zero bit pattern is a valid value.
+///
+/// # Safety
+/// Implementors must be valid when every byte is zero and must not be
+/// zero-sized.
+pub(crate) unsafe trait Zeroable: Sized {}
+
+// SAFETY: PageDesc is four AtomicU32s; zero is a valid AtomicU32.
+unsafe impl Zeroable for crate::page::PageDesc {}
+
+/// A boxed slice of `len` zeroed values, from `alloc_zeroed` so that the OS
+/// can supply untouched pages lazily (a 4 GiB table costs nothing until used).
+pub(crate) fn zeroed_slice<T: Zeroable>(len: usize) -> Box<[T]> {
+    if len == 0 {
+        return Box::new([]);
+    }
+    let layout = match Layout::array::<T>(len) {
+        Ok(layout) => layout,
+        Err(_) => alloc::alloc::handle_alloc_error(Layout::new::<T>()),
+    };
+    // SAFETY: the layout has non-zero size (len > 0 and T is not zero-sized).
+    let ptr = unsafe { alloc::alloc::alloc_zeroed(layout) } as *mut T;
+    if ptr.is_null() {
+        alloc::alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: `ptr` was allocated by the global allocator with the layout of
+    // `[T; len]`, is non-null, and every element is zero, a valid `T` by the
+    // `Zeroable` contract; ownership passes to the Box exactly once.
+    unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(ptr, len)) }
+}
+
+#[cfg(feature = "std")]
+pub use real::{HugePages, RealMemory, RealMemoryError};
+
+#[cfg(feature = "std")]
+mod real {
+    use core::ptr::NonNull;
+
+    /// How to back the real-memory region with huge pages.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+    pub enum HugePages {
+        /// Ordinary pages.
+        #[default]
+        None,
+        /// Ask for transparent huge pages (`madvise(MADV_HUGEPAGE)`).
+        Transparent,
+        /// Explicit hugetlb pages (`MAP_HUGETLB`); fails if none are reserved.
+        Explicit,
+    }
+
+    /// Why the real-memory region could not be mapped.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct RealMemoryError {
+        /// `errno` from `mmap`.
+        pub errno: i32,
+        /// Bytes requested.
+        pub bytes: usize,
+    }
+
+    impl core::fmt::Display for RealMemoryError {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            write!(
+                f,
+                "mmap of {} bytes failed with errno {}",
+                self.bytes, self.errno
+            )
+        }
+    }
+
+    /// One anonymous private mapping that backs every page of the map.
+    ///
+    /// Invariant: `base` points to `len` bytes mapped readable and writable
+    /// for the lifetime of this value.
+    pub struct RealMemory {
+        base: NonNull<u8>,
+        len: usize,
+        page_size: usize,
+    }
+
+    // SAFETY: the region is plain memory owned by this value; which thread
+    // may write which page is decided by the allocator (one owner per
+    // allocated page), not by this type, which only hands out addresses.
+    unsafe impl Send for RealMemory {}
+    // SAFETY: as above; `&RealMemory` only computes addresses.
+    unsafe impl Sync for RealMemory {}
+
+    impl RealMemory {
+        /// Maps `pages` pages of `page_size` bytes.
+        pub fn map(
+            pages: usize,
+            page_size: usize,
+            huge: HugePages,
+        ) -> Result<Self, RealMemoryError> {
+            let len = pages.saturating_mul(page_size);
+            let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+            if huge == HugePages::Explicit {
+                flags |= libc::MAP_HUGETLB;
+            }
+            // SAFETY: a fresh anonymous mapping with no address hint touches
+            // no existing memory; the result is checked below.
+            let ptr = unsafe {
+                libc::mmap(
+                    core::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    flags,
+                    -1,
+                    0,
+                )
+            };
+            if ptr == libc::MAP_FAILED || len == 0 {
+                let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+                return Err(RealMemoryError { errno, bytes: len });
+            }
+            if huge == HugePages::Transparent {
+                // SAFETY: advice on the region we just mapped; failure only
+                // means no huge pages, which is not an error.
+                unsafe {
+                    libc::madvise(ptr, len, libc::MADV_HUGEPAGE);
+                }
+            }
+            let base = NonNull::new(ptr as *mut u8).ok_or(RealMemoryError {
+                errno: 0,
+                bytes: len,
+            })?;
+            Ok(Self {
+                base,
+                len,
+                page_size,
+            })
+        }
+
+        /// Address of page `index` (counted from the region's start), or
+        /// `None` past the end.
+        #[inline]
+        pub fn page_ptr(&self, index: usize) -> Option<NonNull<u8>> {
+            let offset = index.checked_mul(self.page_size)?;
+            if offset >= self.len {
+                return None;
+            }
+            // SAFETY: offset < len, so the result stays inside the mapping
+            // and is non-null.
+            Some(unsafe { NonNull::new_unchecked(self.base.as_ptr().add(offset)) })
+        }
+
+        /// Zero-fills `count` pages starting at page `index`.
+        ///
+        /// The caller must own those pages (just allocated, not yet handed
+        /// out), so no other thread reads or writes them concurrently.
+        pub(crate) fn zero_pages(&self, index: usize, count: usize) {
+            let (Some(start), Some(bytes)) = (
+                index.checked_mul(self.page_size),
+                count.checked_mul(self.page_size),
+            ) else {
+                return;
+            };
+            if start.checked_add(bytes).is_none_or(|end| end > self.len) {
+                return;
+            }
+            // SAFETY: [start, start + bytes) lies inside the mapping (checked
+            // above), and the allocator's caller contract gives this thread
+            // sole ownership of those pages.
+            unsafe { core::ptr::write_bytes(self.base.as_ptr().add(start), 0, bytes) }
+        }
+    }
+
+    impl Drop for RealMemory {
+        fn drop(&mut self) {
+            // SAFETY: unmapping exactly the region mapped in `map`; no
+            // reference into it outlives `self` (page pointers handed out
+            // are raw and documented as valid only while the allocator lives).
+            unsafe {
+                libc::munmap(self.base.as_ptr() as *mut libc::c_void, self.len);
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn pages_are_writable_and_zeroable() {
+            let mem = RealMemory::map(4, 4096, HugePages::None).unwrap();
+            let p = mem.page_ptr(3).unwrap();
+            // SAFETY: page 3 is inside the mapping and nobody else uses it.
+            unsafe { p.as_ptr().write_bytes(0xab, 4096) };
+            mem.zero_pages(3, 1);
+            // SAFETY: as above.
+            let byte = unsafe { p.as_ptr().add(4095).read() };
+            assert_eq!(byte, 0);
+            assert!(mem.page_ptr(4).is_none());
+        }
+    }
+}

@@ -1,0 +1,408 @@
+//! Zones: a PFN span of one node with its own free lists, lock and watermarks.
+//!
+//! Owns `Zone` (identity, span, managed pages, min/low/high watermarks,
+//! `lowmem_reserve`) and `ZoneState`, the part behind the zone lock: the buddy
+//! `FreeArea`, the highatomic reserve size and per-zone counters. Computes
+//! watermarks (`setup_per_zone_wmarks`) and answers `zone_watermark_ok`.
+//!
+//! Lock order: a zone lock is a leaf; nothing else is taken while holding it,
+//! and no two zone locks are ever held together.
+//!
+//! It does not choose zones (that is the zonelist walk in `alloc`) and does
+//! not touch descriptors except through `buddy`.
+#![deny(unsafe_code)]
+
+use crate::buddy::{BuddyCtx, FreeArea};
+use crate::gfp::{AllocFlags, MigrateType, Watermark, ZoneType, MAX_NR_ZONES};
+use crate::memmap::Geometry;
+use crate::page::{PageIdx, PageTable};
+use crate::pageblock::PageblockMap;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+#[cfg(feature = "std")]
+pub(crate) type Lock<T> = spin::mutex::SpinMutex<T, spin::relax::Yield>;
+#[cfg(not(feature = "std"))]
+pub(crate) type Lock<T> = spin::mutex::SpinMutex<T, spin::relax::Spin>;
+
+/// Everything a zone needs from the memory map, borrowed for one operation.
+#[derive(Clone, Copy)]
+pub(crate) struct MemCtx<'a> {
+    pub pages: &'a PageTable,
+    pub blocks: &'a PageblockMap,
+    pub geometry: &'a Geometry,
+}
+
+/// Per-zone event counters, updated under the zone lock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ZoneCounters {
+    /// Blocks allocated from this zone (`pgalloc_<zone>` counts pages: see `pgalloc_pages`).
+    pub pgalloc_blocks: u64,
+    /// Pages allocated from this zone.
+    pub pgalloc_pages: u64,
+    /// Pages freed to this zone.
+    pub pgfree_pages: u64,
+    /// Allocations served from a fallback migratetype.
+    pub fallback_allocs: u64,
+    /// Pageblocks whose type changed to the requester's (claims).
+    pub pageblocks_claimed: u64,
+    /// Pageblocks moved into the highatomic reserve.
+    pub highatomic_reserved: u64,
+    /// Pageblocks released from the highatomic reserve.
+    pub highatomic_released: u64,
+}
+
+/// The part of a zone protected by its lock.
+pub(crate) struct ZoneState {
+    pub area: FreeArea,
+    /// Pages in pageblocks currently reserved as HIGHATOMIC.
+    pub nr_reserved_highatomic: u64,
+    pub counters: ZoneCounters,
+}
+
+/// One zone of one node.
+pub struct Zone {
+    pub(crate) nid: usize,
+    pub(crate) zone_type: ZoneType,
+    /// First PFN of the span.
+    pub(crate) start_pfn: u64,
+    /// One past the last PFN of the span.
+    pub(crate) end_pfn: u64,
+    pub(crate) start_idx: PageIdx,
+    pub(crate) end_idx: PageIdx,
+    /// Pages in the span that are not holes.
+    pub(crate) present_pages: u64,
+    /// Present pages minus reserved ones: what the buddy allocator manages.
+    pub(crate) managed_pages: u64,
+    /// min, low, high, indexed by [`Watermark`].
+    pub(crate) watermarks: [u64; 3],
+    /// Pages kept back from allocations whose highest usable zone is index `j`.
+    pub(crate) lowmem_reserve: [u64; MAX_NR_ZONES],
+    pub(crate) state: Lock<ZoneState>,
+    /// Copy of the free page count readable without the lock (statistics).
+    pub(crate) free_pages_hint: AtomicU64,
+}
+
+impl Zone {
+    pub(crate) fn new(
+        nid: usize,
+        zone_type: ZoneType,
+        span: (u64, u64),
+        idx_span: (PageIdx, PageIdx),
+        present_pages: u64,
+        managed_pages: u64,
+        max_order: u32,
+    ) -> Self {
+        Self {
+            nid,
+            zone_type,
+            start_pfn: span.0,
+            end_pfn: span.1,
+            start_idx: idx_span.0,
+            end_idx: idx_span.1,
+            present_pages,
+            managed_pages,
+            watermarks: [0; 3],
+            lowmem_reserve: [0; MAX_NR_ZONES],
+            state: Lock::new(ZoneState {
+                area: FreeArea::new(max_order),
+                nr_reserved_highatomic: 0,
+                counters: ZoneCounters::default(),
+            }),
+            free_pages_hint: AtomicU64::new(0),
+        }
+    }
+
+    /// The buddy view of this zone.
+    #[inline]
+    pub(crate) fn cx<'a>(&self, mem: MemCtx<'a>) -> BuddyCtx<'a> {
+        BuddyCtx {
+            pages: mem.pages,
+            blocks: mem.blocks,
+            start: self.start_idx,
+            end: self.end_idx,
+            max_order: mem.geometry.merge_order(),
+            pageblock_order: mem.geometry.pageblock_order,
+        }
+    }
+
+    /// Node id.
+    pub fn nid(&self) -> usize {
+        self.nid
+    }
+    /// Zone type.
+    pub fn zone_type(&self) -> ZoneType {
+        self.zone_type
+    }
+    /// PFN span `[start, end)`.
+    pub fn span(&self) -> core::ops::Range<u64> {
+        self.start_pfn..self.end_pfn
+    }
+    /// Pages the buddy allocator manages in this zone.
+    pub fn managed_pages(&self) -> u64 {
+        self.managed_pages
+    }
+    /// Pages present (span minus holes).
+    pub fn present_pages(&self) -> u64 {
+        self.present_pages
+    }
+    /// A watermark, in pages.
+    pub fn watermark(&self, mark: Watermark) -> u64 {
+        self.watermarks[mark as usize]
+    }
+    /// `lowmem_reserve[highest_zone]`, in pages.
+    pub fn lowmem_reserve(&self, highest_zone: ZoneType) -> u64 {
+        self.lowmem_reserve[highest_zone.index()]
+    }
+    /// Free pages (read without the lock; exact when the allocator is idle).
+    pub fn free_pages(&self) -> u64 {
+        self.free_pages_hint.load(Relaxed)
+    }
+
+    /// Publishes the free count after a change under the lock.
+    #[inline]
+    pub(crate) fn publish(&self, state: &ZoneState) {
+        self.free_pages_hint.store(state.area.free_pages(), Relaxed);
+    }
+
+    /// Linux's `__zone_watermark_ok`: may an allocation of `order` with
+    /// `alloc_flags` leave this zone above `mark` (+ reserve for
+    /// `highest_zone`)? `state` is the locked zone state.
+    pub(crate) fn watermark_ok(
+        &self,
+        state: &ZoneState,
+        order: u32,
+        mark: u64,
+        highest_zone: ZoneType,
+        alloc_flags: AllocFlags,
+    ) -> bool {
+        let area = &state.area;
+        let mut free = area.free_pages() as i64 - ((1i64 << order) - 1);
+        let mut min = mark as i64;
+        // Free pages this request may not use.
+        let mut unusable = 0;
+        if !alloc_flags.intersects(AllocFlags::RESERVES) {
+            unusable += area.free_pages_of(MigrateType::HighAtomic) as i64;
+        }
+        if !alloc_flags.contains(AllocFlags::CMA) {
+            unusable += area.free_pages_of(MigrateType::Cma) as i64;
+        }
+        // Isolated pages are never usable by ordinary allocations.
+        unusable += area.free_pages_of(MigrateType::Isolate) as i64;
+        free -= unusable;
+        if alloc_flags.intersects(AllocFlags::RESERVES) {
+            if alloc_flags.contains(AllocFlags::MIN_RESERVE) {
+                min -= min / 2;
+                // Only together with MIN_RESERVE: GFP_NOWAIT alone gets no
+                // extra reserve (the Linux code, not its comment).
+                if alloc_flags.contains(AllocFlags::NON_BLOCK) {
+                    min -= min / 4;
+                }
+            }
+            if alloc_flags.contains(AllocFlags::OOM) {
+                min -= min / 2;
+            }
+        }
+        if free <= min + self.lowmem_reserve[highest_zone.index()] as i64 {
+            return false;
+        }
+        if order == 0 {
+            return true;
+        }
+        for o in order..=area.max_order() {
+            if area.nr_free(o) == 0 {
+                continue;
+            }
+            let pcp = [
+                MigrateType::Unmovable,
+                MigrateType::Movable,
+                MigrateType::Reclaimable,
+            ];
+            if pcp.iter().any(|&mt| area.nr_blocks(o, mt) > 0) {
+                return true;
+            }
+            if alloc_flags.contains(AllocFlags::CMA) && area.nr_blocks(o, MigrateType::Cma) > 0 {
+                return true;
+            }
+            if alloc_flags.intersects(AllocFlags::HIGHATOMIC.union(AllocFlags::OOM))
+                && area.nr_blocks(o, MigrateType::HighAtomic) > 0
+            {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// Watermark tuning knobs (Linux's sysctls).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WatermarkConfig {
+    /// `vm.min_free_kbytes`; `None` computes Linux's default from memory size.
+    pub min_free_kbytes: Option<u64>,
+    /// `vm.watermark_scale_factor` in units of 1/10000 of managed memory.
+    pub watermark_scale_factor: u64,
+    /// `vm.lowmem_reserve_ratio` per zone type (0 = no reserve).
+    pub lowmem_reserve_ratio: [u64; MAX_NR_ZONES],
+}
+
+impl Default for WatermarkConfig {
+    fn default() -> Self {
+        Self {
+            min_free_kbytes: None,
+            watermark_scale_factor: 10,
+            lowmem_reserve_ratio: [256, 256, 32, 0],
+        }
+    }
+}
+
+/// Linux's default `min_free_kbytes`: sqrt(lowmem_kbytes × 16), clamped to
+/// [128, 262144].
+pub fn default_min_free_kbytes(lowmem_kbytes: u64) -> u64 {
+    isqrt(lowmem_kbytes.saturating_mul(16)).clamp(128, 262_144)
+}
+
+fn isqrt(n: u64) -> u64 {
+    if n < 2 {
+        return n;
+    }
+    // Newton's iteration from an upper bound; converges in a few steps.
+    let mut x = 1u64 << (64 - n.leading_zeros()).div_ceil(2);
+    loop {
+        let y = (x + n / x) / 2;
+        if y >= x {
+            return x;
+        }
+        x = y;
+    }
+}
+
+/// Sets min/low/high of every zone and the lowmem reserves of each node
+/// (Linux's `__setup_per_zone_wmarks` and `setup_per_zone_lowmem_reserve`).
+/// Returns the `min_free_kbytes` in force.
+pub(crate) fn setup_watermarks(
+    zones: &mut [Zone],
+    page_size: u64,
+    config: &WatermarkConfig,
+) -> u64 {
+    let kb_per_page = (page_size / 1024).max(1);
+    let lowmem_pages: u64 = zones
+        .iter()
+        .filter(|z| z.zone_type != ZoneType::Movable)
+        .map(|z| z.managed_pages)
+        .sum();
+    let min_free_kbytes = config
+        .min_free_kbytes
+        .unwrap_or_else(|| default_min_free_kbytes(lowmem_pages * kb_per_page));
+    let pages_min = min_free_kbytes / kb_per_page;
+    for zone in zones.iter_mut() {
+        let managed = zone.managed_pages;
+        let share = if lowmem_pages == 0 {
+            0
+        } else {
+            (pages_min as u128 * managed as u128 / lowmem_pages as u128) as u64
+        };
+        let min = if zone.zone_type == ZoneType::Movable {
+            // Like highmem: a small fixed pool, since nothing but movable
+            // allocations can use this zone anyway.
+            (managed / 1024).clamp(32, 128).min(managed)
+        } else {
+            share
+        };
+        let step = (share / 4).max(managed * config.watermark_scale_factor / 10_000);
+        zone.watermarks = [min, min + step, min + 2 * step];
+    }
+    // lowmem_reserve[j] of a lower zone i: pages of zones i+1..=j of the same
+    // node divided by zone i's ratio.
+    for i in 0..zones.len() {
+        let (nid, ti) = (zones[i].nid, zones[i].zone_type.index());
+        let ratio = config.lowmem_reserve_ratio[ti];
+        let mut reserve = [0u64; MAX_NR_ZONES];
+        let mut above = 0u64;
+        for tj in ti + 1..MAX_NR_ZONES {
+            let upper: u64 = zones
+                .iter()
+                .filter(|z| z.nid == nid && z.zone_type.index() == tj)
+                .map(|z| z.managed_pages)
+                .sum();
+            above += upper;
+            reserve[tj] = if ratio == 0 || upper == 0 {
+                0
+            } else {
+                above / ratio
+            };
+        }
+        zones[i].lowmem_reserve = reserve;
+    }
+    min_free_kbytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_min_free_kbytes_matches_linux_table() {
+        // Linux's table in mm/page_alloc.c: 16 MB → 512k, 1 GB → 4096k,
+        // 16 GB → 16384k (roughly), clamped to 128..256 MiB.
+        assert_eq!(default_min_free_kbytes(16 * 1024), 512);
+        assert_eq!(default_min_free_kbytes(1024 * 1024), 4096);
+        assert_eq!(default_min_free_kbytes(16 * 1024 * 1024), 16384);
+        assert_eq!(default_min_free_kbytes(1), 128);
+        assert_eq!(default_min_free_kbytes(u64::MAX / 32), 262_144);
+    }
+
+    #[test]
+    fn isqrt_is_exact_floor() {
+        for n in [
+            0u64,
+            1,
+            2,
+            3,
+            4,
+            15,
+            16,
+            17,
+            1 << 40,
+            (1 << 40) + 1,
+            u64::MAX,
+        ] {
+            let r = isqrt(n);
+            assert!(r as u128 * r as u128 <= n as u128);
+            assert!((r as u128 + 1) * (r as u128 + 1) > n as u128);
+        }
+    }
+
+    fn zone(nid: usize, t: ZoneType, managed: u64) -> Zone {
+        Zone::new(
+            nid,
+            t,
+            (0, managed),
+            (0, managed as u32),
+            managed,
+            managed,
+            10,
+        )
+    }
+
+    #[test]
+    fn watermarks_are_shares_of_min_free() {
+        let mut zones = [
+            zone(0, ZoneType::Dma32, 3 << 18),
+            zone(0, ZoneType::Normal, 1 << 18),
+        ];
+        let cfg = WatermarkConfig {
+            min_free_kbytes: Some(4096),
+            ..Default::default()
+        };
+        setup_watermarks(&mut zones, 4096, &cfg);
+        // 1024 pages of min split 3:1.
+        assert_eq!(zones[0].watermark(Watermark::Min), 768);
+        assert_eq!(zones[1].watermark(Watermark::Min), 256);
+        // step = max(min/4, managed * 10 / 10000)
+        let step1 = (256u64 / 4).max((1 << 18) * 10 / 10_000);
+        assert_eq!(zones[1].watermark(Watermark::Low), 256 + step1);
+        assert_eq!(zones[1].watermark(Watermark::High), 256 + 2 * step1);
+        // DMA32 keeps Normal's pages / 256 back from Normal-capable requests.
+        assert_eq!(zones[0].lowmem_reserve(ZoneType::Normal), (1 << 18) / 256);
+        assert_eq!(zones[1].lowmem_reserve(ZoneType::Normal), 0);
+    }
+}
