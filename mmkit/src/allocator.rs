@@ -20,7 +20,10 @@ use crate::gfp::{
     MigrateType, ZoneType,
 };
 use crate::hooks::{AllocFailure, Hooks, RateLimit, ReclaimRequest};
+use crate::cpu::PcpAlloc;
+use crate::gfp::{Watermark, MAX_NR_ZONES};
 use crate::memmap::{node_zone_table, Geometry};
+use crate::pcp::{pcp_allowed_order, pcp_sizing, Pageset};
 use crate::page::{PageDesc, PageFlags, PageIdx, PageTable};
 use crate::pageblock::PageblockMap;
 use crate::stats::{Stats, StatsSnapshot};
@@ -45,6 +48,10 @@ pub(crate) struct Parts {
     pub zones: Vec<Zone>,
     pub hooks: Box<dyn Hooks>,
     pub min_free_kbytes: u64,
+    pub nr_cpus: usize,
+    pub cpu_id: fn() -> usize,
+    pub pcp_high_fraction: u32,
+    pub pcp_enabled: bool,
     #[cfg(feature = "std")]
     pub memory: Option<crate::rawmem::RealMemory>,
 }
@@ -61,6 +68,8 @@ pub struct PageAllocator {
     pub(crate) zones: Vec<Zone>,
     /// Zone indices sorted by start PFN, for PFN → zone lookups.
     zones_by_pfn: Vec<usize>,
+    /// Zone index of each pageblock (`ZONE_NONE`, `ZONE_SHARED` otherwise).
+    zone_by_block: Vec<u8>,
     /// Per node: zone indices in fallback order.
     zonelists: Vec<Vec<usize>>,
     pub(crate) hooks: Box<dyn Hooks>,
@@ -69,6 +78,16 @@ pub struct PageAllocator {
     /// Poisoned pages still allocated; while non-zero, frees scan for them.
     pub(crate) hwpoison_pending: AtomicU64,
     min_free_kbytes: u64,
+    /// Per node and highest usable zone type: the preferred zone and
+    /// whether `ALLOC_NOFRAGMENT` applies to it.
+    preferred: Vec<[Option<(usize, bool)>; MAX_NR_ZONES]>,
+    /// Pagesets, indexed `cpu * zones.len() + zone`.
+    pub(crate) pagesets: Vec<Pageset>,
+    pub(crate) cpu_slots: Vec<crate::cpu::CpuSlot>,
+    pub(crate) nr_cpus: usize,
+    pub(crate) cpu_id: fn() -> usize,
+    /// False when built with `per_cpu_lists(false)`.
+    pub(crate) pcp_enabled: bool,
     #[cfg(feature = "std")]
     pub(crate) memory: Option<crate::rawmem::RealMemory>,
 }
@@ -80,6 +99,8 @@ struct AllocContext {
     highest: ZoneType,
     migratetype: MigrateType,
     this_node_only: bool,
+    /// Whose per-CPU lists to use.
+    cpu: usize,
 }
 
 impl PageAllocator {
@@ -87,9 +108,30 @@ impl PageAllocator {
         let mut zones_by_pfn: Vec<usize> = (0..p.zones.len()).collect();
         zones_by_pfn.sort_by_key(|&i| p.zones[i].start_idx);
         let max_nid = p.zones.iter().map(|z| z.nid).max().unwrap_or(0);
-        let zonelists = (0..=max_nid)
-            .map(|nid| build_zonelist(&p.zones, nid))
+        let zone_by_block = zone_block_table(&p.zones, p.pages.len(), p.geometry.pageblock_order);
+        let zonelists: Vec<Vec<usize>> = (0..=max_nid).map(|nid| build_zonelist(&p.zones, nid)).collect();
+        let preferred = zonelists
+            .iter()
+            .map(|list| {
+                let mut row = [None; MAX_NR_ZONES];
+                for highest in ZoneType::ALL {
+                    row[highest.index()] = list.iter().copied().find(|&i| p.zones[i].zone_type <= highest).map(|i| {
+                        let z = &p.zones[i];
+                        let dma32 = node_zone_table(&p.zones, z.nid)[ZoneType::Dma32.index()];
+                        let nofrag = z.zone_type == ZoneType::Normal && dma32.is_some_and(|d| p.zones[d].managed_pages > 0);
+                        (i, nofrag)
+                    });
+                }
+                row
+            })
             .collect();
+        let nr_cpus = p.nr_cpus.max(1);
+        let mut pagesets = Vec::with_capacity(nr_cpus * p.zones.len());
+        for _cpu in 0..nr_cpus {
+            for zone in &p.zones {
+                pagesets.push(Pageset::new(pcp_sizing(zone, p.geometry.page_size(), nr_cpus, p.pcp_high_fraction)));
+            }
+        }
         Self {
             geometry: p.geometry,
             base_pfn: p.base_pfn,
@@ -97,12 +139,19 @@ impl PageAllocator {
             blocks: p.blocks,
             zones: p.zones,
             zones_by_pfn,
+            zone_by_block,
             zonelists,
             hooks: p.hooks,
             stats: Stats::default(),
             bad_page_log: Lock::new(RateLimit::bad_pages()),
             hwpoison_pending: AtomicU64::new(0),
             min_free_kbytes: p.min_free_kbytes,
+            preferred,
+            pagesets,
+            cpu_slots: (0..nr_cpus).map(|_| crate::cpu::CpuSlot::default()).collect(),
+            nr_cpus,
+            cpu_id: p.cpu_id,
+            pcp_enabled: p.pcp_enabled,
             #[cfg(feature = "std")]
             memory: p.memory,
         }
@@ -165,14 +214,39 @@ impl PageAllocator {
         self.pages.get(idx)
     }
 
+    /// Preferred zone index for node `nid` and highest zone type, and
+    /// whether `ALLOC_NOFRAGMENT` applies to it.
+    #[inline]
+    pub(crate) fn preferred_zone(&self, nid: usize, highest: ZoneType) -> Option<(usize, bool)> {
+        self.preferred.get(nid)?[highest.index()]
+    }
+
+    /// Zone indices in fallback order for node `nid`.
+    pub(crate) fn zonelist(&self, nid: usize) -> &[usize] {
+        self.zonelists.get(nid).map_or(&[], |l| l.as_slice())
+    }
+
     /// Zone holding descriptor `idx` (None in a hole between zones).
     #[inline]
     pub(crate) fn zone_of(&self, idx: PageIdx) -> Option<&Zone> {
-        let pos = self
-            .zones_by_pfn
-            .partition_point(|&z| self.zones[z].start_idx <= idx);
-        let zone = &self.zones[*self.zones_by_pfn.get(pos.checked_sub(1)?)?];
-        (idx < zone.end_idx).then_some(zone)
+        self.zone_index_of(idx).map(|zi| &self.zones[zi])
+    }
+
+    /// Index in `zones` of the zone holding descriptor `idx`: one table
+    /// load, or a search for the rare pageblock that two zones share.
+    #[inline]
+    pub(crate) fn zone_index_of(&self, idx: PageIdx) -> Option<usize> {
+        match *self.zone_by_block.get((idx >> self.geometry.pageblock_order) as usize)? {
+            ZONE_NONE => None,
+            ZONE_SHARED => self.zone_index_search(idx),
+            zi => Some(zi as usize),
+        }
+    }
+
+    fn zone_index_search(&self, idx: PageIdx) -> Option<usize> {
+        let pos = self.zones_by_pfn.partition_point(|&z| self.zones[z].start_idx <= idx);
+        let zi = *self.zones_by_pfn.get(pos.checked_sub(1)?)?;
+        (idx < self.zones[zi].end_idx).then_some(zi)
     }
 
     /// Allocates 2^`order` contiguous pages on the local node (node 0 unless
@@ -198,7 +272,7 @@ impl PageAllocator {
     /// [`AllocError::InvalidGfp`] for contradictory zone bits,
     /// [`AllocError::NoSuchNode`].
     pub fn alloc_pages_node(&self, nid: usize, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc_inner(nid, gfp, order, false)
+        self.alloc_on(self.current_cpu(), nid, gfp, order, false)
     }
 
     /// Like [`alloc_pages`](Self::alloc_pages) but the page comes back with
@@ -208,7 +282,7 @@ impl PageAllocator {
     /// # Errors
     /// As [`alloc_pages_node`](Self::alloc_pages_node).
     pub fn alloc_frozen_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc_inner(self.local_nid(), gfp, order, true)
+        self.alloc_on(self.current_cpu(), self.local_nid(), gfp, order, true)
     }
 
     /// Frozen allocation preferring node `nid`.
@@ -221,20 +295,16 @@ impl PageAllocator {
         gfp: Gfp,
         order: u32,
     ) -> Result<Pfn, AllocError> {
-        self.alloc_inner(nid, gfp, order, true)
+        self.alloc_on(self.current_cpu(), nid, gfp, order, true)
     }
 
     fn local_nid(&self) -> usize {
         0
     }
 
-    fn alloc_inner(
-        &self,
-        nid: usize,
-        gfp: Gfp,
-        order: u32,
-        frozen: bool,
-    ) -> Result<Pfn, AllocError> {
+    /// Allocation on behalf of CPU `cpu` (its per-CPU lists are used).
+    #[inline]
+    pub(crate) fn alloc_on(&self, cpu: usize, nid: usize, gfp: Gfp, order: u32, frozen: bool) -> Result<Pfn, AllocError> {
         let max = self.geometry.merge_order();
         if order > max {
             return Err(AllocError::OrderTooLarge { order, max });
@@ -248,8 +318,10 @@ impl PageAllocator {
             highest,
             migratetype: gfp_migratetype(gfp),
             this_node_only: gfp.contains(Gfp::THISNODE),
+            cpu,
         };
-        let flags = fast_path_alloc_flags(gfp, self.nofragment_applies(&ac));
+        let nofragment = self.preferred[nid][highest.index()].is_some_and(|(_, nofrag)| nofrag);
+        let flags = fast_path_alloc_flags(gfp, nofragment);
         let got = match self.get_page_from_freelist(order, flags, &ac) {
             Some(got) => Some(got),
             None => self.alloc_slowpath(gfp, order, &ac),
@@ -282,18 +354,6 @@ impl PageAllocator {
             })
     }
 
-    /// Linux's `alloc_flags_nofragment`: a NORMAL preferred zone with a
-    /// populated DMA32 below it should not be fragmented while DMA32 can
-    /// serve the request.
-    fn nofragment_applies(&self, ac: &AllocContext) -> bool {
-        let Some((_, preferred)) = self.candidate_zones(ac).next() else {
-            return false;
-        };
-        preferred.zone_type == ZoneType::Normal
-            && node_zone_table(&self.zones, preferred.nid)[ZoneType::Dma32.index()]
-                .is_some_and(|i| self.zones[i].managed_pages > 0)
-    }
-
     /// Tries each candidate zone once (Linux's `get_page_from_freelist`).
     fn get_page_from_freelist(
         &self,
@@ -311,7 +371,7 @@ impl PageAllocator {
                     retry_without_nofragment = true;
                     break;
                 }
-                if let Some(idx) = self.rmqueue_zone(zone, order, alloc_flags, ac) {
+                if let Some(idx) = self.rmqueue_zone(zi, zone, order, alloc_flags, ac) {
                     return Some((zi, idx));
                 }
             }
@@ -323,32 +383,52 @@ impl PageAllocator {
         }
     }
 
-    /// Checks the watermark and takes a block, all under the zone lock.
-    fn rmqueue_zone(
-        &self,
-        zone: &Zone,
-        order: u32,
-        alloc_flags: AllocFlags,
-        ac: &AllocContext,
-    ) -> Option<PageIdx> {
+    /// Checks the zone's watermark and takes a block: from the per-CPU list
+    /// for cached orders, else from the buddy under the zone lock (Linux's
+    /// watermark part of `get_page_from_freelist` plus `rmqueue`).
+    #[inline]
+    fn rmqueue_zone(&self, zi: usize, zone: &Zone, order: u32, alloc_flags: AllocFlags, ac: &AllocContext) -> Option<PageIdx> {
+        let check = !alloc_flags.contains(AllocFlags::NO_WATERMARKS);
+        if check {
+            // Detecting "below high" here keeps the free path cheap; pcp
+            // `high` shrinks while it is set.
+            if !zone.below_high.load(Relaxed)
+                && !zone.watermark_fast(order, zone.watermark(Watermark::High), ac.highest, alloc_flags)
+            {
+                zone.below_high.store(true, Relaxed);
+            }
+            let mark = zone.watermark(alloc_flags.watermark());
+            if !zone.watermark_fast(order, mark, ac.highest, alloc_flags) {
+                return None;
+            }
+        }
+        if self.pcp_enabled && pcp_allowed_order(order, self.geometry.pageblock_order) {
+            match self.rmqueue_pcplist(ac.cpu, zi, order, ac.migratetype, alloc_flags) {
+                PcpAlloc::Got(idx) => {
+                    if alloc_flags.contains(AllocFlags::HIGHATOMIC) {
+                        self.reserve_highatomic_after_pcp(zi, idx, order);
+                    }
+                    return Some(idx);
+                }
+                PcpAlloc::Empty | PcpAlloc::Contended => {}
+            }
+        }
+        self.rmqueue_buddy(zone, order, alloc_flags, ac, check)
+    }
+
+    /// Takes a block straight from the buddy lists, re-checking the
+    /// watermark exactly under the lock.
+    fn rmqueue_buddy(&self, zone: &Zone, order: u32, alloc_flags: AllocFlags, ac: &AllocContext, check: bool) -> Option<PageIdx> {
         let cx = zone.cx(self.mem());
         let mut state = zone.state.lock();
-        if !alloc_flags.contains(AllocFlags::NO_WATERMARKS) {
+        if check {
             let mark = zone.watermark(alloc_flags.watermark());
             if !zone.watermark_ok(&state, order, mark, ac.highest, alloc_flags) {
                 return None;
             }
         }
         let mut mode = RmqueueMode::Normal;
-        let idx = fallback::rmqueue(
-            zone,
-            &mut state,
-            cx,
-            order,
-            ac.migratetype,
-            alloc_flags,
-            &mut mode,
-        )?;
+        let idx = fallback::rmqueue(zone, &mut state, cx, order, ac.migratetype, alloc_flags, &mut mode)?;
         if alloc_flags.contains(AllocFlags::HIGHATOMIC) {
             fallback::reserve_highatomic_pageblock(zone, &mut state, cx, idx, order);
         }
@@ -422,6 +502,12 @@ impl PageAllocator {
             }
             request.attempt += 1;
         }
+        // Pages cached on other CPUs' lists are free too: drain and retry
+        // once before giving up.
+        self.drain_all_pages();
+        if let Some(got) = self.get_page_from_freelist(order, alloc_flags, ac) {
+            return Some(got);
+        }
         if gfp.contains(Gfp::NOFAIL) {
             // Some access to reserves, never all of them (Linux avoids
             // NO_WATERMARKS here so the reserves survive for others).
@@ -454,7 +540,7 @@ impl PageAllocator {
     }
 
     /// Turns a block just taken off the free lists into an allocated block.
-    fn prep_new_page(
+    pub(crate) fn prep_new_page(
         &self,
         _zone: usize,
         idx: PageIdx,
@@ -496,6 +582,26 @@ impl PageAllocator {
         let idx = self.pfn_to_idx(pfn)?;
         self.memory.as_ref()?.page_ptr(idx as usize)
     }
+}
+
+const ZONE_NONE: u8 = u8::MAX;
+const ZONE_SHARED: u8 = u8::MAX - 1;
+
+/// Which zone each pageblock belongs to, for O(1) PFN → zone lookups.
+fn zone_block_table(zones: &[Zone], nr_pages: usize, pageblock_order: u32) -> Vec<u8> {
+    let nr_blocks = nr_pages.div_ceil(1 << pageblock_order);
+    let mut table = alloc::vec![ZONE_NONE; nr_blocks];
+    let many = zones.len() >= ZONE_SHARED as usize;
+    for (zi, zone) in zones.iter().enumerate() {
+        let first = (zone.start_idx >> pageblock_order) as usize;
+        let last = ((zone.end_idx - 1) >> pageblock_order) as usize;
+        for (block, entry) in table.iter_mut().enumerate().take(last + 1).skip(first) {
+            let whole = (block << pageblock_order) as u32 >= zone.start_idx
+                && ((block + 1) << pageblock_order) as u32 <= zone.end_idx;
+            *entry = if many || *entry != ZONE_NONE || !whole { ZONE_SHARED } else { zi as u8 };
+        }
+    }
+    table
 }
 
 /// Zones in fallback order for node `nid`: nodes by distance (here |a - b|,

@@ -14,11 +14,11 @@
 //! as Linux does, because returning it could hand corrupt memory out again.
 #![deny(unsafe_code)]
 
-use crate::buddy::Placement;
+use crate::buddy::{BuddyCtx, Placement};
 use crate::error::{BadPageReason, FreeError, PageError};
 use crate::hooks::BadPageReport;
 use crate::page::{PageFlags, PageIdx};
-use crate::zone::Zone;
+use crate::zone::{Zone, ZoneState};
 use crate::{PageAllocator, Pfn};
 use core::sync::atomic::Ordering::Relaxed;
 
@@ -33,6 +33,16 @@ pub enum MemoryFailure {
     Reserved,
     /// The page was already poisoned.
     AlreadyPoisoned,
+}
+
+/// How a free path became the one caller entitled to free a block.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Claim {
+    /// It dropped the last reference: the refcount's 1 → 0 step already
+    /// happened exactly once.
+    ByRefcount,
+    /// A frozen block (no references): clear `ALLOCATED` atomically to win.
+    Frozen,
 }
 
 impl PageAllocator {
@@ -52,6 +62,11 @@ impl PageAllocator {
     /// change nothing. [`FreeError::BadPage`] means the block failed
     /// `free_pages_prepare` and was reported and leaked.
     pub fn free_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        self.free_pages_on(self.current_cpu(), pfn, order)
+    }
+
+    #[inline]
+    pub(crate) fn free_pages_on(&self, cpu: usize, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         let idx = self.validate_allocated(pfn)?;
         let allocated = self.desc(idx).order();
         if allocated != order {
@@ -61,7 +76,7 @@ impl PageAllocator {
                 given: order,
             });
         }
-        self.put_and_maybe_free(pfn, idx)
+        self.put_and_maybe_free(cpu, pfn, idx)
     }
 
     /// Frees a frozen block (refcount 0) of `order` (Linux's
@@ -71,6 +86,10 @@ impl PageAllocator {
     /// As [`free_pages`](Self::free_pages); a block that still has
     /// references gets [`FreeError::RefcountMismatch`] and is left alone.
     pub fn free_frozen_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        self.free_frozen_pages_on(self.current_cpu(), pfn, order)
+    }
+
+    pub(crate) fn free_frozen_pages_on(&self, cpu: usize, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         let idx = self.validate_allocated(pfn)?;
         let page = self.desc(idx);
         let allocated = page.order();
@@ -85,7 +104,7 @@ impl PageAllocator {
         if refcount != 0 {
             return Err(FreeError::RefcountMismatch { pfn, refcount });
         }
-        self.free_block(idx, order)
+        self.free_block(cpu, idx, order, Claim::Frozen)
     }
 
     /// Drops a reference to the page or compound page containing `pfn`
@@ -94,12 +113,16 @@ impl PageAllocator {
     /// # Errors
     /// As [`free_pages`](Self::free_pages), except that tails are accepted.
     pub fn put_page(&self, pfn: Pfn) -> Result<(), FreeError> {
+        self.put_page_on(self.current_cpu(), pfn)
+    }
+
+    pub(crate) fn put_page_on(&self, cpu: usize, pfn: Pfn) -> Result<(), FreeError> {
         let head = self.compound_head(pfn).map_err(|e| match e {
             PageError::Hole(p) => FreeError::Hole(p),
             _ => FreeError::OutOfRange(pfn),
         })?;
         let idx = self.validate_allocated(head)?;
-        self.put_and_maybe_free(head, idx)
+        self.put_and_maybe_free(cpu, head, idx)
     }
 
     /// Takes a reference to the in-use page or compound page containing
@@ -117,11 +140,12 @@ impl PageAllocator {
         page.try_get().ok_or(PageError::NotInUse(head))
     }
 
-    fn put_and_maybe_free(&self, pfn: Pfn, idx: PageIdx) -> Result<(), FreeError> {
+    #[inline]
+    fn put_and_maybe_free(&self, cpu: usize, pfn: Pfn, idx: PageIdx) -> Result<(), FreeError> {
         let page = self.desc(idx);
         match page.try_put() {
             None => Err(FreeError::RefcountMismatch { pfn, refcount: 0 }),
-            Some(0) => self.free_block(idx, page.order()),
+            Some(0) => self.free_block(cpu, idx, page.order(), Claim::ByRefcount),
             Some(_) => Ok(()),
         }
     }
@@ -167,23 +191,40 @@ impl PageAllocator {
     }
 
     /// Claims the block for freeing (exactly one caller wins), prepares it
-    /// and releases it to its zone.
-    fn free_block(&self, idx: PageIdx, order: u32) -> Result<(), FreeError> {
+    /// and releases it to CPU `cpu`'s list or its zone.
+    #[inline]
+    pub(crate) fn free_block(&self, cpu: usize, idx: PageIdx, order: u32, claim: Claim) -> Result<(), FreeError> {
+        self.claim_and_prepare(idx, order, claim)?;
+        self.free_prepared_block(cpu, idx, order);
+        Ok(())
+    }
+
+    /// Makes this caller the block's only freer and runs
+    /// `free_pages_prepare`; a failing block is reported and leaked.
+    #[inline]
+    pub(crate) fn claim_and_prepare(&self, idx: PageIdx, order: u32, claim: Claim) -> Result<(), FreeError> {
         let page = self.desc(idx);
-        if !page.clear_allocated() {
+        if claim == Claim::Frozen && !page.clear_allocated() {
             return Err(FreeError::DoubleFree(self.idx_to_pfn(idx)));
         }
         if let Err((bad, reason)) = self.free_pages_prepare(idx, order) {
+            page.update_flags_atomic(PageFlags::EMPTY, PageFlags::ALLOCATED);
             self.report_bad_page(bad, reason, 1 << order);
-            return Err(FreeError::BadPage {
-                pfn: self.idx_to_pfn(bad),
-                reason,
-            });
-        }
-        if let Some(zone) = self.zone_of(idx) {
-            self.release_prepared(zone, idx, 1 << order, Placement::Auto);
+            return Err(FreeError::BadPage { pfn: self.idx_to_pfn(bad), reason });
         }
         Ok(())
+    }
+
+    /// Frees a prepared block: onto CPU `cpu`'s list when its order is
+    /// cached there, else (or when that list is busy) to the buddy.
+    #[inline]
+    pub(crate) fn free_prepared_block(&self, cpu: usize, idx: PageIdx, order: u32) {
+        let Some(zi) = self.zone_index_of(idx) else {
+            return;
+        };
+        if !self.free_to_pcp(cpu, zi, idx, order) {
+            self.release_prepared(&self.zones[zi], idx, 1 << order, Placement::Auto);
+        }
     }
 
     /// Linux's `free_pages_prepare`: the head must have no references and no
@@ -246,49 +287,49 @@ impl PageAllocator {
     }
 
     /// Returns prepared pages `[idx, idx + count)` of `zone` to its free
-    /// lists in the largest aligned chunks, skipping poisoned pages. The
-    /// range must not cross a section.
-    pub(crate) fn release_prepared(
+    /// lists under one lock hold; see [`release_locked`](Self::release_locked).
+    pub(crate) fn release_prepared(&self, zone: &Zone, idx: PageIdx, count: u32, placement: Placement) {
+        let cx = zone.cx(self.mem());
+        let mut state = zone.state.lock();
+        self.release_locked(&mut state, cx, idx, count, placement);
+        state.counters.pgfree_pages += count as u64;
+        zone.publish(&state);
+    }
+
+    /// Frees prepared pages `[idx, idx + count)` into the locked zone in the
+    /// largest aligned chunks, skipping poisoned pages. The range must not
+    /// cross a section.
+    pub(crate) fn release_locked(
         &self,
-        zone: &Zone,
+        state: &mut ZoneState,
+        cx: BuddyCtx<'_>,
         idx: PageIdx,
         count: u32,
         placement: Placement,
     ) {
-        let cx = zone.cx(self.mem());
-        let mut state = zone.state.lock();
-        // memory_failure bumps the pending count before taking this lock, so
-        // a page poisoned while we prepared it is seen here.
+        // memory_failure raises the pending count before taking the zone
+        // lock, so a page poisoned while we prepared it is seen here.
         if self.hwpoison_pending.load(Relaxed) == 0 {
             if count.is_power_of_two() && idx & (count - 1) == 0 {
-                state
-                    .area
-                    .free_one(cx, idx, count.trailing_zeros(), placement);
+                state.area.free_one(cx, idx, count.trailing_zeros(), placement);
             } else {
                 state.area.free_range(cx, idx, count, placement);
             }
-        } else {
-            let mut run_start = idx;
-            for i in idx..idx + count {
-                if self.desc(i).has(PageFlags::HWPOISON) {
-                    if i > run_start {
-                        state
-                            .area
-                            .free_range(cx, run_start, i - run_start, placement);
-                    }
-                    run_start = i + 1;
-                    self.hwpoison_pending.fetch_sub(1, Relaxed);
-                    self.stats.hwpoison_offlined.fetch_add(1, Relaxed);
+            return;
+        }
+        let mut run_start = idx;
+        for i in idx..idx + count {
+            if self.desc(i).has(PageFlags::HWPOISON) {
+                if i > run_start {
+                    state.area.free_range(cx, run_start, i - run_start, placement);
                 }
-            }
-            if idx + count > run_start {
-                state
-                    .area
-                    .free_range(cx, run_start, idx + count - run_start, placement);
+                run_start = i + 1;
+                self.drop_poisoned(i);
             }
         }
-        state.counters.pgfree_pages += count as u64;
-        zone.publish(&state);
+        if idx + count > run_start {
+            state.area.free_range(cx, run_start, idx + count - run_start, placement);
+        }
     }
 
     /// Marks `pfn` as hardware-poisoned (Linux's `memory_failure`, for the
@@ -311,6 +352,9 @@ impl PageAllocator {
             return Ok(MemoryFailure::Reserved);
         }
         self.hwpoison_pending.fetch_add(1, Relaxed);
+        // A page cached on a per-CPU list is free but not on the buddy
+        // lists: drain so it can be taken off below.
+        self.drain_all_pages();
         let Some(zone) = self.zone_of(idx) else {
             return Ok(MemoryFailure::InUse);
         };

@@ -8,6 +8,7 @@
 
 use crate::gfp::{MigrateType, ZoneType, MIGRATE_TYPES};
 use crate::procfs::{self, PageblockGeometry, ZoneFreeInfo};
+use crate::pcp::PcpCounters;
 use crate::zone::ZoneCounters;
 use crate::PageAllocator;
 use alloc::string::String;
@@ -27,8 +28,12 @@ pub struct ZoneSnapshot {
     pub free_pages_by_type: [u64; MIGRATE_TYPES],
     /// Pages in the highatomic reserve.
     pub reserved_highatomic: u64,
-    /// Event counters.
+    /// Event counters of the buddy paths.
     pub counters: ZoneCounters,
+    /// Pages cached on per-CPU lists (free, but not counted in `free_pages`).
+    pub pcp_pages: u64,
+    /// Per-CPU list counters summed over CPUs.
+    pub pcp: PcpCounters,
     /// Free blocks, pageblocks per type, for the /proc layouts.
     pub free: ZoneFreeInfo,
 }
@@ -39,7 +44,9 @@ impl PageAllocator {
         let pb_order = self.geometry.pageblock_order;
         self.zones
             .iter()
-            .map(|zone| {
+            .enumerate()
+            .map(|(zi, zone)| {
+                let (pcp, pcp_pages) = self.pcp_totals(zi);
                 let state = zone.state.lock();
                 let area = &state.area;
                 let orders = self.geometry.merge_order() as usize + 1;
@@ -62,6 +69,8 @@ impl PageAllocator {
                     free_pages_by_type: free_by_type,
                     reserved_highatomic: state.nr_reserved_highatomic,
                     counters: state.counters,
+                    pcp_pages,
+                    pcp,
                     free: ZoneFreeInfo {
                         node: zone.nid,
                         zone_name: zone.zone_type.name(),
@@ -140,14 +149,14 @@ impl PageAllocator {
                 name,
                 sum(&|z| {
                     if z.zone_type == zt {
-                        z.counters.pgalloc_pages
+                        z.counters.pgalloc_pages + z.pcp.alloc_pages
                     } else {
                         0
                     }
                 }),
             ));
         }
-        out.push((String::from("pgfree"), sum(&|z| z.counters.pgfree_pages)));
+        out.push((String::from("pgfree"), sum(&|z| z.counters.pgfree_pages + z.pcp.free_pages)));
         let stats = self.stats();
         for (name, value) in stats.pairs() {
             let name = match name {
@@ -164,6 +173,11 @@ impl PageAllocator {
             String::from("mmkit_pageblocks_claimed"),
             sum(&|z| z.counters.pageblocks_claimed),
         ));
+        out.push((String::from("mmkit_pcp_pages"), sum(&|z| z.pcp_pages)));
+        out.push((String::from("mmkit_pcp_refills"), sum(&|z| z.pcp.refills)));
+        out.push((String::from("mmkit_pcp_refill_pages"), sum(&|z| z.pcp.refill_pages)));
+        out.push((String::from("mmkit_pcp_spills"), sum(&|z| z.pcp.spills)));
+        out.push((String::from("mmkit_pcp_spill_pages"), sum(&|z| z.pcp.spill_pages)));
         out
     }
 

@@ -9,6 +9,7 @@
 use crate::buddy::BuddyCtx;
 use crate::gfp::{MigrateType, MIGRATE_TYPES};
 use crate::page::{PageFlags, PageIdx};
+use crate::pcp::{pindex_to_order, NR_PCP_LISTS};
 use crate::{PageAllocator, Pfn};
 use alloc::format;
 use alloc::string::String;
@@ -99,16 +100,22 @@ impl PageAllocator {
                     "free count of {mt:?} wrong"
                 );
             }
+            let zi = self.zone_index_of(zone.start_idx).unwrap_or(0);
+            let pcp_heads = self.check_pcp_lists(zi, cx)?;
             // Walk the span: every BUDDY head must be one we listed, and
             // allocated blocks must be well formed.
             let mut idx = zone.start_idx;
             let mut heads_seen = 0u64;
+            let mut pcp_seen = 0u64;
             while idx < zone.end_idx {
                 let page = self.desc(idx);
                 let flags = page.flags();
                 let pfn = Some(self.idx_to_pfn(idx));
                 if flags.contains(PageFlags::BUDDY) {
                     heads_seen += 1;
+                    idx += 1 << page.order();
+                } else if flags.contains(PageFlags::PCP) {
+                    pcp_seen += 1;
                     idx += 1 << page.order();
                 } else if flags.contains(PageFlags::ALLOCATED) {
                     ensure!(
@@ -146,6 +153,12 @@ impl PageAllocator {
                 heads_seen == listed_heads,
                 None,
                 "zone {:?}: {heads_seen} BUDDY pages in the span, {listed_heads} on lists",
+                zone.zone_type
+            );
+            ensure!(
+                pcp_seen == pcp_heads,
+                None,
+                "zone {:?}: {pcp_seen} PCP pages in the span, {pcp_heads} on per-CPU lists",
                 zone.zone_type
             );
             zone_free_matches_hint(zone, area.free_pages())?;
@@ -204,12 +217,15 @@ impl PageAllocator {
             );
             at += pb;
         }
-        let inner_bad = (idx + 1..end).find(|&i| self.desc(i).flags() != PageFlags::EMPTY);
-        ensure!(
-            inner_bad.is_none(),
-            inner_bad.map(|i| self.idx_to_pfn(i)),
-            "page inside a free block has state"
-        );
+        if let Some(i) = (idx + 1..end).find(|&i| self.desc(i).flags() != PageFlags::EMPTY) {
+            ensure!(
+                false,
+                Some(self.idx_to_pfn(i)),
+                "page inside the free block at {} (order {order}) has state {:?}",
+                self.idx_to_pfn(idx),
+                self.desc(i).flags()
+            );
+        }
         if order < cx.max_order {
             let buddy = idx ^ (1 << order);
             if buddy >= cx.start && buddy + (1 << order) <= cx.end {
@@ -227,6 +243,57 @@ impl PageAllocator {
             }
         }
         Ok(())
+    }
+}
+
+impl PageAllocator {
+    /// Checks every per-CPU list of zone `zi`; returns the blocks listed.
+    fn check_pcp_lists(&self, zi: usize, cx: BuddyCtx<'_>) -> Result<u64, InvariantViolation> {
+        let mut result = Ok(0u64);
+        self.for_each_pcp(zi, |pcp| {
+            if result.is_err() {
+                return;
+            }
+            let mut pages = 0u64;
+            let mut blocks = 0u64;
+            for pindex in 0..NR_PCP_LISTS {
+                let order = pindex_to_order(pindex, cx.pageblock_order);
+                for idx in pcp.iter_list(cx.pages, pindex) {
+                    let page = self.desc(idx);
+                    let pfn = Some(self.idx_to_pfn(idx));
+                    let bad = if !page.has(PageFlags::PCP) {
+                        Some("listed per-CPU block lacks PCP")
+                    } else if page.order() != order {
+                        Some("per-CPU block has the wrong order")
+                    } else if idx & ((1 << order) - 1) != 0 {
+                        Some("per-CPU block misaligned")
+                    } else if idx < cx.start || idx + (1 << order) > cx.end {
+                        Some("per-CPU block outside its zone")
+                    } else if (idx + 1..idx + (1 << order)).any(|i| self.desc(i).flags() != PageFlags::EMPTY) {
+                        Some("page inside a per-CPU block has state")
+                    } else {
+                        None
+                    };
+                    if let Some(message) = bad {
+                        result = Err(InvariantViolation { pfn, message: message.into() });
+                        return;
+                    }
+                    pages += 1 << order;
+                    blocks += 1;
+                }
+            }
+            if pages != pcp.count as u64 {
+                result = Err(InvariantViolation {
+                    pfn: None,
+                    message: format!("per-CPU count {} but lists hold {pages} pages", pcp.count),
+                });
+                return;
+            }
+            if let Ok(total) = result.as_mut() {
+                *total += blocks;
+            }
+        });
+        result
     }
 }
 

@@ -37,6 +37,8 @@ extern crate alloc;
 
 mod allocator;
 mod buddy;
+mod bulk;
+pub mod cpu;
 pub mod error;
 mod fallback;
 mod free;
@@ -47,12 +49,19 @@ mod invariants;
 pub mod memmap;
 mod page;
 mod pageblock;
+mod pcp;
+mod pinned;
 pub mod procfs;
 mod rawmem;
 mod stats;
+mod sync;
 pub mod zone;
 
 pub use allocator::{PageAllocator, PAGE_ALLOC_COSTLY_ORDER};
+pub use bulk::BulkFreeError;
+pub use cpu::{CpuHandle, NoSuchCpu, PcpInfo};
+pub use pcp::{PcpCounters, PcpSizing};
+pub use pinned::{PinError, PinnedCpu};
 pub use error::{AllocError, BadPageReason, BuildError, FreeError, PageError};
 pub use free::MemoryFailure;
 pub use gfp::{AllocFlags, Gfp, MigrateType, ZoneType};

@@ -116,6 +116,10 @@ pub struct MemoryMapBuilder {
     backing: Backing,
     watermarks: WatermarkConfig,
     hooks: Box<dyn Hooks>,
+    nr_cpus: usize,
+    cpu_id: fn() -> usize,
+    pcp_high_fraction: u32,
+    pcp_enabled: bool,
 }
 
 impl Default for MemoryMapBuilder {
@@ -135,6 +139,10 @@ impl MemoryMapBuilder {
             backing: Backing::MetadataOnly,
             watermarks: WatermarkConfig::default(),
             hooks: Box::new(NoHooks),
+            nr_cpus: default_nr_cpus(),
+            cpu_id: crate::cpu::default_cpu_id,
+            pcp_high_fraction: 0,
+            pcp_enabled: true,
         }
     }
 
@@ -231,6 +239,33 @@ impl MemoryMapBuilder {
     /// Sets `watermark_scale_factor` (1/10000 of managed memory).
     pub fn watermark_scale_factor(mut self, factor: u64) -> Self {
         self.watermarks.watermark_scale_factor = factor;
+        self
+    }
+    /// CPUs to keep per-CPU lists for (default: the machine's CPU count
+    /// with `std`, 1 without). CPU ids at or above it fold onto it.
+    pub fn nr_cpus(mut self, nr_cpus: usize) -> Self {
+        self.nr_cpus = nr_cpus.max(1);
+        self
+    }
+    /// How the allocator learns the calling thread's CPU (default:
+    /// `sched_getcpu` with `std`, always 0 without). Callers that know their
+    /// CPU can instead use [`PageAllocator::cpu`](crate::PageAllocator::cpu).
+    pub fn cpu_id_fn(mut self, cpu_id: fn() -> usize) -> Self {
+        self.cpu_id = cpu_id;
+        self
+    }
+    /// Linux's `percpu_pagelist_high_fraction`: 0 (default) auto-tunes each
+    /// list's `high`; N ≥ 8 pins it to managed/N split across CPUs. Values
+    /// 1..=7 are raised to 8.
+    pub fn percpu_pagelist_high_fraction(mut self, fraction: u32) -> Self {
+        self.pcp_high_fraction = if fraction == 0 { 0 } else { fraction.max(8) };
+        self
+    }
+    /// Whether to keep per-CPU lists at all (default true). Without them
+    /// every allocation and free goes straight to the buddy under the zone
+    /// lock, which is what the `bench buddy` suite measures.
+    pub fn per_cpu_lists(mut self, enabled: bool) -> Self {
+        self.pcp_enabled = enabled;
         self
     }
     /// Installs reclaim hooks and event sinks.
@@ -376,9 +411,24 @@ impl MemoryMapBuilder {
             zones,
             hooks: self.hooks,
             min_free_kbytes,
+            nr_cpus: self.nr_cpus,
+            cpu_id: self.cpu_id,
+            pcp_high_fraction: self.pcp_high_fraction,
+            pcp_enabled: self.pcp_enabled,
             #[cfg(feature = "std")]
             memory,
         }))
+    }
+}
+
+fn default_nr_cpus() -> usize {
+    #[cfg(feature = "std")]
+    {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+    #[cfg(not(feature = "std"))]
+    {
+        1
     }
 }
 

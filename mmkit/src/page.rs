@@ -11,7 +11,7 @@
 //! word 0  link_next  free-list successor (index) | tail: head index | private (low)
 //! word 1  link_prev  free-list predecessor       |                    private (high)
 //! word 2  refcount
-//! word 3  flags      bits 0..16 PageFlags, 16..21 order, 24..27 migratetype tag
+//! word 3  state      bits 0..17 PageFlags, 18..23 order, 24..27 migratetype tag
 //! ```
 //!
 //! Linux spends 64 bytes per page; mmkit spends 16 (checked by a test), so a
@@ -42,7 +42,7 @@ pub(crate) const NIL: PageIdx = u32::MAX;
 /// is a bad page. `HwPoison` is set by
 /// [`memory_failure`](crate::PageAllocator::memory_failure).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct PageFlags(u16);
+pub struct PageFlags(u32);
 
 impl PageFlags {
     /// The page heads a free block on a buddy free list.
@@ -77,6 +77,9 @@ impl PageFlags {
     pub const MLOCKED: Self = Self(1 << 14);
     /// Embedder state: mapped into an address space (Linux's `page->mapping`).
     pub const MAPPED: Self = Self(1 << 15);
+    /// The page heads a free block held on a per-CPU list (not on the buddy
+    /// lists, not counted as zone-free).
+    pub const PCP: Self = Self(1 << 16);
 
     /// Flags that must all be clear when a page is freed.
     pub const CHECK_AT_FREE: Self = Self(
@@ -96,11 +99,11 @@ impl PageFlags {
     pub const EMPTY: Self = Self(0);
 
     /// Raw bits.
-    pub const fn bits(self) -> u16 {
+    pub const fn bits(self) -> u32 {
         self.0
     }
     /// Builds flags from raw bits.
-    pub const fn from_bits(bits: u16) -> Self {
+    pub const fn from_bits(bits: u32) -> Self {
         Self(bits)
     }
     /// Whether every bit of `other` is set.
@@ -134,7 +137,7 @@ impl core::ops::BitOr for PageFlags {
 
 impl core::fmt::Debug for PageFlags {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        const NAMES: [&str; 16] = [
+        const NAMES: [&str; 17] = [
             "buddy",
             "head",
             "tail",
@@ -151,6 +154,7 @@ impl core::fmt::Debug for PageFlags {
             "unevictable",
             "mlocked",
             "mapped",
+            "pcp",
         ];
         let mut first = true;
         for (bit, name) in NAMES.iter().enumerate() {
@@ -169,11 +173,11 @@ impl core::fmt::Debug for PageFlags {
     }
 }
 
-const ORDER_SHIFT: u32 = 16;
+const FLAGS_MASK: u32 = 0x1ffff;
+const ORDER_SHIFT: u32 = 18;
 const ORDER_MASK: u32 = 0x1f << ORDER_SHIFT;
 const TAG_SHIFT: u32 = 24;
 const TAG_MASK: u32 = 0x7 << TAG_SHIFT;
-const FLAGS_MASK: u32 = 0xffff;
 
 /// One page frame's descriptor. See the module doc for the layout.
 #[derive(Default)]
@@ -190,7 +194,7 @@ const _: () = assert!(core::mem::size_of::<PageDesc>() == 16);
 impl PageDesc {
     #[inline]
     pub(crate) fn flags(&self) -> PageFlags {
-        PageFlags((self.state.load(Relaxed) & FLAGS_MASK) as u16)
+        PageFlags(self.state.load(Relaxed) & FLAGS_MASK)
     }
     #[inline]
     pub(crate) fn has(&self, flag: PageFlags) -> bool {
@@ -200,13 +204,13 @@ impl PageDesc {
     /// embedder changes while other threads may touch the same descriptor.
     pub(crate) fn update_flags_atomic(&self, set: PageFlags, clear: PageFlags) {
         let _ = self.state.fetch_update(Relaxed, Relaxed, |s| {
-            Some((s | set.0 as u32) & !(clear.0 as u32))
+            Some((s | set.0) & !clear.0)
         });
     }
     /// Atomically clears `ALLOCATED`; true for the one caller that saw it
     /// set. This is what makes two racing frees of one block safe.
     pub(crate) fn clear_allocated(&self) -> bool {
-        let bit = PageFlags::ALLOCATED.0 as u32;
+        let bit = PageFlags::ALLOCATED.0;
         self.state
             .fetch_and(!bit, core::sync::atomic::Ordering::AcqRel)
             & bit
@@ -214,7 +218,7 @@ impl PageDesc {
     }
     /// Atomically sets `flag`; true if it was clear before.
     pub(crate) fn set_flag_once(&self, flag: PageFlags) -> bool {
-        let bit = flag.0 as u32;
+        let bit = flag.0;
         self.state
             .fetch_or(bit, core::sync::atomic::Ordering::AcqRel)
             & bit
@@ -236,7 +240,7 @@ impl PageDesc {
     pub(crate) fn set_state(&self, flags: PageFlags, order: u32, tag: u8) {
         debug_assert!(order < 32 && tag < 8);
         self.state.store(
-            flags.0 as u32 | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT),
+            flags.0 | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT),
             Relaxed,
         );
     }

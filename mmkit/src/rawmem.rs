@@ -42,6 +42,15 @@ pub(crate) fn zeroed_slice<T: Zeroable>(len: usize) -> Box<[T]> {
 #[cfg(feature = "std")]
 pub use real::{HugePages, RealMemory, RealMemoryError};
 
+/// The calling thread's CPU, or -1 if the kernel cannot tell.
+#[cfg(all(feature = "std", target_os = "linux"))]
+#[inline]
+pub(crate) fn sched_getcpu() -> i32 {
+    // SAFETY: sched_getcpu takes no arguments, touches no caller memory and
+    // is thread-safe; failure is reported as -1.
+    unsafe { libc::sched_getcpu() }
+}
+
 #[cfg(feature = "std")]
 mod real {
     use core::ptr::NonNull;

@@ -17,12 +17,9 @@ use crate::gfp::{AllocFlags, MigrateType, Watermark, ZoneType, MAX_NR_ZONES};
 use crate::memmap::Geometry;
 use crate::page::{PageIdx, PageTable};
 use crate::pageblock::PageblockMap;
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
-#[cfg(feature = "std")]
-pub(crate) type Lock<T> = spin::mutex::SpinMutex<T, spin::relax::Yield>;
-#[cfg(not(feature = "std"))]
-pub(crate) type Lock<T> = spin::mutex::SpinMutex<T, spin::relax::Spin>;
+pub(crate) use crate::sync::{Lock, LockGuard};
 
 /// Everything a zone needs from the memory map, borrowed for one operation.
 #[derive(Clone, Copy)]
@@ -78,8 +75,16 @@ pub struct Zone {
     /// Pages kept back from allocations whose highest usable zone is index `j`.
     pub(crate) lowmem_reserve: [u64; MAX_NR_ZONES],
     pub(crate) state: Lock<ZoneState>,
-    /// Copy of the free page count readable without the lock (statistics).
+    /// Copies of the free counts readable without the lock, for the
+    /// lockless watermark check of the per-CPU fast path and for statistics.
+    /// Written under the lock by [`publish`](Self::publish).
     pub(crate) free_pages_hint: AtomicU64,
+    free_cma_hint: AtomicU64,
+    free_highatomic_hint: AtomicU64,
+    free_isolate_hint: AtomicU64,
+    /// Set when an allocation found the zone below its high watermark; pcp
+    /// `high` then shrinks instead of growing (Linux's `ZONE_BELOW_HIGH`).
+    pub(crate) below_high: AtomicBool,
 }
 
 impl Zone {
@@ -109,6 +114,10 @@ impl Zone {
                 counters: ZoneCounters::default(),
             }),
             free_pages_hint: AtomicU64::new(0),
+            free_cma_hint: AtomicU64::new(0),
+            free_highatomic_hint: AtomicU64::new(0),
+            free_isolate_hint: AtomicU64::new(0),
+            below_high: AtomicBool::new(false),
         }
     }
 
@@ -161,7 +170,54 @@ impl Zone {
     /// Publishes the free count after a change under the lock.
     #[inline]
     pub(crate) fn publish(&self, state: &ZoneState) {
-        self.free_pages_hint.store(state.area.free_pages(), Relaxed);
+        let area = &state.area;
+        self.free_pages_hint.store(area.free_pages(), Relaxed);
+        self.free_cma_hint.store(area.free_pages_of(MigrateType::Cma), Relaxed);
+        self.free_highatomic_hint.store(area.free_pages_of(MigrateType::HighAtomic), Relaxed);
+        self.free_isolate_hint.store(area.free_pages_of(MigrateType::Isolate), Relaxed);
+    }
+
+    /// Lockless part of the watermark check (Linux's `zone_watermark_fast`
+    /// for order 0, and its first half for higher orders): enough free
+    /// pages above `mark`? Uses the published counts, so it may be slightly
+    /// stale; the locked paths re-check exactly.
+    #[inline]
+    pub(crate) fn watermark_fast(&self, order: u32, mark: u64, highest_zone: ZoneType, alloc_flags: AllocFlags) -> bool {
+        let counts = FreeCounts {
+            free: self.free_pages_hint.load(Relaxed),
+            highatomic: self.free_highatomic_hint.load(Relaxed),
+            cma: self.free_cma_hint.load(Relaxed),
+            isolate: self.free_isolate_hint.load(Relaxed),
+        };
+        self.free_above_mark(counts, order, mark, highest_zone, alloc_flags)
+    }
+
+    fn free_above_mark(&self, c: FreeCounts, order: u32, mark: u64, highest_zone: ZoneType, alloc_flags: AllocFlags) -> bool {
+        let mut free = c.free as i64 - ((1i64 << order) - 1);
+        let mut min = mark as i64;
+        // Free pages this request may not use.
+        if !alloc_flags.intersects(AllocFlags::RESERVES) {
+            free -= c.highatomic as i64;
+        }
+        if !alloc_flags.contains(AllocFlags::CMA) {
+            free -= c.cma as i64;
+        }
+        // Isolated pages are never usable by ordinary allocations.
+        free -= c.isolate as i64;
+        if alloc_flags.intersects(AllocFlags::RESERVES) {
+            if alloc_flags.contains(AllocFlags::MIN_RESERVE) {
+                min -= min / 2;
+                // Only together with MIN_RESERVE: GFP_NOWAIT alone gets no
+                // extra reserve (the Linux code, not its comment).
+                if alloc_flags.contains(AllocFlags::NON_BLOCK) {
+                    min -= min / 4;
+                }
+            }
+            if alloc_flags.contains(AllocFlags::OOM) {
+                min -= min / 2;
+            }
+        }
+        free > min + self.lowmem_reserve[highest_zone.index()] as i64
     }
 
     /// Linux's `__zone_watermark_ok`: may an allocation of `order` with
@@ -176,33 +232,13 @@ impl Zone {
         alloc_flags: AllocFlags,
     ) -> bool {
         let area = &state.area;
-        let mut free = area.free_pages() as i64 - ((1i64 << order) - 1);
-        let mut min = mark as i64;
-        // Free pages this request may not use.
-        let mut unusable = 0;
-        if !alloc_flags.intersects(AllocFlags::RESERVES) {
-            unusable += area.free_pages_of(MigrateType::HighAtomic) as i64;
-        }
-        if !alloc_flags.contains(AllocFlags::CMA) {
-            unusable += area.free_pages_of(MigrateType::Cma) as i64;
-        }
-        // Isolated pages are never usable by ordinary allocations.
-        unusable += area.free_pages_of(MigrateType::Isolate) as i64;
-        free -= unusable;
-        if alloc_flags.intersects(AllocFlags::RESERVES) {
-            if alloc_flags.contains(AllocFlags::MIN_RESERVE) {
-                min -= min / 2;
-                // Only together with MIN_RESERVE: GFP_NOWAIT alone gets no
-                // extra reserve (the Linux code, not its comment).
-                if alloc_flags.contains(AllocFlags::NON_BLOCK) {
-                    min -= min / 4;
-                }
-            }
-            if alloc_flags.contains(AllocFlags::OOM) {
-                min -= min / 2;
-            }
-        }
-        if free <= min + self.lowmem_reserve[highest_zone.index()] as i64 {
+        let counts = FreeCounts {
+            free: area.free_pages(),
+            highatomic: area.free_pages_of(MigrateType::HighAtomic),
+            cma: area.free_pages_of(MigrateType::Cma),
+            isolate: area.free_pages_of(MigrateType::Isolate),
+        };
+        if !self.free_above_mark(counts, order, mark, highest_zone, alloc_flags) {
             return false;
         }
         if order == 0 {
@@ -231,6 +267,15 @@ impl Zone {
         }
         false
     }
+}
+
+/// Free page counts a watermark check looks at.
+#[derive(Clone, Copy)]
+struct FreeCounts {
+    free: u64,
+    highatomic: u64,
+    cma: u64,
+    isolate: u64,
 }
 
 /// Watermark tuning knobs (Linux's sysctls).

@@ -1,0 +1,520 @@
+//! The allocator's per-CPU paths: which CPU a call runs on, allocation from
+//! and freeing to the per-CPU lists, drains, and [`CpuHandle`] for callers
+//! that name their CPU (pinned workers, deterministic trace replay).
+//!
+//! Owns the glue between `PageAllocator` and `pcp`; list mechanics and
+//! sizing rules are `pcp`'s, buddy edits go through the zone.
+//!
+//! # Fast path cost
+//! An order-0 allocation that hits its list is: read the CPU id, three
+//! relaxed loads for the lockless watermark check, one compare-and-swap to
+//! try the pageset lock, a pop, a release store to unlock, and the
+//! descriptor stores of `prep_new_page`. A free is the reference drop (the
+//! one atomic read-modify-write Linux semantics require), the same lock
+//! try, a push and the unlock.
+#![deny(unsafe_code)]
+
+use crate::gfp::{AllocFlags, Gfp, MigrateType};
+use crate::page::{PageFlags, PageIdx};
+use crate::pcp::{self, order_to_pindex, pcp_allowed_order, PcpCounters, PcpState};
+use crate::zone::Zone;
+use crate::{AllocError, FreeError, PageAllocator, Pfn};
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+/// Outcome of trying the per-CPU list.
+pub(crate) enum PcpAlloc {
+    Got(PageIdx),
+    /// The list was empty and the buddy could not refill it.
+    Empty,
+    /// Another thread holds the pageset: go to the buddy directly.
+    Contended,
+}
+
+/// Why a CPU handle could not be made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NoSuchCpu {
+    /// The CPU asked for.
+    pub cpu: usize,
+    /// CPUs the allocator was built for.
+    pub nr_cpus: usize,
+}
+
+impl core::fmt::Display for NoSuchCpu {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "cpu {} out of range (allocator has {} CPUs)", self.cpu, self.nr_cpus)
+    }
+}
+
+/// The CPU id source when the embedder gives none: `sched_getcpu` with `std`
+/// (glibc answers it from the rseq area without a system call), CPU 0
+/// without.
+///
+/// The answer is cached per thread and refreshed every 64 calls: a thread
+/// that migrates keeps using its old CPU's lists for a few operations, which
+/// costs nothing in correctness (the lists are locked) and saves a call per
+/// operation.
+pub fn default_cpu_id() -> usize {
+    #[cfg(all(feature = "std", target_os = "linux"))]
+    {
+        use core::cell::Cell;
+        std::thread_local! {
+            static CACHED: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
+        }
+        return CACHED.with(|cached| {
+            let (cpu, left) = cached.get();
+            if left > 0 {
+                cached.set((cpu, left - 1));
+                return cpu as usize;
+            }
+            let cpu = crate::rawmem::sched_getcpu().max(0) as u32;
+            cached.set((cpu, 63));
+            cpu as usize
+        });
+    }
+    #[allow(unreachable_code)]
+    0
+}
+
+/// Per-CPU flags kept outside the pagesets, padded to a cache line.
+#[repr(align(128))]
+#[derive(Default)]
+pub(crate) struct CpuSlot {
+    /// A [`PinnedCpu`](crate::PinnedCpu) holds this CPU's pagesets.
+    pub pinned: core::sync::atomic::AtomicBool,
+    /// A drain was asked for while pinned; the owner serves it.
+    pub drain_requested: core::sync::atomic::AtomicBool,
+}
+
+impl PageAllocator {
+    /// The calling thread's CPU, folded into the allocator's CPU count.
+    #[inline]
+    pub(crate) fn current_cpu(&self) -> usize {
+        let cpu = (self.cpu_id)();
+        if cpu < self.nr_cpus {
+            cpu
+        } else {
+            cpu % self.nr_cpus
+        }
+    }
+
+    /// CPUs the allocator keeps lists for.
+    pub fn nr_cpus(&self) -> usize {
+        self.nr_cpus
+    }
+
+    #[inline]
+    fn pageset(&self, cpu: usize, zone: usize) -> &crate::pcp::Pageset {
+        &self.pagesets[cpu * self.zones.len() + zone]
+    }
+
+    /// A handle whose operations use CPU `cpu`'s lists, whatever CPU the
+    /// caller runs on.
+    ///
+    /// # Errors
+    /// [`NoSuchCpu`] if `cpu >= nr_cpus()`.
+    pub fn cpu(&self, cpu: usize) -> Result<CpuHandle<'_>, NoSuchCpu> {
+        if cpu < self.nr_cpus {
+            Ok(CpuHandle { alloc: self, cpu })
+        } else {
+            Err(NoSuchCpu {
+                cpu,
+                nr_cpus: self.nr_cpus,
+            })
+        }
+    }
+
+    /// Takes a block from CPU `cpu`'s list for `zone`, refilling it from
+    /// the buddy when empty (Linux's `rmqueue_pcplist`).
+    #[inline]
+    pub(crate) fn rmqueue_pcplist(&self, cpu: usize, zi: usize, order: u32, mt: MigrateType, alloc_flags: AllocFlags) -> PcpAlloc {
+        let Some(mut pcp) = self.pageset(cpu, zi).lock.try_lock() else {
+            return PcpAlloc::Contended;
+        };
+        match self.pcp_take_locked(&mut pcp, zi, order, mt, alloc_flags) {
+            Some(idx) => PcpAlloc::Got(idx),
+            None => PcpAlloc::Empty,
+        }
+    }
+
+    /// Pops a block from a locked pageset of zone `zi`, refilling the list
+    /// from the buddy (one zone-lock hold) when it is empty.
+    #[inline]
+    pub(crate) fn pcp_take_locked(
+        &self,
+        pcp: &mut PcpState,
+        zi: usize,
+        order: u32,
+        mt: MigrateType,
+        alloc_flags: AllocFlags,
+    ) -> Option<PageIdx> {
+        pcp.note_alloc();
+        let pindex = order_to_pindex(mt, order);
+        loop {
+            if let Some(idx) = pcp.pop(&self.pages, pindex, order) {
+                if self.desc(idx).has(PageFlags::HWPOISON) {
+                    // Poisoned while cached: drop it for good.
+                    self.drop_poisoned(idx);
+                    continue;
+                }
+                pcp.counters.alloc_pages += 1 << order;
+                return Some(idx);
+            }
+            self.pcp_refill(pcp, zi, order, mt, alloc_flags)?;
+        }
+    }
+
+    #[cold]
+    fn pcp_refill(&self, pcp: &mut PcpState, zi: usize, order: u32, mt: MigrateType, alloc_flags: AllocFlags) -> Option<()> {
+        let zone = &self.zones[zi];
+        let want = pcp.nr_pcp_alloc(order, zone.below_high.load(Relaxed));
+        let cx = zone.cx(self.mem());
+        let mut state = zone.state.lock();
+        let added = pcp::rmqueue_bulk(zone, &mut state, cx, pcp, order, want, mt, alloc_flags);
+        (added > 0).then_some(())
+    }
+
+    /// Puts a prepared block on CPU `cpu`'s list; false when the block must
+    /// go to the buddy instead (isolated pageblock, poison pending, order not
+    /// cached, or the pageset is busy).
+    #[inline]
+    pub(crate) fn free_to_pcp(&self, cpu: usize, zi: usize, idx: PageIdx, order: u32) -> bool {
+        let Some(mt) = self.pcp_list_type(idx, order) else {
+            return false;
+        };
+        let Some(mut pcp) = self.pageset(cpu, zi).lock.try_lock() else {
+            return false;
+        };
+        self.pcp_free_locked(&mut pcp, zi, idx, order, mt)
+    }
+
+    /// The pcp list type a freed block would go on, or `None` when it must
+    /// bypass the lists (order not cached, pageblock isolated).
+    #[inline]
+    pub(crate) fn pcp_list_type(&self, idx: PageIdx, order: u32) -> Option<MigrateType> {
+        if !self.pcp_enabled || !pcp_allowed_order(order, self.geometry.pageblock_order) {
+            return None;
+        }
+        match self.blocks.get(idx) {
+            MigrateType::Isolate => None,
+            mt if mt.is_pcp_type() => Some(mt),
+            // CMA and highatomic pages ride on the movable list; a spill puts
+            // them back on their pageblock's buddy list.
+            _ => Some(MigrateType::Movable),
+        }
+    }
+
+    /// Pushes a prepared block onto a locked pageset of zone `zi`, spilling
+    /// to the buddy when the list grows past `high`. False (nothing done)
+    /// while hardware poison is pending.
+    #[inline]
+    pub(crate) fn pcp_free_locked(&self, pcp: &mut PcpState, zi: usize, idx: PageIdx, order: u32, mt: MigrateType) -> bool {
+        // Checked under the pageset lock: memory_failure raises the count and
+        // then drains every pageset, so it cannot miss this page.
+        if self.hwpoison_pending.load(Relaxed) != 0 {
+            return false;
+        }
+        let zone = &self.zones[zi];
+        let pindex = order_to_pindex(mt, order);
+        pcp.push(&self.pages, idx, order, mt, pindex);
+        pcp.counters.free_pages += 1 << order;
+        let spill = pcp.pages_to_spill(order, zone.below_high.load(Relaxed));
+        if spill > 0 {
+            self.spill(zone, pcp, spill, pindex);
+        }
+        true
+    }
+
+    /// Locks CPU `cpu`'s pageset of zone `zi`, waiting for short holders;
+    /// `None` if a [`PinnedCpu`](crate::PinnedCpu) owns it.
+    pub(crate) fn lock_pcp_unless_pinned(&self, cpu: usize, zi: usize) -> Option<crate::zone::LockGuard<'_, PcpState>> {
+        loop {
+            if let Some(guard) = self.pageset(cpu, zi).lock.try_lock() {
+                return Some(guard);
+            }
+            if self.cpu_slots[cpu].pinned.load(Acquire) {
+                return None;
+            }
+            crate::sync::spin_wait();
+        }
+    }
+
+    /// Locks CPU `cpu`'s pageset of zone `zi` if it is free.
+    #[inline]
+    pub(crate) fn try_lock_pcp(&self, cpu: usize, zi: usize) -> Option<crate::zone::LockGuard<'_, PcpState>> {
+        self.pageset(cpu, zi).lock.try_lock()
+    }
+
+    /// Returns `count` pages of a pageset to the buddy under one zone lock.
+    fn spill(&self, zone: &Zone, pcp: &mut PcpState, count: u32, pindex: usize) {
+        let cx = zone.cx(self.mem());
+        let mut state = zone.state.lock();
+        pcp::free_pcppages_bulk(pcp, &self.pages, cx.pageblock_order, count, pindex, |idx, order| {
+            self.release_locked(&mut state, cx, idx, 1 << order, pcp::SPILL_PLACEMENT);
+        });
+        zone.publish(&state);
+        if zone.below_high.load(Relaxed) {
+            let high = zone.watermark(crate::gfp::Watermark::High);
+            if zone.watermark_ok(&state, 0, high, crate::ZoneType::Movable, AllocFlags::EMPTY) {
+                zone.below_high.store(false, Relaxed);
+            }
+        }
+    }
+
+    /// Empties CPU `cpu`'s lists for every zone into the buddy. Returns
+    /// false if the CPU is pinned ([`PageAllocator::pin_cpu`]): its owner
+    /// was asked to drain and does so at its next operation.
+    pub fn drain_cpu_pages(&self, cpu: usize) -> bool {
+        if cpu >= self.nr_cpus {
+            return true;
+        }
+        for zi in 0..self.zones.len() {
+            let pageset = self.pageset(cpu, zi);
+            loop {
+                if let Some(mut pcp) = pageset.lock.try_lock() {
+                    self.drain_locked(zi, &mut pcp);
+                    break;
+                }
+                let slot = &self.cpu_slots[cpu];
+                if slot.pinned.load(Acquire) {
+                    slot.drain_requested.store(true, Release);
+                    return false;
+                }
+                crate::sync::spin_wait();
+            }
+        }
+        true
+    }
+
+    /// Spills everything on a locked pageset of zone `zi`.
+    pub(crate) fn drain_locked(&self, zi: usize, pcp: &mut PcpState) {
+        if pcp.count > 0 {
+            let count = pcp.count;
+            self.spill(&self.zones[zi], pcp, count, 0);
+        }
+    }
+
+    /// Empties the calling CPU's lists (Linux's `drain_local_pages`).
+    pub fn drain_local_pages(&self) {
+        let _ = self.drain_cpu_pages(self.current_cpu());
+    }
+
+    /// Empties every CPU's lists (Linux's `drain_all_pages`). Safe from any
+    /// thread at any time: each pageset is locked while it is drained.
+    /// Returns the number of pinned CPUs that were only asked to drain.
+    pub fn drain_all_pages(&self) -> usize {
+        (0..self.nr_cpus).filter(|&cpu| !self.drain_cpu_pages(cpu)).count()
+    }
+
+    /// Periodic decay of every pageset's `high` towards `high_min`, spilling
+    /// what no longer fits (Linux runs this from the vmstat worker; call it
+    /// from a timer if you want the same).
+    pub fn decay_pcp_high(&self) {
+        for cpu in 0..self.nr_cpus {
+            for zi in 0..self.zones.len() {
+                let Some(mut pcp) = self.lock_pcp_unless_pinned(cpu, zi) else {
+                    continue;
+                };
+                let excess = pcp.decay_high();
+                if excess > 0 {
+                    self.spill(&self.zones[zi], &mut pcp, excess, 0);
+                }
+            }
+        }
+    }
+
+    /// Sets `percpu_pagelist_high_fraction`: 0 auto-tunes `high` between a
+    /// share of the low watermark and of managed/8; N ≥ 8 pins it to
+    /// managed/N split across CPUs. Excess pages are spilled at once.
+    ///
+    /// # Errors
+    /// Returns the rejected value if it is between 1 and 7 (Linux's limit).
+    pub fn set_percpu_pagelist_high_fraction(&self, fraction: u32) -> Result<(), u32> {
+        if (1..8).contains(&fraction) {
+            return Err(fraction);
+        }
+        for (zi, zone) in self.zones.iter().enumerate() {
+            let sizing = pcp::pcp_sizing(zone, self.geometry.page_size(), self.nr_cpus, fraction);
+            for cpu in 0..self.nr_cpus {
+                let Some(mut pcp) = self.lock_pcp_unless_pinned(cpu, zi) else {
+                    continue;
+                };
+                pcp.sizing = sizing;
+                pcp.high = pcp.high.clamp(sizing.high_min, sizing.high_max);
+                let excess = pcp.count.saturating_sub(pcp.high);
+                if excess > 0 {
+                    self.spill(zone, &mut pcp, excess, 0);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Counters summed over every pageset of zone `zi`, and its cached pages.
+    pub(crate) fn pcp_totals(&self, zi: usize) -> (PcpCounters, u64) {
+        let mut sum = PcpCounters::default();
+        let mut pages = 0u64;
+        for cpu in 0..self.nr_cpus {
+            let Some(pcp) = self.lock_pcp_unless_pinned(cpu, zi) else {
+                continue;
+            };
+            let c = pcp.counters;
+            sum.alloc_pages += c.alloc_pages;
+            sum.free_pages += c.free_pages;
+            sum.refills += c.refills;
+            sum.refill_pages += c.refill_pages;
+            sum.spills += c.spills;
+            sum.spill_pages += c.spill_pages;
+            pages += pcp.count as u64;
+        }
+        (sum, pages)
+    }
+
+    /// Sizing of CPU `cpu`'s pageset for zone `zi` (count, high, batch, high_min, high_max).
+    pub fn pcp_info(&self, cpu: usize, zone: usize) -> Option<PcpInfo> {
+        if cpu >= self.nr_cpus || zone >= self.zones.len() {
+            return None;
+        }
+        let pcp = self.lock_pcp_unless_pinned(cpu, zone)?;
+        Some(PcpInfo {
+            count: pcp.count,
+            high: pcp.high,
+            batch: pcp.sizing.batch,
+            high_min: pcp.sizing.high_min,
+            high_max: pcp.sizing.high_max,
+            counters: pcp.counters,
+        })
+    }
+
+    /// Walks every pageset of zone `zi` under its lock (invariant checks).
+    pub(crate) fn for_each_pcp(&self, zi: usize, mut f: impl FnMut(&PcpState)) {
+        for cpu in 0..self.nr_cpus {
+            if let Some(pcp) = self.lock_pcp_unless_pinned(cpu, zi) {
+                f(&pcp);
+            }
+        }
+    }
+
+    /// Drops a poisoned page found on a free path for good.
+    pub(crate) fn drop_poisoned(&self, idx: PageIdx) {
+        self.desc(idx).set_state(PageFlags::HWPOISON, 0, 0);
+        self.hwpoison_pending.fetch_sub(1, Relaxed);
+        self.stats.hwpoison_offlined.fetch_add(1, Relaxed);
+    }
+
+    /// Reserves a highatomic pageblock after a pcp allocation that asked
+    /// for it (the buddy path does this under the lock it already holds).
+    pub(crate) fn reserve_highatomic_after_pcp(&self, zi: usize, idx: PageIdx, order: u32) {
+        let zone = &self.zones[zi];
+        let cx = zone.cx(self.mem());
+        let mut state = zone.state.lock();
+        crate::fallback::reserve_highatomic_pageblock(zone, &mut state, cx, idx, order);
+        zone.publish(&state);
+    }
+}
+
+/// A pageset's sizing and counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PcpInfo {
+    /// Pages cached.
+    pub count: u32,
+    /// Current spill threshold.
+    pub high: u32,
+    /// Refill/spill batch.
+    pub batch: u32,
+    /// Lower bound of `high`.
+    pub high_min: u32,
+    /// Upper bound of `high`.
+    pub high_max: u32,
+    /// Event counters.
+    pub counters: PcpCounters,
+}
+
+/// Allocator operations bound to one CPU's lists. Cheap to copy; made by
+/// [`PageAllocator::cpu`]. Any thread may use any handle (the lists are
+/// locked), but a handle per pinned worker keeps each list on one core.
+#[derive(Clone, Copy)]
+pub struct CpuHandle<'a> {
+    alloc: &'a PageAllocator,
+    cpu: usize,
+}
+
+impl<'a> CpuHandle<'a> {
+    /// The CPU this handle uses.
+    pub fn cpu_id(&self) -> usize {
+        self.cpu
+    }
+    /// The allocator.
+    pub fn allocator(&self) -> &'a PageAllocator {
+        self.alloc
+    }
+    /// [`PageAllocator::alloc_pages`] on this CPU's lists.
+    ///
+    /// # Errors
+    /// As [`PageAllocator::alloc_pages_node`].
+    #[inline]
+    pub fn alloc_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
+        self.alloc.alloc_on(self.cpu, 0, gfp, order, false)
+    }
+    /// [`PageAllocator::alloc_pages_node`] on this CPU's lists.
+    ///
+    /// # Errors
+    /// As [`PageAllocator::alloc_pages_node`].
+    pub fn alloc_pages_node(&self, nid: usize, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
+        self.alloc.alloc_on(self.cpu, nid, gfp, order, false)
+    }
+    /// [`PageAllocator::alloc_frozen_pages`] on this CPU's lists.
+    ///
+    /// # Errors
+    /// As [`PageAllocator::alloc_pages_node`].
+    pub fn alloc_frozen_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
+        self.alloc.alloc_on(self.cpu, 0, gfp, order, true)
+    }
+    /// [`PageAllocator::free_pages`] onto this CPU's lists.
+    ///
+    /// # Errors
+    /// As [`PageAllocator::free_pages`].
+    #[inline]
+    pub fn free_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        self.alloc.free_pages_on(self.cpu, pfn, order)
+    }
+    /// [`PageAllocator::free_frozen_pages`] onto this CPU's lists.
+    ///
+    /// # Errors
+    /// As [`PageAllocator::free_frozen_pages`].
+    pub fn free_frozen_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        self.alloc.free_frozen_pages_on(self.cpu, pfn, order)
+    }
+    /// [`PageAllocator::put_page`] onto this CPU's lists.
+    ///
+    /// # Errors
+    /// As [`PageAllocator::put_page`].
+    pub fn put_page(&self, pfn: Pfn) -> Result<(), FreeError> {
+        self.alloc.put_page_on(self.cpu, pfn)
+    }
+    /// [`PageAllocator::alloc_pages_bulk`] from this CPU's lists.
+    pub fn alloc_pages_bulk(&self, gfp: Gfp, page_array: &mut [Option<Pfn>]) -> usize {
+        self.alloc.alloc_pages_bulk_on(self.cpu, gfp, page_array)
+    }
+    /// [`PageAllocator::alloc_pages_bulk_vec`] from this CPU's lists.
+    pub fn alloc_pages_bulk_vec(&self, gfp: Gfp, nr_pages: usize, out: &mut alloc::vec::Vec<Pfn>) -> usize {
+        self.alloc.alloc_pages_bulk_vec_on(self.cpu, gfp, nr_pages, out)
+    }
+    /// [`PageAllocator::free_pages_bulk`] onto this CPU's lists.
+    ///
+    /// # Errors
+    /// As [`PageAllocator::free_pages_bulk`].
+    pub fn free_pages_bulk(&self, pfns: &[Pfn]) -> Result<usize, crate::bulk::BulkFreeError> {
+        self.alloc.free_pages_bulk_on(self.cpu, pfns)
+    }
+    /// [`PageAllocator::release_pages`] onto this CPU's lists.
+    ///
+    /// # Errors
+    /// As [`PageAllocator::release_pages`].
+    pub fn release_pages(&self, pfns: &[Pfn]) -> Result<usize, crate::bulk::BulkFreeError> {
+        self.alloc.release_pages_on(self.cpu, pfns)
+    }
+    /// Empties this CPU's lists.
+    pub fn drain_local_pages(&self) {
+        let _ = self.alloc.drain_cpu_pages(self.cpu);
+    }
+}

@@ -1,0 +1,257 @@
+//! Exclusive per-CPU handles for pinned workers: the lock-free fast path.
+//!
+//! Owns [`PinnedCpu`]: a thread that is the only user of a CPU (a DPDK-style
+//! worker, a hypervisor vCPU loop, a trace replayer) takes that CPU's
+//! pagesets once and then allocates and frees without touching the pageset
+//! lock. Everything else stays as on the shared path: watermarks, refills
+//! and spills through the zone lock, the same descriptor checks.
+//!
+//! Cost: an order-0 allocation is a watermark check on published counters,
+//! a list pop and the descriptor stores; a free is the validation loads, the
+//! single atomic that makes this caller the page's only freer (the reference
+//! drop, or clearing `ALLOCATED` for a frozen page), and a list push.
+//!
+//! Drains: while a CPU is pinned, `drain_all_pages` cannot take its lists;
+//! it raises a flag instead, and the owner drains itself at its next call
+//! (or when the handle is dropped). Callers that need the pages back now
+//! (contiguous allocation) see the count of such CPUs returned by
+//! `drain_all_pages`.
+#![deny(unsafe_code)]
+
+use crate::free::Claim;
+use crate::gfp::{fast_path_alloc_flags, gfp_migratetype, gfp_zone, Gfp};
+use crate::pcp::{pcp_allowed_order, PcpState};
+use crate::zone::LockGuard;
+use crate::{AllocError, FreeError, PageAllocator, Pfn};
+use alloc::vec::Vec;
+use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+
+/// Why a CPU could not be pinned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PinError {
+    /// `cpu >= nr_cpus()`.
+    NoSuchCpu(usize),
+    /// Another [`PinnedCpu`] holds it.
+    AlreadyPinned(usize),
+}
+
+impl core::fmt::Display for PinError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::NoSuchCpu(cpu) => write!(f, "no cpu {cpu}"),
+            Self::AlreadyPinned(cpu) => write!(f, "cpu {cpu} is already pinned"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for PinError {}
+
+/// Sole use of one CPU's per-CPU lists; see the module doc.
+///
+/// ```
+/// use mmkit::{Gfp, MemoryMapBuilder};
+/// let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
+/// let mut cpu1 = mm.pin_cpu(1).unwrap();
+/// let pfn = cpu1.alloc_pages(Gfp::KERNEL, 0).unwrap();
+/// cpu1.free_pages(pfn, 0).unwrap();
+/// assert!(mm.pin_cpu(1).is_err(), "one owner at a time");
+/// drop(cpu1);
+/// mm.drain_all_pages();
+/// mm.check_invariants().unwrap();
+/// ```
+pub struct PinnedCpu<'a> {
+    alloc: &'a PageAllocator,
+    cpu: usize,
+    /// One held pageset per zone, indexed like `PageAllocator::zones`.
+    lists: Vec<LockGuard<'a, PcpState>>,
+}
+
+impl PageAllocator {
+    /// Takes CPU `cpu`'s lists for the calling thread until the handle is
+    /// dropped. Other threads that land on this CPU use the buddy directly
+    /// meanwhile.
+    ///
+    /// # Errors
+    /// [`PinError::NoSuchCpu`], [`PinError::AlreadyPinned`].
+    pub fn pin_cpu(&self, cpu: usize) -> Result<PinnedCpu<'_>, PinError> {
+        let slot = self.cpu_slots.get(cpu).ok_or(PinError::NoSuchCpu(cpu))?;
+        if slot.pinned.swap(true, AcqRel) {
+            return Err(PinError::AlreadyPinned(cpu));
+        }
+        let lists = (0..self.zones.len())
+            .map(|zi| loop {
+                // Other holders keep a pageset only for one operation.
+                if let Some(guard) = self.try_lock_pcp(cpu, zi) {
+                    break guard;
+                }
+                crate::sync::spin_wait();
+            })
+            .collect();
+        Ok(PinnedCpu { alloc: self, cpu, lists })
+    }
+}
+
+impl<'a> PinnedCpu<'a> {
+    /// The pinned CPU.
+    pub fn cpu_id(&self) -> usize {
+        self.cpu
+    }
+
+    /// Serves a drain another thread asked for.
+    #[inline]
+    fn serve_drain_request(&mut self) {
+        let slot = &self.alloc.cpu_slots[self.cpu];
+        if slot.drain_requested.load(Relaxed) && slot.drain_requested.swap(false, Acquire) {
+            self.drain_local_pages();
+        }
+    }
+
+    /// Empties this CPU's lists into the buddy.
+    pub fn drain_local_pages(&mut self) {
+        for (zi, pcp) in self.lists.iter_mut().enumerate() {
+            self.alloc.drain_locked(zi, pcp);
+        }
+    }
+
+    /// Allocates like [`PageAllocator::alloc_pages`], from this CPU's lists
+    /// without locking them.
+    ///
+    /// # Errors
+    /// As [`PageAllocator::alloc_pages_node`].
+    #[inline]
+    pub fn alloc_pages(&mut self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
+        self.alloc_inner(gfp, order, false)
+    }
+
+    /// Frozen allocation (refcount 0) from this CPU's lists.
+    ///
+    /// # Errors
+    /// As [`PageAllocator::alloc_pages_node`].
+    pub fn alloc_frozen_pages(&mut self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
+        self.alloc_inner(gfp, order, true)
+    }
+
+    #[inline]
+    fn alloc_inner(&mut self, gfp: Gfp, order: u32, frozen: bool) -> Result<Pfn, AllocError> {
+        self.serve_drain_request();
+        let alloc = self.alloc;
+        if alloc.pcp_enabled && pcp_allowed_order(order, alloc.geometry.pageblock_order) {
+            if let Some(pfn) = self.try_fast_alloc(gfp, order, frozen) {
+                return Ok(pfn);
+            }
+        }
+        // Everything else (other zones, the slow path) as usual; our own
+        // lists are held, so that path goes to the buddy.
+        alloc.alloc_on(self.cpu, 0, gfp, order, frozen)
+    }
+
+    /// The preferred zone only, above its watermark, from the held list.
+    #[inline]
+    fn try_fast_alloc(&mut self, gfp: Gfp, order: u32, frozen: bool) -> Option<Pfn> {
+        let alloc = self.alloc;
+        let highest = gfp_zone(gfp).ok()?;
+        let (zi, nofragment) = alloc.preferred_zone(0, highest)?;
+        let zone = &alloc.zones[zi];
+        let flags = fast_path_alloc_flags(gfp, nofragment);
+        if !zone.watermark_fast(order, zone.watermark(flags.watermark()), highest, flags) {
+            return None;
+        }
+        let mt = gfp_migratetype(gfp);
+        let idx = alloc.pcp_take_locked(&mut self.lists[zi], zi, order, mt, flags)?;
+        alloc.prep_new_page(zi, idx, order, gfp, mt, frozen);
+        Some(alloc.idx_to_pfn(idx))
+    }
+
+    /// Frees like [`PageAllocator::free_pages`], onto this CPU's lists
+    /// without locking them.
+    ///
+    /// # Errors
+    /// As [`PageAllocator::free_pages`].
+    #[inline]
+    pub fn free_pages(&mut self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        self.serve_drain_request();
+        let alloc = self.alloc;
+        let idx = alloc.validate_allocated(pfn)?;
+        let page = alloc.desc(idx);
+        let allocated = page.order();
+        if allocated != order {
+            return Err(FreeError::WrongOrder { pfn, allocated, given: order });
+        }
+        match page.try_put() {
+            None => Err(FreeError::RefcountMismatch { pfn, refcount: 0 }),
+            Some(0) => self.free_claimed(idx, order, Claim::ByRefcount),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Frees a frozen block onto this CPU's lists.
+    ///
+    /// # Errors
+    /// As [`PageAllocator::free_frozen_pages`].
+    pub fn free_frozen_pages(&mut self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        self.serve_drain_request();
+        let alloc = self.alloc;
+        let idx = alloc.validate_allocated(pfn)?;
+        let page = alloc.desc(idx);
+        let allocated = page.order();
+        if allocated != order {
+            return Err(FreeError::WrongOrder { pfn, allocated, given: order });
+        }
+        let refcount = page.refcount();
+        if refcount != 0 {
+            return Err(FreeError::RefcountMismatch { pfn, refcount });
+        }
+        self.free_claimed(idx, order, Claim::Frozen)
+    }
+
+    #[inline]
+    fn free_claimed(&mut self, idx: u32, order: u32, claim: Claim) -> Result<(), FreeError> {
+        let alloc = self.alloc;
+        alloc.claim_and_prepare(idx, order, claim)?;
+        let Some(zi) = alloc.zone_index_of(idx) else {
+            return Ok(());
+        };
+        if let Some(mt) = alloc.pcp_list_type(idx, order) {
+            if alloc.pcp_free_locked(&mut self.lists[zi], zi, idx, order, mt) {
+                return Ok(());
+            }
+        }
+        alloc.release_prepared(&alloc.zones[zi], idx, 1 << order, crate::buddy::Placement::Auto);
+        Ok(())
+    }
+
+    /// Fills the empty slots of `page_array` with order-0 pages from this
+    /// CPU's lists (see [`PageAllocator::alloc_pages_bulk`]).
+    pub fn alloc_pages_bulk(&mut self, gfp: Gfp, page_array: &mut [Option<Pfn>]) -> usize {
+        self.serve_drain_request();
+        let mut cursor = 0;
+        for slot in page_array.iter_mut() {
+            if slot.is_none() {
+                match self.try_fast_alloc(gfp, 0, false) {
+                    Some(pfn) => *slot = Some(pfn),
+                    None => break,
+                }
+            }
+            cursor += 1;
+        }
+        if cursor == 0 && !page_array.is_empty() {
+            if let Ok(pfn) = self.alloc.alloc_on(self.cpu, 0, gfp, 0, false) {
+                page_array[0] = Some(pfn);
+                cursor = 1;
+            }
+        }
+        cursor
+    }
+}
+
+impl Drop for PinnedCpu<'_> {
+    fn drop(&mut self) {
+        let slot = &self.alloc.cpu_slots[self.cpu];
+        if slot.drain_requested.swap(false, Acquire) {
+            self.drain_local_pages();
+        }
+        self.lists.clear();
+        slot.pinned.store(false, Release);
+    }
+}
