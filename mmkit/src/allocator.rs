@@ -14,18 +14,17 @@
 //! embedder's reclaim and compaction hooks and retry.
 #![deny(unsafe_code)]
 
+use crate::cpu::PcpAlloc;
 use crate::fallback::{self, RmqueueMode};
 use crate::gfp::{
-    fast_path_alloc_flags, gfp_migratetype, gfp_to_alloc_flags, gfp_zone, AllocFlags, Gfp,
-    MigrateType, ZoneType,
+    fast_path_alloc_flags, gfp_migratetype, gfp_to_alloc_flags, gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType,
 };
-use crate::hooks::{AllocFailure, Hooks, RateLimit, ReclaimRequest};
-use crate::cpu::PcpAlloc;
 use crate::gfp::{Watermark, MAX_NR_ZONES};
+use crate::hooks::{AllocFailure, Hooks, RateLimit, ReclaimRequest};
 use crate::memmap::{node_zone_table, Geometry};
-use crate::pcp::{pcp_allowed_order, pcp_sizing, Pageset};
 use crate::page::{PageDesc, PageFlags, PageIdx, PageTable};
 use crate::pageblock::PageblockMap;
+use crate::pcp::{pcp_allowed_order, pcp_sizing, Pageset};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::zone::{Lock, MemCtx, Zone};
 use crate::{AllocError, Pfn};
@@ -118,7 +117,8 @@ impl PageAllocator {
                     row[highest.index()] = list.iter().copied().find(|&i| p.zones[i].zone_type <= highest).map(|i| {
                         let z = &p.zones[i];
                         let dma32 = node_zone_table(&p.zones, z.nid)[ZoneType::Dma32.index()];
-                        let nofrag = z.zone_type == ZoneType::Normal && dma32.is_some_and(|d| p.zones[d].managed_pages > 0);
+                        let nofrag =
+                            z.zone_type == ZoneType::Normal && dma32.is_some_and(|d| p.zones[d].managed_pages > 0);
                         (i, nofrag)
                     });
                 }
@@ -159,11 +159,7 @@ impl PageAllocator {
 
     #[inline]
     pub(crate) fn mem(&self) -> MemCtx<'_> {
-        MemCtx {
-            pages: &self.pages,
-            blocks: &self.blocks,
-            geometry: &self.geometry,
-        }
+        MemCtx { pages: &self.pages, blocks: &self.blocks, geometry: &self.geometry }
     }
 
     /// The map's geometry.
@@ -186,9 +182,18 @@ impl PageAllocator {
     pub fn end_pfn(&self) -> Pfn {
         Pfn(self.base_pfn + self.pages.len() as u64)
     }
-    /// Free pages over all zones.
+    /// Free pages on the buddy lists of all zones. As in Linux, pages cached
+    /// on per-CPU lists are not included: see
+    /// [`nr_pcp_pages`](Self::nr_pcp_pages), or call
+    /// [`drain_all_pages`](Self::drain_all_pages) first.
     pub fn nr_free_pages(&self) -> u64 {
         self.zones.iter().map(|z| z.free_pages()).sum()
+    }
+
+    /// Pages cached on every CPU's lists (free, but not in
+    /// [`nr_free_pages`](Self::nr_free_pages)). Pinned CPUs are not counted.
+    pub fn nr_pcp_pages(&self) -> u64 {
+        (0..self.zones.len()).map(|zi| self.pcp_totals(zi).1).sum()
     }
     /// Allocator-wide counters.
     pub fn stats(&self) -> StatsSnapshot {
@@ -289,12 +294,7 @@ impl PageAllocator {
     ///
     /// # Errors
     /// As [`alloc_pages_node`](Self::alloc_pages_node).
-    pub fn alloc_frozen_pages_node(
-        &self,
-        nid: usize,
-        gfp: Gfp,
-        order: u32,
-    ) -> Result<Pfn, AllocError> {
+    pub fn alloc_frozen_pages_node(&self, nid: usize, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
         self.alloc_on(self.current_cpu(), nid, gfp, order, true)
     }
 
@@ -304,7 +304,14 @@ impl PageAllocator {
 
     /// Allocation on behalf of CPU `cpu` (its per-CPU lists are used).
     #[inline]
-    pub(crate) fn alloc_on(&self, cpu: usize, nid: usize, gfp: Gfp, order: u32, frozen: bool) -> Result<Pfn, AllocError> {
+    pub(crate) fn alloc_on(
+        &self,
+        cpu: usize,
+        nid: usize,
+        gfp: Gfp,
+        order: u32,
+        frozen: bool,
+    ) -> Result<Pfn, AllocError> {
         let max = self.geometry.merge_order();
         if order > max {
             return Err(AllocError::OrderTooLarge { order, max });
@@ -342,16 +349,11 @@ impl PageAllocator {
     }
 
     /// Zones a request may use, in the order to try them.
-    fn candidate_zones<'a>(
-        &'a self,
-        ac: &'a AllocContext,
-    ) -> impl Iterator<Item = (usize, &'a Zone)> + 'a {
+    fn candidate_zones<'a>(&'a self, ac: &'a AllocContext) -> impl Iterator<Item = (usize, &'a Zone)> + 'a {
         self.zonelists[ac.nid]
             .iter()
             .map(|&i| (i, &self.zones[i]))
-            .filter(move |(_, z)| {
-                z.zone_type <= ac.highest && (!ac.this_node_only || z.nid == ac.nid)
-            })
+            .filter(move |(_, z)| z.zone_type <= ac.highest && (!ac.this_node_only || z.nid == ac.nid))
     }
 
     /// Tries each candidate zone once (Linux's `get_page_from_freelist`).
@@ -387,7 +389,14 @@ impl PageAllocator {
     /// for cached orders, else from the buddy under the zone lock (Linux's
     /// watermark part of `get_page_from_freelist` plus `rmqueue`).
     #[inline]
-    fn rmqueue_zone(&self, zi: usize, zone: &Zone, order: u32, alloc_flags: AllocFlags, ac: &AllocContext) -> Option<PageIdx> {
+    fn rmqueue_zone(
+        &self,
+        zi: usize,
+        zone: &Zone,
+        order: u32,
+        alloc_flags: AllocFlags,
+        ac: &AllocContext,
+    ) -> Option<PageIdx> {
         let check = !alloc_flags.contains(AllocFlags::NO_WATERMARKS);
         if check {
             // Detecting "below high" here keeps the free path cheap; pcp
@@ -418,7 +427,14 @@ impl PageAllocator {
 
     /// Takes a block straight from the buddy lists, re-checking the
     /// watermark exactly under the lock.
-    fn rmqueue_buddy(&self, zone: &Zone, order: u32, alloc_flags: AllocFlags, ac: &AllocContext, check: bool) -> Option<PageIdx> {
+    fn rmqueue_buddy(
+        &self,
+        zone: &Zone,
+        order: u32,
+        alloc_flags: AllocFlags,
+        ac: &AllocContext,
+        check: bool,
+    ) -> Option<PageIdx> {
         let cx = zone.cx(self.mem());
         let mut state = zone.state.lock();
         if check {
@@ -444,12 +460,7 @@ impl PageAllocator {
         let mut alloc_flags = gfp_to_alloc_flags(gfp, order);
         let can_direct_reclaim = gfp.contains(Gfp::DIRECT_RECLAIM);
         let costly = order > PAGE_ALLOC_COSTLY_ORDER;
-        let mut request = ReclaimRequest {
-            gfp,
-            order,
-            nid: ac.nid,
-            attempt: 0,
-        };
+        let mut request = ReclaimRequest { gfp, order, nid: ac.nid, attempt: 0 };
         let mut no_progress_loops = 0;
         loop {
             if alloc_flags.contains(AllocFlags::KSWAPD) {
@@ -540,6 +551,7 @@ impl PageAllocator {
     }
 
     /// Turns a block just taken off the free lists into an allocated block.
+    #[inline]
     pub(crate) fn prep_new_page(
         &self,
         _zone: usize,
@@ -610,11 +622,7 @@ fn build_zonelist(zones: &[Zone], nid: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..zones.len()).collect();
     order.sort_by_key(|&i| {
         let z = &zones[i];
-        (
-            z.nid.abs_diff(nid),
-            z.nid,
-            core::cmp::Reverse(z.zone_type.index()),
-        )
+        (z.nid.abs_diff(nid), z.nid, core::cmp::Reverse(z.zone_type.index()))
     });
     order
 }

@@ -106,10 +106,7 @@ impl FreeArea {
 
     /// Free blocks of `order`, all types (Linux's `free_area[order].nr_free`).
     pub(crate) fn nr_free(&self, order: u32) -> u64 {
-        MigrateType::ALL
-            .iter()
-            .map(|&mt| self.nr_blocks(order, mt))
-            .sum()
+        MigrateType::ALL.iter().map(|&mt| self.nr_blocks(order, mt)).sum()
     }
 
     /// First block on list (`order`, `mt`), if any.
@@ -138,14 +135,7 @@ impl FreeArea {
     }
 
     /// Puts block `idx` of `order` on list `mt` and marks it free.
-    pub(crate) fn add(
-        &mut self,
-        cx: BuddyCtx<'_>,
-        idx: PageIdx,
-        order: u32,
-        mt: MigrateType,
-        at_tail: bool,
-    ) {
+    pub(crate) fn add(&mut self, cx: BuddyCtx<'_>, idx: PageIdx, order: u32, mt: MigrateType, at_tail: bool) {
         let s = slot(order, mt);
         let page = cx.pages.get(idx);
         page.set_state(PageFlags::BUDDY, order, mt as u8);
@@ -210,14 +200,7 @@ impl FreeArea {
 
     /// Splits block `idx` of order `high` down to order `low`, returning the
     /// upper halves to list `mt`. The caller owns `[idx, idx + 2^low)`.
-    pub(crate) fn expand(
-        &mut self,
-        cx: BuddyCtx<'_>,
-        idx: PageIdx,
-        low: u32,
-        high: u32,
-        mt: MigrateType,
-    ) {
+    pub(crate) fn expand(&mut self, cx: BuddyCtx<'_>, idx: PageIdx, low: u32, high: u32, mt: MigrateType) {
         let mut order = high;
         while order > low {
             order -= 1;
@@ -227,12 +210,7 @@ impl FreeArea {
 
     /// Takes the smallest block of at least `order` from list `mt` and splits
     /// it to `order` (Linux's `__rmqueue_smallest`).
-    pub(crate) fn rmqueue_smallest(
-        &mut self,
-        cx: BuddyCtx<'_>,
-        order: u32,
-        mt: MigrateType,
-    ) -> Option<PageIdx> {
+    pub(crate) fn rmqueue_smallest(&mut self, cx: BuddyCtx<'_>, order: u32, mt: MigrateType) -> Option<PageIdx> {
         for current in order..=cx.max_order {
             if let Some(idx) = self.first(current, mt) {
                 self.del(cx, idx);
@@ -246,13 +224,7 @@ impl FreeArea {
     /// Returns block `idx` of `order` to the free lists, merging with free
     /// buddies as far as allowed (Linux's `__free_one_page`). The descriptors
     /// must already be prepared (flags clear, refcount zero).
-    pub(crate) fn free_one(
-        &mut self,
-        cx: BuddyCtx<'_>,
-        idx: PageIdx,
-        order: u32,
-        placement: Placement,
-    ) {
+    pub(crate) fn free_one(&mut self, cx: BuddyCtx<'_>, idx: PageIdx, order: u32, placement: Placement) {
         // A block larger than a pageblock may span pageblocks of different
         // types: free it a pageblock at a time so each piece lands on its own
         // type's list, then let merging rebuild the large block.
@@ -275,8 +247,7 @@ impl FreeArea {
             if !b.has(PageFlags::BUDDY) || b.order() != order {
                 break;
             }
-            let buddy_mt =
-                MigrateType::from_index(b.tag() as usize).unwrap_or(MigrateType::Unmovable);
+            let buddy_mt = MigrateType::from_index(b.tag() as usize).unwrap_or(MigrateType::Unmovable);
             if order >= cx.pageblock_order && buddy_mt != mt {
                 // Isolated, CMA and highatomic blocks keep their identity;
                 // ordinary types may merge, the buddy adopting ours so the
@@ -318,13 +289,7 @@ impl FreeArea {
     /// (order = min(alignment of the index, log2 of what is left, max
     /// order)), each through [`free_one`](Self::free_one). Pages must be
     /// prepared and the range must not cross a section.
-    pub(crate) fn free_range(
-        &mut self,
-        cx: BuddyCtx<'_>,
-        idx: PageIdx,
-        count: u32,
-        placement: Placement,
-    ) {
+    pub(crate) fn free_range(&mut self, cx: BuddyCtx<'_>, idx: PageIdx, count: u32, placement: Placement) {
         let mut idx = idx;
         let mut left = count;
         while left > 0 {
@@ -336,11 +301,7 @@ impl FreeArea {
     }
 
     /// Free block containing page `idx`, as (head, order).
-    pub(crate) fn enclosing_free_block(
-        &self,
-        cx: BuddyCtx<'_>,
-        idx: PageIdx,
-    ) -> Option<(PageIdx, u32)> {
+    pub(crate) fn enclosing_free_block(&self, cx: BuddyCtx<'_>, idx: PageIdx) -> Option<(PageIdx, u32)> {
         for order in 0..=cx.max_order {
             let head = idx & !((1u32 << order) - 1);
             if head < cx.start {
@@ -362,8 +323,7 @@ impl FreeArea {
         let Some((mut head, mut order)) = self.enclosing_free_block(cx, idx) else {
             return false;
         };
-        let mt = MigrateType::from_index(cx.pages.get(head).tag() as usize)
-            .unwrap_or(MigrateType::Unmovable);
+        let mt = MigrateType::from_index(cx.pages.get(head).tag() as usize).unwrap_or(MigrateType::Unmovable);
         self.del(cx, head);
         while order > 0 {
             order -= 1;
@@ -381,12 +341,7 @@ impl FreeArea {
     /// Moves every free block inside the pageblock starting at `block_start`
     /// to the list of `mt`; returns the number of free pages moved. Free
     /// blocks larger than a pageblock are the caller's to split first.
-    pub(crate) fn move_freepages_block(
-        &mut self,
-        cx: BuddyCtx<'_>,
-        block_start: PageIdx,
-        mt: MigrateType,
-    ) -> u64 {
+    pub(crate) fn move_freepages_block(&mut self, cx: BuddyCtx<'_>, block_start: PageIdx, mt: MigrateType) -> u64 {
         let end = (block_start + (1 << cx.pageblock_order)).min(cx.end);
         let mut idx = block_start.max(cx.start);
         let mut moved = 0;
@@ -410,11 +365,7 @@ impl FreeArea {
 /// Order of the largest naturally aligned chunk at `idx` no bigger than `left`.
 #[inline]
 pub(crate) fn chunk_order(idx: PageIdx, left: u32, max_order: u32) -> u32 {
-    let align = if idx == 0 {
-        max_order
-    } else {
-        idx.trailing_zeros()
-    };
+    let align = if idx == 0 { max_order } else { idx.trailing_zeros() };
     let fits = 31 - left.leading_zeros();
     align.min(fits).min(max_order)
 }
@@ -444,10 +395,7 @@ mod tests {
 
     impl Fixture {
         fn new(n: usize) -> Self {
-            Self {
-                pages: PageTable::new_zeroed(n),
-                blocks: PageblockMap::new(n, 2, MigrateType::Movable),
-            }
+            Self { pages: PageTable::new_zeroed(n), blocks: PageblockMap::new(n, 2, MigrateType::Movable) }
         }
         fn cx(&self, max_order: u32) -> BuddyCtx<'_> {
             BuddyCtx {
@@ -494,15 +442,10 @@ mod tests {
         let a = area.rmqueue_smallest(cx, 0, MigrateType::Movable).unwrap();
         assert_eq!(a, 0);
         assert_eq!(area.free_pages(), 15);
-        assert_eq!(
-            (0..4).map(|o| area.nr_free(o)).collect::<Vec<_>>(),
-            vec![1, 1, 1, 1]
-        );
+        assert_eq!((0..4).map(|o| area.nr_free(o)).collect::<Vec<_>>(), vec![1, 1, 1, 1]);
         area.free_one(cx, a, 0, Placement::Auto);
         assert_eq!(area.nr_free(4), 1);
-        assert!(area
-            .rmqueue_smallest(cx, 0, MigrateType::Unmovable)
-            .is_none());
+        assert!(area.rmqueue_smallest(cx, 0, MigrateType::Unmovable).is_none());
     }
 
     #[test]
@@ -534,16 +477,8 @@ mod tests {
         let mut area = FreeArea::new(4);
         area.free_range(cx, 0, 8, Placement::Tail);
         // Page 4's pageblock is freed second, so its buddy adopts its type.
-        assert_eq!(
-            area.nr_blocks(3, MigrateType::Unmovable),
-            1,
-            "pcp types merge"
-        );
-        assert_eq!(
-            f.blocks.get(0),
-            MigrateType::Unmovable,
-            "buddy adopted the type"
-        );
+        assert_eq!(area.nr_blocks(3, MigrateType::Unmovable), 1, "pcp types merge");
+        assert_eq!(f.blocks.get(0), MigrateType::Unmovable, "buddy adopted the type");
     }
 
     #[test]

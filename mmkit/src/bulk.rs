@@ -30,7 +30,14 @@ pub struct BulkFreeError {
 
 impl core::fmt::Display for BulkFreeError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "{} of {} entries rejected; first at index {}: {}", self.failed, self.done + self.failed, self.first.0, self.first.1)
+        write!(
+            f,
+            "{} of {} entries rejected; first at index {}: {}",
+            self.failed,
+            self.done + self.failed,
+            self.first.0,
+            self.first.1
+        )
     }
 }
 

@@ -116,17 +116,21 @@ impl PageAllocator {
         if cpu < self.nr_cpus {
             Ok(CpuHandle { alloc: self, cpu })
         } else {
-            Err(NoSuchCpu {
-                cpu,
-                nr_cpus: self.nr_cpus,
-            })
+            Err(NoSuchCpu { cpu, nr_cpus: self.nr_cpus })
         }
     }
 
     /// Takes a block from CPU `cpu`'s list for `zone`, refilling it from
     /// the buddy when empty (Linux's `rmqueue_pcplist`).
     #[inline]
-    pub(crate) fn rmqueue_pcplist(&self, cpu: usize, zi: usize, order: u32, mt: MigrateType, alloc_flags: AllocFlags) -> PcpAlloc {
+    pub(crate) fn rmqueue_pcplist(
+        &self,
+        cpu: usize,
+        zi: usize,
+        order: u32,
+        mt: MigrateType,
+        alloc_flags: AllocFlags,
+    ) -> PcpAlloc {
         let Some(mut pcp) = self.pageset(cpu, zi).lock.try_lock() else {
             return PcpAlloc::Contended;
         };
@@ -164,7 +168,14 @@ impl PageAllocator {
     }
 
     #[cold]
-    fn pcp_refill(&self, pcp: &mut PcpState, zi: usize, order: u32, mt: MigrateType, alloc_flags: AllocFlags) -> Option<()> {
+    fn pcp_refill(
+        &self,
+        pcp: &mut PcpState,
+        zi: usize,
+        order: u32,
+        mt: MigrateType,
+        alloc_flags: AllocFlags,
+    ) -> Option<()> {
         let zone = &self.zones[zi];
         let want = pcp.nr_pcp_alloc(order, zone.below_high.load(Relaxed));
         let cx = zone.cx(self.mem());
@@ -207,7 +218,14 @@ impl PageAllocator {
     /// to the buddy when the list grows past `high`. False (nothing done)
     /// while hardware poison is pending.
     #[inline]
-    pub(crate) fn pcp_free_locked(&self, pcp: &mut PcpState, zi: usize, idx: PageIdx, order: u32, mt: MigrateType) -> bool {
+    pub(crate) fn pcp_free_locked(
+        &self,
+        pcp: &mut PcpState,
+        zi: usize,
+        idx: PageIdx,
+        order: u32,
+        mt: MigrateType,
+    ) -> bool {
         // Checked under the pageset lock: memory_failure raises the count and
         // then drains every pageset, so it cannot miss this page.
         if self.hwpoison_pending.load(Relaxed) != 0 {

@@ -132,15 +132,8 @@ impl fmt::Display for FreeError {
             }
             Self::DoubleFree(p) => write!(f, "double free of pfn {p}"),
             Self::NotAllocated(p) => write!(f, "pfn {p} does not start an allocated block"),
-            Self::WrongOrder {
-                pfn,
-                allocated,
-                given,
-            } => {
-                write!(
-                    f,
-                    "pfn {pfn} was allocated with order {allocated}, freed with order {given}"
-                )
+            Self::WrongOrder { pfn, allocated, given } => {
+                write!(f, "pfn {pfn} was allocated with order {allocated}, freed with order {given}")
             }
             Self::Poisoned(p) => write!(f, "pfn {p} is hardware-poisoned"),
             Self::RefcountMismatch { pfn, refcount } => {

@@ -47,10 +47,7 @@ pub(crate) fn rmqueue(
     mode: &mut RmqueueMode,
 ) -> Option<PageIdx> {
     if alloc_flags.contains(AllocFlags::HIGHATOMIC) {
-        if let Some(idx) = state
-            .area
-            .rmqueue_smallest(cx, order, MigrateType::HighAtomic)
-        {
+        if let Some(idx) = state.area.rmqueue_smallest(cx, order, MigrateType::HighAtomic) {
             return Some(idx);
         }
     }
@@ -59,9 +56,7 @@ pub(crate) fn rmqueue(
     }
     // Failing now is worse than failing a future high-order atomic request.
     if alloc_flags.intersects(AllocFlags::OOM.union(AllocFlags::NON_BLOCK)) {
-        return state
-            .area
-            .rmqueue_smallest(cx, order, MigrateType::HighAtomic);
+        return state.area.rmqueue_smallest(cx, order, MigrateType::HighAtomic);
     }
     None
 }
@@ -115,16 +110,12 @@ fn rmqueue_fallback_chain(
 /// big blocks always; unmovable and reclaimable requests always (they are
 /// the ones that fragment); movable ones only from half a pageblock up.
 fn should_try_claim_block(block_order: u32, mt: MigrateType, pageblock_order: u32) -> bool {
-    block_order >= pageblock_order / 2
-        || matches!(mt, MigrateType::Unmovable | MigrateType::Reclaimable)
+    block_order >= pageblock_order / 2 || matches!(mt, MigrateType::Unmovable | MigrateType::Reclaimable)
 }
 
 /// First fallback type with a free block of `order`.
 fn find_fallback(state: &ZoneState, order: u32, mt: MigrateType) -> Option<MigrateType> {
-    mt.fallbacks()
-        .iter()
-        .copied()
-        .find(|&f| state.area.nr_blocks(order, f) > 0)
+    mt.fallbacks().iter().copied().find(|&f| state.area.nr_blocks(order, f) > 0)
 }
 
 fn rmqueue_claim(
@@ -151,9 +142,7 @@ fn rmqueue_claim(
             }
             if let Some(fallback) = find_fallback(state, current, mt) {
                 let block = state.area.first(current, fallback)?;
-                if let Some(idx) =
-                    try_to_claim_block(zone, state, cx, block, current, order, mt, fallback)
-                {
+                if let Some(idx) = try_to_claim_block(zone, state, cx, block, current, order, mt, fallback) {
                     return Some(idx);
                 }
             }
@@ -231,12 +220,7 @@ fn scan_pageblock(cx: BuddyCtx<'_>, pb_start: PageIdx) -> (u64, u64) {
     (free, movable)
 }
 
-fn rmqueue_steal(
-    state: &mut ZoneState,
-    cx: BuddyCtx<'_>,
-    order: u32,
-    mt: MigrateType,
-) -> Option<PageIdx> {
+fn rmqueue_steal(state: &mut ZoneState, cx: BuddyCtx<'_>, order: u32, mt: MigrateType) -> Option<PageIdx> {
     for current in order..=cx.max_order {
         if let Some(fallback) = find_fallback(state, current, mt) {
             let block = state.area.first(current, fallback)?;
@@ -272,9 +256,7 @@ pub(crate) fn reserve_highatomic_pageblock(
         if pb_start < zone.start_idx || pb_start + pb_pages as u32 > zone.end_idx {
             return;
         }
-        state
-            .area
-            .move_freepages_block(cx, pb_start, MigrateType::HighAtomic);
+        state.area.move_freepages_block(cx, pb_start, MigrateType::HighAtomic);
         cx.blocks.set(pb_start, MigrateType::HighAtomic);
         state.nr_reserved_highatomic += pb_pages;
     } else {

@@ -70,11 +70,7 @@ impl PageAllocator {
         let idx = self.validate_allocated(pfn)?;
         let allocated = self.desc(idx).order();
         if allocated != order {
-            return Err(FreeError::WrongOrder {
-                pfn,
-                allocated,
-                given: order,
-            });
+            return Err(FreeError::WrongOrder { pfn, allocated, given: order });
         }
         self.put_and_maybe_free(cpu, pfn, idx)
     }
@@ -94,11 +90,7 @@ impl PageAllocator {
         let page = self.desc(idx);
         let allocated = page.order();
         if allocated != order {
-            return Err(FreeError::WrongOrder {
-                pfn,
-                allocated,
-                given: order,
-            });
+            return Err(FreeError::WrongOrder { pfn, allocated, given: order });
         }
         let refcount = page.refcount();
         if refcount != 0 {
@@ -152,6 +144,7 @@ impl PageAllocator {
 
     /// Checks that `pfn` starts an allocated block; the error says what it
     /// is instead.
+    #[inline]
     pub(crate) fn validate_allocated(&self, pfn: Pfn) -> Result<PageIdx, FreeError> {
         let idx = self.pfn_to_idx(pfn).ok_or(FreeError::OutOfRange(pfn))?;
         let page = self.desc(idx);
@@ -163,10 +156,7 @@ impl PageAllocator {
             return Err(FreeError::Hole(pfn));
         }
         if flags.contains(PageFlags::TAIL) {
-            return Err(FreeError::TailPage {
-                pfn,
-                head: self.idx_to_pfn(page.next()),
-            });
+            return Err(FreeError::TailPage { pfn, head: self.idx_to_pfn(page.next()) });
         }
         if flags.contains(PageFlags::HWPOISON) {
             return Err(FreeError::Poisoned(pfn));
@@ -231,11 +221,8 @@ impl PageAllocator {
     /// check-at-free flags; compound tails must point at the head. On
     /// success every descriptor of the block is clean (poison kept). On
     /// failure returns the offending page and why.
-    pub(crate) fn free_pages_prepare(
-        &self,
-        idx: PageIdx,
-        order: u32,
-    ) -> Result<(), (PageIdx, BadPageReason)> {
+    #[inline]
+    pub(crate) fn free_pages_prepare(&self, idx: PageIdx, order: u32) -> Result<(), (PageIdx, BadPageReason)> {
         let head = self.desc(idx);
         let flags = head.flags();
         let refcount = head.refcount();
@@ -250,12 +237,7 @@ impl PageAllocator {
             for tail in idx + 1..idx + (1 << order) {
                 let t = self.desc(tail);
                 if !t.has(PageFlags::TAIL) || t.next() != idx {
-                    return Err((
-                        tail,
-                        BadPageReason::CorruptCompoundTail {
-                            tail: self.idx_to_pfn(tail),
-                        },
-                    ));
+                    return Err((tail, BadPageReason::CorruptCompoundTail { tail: self.idx_to_pfn(tail) }));
                 }
                 let stale = t.flags().intersection(PageFlags::CHECK_AT_FREE);
                 if stale != PageFlags::EMPTY {
@@ -278,8 +260,7 @@ impl PageAllocator {
         self.stats.bad_pages_leaked.fetch_add(leaked_pages, Relaxed);
         let pfn = self.idx_to_pfn(idx);
         if self.bad_page_log.lock().allow(self.hooks.now_ns()) {
-            self.hooks
-                .log(format_args!("BUG: Bad page state: pfn {pfn}: {reason}"));
+            self.hooks.log(format_args!("BUG: Bad page state: pfn {pfn}: {reason}"));
         } else {
             self.stats.bad_pages_suppressed.fetch_add(1, Relaxed);
         }
@@ -383,11 +364,7 @@ impl PageAllocator {
         if flags.contains(PageFlags::HOLE) {
             return Err(PageError::Hole(pfn));
         }
-        Ok(if flags.contains(PageFlags::TAIL) {
-            self.idx_to_pfn(page.next())
-        } else {
-            pfn
-        })
+        Ok(if flags.contains(PageFlags::TAIL) { self.idx_to_pfn(page.next()) } else { pfn })
     }
 
     /// Reference count of the page (0 for free and frozen pages).
@@ -428,12 +405,7 @@ impl PageAllocator {
         self.change_page_flags(pfn, PageFlags::EMPTY, flags)
     }
 
-    fn change_page_flags(
-        &self,
-        pfn: Pfn,
-        set: PageFlags,
-        clear: PageFlags,
-    ) -> Result<(), PageError> {
+    fn change_page_flags(&self, pfn: Pfn, set: PageFlags, clear: PageFlags) -> Result<(), PageError> {
         let foreign = set.union(clear).difference(PageFlags::EMBEDDER_SETTABLE);
         if foreign != PageFlags::EMPTY {
             return Err(PageError::FlagNotSettable(foreign));

@@ -117,12 +117,7 @@ pub(crate) struct RateLimit {
 impl RateLimit {
     /// Linux's bad-page limit: 60 reports a minute.
     pub(crate) const fn bad_pages() -> Self {
-        Self {
-            window_start: None,
-            in_window: 0,
-            interval_ns: 60_000_000_000,
-            burst: 60,
-        }
+        Self { window_start: None, in_window: 0, interval_ns: 60_000_000_000, burst: 60 }
     }
 
     /// Whether an event at `now` may be logged. Without a clock the first

@@ -7,8 +7,8 @@
 #![deny(unsafe_code)]
 
 use crate::gfp::{MigrateType, ZoneType, MIGRATE_TYPES};
-use crate::procfs::{self, PageblockGeometry, ZoneFreeInfo};
 use crate::pcp::PcpCounters;
+use crate::procfs::{self, PageblockGeometry, ZoneFreeInfo};
 use crate::zone::ZoneCounters;
 use crate::PageAllocator;
 use alloc::string::String;
@@ -81,8 +81,7 @@ impl PageAllocator {
                 };
                 drop(state);
                 let mut snapshot = snapshot;
-                snapshot.free.pageblocks_per_type =
-                    self.count_pageblocks(zone.start_idx, zone.end_idx, pb_order);
+                snapshot.free.pageblocks_per_type = self.count_pageblocks(zone.start_idx, zone.end_idx, pb_order);
                 snapshot
             })
             .collect()
@@ -111,9 +110,7 @@ impl PageAllocator {
     /// `/proc/pagetypeinfo` text (free counts and pageblock counts).
     pub fn pagetypeinfo(&self) -> String {
         let names: Vec<&str> = MigrateType::ALL.iter().map(|m| m.name()).collect();
-        let geometry = PageblockGeometry {
-            pageblock_order: self.geometry.pageblock_order,
-        };
+        let geometry = PageblockGeometry { pageblock_order: self.geometry.pageblock_order };
         procfs::pagetypeinfo(&geometry, &names, &self.free_infos())
     }
 
@@ -134,14 +131,8 @@ impl PageAllocator {
         let sum = |f: &dyn Fn(&ZoneSnapshot) -> u64| zones.iter().map(f).sum::<u64>();
         let mut out = vec![
             (String::from("nr_free_pages"), sum(&|z| z.free_pages)),
-            (
-                String::from("nr_free_cma"),
-                sum(&|z| z.free_pages_by_type[MigrateType::Cma as usize]),
-            ),
-            (
-                String::from("nr_free_highatomic"),
-                sum(&|z| z.reserved_highatomic),
-            ),
+            (String::from("nr_free_cma"), sum(&|z| z.free_pages_by_type[MigrateType::Cma as usize])),
+            (String::from("nr_free_highatomic"), sum(&|z| z.reserved_highatomic)),
         ];
         for zt in ZoneType::ALL {
             let name = format!("pgalloc_{}", zt.name().to_ascii_lowercase());
@@ -165,14 +156,8 @@ impl PageAllocator {
             };
             out.push((name, value));
         }
-        out.push((
-            String::from("mmkit_fallback_allocs"),
-            sum(&|z| z.counters.fallback_allocs),
-        ));
-        out.push((
-            String::from("mmkit_pageblocks_claimed"),
-            sum(&|z| z.counters.pageblocks_claimed),
-        ));
+        out.push((String::from("mmkit_fallback_allocs"), sum(&|z| z.counters.fallback_allocs)));
+        out.push((String::from("mmkit_pageblocks_claimed"), sum(&|z| z.counters.pageblocks_claimed)));
         out.push((String::from("mmkit_pcp_pages"), sum(&|z| z.pcp_pages)));
         out.push((String::from("mmkit_pcp_refills"), sum(&|z| z.pcp.refills)));
         out.push((String::from("mmkit_pcp_refill_pages"), sum(&|z| z.pcp.refill_pages)));

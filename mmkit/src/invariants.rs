@@ -68,11 +68,7 @@ impl PageAllocator {
                     for idx in area.iter_list(cx, order, mt) {
                         self.check_free_block(cx, idx, order, mt)?;
                         blocks += 1;
-                        ensure!(
-                            blocks <= area.nr_blocks(order, mt),
-                            Some(self.idx_to_pfn(idx)),
-                            "list cycle"
-                        );
+                        ensure!(blocks <= area.nr_blocks(order, mt), Some(self.idx_to_pfn(idx)), "list cycle");
                     }
                     ensure!(
                         blocks == area.nr_blocks(order, mt),
@@ -94,11 +90,7 @@ impl PageAllocator {
                 area.free_pages()
             );
             for mt in MigrateType::ALL {
-                ensure!(
-                    by_type[mt as usize] == area.free_pages_of(mt),
-                    None,
-                    "free count of {mt:?} wrong"
-                );
+                ensure!(by_type[mt as usize] == area.free_pages_of(mt), None, "free count of {mt:?} wrong");
             }
             let zi = self.zone_index_of(zone.start_idx).unwrap_or(0);
             let pcp_heads = self.check_pcp_lists(zi, cx)?;
@@ -118,17 +110,9 @@ impl PageAllocator {
                     pcp_seen += 1;
                     idx += 1 << page.order();
                 } else if flags.contains(PageFlags::ALLOCATED) {
-                    ensure!(
-                        !flags.contains(PageFlags::TAIL),
-                        pfn,
-                        "allocated page is also a tail"
-                    );
+                    ensure!(!flags.contains(PageFlags::TAIL), pfn, "allocated page is also a tail");
                     let order = page.order();
-                    ensure!(
-                        idx & ((1 << order) - 1) == 0,
-                        pfn,
-                        "allocated block misaligned"
-                    );
+                    ensure!(idx & ((1 << order) - 1) == 0, pfn, "allocated block misaligned");
                     for inner in idx + 1..idx + (1 << order) {
                         let f = self.desc(inner).flags();
                         ensure!(
@@ -176,29 +160,11 @@ impl PageAllocator {
         let pfn = Some(self.idx_to_pfn(idx));
         let page = self.desc(idx);
         ensure!(page.has(PageFlags::BUDDY), pfn, "listed block lacks BUDDY");
-        ensure!(
-            page.order() == order,
-            pfn,
-            "listed at order {order}, descriptor says {}",
-            page.order()
-        );
-        ensure!(
-            page.tag() == mt as u8,
-            pfn,
-            "listed as {mt:?}, descriptor says {}",
-            page.tag()
-        );
-        ensure!(
-            idx & ((1 << order) - 1) == 0,
-            pfn,
-            "order-{order} block misaligned"
-        );
+        ensure!(page.order() == order, pfn, "listed at order {order}, descriptor says {}", page.order());
+        ensure!(page.tag() == mt as u8, pfn, "listed as {mt:?}, descriptor says {}", page.tag());
+        ensure!(idx & ((1 << order) - 1) == 0, pfn, "order-{order} block misaligned");
         let end = idx + (1 << order);
-        ensure!(
-            idx >= cx.start && end <= cx.end,
-            pfn,
-            "block leaves its zone"
-        );
+        ensure!(idx >= cx.start && end <= cx.end, pfn, "block leaves its zone");
         let first = self.idx_to_pfn(idx).0;
         let last = first + (1 << order) - 1;
         ensure!(
@@ -210,11 +176,7 @@ impl PageAllocator {
         let mut at = idx & !(pb - 1);
         while at < end {
             let t = cx.blocks.get(at);
-            ensure!(
-                t == mt,
-                pfn,
-                "block on {mt:?} list touches a {t:?} pageblock"
-            );
+            ensure!(t == mt, pfn, "block on {mt:?} list touches a {t:?} pageblock");
             at += pb;
         }
         if let Some(i) = (idx + 1..end).find(|&i| self.desc(i).flags() != PageFlags::EMPTY) {
@@ -230,11 +192,9 @@ impl PageAllocator {
             let buddy = idx ^ (1 << order);
             if buddy >= cx.start && buddy + (1 << order) <= cx.end {
                 let b = self.desc(buddy);
-                let buddy_mt =
-                    MigrateType::from_index(b.tag() as usize).unwrap_or(MigrateType::Unmovable);
-                let blocked = order >= cx.pageblock_order
-                    && buddy_mt != mt
-                    && !(mt.is_pcp_type() && buddy_mt.is_pcp_type());
+                let buddy_mt = MigrateType::from_index(b.tag() as usize).unwrap_or(MigrateType::Unmovable);
+                let blocked =
+                    order >= cx.pageblock_order && buddy_mt != mt && !(mt.is_pcp_type() && buddy_mt.is_pcp_type());
                 ensure!(
                     !(b.has(PageFlags::BUDDY) && b.order() == order && !blocked),
                     pfn,
@@ -298,11 +258,6 @@ impl PageAllocator {
 }
 
 fn zone_free_matches_hint(zone: &crate::zone::Zone, free: u64) -> Result<(), InvariantViolation> {
-    ensure!(
-        zone.free_pages() == free,
-        None,
-        "published free count {} != {free}",
-        zone.free_pages()
-    );
+    ensure!(zone.free_pages() == free, None, "published free count {} != {free}", zone.free_pages());
     Ok(())
 }

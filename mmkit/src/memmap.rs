@@ -35,12 +35,7 @@ pub struct Geometry {
 
 impl Default for Geometry {
     fn default() -> Self {
-        Self {
-            page_shift: 12,
-            section_order: 15,
-            pageblock_order: 9,
-            max_page_order: 10,
-        }
+        Self { page_shift: 12, section_order: 15, pageblock_order: 9, max_page_order: 10 }
     }
 }
 
@@ -204,11 +199,7 @@ impl MemoryMapBuilder {
     }
     /// Adds a zone spanning `pfns` on node `nid`.
     pub fn zone(mut self, nid: usize, zone_type: ZoneType, pfns: Range<u64>) -> Self {
-        self.zones.push(ZoneSpec {
-            nid,
-            zone_type,
-            pfns,
-        });
+        self.zones.push(ZoneSpec { nid, zone_type, pfns });
         self
     }
     /// Marks `pfns` as a hole: no memory, no descriptor use.
@@ -308,18 +299,14 @@ impl MemoryMapBuilder {
         let highest = specs.iter().map(|z| z.pfns.end).max().unwrap_or(0);
         // Align the table's first PFN so index alignment equals PFN alignment
         // for every order that matters (blocks, pageblocks, sections).
-        let align_order = geo
-            .section_order
-            .max(geo.max_page_order)
-            .max(geo.pageblock_order);
+        let align_order = geo.section_order.max(geo.max_page_order).max(geo.pageblock_order);
         let base_pfn = lowest & !((1u64 << align_order) - 1);
         let nr_pages = highest - base_pfn;
         if nr_pages >= u32::MAX as u64 {
             return Err(BuildError::TooLarge { pages: nr_pages });
         }
         let pages = PageTable::new_zeroed(nr_pages as usize);
-        let blocks =
-            PageblockMap::new(nr_pages as usize, geo.pageblock_order, MigrateType::Movable);
+        let blocks = PageblockMap::new(nr_pages as usize, geo.pageblock_order, MigrateType::Movable);
         let idx = |pfn: u64| (pfn.clamp(base_pfn, highest) - base_pfn) as u32;
 
         // Holes first, then reserved ranges (a reserved range inside a hole
@@ -338,9 +325,7 @@ impl MemoryMapBuilder {
         let reserved = subtract(&normalize(self.reserved, base_pfn, highest), &holes);
         for r in &holes {
             for i in idx(r.start)..idx(r.end) {
-                pages
-                    .get(i)
-                    .set_state(PageFlags::HOLE | PageFlags::RESERVED, 0, 0);
+                pages.get(i).set_state(PageFlags::HOLE | PageFlags::RESERVED, 0, 0);
             }
         }
         for r in &reserved {
@@ -367,12 +352,8 @@ impl MemoryMapBuilder {
                 managed,
                 geo.merge_order(),
             ));
-            let unavailable: Vec<Range<u64>> =
-                holes.iter().chain(reserved.iter()).cloned().collect();
-            free_runs.push(subtract(
-                &[span],
-                &normalize(unavailable, base_pfn, highest),
-            ));
+            let unavailable: Vec<Range<u64>> = holes.iter().chain(reserved.iter()).cloned().collect();
+            free_runs.push(subtract(&[span], &normalize(unavailable, base_pfn, highest)));
         }
         let min_free_kbytes = setup_watermarks(&mut zones, geo.page_size(), &self.watermarks);
 
@@ -385,19 +366,13 @@ impl MemoryMapBuilder {
             ),
         };
 
-        let mem = MemCtx {
-            pages: &pages,
-            blocks: &blocks,
-            geometry: &geo,
-        };
+        let mem = MemCtx { pages: &pages, blocks: &blocks, geometry: &geo };
         for (zone, runs) in zones.iter().zip(&free_runs) {
             let cx = zone.cx(mem);
             let mut state = zone.state.lock();
             for run in runs {
                 for (start, end) in split_at_sections(run.clone(), geo.section_order) {
-                    state
-                        .area
-                        .free_range(cx, idx(start), idx(end) - idx(start), Placement::Tail);
+                    state.area.free_range(cx, idx(start), idx(end) - idx(start), Placement::Tail);
                 }
             }
             zone.publish(&state);
@@ -434,10 +409,7 @@ fn default_nr_cpus() -> usize {
 
 /// Pages of `span` covered by the sorted, disjoint `ranges`.
 fn overlap_pages(ranges: &[Range<u64>], span: &Range<u64>) -> u64 {
-    ranges
-        .iter()
-        .map(|r| r.end.min(span.end).saturating_sub(r.start.max(span.start)))
-        .sum()
+    ranges.iter().map(|r| r.end.min(span.end).saturating_sub(r.start.max(span.start))).sum()
 }
 
 /// Clips ranges to `[lo, hi)`, sorts and merges them.
@@ -480,19 +452,14 @@ fn subtract(from: &[Range<u64>], remove: &[Range<u64>]) -> Vec<Range<u64>> {
 }
 
 /// Splits a PFN range at section boundaries.
-pub(crate) fn split_at_sections(
-    range: Range<u64>,
-    section_order: u32,
-) -> impl Iterator<Item = (u64, u64)> {
+pub(crate) fn split_at_sections(range: Range<u64>, section_order: u32) -> impl Iterator<Item = (u64, u64)> {
     let section = 1u64 << section_order;
     let mut start = range.start;
     core::iter::from_fn(move || {
         if start >= range.end {
             return None;
         }
-        let end = ((start / section) + 1)
-            .saturating_mul(section)
-            .min(range.end);
+        let end = ((start / section) + 1).saturating_mul(section).min(range.end);
         let piece = (start, end);
         start = end;
         Some(piece)
@@ -517,7 +484,8 @@ mod tests {
     #[test]
     fn range_helpers() {
         assert_eq!(normalize(vec![5..9, 1..3, 2..6], 0, 8), vec![1..8]);
-        assert_eq!(subtract(&[0..10], &[2..3, 5..7]), vec![0..2, 3..5, 7..10]);
+        let whole = vec![Range { start: 0, end: 10 }];
+        assert_eq!(subtract(&whole, &[2..3, 5..7]), vec![0..2, 3..5, 7..10]);
         assert_eq!(overlap_pages(&[2..3, 5..7], &(0..6)), 2);
         let pieces: Vec<_> = split_at_sections(3..20, 3).collect();
         assert_eq!(pieces, vec![(3, 8), (8, 16), (16, 20)]);
@@ -527,33 +495,20 @@ mod tests {
     fn pc_layout_has_three_zones() {
         let b = MemoryMapBuilder::with_memory(8 << 30);
         let types: Vec<_> = b.zones.iter().map(|z| z.zone_type).collect();
-        assert_eq!(
-            types,
-            vec![ZoneType::Dma, ZoneType::Dma32, ZoneType::Normal]
-        );
+        assert_eq!(types, vec![ZoneType::Dma, ZoneType::Dma32, ZoneType::Normal]);
         assert_eq!(b.zones[0].pfns, 1..4096);
         assert_eq!(b.zones[2].pfns, (1 << 20)..(2 << 20));
     }
 
     #[test]
     fn rejects_bad_maps() {
-        assert!(matches!(
-            MemoryMapBuilder::new().build(),
-            Err(BuildError::NoZones)
-        ));
-        let overlap = MemoryMapBuilder::new()
-            .zone(0, ZoneType::Dma32, 0..100)
-            .zone(0, ZoneType::Normal, 50..200)
-            .build();
+        assert!(matches!(MemoryMapBuilder::new().build(), Err(BuildError::NoZones)));
+        let overlap =
+            MemoryMapBuilder::new().zone(0, ZoneType::Dma32, 0..100).zone(0, ZoneType::Normal, 50..200).build();
         assert!(matches!(overlap, Err(BuildError::OverlappingZones(..))));
-        let geo = MemoryMapBuilder::new()
-            .pageblock_order(11)
-            .zone(0, ZoneType::Normal, 0..4096)
-            .build();
+        let geo = MemoryMapBuilder::new().pageblock_order(11).zone(0, ZoneType::Normal, 0..4096).build();
         assert!(matches!(geo, Err(BuildError::BadGeometry(_))));
-        let empty = MemoryMapBuilder::new()
-            .zone(0, ZoneType::Normal, 5..5)
-            .build();
+        let empty = MemoryMapBuilder::new().zone(0, ZoneType::Normal, 5..5).build();
         assert!(matches!(empty, Err(BuildError::EmptyZone(_))));
     }
 }

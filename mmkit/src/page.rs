@@ -203,26 +203,18 @@ impl PageDesc {
     /// Sets or clears flags with an atomic read-modify-write, for state the
     /// embedder changes while other threads may touch the same descriptor.
     pub(crate) fn update_flags_atomic(&self, set: PageFlags, clear: PageFlags) {
-        let _ = self.state.fetch_update(Relaxed, Relaxed, |s| {
-            Some((s | set.0) & !clear.0)
-        });
+        let _ = self.state.fetch_update(Relaxed, Relaxed, |s| Some((s | set.0) & !clear.0));
     }
     /// Atomically clears `ALLOCATED`; true for the one caller that saw it
     /// set. This is what makes two racing frees of one block safe.
     pub(crate) fn clear_allocated(&self) -> bool {
         let bit = PageFlags::ALLOCATED.0;
-        self.state
-            .fetch_and(!bit, core::sync::atomic::Ordering::AcqRel)
-            & bit
-            != 0
+        self.state.fetch_and(!bit, core::sync::atomic::Ordering::AcqRel) & bit != 0
     }
     /// Atomically sets `flag`; true if it was clear before.
     pub(crate) fn set_flag_once(&self, flag: PageFlags) -> bool {
         let bit = flag.0;
-        self.state
-            .fetch_or(bit, core::sync::atomic::Ordering::AcqRel)
-            & bit
-            == 0
+        self.state.fetch_or(bit, core::sync::atomic::Ordering::AcqRel) & bit == 0
     }
     /// Order of the block this page heads (free or allocated).
     #[inline]
@@ -239,10 +231,7 @@ impl PageDesc {
     #[inline]
     pub(crate) fn set_state(&self, flags: PageFlags, order: u32, tag: u8) {
         debug_assert!(order < 32 && tag < 8);
-        self.state.store(
-            flags.0 | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT),
-            Relaxed,
-        );
+        self.state.store(flags.0 | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT), Relaxed);
     }
     #[inline]
     pub(crate) fn next(&self) -> PageIdx {
@@ -292,11 +281,10 @@ impl PageDesc {
     }
     /// Drops a reference; `None` if the count was already zero. The release
     /// ordering publishes the dropping thread's writes to whoever frees.
+    #[inline]
     pub(crate) fn try_put(&self) -> Option<u32> {
         self.refcount
-            .fetch_update(core::sync::atomic::Ordering::AcqRel, Relaxed, |c| {
-                c.checked_sub(1)
-            })
+            .fetch_update(core::sync::atomic::Ordering::AcqRel, Relaxed, |c| c.checked_sub(1))
             .ok()
             .map(|c| c - 1)
     }
@@ -311,9 +299,7 @@ impl PageTable {
     /// A table of `len` zeroed descriptors. Large tables come from zeroed
     /// memory the OS maps lazily, so building a 1 TiB map takes seconds.
     pub(crate) fn new_zeroed(len: usize) -> Self {
-        Self {
-            descs: crate::rawmem::zeroed_slice::<PageDesc>(len),
-        }
+        Self { descs: crate::rawmem::zeroed_slice::<PageDesc>(len) }
     }
     #[inline]
     pub(crate) fn len(&self) -> usize {

@@ -49,8 +49,7 @@ impl PageblockMap {
 
     /// Type of pageblock number `block`.
     pub(crate) fn get_block(&self, block: usize) -> MigrateType {
-        MigrateType::from_index(self.types[block].load(Relaxed) as usize)
-            .unwrap_or(MigrateType::Unmovable)
+        MigrateType::from_index(self.types[block].load(Relaxed) as usize).unwrap_or(MigrateType::Unmovable)
     }
 }
 

@@ -141,11 +141,8 @@ pub(crate) fn zone_batchsize(managed_pages: u64, page_size: u64) -> u32 {
 /// Linux's `zone_highsize`: the low watermark (or managed / fraction) split
 /// across the CPUs, at least four batches.
 pub(crate) fn zone_highsize(zone: &Zone, batch: u32, nr_cpus: usize, fraction: u32) -> u32 {
-    let total = if fraction == 0 {
-        zone.watermark(crate::gfp::Watermark::Low)
-    } else {
-        zone.managed_pages() / fraction as u64
-    };
+    let total =
+        if fraction == 0 { zone.watermark(crate::gfp::Watermark::Low) } else { zone.managed_pages() / fraction as u64 };
     let high = total / nr_cpus.max(1) as u64;
     high.max(batch as u64 * 4).min(u32::MAX as u64 / 2) as u32
 }
@@ -157,11 +154,7 @@ pub(crate) fn pcp_sizing(zone: &Zone, page_size: u64, nr_cpus: usize, fraction: 
     let batch = zone_batchsize(zone.managed_pages(), page_size);
     if fraction != 0 {
         let high = zone_highsize(zone, batch, nr_cpus, fraction);
-        PcpSizing {
-            batch,
-            high_min: high,
-            high_max: high,
-        }
+        PcpSizing { batch, high_min: high, high_max: high }
     } else {
         PcpSizing {
             batch,
@@ -287,6 +280,7 @@ impl PcpState {
 
     /// After a free: decides how many pages to spill, 0 for none (Linux's
     /// `nr_pcp_high` + `nr_pcp_free`).
+    #[inline]
     pub(crate) fn pages_to_spill(&mut self, order: u32, zone_below_high: bool) -> u32 {
         let PcpSizing { batch, high_min, high_max } = self.sizing;
         self.alloc_factor >>= 1;

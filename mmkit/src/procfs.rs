@@ -99,8 +99,7 @@ fn node_order_count(zones: &[ZoneFreeInfo]) -> usize {
     zones
         .iter()
         .flat_map(|z| {
-            core::iter::once(z.free_blocks_per_order.len())
-                .chain(z.free_blocks_per_type.iter().map(Vec::len))
+            core::iter::once(z.free_blocks_per_order.len()).chain(z.free_blocks_per_type.iter().map(Vec::len))
         })
         .max()
         .unwrap_or(0)
@@ -121,19 +120,13 @@ fn node_order_count(zones: &[ZoneFreeInfo]) -> usize {
 /// shown as 0 and extra entries are ignored. A node shows as many orders as its
 /// longest row. Free counts of 100000 or more print as `>100000`, as Linux caps
 /// its list walk there (the exact totals are in [`buddyinfo`]).
-pub fn pagetypeinfo(
-    geometry: &PageblockGeometry,
-    migratetype_names: &[&str],
-    zones: &[ZoneFreeInfo],
-) -> String {
+pub fn pagetypeinfo(geometry: &PageblockGeometry, migratetype_names: &[&str], zones: &[ZoneFreeInfo]) -> String {
     let mut out = String::new();
     for node_zones in zones.chunk_by(|a, b| a.node == b.node) {
         let nr_orders = node_order_count(node_zones);
         put!(out, "Page block order: {}\n", geometry.pageblock_order);
         // Pageblock orders are small in practice; saturate rather than overflow.
-        let per_block = 1u128
-            .checked_shl(geometry.pageblock_order)
-            .unwrap_or(u128::MAX);
+        let per_block = 1u128.checked_shl(geometry.pageblock_order).unwrap_or(u128::MAX);
         put!(out, "Pages per block:  {per_block}\n\n");
 
         put!(out, "{:<43} ", "Free pages count per migrate type at order");
@@ -143,17 +136,8 @@ pub fn pagetypeinfo(
         out.push('\n');
         for zone in node_zones {
             for (mt, name) in migratetype_names.iter().enumerate() {
-                put!(
-                    out,
-                    "Node {:4}, zone {:>8}, type {:>12} ",
-                    zone.node,
-                    zone.zone_name,
-                    name
-                );
-                let row = zone
-                    .free_blocks_per_type
-                    .get(mt)
-                    .map_or(&[][..], Vec::as_slice);
+                put!(out, "Node {:4}, zone {:>8}, type {:>12} ", zone.node, zone.zone_name, name);
+                let row = zone.free_blocks_per_type.get(mt).map_or(&[][..], Vec::as_slice);
                 for order in 0..nr_orders {
                     let count = row.get(order).copied().unwrap_or(0);
                     if count >= PAGETYPEINFO_COUNT_CAP {
@@ -212,9 +196,7 @@ fn parse_decimal(token: &str, not_decimal: &'static str) -> Result<u64, &'static
         if !b.is_ascii_digit() {
             return Err(not_decimal);
         }
-        acc.checked_mul(10)
-            .and_then(|v| v.checked_add(u64::from(b - b'0')))
-            .ok_or(ERR_TOO_LARGE)
+        acc.checked_mul(10).and_then(|v| v.checked_add(u64::from(b - b'0'))).ok_or(ERR_TOO_LARGE)
     })
 }
 
@@ -234,10 +216,7 @@ fn parse_decimal(token: &str, not_decimal: &'static str) -> Result<u64, &'static
 pub fn parse_buddyinfo(text: &str) -> Result<Vec<(usize, String, Vec<u64>)>, ProcParseError> {
     let mut zones = Vec::new();
     for (index, raw) in text.lines().enumerate() {
-        let err = |reason| ProcParseError {
-            line: index + 1,
-            reason,
-        };
+        let err = |reason| ProcParseError { line: index + 1, reason };
         let mut tokens = raw.split_ascii_whitespace();
         let Some(first) = tokens.next() else {
             continue;
@@ -245,20 +224,14 @@ pub fn parse_buddyinfo(text: &str) -> Result<Vec<(usize, String, Vec<u64>)>, Pro
         if first != "Node" {
             return Err(err(ERR_NODE_KEYWORD));
         }
-        let node_token = tokens
-            .next()
-            .and_then(|t| t.strip_suffix(','))
-            .ok_or_else(|| err(ERR_NODE_ID))?;
+        let node_token = tokens.next().and_then(|t| t.strip_suffix(',')).ok_or_else(|| err(ERR_NODE_ID))?;
         let node = parse_decimal(node_token, ERR_NODE_ID).map_err(err)?;
         let node = usize::try_from(node).map_err(|_| err(ERR_TOO_LARGE))?;
         if tokens.next() != Some("zone") {
             return Err(err(ERR_ZONE_KEYWORD));
         }
         let name = tokens.next().ok_or_else(|| err(ERR_ZONE_NAME))?;
-        let counts = tokens
-            .map(|t| parse_decimal(t, ERR_NOT_DECIMAL))
-            .collect::<Result<Vec<u64>, _>>()
-            .map_err(err)?;
+        let counts = tokens.map(|t| parse_decimal(t, ERR_NOT_DECIMAL)).collect::<Result<Vec<u64>, _>>().map_err(err)?;
         if counts.is_empty() {
             return Err(err(ERR_NO_COUNTS));
         }
@@ -288,11 +261,7 @@ struct ContigInfo {
 
 fn contig_info(free_blocks_per_order: &[u64], suitable_order: u32) -> ContigInfo {
     let suitable_order = usize::try_from(suitable_order).unwrap_or(usize::MAX);
-    let mut info = ContigInfo {
-        free_pages: 0,
-        free_blocks_total: 0,
-        suitable_pages: 0,
-    };
+    let mut info = ContigInfo { free_pages: 0, free_blocks_total: 0, suitable_pages: 0 };
     for (order, &count) in free_blocks_per_order.iter().enumerate() {
         let pages = pages_of(count, order);
         info.free_blocks_total = info.free_blocks_total.saturating_add(u128::from(count));

@@ -78,11 +78,7 @@ mod real {
 
     impl core::fmt::Display for RealMemoryError {
         fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            write!(
-                f,
-                "mmap of {} bytes failed with errno {}",
-                self.bytes, self.errno
-            )
+            write!(f, "mmap of {} bytes failed with errno {}", self.bytes, self.errno)
         }
     }
 
@@ -105,11 +101,7 @@ mod real {
 
     impl RealMemory {
         /// Maps `pages` pages of `page_size` bytes.
-        pub fn map(
-            pages: usize,
-            page_size: usize,
-            huge: HugePages,
-        ) -> Result<Self, RealMemoryError> {
+        pub fn map(pages: usize, page_size: usize, huge: HugePages) -> Result<Self, RealMemoryError> {
             let len = pages.saturating_mul(page_size);
             let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
             if huge == HugePages::Explicit {
@@ -117,16 +109,8 @@ mod real {
             }
             // SAFETY: a fresh anonymous mapping with no address hint touches
             // no existing memory; the result is checked below.
-            let ptr = unsafe {
-                libc::mmap(
-                    core::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    flags,
-                    -1,
-                    0,
-                )
-            };
+            let ptr =
+                unsafe { libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
             if ptr == libc::MAP_FAILED || len == 0 {
                 let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
                 return Err(RealMemoryError { errno, bytes: len });
@@ -138,15 +122,8 @@ mod real {
                     libc::madvise(ptr, len, libc::MADV_HUGEPAGE);
                 }
             }
-            let base = NonNull::new(ptr as *mut u8).ok_or(RealMemoryError {
-                errno: 0,
-                bytes: len,
-            })?;
-            Ok(Self {
-                base,
-                len,
-                page_size,
-            })
+            let base = NonNull::new(ptr as *mut u8).ok_or(RealMemoryError { errno: 0, bytes: len })?;
+            Ok(Self { base, len, page_size })
         }
 
         /// Address of page `index` (counted from the region's start), or
@@ -167,10 +144,8 @@ mod real {
         /// The caller must own those pages (just allocated, not yet handed
         /// out), so no other thread reads or writes them concurrently.
         pub(crate) fn zero_pages(&self, index: usize, count: usize) {
-            let (Some(start), Some(bytes)) = (
-                index.checked_mul(self.page_size),
-                count.checked_mul(self.page_size),
-            ) else {
+            let (Some(start), Some(bytes)) = (index.checked_mul(self.page_size), count.checked_mul(self.page_size))
+            else {
                 return;
             };
             if start.checked_add(bytes).is_none_or(|end| end > self.len) {

@@ -182,7 +182,13 @@ impl Zone {
     /// pages above `mark`? Uses the published counts, so it may be slightly
     /// stale; the locked paths re-check exactly.
     #[inline]
-    pub(crate) fn watermark_fast(&self, order: u32, mark: u64, highest_zone: ZoneType, alloc_flags: AllocFlags) -> bool {
+    pub(crate) fn watermark_fast(
+        &self,
+        order: u32,
+        mark: u64,
+        highest_zone: ZoneType,
+        alloc_flags: AllocFlags,
+    ) -> bool {
         let counts = FreeCounts {
             free: self.free_pages_hint.load(Relaxed),
             highatomic: self.free_highatomic_hint.load(Relaxed),
@@ -192,7 +198,14 @@ impl Zone {
         self.free_above_mark(counts, order, mark, highest_zone, alloc_flags)
     }
 
-    fn free_above_mark(&self, c: FreeCounts, order: u32, mark: u64, highest_zone: ZoneType, alloc_flags: AllocFlags) -> bool {
+    fn free_above_mark(
+        &self,
+        c: FreeCounts,
+        order: u32,
+        mark: u64,
+        highest_zone: ZoneType,
+        alloc_flags: AllocFlags,
+    ) -> bool {
         let mut free = c.free as i64 - ((1i64 << order) - 1);
         let mut min = mark as i64;
         // Free pages this request may not use.
@@ -248,11 +261,7 @@ impl Zone {
             if area.nr_free(o) == 0 {
                 continue;
             }
-            let pcp = [
-                MigrateType::Unmovable,
-                MigrateType::Movable,
-                MigrateType::Reclaimable,
-            ];
+            let pcp = [MigrateType::Unmovable, MigrateType::Movable, MigrateType::Reclaimable];
             if pcp.iter().any(|&mt| area.nr_blocks(o, mt) > 0) {
                 return true;
             }
@@ -291,11 +300,7 @@ pub struct WatermarkConfig {
 
 impl Default for WatermarkConfig {
     fn default() -> Self {
-        Self {
-            min_free_kbytes: None,
-            watermark_scale_factor: 10,
-            lowmem_reserve_ratio: [256, 256, 32, 0],
-        }
+        Self { min_free_kbytes: None, watermark_scale_factor: 10, lowmem_reserve_ratio: [256, 256, 32, 0] }
     }
 }
 
@@ -323,28 +328,15 @@ fn isqrt(n: u64) -> u64 {
 /// Sets min/low/high of every zone and the lowmem reserves of each node
 /// (Linux's `__setup_per_zone_wmarks` and `setup_per_zone_lowmem_reserve`).
 /// Returns the `min_free_kbytes` in force.
-pub(crate) fn setup_watermarks(
-    zones: &mut [Zone],
-    page_size: u64,
-    config: &WatermarkConfig,
-) -> u64 {
+pub(crate) fn setup_watermarks(zones: &mut [Zone], page_size: u64, config: &WatermarkConfig) -> u64 {
     let kb_per_page = (page_size / 1024).max(1);
-    let lowmem_pages: u64 = zones
-        .iter()
-        .filter(|z| z.zone_type != ZoneType::Movable)
-        .map(|z| z.managed_pages)
-        .sum();
-    let min_free_kbytes = config
-        .min_free_kbytes
-        .unwrap_or_else(|| default_min_free_kbytes(lowmem_pages * kb_per_page));
+    let lowmem_pages: u64 = zones.iter().filter(|z| z.zone_type != ZoneType::Movable).map(|z| z.managed_pages).sum();
+    let min_free_kbytes = config.min_free_kbytes.unwrap_or_else(|| default_min_free_kbytes(lowmem_pages * kb_per_page));
     let pages_min = min_free_kbytes / kb_per_page;
     for zone in zones.iter_mut() {
         let managed = zone.managed_pages;
-        let share = if lowmem_pages == 0 {
-            0
-        } else {
-            (pages_min as u128 * managed as u128 / lowmem_pages as u128) as u64
-        };
+        let share =
+            if lowmem_pages == 0 { 0 } else { (pages_min as u128 * managed as u128 / lowmem_pages as u128) as u64 };
         let min = if zone.zone_type == ZoneType::Movable {
             // Like highmem: a small fixed pool, since nothing but movable
             // allocations can use this zone anyway.
@@ -357,25 +349,28 @@ pub(crate) fn setup_watermarks(
     }
     // lowmem_reserve[j] of a lower zone i: pages of zones i+1..=j of the same
     // node divided by zone i's ratio.
-    for i in 0..zones.len() {
-        let (nid, ti) = (zones[i].nid, zones[i].zone_type.index());
-        let ratio = config.lowmem_reserve_ratio[ti];
-        let mut reserve = [0u64; MAX_NR_ZONES];
-        let mut above = 0u64;
-        for tj in ti + 1..MAX_NR_ZONES {
-            let upper: u64 = zones
-                .iter()
-                .filter(|z| z.nid == nid && z.zone_type.index() == tj)
-                .map(|z| z.managed_pages)
-                .sum();
-            above += upper;
-            reserve[tj] = if ratio == 0 || upper == 0 {
-                0
-            } else {
-                above / ratio
-            };
-        }
-        zones[i].lowmem_reserve = reserve;
+    // Like Linux, the reserve is cleared only when the lower zone itself has
+    // no ratio or no pages; absent upper zones just add nothing.
+    let managed_of = |zones: &[Zone], nid: usize, t: usize| -> u64 {
+        zones.iter().filter(|z| z.nid == nid && z.zone_type.index() == t).map(|z| z.managed_pages).sum()
+    };
+    let reserves: Vec<[u64; MAX_NR_ZONES]> = zones
+        .iter()
+        .map(|zone| {
+            let ti = zone.zone_type.index();
+            let ratio = config.lowmem_reserve_ratio[ti];
+            let clear = ratio == 0 || zone.managed_pages == 0;
+            let mut reserve = [0u64; MAX_NR_ZONES];
+            let mut above = 0u64;
+            for (tj, slot) in reserve.iter_mut().enumerate().skip(ti + 1) {
+                above += managed_of(zones, zone.nid, tj);
+                *slot = if clear { 0 } else { above / ratio };
+            }
+            reserve
+        })
+        .collect();
+    for (zone, reserve) in zones.iter_mut().zip(reserves) {
+        zone.lowmem_reserve = reserve;
     }
     min_free_kbytes
 }
@@ -397,19 +392,7 @@ mod tests {
 
     #[test]
     fn isqrt_is_exact_floor() {
-        for n in [
-            0u64,
-            1,
-            2,
-            3,
-            4,
-            15,
-            16,
-            17,
-            1 << 40,
-            (1 << 40) + 1,
-            u64::MAX,
-        ] {
+        for n in [0u64, 1, 2, 3, 4, 15, 16, 17, 1 << 40, (1 << 40) + 1, u64::MAX] {
             let r = isqrt(n);
             assert!(r as u128 * r as u128 <= n as u128);
             assert!((r as u128 + 1) * (r as u128 + 1) > n as u128);
@@ -417,37 +400,25 @@ mod tests {
     }
 
     fn zone(nid: usize, t: ZoneType, managed: u64) -> Zone {
-        Zone::new(
-            nid,
-            t,
-            (0, managed),
-            (0, managed as u32),
-            managed,
-            managed,
-            10,
-        )
+        Zone::new(nid, t, (0, managed), (0, managed as u32), managed, managed, 10)
     }
 
     #[test]
     fn watermarks_are_shares_of_min_free() {
-        let mut zones = [
-            zone(0, ZoneType::Dma32, 3 << 18),
-            zone(0, ZoneType::Normal, 1 << 18),
-        ];
-        let cfg = WatermarkConfig {
-            min_free_kbytes: Some(4096),
-            ..Default::default()
-        };
+        let mut zones = [zone(0, ZoneType::Dma32, 3 << 18), zone(0, ZoneType::Normal, 1 << 18)];
+        let cfg = WatermarkConfig { min_free_kbytes: Some(4096), ..Default::default() };
         setup_watermarks(&mut zones, 4096, &cfg);
         // 1024 pages of min split 3:1.
         assert_eq!(zones[0].watermark(Watermark::Min), 768);
         assert_eq!(zones[1].watermark(Watermark::Min), 256);
-        // step = max(min/4, managed * 10 / 10000)
-        let step1 = (256u64 / 4).max((1 << 18) * 10 / 10_000);
+        // step = max(min/4, managed * 10 / 10000) = max(64, 262) = 262
+        let step1 = 262;
         assert_eq!(zones[1].watermark(Watermark::Low), 256 + step1);
         assert_eq!(zones[1].watermark(Watermark::High), 256 + 2 * step1);
         // DMA32 keeps Normal's pages / 256 back from Normal-capable requests.
         assert_eq!(zones[0].lowmem_reserve(ZoneType::Normal), (1 << 18) / 256);
         assert_eq!(zones[1].lowmem_reserve(ZoneType::Normal), 0);
+        // An absent MOVABLE zone adds nothing, but does not clear the reserve.
+        assert_eq!(zones[0].lowmem_reserve(ZoneType::Movable), (1 << 18) / 256);
     }
 }

@@ -25,12 +25,7 @@ pub const MAX_NR_ZONES: usize = 4;
 
 impl ZoneType {
     /// Every zone type, in index order.
-    pub const ALL: [ZoneType; MAX_NR_ZONES] = [
-        ZoneType::Dma,
-        ZoneType::Dma32,
-        ZoneType::Normal,
-        ZoneType::Movable,
-    ];
+    pub const ALL: [ZoneType; MAX_NR_ZONES] = [ZoneType::Dma, ZoneType::Dma32, ZoneType::Normal, ZoneType::Movable];
 
     /// Index into per-zone arrays.
     #[must_use]
@@ -299,9 +294,7 @@ pub const fn gfp_zone(gfp: Gfp) -> Result<ZoneType, GfpZoneError> {
     let highmem = gfp.contains(Gfp::HIGHMEM);
     let modifiers = dma as u32 + dma32 as u32 + highmem as u32;
     if modifiers > 1 {
-        return Err(GfpZoneError {
-            zone_bits: gfp.intersection(Gfp::ZONEMASK),
-        });
+        return Err(GfpZoneError { zone_bits: gfp.intersection(Gfp::ZONEMASK) });
     }
     if dma {
         Ok(ZoneType::Dma)

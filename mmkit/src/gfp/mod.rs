@@ -144,9 +144,9 @@ mod convert;
 mod tests;
 
 pub use convert::{
-    fast_path_alloc_flags, gfp_compaction_allowed, gfp_migratetype, gfp_pfmemalloc_allowed,
-    gfp_to_alloc_flags, gfp_to_base_alloc_flags, gfp_zone, gfpflags_allow_blocking, AllocFlags,
-    GfpZoneError, MigrateType, Watermark, ZoneType, MAX_NR_ZONES, MIGRATE_TYPES,
+    fast_path_alloc_flags, gfp_compaction_allowed, gfp_migratetype, gfp_pfmemalloc_allowed, gfp_to_alloc_flags,
+    gfp_to_base_alloc_flags, gfp_zone, gfpflags_allow_blocking, AllocFlags, GfpZoneError, MigrateType, Watermark,
+    ZoneType, MAX_NR_ZONES, MIGRATE_TYPES,
 };
 
 /// GFP request flags: how a caller wants memory allocated.
@@ -244,11 +244,8 @@ impl Gfp {
     /// User pages that can be migrated (anonymous memory, page cache).
     pub const HIGHUSER_MOVABLE: Gfp = Gfp(Gfp::HIGHUSER.0 | Gfp::MOVABLE.0);
     /// Transparent huge page that must not reclaim or warn.
-    pub const TRANSHUGE_LIGHT: Gfp = Gfp((Gfp::HIGHUSER_MOVABLE.0
-        | Gfp::COMP.0
-        | Gfp::NOMEMALLOC.0
-        | Gfp::NOWARN.0)
-        & !Gfp::RECLAIM.0);
+    pub const TRANSHUGE_LIGHT: Gfp =
+        Gfp((Gfp::HIGHUSER_MOVABLE.0 | Gfp::COMP.0 | Gfp::NOMEMALLOC.0 | Gfp::NOWARN.0) & !Gfp::RECLAIM.0);
     /// [`Gfp::TRANSHUGE_LIGHT`] that may direct-reclaim.
     pub const TRANSHUGE: Gfp = Gfp(Gfp::TRANSHUGE_LIGHT.0 | Gfp::DIRECT_RECLAIM.0);
 
@@ -297,9 +294,7 @@ fn parse_term(term: &str) -> Result<Gfp, GfpParseErrorKind> {
         if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(GfpParseErrorKind::BadNumber);
         }
-        return u32::from_str_radix(digits, 16)
-            .map(Gfp)
-            .map_err(|_| GfpParseErrorKind::NumberTooLarge);
+        return u32::from_str_radix(digits, 16).map(Gfp).map_err(|_| GfpParseErrorKind::NumberTooLarge);
     }
     if let Some(&(_, value)) = GFP_NAMES.iter().find(|(name, _)| *name == term) {
         return Ok(Gfp(value));
@@ -356,12 +351,7 @@ const GFP_NAMES: &[(&str, u32)] = &[
 /// Writes `bits` as `name|name|0xrest` from `names`, taking each entry whose
 /// bits are all still left (and that has at least one bit), then any
 /// remainder in hex; `empty` when there are no bits at all.
-fn write_symbolic(
-    f: &mut fmt::Formatter<'_>,
-    bits: u32,
-    names: &[(&str, u32)],
-    empty: &str,
-) -> fmt::Result {
+fn write_symbolic(f: &mut fmt::Formatter<'_>, bits: u32, names: &[(&str, u32)], empty: &str) -> fmt::Result {
     if bits == 0 {
         return f.write_str(empty);
     }

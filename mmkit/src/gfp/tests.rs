@@ -128,9 +128,7 @@ fn req_of(combo: u32, order: u32) -> Req {
 }
 
 fn gfp_of(combo: u32) -> u32 {
-    (0..RELEVANT.len())
-        .filter(|&i| combo & (1 << i) != 0)
-        .fold(0, |acc, i| acc | RELEVANT[i])
+    (0..RELEVANT.len()).filter(|&i| combo & (1 << i) != 0).fold(0, |acc, i| acc | RELEVANT[i])
 }
 
 /// Reference model, written per output bit instead of as a sequence of
@@ -153,16 +151,10 @@ fn reference(r: &Req, with_reserves: bool) -> u32 {
         (0x40, !reserve && (r.direct || !r.high)),
         (0x80, r.movable && !r.reclaimable),
         (0x100, false),
-        (
-            0x200,
-            !reserve && atomic_context && !r.nomemalloc && r.high && r.order >= 1,
-        ),
+        (0x200, !reserve && atomic_context && !r.nomemalloc && r.high && r.order >= 1),
         (0x800, r.kswapd),
     ];
-    rules
-        .iter()
-        .filter(|(_, on)| *on)
-        .fold(0, |acc, (bit, _)| acc | bit)
+    rules.iter().filter(|(_, on)| *on).fold(0, |acc, (bit, _)| acc | bit)
 }
 
 /// Every combination of the seven relevant bits at orders 0..=10, with and
@@ -171,10 +163,7 @@ fn reference(r: &Req, with_reserves: bool) -> u32 {
 #[test]
 fn gfp_to_alloc_flags_exhaustive() {
     // Bits that must not influence the result.
-    let noise = [
-        0,
-        0x40 | 0x80 | 0x100 | 0x40000 | 0x100000 | 0x2000 | 0x1000000,
-    ];
+    let noise = [0, 0x40 | 0x80 | 0x100 | 0x40000 | 0x100000 | 0x2000 | 0x1000000];
     for combo in 0..(1u32 << RELEVANT.len()) {
         for order in 0..=10 {
             for extra in noise {
@@ -199,10 +188,7 @@ fn gfp_to_alloc_flags_exhaustive() {
 #[test]
 fn gfp_to_alloc_flags_spot_checks() {
     use AllocFlags as A;
-    assert_eq!(
-        gfp_to_alloc_flags(Gfp::KERNEL, 0),
-        A::WMARK_MIN | A::CPUSET | A::KSWAPD
-    );
+    assert_eq!(gfp_to_alloc_flags(Gfp::KERNEL, 0), A::WMARK_MIN | A::CPUSET | A::KSWAPD);
     let atomic = A::WMARK_MIN | A::MIN_RESERVE | A::KSWAPD | A::NON_BLOCK;
     assert_eq!(gfp_to_alloc_flags(Gfp::ATOMIC, 0), atomic);
     assert_eq!(gfp_to_alloc_flags(Gfp::ATOMIC, 3), atomic | A::HIGHATOMIC);
@@ -210,35 +196,17 @@ fn gfp_to_alloc_flags_spot_checks() {
     let nowait = A::WMARK_MIN | A::CPUSET | A::KSWAPD | A::NON_BLOCK;
     assert_eq!(gfp_to_alloc_flags(Gfp::NOWAIT, 0), nowait);
     assert_eq!(gfp_to_alloc_flags(Gfp::NOWAIT, 3), nowait);
-    assert_eq!(
-        gfp_to_alloc_flags(Gfp::NOWAIT | Gfp::NOMEMALLOC, 0),
-        A::CPUSET | A::KSWAPD
-    );
-    assert_eq!(
-        gfp_to_alloc_flags(Gfp::HIGHUSER_MOVABLE, 0),
-        A::CPUSET | A::KSWAPD | A::CMA
-    );
+    assert_eq!(gfp_to_alloc_flags(Gfp::NOWAIT | Gfp::NOMEMALLOC, 0), A::CPUSET | A::KSWAPD);
+    assert_eq!(gfp_to_alloc_flags(Gfp::HIGHUSER_MOVABLE, 0), A::CPUSET | A::KSWAPD | A::CMA);
     // __GFP_MEMALLOC replaces everything but KSWAPD (and CMA if movable).
     let memalloc = Gfp::KERNEL | Gfp::MEMALLOC;
-    assert_eq!(
-        gfp_to_alloc_flags(memalloc, 0),
-        A::NO_WATERMARKS | A::KSWAPD
-    );
+    assert_eq!(gfp_to_alloc_flags(memalloc, 0), A::NO_WATERMARKS | A::KSWAPD);
     assert_eq!(gfp_to_base_alloc_flags(memalloc, 0), A::CPUSET | A::KSWAPD);
     let movable_memalloc = Gfp::HIGHUSER_MOVABLE | Gfp::MEMALLOC;
-    assert_eq!(
-        gfp_to_alloc_flags(movable_memalloc, 2),
-        A::NO_WATERMARKS | A::KSWAPD | A::CMA
-    );
-    assert_eq!(
-        gfp_to_alloc_flags(memalloc | Gfp::NOMEMALLOC, 0),
-        A::CPUSET | A::KSWAPD
-    );
+    assert_eq!(gfp_to_alloc_flags(movable_memalloc, 2), A::NO_WATERMARKS | A::KSWAPD | A::CMA);
+    assert_eq!(gfp_to_alloc_flags(memalloc | Gfp::NOMEMALLOC, 0), A::CPUSET | A::KSWAPD);
     // THP light: cannot block, NOMEMALLOC, no kswapd.
-    assert_eq!(
-        gfp_to_alloc_flags(Gfp::TRANSHUGE_LIGHT, 9),
-        A::CPUSET | A::CMA
-    );
+    assert_eq!(gfp_to_alloc_flags(Gfp::TRANSHUGE_LIGHT, 9), A::CPUSET | A::CMA);
     assert!(gfp_to_alloc_flags(Gfp::ATOMIC, 0).intersects(A::RESERVES));
     assert!(!gfp_to_alloc_flags(Gfp::KERNEL, 5).intersects(A::RESERVES));
 }
@@ -327,10 +295,7 @@ fn alloc_flag_values_and_watermark_field() {
 fn alloc_flags_print_symbolically() {
     use AllocFlags as A;
     let atomic = gfp_to_alloc_flags(Gfp::ATOMIC, 1);
-    assert_eq!(
-        atomic.to_string(),
-        "WMARK_MIN|NON_BLOCK|MIN_RESERVE|HIGHATOMIC|KSWAPD"
-    );
+    assert_eq!(atomic.to_string(), "WMARK_MIN|NON_BLOCK|MIN_RESERVE|HIGHATOMIC|KSWAPD");
     assert_eq!(std::format!("{:?}", A::WMARK_LOW), "AllocFlags(WMARK_LOW)");
     assert_eq!(A::from_bits(0x1_0003).to_string(), "WMARK_3|0x10000");
 }
@@ -364,10 +329,7 @@ fn gfp_zone_all_combinations() {
         None,          // all four
     ];
     for (bits, want) in expected.iter().enumerate() {
-        for other in [
-            0,
-            Gfp::KERNEL.bits() | Gfp::RECLAIMABLE.bits() | 0x8000_0000,
-        ] {
+        for other in [0, Gfp::KERNEL.bits() | Gfp::RECLAIMABLE.bits() | 0x8000_0000] {
             let gfp = Gfp::from_bits(bits as u32 | other);
             match (gfp_zone(gfp), want) {
                 (Ok(z), Some(w)) => assert_eq!(z, *w, "{gfp}"),
@@ -420,14 +382,7 @@ fn zone_type_table() {
 #[test]
 fn migrate_type_table() {
     use MigrateType::*;
-    let names = [
-        "Unmovable",
-        "Movable",
-        "Reclaimable",
-        "HighAtomic",
-        "CMA",
-        "Isolate",
-    ];
+    let names = ["Unmovable", "Movable", "Reclaimable", "HighAtomic", "CMA", "Isolate"];
     assert_eq!(MIGRATE_TYPES, 6);
     assert_eq!(MigrateType::PCPTYPES, 3);
     for (i, m) in MigrateType::ALL.into_iter().enumerate() {
@@ -455,57 +410,24 @@ fn migrate_type_table() {
 /// kernel printed for it. Display must produce exactly that text.
 const TRACE_HEADER: [(u32, &str); 22] = [
     (0x500cc2, "GFP_HIGHUSER|__GFP_ACCOUNT"),
-    (
-        0x152c4a,
-        "GFP_NOFS|__GFP_HIGHMEM|__GFP_MOVABLE|__GFP_NOWARN|__GFP_NORETRY|__GFP_COMP|__GFP_HARDWALL",
-    ),
+    (0x152c4a, "GFP_NOFS|__GFP_HIGHMEM|__GFP_MOVABLE|__GFP_NOWARN|__GFP_NORETRY|__GFP_COMP|__GFP_HARDWALL"),
     (0x140dca, "GFP_HIGHUSER_MOVABLE|__GFP_ZERO|__GFP_COMP"),
     (0x141cca, "GFP_HIGHUSER_MOVABLE|__GFP_WRITE|__GFP_COMP"),
     (0x148c40, "GFP_NOFS|__GFP_NOFAIL|__GFP_COMP|__GFP_HARDWALL"),
     (0x42800, "GFP_NOWAIT|__GFP_COMP"),
-    (
-        0x153cca,
-        "GFP_HIGHUSER_MOVABLE|__GFP_WRITE|__GFP_NOWARN|__GFP_NORETRY|__GFP_COMP",
-    ),
-    (
-        0x52c50,
-        "GFP_NOFS|__GFP_RECLAIMABLE|__GFP_NOWARN|__GFP_NORETRY|__GFP_COMP",
-    ),
+    (0x153cca, "GFP_HIGHUSER_MOVABLE|__GFP_WRITE|__GFP_NOWARN|__GFP_NORETRY|__GFP_COMP"),
+    (0x52c50, "GFP_NOFS|__GFP_RECLAIMABLE|__GFP_NOWARN|__GFP_NORETRY|__GFP_COMP"),
     (0x140cca, "GFP_HIGHUSER_MOVABLE|__GFP_COMP"),
-    (
-        0x52810,
-        "GFP_NOWAIT|__GFP_RECLAIMABLE|__GFP_NORETRY|__GFP_COMP",
-    ),
+    (0x52810, "GFP_NOWAIT|__GFP_RECLAIMABLE|__GFP_NORETRY|__GFP_COMP"),
     (0x440dc0, "GFP_KERNEL_ACCOUNT|__GFP_ZERO|__GFP_COMP"),
-    (
-        0x52830,
-        "GFP_ATOMIC|__GFP_RECLAIMABLE|__GFP_NOWARN|__GFP_NORETRY|__GFP_COMP",
-    ),
+    (0x52830, "GFP_ATOMIC|__GFP_RECLAIMABLE|__GFP_NOWARN|__GFP_NORETRY|__GFP_COMP"),
     (0x2800, "GFP_NOWAIT"),
-    (
-        0x148c48,
-        "GFP_NOFS|__GFP_MOVABLE|__GFP_NOFAIL|__GFP_COMP|__GFP_HARDWALL",
-    ),
-    (
-        0xd2050,
-        "__GFP_RECLAIMABLE|__GFP_IO|__GFP_NOWARN|__GFP_NORETRY|__GFP_COMP|__GFP_NOMEMALLOC",
-    ),
-    (
-        0x252800,
-        "GFP_NOWAIT|__GFP_NORETRY|__GFP_COMP|__GFP_THISNODE",
-    ),
-    (
-        0x52cd0,
-        "GFP_KERNEL|__GFP_RECLAIMABLE|__GFP_NOWARN|__GFP_NORETRY|__GFP_COMP",
-    ),
-    (
-        0x152c50,
-        "GFP_NOFS|__GFP_RECLAIMABLE|__GFP_NOWARN|__GFP_NORETRY|__GFP_COMP|__GFP_HARDWALL",
-    ),
-    (
-        0xd2800,
-        "GFP_NOWAIT|__GFP_NORETRY|__GFP_COMP|__GFP_NOMEMALLOC",
-    ),
+    (0x148c48, "GFP_NOFS|__GFP_MOVABLE|__GFP_NOFAIL|__GFP_COMP|__GFP_HARDWALL"),
+    (0xd2050, "__GFP_RECLAIMABLE|__GFP_IO|__GFP_NOWARN|__GFP_NORETRY|__GFP_COMP|__GFP_NOMEMALLOC"),
+    (0x252800, "GFP_NOWAIT|__GFP_NORETRY|__GFP_COMP|__GFP_THISNODE"),
+    (0x52cd0, "GFP_KERNEL|__GFP_RECLAIMABLE|__GFP_NOWARN|__GFP_NORETRY|__GFP_COMP"),
+    (0x152c50, "GFP_NOFS|__GFP_RECLAIMABLE|__GFP_NOWARN|__GFP_NORETRY|__GFP_COMP|__GFP_HARDWALL"),
+    (0xd2800, "GFP_NOWAIT|__GFP_NORETRY|__GFP_COMP|__GFP_NOMEMALLOC"),
     (0x52c40, "GFP_NOFS|__GFP_NOWARN|__GFP_NORETRY|__GFP_COMP"),
     (0x52cc0, "GFP_KERNEL|__GFP_NOWARN|__GFP_NORETRY|__GFP_COMP"),
     (0x40c40, "GFP_NOFS|__GFP_COMP"),
@@ -533,10 +455,7 @@ fn display_special_cases() {
         (0x4 | 0x100, "GFP_DMA32|__GFP_ZERO"),
         (0x1c24ca, "GFP_TRANSHUGE"),
         (0x200, "0x200"),
-        (
-            0x1000100 | 0x8000_0000,
-            "__GFP_ZERO|__GFP_NO_OBJ_EXT|0x80000000",
-        ),
+        (0x1000100 | 0x8000_0000, "__GFP_ZERO|__GFP_NO_OBJ_EXT|0x80000000"),
     ];
     for (value, text) in cases {
         assert_eq!(Gfp::from_bits(value).to_string(), text);

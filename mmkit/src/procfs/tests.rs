@@ -103,14 +103,7 @@ fn parse_pagetypeinfo(text: &str) -> (PageblockGeometry, Vec<String>, Vec<ZoneFr
     for line in lines.by_ref().take_while(|l| !l.is_empty()) {
         let mut parts = line.splitn(3, ',');
         let node = number(parts.next().unwrap().trim_start_matches("Node").trim()) as usize;
-        let name = static_name(
-            parts
-                .next()
-                .unwrap()
-                .trim()
-                .trim_start_matches("zone")
-                .trim(),
-        );
+        let name = static_name(parts.next().unwrap().trim().trim_start_matches("zone").trim());
         let mut rest = parts.next().unwrap().split_ascii_whitespace().skip(2);
         let counts: Vec<u64> = rest.by_ref().map(number).collect();
         match zones.last_mut() {
@@ -125,19 +118,14 @@ fn parse_pagetypeinfo(text: &str) -> (PageblockGeometry, Vec<String>, Vec<ZoneFr
         }
     }
     let header = lines.next().unwrap();
-    let names: Vec<String> = header
-        .strip_prefix("Number of blocks type ")
-        .unwrap()
-        .split_ascii_whitespace()
-        .map(String::from)
-        .collect();
+    let names: Vec<String> =
+        header.strip_prefix("Number of blocks type ").unwrap().split_ascii_whitespace().map(String::from).collect();
     for (z, line) in zones.iter_mut().zip(lines) {
         z.pageblocks_per_type = line.split_ascii_whitespace().skip(4).map(number).collect();
         // The per-order totals are the per-type sums.
         let nr_orders = z.free_blocks_per_type[0].len();
-        z.free_blocks_per_order = (0..nr_orders)
-            .map(|o| z.free_blocks_per_type.iter().map(|row| row[o]).sum())
-            .collect();
+        z.free_blocks_per_order =
+            (0..nr_orders).map(|o| z.free_blocks_per_type.iter().map(|row| row[o]).sum()).collect();
     }
     (PageblockGeometry { pageblock_order }, names, zones)
 }
@@ -157,10 +145,7 @@ fn pagetypeinfo_reproduces_linux_fixture() {
     assert_eq!(zones.len(), 3);
     assert_eq!(zones[2].pageblocks_per_type, vec![40, 647, 17, 0, 0]);
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    assert_eq!(
-        pagetypeinfo(&geometry, &names, &zones),
-        PAGETYPEINFO_FIXTURE
-    );
+    assert_eq!(pagetypeinfo(&geometry, &names, &zones), PAGETYPEINFO_FIXTURE);
     // Both fixtures come from one snapshot: per-type sums are the buddyinfo rows.
     assert_eq!(buddyinfo(&zones), BUDDYINFO_FIXTURE);
 }
@@ -174,15 +159,9 @@ fn extfrag_files_reproduce_linux_fixture() {
 
 #[test]
 fn buddyinfo_wide_values_and_long_names_are_not_truncated() {
-    let zones = [
-        zone(12, "HighMem", vec![1234567, 0]),
-        zone(3, "Normal", vec![u64::MAX]),
-    ];
+    let zones = [zone(12, "HighMem", vec![1234567, 0]), zone(3, "Normal", vec![u64::MAX])];
     let text = buddyinfo(&zones);
-    assert_eq!(
-        text,
-        "Node 12, zone  HighMem 1234567      0 \nNode 3, zone   Normal 18446744073709551615 \n"
-    );
+    assert_eq!(text, "Node 12, zone  HighMem 1234567      0 \nNode 3, zone   Normal 18446744073709551615 \n");
     let parsed = parse_buddyinfo(&text).unwrap();
     assert_eq!(parsed[0], (12, String::from("HighMem"), vec![1234567, 0]));
     assert_eq!(parsed[1], (3, String::from("Normal"), vec![u64::MAX]));
@@ -205,13 +184,7 @@ fn pagetypeinfo_two_nodes_cap_and_padding() {
         free_blocks_per_type: vec![vec![7]],
         pageblocks_per_type: Vec::new(),
     };
-    let text = pagetypeinfo(
-        &PageblockGeometry {
-            pageblock_order: 10,
-        },
-        &["Unmovable", "Movable"],
-        &[node0, node1],
-    );
+    let text = pagetypeinfo(&PageblockGeometry { pageblock_order: 10 }, &["Unmovable", "Movable"], &[node0, node1]);
     let expected = concat!(
         "Page block order: 10\n",
         "Pages per block:  1024\n",
@@ -233,23 +206,13 @@ fn pagetypeinfo_two_nodes_cap_and_padding() {
         "Node 1, zone  Movable            0            0 \n",
     );
     assert_eq!(text, expected);
-    assert_eq!(
-        pagetypeinfo(&PageblockGeometry { pageblock_order: 9 }, &["A"], &[]),
-        ""
-    );
+    assert_eq!(pagetypeinfo(&PageblockGeometry { pageblock_order: 9 }, &["A"], &[]), "");
 }
 
 #[test]
 fn vmstat_lines_in_order() {
-    let counters = [
-        ("nr_free_pages", 12345),
-        ("pgalloc_dma", 0),
-        ("nr_unstable", 0),
-    ];
-    assert_eq!(
-        vmstat(&counters),
-        "nr_free_pages 12345\npgalloc_dma 0\nnr_unstable 0\n"
-    );
+    let counters = [("nr_free_pages", 12345), ("pgalloc_dma", 0), ("nr_unstable", 0)];
+    assert_eq!(vmstat(&counters), "nr_free_pages 12345\npgalloc_dma 0\nnr_unstable 0\n");
     assert_eq!(vmstat(&[]), "");
 }
 
@@ -264,27 +227,13 @@ fn parse_errors_name_line_and_reason() {
         ("\nNode 0, zone DMA", 2, ERR_NO_COUNTS),
         ("Node 0, zone DMA 1 x2", 1, ERR_NOT_DECIMAL),
         ("Node 0, zone DMA 1 +2", 1, ERR_NOT_DECIMAL),
-        (
-            "Node 0, zone DMA 1\nNode 0, zone N 18446744073709551616",
-            2,
-            ERR_TOO_LARGE,
-        ),
+        ("Node 0, zone DMA 1\nNode 0, zone N 18446744073709551616", 2, ERR_TOO_LARGE),
     ];
     for (text, line, reason) in cases {
-        assert_eq!(
-            parse_buddyinfo(text),
-            Err(ProcParseError { line, reason }),
-            "{text:?}"
-        );
+        assert_eq!(parse_buddyinfo(text), Err(ProcParseError { line, reason }), "{text:?}");
     }
-    let err = ProcParseError {
-        line: 4,
-        reason: ERR_NO_COUNTS,
-    };
-    assert_eq!(
-        alloc::format!("{err}"),
-        "line 4: zone has no free-block counts"
-    );
+    let err = ProcParseError { line: 4, reason: ERR_NO_COUNTS };
+    assert_eq!(alloc::format!("{err}"), "line 4: zone has no free-block counts");
     assert_eq!(parse_buddyinfo(""), Ok(Vec::new()));
     assert_eq!(parse_buddyinfo("\n  \r\n"), Ok(Vec::new()));
 }
@@ -333,20 +282,13 @@ fn hand_computed_indices() {
     assert_eq!(fragmentation_index(&[0, 0], 1), 0);
     // Linux's formula goes negative for a lone small block; printed as C does.
     assert_eq!(fragmentation_index(&[1, 0], 1), -500);
-    assert_eq!(
-        extfrag_index_text(&[zone(0, "DMA", vec![1, 0])]),
-        "Node 0, zone      DMA -1.000  0.-500 \n"
-    );
+    assert_eq!(extfrag_index_text(&[zone(0, "DMA", vec![1, 0])]), "Node 0, zone      DMA -1.000  0.-500 \n");
 }
 
 const ZONE_NAMES: &[&str] = &["DMA", "DMA32", "Normal", "Movable", "HighMem", "Device"];
 
 fn zones_strategy() -> impl Strategy<Value = Vec<ZoneFreeInfo>> {
-    let one = (
-        0usize..4096,
-        prop::sample::select(ZONE_NAMES),
-        prop::collection::vec(any::<u64>(), 1..16),
-    )
+    let one = (0usize..4096, prop::sample::select(ZONE_NAMES), prop::collection::vec(any::<u64>(), 1..16))
         .prop_map(|(node, name, counts)| zone(node, name, counts));
     prop::collection::vec(one, 0..8)
 }

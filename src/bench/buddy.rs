@@ -1,0 +1,207 @@
+//! Suite `buddy`: single-block allocation and freeing straight through the
+//! buddy allocator (maps built with per-CPU lists off), order 0 and order 9,
+//! on fresh and on fragmented memory, plus a 4096-page batch.
+//!
+//! Owns the case list, each case's setup (fresh or fragmented maps and peer
+//! allocators) and the suite's footnotes. Timing and output are the
+//! harness's; the loops and the implementations are `subjects`'; the
+//! fragmentation recipes are `fragment`'s.
+
+use super::fragment::{self, SEED};
+use super::harness::{measure, BenchError, CaseResult, CaseSpec, Contender, Settings, SuiteReport};
+use super::subjects::{batch_loop, buddy_only_map, names, pair_loop, Bsa, Heap, Mmkit, PAGE_SIZE};
+use super::{Progress, Suite};
+use crate::size::format_size;
+use mimalloc::MiMalloc;
+use std::alloc::System;
+
+/// The suite as the registry lists it.
+pub const SUITE: Suite = Suite {
+    name: "buddy",
+    about: "order-0 / order-9 alloc+free through the buddy allocator, fresh and fragmented",
+    run,
+};
+
+/// Pages per iteration of the batch case.
+const BATCH: usize = 4096;
+
+/// Sizes of one run of the suite.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    /// Bytes of each mmkit map (buddy_system_allocator gets its spans).
+    map_bytes: u64,
+    /// Pairs per timed run, order 0.
+    order0_iters: u64,
+    /// Pairs per timed run, order 9.
+    order9_iters: u64,
+    /// Batches per timed run.
+    batch_iters: u64,
+}
+
+impl Plan {
+    fn new(settings: &Settings) -> Self {
+        Self {
+            map_bytes: settings.pick(4 << 30, 256 << 20),
+            order0_iters: settings.pick(1 << 20, 1 << 13),
+            order9_iters: settings.pick(1 << 16, 1 << 10),
+            batch_iters: settings.pick(256, 4),
+        }
+    }
+
+    fn pages(&self) -> u64 {
+        self.map_bytes / PAGE_SIZE as u64
+    }
+}
+
+fn spec(name: &'static str, unit: &'static str, units_per_iter: u64, iters: u64) -> CaseSpec {
+    CaseSpec { name, unit, units_per_iter, iters, warmup_iters: (iters / 8).max(1) }
+}
+
+fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, BenchError> {
+    let plan = Plan::new(settings);
+    let mut cases = Vec::new();
+    for (name, case) in CASES {
+        progress(name);
+        cases.extend(case(name, &plan, settings)?);
+    }
+    let description = format!(
+        "a fresh {} metadata-only mmkit map per case (Gfp::KERNEL, per-CPU lists off), buddy_system_allocator \
+         over the same PFN spans; pairs per run: {} at order 0, {} at order 9; batch: {} \
+         pages x {}",
+        format_size(plan.map_bytes),
+        plan.order0_iters,
+        plan.order9_iters,
+        BATCH,
+        plan.batch_iters,
+    );
+    let notes = vec![
+        "mimalloc and system are heap allocators asked for 4 KiB blocks aligned to 4 KiB \
+         (order 0) or 2 MiB aligned to 2 MiB (order 9) through GlobalAlloc; the memory is \
+         never touched, as mmkit's map is metadata-only."
+            .to_string(),
+        "Order 9 through a heap allocator costs microseconds when it maps a fresh region \
+         per request: mimalloc does for 2 MiB-aligned blocks; glibc (system) does until an \
+         earlier large free in the same process raises its dynamic mmap threshold, so its \
+         order-9 numbers depend on what ran before (in a full run the fragmented cases' \
+         bookkeeping vectors raise it; in --quick they are too small to)."
+            .to_string(),
+        format!(
+            "*_fragmented cases run only for mmkit and buddy_system_allocator: both are \
+             fragmented by the same recipe (order 0: allocate 90% of the pages one by one, \
+             free a xorshift-chosen half with seed {SEED:#x}; order 9: allocate order-9 blocks \
+             until refused, free every other one). The heap allocators have no comparable \
+             page-frame state to fragment, so they are not run there."
+        ),
+        format!(
+            "buddy_system_allocator is one FrameAllocator<{}> (the crate's default ORDER; \
+             a smaller one loses memory, see subjects.rs) per mmkit zone span, tried from the \
+             highest zone down like mmkit's zonelist. It has no MAX_PAGE_ORDER: on fresh \
+             memory it splits from blocks as large as the span allows (2^19 frames in a 4 GiB \
+             map) where mmkit splits from 2^10.",
+            super::subjects::BSA_ORDER,
+        ),
+    ];
+    Ok(SuiteReport { suite: SUITE.name, description, cases, notes })
+}
+
+/// A case: its name (as reported), the suite's sizes and settings.
+type CaseFn = fn(&'static str, &Plan, &Settings) -> Result<Vec<CaseResult>, BenchError>;
+
+/// Every case, in the order run and reported.
+const CASES: [(&str, CaseFn); 5] = [
+    ("buddy_order0_alloc_free", order0_fresh),
+    ("buddy_order0_alloc_free_fragmented", order0_fragmented),
+    ("buddy_order9_alloc_free", order9_fresh),
+    ("buddy_order9_alloc_free_fragmented", order9_fragmented),
+    ("buddy_order0_batch", order0_batch),
+];
+
+/// Alloc+free pairs of `order` on fresh memory, all four implementations.
+fn pairs_fresh(
+    name: &'static str,
+    order: u32,
+    iters: u64,
+    plan: &Plan,
+    settings: &Settings,
+) -> Result<Vec<CaseResult>, BenchError> {
+    let mm = buddy_only_map(plan.map_bytes)?;
+    let mut mmkit = Mmkit::new(&mm);
+    let mut bsa = Bsa::like(&mm);
+    let mut mi = Heap::<MiMalloc>::new();
+    let mut sys = Heap::<System>::new();
+    let mut contenders = [
+        Contender::new(names::MMKIT, pair_loop(&mut mmkit, order)),
+        Contender::new(names::BSA, pair_loop(&mut bsa, order)),
+        Contender::new(names::MIMALLOC, pair_loop(&mut mi, order)),
+        Contender::new(names::SYSTEM, pair_loop(&mut sys, order)),
+    ];
+    measure(SUITE.name, spec(name, "pair", 1, iters), &mut contenders, settings.runs)
+}
+
+fn order0_fresh(name: &'static str, plan: &Plan, settings: &Settings) -> Result<Vec<CaseResult>, BenchError> {
+    pairs_fresh(name, 0, plan.order0_iters, plan, settings)
+}
+
+fn order9_fresh(name: &'static str, plan: &Plan, settings: &Settings) -> Result<Vec<CaseResult>, BenchError> {
+    pairs_fresh(name, 9, plan.order9_iters, plan, settings)
+}
+
+fn order0_fragmented(name: &'static str, plan: &Plan, settings: &Settings) -> Result<Vec<CaseResult>, BenchError> {
+    let mm = buddy_only_map(plan.map_bytes)?;
+    let mut mmkit = Mmkit::new(&mm);
+    let count = mmkit.map().nr_free_pages() * 9 / 10;
+    let _mmkit_held = fragment::scatter(&mut mmkit, count, SEED)?;
+    let mut bsa = Bsa::like(&mm);
+    let _bsa_held = fragment::scatter(&mut bsa, count, SEED)?;
+    let mut contenders =
+        [Contender::new(names::MMKIT, pair_loop(&mut mmkit, 0)), Contender::new(names::BSA, pair_loop(&mut bsa, 0))];
+    measure(SUITE.name, spec(name, "pair", 1, plan.order0_iters), &mut contenders, settings.runs)
+}
+
+fn order9_fragmented(name: &'static str, plan: &Plan, settings: &Settings) -> Result<Vec<CaseResult>, BenchError> {
+    let mm = buddy_only_map(plan.map_bytes)?;
+    let mut mmkit = Mmkit::new(&mm);
+    let limit = plan.pages() >> 9;
+    let _mmkit_held = fragment::alternate(&mut mmkit, 9, limit)?;
+    let mut bsa = Bsa::like(&mm);
+    let _bsa_held = fragment::alternate(&mut bsa, 9, limit)?;
+    let mut contenders =
+        [Contender::new(names::MMKIT, pair_loop(&mut mmkit, 9)), Contender::new(names::BSA, pair_loop(&mut bsa, 9))];
+    measure(SUITE.name, spec(name, "pair", 1, plan.order9_iters), &mut contenders, settings.runs)
+}
+
+fn order0_batch(name: &'static str, plan: &Plan, settings: &Settings) -> Result<Vec<CaseResult>, BenchError> {
+    let mm = buddy_only_map(plan.map_bytes)?;
+    let mut mmkit = Mmkit::new(&mm);
+    let mut bsa = Bsa::like(&mm);
+    let mut mi = Heap::<MiMalloc>::new();
+    let mut sys = Heap::<System>::new();
+    let mut contenders = [
+        Contender::new(names::MMKIT, batch_loop(&mut mmkit, 0, BATCH)),
+        Contender::new(names::BSA, batch_loop(&mut bsa, 0, BATCH)),
+        Contender::new(names::MIMALLOC, batch_loop(&mut mi, 0, BATCH)),
+        Contender::new(names::SYSTEM, batch_loop(&mut sys, 0, BATCH)),
+    ];
+    measure(SUITE.name, spec(name, "page", BATCH as u64, plan.batch_iters), &mut contenders, settings.runs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quick_suite_reports_every_case_and_impl() {
+        let settings = Settings { runs: 1, quick: true };
+        let report = run(&settings, &mut |_| {}).unwrap();
+        assert_eq!(report.cases.len(), 4 + 2 + 4 + 2 + 4);
+        for (name, _) in CASES {
+            let impls: Vec<_> = report.cases.iter().filter(|c| c.name == name).map(|c| c.impl_name).collect();
+            assert!(impls.contains(&names::MMKIT), "{name}: {impls:?}");
+            assert!(impls.contains(&names::BSA), "{name}: {impls:?}");
+        }
+        for c in &report.cases {
+            assert!(c.median_ns > 0.0, "{c:?}");
+            assert!(c.ratio_vs_mmkit.is_some(), "{c:?}");
+        }
+    }
+}

@@ -1,0 +1,415 @@
+//! The benchmark harness every suite shares: timing runs, medians, ratios
+//! against mmkit, the machine description, and the two output formats (a
+//! table for people, one JSON document for tools).
+//!
+//! A suite describes each case as a [`CaseSpec`] plus one [`Contender`] per
+//! implementation and calls [`measure`]; it never reads a clock itself. All
+//! contenders of a case are warmed up first, then measured in interleaved
+//! rounds (round `r` starts with contender `r mod n`), so slow drift on a busy
+//! machine spreads over every implementation instead of hitting one.
+
+use serde::Serialize;
+use std::fmt::{self, Write as _};
+use std::time::Instant;
+
+/// Name under which mmkit's own results appear; ratios are relative to it.
+pub const MMKIT: &str = "mmkit";
+
+/// Knobs common to all suites.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// Timed runs per case and implementation; the median is reported.
+    pub runs: usize,
+    /// Small maps and few iterations: a smoke test, not a measurement.
+    pub quick: bool,
+}
+
+impl Settings {
+    /// `full` normally, `quick` under `--quick`.
+    pub fn pick<T>(&self, full: T, quick: T) -> T {
+        if self.quick {
+            quick
+        } else {
+            full
+        }
+    }
+}
+
+/// A benchmark that could not run (setup failed, an allocation failed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BenchError(pub String);
+
+impl fmt::Display for BenchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BenchError {}
+
+impl BenchError {
+    /// Wraps any displayable error with what was being done.
+    pub fn context(what: &str, err: impl fmt::Display) -> Self {
+        BenchError(format!("{what}: {err}"))
+    }
+}
+
+/// One case: what one iteration does and how many iterations a run has.
+#[derive(Clone, Copy, Debug)]
+pub struct CaseSpec {
+    /// Case name, the same for every implementation.
+    pub name: &'static str,
+    /// What the reported time is per (`pair`, `page`).
+    pub unit: &'static str,
+    /// Units one iteration performs.
+    pub units_per_iter: u64,
+    /// Iterations per timed run.
+    pub iters: u64,
+    /// Iterations run once, untimed, before the first timed run.
+    pub warmup_iters: u64,
+}
+
+/// One implementation taking part in a case. `run(n)` performs `n`
+/// iterations; it is called once to warm up and then once per timed run.
+pub struct Contender<'a> {
+    /// Implementation name (`mmkit`, `mimalloc`, ...).
+    pub impl_name: &'static str,
+    /// The measured work.
+    pub run: Box<dyn FnMut(u64) -> Result<(), BenchError> + 'a>,
+}
+
+impl<'a> Contender<'a> {
+    /// A contender from a closure.
+    pub fn new(impl_name: &'static str, run: impl FnMut(u64) -> Result<(), BenchError> + 'a) -> Self {
+        Self { impl_name, run: Box::new(run) }
+    }
+}
+
+/// One line of results: one case, one implementation.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CaseResult {
+    /// Suite the case belongs to.
+    pub suite: &'static str,
+    /// Case name.
+    pub name: &'static str,
+    /// Implementation.
+    #[serde(rename = "impl")]
+    pub impl_name: &'static str,
+    /// Unit the times are per.
+    pub unit: &'static str,
+    /// Median over the runs, ns per unit.
+    pub median_ns: f64,
+    /// Fastest run, ns per unit.
+    pub min_ns: f64,
+    /// Slowest run, ns per unit.
+    pub max_ns: f64,
+    /// Number of timed runs.
+    pub runs: usize,
+    /// Units per timed run.
+    pub units_per_run: u64,
+    /// This implementation's median / mmkit's median: > 1 means mmkit is
+    /// faster. `None` when mmkit has no result for the case.
+    pub ratio_vs_mmkit: Option<f64>,
+}
+
+/// Everything one suite produced.
+#[derive(Clone, Debug, Serialize)]
+pub struct SuiteReport {
+    /// Suite name.
+    pub suite: &'static str,
+    /// One line saying what was measured and on what.
+    pub description: String,
+    /// Results, grouped by case in the order measured.
+    pub cases: Vec<CaseResult>,
+    /// Footnotes: what was skipped or measured differently, and why.
+    pub notes: Vec<String>,
+}
+
+/// Warms up every contender, then times `runs` interleaved rounds
+/// and returns one result per contender (ratios filled in).
+///
+/// # Errors
+/// The first error a contender returns.
+pub fn measure(
+    suite: &'static str,
+    spec: CaseSpec,
+    contenders: &mut [Contender<'_>],
+    runs: usize,
+) -> Result<Vec<CaseResult>, BenchError> {
+    let runs = runs.max(1);
+    let n = contenders.len();
+    for c in contenders.iter_mut() {
+        if spec.warmup_iters > 0 {
+            (c.run)(spec.warmup_iters)
+                .map_err(|e| BenchError(format!("{} / {} (warm-up): {e}", spec.name, c.impl_name)))?;
+        }
+    }
+    let units = (spec.iters * spec.units_per_iter).max(1) as f64;
+    let mut samples = vec![Vec::with_capacity(runs); n];
+    for round in 0..runs {
+        for k in 0..n {
+            let i = (round + k) % n;
+            let c = &mut contenders[i];
+            let start = Instant::now();
+            let result = (c.run)(spec.iters);
+            let elapsed = start.elapsed();
+            result.map_err(|e| BenchError(format!("{} / {}: {e}", spec.name, c.impl_name)))?;
+            samples[i].push(elapsed.as_nanos() as f64 / units);
+        }
+    }
+    let mut results: Vec<CaseResult> = contenders
+        .iter()
+        .zip(samples)
+        .map(|(c, mut s)| {
+            let (min, max) = min_max(&s);
+            CaseResult {
+                suite,
+                name: spec.name,
+                impl_name: c.impl_name,
+                unit: spec.unit,
+                median_ns: median(&mut s),
+                min_ns: min,
+                max_ns: max,
+                runs,
+                units_per_run: spec.iters * spec.units_per_iter,
+                ratio_vs_mmkit: None,
+            }
+        })
+        .collect();
+    fill_ratios(&mut results);
+    Ok(results)
+}
+
+/// Median of `samples` (mean of the middle two for an even count); NaN for
+/// an empty slice.
+pub fn median(samples: &mut [f64]) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    samples.sort_by(f64::total_cmp);
+    let mid = samples.len() / 2;
+    if samples.len() % 2 == 1 {
+        samples[mid]
+    } else {
+        (samples[mid - 1] + samples[mid]) / 2.0
+    }
+}
+
+fn min_max(samples: &[f64]) -> (f64, f64) {
+    samples.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)))
+}
+
+/// Sets `ratio_vs_mmkit` = median / mmkit's median of the same case name.
+pub fn fill_ratios(results: &mut [CaseResult]) {
+    let base: Vec<(&'static str, f64)> =
+        results.iter().filter(|r| r.impl_name == MMKIT).map(|r| (r.name, r.median_ns)).collect();
+    for r in results.iter_mut() {
+        r.ratio_vs_mmkit =
+            base.iter().find(|(name, _)| *name == r.name).filter(|(_, mm)| *mm > 0.0).map(|(_, mm)| r.median_ns / mm);
+    }
+}
+
+/// The machine the numbers come from.
+#[derive(Clone, Debug, Serialize)]
+pub struct Machine {
+    /// Logical CPUs available to this process.
+    pub cpus: usize,
+    /// `model name` from `/proc/cpuinfo`, when readable.
+    pub model: Option<String>,
+}
+
+impl Machine {
+    /// Looks at this machine.
+    pub fn detect() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let model = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|text| cpu_model(&text));
+        Self { cpus, model }
+    }
+}
+
+/// The first `model name` value of a `/proc/cpuinfo` text.
+pub fn cpu_model(cpuinfo: &str) -> Option<String> {
+    cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// The JSON document, fields in this order.
+#[derive(Serialize)]
+struct Document<'a> {
+    /// Suite names, comma-separated when several ran.
+    suite: String,
+    machine: &'a Machine,
+    runs: usize,
+    quick: bool,
+    /// One line per suite, prefixed with its name.
+    description: Vec<String>,
+    cases: Vec<&'a CaseResult>,
+    /// Footnotes, prefixed with their suite's name.
+    notes: Vec<String>,
+}
+
+/// The JSON document: suite name(s), machine, settings, cases, notes.
+pub fn to_json(reports: &[SuiteReport], machine: &Machine, settings: Settings) -> String {
+    let doc = Document {
+        suite: reports.iter().map(|r| r.suite).collect::<Vec<_>>().join(","),
+        machine,
+        runs: settings.runs,
+        quick: settings.quick,
+        description: reports.iter().map(|r| format!("{}: {}", r.suite, r.description)).collect(),
+        cases: reports.iter().flat_map(|r| &r.cases).collect(),
+        notes: reports.iter().flat_map(|r| r.notes.iter().map(move |n| format!("{}: {n}", r.suite))).collect(),
+    };
+    serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// The human-readable table of one suite, with its footnotes.
+pub fn to_table(report: &SuiteReport, machine: &Machine) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "suite {}: {}", report.suite, report.description);
+    let _ =
+        writeln!(out, "machine: {} CPUs, {}", machine.cpus, machine.model.as_deref().unwrap_or("unknown CPU model"));
+    let header = ["case", "impl", "ns/unit (median)", "min..max", "vs mmkit"];
+    let rows: Vec<[String; 5]> = report
+        .cases
+        .iter()
+        .map(|r| {
+            [
+                format!("{} ({})", r.name, r.unit),
+                r.impl_name.to_string(),
+                format!("{:.1}", r.median_ns),
+                format!("{:.1}..{:.1}", r.min_ns, r.max_ns),
+                r.ratio_vs_mmkit.map_or_else(|| "-".to_string(), |x| format!("{x:.2}")),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: [&str; 5]| {
+        format!(
+            "{:<w0$}  {:<w1$}  {:>w2$}  {:>w3$}  {:>w4$}\n",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            cells[4],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3],
+            w4 = widths[4],
+        )
+    };
+    out.push_str(&line(header));
+    let mut previous_case = "";
+    for (row, result) in rows.iter().zip(&report.cases) {
+        if !previous_case.is_empty() && previous_case != result.name {
+            out.push('\n');
+        }
+        previous_case = result.name;
+        out.push_str(&line([&row[0], &row[1], &row[2], &row[3], &row[4]]));
+    }
+    let _ = writeln!(
+        out,
+        "\nvs mmkit = impl median / mmkit median (> 1: mmkit faster). Runs per case: {}.",
+        report.cases.first().map_or(0, |r| r.runs)
+    );
+    for (i, note) in report.notes.iter().enumerate() {
+        let _ = writeln!(out, "[{}] {note}", i + 1);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&mut [7.0]), 7.0);
+        assert!(median(&mut []).is_nan());
+    }
+
+    #[test]
+    fn measure_interleaves_and_computes_ratios() {
+        let mut calls = Vec::new();
+        let log = std::cell::RefCell::new(&mut calls);
+        let spec = CaseSpec { name: "case", unit: "op", units_per_iter: 2, iters: 10, warmup_iters: 1 };
+        let mut contenders = [
+            Contender::new(MMKIT, |n| {
+                log.borrow_mut().push(("mmkit", n));
+                Ok(())
+            }),
+            Contender::new("peer", |n| {
+                log.borrow_mut().push(("peer", n));
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                Ok(())
+            }),
+        ];
+        let results = measure("s", spec, &mut contenders, 3).unwrap();
+        drop(contenders);
+        assert_eq!(
+            calls,
+            vec![
+                ("mmkit", 1),
+                ("peer", 1),
+                ("mmkit", 10),
+                ("peer", 10),
+                ("peer", 10),
+                ("mmkit", 10),
+                ("mmkit", 10),
+                ("peer", 10),
+            ]
+        );
+        assert_eq!(results.len(), 2);
+        assert_eq!(results[0].ratio_vs_mmkit, Some(1.0));
+        let peer = &results[1];
+        assert!(peer.ratio_vs_mmkit.unwrap() > 1.0);
+        assert!(peer.min_ns <= peer.median_ns && peer.median_ns <= peer.max_ns);
+        // 2 ms over 20 units: at least 100 µs per unit.
+        assert!(peer.min_ns >= 100_000.0);
+        assert_eq!(peer.units_per_run, 20);
+    }
+
+    #[test]
+    fn errors_name_the_case() {
+        let spec = CaseSpec { name: "c", unit: "op", units_per_iter: 1, iters: 1, warmup_iters: 0 };
+        let mut contenders = [Contender::new("x", |_| Err(BenchError("boom".into())))];
+        let err = measure("s", spec, &mut contenders, 1).unwrap_err();
+        assert_eq!(err.0, "c / x: boom");
+    }
+
+    #[test]
+    fn cpu_model_line() {
+        let text = "processor\t: 0\nmodel name\t: AMD EPYC 7B13\nflags\t: fpu\n";
+        assert_eq!(cpu_model(text).as_deref(), Some("AMD EPYC 7B13"));
+        assert_eq!(cpu_model("processor: 0\n"), None);
+    }
+
+    #[test]
+    fn ratio_missing_without_mmkit() {
+        let mut r = vec![CaseResult {
+            suite: "s",
+            name: "c",
+            impl_name: "peer",
+            unit: "op",
+            median_ns: 1.0,
+            min_ns: 1.0,
+            max_ns: 1.0,
+            runs: 1,
+            units_per_run: 1,
+            ratio_vs_mmkit: Some(9.0),
+        }];
+        fill_ratios(&mut r);
+        assert_eq!(r[0].ratio_vs_mmkit, None);
+    }
+}

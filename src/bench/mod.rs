@@ -1,0 +1,106 @@
+//! `mmkit bench`: the suite registry and the command that runs suites and
+//! prints their results.
+//!
+//! Owns which suites exist ([`SUITES`]) and the order they run in. Each suite
+//! is one file in this directory exposing a [`Suite`] constant; adding one
+//! (`pcp`, `bulk`, `contig`) means writing that file and listing it here.
+//! Shared pieces: `harness` (timing, medians, ratios, table and JSON),
+//! `subjects` (the implementations behind one interface), `fragment`
+//! (deterministic fragmentation), `heap` (the only `unsafe`: `GlobalAlloc`).
+
+mod buddy;
+mod fragment;
+pub mod harness;
+#[allow(unsafe_code)] // GlobalAlloc calls, each with a SAFETY comment.
+mod heap;
+mod subjects;
+
+use harness::{BenchError, Machine, Settings, SuiteReport};
+use std::io::{IsTerminal, Write};
+use std::time::Instant;
+
+/// Told each case name just before the case runs.
+pub type Progress<'a> = dyn FnMut(&str) + 'a;
+
+/// A suite's entry point.
+pub type SuiteFn = fn(&Settings, &mut Progress<'_>) -> Result<SuiteReport, BenchError>;
+
+/// One benchmark suite.
+#[derive(Clone, Copy)]
+pub struct Suite {
+    /// Name on the command line and in results.
+    pub name: &'static str,
+    /// One line for `--help`.
+    pub about: &'static str,
+    /// Runs every case; calls `progress` with each case name before it runs.
+    pub run: SuiteFn,
+}
+
+/// Every suite, in the order `mmkit bench` runs them.
+pub const SUITES: &[Suite] = &[buddy::SUITE];
+
+/// Names of every suite, for argument validation and help.
+pub fn suite_names() -> Vec<&'static str> {
+    SUITES.iter().map(|s| s.name).collect()
+}
+
+/// What `mmkit bench` was asked to do.
+#[derive(Clone, Debug)]
+pub struct BenchArgs {
+    /// Suites to run (all when empty); names are valid `SUITES` names.
+    pub suites: Vec<String>,
+    /// One JSON document instead of tables.
+    pub json: bool,
+    /// Timing knobs.
+    pub settings: Settings,
+}
+
+/// Runs the selected suites and returns what to print on stdout. Progress
+/// goes to stderr when stderr is a terminal.
+///
+/// # Errors
+/// An unknown suite name, or the first suite that fails.
+pub fn run(args: &BenchArgs) -> Result<String, BenchError> {
+    let selected = select(&args.suites)?;
+    let machine = Machine::detect();
+    let show_progress = std::io::stderr().is_terminal();
+    let mut reports = Vec::with_capacity(selected.len());
+    for suite in selected {
+        let started = Instant::now();
+        let mut progress = |case: &str| {
+            if show_progress {
+                let mut err = std::io::stderr().lock();
+                let _ = writeln!(err, "[{:7.1} s] {} / {case}", started.elapsed().as_secs_f64(), suite.name);
+            }
+        };
+        reports.push((suite.run)(&args.settings, &mut progress)?);
+    }
+    Ok(if args.json {
+        let mut text = harness::to_json(&reports, &machine, args.settings);
+        text.push('\n');
+        text
+    } else {
+        reports.iter().map(|r| harness::to_table(r, &machine)).collect::<Vec<_>>().join("\n")
+    })
+}
+
+/// The suites named in `names` (each once, in registry order), or all.
+fn select(names: &[String]) -> Result<Vec<Suite>, BenchError> {
+    if let Some(unknown) = names.iter().find(|n| !suite_names().contains(&n.as_str())) {
+        return Err(BenchError(format!("unknown suite `{unknown}`; suites: {}", suite_names().join(", "))));
+    }
+    Ok(SUITES.iter().filter(|s| names.is_empty() || names.iter().any(|n| n == s.name)).copied().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selection() {
+        assert_eq!(select(&[]).unwrap().len(), SUITES.len());
+        let twice = select(&["buddy".into(), "buddy".into()]).unwrap();
+        assert_eq!(twice.len(), 1);
+        assert!(select(&["nope".into()]).is_err());
+    }
+}
