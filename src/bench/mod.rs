@@ -9,10 +9,12 @@
 //! (deterministic fragmentation), `heap` (the only `unsafe`: `GlobalAlloc`).
 
 mod buddy;
+mod bulk;
 mod fragment;
 pub mod harness;
 #[allow(unsafe_code)] // GlobalAlloc calls, each with a SAFETY comment.
 mod heap;
+mod pcp;
 mod subjects;
 
 use harness::{BenchError, Machine, Settings, SuiteReport};
@@ -37,7 +39,7 @@ pub struct Suite {
 }
 
 /// Every suite, in the order `mmkit bench` runs them.
-pub const SUITES: &[Suite] = &[buddy::SUITE];
+pub const SUITES: &[Suite] = &[buddy::SUITE, pcp::SUITE, bulk::SUITE];
 
 /// Names of every suite, for argument validation and help.
 pub fn suite_names() -> Vec<&'static str> {
