@@ -36,6 +36,9 @@ use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// `MAX_RECLAIM_RETRIES`).
 const MAX_RECLAIM_RETRIES: u32 = 16;
 
+/// Compaction rounds a request may go through (Linux's `MAX_COMPACT_RETRIES`).
+const MAX_COMPACT_RETRIES: u32 = 16;
+
 /// Orders above this are "costly": they give up sooner.
 pub const PAGE_ALLOC_COSTLY_ORDER: u32 = 3;
 
@@ -117,8 +120,11 @@ impl PageAllocator {
                     row[highest.index()] = list.iter().copied().find(|&i| p.zones[i].zone_type <= highest).map(|i| {
                         let z = &p.zones[i];
                         let dma32 = node_zone_table(&p.zones, z.nid)[ZoneType::Dma32.index()];
-                        let nofrag =
-                            z.zone_type == ZoneType::Normal && dma32.is_some_and(|d| p.zones[d].managed_pages > 0);
+                        // Linux assumes a DMA32 zone below NORMAL on a
+                        // single node and checks only with several nodes.
+                        let single_node = max_nid == 0;
+                        let nofrag = z.zone_type == ZoneType::Normal
+                            && (single_node || dma32.is_some_and(|d| p.zones[d].managed_pages > 0));
                         (i, nofrag)
                     });
                 }
@@ -312,6 +318,58 @@ impl PageAllocator {
         order: u32,
         frozen: bool,
     ) -> Result<Pfn, AllocError> {
+        if order <= PAGE_ALLOC_COSTLY_ORDER && self.pcp_enabled {
+            if let Some(pfn) = self.alloc_fast(cpu, nid, gfp, order, frozen) {
+                return Ok(pfn);
+            }
+        }
+        self.alloc_general(cpu, nid, gfp, order, frozen)
+    }
+
+    /// The fast path of `get_page_from_freelist` for cached orders: the
+    /// preferred zone only, a lockless watermark check, one try of the
+    /// pageset lock. `None` sends the request down the general path, which
+    /// repeats these steps zone by zone and then enters the slow path.
+    #[inline]
+    fn alloc_fast(&self, cpu: usize, nid: usize, gfp: Gfp, order: u32, frozen: bool) -> Option<Pfn> {
+        let highest = gfp_zone(gfp).ok()?;
+        let (zi, nofragment) = self.preferred.get(nid)?[highest.index()]?;
+        let zone = &self.zones[zi];
+        if zone.nid != nid {
+            return None;
+        }
+        let flags = fast_path_alloc_flags(gfp, nofragment);
+        if !self.zone_allows(zone, order, flags, highest) {
+            return None;
+        }
+        let mt = gfp_migratetype(gfp);
+        let idx = {
+            let mut pcp = self.try_lock_pcp(cpu, zi)?;
+            self.pcp_take_locked(&mut pcp, zi, order, mt, flags)?
+        };
+        self.prep_new_page(zi, idx, order, gfp, mt, frozen);
+        Some(self.idx_to_pfn(idx))
+    }
+
+    /// Lockless watermark check of `get_page_from_freelist`, noting when the
+    /// zone has fallen below its high mark (pcp `high` then shrinks). A zone
+    /// above its high mark is above every lower mark too, so one check
+    /// usually suffices.
+    #[inline]
+    pub(crate) fn zone_allows(&self, zone: &Zone, order: u32, flags: AllocFlags, highest: ZoneType) -> bool {
+        if flags.contains(AllocFlags::NO_WATERMARKS) {
+            return true;
+        }
+        if !zone.below_high.load(Relaxed) {
+            if zone.watermark_fast(order, zone.watermark(Watermark::High), highest, flags) {
+                return true;
+            }
+            zone.below_high.store(true, Relaxed);
+        }
+        zone.watermark_fast(order, zone.watermark(flags.watermark()), highest, flags)
+    }
+
+    fn alloc_general(&self, cpu: usize, nid: usize, gfp: Gfp, order: u32, frozen: bool) -> Result<Pfn, AllocError> {
         let max = self.geometry.merge_order();
         if order > max {
             return Err(AllocError::OrderTooLarge { order, max });
@@ -398,18 +456,8 @@ impl PageAllocator {
         ac: &AllocContext,
     ) -> Option<PageIdx> {
         let check = !alloc_flags.contains(AllocFlags::NO_WATERMARKS);
-        if check {
-            // Detecting "below high" here keeps the free path cheap; pcp
-            // `high` shrinks while it is set.
-            if !zone.below_high.load(Relaxed)
-                && !zone.watermark_fast(order, zone.watermark(Watermark::High), ac.highest, alloc_flags)
-            {
-                zone.below_high.store(true, Relaxed);
-            }
-            let mark = zone.watermark(alloc_flags.watermark());
-            if !zone.watermark_fast(order, mark, ac.highest, alloc_flags) {
-                return None;
-            }
+        if !self.zone_allows(zone, order, alloc_flags, ac.highest) {
+            return None;
         }
         if self.pcp_enabled && pcp_allowed_order(order, self.geometry.pageblock_order) {
             match self.rmqueue_pcplist(ac.cpu, zi, order, ac.migratetype, alloc_flags) {
@@ -462,6 +510,8 @@ impl PageAllocator {
         let costly = order > PAGE_ALLOC_COSTLY_ORDER;
         let mut request = ReclaimRequest { gfp, order, nid: ac.nid, attempt: 0 };
         let mut no_progress_loops = 0;
+        let mut compact_retries = 0;
+        let mut drained = false;
         loop {
             if alloc_flags.contains(AllocFlags::KSWAPD) {
                 self.stats.kswapd_wakeups.fetch_add(1, Relaxed);
@@ -484,11 +534,22 @@ impl PageAllocator {
             if let Some(got) = self.get_page_from_freelist(order, alloc_flags, ac) {
                 return Some(got);
             }
+            if !drained {
+                // Reclaim did not help: the pages may sit on per-CPU lists or
+                // in the highatomic reserve. Shrink both and retry once.
+                drained = true;
+                self.unreserve_highatomic(ac, false);
+                self.drain_all_pages();
+                if let Some(got) = self.get_page_from_freelist(order, alloc_flags, ac) {
+                    return Some(got);
+                }
+            }
             let mut compacted = false;
-            if order > 0 {
+            if order > 0 && compact_retries <= MAX_COMPACT_RETRIES {
                 self.stats.compact_stall.fetch_add(1, Relaxed);
                 compacted = self.hooks.direct_compact(&request);
                 if compacted {
+                    compact_retries += 1;
                     if let Some(got) = self.get_page_from_freelist(order, alloc_flags, ac) {
                         return Some(got);
                     }
@@ -497,19 +558,24 @@ impl PageAllocator {
             if gfp.contains(Gfp::NORETRY) || (costly && !gfp.contains(Gfp::RETRY_MAYFAIL)) {
                 break;
             }
-            if reclaimed > 0 || compacted {
+            // Linux's should_reclaim_retry: progress on a costly order says
+            // nothing about whether such a block will form, so it never
+            // resets the count; compaction has its own bounded count.
+            if reclaimed > 0 && !costly {
                 no_progress_loops = 0;
             } else {
                 no_progress_loops += 1;
             }
             if no_progress_loops > MAX_RECLAIM_RETRIES {
-                // Last resort before failing: give the highatomic reserve back.
+                // Before failing, give the highatomic reserve back, a
+                // pageblock per round, until nothing is left to release.
                 if self.unreserve_highatomic(ac, true) {
-                    if let Some(got) = self.get_page_from_freelist(order, alloc_flags, ac) {
-                        return Some(got);
-                    }
+                    request.attempt += 1;
+                    continue;
                 }
-                break;
+                if !(compacted && compact_retries <= MAX_COMPACT_RETRIES) {
+                    break;
+                }
             }
             request.attempt += 1;
         }

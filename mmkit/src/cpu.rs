@@ -414,7 +414,7 @@ impl PageAllocator {
 
     /// Drops a poisoned page found on a free path for good.
     pub(crate) fn drop_poisoned(&self, idx: PageIdx) {
-        self.desc(idx).set_state(PageFlags::HWPOISON, 0, 0);
+        self.desc(idx).set_state(PageFlags::HWPOISON.union(PageFlags::RESERVED), 0, 0);
         self.hwpoison_pending.fetch_sub(1, Relaxed);
         self.stats.hwpoison_offlined.fetch_add(1, Relaxed);
     }

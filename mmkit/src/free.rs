@@ -27,10 +27,13 @@ use core::sync::atomic::Ordering::Relaxed;
 pub enum MemoryFailure {
     /// The page was free; it is now off the free lists for good.
     TakenOffFreeList,
-    /// The page is in use; it will be dropped instead of freed.
+    /// The page is in use (or cached on a pinned CPU's list); it will be
+    /// dropped instead of freed.
     InUse,
     /// The page is reserved; it was never going to be handed out.
     Reserved,
+    /// The page had been leaked as a bad page; it is out of circulation.
+    Leaked,
     /// The page was already poisoned.
     AlreadyPoisoned,
 }
@@ -48,7 +51,9 @@ pub(crate) enum Claim {
 impl PageAllocator {
     /// Frees a block allocated with [`alloc_pages`](Self::alloc_pages)
     /// (Linux's `__free_pages`): drops one reference and, if it was the
-    /// last, returns the block to the free lists.
+    /// last, returns the block to the free lists. If others still hold the
+    /// first page of a non-compound block, the rest of the block is freed
+    /// and the first page stays allocated as an order-0 page, as in Linux.
     ///
     /// A poisoned page inside the block is dropped, never freed (counted in
     /// `hwpoison_offlined`); the rest of the block is freed.
@@ -72,7 +77,23 @@ impl PageAllocator {
         if allocated != order {
             return Err(FreeError::WrongOrder { pfn, allocated, given: order });
         }
-        self.put_and_maybe_free(cpu, pfn, idx)
+        let page = self.desc(idx);
+        let compound = page.has(PageFlags::HEAD);
+        match page.try_put() {
+            None => Err(FreeError::RefcountMismatch { pfn, refcount: 0 }),
+            Some(0) => self.free_block(cpu, idx, order, Claim::ByRefcount),
+            Some(_) if order > 0 && !compound => {
+                // Linux's __free_pages: someone else holds the first page
+                // (only its refcount counts in a non-compound block), so
+                // free everything after it and keep it as an order-0 page.
+                page.set_order_atomic(0);
+                for o in (0..order).rev() {
+                    self.free_prepared_block(cpu, idx + (1 << o), o);
+                }
+                Ok(())
+            }
+            Some(_) => Ok(()),
+        }
     }
 
     /// Frees a frozen block (refcount 0) of `order` (Linux's
@@ -164,7 +185,10 @@ impl PageAllocator {
         if flags.contains(PageFlags::RESERVED) {
             return Err(FreeError::Reserved(pfn));
         }
-        if flags.contains(PageFlags::BUDDY) || self.is_free(idx) {
+        if flags.intersects(PageFlags::BUDDY.union(PageFlags::PCP))
+            || self.is_free(idx)
+            || self.inside_block_with(idx, PageFlags::PCP)
+        {
             return Err(FreeError::DoubleFree(pfn));
         }
         Err(FreeError::NotAllocated(pfn))
@@ -334,22 +358,46 @@ impl PageAllocator {
         }
         self.hwpoison_pending.fetch_add(1, Relaxed);
         // A page cached on a per-CPU list is free but not on the buddy
-        // lists: drain so it can be taken off below.
+        // lists: drain, which drops it (marking it reserved) on the way.
         self.drain_all_pages();
+        if page.has(PageFlags::RESERVED) {
+            return Ok(MemoryFailure::TakenOffFreeList);
+        }
         let Some(zone) = self.zone_of(idx) else {
             return Ok(MemoryFailure::InUse);
         };
         let cx = zone.cx(self.mem());
         let mut state = zone.state.lock();
         if state.area.take_page(cx, idx) {
-            // Taking the page off rewrote its descriptor; poison it again.
-            page.set_state(PageFlags::HWPOISON, 0, 0);
+            // Offline for good: poisoned and reserved.
+            page.set_state(PageFlags::HWPOISON.union(PageFlags::RESERVED), 0, 0);
             self.hwpoison_pending.fetch_sub(1, Relaxed);
             self.stats.hwpoison_offlined.fetch_add(1, Relaxed);
             zone.publish(&state);
             return Ok(MemoryFailure::TakenOffFreeList);
         }
-        Ok(MemoryFailure::InUse)
+        drop(state);
+        if self.inside_block_with(idx, PageFlags::ALLOCATED.union(PageFlags::PCP)) {
+            return Ok(MemoryFailure::InUse);
+        }
+        // Neither free nor in use: leaked earlier as a bad page. It never
+        // comes back, so no free path will look for it.
+        self.hwpoison_pending.fetch_sub(1, Relaxed);
+        Ok(MemoryFailure::Leaked)
+    }
+
+    /// Whether page `idx` is a tail or lies in a block whose head carries
+    /// one of `heads` (allocated, or cached on a pinned CPU's list).
+    fn inside_block_with(&self, idx: PageIdx, heads: PageFlags) -> bool {
+        let page = self.desc(idx);
+        if page.has(PageFlags::TAIL) {
+            return self.desc(page.next()).flags().intersects(heads);
+        }
+        (0..=self.geometry.merge_order()).any(|order| {
+            let head = idx & !((1u32 << order) - 1);
+            let page = self.desc(head);
+            page.flags().intersects(heads) && page.order() >= order
+        })
     }
 
     /// Head of the compound page containing `pfn` (the page itself if it is

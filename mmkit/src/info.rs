@@ -90,10 +90,15 @@ impl PageAllocator {
     /// Pageblocks per migratetype whose first page lies in `[start, end)`.
     fn count_pageblocks(&self, start: u32, end: u32, pb_order: u32) -> Vec<u64> {
         let mut counts = vec![0u64; MIGRATE_TYPES];
-        let first = start.div_ceil(1 << pb_order) as usize;
-        let last = end.div_ceil(1 << pb_order) as usize;
-        for block in first..last.min(self.blocks.len()) {
-            counts[self.blocks.get_block(block) as usize] += 1;
+        // Like Linux: step from the zone's first page a pageblock at a time,
+        // so a partial first pageblock counts.
+        let mut at = start as usize;
+        while at < end as usize {
+            let block = at >> pb_order;
+            if block < self.blocks.len() {
+                counts[self.blocks.get_block(block) as usize] += 1;
+            }
+            at += 1 << pb_order;
         }
         counts
     }

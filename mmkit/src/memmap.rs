@@ -142,7 +142,8 @@ impl MemoryMapBuilder {
     }
 
     /// One node of `bytes` of memory laid out like an x86-64 PC: DMA below
-    /// 16 MiB (PFN 0 reserved, as firmware keeps it), DMA32 below 4 GiB,
+    /// 16 MiB (starting at PFN 1: firmware keeps PFN 0, so it is a hole),
+    /// DMA32 below 4 GiB,
     /// NORMAL above. Call after setting a page size other than 4 KiB.
     pub fn with_memory(bytes: u64) -> Self {
         Self::new().add_pc_node(0, 0, bytes)

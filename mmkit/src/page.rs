@@ -216,6 +216,10 @@ impl PageDesc {
         let bit = flag.0;
         self.state.fetch_or(bit, core::sync::atomic::Ordering::AcqRel) & bit == 0
     }
+    /// Atomically replaces the order, keeping flags and tag.
+    pub(crate) fn set_order_atomic(&self, order: u32) {
+        let _ = self.state.fetch_update(Relaxed, Relaxed, |s| Some((s & !ORDER_MASK) | (order << ORDER_SHIFT)));
+    }
     /// Order of the block this page heads (free or allocated).
     #[inline]
     pub(crate) fn order(&self) -> u32 {

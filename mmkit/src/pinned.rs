@@ -154,7 +154,7 @@ impl<'a> PinnedCpu<'a> {
         let (zi, nofragment) = alloc.preferred_zone(0, highest)?;
         let zone = &alloc.zones[zi];
         let flags = fast_path_alloc_flags(gfp, nofragment);
-        if !zone.watermark_fast(order, zone.watermark(flags.watermark()), highest, flags) {
+        if !alloc.zone_allows(zone, order, flags, highest) {
             return None;
         }
         let mt = gfp_migratetype(gfp);

@@ -329,10 +329,11 @@ fn isqrt(n: u64) -> u64 {
 /// (Linux's `__setup_per_zone_wmarks` and `setup_per_zone_lowmem_reserve`).
 /// Returns the `min_free_kbytes` in force.
 pub(crate) fn setup_watermarks(zones: &mut [Zone], page_size: u64, config: &WatermarkConfig) -> u64 {
-    let kb_per_page = (page_size / 1024).max(1);
+    // Pages may be smaller than a KiB: convert with products, not a ratio.
+    let to_kbytes = |pages: u64| (pages as u128 * page_size as u128 / 1024) as u64;
     let lowmem_pages: u64 = zones.iter().filter(|z| z.zone_type != ZoneType::Movable).map(|z| z.managed_pages).sum();
-    let min_free_kbytes = config.min_free_kbytes.unwrap_or_else(|| default_min_free_kbytes(lowmem_pages * kb_per_page));
-    let pages_min = min_free_kbytes / kb_per_page;
+    let min_free_kbytes = config.min_free_kbytes.unwrap_or_else(|| default_min_free_kbytes(to_kbytes(lowmem_pages)));
+    let pages_min = (min_free_kbytes as u128 * 1024 / page_size as u128) as u64;
     for zone in zones.iter_mut() {
         let managed = zone.managed_pages;
         let share =

@@ -89,7 +89,7 @@ fn stress(threads: usize, rounds: usize) {
             let barrier = &barrier;
             let senders = senders.clone();
             scope.spawn(move || {
-                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (me as u64 + 1) * 0x1000_0001);
+                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((me as u64 + 1) * 0x1000_0001));
                 let tag = 0xabc0_0000 + me as u64;
                 let mut held: Vec<Owned> = Vec::new();
                 barrier.wait();
