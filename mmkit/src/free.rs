@@ -245,6 +245,17 @@ impl PageAllocator {
         self.hooks.bad_page(&BadPageReport { pfn, reason, total });
     }
 
+    /// Returns one prepared block (`idx`, `order`) of `zone` to the free
+    /// lists: the ordinary free of that order, minus the checks, which
+    /// already ran once per page in `free_pages_prepare`. Every batched free path releases its chunks through here, so that
+    /// where a freed block goes (buddy lists now, per-CPU lists for small
+    /// orders later) is decided in one place. Placement is Linux's default
+    /// (`FPI_NONE`): the list tail when a merge looks likely.
+    #[inline]
+    pub(crate) fn free_prepared_block(&self, zone: &Zone, idx: PageIdx, order: u32) {
+        self.release_prepared(zone, idx, 1 << order, Placement::Auto);
+    }
+
     /// Returns prepared pages `[idx, idx + count)` of `zone` to its free
     /// lists in the largest aligned chunks, skipping poisoned pages. The
     /// range must not cross a section.
@@ -259,6 +270,7 @@ impl PageAllocator {
         let mut state = zone.state.lock();
         // memory_failure bumps the pending count before taking this lock, so
         // a page poisoned while we prepared it is seen here.
+        let mut freed = count as u64;
         if self.hwpoison_pending.load(Relaxed) == 0 {
             if count.is_power_of_two() && idx & (count - 1) == 0 {
                 state
@@ -277,6 +289,7 @@ impl PageAllocator {
                             .free_range(cx, run_start, i - run_start, placement);
                     }
                     run_start = i + 1;
+                    freed -= 1;
                     self.hwpoison_pending.fetch_sub(1, Relaxed);
                     self.stats.hwpoison_offlined.fetch_add(1, Relaxed);
                 }
@@ -287,7 +300,9 @@ impl PageAllocator {
                     .free_range(cx, run_start, idx + count - run_start, placement);
             }
         }
-        state.counters.pgfree_pages += count as u64;
+        // Poisoned pages never reach the lists, so they are not "freed"
+        // (Linux counts PGFREE only after free_pages_prepare accepted a page).
+        state.counters.pgfree_pages += freed;
         zone.publish(&state);
     }
 
