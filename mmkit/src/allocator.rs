@@ -21,6 +21,7 @@ use crate::gfp::{
 };
 use crate::hooks::{AllocFailure, Hooks, RateLimit, ReclaimRequest};
 use crate::memmap::{node_zone_table, Geometry};
+use crate::migrate::Migrator;
 use crate::page::{PageDesc, PageFlags, PageIdx, PageTable};
 use crate::pageblock::PageblockMap;
 use crate::stats::{Stats, StatsSnapshot};
@@ -47,6 +48,7 @@ pub(crate) struct Parts {
     pub min_free_kbytes: u64,
     #[cfg(feature = "std")]
     pub memory: Option<crate::rawmem::RealMemory>,
+    pub migrator: Option<Box<dyn Migrator>>,
 }
 
 /// A page allocator over one memory map: nodes, zones, buddy free lists.
@@ -71,6 +73,8 @@ pub struct PageAllocator {
     min_free_kbytes: u64,
     #[cfg(feature = "std")]
     pub(crate) memory: Option<crate::rawmem::RealMemory>,
+    /// The embedder's page mover, used by contiguous allocations.
+    pub(crate) migrator: Option<Box<dyn Migrator>>,
 }
 
 /// Where an allocation is headed, fixed at entry (Linux's `alloc_context`).
@@ -105,6 +109,7 @@ impl PageAllocator {
             min_free_kbytes: p.min_free_kbytes,
             #[cfg(feature = "std")]
             memory: p.memory,
+            migrator: p.migrator,
         }
     }
 
@@ -148,6 +153,16 @@ impl PageAllocator {
     /// Number of nodes (highest node id + 1).
     pub fn nr_nodes(&self) -> usize {
         self.zonelists.len()
+    }
+
+    /// Zone indices node `nid` falls back through, nearest first.
+    pub(crate) fn zonelist(&self, nid: usize) -> &[usize] {
+        &self.zonelists[nid]
+    }
+
+    /// Returns pages held in per-CPU lists to the buddy lists.
+    pub fn drain_all_pages(&self) {
+        // per-CPU lists are merged in from the pcp branch
     }
 
     /// Descriptor index of `pfn`, if the map covers it.

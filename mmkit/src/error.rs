@@ -216,6 +216,113 @@ impl fmt::Display for PageError {
     }
 }
 
+/// Why a contiguous range could not be allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContigError {
+    /// The range is empty or reversed.
+    InvalidRange {
+        /// First PFN.
+        start: Pfn,
+        /// One past the last PFN.
+        end: Pfn,
+    },
+    /// Part of the range is outside the memory map.
+    OutOfRange(Pfn),
+    /// The range, rounded out to pageblocks, is not inside one zone.
+    NotInOneZone {
+        /// First PFN.
+        start: Pfn,
+        /// One past the last PFN.
+        end: Pfn,
+    },
+    /// Only `Movable` and `Cma` ranges can be collected.
+    InvalidMigrateType(crate::MigrateType),
+    /// The GFP mask holds flags a contiguous allocation does not support
+    /// (only reclaim, I/O, FS, `COMP`, `RETRY_MAYFAIL`, `NOWARN`, `ZERO`
+    /// and placement hints, which are ignored, are allowed).
+    InvalidGfp(Gfp),
+    /// `__GFP_COMP` needs a naturally aligned power-of-two range no larger
+    /// than the largest folio.
+    BadCompoundRange {
+        /// First PFN.
+        start: Pfn,
+        /// Pages asked for.
+        nr_pages: u64,
+    },
+    /// A page in the range is in use and could not be moved, or is reserved,
+    /// poisoned or a hole (Linux's `-EBUSY`). The allocator is as it was,
+    /// except that pages already migrated stay at their new place.
+    Busy {
+        /// The first page found that blocked the allocation.
+        pfn: Pfn,
+    },
+    /// No suitable range was found (`alloc_contig_pages`).
+    NoMemory {
+        /// Pages asked for.
+        nr_pages: u64,
+    },
+    /// The node does not exist in the map.
+    NoSuchNode(usize),
+}
+
+impl fmt::Display for ContigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidRange { start, end } => write!(f, "invalid PFN range {start}..{end}"),
+            Self::OutOfRange(p) => write!(f, "pfn {p} is outside the memory map"),
+            Self::NotInOneZone { start, end } => {
+                write!(f, "range {start}..{end} is not inside one zone")
+            }
+            Self::InvalidMigrateType(mt) => {
+                write!(f, "cannot allocate a contiguous range as {}", mt.name())
+            }
+            Self::InvalidGfp(gfp) => write!(f, "gfp {gfp} not supported for contiguous ranges"),
+            Self::BadCompoundRange { start, nr_pages } => write!(
+                f,
+                "{nr_pages} pages at {start} cannot form one compound page"
+            ),
+            Self::Busy { pfn } => write!(f, "pfn {pfn} is busy"),
+            Self::NoMemory { nr_pages } => write!(f, "no free range of {nr_pages} pages"),
+            Self::NoSuchNode(nid) => write!(f, "no node {nid}"),
+        }
+    }
+}
+
+/// Why the embedder's [`Migrator`](crate::Migrator) could not move a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MigrateError {
+    /// The block is not a movable allocation.
+    NotMovable(Pfn),
+    /// Someone besides the owner holds a reference.
+    Pinned {
+        /// Block start.
+        pfn: Pfn,
+        /// Its refcount.
+        refcount: u32,
+    },
+    /// No target block could be allocated.
+    NoTarget(AllocError),
+    /// The embedder refused (owner unknown, page locked, …).
+    Refused(Pfn),
+}
+
+impl fmt::Display for MigrateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotMovable(p) => write!(f, "pfn {p} is not movable"),
+            Self::Pinned { pfn, refcount } => {
+                write!(f, "pfn {pfn} is pinned (refcount {refcount})")
+            }
+            Self::NoTarget(e) => write!(f, "no migration target: {e}"),
+            Self::Refused(p) => write!(f, "migration of pfn {p} refused"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for ContigError {}
+#[cfg(feature = "std")]
+impl std::error::Error for MigrateError {}
 #[cfg(feature = "std")]
 impl std::error::Error for AllocError {}
 #[cfg(feature = "std")]

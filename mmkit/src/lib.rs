@@ -25,9 +25,10 @@
 //! - **section**: 2^`section_order` pages; no free block crosses one.
 //!
 //! ## Layers
-//! Public API (`allocator`, `free`, `info`) → zones (`zone`, `fallback`) →
-//! buddy lists (`buddy`) → page descriptors (`page`, `pageblock`). Only
-//! `rawmem` contains `unsafe`.
+//! Public API (`allocator`, `free`, `info`, `contig`)
+//! → zones (`zone`, `fallback`, `isolation`) → buddy lists (`buddy`) → page
+//! descriptors (`page`, `pageblock`). `migrate` is the embedder's side of
+//! contiguous allocation. Only `rawmem` contains `unsafe`.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -37,6 +38,7 @@ extern crate alloc;
 
 mod allocator;
 mod buddy;
+mod contig;
 pub mod error;
 mod fallback;
 mod free;
@@ -44,7 +46,9 @@ pub mod gfp;
 pub mod hooks;
 mod info;
 mod invariants;
+mod isolation;
 pub mod memmap;
+pub mod migrate;
 mod page;
 mod pageblock;
 pub mod procfs;
@@ -53,13 +57,16 @@ mod stats;
 pub mod zone;
 
 pub use allocator::{PageAllocator, PAGE_ALLOC_COSTLY_ORDER};
-pub use error::{AllocError, BadPageReason, BuildError, FreeError, PageError};
+pub use error::{
+    AllocError, BadPageReason, BuildError, ContigError, FreeError, MigrateError, PageError,
+};
 pub use free::MemoryFailure;
 pub use gfp::{AllocFlags, Gfp, MigrateType, ZoneType};
 pub use hooks::{Hooks, NoHooks, QuietHooks};
 pub use info::ZoneSnapshot;
 pub use invariants::InvariantViolation;
 pub use memmap::{Backing, Geometry, MemoryMapBuilder};
+pub use migrate::{CopyMigrator, MigrateRequest, Migrator};
 pub use page::PageFlags;
 #[cfg(feature = "std")]
 pub use rawmem::HugePages;

@@ -12,6 +12,7 @@ use crate::buddy::Placement;
 use crate::error::BuildError;
 use crate::gfp::{MigrateType, ZoneType, MAX_NR_ZONES};
 use crate::hooks::{Hooks, NoHooks};
+use crate::migrate::Migrator;
 use crate::page::{PageFlags, PageTable};
 use crate::pageblock::PageblockMap;
 use crate::zone::{setup_watermarks, MemCtx, WatermarkConfig, Zone};
@@ -116,6 +117,7 @@ pub struct MemoryMapBuilder {
     backing: Backing,
     watermarks: WatermarkConfig,
     hooks: Box<dyn Hooks>,
+    migrator: Option<Box<dyn Migrator>>,
 }
 
 impl Default for MemoryMapBuilder {
@@ -135,6 +137,7 @@ impl MemoryMapBuilder {
             backing: Backing::MetadataOnly,
             watermarks: WatermarkConfig::default(),
             hooks: Box::new(NoHooks),
+            migrator: None,
         }
     }
 
@@ -236,6 +239,13 @@ impl MemoryMapBuilder {
     /// Installs reclaim hooks and event sinks.
     pub fn hooks(mut self, hooks: impl Hooks + 'static) -> Self {
         self.hooks = Box::new(hooks);
+        self
+    }
+    /// Installs the page mover contiguous allocations use for in-use
+    /// movable pages (see [`Migrator`]). Without one, any in-use page in a
+    /// requested range makes the request busy.
+    pub fn migrator(mut self, migrator: impl Migrator + 'static) -> Self {
+        self.migrator = Some(Box::new(migrator));
         self
     }
 
@@ -378,6 +388,7 @@ impl MemoryMapBuilder {
             min_free_kbytes,
             #[cfg(feature = "std")]
             memory,
+            migrator: self.migrator,
         }))
     }
 }
