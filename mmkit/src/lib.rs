@@ -25,7 +25,7 @@
 //! - **section**: 2^`section_order` pages; no free block crosses one.
 //!
 //! ## Layers
-//! Public API (`allocator`, `free`, `info`, `contig`)
+//! Public API (`allocator`, `free`, `info`, `contig`, `free_contig`)
 //! → zones (`zone`, `fallback`, `isolation`) → buddy lists (`buddy`) → page
 //! descriptors (`page`, `pageblock`). `migrate` is the embedder's side of
 //! contiguous allocation. Only `rawmem` contains `unsafe`.
@@ -42,6 +42,7 @@ mod contig;
 pub mod error;
 mod fallback;
 mod free;
+mod free_contig;
 pub mod gfp;
 pub mod hooks;
 mod info;
@@ -61,6 +62,7 @@ pub use error::{
     AllocError, BadPageReason, BuildError, ContigError, FreeError, MigrateError, PageError,
 };
 pub use free::MemoryFailure;
+pub use free_contig::ContigFreeSummary;
 pub use gfp::{AllocFlags, Gfp, MigrateType, ZoneType};
 pub use hooks::{Hooks, NoHooks, QuietHooks};
 pub use info::ZoneSnapshot;
