@@ -14,6 +14,7 @@
 //! embedder's reclaim and compaction hooks and retry.
 #![deny(unsafe_code)]
 
+use crate::cma::CmaArea;
 use crate::fallback::{self, RmqueueMode};
 use crate::gfp::{
     fast_path_alloc_flags, gfp_migratetype, gfp_to_alloc_flags, gfp_zone, AllocFlags, Gfp,
@@ -49,6 +50,7 @@ pub(crate) struct Parts {
     #[cfg(feature = "std")]
     pub memory: Option<crate::rawmem::RealMemory>,
     pub migrator: Option<Box<dyn Migrator>>,
+    pub cma: Vec<CmaArea>,
 }
 
 /// A page allocator over one memory map: nodes, zones, buddy free lists.
@@ -75,6 +77,8 @@ pub struct PageAllocator {
     pub(crate) memory: Option<crate::rawmem::RealMemory>,
     /// The embedder's page mover, used by contiguous allocations.
     pub(crate) migrator: Option<Box<dyn Migrator>>,
+    /// CMA areas, in declaration order.
+    pub(crate) cma: Vec<CmaArea>,
 }
 
 /// Where an allocation is headed, fixed at entry (Linux's `alloc_context`).
@@ -110,6 +114,7 @@ impl PageAllocator {
             #[cfg(feature = "std")]
             memory: p.memory,
             migrator: p.migrator,
+            cma: p.cma,
         }
     }
 

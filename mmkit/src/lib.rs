@@ -25,7 +25,7 @@
 //! - **section**: 2^`section_order` pages; no free block crosses one.
 //!
 //! ## Layers
-//! Public API (`allocator`, `free`, `info`, `contig`, `free_contig`)
+//! Public API (`allocator`, `free`, `info`, `contig`, `free_contig`, `cma`)
 //! → zones (`zone`, `fallback`, `isolation`) → buddy lists (`buddy`) → page
 //! descriptors (`page`, `pageblock`). `migrate` is the embedder's side of
 //! contiguous allocation. Only `rawmem` contains `unsafe`.
@@ -38,6 +38,7 @@ extern crate alloc;
 
 mod allocator;
 mod buddy;
+pub mod cma;
 mod contig;
 pub mod error;
 mod fallback;
@@ -58,8 +59,10 @@ mod stats;
 pub mod zone;
 
 pub use allocator::{PageAllocator, PAGE_ALLOC_COSTLY_ORDER};
+pub use cma::{CmaAreaInfo, CmaId, CmaStats};
 pub use error::{
-    AllocError, BadPageReason, BuildError, ContigError, FreeError, MigrateError, PageError,
+    AllocError, BadCmaReason, BadPageReason, BuildError, CmaError, ContigError, FreeError,
+    MigrateError, PageError,
 };
 pub use free::MemoryFailure;
 pub use free_contig::ContigFreeSummary;

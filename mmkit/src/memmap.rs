@@ -3,13 +3,15 @@
 //! builder that turns them into a ready [`PageAllocator`].
 //!
 //! Owns configuration validation and the boot-time hand-over of free memory
-//! to the buddy lists (Linux's `memblock_free_all`). It reads descriptors only
-//! to mark holes and reserved pages; everything after boot belongs to the
-//! allocator layers.
+//! to the buddy lists (Linux's `memblock_free_all`), including the CMA
+//! areas' pageblock types, which are set before that hand-over. It reads
+//! descriptors only to mark holes and reserved pages; everything after boot
+//! belongs to the allocator layers.
 #![deny(unsafe_code)]
 
 use crate::buddy::Placement;
-use crate::error::BuildError;
+use crate::cma::CmaArea;
+use crate::error::{BadCmaReason, BuildError};
 use crate::gfp::{MigrateType, ZoneType, MAX_NR_ZONES};
 use crate::hooks::{Hooks, NoHooks};
 use crate::migrate::Migrator;
@@ -18,6 +20,7 @@ use crate::pageblock::PageblockMap;
 use crate::zone::{setup_watermarks, MemCtx, WatermarkConfig, Zone};
 use crate::PageAllocator;
 use alloc::boxed::Box;
+use alloc::string::String;
 use alloc::vec::Vec;
 use core::ops::Range;
 
@@ -117,6 +120,7 @@ pub struct MemoryMapBuilder {
     backing: Backing,
     watermarks: WatermarkConfig,
     hooks: Box<dyn Hooks>,
+    cma: Vec<(String, Range<u64>)>,
     migrator: Option<Box<dyn Migrator>>,
 }
 
@@ -137,6 +141,7 @@ impl MemoryMapBuilder {
             backing: Backing::MetadataOnly,
             watermarks: WatermarkConfig::default(),
             hooks: Box::new(NoHooks),
+            cma: Vec::new(),
             migrator: None,
         }
     }
@@ -239,6 +244,19 @@ impl MemoryMapBuilder {
     /// Installs reclaim hooks and event sinks.
     pub fn hooks(mut self, hooks: impl Hooks + 'static) -> Self {
         self.hooks = Box::new(hooks);
+        self
+    }
+    /// Declares a CMA area called `name` over `pfns` (Linux's
+    /// `cma_declare_contiguous` + `cma_init_reserved_areas`): its pageblocks
+    /// get type CMA before the free pages reach the buddy lists, so movable
+    /// allocations may borrow them until
+    /// [`cma_alloc`](PageAllocator::cma_alloc) wants them back. The span
+    /// must be pageblock-aligned, inside one zone, free of holes and
+    /// reserved pages, and disjoint from other areas (checked by
+    /// [`build`](Self::build)). Areas get [`CmaId`](crate::CmaId)s in
+    /// declaration order.
+    pub fn cma(mut self, name: impl Into<String>, pfns: Range<u64>) -> Self {
+        self.cma.push((name.into(), pfns));
         self
     }
     /// Installs the page mover contiguous allocations use for in-use
@@ -350,6 +368,14 @@ impl MemoryMapBuilder {
             ));
         }
         let min_free_kbytes = setup_watermarks(&mut zones, geo.page_size(), &self.watermarks);
+        let cma = activate_cma_areas(self.cma, &specs, &holes, &reserved, &geo)?;
+        for area in &cma {
+            let mut pfn = area.pfns().start;
+            while pfn < area.pfns().end {
+                blocks.set(idx(pfn), MigrateType::Cma);
+                pfn += geo.pageblock_nr_pages();
+            }
+        }
 
         #[cfg(feature = "std")]
         let memory = match self.backing {
@@ -389,8 +415,48 @@ impl MemoryMapBuilder {
             #[cfg(feature = "std")]
             memory,
             migrator: self.migrator,
+            cma,
         }))
     }
+}
+
+/// Checks the declared CMA areas (Linux's `cma_activate_area` checks) and
+/// creates them.
+fn activate_cma_areas(
+    declared: Vec<(String, Range<u64>)>,
+    zones: &[ZoneSpec],
+    holes: &[Range<u64>],
+    reserved: &[Range<u64>],
+    geo: &Geometry,
+) -> Result<Vec<CmaArea>, BuildError> {
+    let pb = geo.pageblock_nr_pages();
+    let mut areas: Vec<CmaArea> = Vec::with_capacity(declared.len());
+    for (name, pfns) in declared {
+        let reason = if pfns.start >= pfns.end {
+            Some(BadCmaReason::Empty)
+        } else if pfns.start % pb != 0 || pfns.end % pb != 0 {
+            Some(BadCmaReason::Unaligned)
+        } else if !zones
+            .iter()
+            .any(|z| z.pfns.start <= pfns.start && pfns.end <= z.pfns.end)
+        {
+            Some(BadCmaReason::NotInOneZone)
+        } else if overlap_pages(holes, &pfns) + overlap_pages(reserved, &pfns) > 0 {
+            Some(BadCmaReason::Unavailable)
+        } else if areas
+            .iter()
+            .any(|a| a.pfns().start < pfns.end && pfns.start < a.pfns().end)
+        {
+            Some(BadCmaReason::Overlaps)
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(BuildError::BadCmaArea { name, pfns, reason });
+        }
+        areas.push(CmaArea::new(name, pfns));
+    }
+    Ok(areas)
 }
 
 /// Pages of `span` covered by the sorted, disjoint `ranges`.
