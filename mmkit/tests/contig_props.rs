@@ -445,6 +445,11 @@ impl Harness {
                 let last = self.mm.page_flags(Pfn(pfn + nr - 1)).unwrap();
                 prop_assert!(last.contains(PageFlags::ALLOCATED));
             }
+            if let Live::Block(block) = live {
+                prop_assert_eq!(flags.contains(PageFlags::HEAD), block.compound);
+                let refs = self.mm.page_count(Pfn(pfn)).unwrap();
+                prop_assert_eq!(refs, 1 + u32::from(block.pinned));
+            }
         }
         let stats = self.mm.cma_stats(self.cma).unwrap();
         let cma_pages: u64 = self
