@@ -189,7 +189,10 @@ impl PageAllocator {
     /// Linux's `free_pages_prepare`: the head must have no references and no
     /// check-at-free flags; compound tails must point at the head. On
     /// success every descriptor of the block is clean (poison kept). On
-    /// failure returns the offending page and why.
+    /// failure returns the offending page and why. The head checks are
+    /// inlined (batched order-0 callers run them per page); tails are
+    /// checked out of line.
+    #[inline(always)]
     pub(crate) fn free_pages_prepare(
         &self,
         idx: PageIdx,
@@ -206,28 +209,39 @@ impl PageAllocator {
             return Err((idx, BadPageReason::FlagsSetAtFree(stale)));
         }
         if flags.contains(PageFlags::HEAD) {
-            for tail in idx + 1..idx + (1 << order) {
-                let t = self.desc(tail);
-                if !t.has(PageFlags::TAIL) || t.next() != idx {
-                    return Err((
-                        tail,
-                        BadPageReason::CorruptCompoundTail {
-                            tail: self.idx_to_pfn(tail),
-                        },
-                    ));
-                }
-                let stale = t.flags().intersection(PageFlags::CHECK_AT_FREE);
-                if stale != PageFlags::EMPTY {
-                    return Err((tail, BadPageReason::FlagsSetAtFree(stale)));
-                }
-            }
-            for tail in idx + 1..idx + (1 << order) {
-                let t = self.desc(tail);
-                let keep = t.flags().intersection(PageFlags::HWPOISON);
-                t.set_state(keep, 0, 0);
-            }
+            self.free_tail_pages_prepare(idx, order)?;
         }
         head.set_state(flags.intersection(PageFlags::HWPOISON), 0, 0);
+        Ok(())
+    }
+
+    /// The compound-tail half of `free_pages_prepare`: every tail must point
+    /// at the head and carry no check-at-free flag; then tails are cleared.
+    fn free_tail_pages_prepare(
+        &self,
+        idx: PageIdx,
+        order: u32,
+    ) -> Result<(), (PageIdx, BadPageReason)> {
+        for tail in idx + 1..idx + (1 << order) {
+            let t = self.desc(tail);
+            if !t.has(PageFlags::TAIL) || t.next() != idx {
+                return Err((
+                    tail,
+                    BadPageReason::CorruptCompoundTail {
+                        tail: self.idx_to_pfn(tail),
+                    },
+                ));
+            }
+            let stale = t.flags().intersection(PageFlags::CHECK_AT_FREE);
+            if stale != PageFlags::EMPTY {
+                return Err((tail, BadPageReason::FlagsSetAtFree(stale)));
+            }
+        }
+        for tail in idx + 1..idx + (1 << order) {
+            let t = self.desc(tail);
+            let keep = t.flags().intersection(PageFlags::HWPOISON);
+            t.set_state(keep, 0, 0);
+        }
         Ok(())
     }
 

@@ -175,7 +175,7 @@ impl PageAllocator {
 
     /// Drops the reference (unless frozen) and runs `free_pages_prepare` on
     /// one page; true if the page may join a run.
-    #[inline]
+    #[inline(always)]
     fn prepare_contig_page(
         &self,
         idx: PageIdx,
