@@ -40,6 +40,7 @@ mod allocator;
 mod buddy;
 pub mod cma;
 mod contig;
+pub mod contig_bench;
 pub mod error;
 mod fallback;
 mod free;
