@@ -317,14 +317,14 @@ pub(crate) fn setup_watermarks(
         let ratio = config.lowmem_reserve_ratio[ti];
         let mut reserve = [0u64; MAX_NR_ZONES];
         let mut above = 0u64;
-        for tj in ti + 1..MAX_NR_ZONES {
+        for (tj, slot) in reserve.iter_mut().enumerate().skip(ti + 1) {
             let upper: u64 = zones
                 .iter()
                 .filter(|z| z.nid == nid && z.zone_type.index() == tj)
                 .map(|z| z.managed_pages)
                 .sum();
             above += upper;
-            reserve[tj] = if ratio == 0 || upper == 0 {
+            *slot = if ratio == 0 || upper == 0 {
                 0
             } else {
                 above / ratio
@@ -398,7 +398,8 @@ mod tests {
         assert_eq!(zones[0].watermark(Watermark::Min), 768);
         assert_eq!(zones[1].watermark(Watermark::Min), 256);
         // step = max(min/4, managed * 10 / 10000)
-        let step1 = (256u64 / 4).max((1 << 18) * 10 / 10_000);
+        let (min1, managed1) = (256u64, 1u64 << 18);
+        let step1 = core::hint::black_box(min1 / 4).max(managed1 * 10 / 10_000);
         assert_eq!(zones[1].watermark(Watermark::Low), 256 + step1);
         assert_eq!(zones[1].watermark(Watermark::High), 256 + 2 * step1);
         // DMA32 keeps Normal's pages / 256 back from Normal-capable requests.
