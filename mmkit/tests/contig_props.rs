@@ -274,7 +274,7 @@ impl Harness {
                     Gfp::KERNEL
                 };
                 if comp {
-                    gfp = gfp | Gfp::COMP;
+                    gfp |= Gfp::COMP;
                 }
                 if let Ok(pfn) = mm.alloc_pages(gfp | Gfp::NOWARN, order) {
                     let block = Block {
