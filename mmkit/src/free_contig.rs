@@ -107,36 +107,43 @@ impl PageAllocator {
         Ok(self.free_contig_pages(start, end, frozen))
     }
 
-    /// Input checks for every page, before any is touched.
+    /// Input checks for every page, before any is touched: a tight scan for
+    /// the first page that is not an allocated order-0 page with the right
+    /// refcount, then the precise error for it.
     fn validate_contig_pages(
         &self,
         start: PageIdx,
         end: PageIdx,
         frozen: bool,
     ) -> Result<(), FreeError> {
-        for idx in start..end {
-            let page = self.desc(idx);
-            let pfn = self.idx_to_pfn(idx);
-            if !page.has(PageFlags::ALLOCATED) {
-                return Err(self
-                    .validate_allocated(pfn)
-                    .err()
-                    .unwrap_or(FreeError::NotAllocated(pfn)));
-            }
-            let order = page.order();
-            if order != 0 {
-                return Err(FreeError::WrongOrder {
-                    pfn,
-                    allocated: order,
-                    given: 0,
-                });
-            }
-            let refcount = page.refcount();
-            if (refcount == 0) != frozen {
-                return Err(FreeError::RefcountMismatch { pfn, refcount });
-            }
+        let first_bad = self.pages.slice(start, end).iter().position(|page| {
+            let (flags, order) = page.flags_and_order();
+            !flags.contains(PageFlags::ALLOCATED) || order != 0 || (page.refcount() == 0) != frozen
+        });
+        let Some(offset) = first_bad else {
+            return Ok(());
+        };
+        let idx = start + offset as PageIdx;
+        let page = self.desc(idx);
+        let pfn = self.idx_to_pfn(idx);
+        let (flags, order) = page.flags_and_order();
+        if !flags.contains(PageFlags::ALLOCATED) {
+            return Err(self
+                .validate_allocated(pfn)
+                .err()
+                .unwrap_or(FreeError::NotAllocated(pfn)));
         }
-        Ok(())
+        if order != 0 {
+            return Err(FreeError::WrongOrder {
+                pfn,
+                allocated: order,
+                given: 0,
+            });
+        }
+        Err(FreeError::RefcountMismatch {
+            pfn,
+            refcount: page.refcount(),
+        })
     }
 
     /// Prepares each page of `[start, end)` and releases the runs.

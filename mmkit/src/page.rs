@@ -220,6 +220,15 @@ impl PageDesc {
             & bit
             == 0
     }
+    /// Flags and order from a single load of the state word.
+    #[inline]
+    pub(crate) fn flags_and_order(&self) -> (PageFlags, u32) {
+        let s = self.state.load(Relaxed);
+        (
+            PageFlags((s & FLAGS_MASK) as u16),
+            (s & ORDER_MASK) >> ORDER_SHIFT,
+        )
+    }
     /// Order of the block this page heads (free or allocated).
     #[inline]
     pub(crate) fn order(&self) -> u32 {
@@ -318,6 +327,11 @@ impl PageTable {
     #[inline]
     pub(crate) fn get(&self, idx: PageIdx) -> &PageDesc {
         &self.descs[idx as usize]
+    }
+    /// Descriptors `[start, end)`, for loops over a range.
+    #[inline]
+    pub(crate) fn slice(&self, start: PageIdx, end: PageIdx) -> &[PageDesc] {
+        &self.descs[start as usize..end as usize]
     }
 }
 
