@@ -389,8 +389,21 @@ impl FreeArea {
         block_start: PageIdx,
         mt: MigrateType,
     ) -> u64 {
-        let end = (block_start + (1 << cx.pageblock_order)).min(cx.end);
-        let mut idx = block_start.max(cx.start);
+        self.move_freepages(cx, block_start, block_start + (1 << cx.pageblock_order), mt)
+    }
+
+    /// Moves every free block inside `[start, end)` of one pageblock to the
+    /// list of `mt`; returns the number of free pages moved. No free block
+    /// may straddle `start` or `end`.
+    pub(crate) fn move_freepages(
+        &mut self,
+        cx: BuddyCtx<'_>,
+        start: PageIdx,
+        end: PageIdx,
+        mt: MigrateType,
+    ) -> u64 {
+        let end = end.min(cx.end);
+        let mut idx = start.max(cx.start);
         let mut moved = 0;
         while idx < end {
             let p = cx.pages.get(idx);

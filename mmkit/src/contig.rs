@@ -264,7 +264,7 @@ impl PageAllocator {
                     }
                 }
                 state.area.take_range(cx, s, e);
-                self.unset_isolate_locked(zone, &mut state, &isolated);
+                self.unset_isolate_locked(zone, &mut state, &isolated, Some((s, e)));
                 state.counters.pgalloc_pages += nr_pages;
                 state.counters.pgalloc_blocks += if compound_order.is_some() {
                     1

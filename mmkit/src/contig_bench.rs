@@ -48,6 +48,7 @@ impl ContigBench {
             .zone(0, ZoneType::Normal, 0..4 * base)
             .cma("bench", 2 * base..2 * base + nr_pages)
             .build()?;
+        // Declared just above, so the lookup cannot miss; no panic path.
         let cma = mm.cma_area("bench").ok_or(BuildError::NoZones)?;
         Ok(Self {
             mm,

@@ -209,7 +209,7 @@ impl PageAllocator {
     /// `undo_isolate_page_range`).
     pub(crate) fn undo_isolate_page_range(&self, zone: &Zone, range: &IsolatedRange) {
         let mut state = zone.state.lock();
-        self.unset_isolate_locked(zone, &mut state, range);
+        self.unset_isolate_locked(zone, &mut state, range, None);
         zone.publish(&state);
     }
 
@@ -217,11 +217,14 @@ impl PageAllocator {
     /// pageblock while isolated are split back first, then each pageblock
     /// gets its type and its free blocks back, then whole free pageblocks
     /// merge with their buddies as ordinary freeing would have merged them.
+    /// `taken` is a range just taken off the free lists, with no free block
+    /// straddling its ends: it holds no free page, so it is not scanned.
     pub(crate) fn unset_isolate_locked(
         &self,
         zone: &Zone,
         state: &mut ZoneState,
         range: &IsolatedRange,
+        taken: Option<(PageIdx, PageIdx)>,
     ) {
         let pb_pages = 1u32 << self.geometry.pageblock_order;
         let cx = zone.cx(self.mem());
@@ -230,7 +233,16 @@ impl PageAllocator {
         }
         for (pb, mt) in range.pageblocks(pb_pages) {
             cx.blocks.set(pb, mt);
-            state.area.move_freepages_block(cx, pb, mt);
+            let pb_end = pb + pb_pages;
+            match taken {
+                Some((s, e)) if s < pb_end && pb < e => {
+                    state.area.move_freepages(cx, pb, s.max(pb), mt);
+                    state.area.move_freepages(cx, e.min(pb_end), pb_end, mt);
+                }
+                _ => {
+                    state.area.move_freepages_block(cx, pb, mt);
+                }
+            }
         }
         for (pb, _) in range.pageblocks(pb_pages) {
             state.area.remerge_pageblock(cx, pb);
