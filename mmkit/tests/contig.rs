@@ -7,7 +7,9 @@
 //! - a busy range leaves the allocator exactly as it was;
 //! - the batched free equals freeing page by page;
 //! - migration moves in-use movable pages (and their contents) out;
-//! - CMA areas lend pages to movable allocations and take them back.
+//! - CMA areas lend pages to movable allocations and take them back;
+//! - zone boundaries: a batched free never builds a block across zones, and
+//!   a range whose pageblocks reach into another zone is refused.
 
 use mmkit::{
     Backing, CmaError, ContigError, CopyMigrator, FreeError, Geometry, Gfp, MemoryMapBuilder,
@@ -625,4 +627,45 @@ fn cma_areas_are_checked_at_build() {
         Some(Overlaps)
     );
     assert_eq!(reason(base().cma("a", 0..64).cma("b", 64..96)), None);
+}
+
+#[test]
+fn a_batched_free_never_builds_a_block_across_zones() {
+    let mm = MemoryMapBuilder::new()
+        .geometry(small_geometry())
+        .zone(0, ZoneType::Dma32, 0..2048)
+        .zone(0, ZoneType::Normal, 2048..4096)
+        .build()
+        .unwrap();
+    let before = observe(&mm);
+    mm.alloc_contig_range(Pfn(1024), Pfn(2048), MigrateType::Movable, Gfp::KERNEL)
+        .unwrap();
+    mm.alloc_contig_range(Pfn(2048), Pfn(3072), MigrateType::Movable, Gfp::KERNEL)
+        .unwrap();
+    // One call over pages of both zones: runs end at the zone boundary.
+    let summary = mm.free_contig_range(Pfn(1024), 2048).unwrap();
+    assert_eq!(summary.freed, 2048);
+    mm.check_invariants().unwrap();
+    assert_eq!(observe(&mm).buddyinfo, before.buddyinfo);
+}
+
+#[test]
+fn pageblocks_shared_with_another_zone_are_refused() {
+    // The zone boundary at 2056 is inside a 16-page pageblock.
+    let mm = MemoryMapBuilder::new()
+        .geometry(small_geometry())
+        .zone(0, ZoneType::Dma32, 0..2056)
+        .zone(0, ZoneType::Normal, 2056..4096)
+        .build()
+        .unwrap();
+    let before = observe(&mm);
+    let r = mm.alloc_contig_range(Pfn(2060), Pfn(2070), MigrateType::Movable, Gfp::KERNEL);
+    assert!(matches!(r, Err(ContigError::NotInOneZone { .. })), "{r:?}");
+    let r = mm.alloc_contig_range(Pfn(2000), Pfn(2100), MigrateType::Movable, Gfp::KERNEL);
+    assert!(matches!(r, Err(ContigError::NotInOneZone { .. })), "{r:?}");
+    assert_same(&observe(&mm), &before, "refused");
+    // Wholly inside one zone's own pageblocks is fine.
+    mm.alloc_contig_range(Pfn(2080), Pfn(2100), MigrateType::Movable, Gfp::KERNEL)
+        .unwrap();
+    mm.check_invariants().unwrap();
 }
