@@ -14,6 +14,7 @@
 //! embedder's reclaim and compaction hooks and retry.
 #![deny(unsafe_code)]
 
+use crate::cma::CmaArea;
 use crate::cpu::PcpAlloc;
 use crate::fallback::{self, RmqueueMode};
 use crate::gfp::{
@@ -22,6 +23,7 @@ use crate::gfp::{
 use crate::gfp::{Watermark, MAX_NR_ZONES};
 use crate::hooks::{AllocFailure, Hooks, RateLimit, ReclaimRequest};
 use crate::memmap::{node_zone_table, Geometry};
+use crate::migrate::Migrator;
 use crate::page::{PageDesc, PageFlags, PageIdx, PageTable};
 use crate::pageblock::PageblockMap;
 use crate::pcp::{pcp_allowed_order, pcp_sizing, Pageset};
@@ -56,6 +58,8 @@ pub(crate) struct Parts {
     pub pcp_enabled: bool,
     #[cfg(feature = "std")]
     pub memory: Option<crate::rawmem::RealMemory>,
+    pub migrator: Option<Box<dyn Migrator>>,
+    pub cma: Vec<CmaArea>,
 }
 
 /// A page allocator over one memory map: nodes, zones, buddy free lists.
@@ -92,6 +96,10 @@ pub struct PageAllocator {
     pub(crate) pcp_enabled: bool,
     #[cfg(feature = "std")]
     pub(crate) memory: Option<crate::rawmem::RealMemory>,
+    /// The embedder's page mover, used by contiguous allocations.
+    pub(crate) migrator: Option<Box<dyn Migrator>>,
+    /// CMA areas, in declaration order.
+    pub(crate) cma: Vec<CmaArea>,
 }
 
 /// Where an allocation is headed, fixed at entry (Linux's `alloc_context`).
@@ -160,6 +168,8 @@ impl PageAllocator {
             pcp_enabled: p.pcp_enabled,
             #[cfg(feature = "std")]
             memory: p.memory,
+            migrator: p.migrator,
+            cma: p.cma,
         }
     }
 

@@ -4,7 +4,9 @@
 //! with O(1) insert and remove — and the operations that keep it a valid buddy
 //! system: `free_one` (merge upward), `expand` (split downward),
 //! `rmqueue_smallest`, moving a pageblock's free pages between lists, and
-//! taking one page out of a free block (hardware poison, isolation).
+//! taking one page (hardware poison) or a PFN range (contiguous allocation)
+//! out of the free blocks; for isolation, splitting a free block into
+//! pageblocks and merging a pageblock again afterwards.
 //!
 //! It does not decide *which* list to take from (fallback, reserves and
 //! watermarks are the zone layer's) and never takes a lock: callers hold the
@@ -342,8 +344,15 @@ impl FreeArea {
     /// to the list of `mt`; returns the number of free pages moved. Free
     /// blocks larger than a pageblock are the caller's to split first.
     pub(crate) fn move_freepages_block(&mut self, cx: BuddyCtx<'_>, block_start: PageIdx, mt: MigrateType) -> u64 {
-        let end = (block_start + (1 << cx.pageblock_order)).min(cx.end);
-        let mut idx = block_start.max(cx.start);
+        self.move_freepages(cx, block_start, block_start + (1 << cx.pageblock_order), mt)
+    }
+
+    /// Moves every free block inside `[start, end)` of one pageblock to the
+    /// list of `mt`; returns the number of free pages moved. No free block
+    /// may straddle `start` or `end`.
+    pub(crate) fn move_freepages(&mut self, cx: BuddyCtx<'_>, start: PageIdx, end: PageIdx, mt: MigrateType) -> u64 {
+        let end = end.min(cx.end);
+        let mut idx = start.max(cx.start);
         let mut moved = 0;
         while idx < end {
             let p = cx.pages.get(idx);
@@ -359,6 +368,90 @@ impl FreeArea {
             }
         }
         moved
+    }
+
+    /// If the pageblock at `pb_start` lies inside a free block larger than a
+    /// pageblock, splits that block down to the pageblock, so that the
+    /// pageblock's type can change on its own. Like `take_page`, only the
+    /// halves on the way down are split: the others go back whole, so that
+    /// freeing the pageblock again rebuilds the original block. Returns
+    /// whether a block was split.
+    pub(crate) fn split_to_pageblocks(&mut self, cx: BuddyCtx<'_>, pb_start: PageIdx) -> bool {
+        let Some((mut head, mut order)) = self.enclosing_free_block(cx, pb_start) else {
+            return false;
+        };
+        if order <= cx.pageblock_order {
+            return false;
+        }
+        let mt = MigrateType::from_index(cx.pages.get(head).tag() as usize).unwrap_or(MigrateType::Unmovable);
+        self.del(cx, head);
+        while order > cx.pageblock_order {
+            order -= 1;
+            let half = 1u32 << order;
+            if pb_start < head + half {
+                self.add(cx, head + half, order, mt, false);
+            } else {
+                self.add(cx, head, order, mt, false);
+                head += half;
+            }
+        }
+        self.add(cx, head, order, mt, false);
+        true
+    }
+
+    /// Gives a whole free pageblock at `pb_start` another chance to merge
+    /// with its buddies (after its type changed back from ISOLATE, Linux's
+    /// `unset_migratetype_isolate`). Smaller blocks inside a pageblock are
+    /// already merged as far as they can be, so only a block of exactly
+    /// pageblock order needs it.
+    pub(crate) fn remerge_pageblock(&mut self, cx: BuddyCtx<'_>, pb_start: PageIdx) {
+        let page = cx.pages.get(pb_start);
+        if pb_start < cx.start
+            || pb_start + (1 << cx.pageblock_order) > cx.end
+            || !page.has(PageFlags::BUDDY)
+            || page.order() != cx.pageblock_order
+        {
+            return;
+        }
+        self.del(cx, pb_start);
+        self.free_one(cx, pb_start, cx.pageblock_order, Placement::Auto);
+    }
+
+    /// Takes every page of `[start, end)` off the free lists. The caller has
+    /// checked (under the same lock) that each page lies in a free block.
+    /// Parts of those blocks outside the range go back to the list they came
+    /// from as aligned chunks; they cannot merge, because their buddies are
+    /// the pages just taken.
+    pub(crate) fn take_range(&mut self, cx: BuddyCtx<'_>, start: PageIdx, end: PageIdx) {
+        let mut idx = start;
+        while idx < end {
+            let Some((head, order)) = self.enclosing_free_block(cx, idx) else {
+                debug_assert!(false, "take_range: page {idx} is not free");
+                idx += 1;
+                continue;
+            };
+            let mt = MigrateType::from_index(cx.pages.get(head).tag() as usize).unwrap_or(MigrateType::Unmovable);
+            let block_end = head + (1 << order);
+            self.del(cx, head);
+            self.add_aligned(cx, head, idx - head, mt);
+            if block_end > end {
+                self.add_aligned(cx, end, block_end - end, mt);
+            }
+            idx = block_end;
+        }
+    }
+
+    /// Puts `[idx, idx + count)` on list `mt` as the largest aligned chunks,
+    /// without trying to merge.
+    fn add_aligned(&mut self, cx: BuddyCtx<'_>, idx: PageIdx, count: u32, mt: MigrateType) {
+        let mut idx = idx;
+        let mut left = count;
+        while left > 0 {
+            let order = chunk_order(idx, left, cx.max_order);
+            self.add(cx, idx, order, mt, false);
+            idx += 1 << order;
+            left -= 1 << order;
+        }
     }
 }
 
@@ -479,6 +572,43 @@ mod tests {
         // Page 4's pageblock is freed second, so its buddy adopts its type.
         assert_eq!(area.nr_blocks(3, MigrateType::Unmovable), 1, "pcp types merge");
         assert_eq!(f.blocks.get(0), MigrateType::Unmovable, "buddy adopted the type");
+    }
+
+    #[test]
+    fn split_isolate_and_remerge_pageblocks() {
+        let f = Fixture::new(16);
+        let cx = f.cx(4);
+        let mut area = FreeArea::new(4);
+        area.free_range(cx, 0, 16, Placement::Tail);
+        assert!(area.split_to_pageblocks(cx, 8));
+        assert_eq!(area.nr_blocks(2, MigrateType::Movable), 2);
+        assert_eq!(area.nr_blocks(3, MigrateType::Movable), 1);
+        assert!(!area.split_to_pageblocks(cx, 8), "already pageblock-sized");
+        f.blocks.set(8, MigrateType::Isolate);
+        assert_eq!(area.move_freepages_block(cx, 8, MigrateType::Isolate), 4);
+        f.blocks.set(8, MigrateType::Movable);
+        area.move_freepages_block(cx, 8, MigrateType::Movable);
+        for pb in [0, 4, 8, 12] {
+            area.remerge_pageblock(cx, pb);
+        }
+        assert_eq!(area.nr_free(4), 1, "one block again");
+        assert_eq!(area.free_pages(), 16);
+    }
+
+    #[test]
+    fn take_range_returns_the_outside_parts() {
+        let f = Fixture::new(16);
+        let cx = f.cx(4);
+        let mut area = FreeArea::new(4);
+        area.free_range(cx, 0, 16, Placement::Tail);
+        area.take_range(cx, 3, 6);
+        assert_eq!(area.free_pages(), 13);
+        assert_eq!(area.enclosing_free_block(cx, 0), Some((0, 1)));
+        assert_eq!(area.enclosing_free_block(cx, 2), Some((2, 0)));
+        assert_eq!(area.enclosing_free_block(cx, 3), None);
+        assert_eq!(area.enclosing_free_block(cx, 5), None);
+        assert_eq!(area.enclosing_free_block(cx, 6), Some((6, 1)));
+        assert_eq!(area.enclosing_free_block(cx, 9), Some((8, 3)));
     }
 
     #[test]

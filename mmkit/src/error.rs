@@ -167,6 +167,16 @@ pub enum BuildError {
     /// Mapping real memory failed.
     #[cfg(feature = "std")]
     RealMemory(crate::rawmem::RealMemoryError),
+    /// A CMA area given to [`MemoryMapBuilder::cma`](crate::MemoryMapBuilder::cma)
+    /// cannot be activated.
+    BadCmaArea {
+        /// The area's name.
+        name: alloc::string::String,
+        /// Its PFN span.
+        pfns: core::ops::Range<u64>,
+        /// What is wrong with it.
+        reason: BadCmaReason,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -181,6 +191,9 @@ impl fmt::Display for BuildError {
             Self::TooLarge { pages } => write!(f, "{pages} pages exceed 2^32 - 1 descriptors"),
             #[cfg(feature = "std")]
             Self::RealMemory(e) => write!(f, "{e}"),
+            Self::BadCmaArea { name, pfns, reason } => {
+                write!(f, "CMA area {name} ({pfns:?}): {reason}")
+            }
         }
     }
 }
@@ -209,6 +222,211 @@ impl fmt::Display for PageError {
     }
 }
 
+/// Why a CMA area cannot be activated at build time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BadCmaReason {
+    /// The area spans no pages.
+    Empty,
+    /// Start or end is not on a pageblock boundary.
+    Unaligned,
+    /// The area is not inside a single zone.
+    NotInOneZone,
+    /// The area contains holes or reserved pages.
+    Unavailable,
+    /// The area overlaps another CMA area.
+    Overlaps,
+}
+
+impl fmt::Display for BadCmaReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Empty => "empty",
+            Self::Unaligned => "not aligned to pageblocks",
+            Self::NotInOneZone => "not inside one zone",
+            Self::Unavailable => "contains holes or reserved pages",
+            Self::Overlaps => "overlaps another CMA area",
+        })
+    }
+}
+
+/// Why a contiguous range could not be allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContigError {
+    /// The range is empty or reversed.
+    InvalidRange {
+        /// First PFN.
+        start: Pfn,
+        /// One past the last PFN.
+        end: Pfn,
+    },
+    /// Part of the range is outside the memory map.
+    OutOfRange(Pfn),
+    /// The range, rounded out to pageblocks, is not inside one zone.
+    NotInOneZone {
+        /// First PFN.
+        start: Pfn,
+        /// One past the last PFN.
+        end: Pfn,
+    },
+    /// Only `Movable` and `Cma` ranges can be collected.
+    InvalidMigrateType(crate::MigrateType),
+    /// The GFP mask holds flags a contiguous allocation does not support
+    /// (only reclaim, I/O, FS, `COMP`, `RETRY_MAYFAIL`, `NOWARN`, `ZERO`
+    /// and placement hints, which are ignored, are allowed).
+    InvalidGfp(Gfp),
+    /// `__GFP_COMP` needs a naturally aligned power-of-two range no larger
+    /// than the largest folio.
+    BadCompoundRange {
+        /// First PFN.
+        start: Pfn,
+        /// Pages asked for.
+        nr_pages: u64,
+    },
+    /// A page in the range is in use and could not be moved, or is reserved,
+    /// poisoned or a hole (Linux's `-EBUSY`). The allocator is as it was,
+    /// except that pages already migrated stay at their new place.
+    Busy {
+        /// The first page found that blocked the allocation.
+        pfn: Pfn,
+    },
+    /// No suitable range was found (`alloc_contig_pages`).
+    NoMemory {
+        /// Pages asked for.
+        nr_pages: u64,
+    },
+    /// The node does not exist in the map.
+    NoSuchNode(usize),
+}
+
+impl fmt::Display for ContigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidRange { start, end } => write!(f, "invalid PFN range {start}..{end}"),
+            Self::OutOfRange(p) => write!(f, "pfn {p} is outside the memory map"),
+            Self::NotInOneZone { start, end } => {
+                write!(f, "range {start}..{end} is not inside one zone")
+            }
+            Self::InvalidMigrateType(mt) => {
+                write!(f, "cannot allocate a contiguous range as {}", mt.name())
+            }
+            Self::InvalidGfp(gfp) => write!(f, "gfp {gfp} not supported for contiguous ranges"),
+            Self::BadCompoundRange { start, nr_pages } => {
+                write!(f, "{nr_pages} pages at {start} cannot form one compound page")
+            }
+            Self::Busy { pfn } => write!(f, "pfn {pfn} is busy"),
+            Self::NoMemory { nr_pages } => write!(f, "no free range of {nr_pages} pages"),
+            Self::NoSuchNode(nid) => write!(f, "no node {nid}"),
+        }
+    }
+}
+
+/// Why the embedder's [`Migrator`](crate::Migrator) could not move a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MigrateError {
+    /// The block is not a movable allocation.
+    NotMovable(Pfn),
+    /// Someone besides the owner holds a reference.
+    Pinned {
+        /// Block start.
+        pfn: Pfn,
+        /// Its refcount.
+        refcount: u32,
+    },
+    /// No target block could be allocated.
+    NoTarget(AllocError),
+    /// The embedder refused (owner unknown, page locked, …).
+    Refused(Pfn),
+}
+
+impl fmt::Display for MigrateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotMovable(p) => write!(f, "pfn {p} is not movable"),
+            Self::Pinned { pfn, refcount } => {
+                write!(f, "pfn {pfn} is pinned (refcount {refcount})")
+            }
+            Self::NoTarget(e) => write!(f, "no migration target: {e}"),
+            Self::Refused(p) => write!(f, "migration of pfn {p} refused"),
+        }
+    }
+}
+
+/// Why a CMA allocation or release failed. Nothing was changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CmaError {
+    /// No CMA area has this id.
+    NoSuchArea(crate::CmaId),
+    /// Zero pages, or more than the area holds.
+    InvalidCount {
+        /// Pages asked for.
+        count: u64,
+        /// Pages in the area.
+        area_pages: u64,
+    },
+    /// Alignment order too large.
+    InvalidAlign(u32),
+    /// Every aligned candidate range was in use or busy.
+    NoMemory {
+        /// Pages asked for.
+        count: u64,
+        /// Candidates that failed as busy before giving up.
+        busy_retries: u64,
+    },
+    /// The range is not inside the area.
+    NotInArea {
+        /// First PFN.
+        pfn: Pfn,
+        /// Pages.
+        count: u64,
+    },
+    /// No allocation from this area starts at `pfn`.
+    NotAllocated(Pfn),
+    /// The count differs from the allocation's.
+    CountMismatch {
+        /// Allocation start.
+        pfn: Pfn,
+        /// Pages allocated.
+        allocated: u64,
+        /// Pages passed to the release.
+        given: u64,
+    },
+    /// The contiguous allocation failed for a reason other than busy.
+    Contig(ContigError),
+    /// Freeing the range was refused (its pages are not in the state
+    /// `cma_alloc` left them in).
+    Free(FreeError),
+}
+
+impl fmt::Display for CmaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoSuchArea(id) => write!(f, "no CMA area {}", id.index()),
+            Self::InvalidCount { count, area_pages } => {
+                write!(f, "cannot allocate {count} pages from an area of {area_pages}")
+            }
+            Self::InvalidAlign(a) => write!(f, "alignment order {a} too large"),
+            Self::NoMemory { count, busy_retries } => {
+                write!(f, "no free range of {count} pages ({busy_retries} busy candidates)")
+            }
+            Self::NotInArea { pfn, count } => {
+                write!(f, "{count} pages at {pfn} are not inside the area")
+            }
+            Self::NotAllocated(p) => write!(f, "no CMA allocation starts at pfn {p}"),
+            Self::CountMismatch { pfn, allocated, given } => {
+                write!(f, "CMA allocation at {pfn} has {allocated} pages, release says {given}")
+            }
+            Self::Contig(e) => write!(f, "{e}"),
+            Self::Free(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for ContigError {}
+#[cfg(feature = "std")]
+impl std::error::Error for MigrateError {}
+#[cfg(feature = "std")]
+impl std::error::Error for CmaError {}
 #[cfg(feature = "std")]
 impl std::error::Error for AllocError {}
 #[cfg(feature = "std")]

@@ -244,8 +244,10 @@ impl PageAllocator {
     /// Linux's `free_pages_prepare`: the head must have no references and no
     /// check-at-free flags; compound tails must point at the head. On
     /// success every descriptor of the block is clean (poison kept). On
-    /// failure returns the offending page and why.
-    #[inline]
+    /// failure returns the offending page and why. The head checks are
+    /// inlined (batched order-0 callers run them per page); tails are
+    /// checked out of line.
+    #[inline(always)]
     pub(crate) fn free_pages_prepare(&self, idx: PageIdx, order: u32) -> Result<(), (PageIdx, BadPageReason)> {
         let head = self.desc(idx);
         let flags = head.flags();
@@ -258,23 +260,30 @@ impl PageAllocator {
             return Err((idx, BadPageReason::FlagsSetAtFree(stale)));
         }
         if flags.contains(PageFlags::HEAD) {
-            for tail in idx + 1..idx + (1 << order) {
-                let t = self.desc(tail);
-                if !t.has(PageFlags::TAIL) || t.next() != idx {
-                    return Err((tail, BadPageReason::CorruptCompoundTail { tail: self.idx_to_pfn(tail) }));
-                }
-                let stale = t.flags().intersection(PageFlags::CHECK_AT_FREE);
-                if stale != PageFlags::EMPTY {
-                    return Err((tail, BadPageReason::FlagsSetAtFree(stale)));
-                }
-            }
-            for tail in idx + 1..idx + (1 << order) {
-                let t = self.desc(tail);
-                let keep = t.flags().intersection(PageFlags::HWPOISON);
-                t.set_state(keep, 0, 0);
-            }
+            self.free_tail_pages_prepare(idx, order)?;
         }
         head.set_state(flags.intersection(PageFlags::HWPOISON), 0, 0);
+        Ok(())
+    }
+
+    /// The compound-tail half of `free_pages_prepare`: every tail must point
+    /// at the head and carry no check-at-free flag; then tails are cleared.
+    fn free_tail_pages_prepare(&self, idx: PageIdx, order: u32) -> Result<(), (PageIdx, BadPageReason)> {
+        for tail in idx + 1..idx + (1 << order) {
+            let t = self.desc(tail);
+            if !t.has(PageFlags::TAIL) || t.next() != idx {
+                return Err((tail, BadPageReason::CorruptCompoundTail { tail: self.idx_to_pfn(tail) }));
+            }
+            let stale = t.flags().intersection(PageFlags::CHECK_AT_FREE);
+            if stale != PageFlags::EMPTY {
+                return Err((tail, BadPageReason::FlagsSetAtFree(stale)));
+            }
+        }
+        for tail in idx + 1..idx + (1 << order) {
+            let t = self.desc(tail);
+            let keep = t.flags().intersection(PageFlags::HWPOISON);
+            t.set_state(keep, 0, 0);
+        }
         Ok(())
     }
 
@@ -296,8 +305,10 @@ impl PageAllocator {
     pub(crate) fn release_prepared(&self, zone: &Zone, idx: PageIdx, count: u32, placement: Placement) {
         let cx = zone.cx(self.mem());
         let mut state = zone.state.lock();
-        self.release_locked(&mut state, cx, idx, count, placement);
-        state.counters.pgfree_pages += count as u64;
+        // Poisoned pages never reach the lists and are not counted as freed
+        // (Linux counts PGFREE only for pages free_pages_prepare accepted).
+        let freed = self.release_locked(&mut state, cx, idx, count, placement);
+        state.counters.pgfree_pages += freed as u64;
         zone.publish(&state);
     }
 
@@ -311,7 +322,7 @@ impl PageAllocator {
         idx: PageIdx,
         count: u32,
         placement: Placement,
-    ) {
+    ) -> u32 {
         // memory_failure raises the pending count before taking the zone
         // lock, so a page poisoned while we prepared it is seen here.
         if self.hwpoison_pending.load(Relaxed) == 0 {
@@ -320,8 +331,9 @@ impl PageAllocator {
             } else {
                 state.area.free_range(cx, idx, count, placement);
             }
-            return;
+            return count;
         }
+        let mut freed = count;
         let mut run_start = idx;
         for i in idx..idx + count {
             if self.desc(i).has(PageFlags::HWPOISON) {
@@ -329,12 +341,14 @@ impl PageAllocator {
                     state.area.free_range(cx, run_start, i - run_start, placement);
                 }
                 run_start = i + 1;
+                freed -= 1;
                 self.drop_poisoned(i);
             }
         }
         if idx + count > run_start {
             state.area.free_range(cx, run_start, idx + count - run_start, placement);
         }
+        freed
     }
 
     /// Marks `pfn` as hardware-poisoned (Linux's `memory_failure`, for the

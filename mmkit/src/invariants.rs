@@ -48,7 +48,11 @@ impl PageAllocator {
     ///   section, and every pageblock they touch has their list's type;
     /// - no page is both free and allocated; pages inside a free block carry
     ///   no state; compound tails point at their head;
-    /// - no two free buddies are left unmerged where merging is allowed.
+    /// - no two free buddies are left unmerged where merging is allowed;
+    /// - no pageblock is left isolated (isolation never outlives an
+    ///   `alloc_contig_range` call);
+    /// - exactly the pageblocks of CMA areas have type CMA, and each area's
+    ///   bitmap agrees with its allocation records.
     ///
     /// Call with no concurrent allocator activity. Cost: O(pages).
     ///
@@ -146,6 +150,27 @@ impl PageAllocator {
                 zone.zone_type
             );
             zone_free_matches_hint(zone, area.free_pages())?;
+        }
+        self.check_pageblock_types()
+    }
+
+    /// ISOLATE never stays behind; CMA pageblocks are exactly the areas'.
+    fn check_pageblock_types(&self) -> Result<(), InvariantViolation> {
+        let pb_order = self.geometry.pageblock_order;
+        for block in 0..self.blocks.len() {
+            let pfn = self.base_pfn + ((block as u64) << pb_order);
+            let mt = self.blocks.get_block(block);
+            let in_cma = self.cma.iter().any(|a| a.pfns().contains(&pfn));
+            ensure!(mt != MigrateType::Isolate, Some(Pfn(pfn)), "pageblock left isolated");
+            ensure!(
+                (mt == MigrateType::Cma) == in_cma,
+                Some(Pfn(pfn)),
+                "pageblock type {mt:?} {} a CMA area",
+                if in_cma { "inside" } else { "outside" }
+            );
+        }
+        for area in &self.cma {
+            area.check().map_err(|message| InvariantViolation { pfn: None, message })?;
         }
         Ok(())
     }

@@ -25,9 +25,10 @@
 //! - **section**: 2^`section_order` pages; no free block crosses one.
 //!
 //! ## Layers
-//! Public API (`allocator`, `free`, `info`) → zones (`zone`, `fallback`) →
-//! buddy lists (`buddy`) → page descriptors (`page`, `pageblock`). Only
-//! `rawmem` contains `unsafe`.
+//! Public API (`allocator`, `free`, `info`, `contig`, `free_contig`, `cma`)
+//! → zones (`zone`, `fallback`, `isolation`) → buddy lists (`buddy`) → page
+//! descriptors (`page`, `pageblock`). `migrate` is the embedder's side of
+//! contiguous allocation. Only `rawmem` contains `unsafe`.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -38,15 +39,21 @@ extern crate alloc;
 mod allocator;
 mod buddy;
 mod bulk;
+pub mod cma;
+mod contig;
+pub mod contig_bench;
 pub mod cpu;
 pub mod error;
 mod fallback;
 mod free;
+mod free_contig;
 pub mod gfp;
 pub mod hooks;
 mod info;
 mod invariants;
+mod isolation;
 pub mod memmap;
+pub mod migrate;
 mod page;
 mod pageblock;
 mod pcp;
@@ -59,14 +66,19 @@ pub mod zone;
 
 pub use allocator::{PageAllocator, PAGE_ALLOC_COSTLY_ORDER};
 pub use bulk::BulkFreeError;
+pub use cma::{CmaAreaInfo, CmaId, CmaStats};
 pub use cpu::{CpuHandle, NoSuchCpu, PcpInfo};
-pub use error::{AllocError, BadPageReason, BuildError, FreeError, PageError};
+pub use error::{
+    AllocError, BadCmaReason, BadPageReason, BuildError, CmaError, ContigError, FreeError, MigrateError, PageError,
+};
 pub use free::MemoryFailure;
+pub use free_contig::ContigFreeSummary;
 pub use gfp::{AllocFlags, Gfp, MigrateType, Watermark, ZoneType};
 pub use hooks::{Hooks, NoHooks, QuietHooks};
 pub use info::ZoneSnapshot;
 pub use invariants::InvariantViolation;
 pub use memmap::{Backing, Geometry, MemoryMapBuilder};
+pub use migrate::{CopyMigrator, MigrateRequest, Migrator};
 pub use page::PageFlags;
 pub use pcp::{PcpCounters, PcpSizing};
 pub use pinned::{PinError, PinnedCpu};

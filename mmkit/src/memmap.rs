@@ -3,20 +3,24 @@
 //! builder that turns them into a ready [`PageAllocator`].
 //!
 //! Owns configuration validation and the boot-time hand-over of free memory
-//! to the buddy lists (Linux's `memblock_free_all`). It reads descriptors only
-//! to mark holes and reserved pages; everything after boot belongs to the
-//! allocator layers.
+//! to the buddy lists (Linux's `memblock_free_all`), including the CMA
+//! areas' pageblock types, which are set before that hand-over. It reads
+//! descriptors only to mark holes and reserved pages; everything after boot
+//! belongs to the allocator layers.
 #![deny(unsafe_code)]
 
 use crate::buddy::Placement;
-use crate::error::BuildError;
+use crate::cma::CmaArea;
+use crate::error::{BadCmaReason, BuildError};
 use crate::gfp::{MigrateType, ZoneType, MAX_NR_ZONES};
 use crate::hooks::{Hooks, NoHooks};
+use crate::migrate::Migrator;
 use crate::page::{PageFlags, PageTable};
 use crate::pageblock::PageblockMap;
 use crate::zone::{setup_watermarks, MemCtx, WatermarkConfig, Zone};
 use crate::PageAllocator;
 use alloc::boxed::Box;
+use alloc::string::String;
 use alloc::vec::Vec;
 use core::ops::Range;
 
@@ -115,6 +119,8 @@ pub struct MemoryMapBuilder {
     cpu_id: fn() -> usize,
     pcp_high_fraction: u32,
     pcp_enabled: bool,
+    cma: Vec<(String, Range<u64>)>,
+    migrator: Option<Box<dyn Migrator>>,
 }
 
 impl Default for MemoryMapBuilder {
@@ -138,6 +144,8 @@ impl MemoryMapBuilder {
             cpu_id: crate::cpu::default_cpu_id,
             pcp_high_fraction: 0,
             pcp_enabled: true,
+            cma: Vec::new(),
+            migrator: None,
         }
     }
 
@@ -265,6 +273,26 @@ impl MemoryMapBuilder {
         self.hooks = Box::new(hooks);
         self
     }
+    /// Declares a CMA area called `name` over `pfns` (Linux's
+    /// `cma_declare_contiguous` + `cma_init_reserved_areas`): its pageblocks
+    /// get type CMA before the free pages reach the buddy lists, so movable
+    /// allocations may borrow them until
+    /// [`cma_alloc`](PageAllocator::cma_alloc) wants them back. The span
+    /// must be pageblock-aligned, inside one zone, free of holes and
+    /// reserved pages, and disjoint from other areas (checked by
+    /// [`build`](Self::build)). Areas get [`CmaId`](crate::CmaId)s in
+    /// declaration order.
+    pub fn cma(mut self, name: impl Into<String>, pfns: Range<u64>) -> Self {
+        self.cma.push((name.into(), pfns));
+        self
+    }
+    /// Installs the page mover contiguous allocations use for in-use
+    /// movable pages (see [`Migrator`]). Without one, any in-use page in a
+    /// requested range makes the request busy.
+    pub fn migrator(mut self, migrator: impl Migrator + 'static) -> Self {
+        self.migrator = Some(Box::new(migrator));
+        self
+    }
 
     /// Validates the map, builds descriptors and zones, and frees every
     /// present, unreserved page to the buddy lists.
@@ -357,6 +385,14 @@ impl MemoryMapBuilder {
             free_runs.push(subtract(&[span], &normalize(unavailable, base_pfn, highest)));
         }
         let min_free_kbytes = setup_watermarks(&mut zones, geo.page_size(), &self.watermarks);
+        let cma = activate_cma_areas(self.cma, &specs, &holes, &reserved, &geo)?;
+        for area in &cma {
+            let mut pfn = area.pfns().start;
+            while pfn < area.pfns().end {
+                blocks.set(idx(pfn), MigrateType::Cma);
+                pfn += geo.pageblock_nr_pages();
+            }
+        }
 
         #[cfg(feature = "std")]
         let memory = match self.backing {
@@ -393,6 +429,8 @@ impl MemoryMapBuilder {
             pcp_enabled: self.pcp_enabled,
             #[cfg(feature = "std")]
             memory,
+            migrator: self.migrator,
+            cma,
         }))
     }
 }
@@ -406,6 +444,39 @@ fn default_nr_cpus() -> usize {
     {
         1
     }
+}
+
+/// Checks the declared CMA areas (Linux's `cma_activate_area` checks) and
+/// creates them.
+fn activate_cma_areas(
+    declared: Vec<(String, Range<u64>)>,
+    zones: &[ZoneSpec],
+    holes: &[Range<u64>],
+    reserved: &[Range<u64>],
+    geo: &Geometry,
+) -> Result<Vec<CmaArea>, BuildError> {
+    let pb = geo.pageblock_nr_pages();
+    let mut areas: Vec<CmaArea> = Vec::with_capacity(declared.len());
+    for (name, pfns) in declared {
+        let reason = if pfns.start >= pfns.end {
+            Some(BadCmaReason::Empty)
+        } else if pfns.start % pb != 0 || pfns.end % pb != 0 {
+            Some(BadCmaReason::Unaligned)
+        } else if !zones.iter().any(|z| z.pfns.start <= pfns.start && pfns.end <= z.pfns.end) {
+            Some(BadCmaReason::NotInOneZone)
+        } else if overlap_pages(holes, &pfns) + overlap_pages(reserved, &pfns) > 0 {
+            Some(BadCmaReason::Unavailable)
+        } else if areas.iter().any(|a| a.pfns().start < pfns.end && pfns.start < a.pfns().end) {
+            Some(BadCmaReason::Overlaps)
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(BuildError::BadCmaArea { name, pfns, reason });
+        }
+        areas.push(CmaArea::new(name, pfns));
+    }
+    Ok(areas)
 }
 
 /// Pages of `span` covered by the sorted, disjoint `ranges`.
@@ -485,8 +556,8 @@ mod tests {
     #[test]
     fn range_helpers() {
         assert_eq!(normalize(vec![5..9, 1..3, 2..6], 0, 8), vec![1..8]);
-        let whole = vec![Range { start: 0, end: 10 }];
-        assert_eq!(subtract(&whole, &[2..3, 5..7]), vec![0..2, 3..5, 7..10]);
+        let whole = core::slice::from_ref(&(0..10));
+        assert_eq!(subtract(whole, &[2..3, 5..7]), vec![0..2, 3..5, 7..10]);
         assert_eq!(overlap_pages(&[2..3, 5..7], &(0..6)), 2);
         let pieces: Vec<_> = split_at_sections(3..20, 3).collect();
         assert_eq!(pieces, vec![(3, 8), (8, 16), (16, 20)]);

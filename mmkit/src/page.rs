@@ -220,6 +220,12 @@ impl PageDesc {
     pub(crate) fn set_order_atomic(&self, order: u32) {
         let _ = self.state.fetch_update(Relaxed, Relaxed, |s| Some((s & !ORDER_MASK) | (order << ORDER_SHIFT)));
     }
+    /// Flags and order from a single load of the state word.
+    #[inline]
+    pub(crate) fn flags_and_order(&self) -> (PageFlags, u32) {
+        let s = self.state.load(Relaxed);
+        (PageFlags(s & FLAGS_MASK), (s & ORDER_MASK) >> ORDER_SHIFT)
+    }
     /// Order of the block this page heads (free or allocated).
     #[inline]
     pub(crate) fn order(&self) -> u32 {
@@ -312,6 +318,11 @@ impl PageTable {
     #[inline]
     pub(crate) fn get(&self, idx: PageIdx) -> &PageDesc {
         &self.descs[idx as usize]
+    }
+    /// Descriptors `[start, end)`, for loops over a range.
+    #[inline]
+    pub(crate) fn slice(&self, start: PageIdx, end: PageIdx) -> &[PageDesc] {
+        &self.descs[start as usize..end as usize]
     }
 }
 

@@ -158,6 +158,36 @@ mod real {
         }
     }
 
+    impl RealMemory {
+        /// Copies `count` pages starting at page `from` to page `to`
+        /// (migration). Does nothing if either span leaves the mapping or the
+        /// two overlap.
+        ///
+        /// The caller must own both spans: the source is an allocated block
+        /// being migrated (its owner is kept from writing it meanwhile) and
+        /// the target was just allocated and not yet handed out.
+        pub(crate) fn copy_pages(&self, from: usize, to: usize, count: usize) {
+            let span = |index: usize| -> Option<(usize, usize)> {
+                let start = index.checked_mul(self.page_size)?;
+                let bytes = count.checked_mul(self.page_size)?;
+                let end = start.checked_add(bytes)?;
+                (end <= self.len).then_some((start, end))
+            };
+            let (Some((src, src_end)), Some((dst, dst_end))) = (span(from), span(to)) else {
+                return;
+            };
+            if src < dst_end && dst < src_end {
+                return;
+            }
+            // SAFETY: both spans lie inside the mapping (checked above), do
+            // not overlap (checked above), and the caller contract gives this
+            // thread sole access to both while the copy runs.
+            unsafe {
+                core::ptr::copy_nonoverlapping(self.base.as_ptr().add(src), self.base.as_ptr().add(dst), src_end - src)
+            }
+        }
+    }
+
     impl Drop for RealMemory {
         fn drop(&mut self) {
             // SAFETY: unmapping exactly the region mapped in `map`; no
@@ -179,6 +209,12 @@ mod real {
             let p = mem.page_ptr(3).unwrap();
             // SAFETY: page 3 is inside the mapping and nobody else uses it.
             unsafe { p.as_ptr().write_bytes(0xab, 4096) };
+            mem.copy_pages(3, 1, 1);
+            // SAFETY: page 1 is inside the mapping and nobody else uses it.
+            let copied = unsafe { mem.page_ptr(1).unwrap().as_ptr().add(17).read() };
+            assert_eq!(copied, 0xab);
+            mem.copy_pages(3, 3, 1);
+            mem.copy_pages(3, 4, 1);
             mem.zero_pages(3, 1);
             // SAFETY: as above.
             let byte = unsafe { p.as_ptr().add(4095).read() };

@@ -1,0 +1,140 @@
+//! Page migration, as the embedder provides it: the hook a contiguous
+//! allocation calls to move an in-use movable block out of its way.
+//!
+//! The allocator knows which pages are in use and which were allocated as
+//! movable, but not who owns them or what points at them; only the embedder
+//! does. So moving a page is the embedder's [`Migrator`]: allocate a target,
+//! copy, repoint the owner, free the old block. [`CopyMigrator`] is a ready
+//! implementation that does the allocator-side work (target, contents with
+//! real memory, embedder flags, private word, freeing) and reports each move
+//! to a callback, which is where the owner gets updated.
+//!
+//! This module owns only that contract. It touches allocator state through
+//! the public API (plus the crate-internal page copy, the one `unsafe`
+//! operation it needs, which lives in `rawmem`).
+#![deny(unsafe_code)]
+
+use crate::error::{MigrateError, PageError};
+use crate::gfp::Gfp;
+use crate::page::PageFlags;
+use crate::{PageAllocator, Pfn};
+
+/// One block [`alloc_contig_range`](PageAllocator::alloc_contig_range) wants
+/// moved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MigrateRequest {
+    /// First page of the in-use block.
+    pub pfn: Pfn,
+    /// Its order.
+    pub order: u32,
+    /// Flags to allocate the target with: the caller's reclaim flags plus
+    /// `MOVABLE | RETRY_MAYFAIL`, as Linux's `__alloc_contig_verify_gfp_mask`
+    /// builds them.
+    pub gfp: Gfp,
+    /// Node of the range being collected (allocate the target there).
+    pub nid: usize,
+}
+
+/// Moves in-use movable blocks; implemented by the embedder and installed
+/// with [`MemoryMapBuilder::migrator`](crate::MemoryMapBuilder::migrator).
+///
+/// Called with no allocator lock held, from the thread running the
+/// contiguous allocation. The pageblocks under the range are isolated, so an
+/// allocation made here never returns a page of the range.
+///
+/// On `Ok(new)` the old block must have been freed (its last reference
+/// dropped); if it was not, the contiguous allocation fails as busy. On
+/// `Err` the old block must still be valid and owned as before.
+pub trait Migrator: Send + Sync {
+    /// Moves the block described by `request`; returns where it went.
+    ///
+    /// # Errors
+    /// Any [`MigrateError`]: the contiguous allocation then fails as busy.
+    fn migrate_page(&self, alloc: &PageAllocator, request: &MigrateRequest) -> Result<Pfn, MigrateError>;
+}
+
+/// The default migrator: allocates a target of the same order (and
+/// compound-ness and frozen-ness), copies the contents when the map has real
+/// memory, carries the embedder's page flags and private word over, calls
+/// `on_moved(old, new, order)` so the owner can repoint itself, and frees the
+/// old block.
+///
+/// It refuses blocks with references besides the owner's (refcount above
+/// one), as Linux's migration refuses pinned pages. Copying races with
+/// writers: the embedder must keep the owner from writing the block while it
+/// is being moved (Linux unmaps it first).
+pub struct CopyMigrator<F> {
+    on_moved: F,
+}
+
+impl<F> CopyMigrator<F>
+where
+    F: Fn(Pfn, Pfn, u32) + Send + Sync,
+{
+    /// A migrator that reports every move to `on_moved(old, new, order)`.
+    pub fn new(on_moved: F) -> Self {
+        Self { on_moved }
+    }
+}
+
+impl<F> Migrator for CopyMigrator<F>
+where
+    F: Fn(Pfn, Pfn, u32) + Send + Sync,
+{
+    fn migrate_page(&self, alloc: &PageAllocator, request: &MigrateRequest) -> Result<Pfn, MigrateError> {
+        let old = request.pfn;
+        let order = request.order;
+        let not_movable = |_: PageError| MigrateError::NotMovable(old);
+        let flags = alloc.page_flags(old).map_err(not_movable)?;
+        if !flags.contains(PageFlags::ALLOCATED) {
+            return Err(MigrateError::NotMovable(old));
+        }
+        let refcount = alloc.page_count(old).map_err(not_movable)?;
+        if refcount > 1 {
+            return Err(MigrateError::Pinned { pfn: old, refcount });
+        }
+        let frozen = refcount == 0;
+        let compound = flags.contains(PageFlags::HEAD);
+        let gfp = if compound { request.gfp | Gfp::COMP } else { request.gfp };
+        let new = if frozen {
+            alloc.alloc_frozen_pages_node(request.nid, gfp, order)
+        } else {
+            alloc.alloc_pages_node(request.nid, gfp, order)
+        }
+        .map_err(MigrateError::NoTarget)?;
+        #[cfg(feature = "std")]
+        alloc.copy_page_contents(old, new, 1 << order);
+        // The embedder's state moves with the contents: flags on every page
+        // that can carry them (the head, and the tails of a compound page).
+        let flagged = if compound { 1u64 << order } else { 1 };
+        for i in 0..flagged {
+            let (from, to) = (Pfn(old.0 + i), Pfn(new.0 + i));
+            let owned = alloc.page_flags(from).map_err(not_movable)?.intersection(PageFlags::EMBEDDER_SETTABLE);
+            if owned != PageFlags::EMPTY {
+                let _ = alloc.set_page_flags(to, owned);
+                let _ = alloc.clear_page_flags(from, owned);
+            }
+        }
+        if let Ok(private) = alloc.page_private(old) {
+            let _ = alloc.set_page_private(new, private);
+        }
+        (self.on_moved)(old, new, order);
+        // A failure here is reported (bad page) by the free path itself; the
+        // range check that follows the migration then fails as busy.
+        let _ = if frozen { alloc.free_frozen_pages(old, order) } else { alloc.free_pages(old, order) };
+        Ok(new)
+    }
+}
+
+impl PageAllocator {
+    /// Copies the contents of `count` pages from `from` to `to` when the map
+    /// has real memory (migration). Both blocks must belong to the caller.
+    #[cfg(feature = "std")]
+    pub(crate) fn copy_page_contents(&self, from: Pfn, to: Pfn, count: u64) {
+        let (Some(src), Some(dst), Some(mem)) = (self.pfn_to_idx(from), self.pfn_to_idx(to), self.memory.as_ref())
+        else {
+            return;
+        };
+        mem.copy_pages(src as usize, dst as usize, count as usize);
+    }
+}
