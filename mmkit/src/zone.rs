@@ -355,7 +355,7 @@ pub(crate) fn setup_watermarks(zones: &mut [Zone], page_size: u64, config: &Wate
     let managed_of = |zones: &[Zone], nid: usize, t: usize| -> u64 {
         zones.iter().filter(|z| z.nid == nid && z.zone_type.index() == t).map(|z| z.managed_pages).sum()
     };
-    let reserves: Vec<[u64; MAX_NR_ZONES]> = zones
+    let reserves: alloc::vec::Vec<[u64; MAX_NR_ZONES]> = zones
         .iter()
         .map(|zone| {
             let ti = zone.zone_type.index();
