@@ -275,6 +275,7 @@ impl PageAllocator {
     ///
     /// # Errors
     /// As [`alloc_pages_node`](Self::alloc_pages_node).
+    #[inline]
     pub fn alloc_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
         self.alloc_pages_node(self.local_nid(), gfp, order)
     }
@@ -292,6 +293,7 @@ impl PageAllocator {
     /// even after the slow path, [`AllocError::OrderTooLarge`],
     /// [`AllocError::InvalidGfp`] for contradictory zone bits,
     /// [`AllocError::NoSuchNode`].
+    #[inline]
     pub fn alloc_pages_node(&self, nid: usize, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
         self.alloc_on(self.current_cpu(), nid, gfp, order, false)
     }
@@ -302,6 +304,7 @@ impl PageAllocator {
     ///
     /// # Errors
     /// As [`alloc_pages_node`](Self::alloc_pages_node).
+    #[inline]
     pub fn alloc_frozen_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
         self.alloc_on(self.current_cpu(), self.local_nid(), gfp, order, true)
     }
@@ -310,6 +313,7 @@ impl PageAllocator {
     ///
     /// # Errors
     /// As [`alloc_pages_node`](Self::alloc_pages_node).
+    #[inline]
     pub fn alloc_frozen_pages_node(&self, nid: usize, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
         self.alloc_on(self.current_cpu(), nid, gfp, order, true)
     }
@@ -365,7 +369,7 @@ impl PageAllocator {
     /// zone has fallen below its high mark (pcp `high` then shrinks). A zone
     /// above its high mark is above every lower mark too, so one check
     /// usually suffices.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn zone_allows(&self, zone: &Zone, order: u32, flags: AllocFlags, highest: ZoneType) -> bool {
         if flags.contains(AllocFlags::NO_WATERMARKS) {
             return true;

@@ -142,7 +142,7 @@ impl PageAllocator {
 
     /// Pops a block from a locked pageset of zone `zi`, refilling the list
     /// from the buddy (one zone-lock hold) when it is empty.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn pcp_take_locked(
         &self,
         pcp: &mut PcpState,
@@ -217,7 +217,7 @@ impl PageAllocator {
     /// Pushes a prepared block onto a locked pageset of zone `zi`, spilling
     /// to the buddy when the list grows past `high`. False (nothing done)
     /// while hardware poison is pending.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn pcp_free_locked(
         &self,
         pcp: &mut PcpState,

@@ -66,6 +66,7 @@ impl PageAllocator {
     /// [`RefcountMismatch`](FreeError::RefcountMismatch) for a frozen page)
     /// change nothing. [`FreeError::BadPage`] means the block failed
     /// `free_pages_prepare` and was reported and leaked.
+    #[inline]
     pub fn free_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         self.free_pages_on(self.current_cpu(), pfn, order)
     }
@@ -102,10 +103,12 @@ impl PageAllocator {
     /// # Errors
     /// As [`free_pages`](Self::free_pages); a block that still has
     /// references gets [`FreeError::RefcountMismatch`] and is left alone.
+    #[inline]
     pub fn free_frozen_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         self.free_frozen_pages_on(self.current_cpu(), pfn, order)
     }
 
+    #[inline]
     pub(crate) fn free_frozen_pages_on(&self, cpu: usize, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         let idx = self.validate_allocated(pfn)?;
         let page = self.desc(idx);
@@ -125,10 +128,12 @@ impl PageAllocator {
     ///
     /// # Errors
     /// As [`free_pages`](Self::free_pages), except that tails are accepted.
+    #[inline]
     pub fn put_page(&self, pfn: Pfn) -> Result<(), FreeError> {
         self.put_page_on(self.current_cpu(), pfn)
     }
 
+    #[inline]
     pub(crate) fn put_page_on(&self, cpu: usize, pfn: Pfn) -> Result<(), FreeError> {
         let head = self.compound_head(pfn).map_err(|e| match e {
             PageError::Hole(p) => FreeError::Hole(p),
@@ -215,7 +220,7 @@ impl PageAllocator {
 
     /// Makes this caller the block's only freer and runs
     /// `free_pages_prepare`; a failing block is reported and leaked.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn claim_and_prepare(&self, idx: PageIdx, order: u32, claim: Claim) -> Result<(), FreeError> {
         let page = self.desc(idx);
         if claim == Claim::Frozen && !page.clear_allocated() {

@@ -279,16 +279,17 @@ impl PcpState {
     }
 
     /// After a free: decides how many pages to spill, 0 for none (Linux's
-    /// `nr_pcp_high` + `nr_pcp_free`).
-    #[inline]
+    /// `nr_pcp_high` + `nr_pcp_free`). The common case (room left, nothing
+    /// to retune) stays inline; the rest is out of line.
+    #[inline(always)]
     pub(crate) fn pages_to_spill(&mut self, order: u32, zone_below_high: bool) -> u32 {
-        let PcpSizing { batch, high_min, high_max } = self.sizing;
+        let batch = self.sizing.batch;
         self.alloc_factor >>= 1;
         // Freeing many high-order pages without allocating fragments the
         // zone: spill them sooner.
         let mut free_high = false;
         if order > 0 && order <= PAGE_ALLOC_COSTLY_ORDER {
-            free_high = self.free_count >= batch + high_min / 2 && self.prev_free_high_order;
+            free_high = self.free_count >= batch + self.sizing.high_min / 2 && self.prev_free_high_order;
             self.prev_free_high_order = true;
         } else {
             self.prev_free_high_order = false;
@@ -296,10 +297,16 @@ impl PcpState {
         if self.free_count < (batch << PCP_BATCH_SCALE_MAX) {
             self.free_count += 1 << order;
         }
-        // Common case: room left and nothing to retune.
         if !free_high && !zone_below_high && self.count < self.high {
             return 0;
         }
+        self.pages_to_spill_slow(free_high, zone_below_high)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn pages_to_spill_slow(&mut self, free_high: bool, zone_below_high: bool) -> u32 {
+        let PcpSizing { batch, high_min, high_max } = self.sizing;
         self.high = self.high.clamp(high_min, high_max);
         let high = if self.high == 0 {
             0

@@ -181,7 +181,7 @@ impl Zone {
     /// for order 0, and its first half for higher orders): enough free
     /// pages above `mark`? Uses the published counts, so it may be slightly
     /// stale; the locked paths re-check exactly.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn watermark_fast(
         &self,
         order: u32,
@@ -198,6 +198,7 @@ impl Zone {
         self.free_above_mark(counts, order, mark, highest_zone, alloc_flags)
     }
 
+    #[inline(always)]
     fn free_above_mark(
         &self,
         c: FreeCounts,
