@@ -2,7 +2,7 @@
 //! `perf` or `valgrind --tool=callgrind` (the benchmarks of record are
 //! `mmkit bench pcp` and the criterion benches).
 //!
-//! Usage: `pcp_probe [shared|handle|pinned|frozen|buddy] [pairs]`
+//! Usage: `pcp_probe [shared|handle|pinned|frozen|buddy|bulk64] [pairs]`
 use mmkit::{Gfp, MemoryMapBuilder};
 use std::hint::black_box;
 use std::time::Instant;
@@ -39,6 +39,17 @@ fn main() {
             for _ in 0..n {
                 let p = cpu.alloc_frozen_pages(Gfp::KERNEL, 0).unwrap();
                 cpu.free_frozen_pages(black_box(p), 0).unwrap();
+            }
+        }
+        "bulk64" => {
+            let mut slots = [None; 64];
+            let mut pfns = Vec::with_capacity(64);
+            for _ in 0..n / 64 {
+                slots.fill(None);
+                assert_eq!(mm.alloc_pages_bulk(Gfp::KERNEL, &mut slots), 64);
+                pfns.clear();
+                pfns.extend(slots.iter().flatten().copied());
+                mm.free_pages_bulk(black_box(&pfns)).unwrap();
             }
         }
         other => panic!("unknown mode {other}"),

@@ -98,3 +98,8 @@ impl core::fmt::Display for Pfn {
         write!(f, "{:#x}", self.0)
     }
 }
+
+/// The README's library example, compiled and run as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeExample;
