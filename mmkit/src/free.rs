@@ -73,27 +73,34 @@ impl PageAllocator {
 
     #[inline]
     pub(crate) fn free_pages_on(&self, cpu: usize, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        let idx = self.validate_allocated(pfn)?;
-        let allocated = self.desc(idx).order();
-        if allocated != order {
-            return Err(FreeError::WrongOrder { pfn, allocated, given: order });
+        let idx = self.validate_block(pfn, order)?;
+        if self.drop_block_ref(cpu, pfn, idx, order)? {
+            self.free_block(cpu, idx, order, Claim::ByRefcount)
+        } else {
+            Ok(())
         }
+    }
+
+    /// The reference drop of `__free_pages`: true when it was the last one
+    /// (the caller frees the block). If others still hold the first page of
+    /// a non-compound block (only its refcount counts), everything after it
+    /// is freed here and it lives on as an order-0 page, as in Linux.
+    #[inline]
+    pub(crate) fn drop_block_ref(&self, cpu: usize, pfn: Pfn, idx: PageIdx, order: u32) -> Result<bool, FreeError> {
         let page = self.desc(idx);
         let compound = page.has(PageFlags::HEAD);
         match page.try_put() {
             None => Err(FreeError::RefcountMismatch { pfn, refcount: 0 }),
-            Some(0) => self.free_block(cpu, idx, order, Claim::ByRefcount),
-            Some(_) if order > 0 && !compound => {
-                // Linux's __free_pages: someone else holds the first page
-                // (only its refcount counts in a non-compound block), so
-                // free everything after it and keep it as an order-0 page.
-                page.set_order_atomic(0);
-                for o in (0..order).rev() {
-                    self.free_prepared_block(cpu, idx + (1 << o), o);
+            Some(0) => Ok(true),
+            Some(_) => {
+                if order > 0 && !compound {
+                    page.set_order_atomic(0);
+                    for o in (0..order).rev() {
+                        self.free_prepared_block(cpu, idx + (1 << o), o);
+                    }
                 }
-                Ok(())
+                Ok(false)
             }
-            Some(_) => Ok(()),
         }
     }
 
@@ -110,17 +117,31 @@ impl PageAllocator {
 
     #[inline]
     pub(crate) fn free_frozen_pages_on(&self, cpu: usize, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        let idx = self.validate_frozen_block(pfn, order)?;
+        self.free_block(cpu, idx, order, Claim::Frozen)
+    }
+
+    /// Checks that `pfn` starts an allocated block of `order`.
+    #[inline]
+    pub(crate) fn validate_block(&self, pfn: Pfn, order: u32) -> Result<PageIdx, FreeError> {
         let idx = self.validate_allocated(pfn)?;
-        let page = self.desc(idx);
-        let allocated = page.order();
+        let allocated = self.desc(idx).order();
         if allocated != order {
             return Err(FreeError::WrongOrder { pfn, allocated, given: order });
         }
-        let refcount = page.refcount();
+        Ok(idx)
+    }
+
+    /// Checks that `pfn` starts an allocated block of `order` with no
+    /// references (a frozen block).
+    #[inline]
+    pub(crate) fn validate_frozen_block(&self, pfn: Pfn, order: u32) -> Result<PageIdx, FreeError> {
+        let idx = self.validate_block(pfn, order)?;
+        let refcount = self.desc(idx).refcount();
         if refcount != 0 {
             return Err(FreeError::RefcountMismatch { pfn, refcount });
         }
-        self.free_block(cpu, idx, order, Claim::Frozen)
+        Ok(idx)
     }
 
     /// Drops a reference to the page or compound page containing `pfn`

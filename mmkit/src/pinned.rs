@@ -171,17 +171,11 @@ impl<'a> PinnedCpu<'a> {
     #[inline]
     pub fn free_pages(&mut self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         self.serve_drain_request();
-        let alloc = self.alloc;
-        let idx = alloc.validate_allocated(pfn)?;
-        let page = alloc.desc(idx);
-        let allocated = page.order();
-        if allocated != order {
-            return Err(FreeError::WrongOrder { pfn, allocated, given: order });
-        }
-        match page.try_put() {
-            None => Err(FreeError::RefcountMismatch { pfn, refcount: 0 }),
-            Some(0) => self.free_claimed(idx, order, Claim::ByRefcount),
-            Some(_) => Ok(()),
+        let idx = self.alloc.validate_block(pfn, order)?;
+        if self.alloc.drop_block_ref(self.cpu, pfn, idx, order)? {
+            self.free_claimed(idx, order, Claim::ByRefcount)
+        } else {
+            Ok(())
         }
     }
 
@@ -191,17 +185,7 @@ impl<'a> PinnedCpu<'a> {
     /// As [`PageAllocator::free_frozen_pages`].
     pub fn free_frozen_pages(&mut self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         self.serve_drain_request();
-        let alloc = self.alloc;
-        let idx = alloc.validate_allocated(pfn)?;
-        let page = alloc.desc(idx);
-        let allocated = page.order();
-        if allocated != order {
-            return Err(FreeError::WrongOrder { pfn, allocated, given: order });
-        }
-        let refcount = page.refcount();
-        if refcount != 0 {
-            return Err(FreeError::RefcountMismatch { pfn, refcount });
-        }
+        let idx = self.alloc.validate_frozen_block(pfn, order)?;
         self.free_claimed(idx, order, Claim::Frozen)
     }
 

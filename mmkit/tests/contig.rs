@@ -18,6 +18,9 @@ use mmkit::{
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+mod common;
+use common::{first_difference, observe, Observed};
+
 type Moves = Arc<Mutex<Vec<(Pfn, Pfn, u32)>>>;
 
 /// One Normal zone over `pfns`, quiet hooks, a copying migrator that logs.
@@ -40,55 +43,10 @@ fn small_geometry() -> Geometry {
     Geometry { page_shift: 12, section_order: 15, pageblock_order: 4, max_page_order: 6 }
 }
 
-/// Everything a caller can observe about free memory and live blocks.
-#[derive(Debug, PartialEq, Eq)]
-struct Observed {
-    buddyinfo: String,
-    pagetypeinfo: String,
-    zones: Vec<mmkit::ZoneSnapshot>,
-    pages: Vec<(PageFlags, u32)>,
-}
-
-/// The allocator's observable state, per-CPU lists drained first (a
-/// contiguous allocation drains them too, busy or not, as Linux does).
-fn observe(mm: &PageAllocator) -> Observed {
-    assert_eq!(mm.drain_all_pages(), 0);
-    let pages = (mm.start_pfn().0..mm.end_pfn().0)
-        .map(|p| {
-            let pfn = Pfn(p);
-            let flags = mm.page_flags(pfn).unwrap();
-            let refs = if flags.contains(PageFlags::TAIL) { 0 } else { mm.page_count(pfn).unwrap_or(0) };
-            (flags, refs)
-        })
-        .collect();
-    Observed { buddyinfo: mm.buddyinfo(), pagetypeinfo: mm.pagetypeinfo(), zones: mm.zone_snapshots(), pages }
-}
-
 /// Asserts two observations are equal, naming the first difference.
 fn assert_same(a: &Observed, b: &Observed, what: &str) {
-    assert_eq!(a.buddyinfo, b.buddyinfo, "{what}: buddyinfo");
-    assert_eq!(a.pagetypeinfo, b.pagetypeinfo, "{what}: pagetypeinfo");
-    // Which path counted a page (buddy or per-CPU list) may differ; the
-    // totals and the free state may not.
-    let essence = |zones: &[mmkit::ZoneSnapshot]| -> Vec<_> {
-        zones
-            .iter()
-            .map(|z| {
-                (
-                    z.free.clone(),
-                    z.free_pages,
-                    z.free_pages_by_type,
-                    z.reserved_highatomic,
-                    z.pcp_pages,
-                    z.counters.pgalloc_pages + z.pcp.alloc_pages,
-                    z.counters.pgfree_pages + z.pcp.free_pages,
-                )
-            })
-            .collect()
-    };
-    assert_eq!(essence(&a.zones), essence(&b.zones), "{what}: zone snapshots");
-    if let Some(i) = (0..a.pages.len()).find(|&i| a.pages[i] != b.pages[i]) {
-        panic!("{what}: page {i}: {:?} vs {:?}", a.pages[i], b.pages[i]);
+    if let Some(difference) = first_difference(a, b) {
+        panic!("{what}: {difference}");
     }
 }
 

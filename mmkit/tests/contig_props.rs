@@ -23,6 +23,9 @@ use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+mod common;
+use common::{first_difference, observe, Observed};
+
 const END: u64 = 6144;
 const CMA: std::ops::Range<u64> = 4096..5120;
 
@@ -49,54 +52,11 @@ fn build() -> (PageAllocator, Moves, CmaId) {
     (mm, moves, id)
 }
 
-#[derive(Debug, PartialEq, Eq)]
-struct Observed {
-    buddyinfo: String,
-    pagetypeinfo: String,
-    zones: Vec<mmkit::ZoneSnapshot>,
-    pages: Vec<(PageFlags, u32)>,
-}
-
-/// Observable state with the per-CPU lists drained first (contiguous
-/// allocation drains them too, busy or not).
-fn observe(mm: &PageAllocator) -> Observed {
-    assert_eq!(mm.drain_all_pages(), 0);
-    let pages = (mm.start_pfn().0..mm.end_pfn().0)
-        .map(|p| {
-            let flags = mm.page_flags(Pfn(p)).unwrap();
-            let refs = if flags.contains(PageFlags::TAIL) { 0 } else { mm.page_count(Pfn(p)).unwrap_or(0) };
-            (flags, refs)
-        })
-        .collect();
-    Observed { buddyinfo: mm.buddyinfo(), pagetypeinfo: mm.pagetypeinfo(), zones: mm.zone_snapshots(), pages }
-}
-
 fn same(a: &Observed, b: &Observed) -> Result<(), TestCaseError> {
-    prop_assert_eq!(&a.buddyinfo, &b.buddyinfo);
-    prop_assert_eq!(&a.pagetypeinfo, &b.pagetypeinfo);
-    // Which path counted a page (buddy or per-CPU list) may differ; the
-    // totals and the free state may not.
-    let essence = |zones: &[mmkit::ZoneSnapshot]| -> Vec<_> {
-        zones
-            .iter()
-            .map(|z| {
-                (
-                    z.free.clone(),
-                    z.free_pages,
-                    z.free_pages_by_type,
-                    z.reserved_highatomic,
-                    z.pcp_pages,
-                    z.counters.pgalloc_pages + z.pcp.alloc_pages,
-                    z.counters.pgfree_pages + z.pcp.free_pages,
-                )
-            })
-            .collect()
-    };
-    prop_assert_eq!(essence(&a.zones), essence(&b.zones));
-    if let Some(i) = (0..a.pages.len()).find(|&i| a.pages[i] != b.pages[i]) {
-        return Err(TestCaseError::fail(format!("page {i}: {:?} vs {:?}", a.pages[i], b.pages[i])));
+    match first_difference(a, b) {
+        Some(difference) => Err(TestCaseError::fail(difference)),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// What the model holds at a PFN.
