@@ -54,7 +54,9 @@ impl PageAllocator {
     /// - exactly the pageblocks of CMA areas have type CMA, and each area's
     ///   bitmap agrees with its allocation records.
     ///
-    /// Call with no concurrent allocator activity. Cost: O(pages).
+    /// Call with no concurrent allocator activity and no
+    /// [`PinnedCpu`](crate::PinnedCpu) alive (a pinned CPU's lists cannot be
+    /// walked). Cost: O(pages).
     ///
     /// # Errors
     /// The first violation found.

@@ -6,11 +6,14 @@
 //! implementation and calls [`measure`]; it never reads a clock itself. All
 //! contenders of a case are warmed up first, then measured in interleaved
 //! rounds (round `r` starts with contender `r mod n`), so slow drift on a busy
-//! machine spreads over every implementation instead of hitting one.
+//! machine spreads over every implementation instead of hitting one. A case
+//! whose iterations need untimed preparation (allocate a range, then time
+//! only its free) uses [`StagedContender`] and [`measure_staged`] instead:
+//! same rounds, but only the measured step of each iteration is on the clock.
 
 use serde::Serialize;
 use std::fmt::{self, Write as _};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Name under which mmkit's own results appear; ratios are relative to it.
 pub const MMKIT: &str = "mmkit";
@@ -85,6 +88,42 @@ impl<'a> Contender<'a> {
     }
 }
 
+/// One implementation taking part in a case whose iterations each have an
+/// untimed setup, a timed step and an untimed teardown. Only the step is
+/// timed: the clock is read around each step and the times are summed, so
+/// use it for steps long enough (microseconds) that reading the clock per
+/// step is noise.
+pub struct StagedContender<'a> {
+    /// Implementation name (`mmkit`, ...).
+    pub impl_name: &'static str,
+    /// Runs `n` iterations; returns the summed time of their steps.
+    run: Box<dyn FnMut(u64) -> Result<Duration, BenchError> + 'a>,
+}
+
+impl<'a> StagedContender<'a> {
+    /// A contender whose iteration is `teardown(step(setup()?)?)`, with only
+    /// `step` timed.
+    pub fn new<S, T>(
+        impl_name: &'static str,
+        mut setup: impl FnMut() -> Result<S, BenchError> + 'a,
+        mut step: impl FnMut(S) -> Result<T, BenchError> + 'a,
+        mut teardown: impl FnMut(T) -> Result<(), BenchError> + 'a,
+    ) -> Self {
+        let run = move |iters: u64| -> Result<Duration, BenchError> {
+            let mut timed = Duration::ZERO;
+            for _ in 0..iters {
+                let input = setup()?;
+                let start = Instant::now();
+                let output = step(input);
+                timed += start.elapsed();
+                teardown(output?)?;
+            }
+            Ok(timed)
+        };
+        Self { impl_name, run: Box::new(run) }
+    }
+}
+
 /// One line of results: one case, one implementation.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct CaseResult {
@@ -136,12 +175,46 @@ pub fn measure(
     contenders: &mut [Contender<'_>],
     runs: usize,
 ) -> Result<Vec<CaseResult>, BenchError> {
+    let impls: Vec<&'static str> = contenders.iter().map(|c| c.impl_name).collect();
+    measure_rounds(suite, spec, &impls, runs, |i, iters| {
+        let start = Instant::now();
+        let result = (contenders[i].run)(iters);
+        let elapsed = start.elapsed();
+        result.map(|()| elapsed)
+    })
+}
+
+/// [`measure`] for contenders with untimed setup and teardown: the same
+/// warm-up and interleaved rounds, each run's time being the sum of its
+/// timed steps only.
+///
+/// # Errors
+/// The first error a contender's setup, step or teardown returns.
+pub fn measure_staged(
+    suite: &'static str,
+    spec: CaseSpec,
+    contenders: &mut [StagedContender<'_>],
+    runs: usize,
+) -> Result<Vec<CaseResult>, BenchError> {
+    let impls: Vec<&'static str> = contenders.iter().map(|c| c.impl_name).collect();
+    measure_rounds(suite, spec, &impls, runs, |i, iters| (contenders[i].run)(iters))
+}
+
+/// Warms up contender `i` of `impls` with `run(i, warmup_iters)`, then
+/// records `runs` interleaved rounds of `run(i, iters)`, which returns the
+/// time its run counts for.
+fn measure_rounds(
+    suite: &'static str,
+    spec: CaseSpec,
+    impls: &[&'static str],
+    runs: usize,
+    mut run: impl FnMut(usize, u64) -> Result<Duration, BenchError>,
+) -> Result<Vec<CaseResult>, BenchError> {
     let runs = runs.max(1);
-    let n = contenders.len();
-    for c in contenders.iter_mut() {
+    let n = impls.len();
+    for (i, impl_name) in impls.iter().enumerate() {
         if spec.warmup_iters > 0 {
-            (c.run)(spec.warmup_iters)
-                .map_err(|e| BenchError(format!("{} / {} (warm-up): {e}", spec.name, c.impl_name)))?;
+            run(i, spec.warmup_iters).map_err(|e| BenchError(format!("{} / {impl_name} (warm-up): {e}", spec.name)))?;
         }
     }
     let units = (spec.iters * spec.units_per_iter).max(1) as f64;
@@ -149,23 +222,19 @@ pub fn measure(
     for round in 0..runs {
         for k in 0..n {
             let i = (round + k) % n;
-            let c = &mut contenders[i];
-            let start = Instant::now();
-            let result = (c.run)(spec.iters);
-            let elapsed = start.elapsed();
-            result.map_err(|e| BenchError(format!("{} / {}: {e}", spec.name, c.impl_name)))?;
+            let elapsed = run(i, spec.iters).map_err(|e| BenchError(format!("{} / {}: {e}", spec.name, impls[i])))?;
             samples[i].push(elapsed.as_nanos() as f64 / units);
         }
     }
-    let mut results: Vec<CaseResult> = contenders
+    let mut results: Vec<CaseResult> = impls
         .iter()
         .zip(samples)
-        .map(|(c, mut s)| {
+        .map(|(&impl_name, mut s)| {
             let (min, max) = min_max(&s);
             CaseResult {
                 suite,
                 name: spec.name,
-                impl_name: c.impl_name,
+                impl_name,
                 unit: spec.unit,
                 median_ns: median(&mut s),
                 min_ns: min,
@@ -386,6 +455,42 @@ mod tests {
         let mut contenders = [Contender::new("x", |_| Err(BenchError("boom".into())))];
         let err = measure("s", spec, &mut contenders, 1).unwrap_err();
         assert_eq!(err.0, "c / x: boom");
+    }
+
+    #[test]
+    fn staged_times_only_the_step() {
+        let spec = CaseSpec { name: "staged", unit: "iteration", units_per_iter: 1, iters: 3, warmup_iters: 1 };
+        let sleep = |ms| std::thread::sleep(std::time::Duration::from_millis(ms));
+        let steps = std::cell::Cell::new(0u64);
+        let mut contenders = [StagedContender::new(
+            MMKIT,
+            || {
+                sleep(20);
+                Ok(7u64)
+            },
+            |x| {
+                sleep(1);
+                steps.set(steps.get() + 1);
+                Ok(x * 2)
+            },
+            |y| if y == 14 { Ok(()) } else { Err(BenchError("lost".into())) },
+        )];
+        let results = measure_staged("s", spec, &mut contenders, 2).unwrap();
+        drop(contenders);
+        assert_eq!(steps.get(), 1 + 2 * 3);
+        let r = &results[0];
+        assert_eq!((r.name, r.unit, r.runs, r.units_per_run), ("staged", "iteration", 2, 3));
+        // Each step sleeps 1 ms; each setup 20 ms, which must not be counted.
+        assert!(r.min_ns >= 1_000_000.0 && r.max_ns < 15_000_000.0, "{r:?}");
+        assert_eq!(r.ratio_vs_mmkit, Some(1.0));
+    }
+
+    #[test]
+    fn staged_errors_name_the_case() {
+        let spec = CaseSpec { name: "c", unit: "op", units_per_iter: 1, iters: 1, warmup_iters: 1 };
+        let mut contenders = [StagedContender::new("x", || Ok(()), Ok, |()| Err(BenchError("boom".into())))];
+        let err = measure_staged("s", spec, &mut contenders, 1).unwrap_err();
+        assert_eq!(err.0, "c / x (warm-up): boom");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 mod buddy;
 mod bulk;
+mod contig;
 mod fragment;
 pub mod harness;
 #[allow(unsafe_code)] // GlobalAlloc calls, each with a SAFETY comment.
@@ -39,7 +40,7 @@ pub struct Suite {
 }
 
 /// Every suite, in the order `mmkit bench` runs them.
-pub const SUITES: &[Suite] = &[buddy::SUITE, pcp::SUITE, bulk::SUITE];
+pub const SUITES: &[Suite] = &[buddy::SUITE, pcp::SUITE, bulk::SUITE, contig::SUITE];
 
 /// Names of every suite, for argument validation and help.
 pub fn suite_names() -> Vec<&'static str> {
