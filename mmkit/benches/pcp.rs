@@ -1,0 +1,71 @@
+//! Criterion benchmarks of the per-CPU lists: one order-0
+//! `alloc_pages(Gfp::KERNEL, 0)` + `free_pages` pair per iteration on a
+//! fresh 4 GiB metadata-only map (per-CPU lists on), through each of the
+//! three ways in:
+//! - `pcp_order0_alloc_free/shared`: `PageAllocator`, the CPU from
+//!   `sched_getcpu` and the pageset lock tried per operation;
+//! - `pcp_order0_alloc_free/pinned`: a `PinnedCpu` handle for CPU 0, the
+//!   lists held by the thread, no lock per operation;
+//! - `pcp_order0_alloc_free/cpu_handle`: a `CpuHandle` for CPU 0, the lists
+//!   of a fixed CPU, locked per operation.
+//!
+//! Owns nothing shared: the one- and two-thread cases with peers and a JSON
+//! report are in `mmkit bench pcp` (the CLI's `src/bench/pcp.rs`).
+//! Measurement time is kept short so the whole file runs in well under a
+//! minute: `cargo bench -p mmkit --bench pcp`.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use mmkit::{Gfp, MemoryMapBuilder, PageAllocator};
+use std::hint::black_box;
+use std::time::Duration;
+
+/// Bytes of every map.
+const MAP_BYTES: u64 = 4 << 30;
+
+fn fresh_map() -> PageAllocator {
+    MemoryMapBuilder::with_memory(MAP_BYTES).build().expect("a 4 GiB PC map builds")
+}
+
+fn pcp(c: &mut Criterion) {
+    let mut group = c.benchmark_group("pcp_order0_alloc_free");
+
+    let mm = fresh_map();
+    group.bench_function("shared", |b| {
+        b.iter(|| {
+            let pfn = black_box(mm.alloc_pages(Gfp::KERNEL, 0).expect("alloc"));
+            mm.free_pages(pfn, 0).expect("free");
+        });
+    });
+    drop(mm);
+
+    let mm = fresh_map();
+    let mut cpu = mm.pin_cpu(0).expect("pin cpu 0");
+    group.bench_function("pinned", |b| {
+        b.iter(|| {
+            let pfn = black_box(cpu.alloc_pages(Gfp::KERNEL, 0).expect("alloc"));
+            cpu.free_pages(pfn, 0).expect("free");
+        });
+    });
+    drop(cpu);
+    drop(mm);
+
+    let mm = fresh_map();
+    let cpu = mm.cpu(0).expect("cpu 0");
+    group.bench_function("cpu_handle", |b| {
+        b.iter(|| {
+            let pfn = black_box(cpu.alloc_pages(Gfp::KERNEL, 0).expect("alloc"));
+            cpu.free_pages(pfn, 0).expect("free");
+        });
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(2));
+    targets = pcp
+}
+criterion_main!(benches);
