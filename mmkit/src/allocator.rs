@@ -139,6 +139,12 @@ impl PageAllocator {
                 row
             })
             .collect();
+        let mut p = p;
+        let largest_cached = 1u64 << p.geometry.pageblock_order.max(PAGE_ALLOC_COSTLY_ORDER);
+        for zone in p.zones.iter_mut() {
+            let reserve = zone.lowmem_reserve.iter().copied().max().unwrap_or(0);
+            zone.comfortably_above = zone.watermark(Watermark::High) + reserve + largest_cached;
+        }
         let nr_cpus = p.nr_cpus.max(1);
         let mut pagesets = Vec::with_capacity(nr_cpus * p.zones.len());
         for _cpu in 0..nr_cpus {
@@ -371,7 +377,7 @@ impl PageAllocator {
     /// usually suffices.
     #[inline(always)]
     pub(crate) fn zone_allows(&self, zone: &Zone, order: u32, flags: AllocFlags, highest: ZoneType) -> bool {
-        if flags.contains(AllocFlags::NO_WATERMARKS) {
+        if flags.contains(AllocFlags::NO_WATERMARKS) || zone.comfortably_free() {
             return true;
         }
         if !zone.below_high.load(Relaxed) {

@@ -82,6 +82,12 @@ pub struct Zone {
     free_cma_hint: AtomicU64,
     free_highatomic_hint: AtomicU64,
     free_isolate_hint: AtomicU64,
+    /// Free pages no request can be refused for: free minus every kind of
+    /// free page some request may not use (CMA, highatomic, isolated).
+    usable_by_all_hint: AtomicU64,
+    /// Above this many `usable_by_all` pages, every cached-order request
+    /// passes every watermark (high mark + largest reserve + a block).
+    pub(crate) comfortably_above: u64,
     /// Set when an allocation found the zone below its high watermark; pcp
     /// `high` then shrinks instead of growing (Linux's `ZONE_BELOW_HIGH`).
     pub(crate) below_high: AtomicBool,
@@ -117,6 +123,8 @@ impl Zone {
             free_cma_hint: AtomicU64::new(0),
             free_highatomic_hint: AtomicU64::new(0),
             free_isolate_hint: AtomicU64::new(0),
+            usable_by_all_hint: AtomicU64::new(0),
+            comfortably_above: u64::MAX,
             below_high: AtomicBool::new(false),
         }
     }
@@ -175,6 +183,17 @@ impl Zone {
         self.free_cma_hint.store(area.free_pages_of(MigrateType::Cma), Relaxed);
         self.free_highatomic_hint.store(area.free_pages_of(MigrateType::HighAtomic), Relaxed);
         self.free_isolate_hint.store(area.free_pages_of(MigrateType::Isolate), Relaxed);
+        let unusable_by_some = area.free_pages_of(MigrateType::Cma)
+            + area.free_pages_of(MigrateType::HighAtomic)
+            + area.free_pages_of(MigrateType::Isolate);
+        self.usable_by_all_hint.store(area.free_pages() - unusable_by_some, Relaxed);
+    }
+
+    /// One load and one compare: true when the zone is so far above its
+    /// high watermark that no request of a cached order can fail any check.
+    #[inline(always)]
+    pub(crate) fn comfortably_free(&self) -> bool {
+        self.usable_by_all_hint.load(Relaxed) > self.comfortably_above
     }
 
     /// Lockless part of the watermark check (Linux's `zone_watermark_fast`
