@@ -17,11 +17,9 @@
 use crate::cma::CmaArea;
 use crate::cpu::PcpAlloc;
 use crate::fallback::{self, RmqueueMode};
-use crate::gfp::{
-    fast_path_alloc_flags, gfp_migratetype, gfp_to_alloc_flags, gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType,
-};
+use crate::gfp::{fast_path_alloc_flags, gfp_migratetype, gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType};
 use crate::gfp::{Watermark, MAX_NR_ZONES};
-use crate::hooks::{AllocFailure, Hooks, RateLimit, ReclaimRequest};
+use crate::hooks::{AllocFailure, Hooks, RateLimit};
 use crate::memmap::{node_zone_table, Geometry};
 use crate::migrate::Migrator;
 use crate::page::{PageDesc, PageFlags, PageIdx, PageTable};
@@ -36,10 +34,10 @@ use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Retries of reclaim without progress before giving up (Linux's
 /// `MAX_RECLAIM_RETRIES`).
-const MAX_RECLAIM_RETRIES: u32 = 16;
+pub(crate) const MAX_RECLAIM_RETRIES: u32 = 16;
 
 /// Compaction rounds a request may go through (Linux's `MAX_COMPACT_RETRIES`).
-const MAX_COMPACT_RETRIES: u32 = 16;
+pub(crate) const MAX_COMPACT_RETRIES: u32 = 16;
 
 /// Orders above this are "costly": they give up sooner.
 pub const PAGE_ALLOC_COSTLY_ORDER: u32 = 3;
@@ -104,13 +102,13 @@ pub struct PageAllocator {
 
 /// Where an allocation is headed, fixed at entry (Linux's `alloc_context`).
 #[derive(Clone, Copy)]
-struct AllocContext {
-    nid: usize,
-    highest: ZoneType,
-    migratetype: MigrateType,
-    this_node_only: bool,
+pub(crate) struct AllocContext {
+    pub(crate) nid: usize,
+    pub(crate) highest: ZoneType,
+    pub(crate) migratetype: MigrateType,
+    pub(crate) this_node_only: bool,
     /// Whose per-CPU lists to use.
-    cpu: usize,
+    pub(crate) cpu: usize,
 }
 
 impl PageAllocator {
@@ -427,7 +425,7 @@ impl PageAllocator {
     }
 
     /// Zones a request may use, in the order to try them.
-    fn candidate_zones<'a>(&'a self, ac: &'a AllocContext) -> impl Iterator<Item = (usize, &'a Zone)> + 'a {
+    pub(crate) fn candidate_zones<'a>(&'a self, ac: &'a AllocContext) -> impl Iterator<Item = (usize, &'a Zone)> + 'a {
         self.zonelists[ac.nid]
             .iter()
             .map(|&i| (i, &self.zones[i]))
@@ -435,7 +433,7 @@ impl PageAllocator {
     }
 
     /// Tries each candidate zone once (Linux's `get_page_from_freelist`).
-    fn get_page_from_freelist(
+    pub(crate) fn get_page_from_freelist(
         &self,
         order: u32,
         alloc_flags: AllocFlags,
@@ -520,120 +518,6 @@ impl PageAllocator {
         state.counters.pgalloc_pages += 1 << order;
         zone.publish(&state);
         Some(idx)
-    }
-
-    /// Linux's `__alloc_pages_slowpath`, with reclaim as hooks.
-    fn alloc_slowpath(&self, gfp: Gfp, order: u32, ac: &AllocContext) -> Option<(usize, PageIdx)> {
-        self.stats.slowpath_entries.fetch_add(1, Relaxed);
-        let mut alloc_flags = gfp_to_alloc_flags(gfp, order);
-        let can_direct_reclaim = gfp.contains(Gfp::DIRECT_RECLAIM);
-        let costly = order > PAGE_ALLOC_COSTLY_ORDER;
-        let mut request = ReclaimRequest { gfp, order, nid: ac.nid, attempt: 0 };
-        let mut no_progress_loops = 0;
-        let mut compact_retries = 0;
-        let mut drained = false;
-        loop {
-            if alloc_flags.contains(AllocFlags::KSWAPD) {
-                self.stats.kswapd_wakeups.fetch_add(1, Relaxed);
-                self.hooks.wake_kswapd(&request);
-            }
-            if let Some(got) = self.get_page_from_freelist(order, alloc_flags, ac) {
-                return Some(got);
-            }
-            if gfp.contains(Gfp::MEMALLOC) && !gfp.contains(Gfp::NOMEMALLOC) {
-                alloc_flags = alloc_flags.union(AllocFlags::NO_WATERMARKS);
-                if let Some(got) = self.get_page_from_freelist(order, alloc_flags, ac) {
-                    return Some(got);
-                }
-            }
-            if !can_direct_reclaim {
-                break;
-            }
-            self.stats.allocstall.fetch_add(1, Relaxed);
-            let reclaimed = self.hooks.direct_reclaim(&request);
-            if let Some(got) = self.get_page_from_freelist(order, alloc_flags, ac) {
-                return Some(got);
-            }
-            if !drained {
-                // Reclaim did not help: the pages may sit on per-CPU lists or
-                // in the highatomic reserve. Shrink both and retry once.
-                drained = true;
-                self.unreserve_highatomic(ac, false);
-                self.drain_all_pages();
-                if let Some(got) = self.get_page_from_freelist(order, alloc_flags, ac) {
-                    return Some(got);
-                }
-            }
-            let mut compacted = false;
-            if order > 0 && compact_retries <= MAX_COMPACT_RETRIES {
-                self.stats.compact_stall.fetch_add(1, Relaxed);
-                compacted = self.hooks.direct_compact(&request);
-                if compacted {
-                    compact_retries += 1;
-                    if let Some(got) = self.get_page_from_freelist(order, alloc_flags, ac) {
-                        return Some(got);
-                    }
-                }
-            }
-            if gfp.contains(Gfp::NORETRY) || (costly && !gfp.contains(Gfp::RETRY_MAYFAIL)) {
-                break;
-            }
-            // Linux's should_reclaim_retry: progress on a costly order says
-            // nothing about whether such a block will form, so it never
-            // resets the count; compaction has its own bounded count.
-            if reclaimed > 0 && !costly {
-                no_progress_loops = 0;
-            } else {
-                no_progress_loops += 1;
-            }
-            if no_progress_loops > MAX_RECLAIM_RETRIES {
-                // Before failing, give the highatomic reserve back, a
-                // pageblock per round, until nothing is left to release.
-                if self.unreserve_highatomic(ac, true) {
-                    request.attempt += 1;
-                    continue;
-                }
-                if !(compacted && compact_retries <= MAX_COMPACT_RETRIES) {
-                    break;
-                }
-            }
-            request.attempt += 1;
-        }
-        // Pages cached on other CPUs' lists are free too: drain and retry
-        // once before giving up.
-        self.drain_all_pages();
-        if let Some(got) = self.get_page_from_freelist(order, alloc_flags, ac) {
-            return Some(got);
-        }
-        if gfp.contains(Gfp::NOFAIL) {
-            // Some access to reserves, never all of them (Linux avoids
-            // NO_WATERMARKS here so the reserves survive for others).
-            let flags = alloc_flags.union(AllocFlags::MIN_RESERVE);
-            loop {
-                if let Some(got) = self.get_page_from_freelist(order, flags, ac) {
-                    return Some(got);
-                }
-                request.attempt += 1;
-                if !self.hooks.retry_nofail(&request) {
-                    return None;
-                }
-                self.stats.nofail_retries.fetch_add(1, Relaxed);
-                self.hooks.direct_reclaim(&request);
-            }
-        }
-        None
-    }
-
-    /// Releases one highatomic pageblock in the first zone that has one.
-    fn unreserve_highatomic(&self, ac: &AllocContext, force: bool) -> bool {
-        for (_, zone) in self.candidate_zones(ac) {
-            let cx = zone.cx(self.mem());
-            let mut state = zone.state.lock();
-            if fallback::unreserve_highatomic_pageblock(&mut state, cx, ac.migratetype, force) {
-                return true;
-            }
-        }
-        false
     }
 
     /// Turns a block just taken off the free lists into an allocated block.

@@ -60,6 +60,7 @@ mod pcp;
 mod pinned;
 pub mod procfs;
 mod rawmem;
+mod slowpath;
 mod stats;
 mod sync;
 pub mod zone;
