@@ -1,8 +1,9 @@
-//! The public allocator: PFN lookup, the zonelist walk, the fast and slow
-//! allocation paths and `prep_new_page`.
+//! The public allocator: PFN lookup, the zonelist walk, the fast allocation
+//! path and `prep_new_page`.
 //!
-//! Owns `PageAllocator` and the order in which zones are tried. Free paths
-//! live in `free`, reporting in `info`, invariant checks in `invariants`; all
+//! Owns `PageAllocator` and the order in which zones are tried. The slow path
+//! lives in `slowpath`, per-CPU lists in `cpu`/`pcp`, free paths in `free`,
+//! reporting in `info`, invariant checks in `invariants`; all
 //! of them go through zones (which lock) to buddy (which edits lists) to page
 //! descriptors. Nothing here edits a free list directly.
 //!
