@@ -366,7 +366,7 @@ impl PageAllocator {
             let mut pcp = self.try_lock_pcp(cpu, zi)?;
             self.pcp_take_locked(&mut pcp, zi, order, mt, flags)?
         };
-        self.prep_new_page(zi, idx, order, gfp, mt, frozen);
+        self.prep_new_page(idx, order, gfp, mt, frozen);
         Some(self.idx_to_pfn(idx))
     }
 
@@ -411,8 +411,8 @@ impl PageAllocator {
             None => self.alloc_slowpath(gfp, order, &ac),
         };
         match got {
-            Some((zone, idx)) => {
-                self.prep_new_page(zone, idx, order, gfp, ac.migratetype, frozen);
+            Some((_zone, idx)) => {
+                self.prep_new_page(idx, order, gfp, ac.migratetype, frozen);
                 Ok(self.idx_to_pfn(idx))
             }
             None => {
@@ -523,15 +523,7 @@ impl PageAllocator {
 
     /// Turns a block just taken off the free lists into an allocated block.
     #[inline]
-    pub(crate) fn prep_new_page(
-        &self,
-        _zone: usize,
-        idx: PageIdx,
-        order: u32,
-        gfp: Gfp,
-        mt: MigrateType,
-        frozen: bool,
-    ) {
+    pub(crate) fn prep_new_page(&self, idx: PageIdx, order: u32, gfp: Gfp, mt: MigrateType, frozen: bool) {
         let head = self.desc(idx);
         let compound = gfp.contains(Gfp::COMP) && order > 0;
         let mut flags = PageFlags::ALLOCATED;

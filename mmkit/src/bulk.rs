@@ -12,7 +12,7 @@ use crate::error::FreeError;
 use crate::free::Claim;
 use crate::gfp::{fast_path_alloc_flags, gfp_migratetype, gfp_zone, Gfp, Watermark};
 use crate::page::{PageFlags, PageIdx};
-use crate::pcp::{self, order_to_pindex};
+use crate::pcp::order_to_pindex;
 use crate::zone::LockGuard;
 use crate::{PageAllocator, Pfn};
 use alloc::vec::Vec;
@@ -131,7 +131,6 @@ impl PageAllocator {
         let Some(mut pcp) = self.try_lock_pcp(cpu, zi) else {
             return 0;
         };
-        let zone = &self.zones[zi];
         pcp.note_alloc();
         let pindex = order_to_pindex(mt, 0);
         let mut taken = 0;
@@ -143,16 +142,13 @@ impl PageAllocator {
                 }
                 Some(idx) => idx,
                 None => {
-                    let want = pcp.nr_pcp_alloc(0, zone.below_high.load(core::sync::atomic::Ordering::Relaxed));
-                    let cx = zone.cx(self.mem());
-                    let mut state = zone.state.lock();
-                    if pcp::rmqueue_bulk(zone, &mut state, cx, &mut pcp, 0, want, mt, flags) == 0 {
+                    if self.pcp_refill(&mut pcp, zi, 0, mt, flags).is_none() {
                         break;
                     }
                     continue;
                 }
             };
-            self.prep_new_page(zi, idx, 0, gfp, mt, false);
+            self.prep_new_page(idx, 0, gfp, mt, false);
             put(self.idx_to_pfn(idx));
             taken += 1;
         }

@@ -167,8 +167,10 @@ impl PageAllocator {
         }
     }
 
+    /// Refills a locked pageset's list for (`order`, `mt`) from the buddy
+    /// under one zone-lock hold; `None` when the buddy had nothing.
     #[cold]
-    fn pcp_refill(
+    pub(crate) fn pcp_refill(
         &self,
         pcp: &mut PcpState,
         zi: usize,
