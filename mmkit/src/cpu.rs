@@ -45,22 +45,31 @@ impl core::fmt::Display for NoSuchCpu {
     }
 }
 
+#[cfg(all(feature = "std", target_os = "linux"))]
+std::thread_local! {
+    /// This thread's CPU and how many more calls may use it unchecked.
+    static CACHED_CPU: core::cell::Cell<(u32, u32)> = const { core::cell::Cell::new((0, 0)) };
+}
+
+/// Makes the next [`default_cpu_id`] call ask the kernel again.
+#[inline]
+fn forget_cached_cpu() {
+    #[cfg(all(feature = "std", target_os = "linux"))]
+    CACHED_CPU.with(|cached| cached.set((cached.get().0, 0)));
+}
+
 /// The CPU id source when the embedder gives none: `sched_getcpu` with `std`
 /// (glibc answers it from the rseq area without a system call), CPU 0
 /// without.
 ///
-/// The answer is cached per thread and refreshed every 64 calls: a thread
-/// that migrates keeps using its old CPU's lists for a few operations, which
-/// costs nothing in correctness (the lists are locked) and saves a call per
-/// operation.
+/// The answer is cached per thread and refreshed every 64 calls, and at
+/// once after a pageset was found busy: a thread that migrates keeps using
+/// its old CPU's lists for a few operations, which costs nothing in
+/// correctness (the lists are locked) and saves a call per operation.
 pub fn default_cpu_id() -> usize {
     #[cfg(all(feature = "std", target_os = "linux"))]
     {
-        use core::cell::Cell;
-        std::thread_local! {
-            static CACHED: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
-        }
-        return CACHED.with(|cached| {
+        return CACHED_CPU.with(|cached| {
             let (cpu, left) = cached.get();
             if left > 0 {
                 cached.set((cpu, left - 1));
@@ -131,7 +140,7 @@ impl PageAllocator {
         mt: MigrateType,
         alloc_flags: AllocFlags,
     ) -> PcpAlloc {
-        let Some(mut pcp) = self.pageset(cpu, zi).lock.try_lock() else {
+        let Some(mut pcp) = self.try_lock_pcp(cpu, zi) else {
             return PcpAlloc::Contended;
         };
         match self.pcp_take_locked(&mut pcp, zi, order, mt, alloc_flags) {
@@ -194,7 +203,7 @@ impl PageAllocator {
         let Some(mt) = self.pcp_list_type(idx, order) else {
             return false;
         };
-        let Some(mut pcp) = self.pageset(cpu, zi).lock.try_lock() else {
+        let Some(mut pcp) = self.try_lock_pcp(cpu, zi) else {
             return false;
         };
         self.pcp_free_locked(&mut pcp, zi, idx, order, mt)
@@ -258,10 +267,17 @@ impl PageAllocator {
         }
     }
 
-    /// Locks CPU `cpu`'s pageset of zone `zi` if it is free.
+    /// Locks CPU `cpu`'s pageset of zone `zi` if it is free. A busy pageset
+    /// usually means this thread's cached CPU id is stale (it migrated and
+    /// now shares a CPU's lists with the thread running there), so the
+    /// cache is refreshed on the next call.
     #[inline]
     pub(crate) fn try_lock_pcp(&self, cpu: usize, zi: usize) -> Option<crate::zone::LockGuard<'_, PcpState>> {
-        self.pageset(cpu, zi).lock.try_lock()
+        let guard = self.pageset(cpu, zi).lock.try_lock();
+        if guard.is_none() {
+            forget_cached_cpu();
+        }
+        guard
     }
 
     /// Returns `count` pages of a pageset to the buddy under one zone lock.
