@@ -149,10 +149,10 @@ impl MemoryMapBuilder {
         }
     }
 
-    /// One node of `bytes` of memory laid out like an x86-64 PC: DMA below
-    /// 16 MiB (starting at PFN 1: firmware keeps PFN 0, so it is a hole),
-    /// DMA32 below 4 GiB,
-    /// NORMAL above. Call after setting a page size other than 4 KiB.
+    /// One node of `bytes` of memory with 4 KiB pages, laid out like an
+    /// x86-64 PC: DMA below 16 MiB (starting at PFN 1: firmware keeps PFN 0,
+    /// so it is a hole), DMA32 below 4 GiB, NORMAL above. For another page
+    /// size use `new().page_size(..).add_pc_node(0, 0, bytes)`.
     pub fn with_memory(bytes: u64) -> Self {
         Self::new().add_pc_node(0, 0, bytes)
     }
