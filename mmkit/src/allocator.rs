@@ -53,6 +53,7 @@ pub(crate) struct Parts {
     pub min_free_kbytes: u64,
     pub nr_cpus: usize,
     pub cpu_id: fn() -> usize,
+    pub cpu_nodes: Vec<usize>,
     pub pcp_high_fraction: u32,
     pub pcp_enabled: bool,
     #[cfg(feature = "std")]
@@ -91,6 +92,8 @@ pub struct PageAllocator {
     pub(crate) cpu_slots: Vec<crate::cpu::CpuSlot>,
     pub(crate) nr_cpus: usize,
     pub(crate) cpu_id: fn() -> usize,
+    /// Node of each CPU.
+    cpu_nodes: Vec<usize>,
     /// False when built with `per_cpu_lists(false)`.
     pub(crate) pcp_enabled: bool,
     #[cfg(feature = "std")]
@@ -170,6 +173,7 @@ impl PageAllocator {
             cpu_slots: (0..nr_cpus).map(|_| crate::cpu::CpuSlot::default()).collect(),
             nr_cpus,
             cpu_id: p.cpu_id,
+            cpu_nodes: (0..nr_cpus).map(|cpu| p.cpu_nodes.get(cpu).copied().unwrap_or(0)).collect(),
             pcp_enabled: p.pcp_enabled,
             #[cfg(feature = "std")]
             memory: p.memory,
@@ -282,7 +286,8 @@ impl PageAllocator {
     /// As [`alloc_pages_node`](Self::alloc_pages_node).
     #[inline]
     pub fn alloc_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc_pages_node(self.local_nid(), gfp, order)
+        let cpu = self.current_cpu();
+        self.alloc_on(cpu, self.cpu_to_node(cpu), gfp, order, false)
     }
 
     /// Allocates 2^`order` contiguous pages, preferring node `nid`.
@@ -311,7 +316,8 @@ impl PageAllocator {
     /// As [`alloc_pages_node`](Self::alloc_pages_node).
     #[inline]
     pub fn alloc_frozen_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc_on(self.current_cpu(), self.local_nid(), gfp, order, true)
+        let cpu = self.current_cpu();
+        self.alloc_on(cpu, self.cpu_to_node(cpu), gfp, order, true)
     }
 
     /// Frozen allocation preferring node `nid`.
@@ -323,8 +329,11 @@ impl PageAllocator {
         self.alloc_on(self.current_cpu(), nid, gfp, order, true)
     }
 
-    fn local_nid(&self) -> usize {
-        0
+    /// The node CPU `cpu` belongs to (Linux's `cpu_to_node`): the node
+    /// `alloc_pages` prefers when called on that CPU.
+    #[inline]
+    pub fn cpu_to_node(&self, cpu: usize) -> usize {
+        self.cpu_nodes.get(cpu).copied().unwrap_or(0)
     }
 
     /// Allocation on behalf of CPU `cpu` (its per-CPU lists are used).

@@ -102,7 +102,7 @@ impl PageAllocator {
         if taken > 0 {
             return taken;
         }
-        match self.alloc_on(cpu, 0, gfp, 0, false) {
+        match self.alloc_on(cpu, self.cpu_to_node(cpu), gfp, 0, false) {
             Ok(pfn) => {
                 put(pfn);
                 1
@@ -120,10 +120,11 @@ impl PageAllocator {
         let mt = gfp_migratetype(gfp);
         let flags = fast_path_alloc_flags(gfp, false).with_watermark(Watermark::Low);
         let this_node = gfp.contains(Gfp::THISNODE);
-        let Some(zi) = self.zonelist(0).iter().copied().find(|&zi| {
+        let nid = self.cpu_to_node(cpu);
+        let Some(zi) = self.zonelist(nid).iter().copied().find(|&zi| {
             let z = &self.zones[zi];
             z.zone_type <= highest
-                && (!this_node || z.nid == 0)
+                && (!this_node || z.nid == nid)
                 && z.watermark_fast(0, z.watermark(Watermark::Low) + wanted as u64, highest, flags)
         }) else {
             return 0;

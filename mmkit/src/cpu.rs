@@ -12,7 +12,7 @@
 //! release store to unlock, and the descriptor stores of `prep_new_page`. A
 //! free is the validation loads, the reference drop (the one atomic
 //! read-modify-write Linux semantics require), the same lock try, a push and
-//! the unlock: about 320 instructions for the pair (BENCHMARKS.md).
+//! the unlock: about 330 instructions for the pair (BENCHMARKS.md).
 #![deny(unsafe_code)]
 
 use crate::gfp::{AllocFlags, Gfp, MigrateType};
@@ -490,7 +490,7 @@ impl<'a> CpuHandle<'a> {
     /// As [`PageAllocator::alloc_pages_node`].
     #[inline]
     pub fn alloc_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc.alloc_on(self.cpu, 0, gfp, order, false)
+        self.alloc.alloc_on(self.cpu, self.alloc.cpu_to_node(self.cpu), gfp, order, false)
     }
     /// [`PageAllocator::alloc_pages_node`] on this CPU's lists.
     ///
@@ -504,7 +504,7 @@ impl<'a> CpuHandle<'a> {
     /// # Errors
     /// As [`PageAllocator::alloc_pages_node`].
     pub fn alloc_frozen_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc.alloc_on(self.cpu, 0, gfp, order, true)
+        self.alloc.alloc_on(self.cpu, self.alloc.cpu_to_node(self.cpu), gfp, order, true)
     }
     /// [`PageAllocator::free_pages`] onto this CPU's lists.
     ///

@@ -159,6 +159,13 @@ pub enum BuildError {
     DuplicateZone(ZoneSpec),
     /// Node id at or above `MAX_NUMNODES`.
     TooManyNodes(usize),
+    /// A CPU was put on a node above every node of the map.
+    CpuOnUnknownNode {
+        /// The CPU.
+        cpu: usize,
+        /// Its node.
+        nid: usize,
+    },
     /// The map needs more than 2^32 - 1 page descriptors.
     TooLarge {
         /// Pages the map would span.
@@ -188,6 +195,7 @@ impl fmt::Display for BuildError {
             Self::OverlappingZones(a, b) => write!(f, "zones {a:?} and {b:?} overlap"),
             Self::DuplicateZone(z) => write!(f, "zone {z:?} given twice"),
             Self::TooManyNodes(n) => write!(f, "node {n} is above the node limit"),
+            Self::CpuOnUnknownNode { cpu, nid } => write!(f, "cpu {cpu} is on node {nid}, which the map does not have"),
             Self::TooLarge { pages } => write!(f, "{pages} pages exceed 2^32 - 1 descriptors"),
             #[cfg(feature = "std")]
             Self::RealMemory(e) => write!(f, "{e}"),

@@ -117,6 +117,7 @@ pub struct MemoryMapBuilder {
     hooks: Box<dyn Hooks>,
     nr_cpus: usize,
     cpu_id: fn() -> usize,
+    cpu_nodes: Vec<usize>,
     pcp_high_fraction: u32,
     pcp_enabled: bool,
     cma: Vec<(String, Range<u64>)>,
@@ -142,6 +143,7 @@ impl MemoryMapBuilder {
             hooks: Box::new(NoHooks),
             nr_cpus: default_nr_cpus(),
             cpu_id: crate::cpu::default_cpu_id,
+            cpu_nodes: Vec::new(),
             pcp_high_fraction: 0,
             pcp_enabled: true,
             cma: Vec::new(),
@@ -254,6 +256,17 @@ impl MemoryMapBuilder {
         self.cpu_id = cpu_id;
         self
     }
+    /// Puts CPU `cpu` on node `nid` (default: every CPU on node 0), so that
+    /// `alloc_pages` called there prefers that node, as Linux's
+    /// `numa_node_id()` makes it. A node without memory falls back through
+    /// the zonelist like any other.
+    pub fn cpu_node(mut self, cpu: usize, nid: usize) -> Self {
+        if self.cpu_nodes.len() <= cpu {
+            self.cpu_nodes.resize(cpu + 1, 0);
+        }
+        self.cpu_nodes[cpu] = nid;
+        self
+    }
     /// Linux's `percpu_pagelist_high_fraction`: 0 (default) auto-tunes each
     /// list's `high`; N ≥ 8 pins it to managed/N split across CPUs. Values
     /// 1..=7 are raised to 8.
@@ -323,6 +336,10 @@ impl MemoryMapBuilder {
                     return Err(BuildError::OverlappingZones(z.clone(), other.clone()));
                 }
             }
+        }
+        let max_nid = specs.iter().map(|z| z.nid).max().unwrap_or(0);
+        if let Some((cpu, &nid)) = self.cpu_nodes.iter().enumerate().find(|&(_, &nid)| nid > max_nid) {
+            return Err(BuildError::CpuOnUnknownNode { cpu, nid });
         }
         let lowest = specs.iter().map(|z| z.pfns.start).min().unwrap_or(0);
         let highest = specs.iter().map(|z| z.pfns.end).max().unwrap_or(0);
@@ -425,6 +442,7 @@ impl MemoryMapBuilder {
             min_free_kbytes,
             nr_cpus: self.nr_cpus,
             cpu_id: self.cpu_id,
+            cpu_nodes: self.cpu_nodes,
             pcp_high_fraction: self.pcp_high_fraction,
             pcp_enabled: self.pcp_enabled,
             #[cfg(feature = "std")]

@@ -143,7 +143,7 @@ impl<'a> PinnedCpu<'a> {
         }
         // Everything else (other zones, the slow path) as usual; our own
         // lists are held, so that path goes to the buddy.
-        alloc.alloc_on(self.cpu, 0, gfp, order, frozen)
+        alloc.alloc_on(self.cpu, alloc.cpu_to_node(self.cpu), gfp, order, frozen)
     }
 
     /// The preferred zone only, above its watermark, from the held list.
@@ -151,7 +151,7 @@ impl<'a> PinnedCpu<'a> {
     fn try_fast_alloc(&mut self, gfp: Gfp, order: u32, frozen: bool) -> Option<Pfn> {
         let alloc = self.alloc;
         let highest = gfp_zone(gfp).ok()?;
-        let (zi, nofragment) = alloc.preferred_zone(0, highest)?;
+        let (zi, nofragment) = alloc.preferred_zone(alloc.cpu_to_node(self.cpu), highest)?;
         let zone = &alloc.zones[zi];
         let flags = fast_path_alloc_flags(gfp, nofragment);
         if !alloc.zone_allows(zone, order, flags, highest) {
@@ -220,7 +220,7 @@ impl<'a> PinnedCpu<'a> {
             cursor += 1;
         }
         if cursor == 0 && !page_array.is_empty() {
-            if let Ok(pfn) = self.alloc.alloc_on(self.cpu, 0, gfp, 0, false) {
+            if let Ok(pfn) = self.alloc.alloc_on(self.cpu, self.alloc.cpu_to_node(self.cpu), gfp, 0, false) {
                 page_array[0] = Some(pfn);
                 cursor = 1;
             }

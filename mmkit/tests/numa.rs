@@ -1,0 +1,69 @@
+//! NUMA placement: `alloc_pages` prefers the node of the CPU it runs on
+//! (Linux's `numa_node_id()`), through every entry point that picks a CPU
+//! (the default CPU id, `CpuHandle`, `PinnedCpu`, the bulk allocator), and
+//! falls back to other nodes only without `__GFP_THISNODE`.
+
+use mmkit::{AllocError, BuildError, Gfp, MemoryMapBuilder, PageAllocator, Pfn, ZoneType};
+
+const NODE_PAGES: u64 = 4096;
+
+fn two_nodes(cpu_id: fn() -> usize) -> PageAllocator {
+    MemoryMapBuilder::new()
+        .zone(0, ZoneType::Normal, 0..NODE_PAGES)
+        .zone(1, ZoneType::Normal, NODE_PAGES..2 * NODE_PAGES)
+        .nr_cpus(2)
+        .cpu_node(0, 0)
+        .cpu_node(1, 1)
+        .cpu_id_fn(cpu_id)
+        .min_free_kbytes(128)
+        .build()
+        .unwrap()
+}
+
+fn node_of(pfn: Pfn) -> usize {
+    (pfn.0 / NODE_PAGES) as usize
+}
+
+#[test]
+fn every_entry_point_prefers_the_cpus_node() {
+    let mm = two_nodes(|| 1);
+    assert_eq!(mm.cpu_to_node(1), 1);
+    assert_eq!(node_of(mm.alloc_pages(Gfp::KERNEL, 0).unwrap()), 1, "default CPU id");
+    assert_eq!(node_of(mm.alloc_frozen_pages(Gfp::KERNEL, 2).unwrap()), 1);
+    assert_eq!(node_of(mm.cpu(0).unwrap().alloc_pages(Gfp::KERNEL, 0).unwrap()), 0, "CpuHandle 0");
+    assert_eq!(node_of(mm.cpu(1).unwrap().alloc_pages(Gfp::KERNEL, 3).unwrap()), 1, "CpuHandle 1");
+    {
+        let mut pinned = mm.pin_cpu(0).unwrap();
+        assert_eq!(node_of(pinned.alloc_pages(Gfp::KERNEL, 0).unwrap()), 0, "PinnedCpu 0");
+    }
+    let mut slots = [None; 16];
+    assert_eq!(mm.cpu(0).unwrap().alloc_pages_bulk(Gfp::KERNEL, &mut slots), 16);
+    assert!(slots.iter().flatten().all(|&p| node_of(p) == 0), "bulk on CPU 0");
+    let mut slots = [None; 16];
+    assert_eq!(mm.alloc_pages_bulk(Gfp::KERNEL, &mut slots), 16);
+    assert!(slots.iter().flatten().all(|&p| node_of(p) == 1), "bulk on the default CPU");
+}
+
+#[test]
+fn a_full_node_falls_back_unless_thisnode() {
+    let mm = two_nodes(|| 1);
+    let handle = mm.cpu(1).unwrap();
+    let mut held = Vec::new();
+    while let Ok(pfn) = handle.alloc_pages(Gfp::KERNEL | Gfp::THISNODE, 0) {
+        assert_eq!(node_of(pfn), 1, "THISNODE stays on node 1");
+        held.push(pfn);
+    }
+    assert!(matches!(handle.alloc_pages(Gfp::KERNEL | Gfp::THISNODE, 0), Err(AllocError::NoMemory { .. })));
+    let remote = handle.alloc_pages(Gfp::KERNEL, 0).unwrap();
+    assert_eq!(node_of(remote), 0, "without THISNODE the zonelist goes on to node 0");
+    held.push(remote);
+    assert_eq!(mm.free_pages_bulk(&held), Ok(held.len()));
+    mm.drain_all_pages();
+    mm.check_invariants().unwrap();
+}
+
+#[test]
+fn a_cpu_on_a_node_the_map_lacks_is_refused() {
+    let built = MemoryMapBuilder::new().zone(0, ZoneType::Normal, 0..NODE_PAGES).nr_cpus(2).cpu_node(1, 3).build();
+    assert!(matches!(built, Err(BuildError::CpuOnUnknownNode { cpu: 1, nid: 3 })));
+}
