@@ -107,6 +107,7 @@ pub struct PageAllocator {
 /// Where an allocation is headed, fixed at entry (Linux's `alloc_context`).
 #[derive(Clone, Copy)]
 pub(crate) struct AllocContext {
+    pub(crate) gfp: Gfp,
     pub(crate) nid: usize,
     pub(crate) highest: ZoneType,
     pub(crate) migratetype: MigrateType,
@@ -145,7 +146,7 @@ impl PageAllocator {
         let largest_cached = 1u64 << p.geometry.pageblock_order.max(PAGE_ALLOC_COSTLY_ORDER);
         for zone in p.zones.iter_mut() {
             let reserve = zone.lowmem_reserve.iter().copied().max().unwrap_or(0);
-            zone.comfortably_above = zone.watermark(Watermark::High) + reserve + largest_cached;
+            zone.comfortably_above = zone.watermark(Watermark::High) + zone.max_boost + reserve + largest_cached;
         }
         let nr_cpus = p.nr_cpus.max(1);
         let mut pagesets = Vec::with_capacity(nr_cpus * p.zones.len());
@@ -375,6 +376,7 @@ impl PageAllocator {
             let mut pcp = self.try_lock_pcp(cpu, zi)?;
             self.pcp_take_locked(&mut pcp, zi, order, mt, flags)?
         };
+        self.wake_kswapd_if_boosted(zone, gfp, flags);
         self.prep_new_page(idx, order, gfp, mt, frozen);
         Some(self.idx_to_pfn(idx))
     }
@@ -407,6 +409,7 @@ impl PageAllocator {
             return Err(AllocError::NoSuchNode(nid));
         }
         let ac = AllocContext {
+            gfp,
             nid,
             highest,
             migratetype: gfp_migratetype(gfp),
@@ -493,12 +496,44 @@ impl PageAllocator {
                     if alloc_flags.contains(AllocFlags::HIGHATOMIC) {
                         self.reserve_highatomic_after_pcp(zi, idx, order);
                     }
+                    self.wake_kswapd_if_boosted(zone, ac.gfp, alloc_flags);
                     return Some(idx);
                 }
                 PcpAlloc::Empty | PcpAlloc::Contended => {}
             }
         }
-        self.rmqueue_buddy(zone, order, alloc_flags, ac, check)
+        let idx = self.rmqueue_buddy(zone, order, alloc_flags, ac, check)?;
+        self.wake_kswapd_if_boosted(zone, ac.gfp, alloc_flags);
+        Some(idx)
+    }
+
+    /// After an allocation from `zone`: if a fallback boosted its watermarks
+    /// for a request that may wake kswapd, wake it once (Linux's
+    /// `ZONE_BOOSTED_WATERMARK` check at the end of `rmqueue`).
+    #[inline(always)]
+    pub(crate) fn wake_kswapd_if_boosted(&self, zone: &Zone, gfp: Gfp, alloc_flags: AllocFlags) {
+        if alloc_flags.contains(AllocFlags::KSWAPD) && zone.boost_pending.load(Relaxed) {
+            self.wake_kswapd_for_boost(zone, gfp);
+        }
+    }
+
+    #[cold]
+    fn wake_kswapd_for_boost(&self, zone: &Zone, gfp: Gfp) {
+        if zone.boost_pending.swap(false, Relaxed) {
+            self.stats.kswapd_wakeups.fetch_add(1, Relaxed);
+            self.hooks.wake_kswapd(&crate::hooks::ReclaimRequest { gfp, order: 0, nid: zone.nid, attempt: 0 });
+        }
+    }
+
+    /// Drops every zone's watermark boost. Boosts are raised when a fallback
+    /// claims another type's pageblock; Linux's kswapd clears them once it
+    /// has reclaimed, so call this from the work your
+    /// [`Hooks::wake_kswapd`](crate::Hooks::wake_kswapd) starts.
+    pub fn reset_watermark_boost(&self) {
+        for zone in &self.zones {
+            let _state = zone.state.lock();
+            zone.reset_watermark_boost();
+        }
     }
 
     /// Takes a block straight from the buddy lists, re-checking the

@@ -142,7 +142,8 @@ fn rmqueue_claim(
             }
             if let Some(fallback) = find_fallback(state, current, mt) {
                 let block = state.area.first(current, fallback)?;
-                if let Some(idx) = try_to_claim_block(zone, state, cx, block, current, order, mt, fallback) {
+                if let Some(idx) = try_to_claim_block(zone, state, cx, block, current, order, mt, fallback, alloc_flags)
+                {
                     return Some(idx);
                 }
             }
@@ -164,6 +165,7 @@ fn try_to_claim_block(
     order: u32,
     mt: MigrateType,
     block_type: MigrateType,
+    alloc_flags: AllocFlags,
 ) -> Option<PageIdx> {
     if block_order >= cx.pageblock_order {
         state.area.del(cx, block);
@@ -173,6 +175,11 @@ fn try_to_claim_block(
         return Some(block);
     }
     let pb_pages = 1u32 << cx.pageblock_order;
+    // Mixing pageblocks is what fragments a zone: raise the watermarks for a
+    // while so background reclaim makes room before it spreads.
+    if zone.boost_watermark(pb_pages as u64) && alloc_flags.contains(AllocFlags::KSWAPD) {
+        zone.boost_pending.store(true, core::sync::atomic::Ordering::Relaxed);
+    }
     let pb_start = block & !(pb_pages - 1);
     // A pageblock that straddles the zone edge is never converted.
     if pb_start < zone.start_idx || pb_start + pb_pages > zone.end_idx {

@@ -401,7 +401,7 @@ impl MemoryMapBuilder {
             let unavailable: Vec<Range<u64>> = holes.iter().chain(reserved.iter()).cloned().collect();
             free_runs.push(subtract(&[span], &normalize(unavailable, base_pfn, highest)));
         }
-        let min_free_kbytes = setup_watermarks(&mut zones, geo.page_size(), &self.watermarks);
+        let min_free_kbytes = setup_watermarks(&mut zones, geo.page_size(), geo.pageblock_nr_pages(), &self.watermarks);
         let cma = activate_cma_areas(self.cma, &specs, &holes, &reserved, &geo)?;
         for area in &cma {
             let mut pfn = area.pfns().start;

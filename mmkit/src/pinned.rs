@@ -159,6 +159,7 @@ impl<'a> PinnedCpu<'a> {
         }
         let mt = gfp_migratetype(gfp);
         let idx = alloc.pcp_take_locked(&mut self.lists[zi], zi, order, mt, flags)?;
+        alloc.wake_kswapd_if_boosted(zone, gfp, flags);
         alloc.prep_new_page(idx, order, gfp, mt, frozen);
         Some(alloc.idx_to_pfn(idx))
     }

@@ -72,6 +72,16 @@ pub struct Zone {
     pub(crate) managed_pages: u64,
     /// min, low, high, indexed by [`Watermark`].
     pub(crate) watermarks: [u64; 3],
+    /// Temporary raise of every watermark after a fallback claimed another
+    /// type's pageblock (Linux's `watermark_boost`): background reclaim then
+    /// frees memory before fragmentation spreads. Written under the lock.
+    watermark_boost: AtomicU64,
+    /// Largest boost: `watermark_boost_factor` of the high mark, at least a
+    /// pageblock; 0 disables boosting (small zones, factor 0).
+    pub(crate) max_boost: u64,
+    /// A boost happened for a request that may wake kswapd; the allocation
+    /// that finishes first wakes it (Linux's `ZONE_BOOSTED_WATERMARK`).
+    pub(crate) boost_pending: AtomicBool,
     /// Pages kept back from allocations whose highest usable zone is index `j`.
     pub(crate) lowmem_reserve: [u64; MAX_NR_ZONES],
     pub(crate) state: Lock<ZoneState>,
@@ -113,6 +123,9 @@ impl Zone {
             present_pages,
             managed_pages,
             watermarks: [0; 3],
+            watermark_boost: AtomicU64::new(0),
+            max_boost: 0,
+            boost_pending: AtomicBool::new(false),
             lowmem_reserve: [0; MAX_NR_ZONES],
             state: Lock::new(ZoneState {
                 area: FreeArea::new(max_order),
@@ -164,7 +177,29 @@ impl Zone {
     }
     /// A watermark, in pages.
     pub fn watermark(&self, mark: Watermark) -> u64 {
-        self.watermarks[mark as usize]
+        self.watermarks[mark as usize] + self.watermark_boost.load(Relaxed)
+    }
+    /// Current boost of every watermark, in pages (0 unless a fallback
+    /// recently claimed a pageblock and reclaim has not reset it).
+    pub fn watermark_boost(&self) -> u64 {
+        self.watermark_boost.load(Relaxed)
+    }
+
+    /// Raises the boost by a pageblock, up to `max_boost` (Linux's
+    /// `boost_watermark`). Caller holds the zone lock. False if boosting is
+    /// off for this zone.
+    pub(crate) fn boost_watermark(&self, pageblock_pages: u64) -> bool {
+        if self.max_boost == 0 {
+            return false;
+        }
+        let boosted = (self.watermark_boost.load(Relaxed) + pageblock_pages).min(self.max_boost);
+        self.watermark_boost.store(boosted, Relaxed);
+        true
+    }
+
+    /// Drops the boost (what kswapd does once it has reclaimed).
+    pub(crate) fn reset_watermark_boost(&self) {
+        self.watermark_boost.store(0, Relaxed);
     }
     /// `lowmem_reserve[highest_zone]`, in pages.
     pub fn lowmem_reserve(&self, highest_zone: ZoneType) -> u64 {
@@ -316,11 +351,19 @@ pub struct WatermarkConfig {
     pub watermark_scale_factor: u64,
     /// `vm.lowmem_reserve_ratio` per zone type (0 = no reserve).
     pub lowmem_reserve_ratio: [u64; MAX_NR_ZONES],
+    /// `vm.watermark_boost_factor` in 1/10000 of the high watermark (0 turns
+    /// boosting off).
+    pub watermark_boost_factor: u64,
 }
 
 impl Default for WatermarkConfig {
     fn default() -> Self {
-        Self { min_free_kbytes: None, watermark_scale_factor: 10, lowmem_reserve_ratio: [256, 256, 32, 0] }
+        Self {
+            min_free_kbytes: None,
+            watermark_scale_factor: 10,
+            lowmem_reserve_ratio: [256, 256, 32, 0],
+            watermark_boost_factor: 15_000,
+        }
     }
 }
 
@@ -348,7 +391,12 @@ fn isqrt(n: u64) -> u64 {
 /// Sets min/low/high of every zone and the lowmem reserves of each node
 /// (Linux's `__setup_per_zone_wmarks` and `setup_per_zone_lowmem_reserve`).
 /// Returns the `min_free_kbytes` in force.
-pub(crate) fn setup_watermarks(zones: &mut [Zone], page_size: u64, config: &WatermarkConfig) -> u64 {
+pub(crate) fn setup_watermarks(
+    zones: &mut [Zone],
+    page_size: u64,
+    pageblock_pages: u64,
+    config: &WatermarkConfig,
+) -> u64 {
     // Pages may be smaller than a KiB: convert with products, not a ratio.
     let to_kbytes = |pages: u64| (pages as u128 * page_size as u128 / 1024) as u64;
     let lowmem_pages: u64 = zones.iter().filter(|z| z.zone_type != ZoneType::Movable).map(|z| z.managed_pages).sum();
@@ -367,6 +415,15 @@ pub(crate) fn setup_watermarks(zones: &mut [Zone], page_size: u64, config: &Wate
         };
         let step = (share / 4).max(managed * config.watermark_scale_factor / 10_000);
         zone.watermarks = [min, min + step, min + 2 * step];
+        zone.reset_watermark_boost();
+        // Linux does not boost zones of fewer than four pageblocks: a boost
+        // there could exhaust them at once.
+        zone.max_boost = if config.watermark_boost_factor == 0 || pageblock_pages * 4 > managed {
+            0
+        } else {
+            (zone.watermarks[Watermark::High as usize] as u128 * config.watermark_boost_factor as u128 / 10_000)
+                .max(pageblock_pages as u128) as u64
+        };
     }
     // lowmem_reserve[j] of a lower zone i: pages of zones i+1..=j of the same
     // node divided by zone i's ratio.
@@ -428,7 +485,7 @@ mod tests {
     fn watermarks_are_shares_of_min_free() {
         let mut zones = [zone(0, ZoneType::Dma32, 3 << 18), zone(0, ZoneType::Normal, 1 << 18)];
         let cfg = WatermarkConfig { min_free_kbytes: Some(4096), ..Default::default() };
-        setup_watermarks(&mut zones, 4096, &cfg);
+        setup_watermarks(&mut zones, 4096, 512, &cfg);
         // 1024 pages of min split 3:1.
         assert_eq!(zones[0].watermark(Watermark::Min), 768);
         assert_eq!(zones[1].watermark(Watermark::Min), 256);
