@@ -12,7 +12,7 @@
 //! release store to unlock, and the descriptor stores of `prep_new_page`. A
 //! free is the validation loads, the reference drop (the one atomic
 //! read-modify-write Linux semantics require), the same lock try, a push and
-//! the unlock: about 330 instructions for the pair (BENCHMARKS.md).
+//! the unlock: about 340 instructions for the pair (BENCHMARKS.md).
 #![deny(unsafe_code)]
 
 use crate::gfp::{AllocFlags, Gfp, MigrateType};
