@@ -2,7 +2,7 @@
 //! `perf` or `valgrind --tool=callgrind` (the benchmarks of record are
 //! `mmkit bench pcp` and the criterion benches).
 //!
-//! Usage: `pcp_probe [shared|handle|pinned|frozen|buddy|bulk64] [pairs]`
+//! Usage: `pcp_probe [shared|shared2|handle|pinned|frozen|buddy|bulk64] [pairs]`
 use mmkit::{Gfp, MemoryMapBuilder};
 use std::hint::black_box;
 use std::time::Instant;
@@ -51,6 +51,20 @@ fn main() {
                 pfns.extend(slots.iter().flatten().copied());
                 mm.free_pages_bulk(black_box(&pfns)).unwrap();
             }
+        }
+        "shared2" => {
+            std::thread::scope(|s| {
+                for _ in 0..2 {
+                    s.spawn(|| {
+                        for _ in 0..n {
+                            let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
+                            mm.free_pages(black_box(p), 0).unwrap();
+                        }
+                    });
+                }
+            });
+            // Two threads ran n pairs each: the figure below is per thread;
+            // halve it for the aggregate cost per pair.
         }
         other => panic!("unknown mode {other}"),
     }

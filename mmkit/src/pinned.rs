@@ -63,6 +63,8 @@ impl std::error::Error for PinError {}
 pub struct PinnedCpu<'a> {
     alloc: &'a PageAllocator,
     cpu: usize,
+    /// The CPU's node, looked up once.
+    nid: usize,
     /// One held pageset per zone, indexed like `PageAllocator::zones`.
     lists: Vec<LockGuard<'a, PcpState>>,
 }
@@ -88,7 +90,7 @@ impl PageAllocator {
                 crate::sync::spin_wait();
             })
             .collect();
-        Ok(PinnedCpu { alloc: self, cpu, lists })
+        Ok(PinnedCpu { alloc: self, cpu, nid: self.cpu_to_node(cpu), lists })
     }
 }
 
@@ -143,7 +145,7 @@ impl<'a> PinnedCpu<'a> {
         }
         // Everything else (other zones, the slow path) as usual; our own
         // lists are held, so that path goes to the buddy.
-        alloc.alloc_on(self.cpu, alloc.cpu_to_node(self.cpu), gfp, order, frozen)
+        alloc.alloc_on(self.cpu, self.nid, gfp, order, frozen)
     }
 
     /// The preferred zone only, above its watermark, from the held list.
@@ -151,7 +153,7 @@ impl<'a> PinnedCpu<'a> {
     fn try_fast_alloc(&mut self, gfp: Gfp, order: u32, frozen: bool) -> Option<Pfn> {
         let alloc = self.alloc;
         let highest = gfp_zone(gfp).ok()?;
-        let (zi, nofragment) = alloc.preferred_zone(alloc.cpu_to_node(self.cpu), highest)?;
+        let (zi, nofragment) = alloc.preferred_zone(self.nid, highest)?;
         let zone = &alloc.zones[zi];
         let flags = fast_path_alloc_flags(gfp, nofragment);
         if !alloc.zone_allows(zone, order, flags, highest) {
@@ -221,7 +223,7 @@ impl<'a> PinnedCpu<'a> {
             cursor += 1;
         }
         if cursor == 0 && !page_array.is_empty() {
-            if let Ok(pfn) = self.alloc.alloc_on(self.cpu, self.alloc.cpu_to_node(self.cpu), gfp, 0, false) {
+            if let Ok(pfn) = self.alloc.alloc_on(self.cpu, self.nid, gfp, 0, false) {
                 page_array[0] = Some(pfn);
                 cursor = 1;
             }
