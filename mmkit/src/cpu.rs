@@ -276,6 +276,7 @@ impl PageAllocator {
     pub(crate) fn try_lock_pcp(&self, cpu: usize, zi: usize) -> Option<crate::zone::LockGuard<'_, PcpState>> {
         let guard = self.pageset(cpu, zi).lock.try_lock();
         if guard.is_none() {
+            self.stats.pcp_contended.fetch_add(1, Relaxed);
             forget_cached_cpu();
         }
         guard

@@ -48,6 +48,9 @@ counters! {
     kswapd_wakeups,
     /// Allocations that entered the slow path.
     slowpath_entries,
+    /// Per-CPU list operations that found the pageset busy and went to the
+    /// buddy instead.
+    pcp_contended,
     /// Allocations that failed.
     alloc_failures,
     /// `__GFP_NOFAIL` retries granted by the hooks.
