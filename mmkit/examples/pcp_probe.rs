@@ -53,21 +53,6 @@ fn main() {
             }
         }
         "shared2" => {
-            std::thread::scope(|s| {
-                for _ in 0..2 {
-                    s.spawn(|| {
-                        for _ in 0..n {
-                            let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
-                            mm.free_pages(black_box(p), 0).unwrap();
-                        }
-                    });
-                }
-            });
-            // Two threads ran n pairs each: the figure below is per thread;
-            // halve it for the aggregate cost per pair.
-            println!("pageset found busy {} times", mm.stats().pcp_contended);
-        }
-        "shared2x" => {
             for round in 0..8 {
                 let busy = mm.stats().pcp_contended;
                 let t = Instant::now();

@@ -250,17 +250,14 @@ impl FreeArea {
                 break;
             }
             let buddy_mt = MigrateType::from_index(b.tag() as usize).unwrap_or(MigrateType::Unmovable);
-            if order >= cx.pageblock_order && buddy_mt != mt {
-                // Isolated, CMA and highatomic blocks keep their identity;
-                // ordinary types may merge, the buddy adopting ours so the
-                // merged block's pageblocks all match its list.
-                if !mt.is_pcp_type() || !buddy_mt.is_pcp_type() {
-                    break;
-                }
-                self.del(cx, buddy);
+            if !types_may_merge(order, cx.pageblock_order, mt, buddy_mt) {
+                break;
+            }
+            self.del(cx, buddy);
+            if buddy_mt != mt {
+                // The buddy adopts our type so that the merged block's
+                // pageblocks all match its list.
                 set_range_type(cx, buddy, order, mt);
-            } else {
-                self.del(cx, buddy);
             }
             idx = idx.min(buddy);
             order += 1;
@@ -453,6 +450,15 @@ impl FreeArea {
             left -= 1 << order;
         }
     }
+}
+
+/// Whether free buddies of `order` on lists `mt` and `buddy_mt` may merge.
+/// Below pageblock order both lie in one pageblock (same type). At and
+/// above it, isolated, CMA and highatomic blocks keep their identity;
+/// ordinary types may merge.
+#[inline]
+pub(crate) fn types_may_merge(order: u32, pageblock_order: u32, mt: MigrateType, buddy_mt: MigrateType) -> bool {
+    order < pageblock_order || mt == buddy_mt || (mt.is_pcp_type() && buddy_mt.is_pcp_type())
 }
 
 /// Order of the largest naturally aligned chunk at `idx` no bigger than `left`.

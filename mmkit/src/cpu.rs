@@ -113,7 +113,7 @@ impl PageAllocator {
     }
 
     #[inline]
-    fn pageset(&self, cpu: usize, zone: usize) -> &crate::pcp::Pageset {
+    pub(crate) fn pageset(&self, cpu: usize, zone: usize) -> &crate::pcp::Pageset {
         &self.pagesets[cpu * self.zones.len() + zone]
     }
 
@@ -306,19 +306,11 @@ impl PageAllocator {
             return true;
         }
         for zi in 0..self.zones.len() {
-            let pageset = self.pageset(cpu, zi);
-            loop {
-                if let Some(mut pcp) = pageset.lock.try_lock() {
-                    self.drain_locked(zi, &mut pcp);
-                    break;
-                }
-                let slot = &self.cpu_slots[cpu];
-                if slot.pinned.load(Acquire) {
-                    slot.drain_requested.store(true, Release);
-                    return false;
-                }
-                crate::sync::spin_wait();
-            }
+            let Some(mut pcp) = self.lock_pcp_unless_pinned(cpu, zi) else {
+                self.cpu_slots[cpu].drain_requested.store(true, Release);
+                return false;
+            };
+            self.drain_locked(zi, &mut pcp);
         }
         true
     }

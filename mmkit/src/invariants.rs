@@ -6,7 +6,7 @@
 //! freeing (which is how tests call it).
 #![deny(unsafe_code)]
 
-use crate::buddy::BuddyCtx;
+use crate::buddy::{types_may_merge, BuddyCtx};
 use crate::gfp::{MigrateType, MIGRATE_TYPES};
 use crate::page::{PageFlags, PageIdx};
 use crate::pcp::{pindex_to_order, NR_PCP_LISTS};
@@ -220,10 +220,9 @@ impl PageAllocator {
             if buddy >= cx.start && buddy + (1 << order) <= cx.end {
                 let b = self.desc(buddy);
                 let buddy_mt = MigrateType::from_index(b.tag() as usize).unwrap_or(MigrateType::Unmovable);
-                let blocked =
-                    order >= cx.pageblock_order && buddy_mt != mt && !(mt.is_pcp_type() && buddy_mt.is_pcp_type());
+                let mergeable = types_may_merge(order, cx.pageblock_order, mt, buddy_mt);
                 ensure!(
-                    !(b.has(PageFlags::BUDDY) && b.order() == order && !blocked),
+                    !(b.has(PageFlags::BUDDY) && b.order() == order && mergeable),
                     pfn,
                     "free buddies of order {order} left unmerged"
                 );

@@ -81,15 +81,8 @@ impl PageAllocator {
         if slot.pinned.swap(true, AcqRel) {
             return Err(PinError::AlreadyPinned(cpu));
         }
-        let lists = (0..self.zones.len())
-            .map(|zi| loop {
-                // Other holders keep a pageset only for one operation.
-                if let Some(guard) = self.try_lock_pcp(cpu, zi) {
-                    break guard;
-                }
-                crate::sync::spin_wait();
-            })
-            .collect();
+        // Other holders keep a pageset only for one operation.
+        let lists = (0..self.zones.len()).map(|zi| self.pageset(cpu, zi).lock.lock()).collect();
         Ok(PinnedCpu { alloc: self, cpu, nid: self.cpu_to_node(cpu), lists })
     }
 }
