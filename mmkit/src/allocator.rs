@@ -230,6 +230,19 @@ impl PageAllocator {
         self.zonelists.len()
     }
 
+    /// Free pages on node `nid`'s buddy lists (Linux's
+    /// `node_page_state(nid, NR_FREE_PAGES)`); 0 for an unknown node.
+    pub fn node_free_pages(&self, nid: usize) -> u64 {
+        self.zones.iter().filter(|z| z.nid == nid).map(|z| z.free_pages()).sum()
+    }
+
+    /// The node `pfn` belongs to (Linux's `page_to_nid`), or `None` outside
+    /// every zone.
+    #[inline]
+    pub fn page_to_nid(&self, pfn: Pfn) -> Option<usize> {
+        self.zone_of(self.pfn_to_idx(pfn)?).map(|z| z.nid)
+    }
+
     /// Descriptor index of `pfn`, if the map covers it.
     #[inline]
     pub(crate) fn pfn_to_idx(&self, pfn: Pfn) -> Option<PageIdx> {
@@ -600,6 +613,21 @@ impl PageAllocator {
     pub fn page_address(&self, pfn: Pfn) -> Option<core::ptr::NonNull<u8>> {
         let idx = self.pfn_to_idx(pfn)?;
         self.memory.as_ref()?.page_ptr(idx as usize)
+    }
+
+    /// The page that holds `addr` (Linux's `virt_to_page`), when the map has
+    /// real backing and `addr` lies in it.
+    #[cfg(feature = "std")]
+    pub fn address_to_pfn(&self, addr: *const u8) -> Option<Pfn> {
+        let index = self.memory.as_ref()?.index_of(addr)?;
+        Some(self.idx_to_pfn(index as PageIdx))
+    }
+
+    /// The real-memory region, if the map has one.
+    #[cfg(feature = "std")]
+    #[inline]
+    pub(crate) fn real_memory(&self) -> Option<&crate::rawmem::RealMemory> {
+        self.memory.as_ref()
     }
 }
 

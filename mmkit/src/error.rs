@@ -56,6 +56,15 @@ pub enum BadPageReason {
         /// The inconsistent tail.
         tail: Pfn,
     },
+    /// A page given back to quicklist `list` was not in the list's state
+    /// (zero, or what the list's constructor writes). Checked in debug
+    /// builds only.
+    QuicklistState {
+        /// The quicklist.
+        list: usize,
+        /// Offset of the first byte that differs.
+        offset: usize,
+    },
 }
 
 impl fmt::Display for BadPageReason {
@@ -67,6 +76,9 @@ impl fmt::Display for BadPageReason {
             }
             Self::CorruptCompoundTail { tail } => {
                 write!(f, "corrupted compound tail at pfn {tail}")
+            }
+            Self::QuicklistState { list, offset } => {
+                write!(f, "freed to quicklist {list} not in its state (byte {offset} differs)")
             }
         }
     }
@@ -112,6 +124,9 @@ pub enum FreeError {
         /// Its refcount.
         refcount: u32,
     },
+    /// The page belongs to a quicklist (cached there, or handed out by
+    /// `quicklist_alloc`); give it back with `quicklist_free`.
+    HeldByQuicklist(Pfn),
     /// `free_pages_prepare` failed: reported as a bad page and leaked.
     BadPage {
         /// The bad page.
@@ -126,6 +141,7 @@ impl fmt::Display for FreeError {
         match self {
             Self::OutOfRange(p) => write!(f, "pfn {p} is outside the memory map"),
             Self::Hole(p) => write!(f, "pfn {p} is in a hole"),
+            Self::HeldByQuicklist(p) => write!(f, "pfn {p} belongs to a quicklist; free it with quicklist_free"),
             Self::Reserved(p) => write!(f, "pfn {p} is reserved"),
             Self::TailPage { pfn, head } => {
                 write!(f, "pfn {pfn} is a tail page of compound page {head}")

@@ -196,8 +196,11 @@ impl PageAllocator {
         let idx = self.pfn_to_idx(pfn).ok_or(FreeError::OutOfRange(pfn))?;
         let page = self.desc(idx);
         let flags = page.flags();
-        if flags.contains(PageFlags::ALLOCATED) {
+        if flags.intersection(PageFlags::ALLOCATED.union(PageFlags::QUICKLIST)) == PageFlags::ALLOCATED {
             return Ok(idx);
+        }
+        if flags.contains(PageFlags::QUICKLIST) {
+            return Err(FreeError::HeldByQuicklist(pfn));
         }
         if flags.contains(PageFlags::HOLE) {
             return Err(FreeError::Hole(pfn));
@@ -281,7 +284,9 @@ impl PageAllocator {
         if refcount != 0 {
             return Err((idx, BadPageReason::NonzeroRefcount(refcount)));
         }
-        let stale = flags.intersection(PageFlags::CHECK_AT_FREE);
+        // QUICKLIST here means a free raced a quicklist taking the page:
+        // validation already refuses such pages, this catches the race.
+        let stale = flags.intersection(PageFlags::CHECK_AT_FREE.union(PageFlags::QUICKLIST));
         if stale != PageFlags::EMPTY {
             return Err((idx, BadPageReason::FlagsSetAtFree(stale)));
         }

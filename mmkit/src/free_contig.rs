@@ -157,6 +157,11 @@ impl PageAllocator {
     #[inline(always)]
     fn prepare_contig_page(&self, idx: PageIdx, frozen: bool, summary: &mut ContigFreeSummary) -> bool {
         let page = self.desc(idx);
+        if page.has(PageFlags::QUICKLIST) {
+            // A quicklist owns it; only quicklist_free may take it back.
+            summary.still_in_use += 1;
+            return false;
+        }
         if frozen {
             // Exactly one freer wins, as in `free_frozen_pages`.
             if !page.clear_allocated() {

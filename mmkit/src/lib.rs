@@ -28,7 +28,11 @@
 //! Public API (`allocator`, `free`, `info`, `contig`, `free_contig`, `cma`)
 //! → zones (`zone`, `fallback`, `isolation`) → buddy lists (`buddy`) → page
 //! descriptors (`page`, `pageblock`). `migrate` is the embedder's side of
-//! contiguous allocation. Only `rawmem` contains `unsafe`.
+//! contiguous allocation. `quicklist` and `pagetable` (with `std`) sit on top
+//! of the public API: per-CPU caches of pages in a known state, and a radix
+//! page table built on them. `unsafe` lives in `rawmem`, plus the few calls
+//! to its page-content accessors in `quicklist` and `pagetable`, each on a
+//! page that layer holds.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -56,9 +60,13 @@ pub mod memmap;
 pub mod migrate;
 mod page;
 mod pageblock;
+#[cfg(feature = "std")]
+pub mod pagetable;
 mod pcp;
 mod pinned;
 pub mod procfs;
+#[cfg(feature = "std")]
+pub mod quicklist;
 mod rawmem;
 mod slowpath;
 mod stats;

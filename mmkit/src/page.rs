@@ -11,7 +11,7 @@
 //! word 0  link_next  free-list successor (index) | tail: head index | private (low)
 //! word 1  link_prev  free-list predecessor       |                    private (high)
 //! word 2  refcount
-//! word 3  state      bits 0..17 PageFlags, 18..23 order, 24..27 migratetype tag
+//! word 3  state      bits 0..18 PageFlags, 18..23 order, 24..27 migratetype tag
 //! ```
 //!
 //! Linux spends 64 bytes per page; mmkit spends 16 (checked by a test), so a
@@ -80,6 +80,10 @@ impl PageFlags {
     /// The page heads a free block held on a per-CPU list (not on the buddy
     /// lists, not counted as zone-free).
     pub const PCP: Self = Self(1 << 16);
+    /// The page belongs to the quicklist layer: on a quicklist (refcount 0)
+    /// or handed out by one (refcount 1). Only `quicklist_free` may take it
+    /// back; the ordinary free paths refuse it.
+    pub const QUICKLIST: Self = Self(1 << 17);
 
     /// Flags that must all be clear when a page is freed.
     pub const CHECK_AT_FREE: Self = Self(
@@ -137,7 +141,7 @@ impl core::ops::BitOr for PageFlags {
 
 impl core::fmt::Debug for PageFlags {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        const NAMES: [&str; 17] = [
+        const NAMES: [&str; 18] = [
             "buddy",
             "head",
             "tail",
@@ -155,6 +159,7 @@ impl core::fmt::Debug for PageFlags {
             "mlocked",
             "mapped",
             "pcp",
+            "quicklist",
         ];
         let mut first = true;
         for (bit, name) in NAMES.iter().enumerate() {
@@ -173,7 +178,7 @@ impl core::fmt::Debug for PageFlags {
     }
 }
 
-const FLAGS_MASK: u32 = 0x1ffff;
+const FLAGS_MASK: u32 = 0x3ffff;
 const ORDER_SHIFT: u32 = 18;
 const ORDER_MASK: u32 = 0x1f << ORDER_SHIFT;
 const TAG_SHIFT: u32 = 24;
@@ -288,6 +293,14 @@ impl PageDesc {
             })
             .ok()
             .map(|c| c + 1)
+    }
+    /// Moves the refcount from exactly `from` to `to`; false (and no change)
+    /// if it held anything else. Quicklists use it to take a page from its
+    /// holder so that a racing second free of the same page loses.
+    #[inline]
+    #[cfg_attr(not(feature = "std"), allow(dead_code))]
+    pub(crate) fn refcount_exchange(&self, from: u32, to: u32) -> bool {
+        self.refcount.compare_exchange(from, to, core::sync::atomic::Ordering::AcqRel, Relaxed).is_ok()
     }
     /// Drops a reference; `None` if the count was already zero. The release
     /// ordering publishes the dropping thread's writes to whoever frees.

@@ -149,6 +149,19 @@ pub struct CaseResult {
     /// This implementation's median / mmkit's median: > 1 means mmkit is
     /// faster. `None` when mmkit has no result for the case.
     pub ratio_vs_mmkit: Option<f64>,
+    /// Case-specific figures (e.g. per-level page-table counts and times),
+    /// printed in JSON only; empty for most cases.
+    #[serde(skip_serializing_if = "Vec::is_empty", serialize_with = "extra_as_map")]
+    pub extra: Vec<(&'static str, f64)>,
+}
+
+fn extra_as_map<S: serde::Serializer>(extra: &[(&'static str, f64)], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(extra.len()))?;
+    for (key, value) in extra {
+        map.serialize_entry(key, value)?;
+    }
+    map.end()
 }
 
 /// Everything one suite produced.
@@ -242,6 +255,7 @@ fn measure_rounds(
                 runs,
                 units_per_run: spec.iters * spec.units_per_iter,
                 ratio_vs_mmkit: None,
+                extra: Vec::new(),
             }
         })
         .collect();
@@ -513,6 +527,7 @@ mod tests {
             runs: 1,
             units_per_run: 1,
             ratio_vs_mmkit: Some(9.0),
+            extra: Vec::new(),
         }];
         fill_ratios(&mut r);
         assert_eq!(r[0].ratio_vs_mmkit, None);

@@ -73,6 +73,15 @@ impl<A: StatelessAlloc> HeapBlock<A> {
         NonNull::new(raw).map(|ptr| Self { ptr, layout, _alloc: PhantomData })
     }
 
+    /// Allocates one zero-filled block; `None` if out of memory.
+    #[inline]
+    pub fn alloc_zeroed(layout: BlockLayout) -> Option<Self> {
+        let layout = layout.0;
+        // SAFETY: as in `alloc`: the size is non-zero by construction.
+        let raw = unsafe { A::INSTANCE.alloc_zeroed(layout) };
+        NonNull::new(raw).map(|ptr| Self { ptr, layout, _alloc: PhantomData })
+    }
+
     /// Address of the block.
     #[cfg(test)]
     pub fn addr(&self) -> usize {

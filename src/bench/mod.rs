@@ -16,6 +16,7 @@ pub mod harness;
 #[allow(unsafe_code)] // GlobalAlloc calls, each with a SAFETY comment.
 mod heap;
 mod pcp;
+mod quicklist;
 mod subjects;
 
 use harness::{BenchError, Machine, Settings, SuiteReport};
@@ -40,7 +41,7 @@ pub struct Suite {
 }
 
 /// Every suite, in the order `mmkit bench` runs them.
-pub const SUITES: &[Suite] = &[buddy::SUITE, pcp::SUITE, bulk::SUITE, contig::SUITE];
+pub const SUITES: &[Suite] = &[buddy::SUITE, pcp::SUITE, bulk::SUITE, contig::SUITE, quicklist::SUITE];
 
 /// Names of every suite, for argument validation and help.
 pub fn suite_names() -> Vec<&'static str> {

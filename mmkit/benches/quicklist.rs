@@ -1,0 +1,84 @@
+//! Criterion benchmarks of seed 003's experiment: the quicklist hit path
+//! (pinned handle and shared API) next to allocating and zeroing a fresh
+//! 4 KiB page through the per-CPU lists, and building plus tearing down one
+//! small address space (17 table pages, 168 mappings) with page tables from
+//! quicklists or straight from the allocator. Real-memory 64 MiB map.
+//!
+//! Owns nothing shared: the per-level table of seed 003 and the heap peers
+//! are in `mmkit bench quicklist` (the CLI's `src/bench/quicklist.rs`).
+//! `cargo bench -p mmkit --bench quicklist`.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use mmkit::pagetable::PageTables;
+use mmkit::quicklist::Quicklists;
+use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
+use std::hint::black_box;
+use std::time::Duration;
+
+fn real_map() -> PageAllocator {
+    MemoryMapBuilder::with_memory(64 << 20)
+        .backing(Backing::RealMemory(HugePages::None))
+        .build()
+        .expect("a 64 MiB real map builds")
+}
+
+fn hit_path(c: &mut Criterion) {
+    let mm = real_map();
+    let ql = Quicklists::new(&mm, 1).expect("quicklists");
+    let mut group = c.benchmark_group("quicklist");
+    group.throughput(Throughput::Elements(1));
+    {
+        let mut cpu = ql.pin_cpu(0).expect("pin");
+        group.bench_function("hit_alloc_free/pinned", |b| {
+            b.iter(|| {
+                let pfn = cpu.alloc(0, Gfp::KERNEL, None).expect("alloc");
+                cpu.free_page(0, None, black_box(pfn)).expect("free");
+            });
+        });
+    }
+    group.bench_function("hit_alloc_free/shared", |b| {
+        b.iter(|| {
+            let pfn = ql.quicklist_alloc(0, Gfp::KERNEL, None).expect("alloc");
+            ql.quicklist_free_page(0, None, black_box(pfn)).expect("free");
+        });
+    });
+    group.bench_function("alloc_zero_4k_free", |b| {
+        b.iter(|| {
+            let pfn = mm.alloc_pages(Gfp::KERNEL | Gfp::ZERO, 0).expect("alloc");
+            mm.free_pages(black_box(pfn), 0).expect("free");
+        });
+    });
+    group.finish();
+}
+
+fn one_process(tables: &PageTables<'_>, data: Pfn) {
+    let mut space = tables.new_address_space().expect("pgd");
+    for (base, pages) in [(0x40_0000u64, 32u64), (0x100_0000, 64), (0x7f00_0000_0000, 48), (0x7fff_ff00_0000, 24)] {
+        for page in 0..pages {
+            space.map(base + page * 4096, data).expect("map");
+        }
+    }
+    black_box(space.translate(0x40_0000));
+}
+
+fn page_tables(c: &mut Criterion) {
+    let mm = real_map();
+    let data = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).expect("data page");
+    let mut group = c.benchmark_group("pagetable_churn");
+    group.throughput(Throughput::Elements(1));
+    for (name, quicklists) in [("quicklists", true), ("no_quicklists", false)] {
+        let tables = PageTables::new(&mm, quicklists).expect("tables");
+        group.bench_function(name, |b| b.iter(|| one_process(&tables, data)));
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(2));
+    targets = hit_path, page_tables
+}
+criterion_main!(benches);

@@ -1,0 +1,42 @@
+//! Timing/instruction probe of the quicklist hit path, for profiling with
+//! `perf` or `valgrind --tool=callgrind` (the benchmarks of record are
+//! `mmkit bench quicklist` and the criterion benches).
+//!
+//! Usage: `quicklist_probe [pinned|shared|zero] [pairs]`
+use mmkit::quicklist::Quicklists;
+use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
+use std::hint::black_box;
+use std::time::Instant;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mode = args.next().unwrap_or_else(|| "pinned".into());
+    let n: u32 = args.next().and_then(|v| v.parse().ok()).unwrap_or(10_000_000);
+    let mm = MemoryMapBuilder::with_memory(64 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
+    let ql = Quicklists::new(&mm, 1).unwrap();
+    let t = Instant::now();
+    match mode.as_str() {
+        "pinned" => {
+            let mut cpu = ql.pin_cpu(0).unwrap();
+            for _ in 0..n {
+                let p = cpu.alloc(0, Gfp::KERNEL, None).unwrap();
+                cpu.free_page(0, None, black_box(p)).unwrap();
+            }
+        }
+        "shared" => {
+            for _ in 0..n {
+                let p = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
+                ql.quicklist_free_page(0, None, black_box(p)).unwrap();
+            }
+        }
+        "zero" => {
+            for _ in 0..n {
+                let p = mm.alloc_pages(Gfp::KERNEL | Gfp::ZERO, 0).unwrap();
+                mm.free_pages(black_box(p), 0).unwrap();
+            }
+        }
+        other => panic!("unknown mode {other}"),
+    }
+    let ns = t.elapsed().as_nanos() as f64 / f64::from(n);
+    println!("{mode}: {ns:.1} ns per alloc+free pair");
+}
