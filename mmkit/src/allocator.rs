@@ -249,6 +249,12 @@ impl PageAllocator {
         let off = pfn.0.checked_sub(self.base_pfn)?;
         (off < self.pages.len() as u64).then_some(off as PageIdx)
     }
+    /// Descriptor index and descriptor of `pfn` in one bounds check.
+    #[inline]
+    pub(crate) fn pfn_to_desc(&self, pfn: Pfn) -> Option<(PageIdx, &PageDesc)> {
+        let off = pfn.0.checked_sub(self.base_pfn)?;
+        Some((off as PageIdx, self.pages.try_get(off)?))
+    }
     #[inline]
     pub(crate) fn idx_to_pfn(&self, idx: PageIdx) -> Pfn {
         Pfn(self.base_pfn + idx as u64)

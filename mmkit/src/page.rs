@@ -332,6 +332,11 @@ impl PageTable {
     pub(crate) fn get(&self, idx: PageIdx) -> &PageDesc {
         &self.descs[idx as usize]
     }
+    /// The descriptor at `idx`, if the table has one (one bounds check).
+    #[inline]
+    pub(crate) fn try_get(&self, idx: u64) -> Option<&PageDesc> {
+        self.descs.get(usize::try_from(idx).ok()?)
+    }
     /// Descriptors `[start, end)`, for loops over a range.
     #[inline]
     pub(crate) fn slice(&self, start: PageIdx, end: PageIdx) -> &[PageDesc] {

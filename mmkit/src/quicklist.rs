@@ -159,6 +159,7 @@ impl QuickList {
         }
     }
 
+    #[inline]
     fn len(&self) -> usize {
         self.nr_pages.load(Relaxed)
     }
@@ -431,7 +432,7 @@ impl<'a> Quicklists<'a> {
             let link = unsafe { self.read_link(idx) };
             // SAFETY: as above.
             unsafe { self.write_link(idx, restore) };
-            list.head.store(if link == 0 { NIL } else { (link - 1) as PageIdx }, Relaxed);
+            list.head.store(link as PageIdx, Relaxed);
             list.nr_pages.store(list.len() - 1, Relaxed);
             let page = self.alloc.desc(idx);
             page.set_refcount(1);
@@ -495,8 +496,8 @@ impl<'a> Quicklists<'a> {
 
     #[inline]
     fn push(&self, _held: &Held<'_>, list: &QuickList, idx: PageIdx) {
-        let head = list.head.load(Relaxed);
-        let link = if head == NIL { 0 } else { head as u64 + 1 };
+        // The link is the next page's index (NIL at the end).
+        let link = u64::from(list.head.load(Relaxed));
         // SAFETY: `take_from_holder` moved the page to refcount 0 with
         // QUICKLIST set, so its former holder gave it up and no free path
         // accepts it; from here it is on a list whose lock the caller holds.
@@ -511,8 +512,7 @@ impl<'a> Quicklists<'a> {
     /// that is already cached, free, shared or flagged is refused unchanged.
     #[inline]
     fn take_from_holder(&self, pfn: Pfn) -> Result<(PageIdx, &PageDesc), QuicklistError> {
-        let idx = self.alloc.pfn_to_idx(pfn).ok_or(QuicklistError::Free(FreeError::OutOfRange(pfn)))?;
-        let page = self.alloc.desc(idx);
+        let (idx, page) = self.alloc.pfn_to_desc(pfn).ok_or(QuicklistError::Free(FreeError::OutOfRange(pfn)))?;
         let (flags, order) = page.flags_and_order();
         // The common case: a page this layer handed out, back unchanged.
         let handed_out = PageFlags::ALLOCATED.union(PageFlags::QUICKLIST);
@@ -781,8 +781,7 @@ fn list_pages(ql: &Quicklists<'_>, cpu: usize, nr: usize) -> alloc::vec::Vec<Pag
     while idx != NIL {
         out.push(idx);
         // SAFETY: the page is on a list whose lock this function holds.
-        let link = unsafe { ql.read_link(idx) };
-        idx = if link == 0 { NIL } else { (link - 1) as PageIdx };
+        idx = unsafe { ql.read_link(idx) } as PageIdx;
     }
     out
 }
