@@ -203,7 +203,11 @@ struct ListState {
 /// use mmkit::quicklist::Quicklists;
 /// use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
 ///
-/// let mm = MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
+/// let mm = MemoryMapBuilder::with_memory(16 << 20)
+///     .backing(Backing::RealMemory(HugePages::None))
+///     .nr_cpus(1) // every call below uses CPU 0's lists
+///     .build()
+///     .unwrap();
 /// let ql = Quicklists::new(&mm, 1).unwrap();
 /// let page = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap(); // zeroed
 /// ql.quicklist_free_page(0, None, page).unwrap();               // cached, still zero
