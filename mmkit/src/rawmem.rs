@@ -105,7 +105,11 @@ mod real {
         /// Maps `pages` pages of `page_size` bytes.
         pub fn map(pages: usize, page_size: usize, huge: HugePages) -> Result<Self, RealMemoryError> {
             let len = pages.saturating_mul(page_size);
-            let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+            // Miri models plain private anonymous mappings only.
+            let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+            if !cfg!(miri) {
+                flags |= libc::MAP_NORESERVE;
+            }
             if huge == HugePages::Explicit {
                 flags |= libc::MAP_HUGETLB;
             }
