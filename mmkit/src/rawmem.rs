@@ -46,6 +46,10 @@ pub use real::{HugePages, RealMemory, RealMemoryError};
 #[cfg(all(feature = "std", target_os = "linux"))]
 #[inline]
 pub(crate) fn sched_getcpu() -> i32 {
+    // Miri cannot call into the C library: report "unknown".
+    if cfg!(miri) {
+        return -1;
+    }
     // SAFETY: sched_getcpu takes no arguments, touches no caller memory and
     // is thread-safe; failure is reported as -1.
     unsafe { libc::sched_getcpu() }
