@@ -63,6 +63,7 @@ mod rawmem;
 mod slowpath;
 mod stats;
 mod sync;
+pub mod trace;
 pub mod zone;
 
 pub use allocator::{PageAllocator, PAGE_ALLOC_COSTLY_ORDER};
