@@ -25,10 +25,11 @@
 //! - **section**: 2^`section_order` pages; no free block crosses one.
 //!
 //! ## Layers
-//! Public API (`allocator`, `free`, `info`, `contig`, `free_contig`, `cma`)
+//! Public API (`allocator`, `alloc_at`, `free`, `info`, `contig`, `free_contig`, `cma`)
 //! → zones (`zone`, `fallback`, `isolation`) → buddy lists (`buddy`) → page
 //! descriptors (`page`, `pageblock`). `migrate` is the embedder's side of
-//! contiguous allocation. Only `rawmem` contains `unsafe`.
+//! contiguous allocation. `trace` parses page-allocator traces for replay.
+//! Only `rawmem` contains `unsafe`.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -36,6 +37,7 @@
 
 extern crate alloc;
 
+mod alloc_at;
 mod allocator;
 mod buddy;
 mod bulk;

@@ -120,6 +120,7 @@ pub struct MemoryMapBuilder {
     cpu_nodes: Vec<usize>,
     pcp_high_fraction: u32,
     pcp_enabled: bool,
+    group_by_mobility: bool,
     cma: Vec<(String, Range<u64>)>,
     migrator: Option<Box<dyn Migrator>>,
 }
@@ -146,6 +147,7 @@ impl MemoryMapBuilder {
             cpu_nodes: Vec::new(),
             pcp_high_fraction: 0,
             pcp_enabled: true,
+            group_by_mobility: true,
             cma: Vec::new(),
             migrator: None,
         }
@@ -281,6 +283,17 @@ impl MemoryMapBuilder {
         self.pcp_enabled = enabled;
         self
     }
+    /// Whether free memory is grouped by mobility (default true). `false`
+    /// is Linux's `page_group_by_mobility_disabled` (which Linux sets when
+    /// memory is too small for grouping to pay): every request is treated
+    /// as unmovable, whatever its GFP mobility bits, and a fallback always
+    /// claims the whole pageblock it takes from, so pageblocks drift to one
+    /// type and anti-fragmentation is off. Useful to measure what grouping
+    /// is worth on the same workload.
+    pub fn group_by_mobility(mut self, enabled: bool) -> Self {
+        self.group_by_mobility = enabled;
+        self
+    }
     /// Installs reclaim hooks and event sinks.
     pub fn hooks(mut self, hooks: impl Hooks + 'static) -> Self {
         self.hooks = Box::new(hooks);
@@ -401,6 +414,9 @@ impl MemoryMapBuilder {
             let unavailable: Vec<Range<u64>> = holes.iter().chain(reserved.iter()).cloned().collect();
             free_runs.push(subtract(&[span], &normalize(unavailable, base_pfn, highest)));
         }
+        for zone in zones.iter_mut() {
+            zone.mobility_disabled = !self.group_by_mobility;
+        }
         let min_free_kbytes = setup_watermarks(&mut zones, geo.page_size(), geo.pageblock_nr_pages(), &self.watermarks);
         let cma = activate_cma_areas(self.cma, &specs, &holes, &reserved, &geo)?;
         for area in &cma {
@@ -445,6 +461,7 @@ impl MemoryMapBuilder {
             cpu_nodes: self.cpu_nodes,
             pcp_high_fraction: self.pcp_high_fraction,
             pcp_enabled: self.pcp_enabled,
+            mobility_disabled: !self.group_by_mobility,
             #[cfg(feature = "std")]
             memory,
             migrator: self.migrator,
