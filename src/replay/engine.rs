@@ -165,13 +165,18 @@ impl<'a> Engine<'a> {
             Mode::Placed => Backend::Placed,
         };
         let base = mm.start_pfn().0;
+        // Written element by element (not a zeroed allocation the kernel
+        // fills in lazily), so the replay loop does not take the page faults.
+        let mut live = Vec::with_capacity((kpfns.end - kpfns.start) as usize);
+        live.resize(live.capacity(), Live { live: false, ..Live::default() });
+        std::hint::black_box(&mut live);
         let pages = (mm.end_pfn().0 - base) as usize;
         let pb_order = mm.geometry().pageblock_order;
         Ok(Self {
             mm,
             backend,
             kmin: kpfns.start,
-            live: vec![Live::default(); (kpfns.end - kpfns.start) as usize],
+            live,
             base,
             pb_order,
             pb_live: vec![[0; 3]; pages.div_ceil(1 << pb_order)],

@@ -62,6 +62,9 @@ pub struct ReplayArgs {
     pub plot: Option<PathBuf>,
     /// Show a progress bar (the caller decides: a terminal, not `--json`).
     pub progress: bool,
+    /// Parse the whole second pass into memory (16 bytes per event) before
+    /// replaying it, so the loop is timed alone with warm caches.
+    pub preload: bool,
 }
 
 /// Why a replay did not run.
@@ -125,22 +128,29 @@ pub fn replay(
     let mut engine = Engine::new(&mm, args.mode, zbase..zend, args.check).map_err(ReplayError::Failed)?;
     let mut peer = args.peer.then(|| peer::Peer::new(zbase, pages, zbase..zend));
 
-    let bar = progress_bar(args.progress, scan.events);
     let every = (scan.events / u64::from(args.samples.max(1))).max(1);
-    let mut next_sample = every;
-    let mut samples = vec![metrics::sample(&mm, engine.pageblock_composition(), &engine.counts)];
-    let (mut t_parse, mut t_loop, mut t_sample, mut t_peer) =
-        (Duration::ZERO, Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let mut pass = Pass {
+        every,
+        next_sample: every,
+        samples: vec![metrics::sample(&mm, engine.pageblock_composition(), &engine.counts)],
+        t_loop: Duration::ZERO,
+        t_sample: Duration::ZERO,
+        t_peer: Duration::ZERO,
+        bar: progress_bar(args.progress, scan.events),
+    };
+    let mut t_parse = Duration::ZERO;
     let started = Instant::now();
     let (input, _) =
         source::open(&args.trace).map_err(|e| ReplayError::Failed(format!("{}: {e}", args.trace.display())))?;
     let mut reader = TraceReader::new(input);
-    let mut chunk: Vec<Ev> = Vec::with_capacity(CHUNK);
+    // Streaming: bounded chunks. Preloading: one chunk of the whole trace.
+    let chunk_len = if args.preload { scan.events as usize } else { CHUNK };
+    let mut chunk: Vec<Ev> = Vec::with_capacity(chunk_len);
     let mut left = scan.events;
     while left > 0 {
         let t0 = Instant::now();
         chunk.clear();
-        while chunk.len() < CHUNK && (chunk.len() as u64) < left {
+        while chunk.len() < chunk_len && (chunk.len() as u64) < left {
             let Some(ev) = reader.next() else { break };
             if let Some(e) = scan::convert(&ev) {
                 chunk.push(e);
@@ -151,32 +161,13 @@ pub fn replay(
             break;
         }
         left -= chunk.len() as u64;
-        let t1 = Instant::now();
-        let mut sampling = Duration::ZERO;
-        for ev in &chunk {
-            engine.apply(ev);
-            if engine.counts.events == next_sample {
-                let ts = Instant::now();
-                samples.push(metrics::sample(&mm, engine.pageblock_composition(), &engine.counts));
-                next_sample += every;
-                sampling += ts.elapsed();
-            }
-        }
-        t_loop += t1.elapsed().saturating_sub(sampling);
-        t_sample += sampling;
-        if let Some(peer) = peer.as_mut() {
-            let t2 = Instant::now();
-            for ev in &chunk {
-                peer.apply(ev);
-            }
-            t_peer += t2.elapsed();
-        }
-        bar.inc(chunk.len() as u64);
+        pass.replay_chunk(&chunk, &mm, &mut engine, peer.as_mut());
     }
-    bar.finish_and_clear();
+    pass.bar.finish_and_clear();
     if let Some(e) = reader.io_error() {
         return Err(ReplayError::Failed(format!("{}: {e}", args.trace.display())));
     }
+    let Pass { mut samples, t_loop, t_sample, t_peer, .. } = pass;
     let wall = started.elapsed().saturating_sub(t_peer);
     engine.finish();
     if samples.last().is_some_and(|s| s.event != engine.counts.events) {
@@ -218,6 +209,51 @@ pub fn replay(
     }
     inspect(&engine, &mm);
     Ok(report)
+}
+
+/// The second pass's running state: samples and timers.
+struct Pass {
+    every: u64,
+    next_sample: u64,
+    samples: Vec<metrics::Sample>,
+    t_loop: Duration,
+    t_sample: Duration,
+    t_peer: Duration,
+    bar: ProgressBar,
+}
+
+impl Pass {
+    /// Replays parsed events into the engine (timed without the samples it
+    /// takes on the way), then into the peer (timed apart).
+    fn replay_chunk(
+        &mut self,
+        chunk: &[Ev],
+        mm: &PageAllocator,
+        engine: &mut Engine<'_>,
+        peer: Option<&mut peer::Peer>,
+    ) {
+        let t1 = Instant::now();
+        let mut sampling = Duration::ZERO;
+        for ev in chunk {
+            engine.apply(ev);
+            if engine.counts.events == self.next_sample {
+                let ts = Instant::now();
+                self.samples.push(metrics::sample(mm, engine.pageblock_composition(), &engine.counts));
+                self.next_sample += self.every;
+                sampling += ts.elapsed();
+            }
+        }
+        self.t_loop += t1.elapsed().saturating_sub(sampling);
+        self.t_sample += sampling;
+        if let Some(peer) = peer {
+            let t2 = Instant::now();
+            for ev in chunk {
+                peer.apply(ev);
+            }
+            self.t_peer += t2.elapsed();
+        }
+        self.bar.inc(chunk.len() as u64);
+    }
 }
 
 /// Runs `mmkit replay` and returns what to print.

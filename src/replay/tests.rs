@@ -119,6 +119,7 @@ fn args(trace: &Path, mode: Mode) -> ReplayArgs {
         check: true,
         plot: None,
         progress: false,
+        preload: false,
     }
 }
 
