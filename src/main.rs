@@ -84,7 +84,7 @@ struct ReplayCmd {
     #[arg(long, value_name = "N")]
     limit: Option<u64>,
     /// Check that no page is handed out twice and the allocator's invariants
-    /// at the end (slower).
+    /// at the end (slower); exit 1 if either fails.
     #[arg(long)]
     check: bool,
     /// Parse the whole trace into memory (16 bytes per event) before the

@@ -262,6 +262,15 @@ impl Pass {
 /// [`ReplayError`].
 pub fn run(args: &ReplayArgs, json: bool) -> Result<String, ReplayError> {
     let report = replay(args, |_, _| {})?;
+    if args.check {
+        let doubles = report.double_handouts.unwrap_or(0);
+        let invariants = report.invariants.as_deref().unwrap_or("ok");
+        if doubles > 0 || invariants != "ok" {
+            return Err(ReplayError::Failed(format!(
+                "check failed: {doubles} blocks handed out twice; invariants: {invariants}"
+            )));
+        }
+    }
     Ok(if json {
         let mut text = serde_json::to_string_pretty(&report).map_err(|e| ReplayError::Failed(e.to_string()))?;
         text.push('\n');
