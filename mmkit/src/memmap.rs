@@ -121,6 +121,7 @@ pub struct MemoryMapBuilder {
     pcp_high_fraction: u32,
     pcp_enabled: bool,
     group_by_mobility: bool,
+    populate: bool,
     cma: Vec<(String, Range<u64>)>,
     migrator: Option<Box<dyn Migrator>>,
 }
@@ -148,6 +149,7 @@ impl MemoryMapBuilder {
             pcp_high_fraction: 0,
             pcp_enabled: true,
             group_by_mobility: true,
+            populate: false,
             cma: Vec::new(),
             migrator: None,
         }
@@ -294,6 +296,17 @@ impl MemoryMapBuilder {
         self.group_by_mobility = enabled;
         self
     }
+    /// Whether [`build`](Self::build) writes every page descriptor once
+    /// (default false). The descriptor table comes from zeroed memory the OS
+    /// maps lazily, so that huge maps build in seconds; the first write to
+    /// each of its pages then takes a page fault during allocation. With
+    /// `true` the faults are taken at build time instead (as Linux
+    /// initialises every `struct page` at boot), which is what timing
+    /// measurements of allocation paths want.
+    pub fn populate_descriptors(mut self, populate: bool) -> Self {
+        self.populate = populate;
+        self
+    }
     /// Installs reclaim hooks and event sinks.
     pub fn hooks(mut self, hooks: impl Hooks + 'static) -> Self {
         self.hooks = Box::new(hooks);
@@ -365,6 +378,11 @@ impl MemoryMapBuilder {
             return Err(BuildError::TooLarge { pages: nr_pages });
         }
         let pages = PageTable::new_zeroed(nr_pages as usize);
+        if self.populate {
+            for i in 0..nr_pages as u32 {
+                pages.get(i).set_refcount(0);
+            }
+        }
         let blocks = PageblockMap::new(nr_pages as usize, geo.pageblock_order, MigrateType::Movable);
         let idx = |pfn: u64| (pfn.clamp(base_pfn, highest) - base_pfn) as u32;
 

@@ -122,6 +122,7 @@ pub fn replay(
         .nr_cpus(nr_cpus)
         .per_cpu_lists(args.mode == Mode::Policy)
         .group_by_mobility(!args.no_grouping)
+        .populate_descriptors(true)
         .hooks(QuietHooks)
         .build()
         .map_err(|e| ReplayError::Failed(format!("building the memory map: {e}")))?;

@@ -57,10 +57,15 @@ impl Peer {
     pub fn new(first: u64, pages: u64, kpfns: std::ops::Range<u64>) -> Self {
         let mut frames = Box::new(FrameAllocator::<BSA_ORDER>::new());
         frames.add_frame(first as usize, (first + pages) as usize);
+        // Written at setup, as the engine's table is, so that neither loop
+        // takes page faults for its bookkeeping.
+        let mut live = Vec::with_capacity((kpfns.end - kpfns.start) as usize);
+        live.resize(live.capacity(), (0, 0));
+        std::hint::black_box(&mut live);
         Self {
             frames,
             kmin: kpfns.start,
-            live: vec![(0, 0); (kpfns.end - kpfns.start) as usize],
+            live,
             first,
             pages,
             used: vec![0; pages.div_ceil(1 << RANGE_ORDER) as usize],
