@@ -106,16 +106,39 @@ impl Counts {
     }
 }
 
-/// A live block, by kernel PFN.
-#[derive(Clone, Copy, Default)]
-struct Live {
-    /// mmkit PFN minus the map's first PFN.
-    off: u32,
-    order: u8,
-    /// Mobility of the request (0..3), for pageblock composition.
-    mt: u8,
-    live: bool,
+/// A live block, by kernel PFN, packed in 4 bytes so that the table of a
+/// 5 GiB span is 5 MiB: the mmkit PFN's offset in the map (26 bits), the
+/// order (4 bits) and the request's mobility (2 bits); `EMPTY` when no
+/// block is live there.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Live(u32);
+
+impl Live {
+    const EMPTY: Live = Live(u32::MAX);
+    #[inline(always)]
+    fn new(off: u32, order: u8, mt: u8) -> Live {
+        Live(off << 6 | u32::from(order) << 2 | u32::from(mt))
+    }
+    #[inline(always)]
+    fn is_live(self) -> bool {
+        self != Live::EMPTY
+    }
+    #[inline(always)]
+    fn off(self) -> u32 {
+        self.0 >> 6
+    }
+    #[inline(always)]
+    fn order(self) -> u8 {
+        (self.0 >> 2 & 0xf) as u8
+    }
+    #[inline(always)]
+    fn mt(self) -> u8 {
+        (self.0 & 3) as u8
+    }
 }
+
+/// Most pages a replay map may have: offsets are 26 bits (256 GiB).
+pub const MAX_MAP_PAGES: u64 = 1 << 26;
 
 /// How the engine allocates.
 enum Backend<'a> {
@@ -165,12 +188,15 @@ impl<'a> Engine<'a> {
             Mode::Placed => Backend::Placed,
         };
         let base = mm.start_pfn().0;
+        let pages = (mm.end_pfn().0 - base) as usize;
+        if pages as u64 > MAX_MAP_PAGES {
+            return Err(format!("the replay map has {pages} pages; at most {MAX_MAP_PAGES} are supported"));
+        }
         // Written element by element (not a zeroed allocation the kernel
         // fills in lazily), so the replay loop does not take the page faults.
         let mut live = Vec::with_capacity((kpfns.end - kpfns.start) as usize);
-        live.resize(live.capacity(), Live { live: false, ..Live::default() });
+        live.resize(live.capacity(), Live::EMPTY);
         std::hint::black_box(&mut live);
-        let pages = (mm.end_pfn().0 - base) as usize;
         let pb_order = mm.geometry().pageblock_order;
         Ok(Self {
             mm,
@@ -216,7 +242,7 @@ impl<'a> Engine<'a> {
             self.counts.failures_by_order[ev.order as usize] += 1;
             return;
         };
-        if self.live[k].live {
+        if self.live[k].is_live() {
             self.counts.implied_frees += 1;
             self.release(k, ev.cpu);
         }
@@ -239,7 +265,7 @@ impl<'a> Engine<'a> {
             Ok(pfn) => {
                 let off = (pfn.0 - self.base) as u32;
                 let mt = mobility(gfp);
-                self.live[k] = Live { off, order: ev.order, mt, live: true };
+                self.live[k] = Live::new(off, ev.order, mt);
                 self.account(off, ev.order, mt, true);
             }
             Err(_) => self.counts.failures_by_order[ev.order as usize] += 1,
@@ -252,7 +278,7 @@ impl<'a> Engine<'a> {
     fn free_overlapping(&mut self, k: usize, order: u32, cpu: u16) {
         let size = 1usize << order;
         for j in k..(k + size).min(self.live.len()) {
-            if self.live[j].live {
+            if self.live[j].is_live() {
                 self.counts.implied_frees += 1;
                 self.release(j, cpu);
             }
@@ -261,7 +287,7 @@ impl<'a> Engine<'a> {
         for o in order + 1..=MAX_ORDER {
             let head = pfn & !((1u64 << o) - 1);
             if let Some(h) = self.slot(head) {
-                if self.live[h].live && u32::from(self.live[h].order) >= o {
+                if self.live[h].is_live() && u32::from(self.live[h].order()) >= o {
                     self.counts.implied_frees += 1;
                     self.release(h, cpu);
                 }
@@ -272,10 +298,10 @@ impl<'a> Engine<'a> {
     #[inline]
     fn free(&mut self, ev: &Ev) {
         self.counts.frees += 1;
-        let live = self.slot(ev.pfn).filter(|&k| self.live[k].live);
+        let live = self.slot(ev.pfn).filter(|&k| self.live[k].is_live());
         match live {
             Some(k) => {
-                if self.live[k].order != ev.order {
+                if self.live[k].order() != ev.order {
                     self.counts.order_mismatch_frees += 1;
                 }
                 self.release(k, ev.cpu);
@@ -288,8 +314,8 @@ impl<'a> Engine<'a> {
     /// Frees live block `k` on CPU `cpu`.
     #[inline]
     fn release(&mut self, k: usize, cpu: u16) {
-        let Live { off, order, mt, .. } = self.live[k];
-        self.live[k].live = false;
+        let (off, order, mt) = (self.live[k].off(), self.live[k].order(), self.live[k].mt());
+        self.live[k] = Live::EMPTY;
         self.account(off, order, mt, false);
         let pfn = Pfn(self.base + u64::from(off));
         let result = match &mut self.backend {
@@ -344,13 +370,17 @@ impl<'a> Engine<'a> {
     /// Kernel PFNs and orders of the blocks still live (for tests).
     #[cfg(test)]
     pub fn live_blocks(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
-        self.live.iter().enumerate().filter(|(_, l)| l.live).map(|(k, l)| (self.kmin + k as u64, u32::from(l.order)))
+        self.live
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.is_live())
+            .map(|(k, l)| (self.kmin + k as u64, u32::from(l.order())))
     }
 
     /// mmkit PFNs and orders of the blocks still live.
     #[cfg(test)]
     pub fn live_mmkit_blocks(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
-        self.live.iter().filter(|l| l.live).map(|l| (self.base + u64::from(l.off), u32::from(l.order)))
+        self.live.iter().filter(|l| l.is_live()).map(|l| (self.base + u64::from(l.off()), u32::from(l.order())))
     }
 }
 

@@ -35,8 +35,8 @@ const CHUNK: usize = 1 << 16;
 const MAX_BLOCK_PAGES: u64 = 1 << engine::MAX_ORDER;
 /// Most CPUs a replay keeps per-CPU lists for; higher CPU numbers fold.
 const MAX_CPUS: u32 = 256;
-/// Largest trace PFN span the live tables cover (2^30 pages = 4 TiB).
-const MAX_SPAN_PAGES: u64 = 1 << 30;
+/// Largest trace PFN span and replay map (2^26 pages = 256 GiB).
+const MAX_SPAN_PAGES: u64 = engine::MAX_MAP_PAGES - (1 << 15);
 
 /// What `mmkit replay` was asked to do.
 #[derive(Clone, Debug)]
@@ -113,7 +113,7 @@ pub fn replay(
     };
     if !(MAX_BLOCK_PAGES..=MAX_SPAN_PAGES).contains(&pages) {
         return Err(ReplayError::Usage(format!(
-            "--memory must be between 4M and 4T (it gives {pages} pages of 4 KiB after rounding down to 4 MiB)"
+            "--memory must be between 4M and 255G (it gives {pages} pages of 4 KiB after rounding down to 4 MiB)"
         )));
     }
     let nr_cpus = (scan.max_cpu + 1).min(MAX_CPUS) as usize;
