@@ -626,6 +626,17 @@ mod tests {
     }
 
     #[test]
+    fn populated_descriptors_change_nothing_visible() {
+        let lazy = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
+        let populated = MemoryMapBuilder::with_memory(64 << 20).populate_descriptors(true).build().unwrap();
+        assert_eq!(lazy.buddyinfo(), populated.buddyinfo());
+        assert_eq!(lazy.pagetypeinfo(), populated.pagetypeinfo());
+        populated.check_invariants().unwrap();
+        let pfn = populated.alloc_pages(crate::Gfp::KERNEL, 3).unwrap();
+        populated.free_pages(pfn, 3).unwrap();
+    }
+
+    #[test]
     fn rejects_bad_maps() {
         assert!(matches!(MemoryMapBuilder::new().build(), Err(BuildError::NoZones)));
         let overlap =
