@@ -214,7 +214,7 @@ impl Report {
             c.order_mismatch_frees,
             c.trace_failed_by_order.iter().sum::<u64>()
         );
-        let _ = writeln!(o, "mmkit failures: {} {}", self.failures, by_order(&c.failures_by_order));
+        let _ = writeln!(o, "mmkit failures: {}{}", self.failures, by_order(&c.failures_by_order));
         if let Some(d) = self.double_handouts {
             let _ =
                 writeln!(o, "check: {d} double hand-outs, invariants {}", self.invariants.as_deref().unwrap_or("-"));
@@ -286,6 +286,6 @@ fn by_order(counts: &[u64; NR_ORDERS]) -> String {
     if parts.is_empty() {
         String::new()
     } else {
-        format!("({})", parts.join(", "))
+        format!(" ({})", parts.join(", "))
     }
 }
