@@ -142,7 +142,9 @@ pub const MAX_MAP_PAGES: u64 = 1 << 26;
 
 /// How the engine allocates.
 enum Backend<'a> {
-    /// One pinned handle per traced CPU (per-CPU lists without locks).
+    /// One pinned handle per traced CPU: that CPU's per-CPU lists, as
+    /// `PageAllocator::cpu(n)` gives, without a lock per operation (the
+    /// replay is the lists' only user).
     Policy(Vec<PinnedCpu<'a>>),
     /// `alloc_pages_at` on a map without per-CPU lists.
     Placed,

@@ -6,7 +6,8 @@
 //! decompresses and parses in chunks of events and replays each chunk
 //! (`engine`), into the peer too when asked (`peer`); metric samples at a
 //! bounded number of points (`metrics`); the report (`report`) and plots
-//! (`plot`). Decompression is `source`'s, line parsing `mmkit::trace`'s.
+//! (`plot`). Decompression is `source`'s, line parsing `mmkit::trace`'s;
+//! this file must not grow any of those concerns.
 //!
 //! Timing: the chunked second pass times parsing, the replay loop and
 //! sampling separately, so one run gives both the end-to-end rate

@@ -6,7 +6,8 @@
 //! rules as the engine) and an occupancy count per aligned 512-page range.
 //! For a buddy allocator that always merges, the free blocks of order ≥ 9
 //! are exactly the completely free aligned 512-page ranges, which gives
-//! its unusable free space index without reading its free lists.
+//! its unusable free space index without reading its free lists. Must not
+//! touch mmkit's allocator or the engine's tables.
 
 use super::engine::{Ev, Op, MAX_ORDER};
 use buddy_system_allocator::FrameAllocator;

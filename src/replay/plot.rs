@@ -7,7 +7,8 @@
 //!   grey when no replayed page is live in it, with a black dot when it is
 //!   mixed (holds live pages of another mobility than its type).
 //!
-//! Owns drawing only. Text needs a system font (fontconfig); without one
+//! Owns drawing only: it reads the report, the allocator and the engine and
+//! must not change them. Text needs a system font (fontconfig); without one
 //! the same pictures are drawn without captions, labels and legends.
 
 use super::engine::{Engine, NR_ORDERS};
