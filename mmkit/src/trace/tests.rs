@@ -176,3 +176,18 @@ fn reader_counts_skips_and_keeps_the_header() {
     assert_eq!(lines, [4, 5, 10]);
     assert_eq!(reader.header(), [" name: t", " more"]);
 }
+
+#[test]
+fn lines_from_a_real_perf_script() {
+    // `perf script` output of a recording on this kind of machine (Linux 6.18).
+    let a = event(
+        "            perf 29749 [001]  9757.591610:        kmem:mm_page_alloc: page=0x203fa1 pfn=0x203fa1 order=0 \
+         migratetype=1 gfp_flags=GFP_HIGHUSER_MOVABLE|__GFP_WRITE|__GFP_COMP",
+    );
+    assert_eq!((a.cpu, a.pfn, a.migratetype, a.time_ns), (1, Some(0x203fa1), Some(1), 9_757_591_610_000));
+    assert_eq!(a.gfp.bits(), 0x141cca);
+    let b = event(
+        "       perf-exec 29750 [001]  9757.593132: kmem:mm_page_free_batched: page=0x1a7c7d pfn=0x1a7c7d order=0",
+    );
+    assert_eq!((b.kind, b.pfn, b.order), (EventKind::FreeBatched, Some(0x1a7c7d), 0));
+}
