@@ -95,6 +95,13 @@ pub fn replay(
             scan.stats.skipped
         )));
     }
+    if scan.end_pfn == 0 {
+        return Err(ReplayError::Usage(format!(
+            "{}: no event names a PFN (all {} allocations failed in the trace)",
+            args.trace.display(),
+            scan.events
+        )));
+    }
     let zbase = scan.min_pfn & !(MAX_BLOCK_PAGES - 1);
     let zend = scan.end_pfn.div_ceil(MAX_BLOCK_PAGES) * MAX_BLOCK_PAGES;
     let span = zend - zbase;

@@ -198,6 +198,14 @@ fn unreadable_or_empty_traces_are_usage_errors() {
     assert!(matches!(replay(&a, |_, _| {}), Err(super::ReplayError::Usage(_))));
     let path = temp_trace("empty.trace.xz", "# only a header\nnot an event\n");
     assert!(matches!(replay(&args(&path, Mode::Policy), |_, _| {}), Err(super::ReplayError::Usage(_))));
+    let path = temp_trace("failed.trace.xz", "0 0 0 a - 0 0 0xcc0\n1 1 1 a - 3 1 0x140dca\n");
+    assert!(matches!(replay(&args(&path, Mode::Placed), |_, _| {}), Err(super::ReplayError::Usage(_))));
+    let far = "0 0 0 a 100 0 0 0xcc0\n1 1 0 a 4000000000 0 0 0xcc0\n";
+    let path = temp_trace("far.trace.xz", far);
+    assert!(
+        matches!(replay(&args(&path, Mode::Policy), |_, _| {}), Err(super::ReplayError::Usage(_))),
+        "span too large"
+    );
 }
 
 /// The sample trace, when `../shared/traces/` is beside the repository.
