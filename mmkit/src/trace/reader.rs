@@ -119,11 +119,60 @@ impl<R: BufRead> TraceReader<R> {
             }
         }
     }
+}
 
-    fn skip(&mut self, err: TraceParseError) {
-        self.stats.skipped += 1;
-        if self.stats.first_errors.len() < MAX_REMEMBERED_ERRORS {
-            self.stats.first_errors.push(err);
+/// Records a skipped line.
+fn skip(stats: &mut ReadStats, err: TraceParseError) {
+    stats.skipped += 1;
+    if stats.first_errors.len() < MAX_REMEMBERED_ERRORS {
+        stats.first_errors.push(err);
+    }
+}
+
+/// Handles one complete line (without its newline): counts it and returns
+/// its event, if it is one.
+fn handle_line(stats: &mut ReadStats, header: &mut Vec<String>, bytes: &[u8], too_long: bool) -> Option<TraceEvent> {
+    stats.lines += 1;
+    let line_no = stats.lines;
+    if too_long {
+        skip(stats, TraceParseError { line: line_no, reason: "line too long" });
+        return None;
+    }
+    let Ok(text) = core::str::from_utf8(bytes) else {
+        skip(stats, TraceParseError { line: line_no, reason: "line is not UTF-8" });
+        return None;
+    };
+    match parse_line(text, line_no) {
+        Ok(TraceLine::Blank) => None,
+        Ok(TraceLine::Header(h)) => {
+            if stats.events == 0 && header.len() < MAX_HEADER_LINES {
+                header.push(String::from(h));
+            }
+            None
+        }
+        Ok(TraceLine::OtherEvent(_)) => {
+            stats.other_events += 1;
+            None
+        }
+        Ok(TraceLine::Event { mut event, numbered }) => {
+            if !numbered {
+                event.seq = stats.events;
+            }
+            stats.events += 1;
+            match event.kind {
+                EventKind::Alloc => {
+                    stats.allocs += 1;
+                    stats.failed_allocs += u64::from(event.pfn.is_none());
+                }
+                EventKind::Free => stats.frees += 1,
+                EventKind::FreeBatched => stats.batched_frees += 1,
+            }
+            stats.unknown_gfp += u64::from(event.unknown_gfp);
+            Some(event)
+        }
+        Err(e) => {
+            skip(stats, e);
+            None
         }
     }
 }
@@ -136,6 +185,25 @@ impl<R: BufRead> Iterator for TraceReader<R> {
             return None;
         }
         loop {
+            // Fast path: a whole line in the reader's buffer is parsed in
+            // place, without copying it.
+            let chunk = match self.input.fill_buf() {
+                Ok(chunk) => chunk,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.io_error = Some(e);
+                    return None;
+                }
+            };
+            if let Some(end) = chunk.iter().take(MAX_LINE_BYTES + 1).position(|&b| b == b'\n') {
+                let event = handle_line(&mut self.stats, &mut self.header, &chunk[..end], false);
+                self.input.consume(end + 1);
+                if event.is_some() {
+                    return event;
+                }
+                continue;
+            }
+            // A line across the buffer's end, a long line or the last line.
             let mut too_long = false;
             match self.next_line(&mut too_long) {
                 Ok(true) => {}
@@ -145,42 +213,8 @@ impl<R: BufRead> Iterator for TraceReader<R> {
                     return None;
                 }
             }
-            self.stats.lines += 1;
-            let line_no = self.stats.lines;
-            if too_long {
-                self.skip(TraceParseError { line: line_no, reason: "line too long" });
-                continue;
-            }
-            let Ok(text) = core::str::from_utf8(&self.buf) else {
-                self.skip(TraceParseError { line: line_no, reason: "line is not UTF-8" });
-                continue;
-            };
-            match parse_line(text, line_no) {
-                Ok(TraceLine::Blank) => {}
-                Ok(TraceLine::Header(h)) => {
-                    if self.stats.events == 0 && self.header.len() < MAX_HEADER_LINES {
-                        self.header.push(String::from(h));
-                    }
-                }
-                Ok(TraceLine::OtherEvent(_)) => self.stats.other_events += 1,
-                Ok(TraceLine::Event { mut event, numbered }) => {
-                    if !numbered {
-                        event.seq = self.stats.events;
-                    }
-                    let s = &mut self.stats;
-                    s.events += 1;
-                    match event.kind {
-                        EventKind::Alloc => {
-                            s.allocs += 1;
-                            s.failed_allocs += u64::from(event.pfn.is_none());
-                        }
-                        EventKind::Free => s.frees += 1,
-                        EventKind::FreeBatched => s.batched_frees += 1,
-                    }
-                    s.unknown_gfp += u64::from(event.unknown_gfp);
-                    return Some(event);
-                }
-                Err(e) => self.skip(e),
+            if let Some(event) = handle_line(&mut self.stats, &mut self.header, &self.buf, too_long) {
+                return Some(event);
             }
         }
     }
