@@ -21,7 +21,7 @@ use std::process::ExitCode;
 #[command(
     name = "mmkit",
     version,
-    about = "Linux's page allocator as a library: /proc-style views and benchmarks",
+    about = "Linux's page allocator as a library: /proc-style views, benchmarks and trace replay",
     after_help = "Exit status: 0 success, 1 a benchmark or replay failed, 2 bad arguments or input."
 )]
 struct Cli {
