@@ -56,6 +56,7 @@ pub(crate) struct Parts {
     pub cpu_nodes: Vec<usize>,
     pub pcp_high_fraction: u32,
     pub pcp_enabled: bool,
+    pub mobility_disabled: bool,
     #[cfg(feature = "std")]
     pub memory: Option<crate::rawmem::RealMemory>,
     pub migrator: Option<Box<dyn Migrator>>,
@@ -96,6 +97,8 @@ pub struct PageAllocator {
     cpu_nodes: Vec<usize>,
     /// False when built with `per_cpu_lists(false)`.
     pub(crate) pcp_enabled: bool,
+    /// Built with `group_by_mobility(false)`.
+    pub(crate) mobility_disabled: bool,
     #[cfg(feature = "std")]
     pub(crate) memory: Option<crate::rawmem::RealMemory>,
     /// The embedder's page mover, used by contiguous allocations.
@@ -176,6 +179,7 @@ impl PageAllocator {
             cpu_id: p.cpu_id,
             cpu_nodes: (0..nr_cpus).map(|cpu| p.cpu_nodes.get(cpu).copied().unwrap_or(0)).collect(),
             pcp_enabled: p.pcp_enabled,
+            mobility_disabled: p.mobility_disabled,
             #[cfg(feature = "std")]
             memory: p.memory,
             migrator: p.migrator,
@@ -225,6 +229,23 @@ impl PageAllocator {
     pub fn stats(&self) -> StatsSnapshot {
         self.stats.snapshot()
     }
+    /// Whether free memory is grouped by mobility (see
+    /// [`MemoryMapBuilder::group_by_mobility`](crate::MemoryMapBuilder::group_by_mobility)).
+    pub fn group_by_mobility(&self) -> bool {
+        !self.mobility_disabled
+    }
+
+    /// The migratetype a request is served as: [`gfp_migratetype`], or
+    /// unmovable for every request when grouping by mobility is off.
+    #[inline(always)]
+    pub(crate) fn request_migratetype(&self, gfp: Gfp) -> MigrateType {
+        if self.mobility_disabled {
+            MigrateType::Unmovable
+        } else {
+            gfp_migratetype(gfp)
+        }
+    }
+
     /// Number of nodes (highest node id + 1).
     pub fn nr_nodes(&self) -> usize {
         self.zonelists.len()
@@ -390,7 +411,7 @@ impl PageAllocator {
         if !self.zone_allows(zone, order, flags, highest) {
             return None;
         }
-        let mt = gfp_migratetype(gfp);
+        let mt = self.request_migratetype(gfp);
         let idx = {
             let mut pcp = self.try_lock_pcp(cpu, zi)?;
             self.pcp_take_locked(&mut pcp, zi, order, mt, flags)?
@@ -431,7 +452,7 @@ impl PageAllocator {
             gfp,
             nid,
             highest,
-            migratetype: gfp_migratetype(gfp),
+            migratetype: self.request_migratetype(gfp),
             this_node_only: gfp.contains(Gfp::THISNODE),
             cpu,
         };

@@ -10,7 +10,7 @@
 
 use crate::error::FreeError;
 use crate::free::Claim;
-use crate::gfp::{fast_path_alloc_flags, gfp_migratetype, gfp_zone, Gfp, Watermark};
+use crate::gfp::{fast_path_alloc_flags, gfp_zone, Gfp, Watermark};
 use crate::page::{PageFlags, PageIdx};
 use crate::pcp::order_to_pindex;
 use crate::zone::LockGuard;
@@ -117,7 +117,7 @@ impl PageAllocator {
         let Ok(highest) = gfp_zone(gfp) else {
             return 0;
         };
-        let mt = gfp_migratetype(gfp);
+        let mt = self.request_migratetype(gfp);
         let flags = fast_path_alloc_flags(gfp, false).with_watermark(Watermark::Low);
         let this_node = gfp.contains(Gfp::THISNODE);
         let nid = self.cpu_to_node(cpu);

@@ -29,6 +29,19 @@ pub enum AllocError {
     InvalidGfp(Gfp),
     /// The node does not exist in the map.
     NoSuchNode(usize),
+    /// [`alloc_pages_at`](crate::PageAllocator::alloc_pages_at): the block
+    /// is not naturally aligned to its order, lies (partly) outside the map,
+    /// or is not inside one zone.
+    BadBlock {
+        /// Requested first PFN.
+        pfn: Pfn,
+        /// Requested order.
+        order: u32,
+    },
+    /// [`alloc_pages_at`](crate::PageAllocator::alloc_pages_at): this page
+    /// of the block is not free (allocated, reserved, a hole, isolated, or
+    /// cached on a pinned CPU's list).
+    NotFree(Pfn),
 }
 
 impl fmt::Display for AllocError {
@@ -40,6 +53,10 @@ impl fmt::Display for AllocError {
             }
             Self::InvalidGfp(gfp) => write!(f, "invalid zone bits in gfp {gfp}"),
             Self::NoSuchNode(nid) => write!(f, "no node {nid}"),
+            Self::BadBlock { pfn, order } => {
+                write!(f, "no aligned order-{order} block at pfn {pfn} inside one zone")
+            }
+            Self::NotFree(pfn) => write!(f, "page {pfn} is not free"),
         }
     }
 }

@@ -108,9 +108,12 @@ fn rmqueue_fallback_chain(
 
 /// Whether a fallback block of `block_order` may be claimed for `mt`:
 /// big blocks always; unmovable and reclaimable requests always (they are
-/// the ones that fragment); movable ones only from half a pageblock up.
-fn should_try_claim_block(block_order: u32, mt: MigrateType, pageblock_order: u32) -> bool {
-    block_order >= pageblock_order / 2 || matches!(mt, MigrateType::Unmovable | MigrateType::Reclaimable)
+/// the ones that fragment); movable ones only from half a pageblock up;
+/// anything when grouping by mobility is off.
+fn should_try_claim_block(block_order: u32, mt: MigrateType, pageblock_order: u32, mobility_disabled: bool) -> bool {
+    block_order >= pageblock_order / 2
+        || matches!(mt, MigrateType::Unmovable | MigrateType::Reclaimable)
+        || mobility_disabled
 }
 
 /// First fallback type with a free block of `order`.
@@ -137,7 +140,7 @@ fn rmqueue_claim(
             return None;
         }
         if state.area.nr_free(current) > 0 {
-            if !should_try_claim_block(current, mt, cx.pageblock_order) {
+            if !should_try_claim_block(current, mt, cx.pageblock_order, zone.mobility_disabled) {
                 return None;
             }
             if let Some(fallback) = find_fallback(state, current, mt) {
@@ -181,9 +184,29 @@ fn try_to_claim_block(
         zone.boost_pending.store(true, core::sync::atomic::Ordering::Relaxed);
     }
     let pb_start = block & !(pb_pages - 1);
-    // A pageblock that straddles the zone edge is never converted.
+    if claim_pageblock(zone, state, cx, pb_start, mt, block_type) {
+        return state.area.rmqueue_smallest(cx, order, mt);
+    }
+    None
+}
+
+/// The claim rule for a pageblock of type `block_type` that a request of
+/// type `mt` takes part of: when at least half of it is free or in use by
+/// compatible pages (or grouping by mobility is off), move its free pages
+/// to `mt`'s lists and give it type `mt`; returns whether it did. A
+/// pageblock that straddles the zone edge is never converted. Free blocks
+/// larger than the pageblock must have been split first.
+pub(crate) fn claim_pageblock(
+    zone: &Zone,
+    state: &mut ZoneState,
+    cx: BuddyCtx<'_>,
+    pb_start: PageIdx,
+    mt: MigrateType,
+    block_type: MigrateType,
+) -> bool {
+    let pb_pages = 1u32 << cx.pageblock_order;
     if pb_start < zone.start_idx || pb_start + pb_pages > zone.end_idx {
-        return None;
+        return false;
     }
     let (free, movable) = scan_pageblock(cx, pb_start);
     let alike = if mt == MigrateType::Movable {
@@ -194,13 +217,13 @@ fn try_to_claim_block(
     } else {
         0
     };
-    if free + alike >= (pb_pages as u64) / 2 {
+    if free + alike >= (pb_pages as u64) / 2 || zone.mobility_disabled {
         state.area.move_freepages_block(cx, pb_start, mt);
         cx.blocks.set(pb_start, mt);
         state.counters.pageblocks_claimed += 1;
-        return state.area.rmqueue_smallest(cx, order, mt);
+        return true;
     }
-    None
+    false
 }
 
 /// Free pages and in-use movable pages of the pageblock at `pb_start`.
@@ -312,10 +335,11 @@ mod tests {
 
     #[test]
     fn claim_thresholds_follow_linux() {
-        assert!(should_try_claim_block(9, MigrateType::Movable, 9));
-        assert!(should_try_claim_block(4, MigrateType::Movable, 9));
-        assert!(!should_try_claim_block(3, MigrateType::Movable, 9));
-        assert!(should_try_claim_block(0, MigrateType::Unmovable, 9));
-        assert!(should_try_claim_block(0, MigrateType::Reclaimable, 9));
+        assert!(should_try_claim_block(9, MigrateType::Movable, 9, false));
+        assert!(should_try_claim_block(4, MigrateType::Movable, 9, false));
+        assert!(!should_try_claim_block(3, MigrateType::Movable, 9, false));
+        assert!(should_try_claim_block(0, MigrateType::Unmovable, 9, false));
+        assert!(should_try_claim_block(0, MigrateType::Reclaimable, 9, false));
+        assert!(should_try_claim_block(0, MigrateType::Movable, 9, true), "grouping off: always");
     }
 }

@@ -38,7 +38,41 @@ pub struct ZoneSnapshot {
     pub free: ZoneFreeInfo,
 }
 
+impl ZoneSnapshot {
+    /// Free pages per order and migratetype: `[order][migratetype]`, from
+    /// the free block counts (blocks × 2^order).
+    pub fn free_pages_by_order_and_type(&self) -> Vec<[u64; MIGRATE_TYPES]> {
+        let orders = self.free.free_blocks_per_order.len();
+        (0..orders)
+            .map(|order| {
+                let mut row = [0u64; MIGRATE_TYPES];
+                for (mt, counts) in self.free.free_blocks_per_type.iter().enumerate().take(MIGRATE_TYPES) {
+                    row[mt] = counts.get(order).copied().unwrap_or(0) << order;
+                }
+                row
+            })
+            .collect()
+    }
+
+    /// The zone's unusable free space index for `order`, in thousandths
+    /// (the number debugfs `extfrag/unusable_index` prints as `0.066`).
+    pub fn unusable_index(&self, order: u32) -> u32 {
+        procfs::unusable_index(&self.free.free_blocks_per_order, order)
+    }
+
+    /// The zone's fragmentation index for `order`, in thousandths (debugfs
+    /// `extfrag/extfrag_index`; -1000 when a block of that order is free).
+    pub fn fragmentation_index(&self, order: u32) -> i32 {
+        procfs::fragmentation_index(&self.free.free_blocks_per_order, order)
+    }
+}
+
 impl PageAllocator {
+    /// Migratetype of the pageblock holding `pfn`, if the map covers it.
+    pub fn pageblock_migratetype(&self, pfn: crate::Pfn) -> Option<MigrateType> {
+        self.pfn_to_idx(pfn).map(|idx| self.blocks.get(idx))
+    }
+
     /// One snapshot per zone, in node then zone order.
     pub fn zone_snapshots(&self) -> Vec<ZoneSnapshot> {
         let pb_order = self.geometry.pageblock_order;
@@ -176,5 +210,34 @@ impl PageAllocator {
         let counters = self.vmstat_counters();
         let pairs: Vec<(&str, u64)> = counters.iter().map(|(n, v)| (n.as_str(), *v)).collect();
         procfs::vmstat(&pairs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Gfp, MemoryMapBuilder, MigrateType, Pfn, ZoneType};
+
+    #[test]
+    fn numeric_indices_match_the_text_files() {
+        let mm =
+            MemoryMapBuilder::new().zone(0, ZoneType::Normal, 0x1000..0x1400).per_cpu_lists(false).build().unwrap();
+        for pfn in (0x1000..0x1010).step_by(2) {
+            mm.alloc_pages_at(Pfn(pfn), 0, Gfp::HIGHUSER_MOVABLE).unwrap();
+        }
+        let snap = &mm.zone_snapshots()[0];
+        let by_order = snap.free_pages_by_order_and_type();
+        assert_eq!(by_order.iter().flatten().sum::<u64>(), mm.nr_free_pages());
+        assert_eq!(by_order[0][MigrateType::Movable as usize], 8);
+        assert_eq!(by_order[9][MigrateType::Movable as usize], 512);
+        // 1016 free pages, 512 of them in a block of order >= 9.
+        assert_eq!(snap.unusable_index(9), 504 * 1000 / 1016);
+        assert!(mm.unusable_index().contains(" 0.496 "), "{}", mm.unusable_index());
+        assert_eq!(snap.fragmentation_index(9), -1000);
+        assert_eq!(
+            snap.fragmentation_index(10),
+            crate::procfs::fragmentation_index(&snap.free.free_blocks_per_order, 10)
+        );
+        assert_eq!(mm.pageblock_migratetype(Pfn(0x1000)), Some(MigrateType::Movable));
+        assert_eq!(mm.pageblock_migratetype(Pfn(0x9000)), None);
     }
 }

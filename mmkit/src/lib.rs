@@ -25,14 +25,14 @@
 //! - **section**: 2^`section_order` pages; no free block crosses one.
 //!
 //! ## Layers
-//! Public API (`allocator`, `free`, `info`, `contig`, `free_contig`, `cma`)
+//! Public API (`allocator`, `alloc_at`, `free`, `info`, `contig`, `free_contig`, `cma`)
 //! → zones (`zone`, `fallback`, `isolation`) → buddy lists (`buddy`) → page
 //! descriptors (`page`, `pageblock`). `migrate` is the embedder's side of
-//! contiguous allocation. `quicklist` and `pagetable` (with `std`) sit on top
-//! of the public API: per-CPU caches of pages in a known state, and a radix
-//! page table built on them. `unsafe` lives in `rawmem`, plus the few calls
-//! to its page-content accessors in `quicklist` and `pagetable`, each on a
-//! page that layer holds.
+//! contiguous allocation. `trace` parses page-allocator traces for replay.
+//! `quicklist` and `pagetable` (with `std`) sit on top of the public API:
+//! per-CPU caches of pages in a known state, and a radix page table built on
+//! them. `unsafe` lives in `rawmem`, plus the few calls to its page-content
+//! accessors in `quicklist` and `pagetable`, each on a page that layer holds.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -40,6 +40,7 @@
 
 extern crate alloc;
 
+mod alloc_at;
 mod allocator;
 mod buddy;
 mod bulk;
@@ -71,6 +72,7 @@ mod rawmem;
 mod slowpath;
 mod stats;
 mod sync;
+pub mod trace;
 pub mod zone;
 
 pub use allocator::{PageAllocator, PAGE_ALLOC_COSTLY_ORDER};

@@ -120,6 +120,8 @@ pub struct MemoryMapBuilder {
     cpu_nodes: Vec<usize>,
     pcp_high_fraction: u32,
     pcp_enabled: bool,
+    group_by_mobility: bool,
+    populate: bool,
     cma: Vec<(String, Range<u64>)>,
     migrator: Option<Box<dyn Migrator>>,
 }
@@ -146,6 +148,8 @@ impl MemoryMapBuilder {
             cpu_nodes: Vec::new(),
             pcp_high_fraction: 0,
             pcp_enabled: true,
+            group_by_mobility: true,
+            populate: false,
             cma: Vec::new(),
             migrator: None,
         }
@@ -281,6 +285,28 @@ impl MemoryMapBuilder {
         self.pcp_enabled = enabled;
         self
     }
+    /// Whether free memory is grouped by mobility (default true). `false`
+    /// is Linux's `page_group_by_mobility_disabled` (which Linux sets when
+    /// memory is too small for grouping to pay): every request is treated
+    /// as unmovable, whatever its GFP mobility bits, and a fallback always
+    /// claims the whole pageblock it takes from, so pageblocks drift to one
+    /// type and anti-fragmentation is off. Useful to measure what grouping
+    /// is worth on the same workload.
+    pub fn group_by_mobility(mut self, enabled: bool) -> Self {
+        self.group_by_mobility = enabled;
+        self
+    }
+    /// Whether [`build`](Self::build) writes every page descriptor once
+    /// (default false). The descriptor table comes from zeroed memory the OS
+    /// maps lazily, so that huge maps build in seconds; the first write to
+    /// each of its pages then takes a page fault during allocation. With
+    /// `true` the faults are taken at build time instead (as Linux
+    /// initialises every `struct page` at boot), which is what timing
+    /// measurements of allocation paths want.
+    pub fn populate_descriptors(mut self, populate: bool) -> Self {
+        self.populate = populate;
+        self
+    }
     /// Installs reclaim hooks and event sinks.
     pub fn hooks(mut self, hooks: impl Hooks + 'static) -> Self {
         self.hooks = Box::new(hooks);
@@ -352,6 +378,11 @@ impl MemoryMapBuilder {
             return Err(BuildError::TooLarge { pages: nr_pages });
         }
         let pages = PageTable::new_zeroed(nr_pages as usize);
+        if self.populate {
+            for i in 0..nr_pages as u32 {
+                pages.get(i).set_refcount(0);
+            }
+        }
         let blocks = PageblockMap::new(nr_pages as usize, geo.pageblock_order, MigrateType::Movable);
         let idx = |pfn: u64| (pfn.clamp(base_pfn, highest) - base_pfn) as u32;
 
@@ -401,6 +432,9 @@ impl MemoryMapBuilder {
             let unavailable: Vec<Range<u64>> = holes.iter().chain(reserved.iter()).cloned().collect();
             free_runs.push(subtract(&[span], &normalize(unavailable, base_pfn, highest)));
         }
+        for zone in zones.iter_mut() {
+            zone.mobility_disabled = !self.group_by_mobility;
+        }
         let min_free_kbytes = setup_watermarks(&mut zones, geo.page_size(), geo.pageblock_nr_pages(), &self.watermarks);
         let cma = activate_cma_areas(self.cma, &specs, &holes, &reserved, &geo)?;
         for area in &cma {
@@ -445,6 +479,7 @@ impl MemoryMapBuilder {
             cpu_nodes: self.cpu_nodes,
             pcp_high_fraction: self.pcp_high_fraction,
             pcp_enabled: self.pcp_enabled,
+            mobility_disabled: !self.group_by_mobility,
             #[cfg(feature = "std")]
             memory,
             migrator: self.migrator,
@@ -588,6 +623,17 @@ mod tests {
         assert_eq!(types, vec![ZoneType::Dma, ZoneType::Dma32, ZoneType::Normal]);
         assert_eq!(b.zones[0].pfns, 1..4096);
         assert_eq!(b.zones[2].pfns, (1 << 20)..(2 << 20));
+    }
+
+    #[test]
+    fn populated_descriptors_change_nothing_visible() {
+        let lazy = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
+        let populated = MemoryMapBuilder::with_memory(64 << 20).populate_descriptors(true).build().unwrap();
+        assert_eq!(lazy.buddyinfo(), populated.buddyinfo());
+        assert_eq!(lazy.pagetypeinfo(), populated.pagetypeinfo());
+        populated.check_invariants().unwrap();
+        let pfn = populated.alloc_pages(crate::Gfp::KERNEL, 3).unwrap();
+        populated.free_pages(pfn, 3).unwrap();
     }
 
     #[test]

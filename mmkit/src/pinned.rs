@@ -19,7 +19,7 @@
 #![deny(unsafe_code)]
 
 use crate::free::Claim;
-use crate::gfp::{fast_path_alloc_flags, gfp_migratetype, gfp_zone, Gfp};
+use crate::gfp::{fast_path_alloc_flags, gfp_zone, Gfp};
 use crate::pcp::{pcp_allowed_order, PcpState};
 use crate::zone::LockGuard;
 use crate::{AllocError, FreeError, PageAllocator, Pfn};
@@ -152,7 +152,7 @@ impl<'a> PinnedCpu<'a> {
         if !alloc.zone_allows(zone, order, flags, highest) {
             return None;
         }
-        let mt = gfp_migratetype(gfp);
+        let mt = alloc.request_migratetype(gfp);
         let idx = alloc.pcp_take_locked(&mut self.lists[zi], zi, order, mt, flags)?;
         alloc.wake_kswapd_if_boosted(zone, gfp, flags);
         alloc.prep_new_page(idx, order, gfp, mt, frozen);

@@ -101,6 +101,9 @@ pub struct Zone {
     /// Set when an allocation found the zone below its high watermark; pcp
     /// `high` then shrinks instead of growing (Linux's `ZONE_BELOW_HIGH`).
     pub(crate) below_high: AtomicBool,
+    /// Linux's `page_group_by_mobility_disabled`: fallbacks always claim
+    /// the whole pageblock (every request is unmovable anyway).
+    pub(crate) mobility_disabled: bool,
 }
 
 impl Zone {
@@ -139,6 +142,7 @@ impl Zone {
             usable_by_all_hint: AtomicU64::new(0),
             comfortably_above: u64::MAX,
             below_high: AtomicBool::new(false),
+            mobility_disabled: false,
         }
     }
 

@@ -1,0 +1,399 @@
+//! The replay engine: applies trace events to an mmkit allocator, in
+//! `policy` mode (mmkit chooses every block, on the event's CPU's per-CPU
+//! lists) or `placed` mode (every block goes exactly where the kernel put
+//! it, through `alloc_pages_at`).
+//!
+//! Owns the map from kernel PFNs to live blocks, the odd-event rules of
+//! `../shared/traces/README.md` (frees of unseen blocks, order-10 zone
+//! growth, allocations of a still-live block, partial frees), the
+//! per-pageblock composition used for the "mixed pageblocks" metric, and
+//! the optional double-hand-out check. Must not touch metrics sampling,
+//! reports or plots (`metrics`, `report`, `plot`), nor parse text.
+
+use mmkit::gfp::gfp_migratetype;
+use mmkit::{AllocError, Gfp, MigrateType, PageAllocator, Pfn, PinnedCpu};
+
+/// Which allocator decides where blocks go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// mmkit's own placement policy.
+    Policy,
+    /// The kernel's placement, replayed block for block.
+    Placed,
+}
+
+impl Mode {
+    /// Name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Policy => "policy",
+            Mode::Placed => "placed",
+        }
+    }
+}
+
+/// What an event does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// A block was allocated at `pfn`.
+    Alloc,
+    /// The kernel's allocation failed (no PFN).
+    FailedAlloc,
+    /// A block at `pfn` was freed.
+    Free,
+}
+
+/// One event, compact (16 bytes) for the replay loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ev {
+    /// Kernel PFN of the block (0 for a failed allocation).
+    pub pfn: u64,
+    /// Raw GFP bits of an allocation.
+    pub gfp: u32,
+    /// CPU the event fired on.
+    pub cpu: u16,
+    /// Block order.
+    pub order: u8,
+    /// What happened.
+    pub op: Op,
+}
+
+/// Largest order the engine replays (the map's `MAX_PAGE_ORDER`).
+pub const MAX_ORDER: u32 = 10;
+/// Orders 0..=MAX_ORDER.
+pub const NR_ORDERS: usize = MAX_ORDER as usize + 1;
+
+/// Counts of what the replay met.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counts {
+    /// Events applied.
+    pub events: u64,
+    /// Allocations replayed (successful or not).
+    pub allocs: u64,
+    /// Frees replayed (matched or not).
+    pub frees: u64,
+    /// Allocations that failed in the kernel (skipped), by order.
+    pub trace_failed_by_order: [u64; NR_ORDERS],
+    /// Frees of blocks the trace never allocated, by order (order 10 not
+    /// included: see `zone_growth_frees`).
+    pub unseen_frees_by_order: [u64; NR_ORDERS],
+    /// Order-10 frees of never-allocated blocks: the kernel growing the zone.
+    pub zone_growth_frees: u64,
+    /// Allocations of a block the replay still held: its free was not
+    /// traced, so it is freed first.
+    pub implied_frees: u64,
+    /// Frees whose order differs from the live block's (partial frees): the
+    /// whole live block is freed.
+    pub order_mismatch_frees: u64,
+    /// Allocations mmkit could not serve, by order.
+    pub failures_by_order: [u64; NR_ORDERS],
+    /// Frees mmkit refused (should stay 0).
+    pub free_errors: u64,
+    /// Pages held by live blocks now.
+    pub live_pages: u64,
+    /// Most pages live at once.
+    pub peak_live_pages: u64,
+}
+
+impl Counts {
+    /// All allocation failures of mmkit.
+    pub fn failures(&self) -> u64 {
+        self.failures_by_order.iter().sum()
+    }
+    /// All frees of unseen blocks except zone growth.
+    pub fn unseen_frees(&self) -> u64 {
+        self.unseen_frees_by_order.iter().sum()
+    }
+}
+
+/// A live block, by kernel PFN, packed in 4 bytes so that the table of a
+/// 5 GiB span is 5 MiB: the mmkit PFN's offset in the map (26 bits), the
+/// order (4 bits) and the request's mobility (2 bits); `EMPTY` when no
+/// block is live there.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Live(u32);
+
+impl Live {
+    const EMPTY: Live = Live(u32::MAX);
+    #[inline(always)]
+    fn new(off: u32, order: u8, mt: u8) -> Live {
+        Live(off << 6 | u32::from(order) << 2 | u32::from(mt))
+    }
+    #[inline(always)]
+    fn is_live(self) -> bool {
+        self != Live::EMPTY
+    }
+    #[inline(always)]
+    fn off(self) -> u32 {
+        self.0 >> 6
+    }
+    #[inline(always)]
+    fn order(self) -> u8 {
+        (self.0 >> 2 & 0xf) as u8
+    }
+    #[inline(always)]
+    fn mt(self) -> u8 {
+        (self.0 & 3) as u8
+    }
+}
+
+/// Most pages a replay map may have: offsets are 26 bits (256 GiB).
+pub const MAX_MAP_PAGES: u64 = 1 << 26;
+
+/// How the engine allocates.
+enum Backend<'a> {
+    /// One pinned handle per traced CPU: that CPU's per-CPU lists, as
+    /// `PageAllocator::cpu(n)` gives, without a lock per operation (the
+    /// replay is the lists' only user).
+    Policy(Vec<PinnedCpu<'a>>),
+    /// `alloc_pages_at` on a map without per-CPU lists.
+    Placed,
+}
+
+/// Replays events into one allocator; see the module doc.
+pub struct Engine<'a> {
+    mm: &'a PageAllocator,
+    backend: Backend<'a>,
+    /// Lowest kernel PFN the live table covers.
+    kmin: u64,
+    live: Vec<Live>,
+    /// mmkit's first PFN.
+    base: u64,
+    pb_order: u32,
+    /// Live pages per pageblock and mobility (unmovable, movable, reclaimable).
+    pb_live: Vec<[u32; 3]>,
+    /// One bit per mmkit page while allocated, when checking hand-outs.
+    owned: Option<Vec<u64>>,
+    /// Blocks handed out twice (only with the check on).
+    pub double_handouts: u64,
+    /// What happened so far.
+    pub counts: Counts,
+}
+
+impl<'a> Engine<'a> {
+    /// An engine over `mm` for kernel PFNs `kpfns` (half-open). Policy mode
+    /// pins every CPU of `mm`. With `check_handouts`, every allocation is
+    /// checked against a bitmap of pages already handed out.
+    ///
+    /// # Errors
+    /// A CPU cannot be pinned.
+    pub fn new(
+        mm: &'a PageAllocator,
+        mode: Mode,
+        kpfns: std::ops::Range<u64>,
+        check_handouts: bool,
+    ) -> Result<Self, String> {
+        let backend = match mode {
+            Mode::Policy => Backend::Policy(
+                (0..mm.nr_cpus()).map(|cpu| mm.pin_cpu(cpu).map_err(|e| e.to_string())).collect::<Result<_, _>>()?,
+            ),
+            Mode::Placed => Backend::Placed,
+        };
+        let base = mm.start_pfn().0;
+        let pages = (mm.end_pfn().0 - base) as usize;
+        if pages as u64 > MAX_MAP_PAGES {
+            return Err(format!("the replay map has {pages} pages; at most {MAX_MAP_PAGES} are supported"));
+        }
+        // Written element by element (not a zeroed allocation the kernel
+        // fills in lazily), so the replay loop does not take the page faults.
+        let mut live = Vec::with_capacity((kpfns.end - kpfns.start) as usize);
+        live.resize(live.capacity(), Live::EMPTY);
+        std::hint::black_box(&mut live);
+        let pb_order = mm.geometry().pageblock_order;
+        Ok(Self {
+            mm,
+            backend,
+            kmin: kpfns.start,
+            live,
+            base,
+            pb_order,
+            pb_live: vec![[0; 3]; pages.div_ceil(1 << pb_order)],
+            owned: check_handouts.then(|| vec![0u64; pages.div_ceil(64)]),
+            double_handouts: 0,
+            counts: Counts::default(),
+        })
+    }
+
+    /// Live pages per pageblock of the map and mobility (for metrics).
+    pub fn pageblock_composition(&self) -> &[[u32; 3]] {
+        &self.pb_live
+    }
+
+    /// Applies one event.
+    #[inline]
+    pub fn apply(&mut self, ev: &Ev) {
+        self.counts.events += 1;
+        match ev.op {
+            Op::Alloc => self.alloc(ev),
+            Op::Free => self.free(ev),
+            Op::FailedAlloc => self.counts.trace_failed_by_order[ev.order as usize] += 1,
+        }
+    }
+
+    /// Index of kernel PFN `pfn` in the live table, if covered.
+    #[inline(always)]
+    fn slot(&self, pfn: u64) -> Option<usize> {
+        let k = pfn.wrapping_sub(self.kmin) as usize;
+        (k < self.live.len()).then_some(k)
+    }
+
+    #[inline]
+    fn alloc(&mut self, ev: &Ev) {
+        self.counts.allocs += 1;
+        let Some(k) = self.slot(ev.pfn) else {
+            self.counts.failures_by_order[ev.order as usize] += 1;
+            return;
+        };
+        if self.live[k].is_live() {
+            self.counts.implied_frees += 1;
+            self.release(k, ev.cpu);
+        }
+        let gfp = Gfp::from_bits(ev.gfp);
+        let order = u32::from(ev.order);
+        let got = match &mut self.backend {
+            Backend::Policy(cpus) => {
+                let n = cpus.len();
+                cpus[usize::from(ev.cpu) % n].alloc_pages(gfp, order)
+            }
+            Backend::Placed => match self.mm.alloc_pages_at(Pfn(ev.pfn), order, gfp) {
+                Err(AllocError::NotFree(_)) => {
+                    self.free_overlapping(k, order, ev.cpu);
+                    self.mm.alloc_pages_at(Pfn(ev.pfn), order, gfp)
+                }
+                other => other,
+            },
+        };
+        match got {
+            Ok(pfn) => {
+                let off = (pfn.0 - self.base) as u32;
+                let mt = mobility(gfp);
+                self.live[k] = Live::new(off, ev.order, mt);
+                self.account(off, ev.order, mt, true);
+            }
+            Err(_) => self.counts.failures_by_order[ev.order as usize] += 1,
+        }
+    }
+
+    /// Placed mode: the kernel's block overlaps blocks the replay still
+    /// holds (their frees were not traced): free them.
+    #[cold]
+    fn free_overlapping(&mut self, k: usize, order: u32, cpu: u16) {
+        let size = 1usize << order;
+        for j in k..(k + size).min(self.live.len()) {
+            if self.live[j].is_live() {
+                self.counts.implied_frees += 1;
+                self.release(j, cpu);
+            }
+        }
+        let pfn = self.kmin + k as u64;
+        for o in order + 1..=MAX_ORDER {
+            let head = pfn & !((1u64 << o) - 1);
+            if let Some(h) = self.slot(head) {
+                if self.live[h].is_live() && u32::from(self.live[h].order()) >= o {
+                    self.counts.implied_frees += 1;
+                    self.release(h, cpu);
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn free(&mut self, ev: &Ev) {
+        self.counts.frees += 1;
+        let live = self.slot(ev.pfn).filter(|&k| self.live[k].is_live());
+        match live {
+            Some(k) => {
+                if self.live[k].order() != ev.order {
+                    self.counts.order_mismatch_frees += 1;
+                }
+                self.release(k, ev.cpu);
+            }
+            None if u32::from(ev.order) == MAX_ORDER => self.counts.zone_growth_frees += 1,
+            None => self.counts.unseen_frees_by_order[ev.order as usize] += 1,
+        }
+    }
+
+    /// Frees live block `k` on CPU `cpu`.
+    #[inline]
+    fn release(&mut self, k: usize, cpu: u16) {
+        let (off, order, mt) = (self.live[k].off(), self.live[k].order(), self.live[k].mt());
+        self.live[k] = Live::EMPTY;
+        self.account(off, order, mt, false);
+        let pfn = Pfn(self.base + u64::from(off));
+        let result = match &mut self.backend {
+            Backend::Policy(cpus) => {
+                let n = cpus.len();
+                cpus[usize::from(cpu) % n].free_pages(pfn, u32::from(order))
+            }
+            Backend::Placed => self.mm.free_pages(pfn, u32::from(order)),
+        };
+        if result.is_err() {
+            self.counts.free_errors += 1;
+        }
+    }
+
+    /// Books a block in or out of the live counts.
+    #[inline(always)]
+    fn account(&mut self, off: u32, order: u8, mt: u8, alloc: bool) {
+        let pages = 1u32 << order;
+        if alloc {
+            self.counts.live_pages += u64::from(pages);
+            self.counts.peak_live_pages = self.counts.peak_live_pages.max(self.counts.live_pages);
+        } else {
+            self.counts.live_pages -= u64::from(pages);
+        }
+        let per_block = pages.min(1 << self.pb_order);
+        let first = (off >> self.pb_order) as usize;
+        let blocks = (pages >> self.pb_order).max(1) as usize;
+        for counts in self.pb_live.iter_mut().skip(first).take(blocks) {
+            let c = &mut counts[usize::from(mt)];
+            *c = if alloc { *c + per_block } else { c.wrapping_sub(per_block) };
+        }
+        if let Some(owned) = &mut self.owned {
+            let mut twice = false;
+            for page in off as usize..off as usize + pages as usize {
+                let (word, bit) = (page / 64, 1u64 << (page % 64));
+                twice |= alloc && owned[word] & bit != 0;
+                if alloc {
+                    owned[word] |= bit;
+                } else {
+                    owned[word] &= !bit;
+                }
+            }
+            self.double_handouts += u64::from(twice);
+        }
+    }
+
+    /// Ends the replay: unpins the CPUs (their lists stay filled).
+    pub fn finish(&mut self) {
+        self.backend = Backend::Placed;
+    }
+
+    /// Kernel PFNs and orders of the blocks still live (for tests).
+    #[cfg(test)]
+    pub fn live_blocks(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.live
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.is_live())
+            .map(|(k, l)| (self.kmin + k as u64, u32::from(l.order())))
+    }
+
+    /// mmkit PFNs and orders of the blocks still live.
+    #[cfg(test)]
+    pub fn live_mmkit_blocks(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.live.iter().filter(|l| l.is_live()).map(|l| (self.base + u64::from(l.off()), u32::from(l.order())))
+    }
+}
+
+/// The mobility a request's GFP bits ask for (0 unmovable, 1 movable,
+/// 2 reclaimable), whatever the allocator's grouping setting: what the
+/// "mixed pageblock" metric compares against the pageblock's type.
+#[inline(always)]
+pub fn mobility(gfp: Gfp) -> u8 {
+    match gfp_migratetype(gfp) {
+        MigrateType::Movable => 1,
+        MigrateType::Reclaimable => 2,
+        _ => 0,
+    }
+}

@@ -1,0 +1,187 @@
+//! Fragmentation metrics of an allocator at one moment of a replay: free
+//! pages per order and migratetype, pageblocks per migratetype and how many
+//! are mixed, the unusable free space index and fragmentation index for
+//! order 9, and the Linux numbers from a trace header.
+//!
+//! Owns what a sample contains and how it is computed from mmkit's numeric
+//! accessors (`ZoneSnapshot`, `procfs`); must not touch the allocator's
+//! state (read-only) or the replay loop.
+
+use super::engine::{Counts, NR_ORDERS};
+use mmkit::gfp::MIGRATE_TYPES;
+use mmkit::{procfs, MigrateType, PageAllocator, Pfn};
+use serde::Serialize;
+
+/// The order the headline indices are computed for (a 2 MiB huge page).
+pub const INDEX_ORDER: u32 = 9;
+
+/// The allocator's free memory and pageblocks at one moment.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sample {
+    /// Events applied before this sample.
+    pub event: u64,
+    /// Pages in live (replayed, not yet freed) blocks.
+    pub live_pages: u64,
+    /// Free pages on the buddy lists (per-CPU lists not included).
+    pub free_pages: u64,
+    /// Free pages per order 0..=10.
+    pub free_pages_by_order: Vec<u64>,
+    /// Free pages per migratetype (Unmovable, Movable, Reclaimable,
+    /// HighAtomic, CMA, Isolate).
+    pub free_pages_by_type: Vec<u64>,
+    /// Pageblocks per migratetype.
+    pub pageblocks_by_type: Vec<u64>,
+    /// Pageblocks holding live pages whose GFP mobility differs from the
+    /// pageblock's type.
+    pub mixed_pageblocks: u64,
+    /// Unusable free space index for order 9, 0..1 (debugfs
+    /// `extfrag/unusable_index`).
+    pub unusable_index_order9: f64,
+    /// Fragmentation index for order 9 (debugfs `extfrag/extfrag_index`;
+    /// -1 when an order-9 block is free).
+    pub fragmentation_index_order9: f64,
+    /// mmkit allocation failures so far.
+    pub failures: u64,
+}
+
+/// The end state, with the per-order and per-type detail.
+#[derive(Clone, Debug, Serialize)]
+pub struct FinalState {
+    /// The last sample's numbers, taken after draining per-CPU lists.
+    #[serde(flatten)]
+    pub sample: Sample,
+    /// Free pages per order and migratetype, `[order][migratetype]`.
+    pub free_pages_by_order_and_type: Vec<Vec<u64>>,
+    /// All pageblocks of the map.
+    pub pageblocks: u64,
+    /// Pages the drain moved from per-CPU lists to the buddy lists.
+    pub pcp_pages_drained: u64,
+    /// `/proc/buddyinfo` text of the end state.
+    pub buddyinfo: String,
+}
+
+/// Takes a sample of `mm` after `counts.events` events.
+pub fn sample(mm: &PageAllocator, composition: &[[u32; 3]], counts: &Counts) -> Sample {
+    let zones = mm.zone_snapshots();
+    let mut blocks_by_order = vec![0u64; NR_ORDERS];
+    let mut free_by_type = vec![0u64; MIGRATE_TYPES];
+    let mut pageblocks_by_type = vec![0u64; MIGRATE_TYPES];
+    let mut free_pages = 0;
+    for z in &zones {
+        for (o, n) in z.free.free_blocks_per_order.iter().enumerate().take(NR_ORDERS) {
+            blocks_by_order[o] += n;
+        }
+        for (mt, n) in z.free_pages_by_type.iter().enumerate() {
+            free_by_type[mt] += n;
+        }
+        for (mt, n) in z.free.pageblocks_per_type.iter().enumerate().take(MIGRATE_TYPES) {
+            pageblocks_by_type[mt] += n;
+        }
+        free_pages += z.free_pages;
+    }
+    Sample {
+        event: counts.events,
+        live_pages: counts.live_pages,
+        free_pages,
+        free_pages_by_order: blocks_by_order.iter().enumerate().map(|(o, n)| n << o).collect(),
+        free_pages_by_type: free_by_type,
+        pageblocks_by_type,
+        mixed_pageblocks: mixed_pageblocks(mm, composition),
+        unusable_index_order9: f64::from(procfs::unusable_index(&blocks_by_order, INDEX_ORDER)) / 1000.0,
+        fragmentation_index_order9: f64::from(procfs::fragmentation_index(&blocks_by_order, INDEX_ORDER)) / 1000.0,
+        failures: counts.failures(),
+    }
+}
+
+/// Drains per-CPU lists, then takes the final sample with full detail.
+pub fn final_state(mm: &PageAllocator, composition: &[[u32; 3]], counts: &Counts) -> FinalState {
+    let pcp = mm.nr_pcp_pages();
+    mm.drain_all_pages();
+    let sample = sample(mm, composition, counts);
+    let mut matrix = vec![vec![0u64; MIGRATE_TYPES]; NR_ORDERS];
+    for z in mm.zone_snapshots() {
+        for (o, row) in z.free_pages_by_order_and_type().iter().enumerate().take(NR_ORDERS) {
+            for (mt, n) in row.iter().enumerate() {
+                matrix[o][mt] += n;
+            }
+        }
+    }
+    FinalState {
+        pageblocks: sample.pageblocks_by_type.iter().sum(),
+        sample,
+        free_pages_by_order_and_type: matrix,
+        pcp_pages_drained: pcp,
+        buddyinfo: mm.buddyinfo(),
+    }
+}
+
+/// Type of pageblock `i` of the map.
+pub fn pageblock_type(mm: &PageAllocator, i: usize) -> Option<MigrateType> {
+    let pfn = mm.start_pfn().0 + ((i as u64) << mm.geometry().pageblock_order);
+    mm.pageblock_migratetype(Pfn(pfn))
+}
+
+/// Pageblocks holding live pages of a mobility other than their type.
+fn mixed_pageblocks(mm: &PageAllocator, composition: &[[u32; 3]]) -> u64 {
+    let mut mixed = 0;
+    for (i, live) in composition.iter().enumerate() {
+        if live.iter().all(|&n| n == 0) {
+            continue;
+        }
+        let own = pageblock_type(mm, i).map_or(usize::MAX, |t| t as usize);
+        if live.iter().enumerate().any(|(mt, &n)| n > 0 && mt != own) {
+            mixed += 1;
+        }
+    }
+    mixed
+}
+
+/// Linux's own numbers for one zone from a `buddyinfo_*:` header line.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LinuxState {
+    /// Free pages in the zone.
+    pub free_pages: u64,
+    /// Free pages per order.
+    pub free_pages_by_order: Vec<u64>,
+    /// Unusable free space index for order 9, 0..1.
+    pub unusable_index_order9: f64,
+    /// Fragmentation index for order 9.
+    pub fragmentation_index_order9: f64,
+}
+
+/// Reads `buddyinfo_before:` / `buddyinfo_after:` (per `key`) for zone
+/// Normal from trace header lines (without their `#`).
+pub fn linux_state(header: &[String], key: &str) -> Option<LinuxState> {
+    let line = header.iter().find_map(|h| {
+        let rest = h.trim_start().strip_prefix(key)?.strip_prefix(':')?;
+        rest.contains("zone Normal").then_some(rest)
+    })?;
+    let (_, _, counts) = procfs::parse_buddyinfo(line).ok()?.into_iter().next()?;
+    Some(LinuxState {
+        free_pages: counts.iter().enumerate().map(|(o, n)| n << o).sum(),
+        free_pages_by_order: counts.iter().enumerate().map(|(o, n)| n << o).collect(),
+        unusable_index_order9: f64::from(procfs::unusable_index(&counts, INDEX_ORDER)) / 1000.0,
+        fragmentation_index_order9: f64::from(procfs::fragmentation_index(&counts, INDEX_ORDER)) / 1000.0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linux_state_from_a_header() {
+        let header = vec![
+            " buddyinfo_after: Node 0, zone DMA 0 0 0 0 0 0 0 0 1 1 3".to_string(),
+            " buddyinfo_after: Node 0, zone Normal 602 184 126 179 317 130 66 14 137 112 368".to_string(),
+        ];
+        let s = linux_state(&header, "buddyinfo_after").unwrap();
+        let free: u64 =
+            [602u64, 184, 126, 179, 317, 130, 66, 14, 137, 112, 368].iter().enumerate().map(|(o, n)| n << o).sum();
+        assert_eq!(s.free_pages, free);
+        let suitable = (112u64 << 9) + (368 << 10);
+        assert_eq!(s.unusable_index_order9, ((free - suitable) * 1000 / free) as f64 / 1000.0);
+        assert_eq!(s.fragmentation_index_order9, -1.0);
+        assert!(linux_state(&header, "buddyinfo_before").is_none());
+    }
+}

@@ -1,0 +1,312 @@
+//! `mmkit replay`: replays a recorded trace of Linux's page allocator into
+//! mmkit and reports placement quality, fragmentation and speed.
+//!
+//! Owns the command's flow: a quick first pass (`scan`) for the PFN span,
+//! CPUs and peak of live pages; building the map; a second pass that
+//! decompresses and parses in chunks of events and replays each chunk
+//! (`engine`), into the peer too when asked (`peer`); metric samples at a
+//! bounded number of points (`metrics`); the report (`report`) and plots
+//! (`plot`). Decompression is `source`'s, line parsing `mmkit::trace`'s;
+//! this file must not grow any of those concerns.
+//!
+//! Timing: the chunked second pass times parsing, the replay loop and
+//! sampling separately, so one run gives both the end-to-end rate
+//! (decompress + parse + replay + samples) and the loop-only rate over
+//! already parsed events, with memory bounded by the chunk size.
+
+pub mod engine;
+pub mod metrics;
+pub mod peer;
+pub mod plot;
+pub mod report;
+pub mod scan;
+pub mod source;
+
+use engine::{Engine, Ev, Mode};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use mmkit::trace::TraceReader;
+use mmkit::{MemoryMapBuilder, PageAllocator, QuietHooks, ZoneType};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Events parsed and replayed per chunk.
+const CHUNK: usize = 1 << 16;
+/// Pages of the largest block: zone bounds are aligned to it.
+const MAX_BLOCK_PAGES: u64 = 1 << engine::MAX_ORDER;
+/// Most CPUs a replay keeps per-CPU lists for; higher CPU numbers fold.
+const MAX_CPUS: u32 = 256;
+/// Largest trace PFN span and replay map (2^26 pages = 256 GiB).
+const MAX_SPAN_PAGES: u64 = engine::MAX_MAP_PAGES - (1 << 15);
+
+/// What `mmkit replay` was asked to do.
+#[derive(Clone, Debug)]
+pub struct ReplayArgs {
+    /// Trace file (compact or `perf script` text; plain, xz or zstd).
+    pub trace: PathBuf,
+    /// Who places blocks.
+    pub mode: Mode,
+    /// Memory for policy mode (default: the trace's PFN span).
+    pub memory: Option<u64>,
+    /// Linux's `page_group_by_mobility_disabled`.
+    pub no_grouping: bool,
+    /// Replay into `buddy_system_allocator` too.
+    pub peer: bool,
+    /// Metric samples over the replay.
+    pub samples: u32,
+    /// Replay only the first N events.
+    pub limit: Option<u64>,
+    /// Check every allocation against the pages already handed out, and the
+    /// allocator's invariants at the end.
+    pub check: bool,
+    /// Write `PREFIX-free-by-order.png` and `PREFIX-pageblocks.png`.
+    pub plot: Option<PathBuf>,
+    /// Show a progress bar (the caller decides: a terminal, not `--json`).
+    pub progress: bool,
+    /// Parse the whole second pass into memory (16 bytes per event) before
+    /// replaying it, so the loop is timed alone with warm caches.
+    pub preload: bool,
+}
+
+/// Why a replay did not run.
+#[derive(Debug)]
+pub enum ReplayError {
+    /// Bad arguments or unusable input (exit 2).
+    Usage(String),
+    /// Failed while running (exit 1).
+    Failed(String),
+}
+
+/// Runs a replay and returns its report; `inspect` sees the engine and the
+/// allocator at the end (tests use it to compare live blocks).
+///
+/// # Errors
+/// [`ReplayError`].
+pub fn replay(
+    args: &ReplayArgs,
+    inspect: impl FnOnce(&Engine<'_>, &PageAllocator),
+) -> Result<report::Report, ReplayError> {
+    let scan = scan::scan(&args.trace, args.limit).map_err(ReplayError::Usage)?;
+    if scan.events == 0 {
+        return Err(ReplayError::Usage(format!(
+            "{}: no events to replay ({} lines read, {} skipped as malformed)",
+            args.trace.display(),
+            scan.stats.lines,
+            scan.stats.skipped
+        )));
+    }
+    if scan.end_pfn == 0 {
+        return Err(ReplayError::Usage(format!(
+            "{}: no event names a PFN (all {} allocations failed in the trace)",
+            args.trace.display(),
+            scan.events
+        )));
+    }
+    let zbase = scan.min_pfn & !(MAX_BLOCK_PAGES - 1);
+    let zend = scan.end_pfn.div_ceil(MAX_BLOCK_PAGES) * MAX_BLOCK_PAGES;
+    let span = zend - zbase;
+    if span > MAX_SPAN_PAGES {
+        return Err(ReplayError::Usage(format!(
+            "the trace spans {span} pages; at most {MAX_SPAN_PAGES} are supported"
+        )));
+    }
+    let pages = match (args.mode, args.memory) {
+        (Mode::Placed, Some(_)) => {
+            return Err(ReplayError::Usage(
+                "--memory applies to policy mode; placed mode always covers the trace's PFN span".into(),
+            ))
+        }
+        (_, None) => span,
+        (Mode::Policy, Some(bytes)) => (bytes >> 12) & !(MAX_BLOCK_PAGES - 1),
+    };
+    if !(MAX_BLOCK_PAGES..=MAX_SPAN_PAGES).contains(&pages) {
+        return Err(ReplayError::Usage(format!(
+            "--memory must be between 4M and 255G (it gives {pages} pages of 4 KiB after rounding down to 4 MiB)"
+        )));
+    }
+    let nr_cpus = (scan.max_cpu + 1).min(MAX_CPUS) as usize;
+    let mm = MemoryMapBuilder::new()
+        .zone(0, ZoneType::Normal, zbase..zbase + pages)
+        .nr_cpus(nr_cpus)
+        .per_cpu_lists(args.mode == Mode::Policy)
+        .group_by_mobility(!args.no_grouping)
+        .populate_descriptors(true)
+        .hooks(QuietHooks)
+        .build()
+        .map_err(|e| ReplayError::Failed(format!("building the memory map: {e}")))?;
+    let mut engine = Engine::new(&mm, args.mode, zbase..zend, args.check).map_err(ReplayError::Failed)?;
+    let mut peer = args.peer.then(|| peer::Peer::new(zbase, pages, zbase..zend));
+
+    let every = (scan.events / u64::from(args.samples.max(1))).max(1);
+    let mut pass = Pass {
+        every,
+        next_sample: every,
+        samples: vec![metrics::sample(&mm, engine.pageblock_composition(), &engine.counts)],
+        t_loop: Duration::ZERO,
+        t_sample: Duration::ZERO,
+        t_peer: Duration::ZERO,
+        bar: progress_bar(args.progress, scan.events),
+    };
+    let mut t_parse = Duration::ZERO;
+    let started = Instant::now();
+    let (input, _) =
+        source::open(&args.trace).map_err(|e| ReplayError::Failed(format!("{}: {e}", args.trace.display())))?;
+    let mut reader = TraceReader::new(input);
+    // Streaming: bounded chunks. Preloading: one chunk of the whole trace.
+    let chunk_len = if args.preload { scan.events as usize } else { CHUNK };
+    let mut chunk: Vec<Ev> = Vec::with_capacity(chunk_len);
+    let mut left = scan.events;
+    while left > 0 {
+        let t0 = Instant::now();
+        chunk.clear();
+        while chunk.len() < chunk_len && (chunk.len() as u64) < left {
+            let Some(ev) = reader.next() else { break };
+            if let Some(e) = scan::convert(&ev) {
+                chunk.push(e);
+            }
+        }
+        t_parse += t0.elapsed();
+        if chunk.is_empty() {
+            break;
+        }
+        left -= chunk.len() as u64;
+        pass.replay_chunk(&chunk, &mm, &mut engine, peer.as_mut());
+    }
+    pass.bar.finish_and_clear();
+    if let Some(e) = reader.io_error() {
+        return Err(ReplayError::Failed(format!("{}: {e}", args.trace.display())));
+    }
+    let Pass { mut samples, t_loop, t_sample, t_peer, .. } = pass;
+    let wall = started.elapsed().saturating_sub(t_peer);
+    engine.finish();
+    if samples.last().is_some_and(|s| s.event != engine.counts.events) {
+        samples.push(metrics::sample(&mm, engine.pageblock_composition(), &engine.counts));
+    }
+    let final_state = metrics::final_state(&mm, engine.pageblock_composition(), &engine.counts);
+    let invariants = if args.check {
+        Some(mm.check_invariants().map_err(|v| v.to_string()).err().unwrap_or_else(|| "ok".into()))
+    } else {
+        None
+    };
+    let events = engine.counts.events;
+    let rate = |d: Duration| if d.is_zero() { 0.0 } else { events as f64 / d.as_secs_f64() };
+    let timing = report::Timing {
+        scan_seconds: scan.seconds,
+        replay_seconds: wall.as_secs_f64(),
+        parse_seconds: t_parse.as_secs_f64(),
+        loop_seconds: t_loop.as_secs_f64(),
+        sample_seconds: t_sample.as_secs_f64(),
+    };
+    let peer_report = peer.as_ref().map(|p| p.report(events, t_peer.as_secs_f64(), t_loop.as_secs_f64()));
+    let report = report::Report::new(report::Parts {
+        args,
+        scan: &scan,
+        zone: (zbase, pages),
+        nr_cpus,
+        counts: engine.counts.clone(),
+        double_handouts: args.check.then_some(engine.double_handouts),
+        invariants,
+        events_per_sec: rate(wall),
+        loop_events_per_sec: rate(t_loop),
+        timing,
+        samples,
+        final_state,
+        peer: peer_report,
+    });
+    if let Some(prefix) = &args.plot {
+        plot::write_all(prefix, &report, &mm, &engine).map_err(ReplayError::Failed)?;
+    }
+    inspect(&engine, &mm);
+    Ok(report)
+}
+
+/// The second pass's running state: samples and timers.
+struct Pass {
+    every: u64,
+    next_sample: u64,
+    samples: Vec<metrics::Sample>,
+    t_loop: Duration,
+    t_sample: Duration,
+    t_peer: Duration,
+    bar: ProgressBar,
+}
+
+impl Pass {
+    /// Replays parsed events into the engine (timed without the samples it
+    /// takes on the way), then into the peer (timed apart).
+    fn replay_chunk(
+        &mut self,
+        chunk: &[Ev],
+        mm: &PageAllocator,
+        engine: &mut Engine<'_>,
+        peer: Option<&mut peer::Peer>,
+    ) {
+        let t1 = Instant::now();
+        let mut sampling = Duration::ZERO;
+        for ev in chunk {
+            engine.apply(ev);
+            if engine.counts.events == self.next_sample {
+                let ts = Instant::now();
+                self.samples.push(metrics::sample(mm, engine.pageblock_composition(), &engine.counts));
+                self.next_sample += self.every;
+                sampling += ts.elapsed();
+            }
+        }
+        self.t_loop += t1.elapsed().saturating_sub(sampling);
+        self.t_sample += sampling;
+        if let Some(peer) = peer {
+            let t2 = Instant::now();
+            for ev in chunk {
+                peer.apply(ev);
+            }
+            self.t_peer += t2.elapsed();
+        }
+        self.bar.inc(chunk.len() as u64);
+    }
+}
+
+/// Runs `mmkit replay` and returns what to print.
+///
+/// # Errors
+/// [`ReplayError`].
+pub fn run(args: &ReplayArgs, json: bool) -> Result<String, ReplayError> {
+    let report = replay(args, |_, _| {})?;
+    if args.check {
+        let doubles = report.double_handouts.unwrap_or(0);
+        let invariants = report.invariants.as_deref().unwrap_or("ok");
+        if doubles > 0 || invariants != "ok" {
+            return Err(ReplayError::Failed(format!(
+                "check failed: {doubles} blocks handed out twice; invariants: {invariants}"
+            )));
+        }
+    }
+    Ok(if json {
+        let mut text = serde_json::to_string_pretty(&report).map_err(|e| ReplayError::Failed(e.to_string()))?;
+        text.push('\n');
+        text
+    } else {
+        report.to_table()
+    })
+}
+
+/// Whether `mmkit replay` should draw a progress bar: stdout is a terminal
+/// and the output is not JSON.
+pub fn want_progress(json: bool) -> bool {
+    !json && std::io::stdout().is_terminal()
+}
+
+fn progress_bar(show: bool, events: u64) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(events), ProgressDrawTarget::stderr());
+    if let Ok(style) =
+        ProgressStyle::with_template("{spinner} replay [{bar:40}] {pos}/{len} events ({per_sec}, eta {eta})")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+#[cfg(test)]
+mod tests;

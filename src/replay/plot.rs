@@ -1,0 +1,178 @@
+//! `--plot PREFIX`: two PNGs of a replay with the `plotters` bitmap backend.
+//!
+//! - `PREFIX-free-by-order.png`: free pages in blocks of each order over
+//!   the replay (one line per order, log scale, from the samples).
+//! - `PREFIX-pageblocks.png`: the end state, one cell per pageblock in
+//!   address order (left to right, top to bottom), coloured by migratetype,
+//!   grey when no replayed page is live in it, with a black dot when it is
+//!   mixed (holds live pages of another mobility than its type).
+//!
+//! Owns drawing only: it reads the report, the allocator and the engine and
+//! must not change them. Text needs a system font (fontconfig); without one
+//! the same pictures are drawn without captions, labels and legends.
+
+use super::engine::{Engine, NR_ORDERS};
+use super::metrics::pageblock_type;
+use super::report::Report;
+use mmkit::{MigrateType, PageAllocator};
+use plotters::prelude::*;
+use std::path::{Path, PathBuf};
+
+/// Colour of each migratetype, in `MigrateType` order.
+const TYPE_COLOURS: [RGBColor; 6] = [
+    RGBColor(214, 39, 40),   // Unmovable: red
+    RGBColor(44, 160, 44),   // Movable: green
+    RGBColor(31, 119, 180),  // Reclaimable: blue
+    RGBColor(255, 127, 14),  // HighAtomic: orange
+    RGBColor(148, 103, 189), // CMA: purple
+    RGBColor(40, 40, 40),    // Isolate: near black
+];
+/// A pageblock without live pages.
+const FREE_GREY: RGBColor = RGBColor(200, 200, 200);
+
+/// Writes both PNGs; returns their paths' error text on failure.
+///
+/// # Errors
+/// A file cannot be written or a drawing call fails.
+pub fn write_all(prefix: &Path, report: &Report, mm: &PageAllocator, engine: &Engine<'_>) -> Result<(), String> {
+    let text = fonts_work();
+    let by_order = with_suffix(prefix, "-free-by-order.png");
+    free_by_order(&by_order, report, text).map_err(|e| format!("{}: {e}", by_order.display()))?;
+    let blocks = with_suffix(prefix, "-pageblocks.png");
+    pageblocks(&blocks, report, mm, engine, text).map_err(|e| format!("{}: {e}", blocks.display()))?;
+    Ok(())
+}
+
+fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
+    let mut name = prefix.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Whether text can be drawn (a font is found).
+fn fonts_work() -> bool {
+    let mut buf = vec![0u8; 64 * 32 * 3];
+    let root = BitMapBackend::with_buffer(&mut buf, (64, 32)).into_drawing_area();
+    root.draw(&Text::new("0", (1, 1), ("sans-serif", 12).into_font())).is_ok()
+}
+
+type DrawResult = Result<(), Box<dyn std::error::Error>>;
+
+fn free_by_order(path: &Path, report: &Report, text: bool) -> DrawResult {
+    let root = BitMapBackend::new(path, (900, 480)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let samples = &report.samples;
+    let last = samples.last().map_or(1, |s| s.event.max(1));
+    let top = samples.iter().flat_map(|s| s.free_pages_by_order.iter().copied()).max().unwrap_or(1).max(2);
+    let mut builder = ChartBuilder::on(&root);
+    if text {
+        let title = format!("Free pages by order over the replay ({} mode, log scale)", report.mode);
+        builder.caption(title, ("sans-serif", 20)).margin(10).x_label_area_size(40).y_label_area_size(60);
+    } else {
+        builder.margin(10);
+    }
+    // Free pages of an order can be 0; the log axis starts at 1 page.
+    let mut chart = builder.build_cartesian_2d(0u64..last, (1f64..top as f64 * 2.0).log_scale())?;
+    if text {
+        chart.configure_mesh().x_desc("events replayed").y_desc("free pages in blocks of the order").draw()?;
+    }
+    for order in 0..NR_ORDERS {
+        let colour = order_colour(order);
+        let points =
+            samples.iter().map(|s| (s.event, (s.free_pages_by_order.get(order).copied().unwrap_or(0) as f64).max(1.0)));
+        let drawn = chart.draw_series(LineSeries::new(points, colour.stroke_width(2)))?;
+        if text {
+            drawn
+                .label(format!("order {order}"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
+        }
+    }
+    if text {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+/// Eleven distinguishable colours, order 0 to 10.
+fn order_colour(order: usize) -> RGBColor {
+    const COLOURS: [RGBColor; NR_ORDERS] = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
+        RGBColor(0, 0, 0),
+    ];
+    COLOURS[order.min(NR_ORDERS - 1)]
+}
+
+fn pageblocks(path: &Path, report: &Report, mm: &PageAllocator, engine: &Engine<'_>, text: bool) -> DrawResult {
+    let pb_order = mm.geometry().pageblock_order;
+    let first = ((report.zone_start_pfn - mm.start_pfn().0) >> pb_order) as usize;
+    let count = (report.zone_pages >> pb_order).max(1) as usize;
+    let cols = ((count as f64 * 2.0).sqrt().ceil() as usize).clamp(1, 1024);
+    let rows = count.div_ceil(cols);
+    let cell = (1024 / cols).clamp(1, 12) as u32;
+    let legend = if text { 70 } else { 0 };
+    let (w, h) = (cols as u32 * cell + 20, rows as u32 * cell + 20 + legend);
+    let root = BitMapBackend::new(path, (w, h)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let composition = engine.pageblock_composition();
+    for i in 0..count {
+        let block = first + i;
+        let live = composition.get(block).copied().unwrap_or([0; 3]);
+        let ty = pageblock_type(mm, block);
+        let colour = match ty {
+            _ if live.iter().all(|&n| n == 0) => FREE_GREY,
+            Some(t) => TYPE_COLOURS[t as usize],
+            None => WHITE,
+        };
+        let (x, y) = ((10 + (i % cols) as u32 * cell) as i32, (10 + (i / cols) as u32 * cell) as i32);
+        let c = cell as i32;
+        root.draw(&Rectangle::new([(x, y), (x + c - 1, y + c - 1)], colour.filled()))?;
+        let own = ty.map_or(usize::MAX, |t| t as usize);
+        let mixed = live.iter().enumerate().any(|(mt, &n)| n > 0 && mt != own);
+        if mixed && c >= 4 {
+            let d = (c / 3).max(1);
+            let m = c / 2;
+            root.draw(&Rectangle::new(
+                [(x + m - d / 2, y + m - d / 2), (x + m + (d - 1) / 2, y + m + (d - 1) / 2)],
+                BLACK.filled(),
+            ))?;
+        }
+    }
+    if text {
+        let y0 = (rows as u32 * cell + 24) as i32;
+        let names = [
+            (MigrateType::Unmovable.name(), TYPE_COLOURS[0]),
+            (MigrateType::Movable.name(), TYPE_COLOURS[1]),
+            (MigrateType::Reclaimable.name(), TYPE_COLOURS[2]),
+            (MigrateType::HighAtomic.name(), TYPE_COLOURS[3]),
+            ("no live page", FREE_GREY),
+        ];
+        let mut x = 10;
+        for (name, colour) in names {
+            root.draw(&Rectangle::new([(x, y0), (x + 12, y0 + 12)], colour.filled()))?;
+            root.draw(&Text::new(name.to_string(), (x + 16, y0), ("sans-serif", 14).into_font()))?;
+            x += 30 + 8 * name.len() as i32;
+        }
+        let caption = format!(
+            "{} pageblocks of 2 MiB at the end ({} mode); dot = mixed ({}); unusable index (order 9) {:.3}",
+            count, report.mode, report.final_state.sample.mixed_pageblocks, report.unusable_index_order9
+        );
+        root.draw(&Text::new(caption, (10, y0 + 24), ("sans-serif", 14).into_font()))?;
+    }
+    root.present()?;
+    Ok(())
+}

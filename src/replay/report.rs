@@ -1,0 +1,291 @@
+//! The replay report: one JSON object (schema in the README's "Trace
+//! replay" section) and the same facts as a text table.
+//!
+//! Owns field names, units and layout; computes nothing beyond unit
+//! conversions. Must not touch the allocator or the engine.
+
+use super::engine::{Counts, NR_ORDERS};
+use super::metrics::{self, FinalState, LinuxState, Sample};
+use super::peer::PeerReport;
+use super::scan::Scan;
+use super::ReplayArgs;
+use mmkit::MigrateType;
+use serde::Serialize;
+use std::fmt::Write;
+
+/// Seconds spent in each phase.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Timing {
+    /// First pass (decompress + parse + live-block bookkeeping).
+    pub scan_seconds: f64,
+    /// Second pass without the peer: decompress, parse, replay, samples.
+    pub replay_seconds: f64,
+    /// Decompressing and parsing in the second pass.
+    pub parse_seconds: f64,
+    /// The replay loop over parsed events, samples excluded.
+    pub loop_seconds: f64,
+    /// Taking metric samples.
+    pub sample_seconds: f64,
+}
+
+/// The trace as read.
+#[derive(Clone, Debug, Serialize)]
+pub struct TraceInfo {
+    /// Path as given.
+    pub path: String,
+    /// `none`, `xz` or `zstd` (from the magic bytes).
+    pub compression: &'static str,
+    /// Lines read in the first pass.
+    pub lines: u64,
+    /// Malformed lines skipped.
+    pub skipped_lines: u64,
+    /// The first skipped lines: `line: reason`.
+    pub first_errors: Vec<String>,
+    /// `perf script` lines of other tracepoints.
+    pub other_events: u64,
+    /// Events naming unknown GFP flags.
+    pub unknown_gfp: u64,
+    /// Allocation events (failed ones included).
+    pub allocs: u64,
+    /// Free events (batched included).
+    pub frees: u64,
+    /// Of those, `mm_page_free_batched`.
+    pub batched_frees: u64,
+    /// The first-pass summary: events replayed, PFN span, peak live pages.
+    #[serde(flatten)]
+    pub scan: Scan,
+}
+
+/// Everything `mmkit replay` reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// `policy` or `placed`.
+    pub mode: &'static str,
+    /// False with `--no-grouping`.
+    pub grouping: bool,
+    /// Memory of the replay map in bytes.
+    pub memory_bytes: u64,
+    /// Its first PFN (aligned down from the trace's lowest PFN).
+    pub zone_start_pfn: u64,
+    /// Its pages.
+    pub zone_pages: u64,
+    /// CPUs with per-CPU lists.
+    pub cpus: usize,
+    /// The trace.
+    pub trace: TraceInfo,
+    /// Unusable free space index for order 9 at the end, 0..1.
+    pub unusable_index_order9: f64,
+    /// Fragmentation index for order 9 at the end.
+    pub fragmentation_index_order9: f64,
+    /// Events per second end to end: second-pass decompression, parsing,
+    /// replay and samples (not the first pass, not the peer).
+    pub events_per_sec: f64,
+    /// Events per second of the replay loop alone over parsed events.
+    pub loop_events_per_sec: f64,
+    /// Phase times.
+    pub timing: Timing,
+    /// What the replay met: unseen frees, implied frees, failures, ….
+    pub counts: Counts,
+    /// mmkit allocation failures, all orders.
+    pub failures: u64,
+    /// Blocks handed out while already allocated (with `--check`).
+    pub double_handouts: Option<u64>,
+    /// `ok` or the violation (with `--check`).
+    pub invariants: Option<String>,
+    /// End state after draining per-CPU lists.
+    #[serde(rename = "final")]
+    pub final_state: FinalState,
+    /// Linux's own Normal zone before the recording (trace header).
+    pub linux_before: Option<LinuxState>,
+    /// Linux's own Normal zone after the recording (trace header).
+    pub linux_after: Option<LinuxState>,
+    /// Samples through the replay.
+    pub samples: Vec<Sample>,
+    /// `buddy_system_allocator` on the same events (with `--peer`).
+    pub peer: Option<PeerReport>,
+}
+
+/// What [`Report::new`] is built from.
+pub struct Parts<'a> {
+    pub args: &'a ReplayArgs,
+    pub scan: &'a Scan,
+    pub zone: (u64, u64),
+    pub nr_cpus: usize,
+    pub counts: Counts,
+    pub double_handouts: Option<u64>,
+    pub invariants: Option<String>,
+    pub events_per_sec: f64,
+    pub loop_events_per_sec: f64,
+    pub timing: Timing,
+    pub samples: Vec<Sample>,
+    pub final_state: FinalState,
+    pub peer: Option<PeerReport>,
+}
+
+impl Report {
+    /// Assembles the report.
+    pub fn new(p: Parts<'_>) -> Self {
+        let st = &p.scan.stats;
+        Report {
+            mode: p.args.mode.name(),
+            grouping: !p.args.no_grouping,
+            memory_bytes: p.zone.1 << 12,
+            zone_start_pfn: p.zone.0,
+            zone_pages: p.zone.1,
+            cpus: p.nr_cpus,
+            trace: TraceInfo {
+                path: p.args.trace.display().to_string(),
+                compression: p.scan.compression.map_or("none", |c| c.name()),
+                lines: st.lines,
+                skipped_lines: st.skipped,
+                first_errors: st.first_errors.iter().map(|e| e.to_string()).collect(),
+                other_events: st.other_events,
+                unknown_gfp: st.unknown_gfp,
+                allocs: st.allocs,
+                frees: st.frees + st.batched_frees,
+                batched_frees: st.batched_frees,
+                scan: p.scan.clone(),
+            },
+            unusable_index_order9: p.final_state.sample.unusable_index_order9,
+            fragmentation_index_order9: p.final_state.sample.fragmentation_index_order9,
+            events_per_sec: p.events_per_sec,
+            loop_events_per_sec: p.loop_events_per_sec,
+            timing: p.timing,
+            failures: p.counts.failures(),
+            counts: p.counts,
+            double_handouts: p.double_handouts,
+            invariants: p.invariants,
+            final_state: p.final_state,
+            linux_before: metrics::linux_state(&p.scan.header, "buddyinfo_before"),
+            linux_after: metrics::linux_state(&p.scan.header, "buddyinfo_after"),
+            samples: p.samples,
+            peer: p.peer,
+        }
+    }
+
+    /// The report as text.
+    pub fn to_table(&self) -> String {
+        let mut o = String::new();
+        let t = &self.trace;
+        let s = &t.scan;
+        let c = &self.counts;
+        let _ = writeln!(
+            o,
+            "mmkit replay {} ({} mode, mobility grouping {})",
+            t.path,
+            self.mode,
+            if self.grouping { "on" } else { "off" }
+        );
+        let _ = writeln!(
+            o,
+            "trace: {} events replayed ({} allocs, {} frees); {} lines, {} skipped as malformed, {} other events",
+            s.events, t.allocs, t.frees, t.lines, t.skipped_lines, t.other_events
+        );
+        for e in &t.first_errors {
+            let _ = writeln!(o, "  skipped {e}");
+        }
+        let _ = writeln!(
+            o,
+            "  pfns {:#x}..{:#x}; peak live pages {} ({} MiB; 1.25x = {} MiB) at event {}; {} pages live at the end",
+            s.min_pfn,
+            s.end_pfn,
+            s.peak_live_pages,
+            s.peak_live_pages >> 8,
+            (s.peak_live_pages * 5 / 4) >> 8,
+            s.peak_live_at_event,
+            s.live_pages_at_end
+        );
+        let _ = writeln!(
+            o,
+            "memory: {} MiB ({} pages from pfn {:#x}), {} CPUs, per-CPU lists {}",
+            self.memory_bytes >> 20,
+            self.zone_pages,
+            self.zone_start_pfn,
+            self.cpus,
+            if self.mode == "policy" { "on" } else { "off" }
+        );
+        let _ = writeln!(
+            o,
+            "odd events: {} frees of unseen blocks, {} order-10 zone-growth frees, {} implied frees, \
+             {} partial frees, {} failed in the trace",
+            c.unseen_frees(),
+            c.zone_growth_frees,
+            c.implied_frees,
+            c.order_mismatch_frees,
+            c.trace_failed_by_order.iter().sum::<u64>()
+        );
+        let _ = writeln!(o, "mmkit failures: {}{}", self.failures, by_order(&c.failures_by_order));
+        if let Some(d) = self.double_handouts {
+            let _ =
+                writeln!(o, "check: {d} double hand-outs, invariants {}", self.invariants.as_deref().unwrap_or("-"));
+        }
+        let _ = writeln!(
+            o,
+            "speed: {:.2} M events/s end to end (decompress + parse + replay), {:.2} M events/s replay loop only",
+            self.events_per_sec / 1e6,
+            self.loop_events_per_sec / 1e6
+        );
+        let f = &self.final_state;
+        let _ = writeln!(o, "\nend state (per-CPU lists drained: {} pages), free pages by order:", f.pcp_pages_drained);
+        let _ = write!(o, "{:<12}", "order");
+        for order in 0..NR_ORDERS {
+            let _ = write!(o, "{order:>8}");
+        }
+        o.push('\n');
+        for mt in MigrateType::ALL.iter().take(4) {
+            let _ = write!(o, "{:<12}", mt.name());
+            for row in &f.free_pages_by_order_and_type {
+                let _ = write!(o, "{:>8}", row[*mt as usize]);
+            }
+            o.push('\n');
+        }
+        let _ = write!(o, "{:<12}", "all");
+        for n in &f.sample.free_pages_by_order {
+            let _ = write!(o, "{n:>8}");
+        }
+        o.push('\n');
+        let pb = &f.sample.pageblocks_by_type;
+        let _ = writeln!(
+            o,
+            "pageblocks: {} unmovable, {} movable, {} reclaimable, {} highatomic; {} mixed of {}",
+            pb[0], pb[1], pb[2], pb[3], f.sample.mixed_pageblocks, f.pageblocks
+        );
+        let _ = writeln!(
+            o,
+            "order 9: unusable free space index {:.3}, fragmentation index {:.3}",
+            self.unusable_index_order9, self.fragmentation_index_order9
+        );
+        if let (Some(b), Some(a)) = (&self.linux_before, &self.linux_after) {
+            let _ = writeln!(
+                o,
+                "Linux's Normal zone (trace header): unusable index {:.3} before, {:.3} after \
+                 ({} free pages after, untraced memory included)",
+                b.unusable_index_order9, a.unusable_index_order9, a.free_pages
+            );
+        }
+        if let Some(p) = &self.peer {
+            let _ = writeln!(
+                o,
+                "peer {}: {:.2} M events/s loop only ({:.2}x mmkit's loop time), {} failures, \
+                 order-9 unusable index {:.3}",
+                p.name,
+                p.loop_events_per_sec / 1e6,
+                p.ratio_vs_mmkit,
+                p.failures,
+                p.unusable_index_order9
+            );
+        }
+        o
+    }
+}
+
+/// `(order 3: 2, order 9: 1)` for the non-zero entries, or nothing.
+fn by_order(counts: &[u64; NR_ORDERS]) -> String {
+    let parts: Vec<String> =
+        counts.iter().enumerate().filter(|(_, &n)| n > 0).map(|(o, n)| format!("order {o}: {n}")).collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join(", "))
+    }
+}

@@ -1,0 +1,248 @@
+//! Replay tests: a generated trace with every odd event the traces README
+//! lists, and the sample trace of `../shared/traces/` when it is there.
+
+use super::engine::Mode;
+use super::{replay, ReplayArgs};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// A tiny deterministic generator (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A generated trace and the blocks it leaves allocated (kernel PFN → order).
+struct Generated {
+    text: String,
+    live: BTreeMap<u64, u32>,
+    events: u64,
+}
+
+/// Simulates a kernel handing out blocks in a 64 MiB region starting at
+/// PFN 0x100000 and writes its events in the compact format, with: frees
+/// of blocks allocated before the recording, an order-10 zone-growth free,
+/// re-allocation of a block whose free was not traced, a failed
+/// allocation, a malformed line and a `perf script` line.
+fn generate(seed: u64, events: u64) -> Generated {
+    const BASE: u64 = 0x100000;
+    const PAGES: u64 = 1 << 14;
+    let gfps = [0xcc0u32, 0x140dca, 0x152c4a, 0x52c50, 0x2800];
+    let mut rng = Rng(seed | 1);
+    let mut used = vec![false; PAGES as usize];
+    let mut live: BTreeMap<u64, u32> = BTreeMap::new();
+    let mut text = String::from("# generated trace\n# buddyinfo_after: Node 0, zone Normal 1 1 1 1 1 1 1 1 1 1 1\n");
+    let mut seq = 0u64;
+    let mut line = |text: &mut String, cpu: u64, rest: &str| {
+        text.push_str(&format!("{seq} {} {cpu} {rest}\n", seq * 1000));
+        seq += 1;
+    };
+    let mut made = 0;
+    while made < events {
+        made += 1;
+        let cpu = rng.below(2);
+        let roll = rng.below(100);
+        if roll < 2 {
+            // Free of a block allocated before the recording, outside the region.
+            line(&mut text, cpu, &format!("f {:x} {} - -", BASE + PAGES + rng.below(PAGES), 0));
+        } else if roll < 3 && !live.is_empty() {
+            // The block's free was not traced: it is allocated again.
+            let (&pfn, &order) = live.iter().nth(rng.below(live.len() as u64) as usize).unwrap();
+            line(&mut text, cpu, &format!("a {pfn:x} {order} 0 0xcc0"));
+        } else if roll < 55 || live.is_empty() {
+            let order = [0, 0, 0, 0, 1, 2, 3, 4, 9][rng.below(9) as usize];
+            let size = 1u64 << order;
+            let start = rng.below(PAGES / size) * size;
+            if (start..start + size).any(|p| used[p as usize]) {
+                continue;
+            }
+            (start..start + size).for_each(|p| used[p as usize] = true);
+            live.insert(BASE + start, order);
+            let gfp = gfps[rng.below(gfps.len() as u64) as usize];
+            let mt = (gfp >> 3) & 3;
+            line(&mut text, cpu, &format!("a {:x} {order} {mt} {gfp:#x}", BASE + start));
+        } else {
+            let (&pfn, &order) = live.iter().nth(rng.below(live.len() as u64) as usize).unwrap();
+            live.remove(&pfn);
+            let start = pfn - BASE;
+            (start..start + (1 << order)).for_each(|p| used[p as usize] = false);
+            line(&mut text, cpu, &format!("f {pfn:x} {order} - -"));
+        }
+    }
+    line(&mut text, 0, "a - 3 1 0x140dca");
+    line(&mut text, 1, &format!("f {:x} 10 - -", BASE + 2 * PAGES));
+    text.push_str("this line is not an event\n");
+    let events = seq + 1;
+    let mut perf_free = None;
+    if let Some((&pfn, &order)) = live.iter().next() {
+        text.push_str(&format!("gen 1 [001] 99.000000001: kmem:mm_page_free: page=0x1 pfn={pfn:#x} order={order}\n"));
+        live.remove(&pfn);
+        perf_free = Some(pfn);
+    }
+    let events = if perf_free.is_some() { events } else { events - 1 };
+    Generated { text, live, events }
+}
+
+fn write_xz(path: &Path, text: &str) {
+    let mut enc = xz2::write::XzEncoder::new(Vec::new(), 6);
+    enc.write_all(text.as_bytes()).unwrap();
+    std::fs::write(path, enc.finish().unwrap()).unwrap();
+}
+
+fn temp_trace(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mmkit-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    write_xz(&path, text);
+    path
+}
+
+fn args(trace: &Path, mode: Mode) -> ReplayArgs {
+    ReplayArgs {
+        trace: trace.to_path_buf(),
+        mode,
+        memory: None,
+        no_grouping: false,
+        peer: false,
+        samples: 20,
+        limit: None,
+        check: true,
+        plot: None,
+        progress: false,
+        preload: false,
+    }
+}
+
+#[test]
+fn placed_mode_ends_with_the_traces_live_blocks() {
+    let g = generate(7, 4000);
+    let path = temp_trace("placed.trace.xz", &g.text);
+    let mut seen = BTreeMap::new();
+    let report = replay(&args(&path, Mode::Placed), |engine, mm| {
+        seen = engine.live_blocks().collect();
+        let live_pages: u64 = seen.values().map(|&o| 1u64 << o).sum();
+        let zone_pages = mm.zones().iter().map(|z| z.managed_pages()).sum::<u64>();
+        assert_eq!(mm.nr_free_pages(), zone_pages - live_pages, "every other page is free");
+        for &pfn in seen.keys() {
+            assert!(mm.page_count(mmkit::Pfn(pfn)).unwrap() >= 1, "{pfn:#x} is allocated in mmkit");
+        }
+    })
+    .unwrap();
+    assert_eq!(seen, g.live.iter().map(|(&p, &o)| (p, o)).collect::<BTreeMap<_, _>>());
+    assert_eq!(report.invariants.as_deref(), Some("ok"));
+    assert_eq!(report.double_handouts, Some(0));
+    assert_eq!(report.failures, 0);
+    let c = &report.counts;
+    assert_eq!(c.zone_growth_frees, 1);
+    assert!(c.unseen_frees() > 0 && c.implied_frees > 0);
+    assert_eq!(c.trace_failed_by_order[3], 1);
+    assert_eq!(c.events, g.events);
+    assert_eq!(report.trace.skipped_lines, 1);
+    assert_eq!(report.counts.live_pages, g.live.values().map(|&o| 1u64 << o).sum::<u64>());
+}
+
+#[test]
+fn policy_mode_never_hands_out_a_page_twice() {
+    let g = generate(11, 6000);
+    let path = temp_trace("policy.trace.xz", &g.text);
+    for no_grouping in [false, true] {
+        let mut a = args(&path, Mode::Policy);
+        a.no_grouping = no_grouping;
+        a.peer = true;
+        let mut live_mmkit = Vec::new();
+        let report = replay(&a, |engine, _| live_mmkit = engine.live_mmkit_blocks().collect()).unwrap();
+        assert_eq!(report.double_handouts, Some(0));
+        assert_eq!(report.invariants.as_deref(), Some("ok"));
+        assert_eq!(report.counts.free_errors, 0);
+        // The blocks mmkit holds at the end are disjoint and as many as the trace's.
+        live_mmkit.sort_unstable();
+        for pair in live_mmkit.windows(2) {
+            assert!(pair[0].0 + (1 << pair[0].1) <= pair[1].0, "{pair:?} overlap");
+        }
+        assert_eq!(live_mmkit.len(), g.live.len());
+        assert!((0.0..=1.0).contains(&report.unusable_index_order9));
+        assert!((20..=23).contains(&report.samples.len()), "{} samples", report.samples.len());
+        let peer = report.peer.unwrap();
+        assert_eq!(peer.failures, 0);
+        assert_eq!(peer.live_pages, report.counts.live_pages);
+    }
+}
+
+#[test]
+fn small_memory_counts_failures_instead_of_failing() {
+    let g = generate(3, 3000);
+    let path = temp_trace("small.trace.xz", &g.text);
+    let mut a = args(&path, Mode::Policy);
+    a.memory = Some(4 << 20);
+    let report = replay(&a, |_, _| {}).unwrap();
+    assert!(report.failures > 0);
+    assert_eq!(report.double_handouts, Some(0));
+    assert_eq!(report.invariants.as_deref(), Some("ok"));
+    a.mode = Mode::Placed;
+    assert!(matches!(replay(&a, |_, _| {}), Err(super::ReplayError::Usage(_))), "--memory is for policy mode");
+}
+
+#[test]
+fn unreadable_or_empty_traces_are_usage_errors() {
+    let a = args(Path::new("/nonexistent/trace.xz"), Mode::Policy);
+    assert!(matches!(replay(&a, |_, _| {}), Err(super::ReplayError::Usage(_))));
+    let path = temp_trace("empty.trace.xz", "# only a header\nnot an event\n");
+    assert!(matches!(replay(&args(&path, Mode::Policy), |_, _| {}), Err(super::ReplayError::Usage(_))));
+    let path = temp_trace("failed.trace.xz", "0 0 0 a - 0 0 0xcc0\n1 1 1 a - 3 1 0x140dca\n");
+    assert!(matches!(replay(&args(&path, Mode::Placed), |_, _| {}), Err(super::ReplayError::Usage(_))));
+    let far = "0 0 0 a 100 0 0 0xcc0\n1 1 0 a 4000000000 0 0 0xcc0\n";
+    let path = temp_trace("far.trace.xz", far);
+    assert!(
+        matches!(replay(&args(&path, Mode::Policy), |_, _| {}), Err(super::ReplayError::Usage(_))),
+        "span too large"
+    );
+}
+
+/// The sample trace, when `../shared/traces/` is beside the repository.
+fn sample_trace() -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/gittar.trace.xz");
+    if path.exists() {
+        Some(path)
+    } else {
+        println!(
+            "note: ../shared/traces/gittar.trace.xz not found; the sample-trace tests ran on generated traces only"
+        );
+        None
+    }
+}
+
+#[test]
+fn sample_trace_placed_and_policy() {
+    let Some(path) = sample_trace() else {
+        return;
+    };
+    // The whole trace: about 5 s in a debug build.
+    let mut a = args(&path, Mode::Placed);
+    let mut placed_live = 0;
+    let placed = replay(&a, |engine, _| placed_live = engine.live_blocks().count()).unwrap();
+    assert_eq!(placed.invariants.as_deref(), Some("ok"));
+    assert_eq!(placed.failures, 0, "the kernel's own placement always fits");
+    assert_eq!(placed_live as u64, placed.trace.scan.live_blocks_at_end, "placed ends with the trace's live blocks");
+    assert_eq!(placed.counts.live_pages, placed.trace.scan.live_pages_at_end);
+    // The counts the traces README gives for this trace.
+    assert_eq!(placed.counts.unseen_frees(), 2968);
+    assert_eq!(placed.counts.implied_frees, 206);
+    assert_eq!(placed.counts.live_pages, 250532);
+    assert_eq!(placed.trace.scan.peak_live_pages, placed.counts.peak_live_pages);
+    a.mode = Mode::Policy;
+    let policy = replay(&a, |_, _| {}).unwrap();
+    assert_eq!(policy.double_handouts, Some(0));
+    assert_eq!(policy.invariants.as_deref(), Some("ok"));
+    assert_eq!(policy.counts.live_pages, placed.counts.live_pages);
+    assert!(policy.linux_after.is_some(), "the header's buddyinfo_after is read");
+}
