@@ -14,7 +14,7 @@ use super::heap::{BlockLayout, HeapBlock};
 use super::subjects::names;
 use super::{Progress, Suite};
 use mmkit::pagetable::{Level, PageTables};
-use mmkit::quicklist::Quicklists;
+use mmkit::quicklist::{QuicklistCpu, QuicklistError, Quicklists};
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
 use std::hint::black_box;
 use std::sync::OnceLock;
@@ -75,6 +75,17 @@ fn churn(tables: &PageTables<'_>, data: Pfn, spaces: u64) -> Result<(), BenchErr
     Ok(())
 }
 
+/// `pairs` quicklist hits through a pinned handle: the loop is kept free of
+/// the harness's error plumbing so that it measures the quicklist alone.
+#[inline(never)]
+fn hit_loop(handle: &mut QuicklistCpu<'_>, pairs: u64) -> Result<(), QuicklistError> {
+    for _ in 0..pairs {
+        let pfn = handle.alloc(0, Gfp::KERNEL, None)?;
+        handle.free_page(0, None, black_box(pfn))?;
+    }
+    Ok(())
+}
+
 /// The hit path and allocate+zero cases.
 fn hit_cases(settings: &Settings, progress: &mut Progress<'_>) -> Result<Vec<CaseResult>, BenchError> {
     let mm = real_map(settings.pick(256 << 20, 32 << 20))?;
@@ -95,13 +106,8 @@ fn hit_cases(settings: &Settings, progress: &mut Progress<'_>) -> Result<Vec<Cas
         // A pinned handle takes no lock; it is dropped before the shared
         // API runs, which would otherwise bypass a pinned CPU's lists.
         let mut handle = ql.pin_cpu(0).map_err(|e| BenchError::context("pin", e))?;
-        let pinned = Contender::new(MMKIT, |n| {
-            for _ in 0..n * ops {
-                let pfn = handle.alloc(0, Gfp::KERNEL, None).map_err(|e| BenchError::context("alloc", e))?;
-                handle.free_page(0, None, black_box(pfn)).map_err(|e| BenchError::context("free", e))?;
-            }
-            Ok(())
-        });
+        let pinned =
+            Contender::new(MMKIT, |n| hit_loop(&mut handle, n * ops).map_err(|e| BenchError::context("hit", e)));
         let mut contenders = [pinned];
         let results = measure(SUITE.name, spec("quicklist/hit_alloc_free"), &mut contenders, settings.runs);
         drop(contenders);
