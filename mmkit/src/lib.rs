@@ -93,6 +93,7 @@ pub use migrate::{CopyMigrator, MigrateRequest, Migrator};
 pub use page::PageFlags;
 pub use pcp::{PcpCounters, PcpSizing};
 pub use pinned::{PinError, PinnedCpu};
+pub use rawmem::prefetch;
 #[cfg(feature = "std")]
 pub use rawmem::HugePages;
 pub use stats::StatsSnapshot;

@@ -230,6 +230,29 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// First stage of looking ahead: starts loading `ev`'s live-table entry.
+    #[inline(always)]
+    pub fn prefetch_entry(&self, ev: &Ev) {
+        if let Some(k) = self.slot(ev.pfn) {
+            mmkit::prefetch(&self.live[k]);
+        }
+    }
+
+    /// Second stage, a few events later: for a free, the entry is in cache
+    /// by now, so start loading the descriptor of the block it will free.
+    #[inline(always)]
+    pub fn prefetch_block(&self, ev: &Ev) {
+        if ev.op != Op::Free {
+            return;
+        }
+        if let Some(k) = self.slot(ev.pfn) {
+            let live = self.live[k];
+            if live.is_live() {
+                self.mm.prefetch_page(Pfn(self.base + u64::from(live.off())));
+            }
+        }
+    }
+
     /// Index of kernel PFN `pfn` in the live table, if covered.
     #[inline(always)]
     fn slot(&self, pfn: u64) -> Option<usize> {

@@ -243,7 +243,17 @@ impl Pass {
     ) {
         let t1 = Instant::now();
         let mut sampling = Duration::ZERO;
-        for ev in chunk {
+        // Look ahead: the live-table entry FAR events ahead, then the block
+        // it frees NEAR events ahead, so their cache misses overlap.
+        const FAR: usize = 16;
+        const NEAR: usize = 8;
+        for (i, ev) in chunk.iter().enumerate() {
+            if let Some(far) = chunk.get(i + FAR) {
+                engine.prefetch_entry(far);
+            }
+            if let Some(near) = chunk.get(i + NEAR) {
+                engine.prefetch_block(near);
+            }
             engine.apply(ev);
             if engine.counts.events == self.next_sample {
                 let ts = Instant::now();
