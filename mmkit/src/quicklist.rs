@@ -403,7 +403,7 @@ impl<'a> Quicklists<'a> {
 
     // ---- the list operations: the caller holds the CPU's lock (`Held`) ----
 
-    #[inline]
+    #[inline(always)]
     fn alloc_on(
         &self,
         held: &Held<'_>,
@@ -423,7 +423,7 @@ impl<'a> Quicklists<'a> {
 
     /// Takes the first page off `list`. Poisoned pages met on the way go
     /// back to the allocator, which takes them offline.
-    #[inline]
+    #[inline(always)]
     fn pop(&self, _held: &Held<'_>, list: &QuickList, cpu: usize, nr: usize) -> Option<PageIdx> {
         loop {
             let idx = list.head.load(Relaxed);
@@ -469,7 +469,7 @@ impl<'a> Quicklists<'a> {
         Ok(pfn)
     }
 
-    #[inline]
+    #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn free_on(
         &self,
@@ -498,7 +498,7 @@ impl<'a> Quicklists<'a> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     fn push(&self, _held: &Held<'_>, list: &QuickList, idx: PageIdx) {
         // The link is the next page's index (NIL at the end).
         let link = u64::from(list.head.load(Relaxed));
@@ -514,7 +514,7 @@ impl<'a> Quicklists<'a> {
     /// Validates `pfn` and takes it from its holder: afterwards it carries
     /// `QUICKLIST` with refcount 0 and only the caller can reach it. A page
     /// that is already cached, free, shared or flagged is refused unchanged.
-    #[inline]
+    #[inline(always)]
     fn take_from_holder(&self, pfn: Pfn) -> Result<(PageIdx, &PageDesc), QuicklistError> {
         let (idx, page) = self.alloc.pfn_to_desc(pfn).ok_or(QuicklistError::Free(FreeError::OutOfRange(pfn)))?;
         let (flags, order) = page.flags_and_order();
@@ -723,7 +723,9 @@ impl QuicklistCpu<'_> {
     ///
     /// # Errors
     /// As `quicklist_alloc`.
-    #[inline]
+    // Always inlined: as a call, saving and restoring registers costs a
+    // third of the pair's instructions (callgrind: 152 against 105).
+    #[inline(always)]
     pub fn alloc(&mut self, nr: usize, gfp: Gfp, ctor: Option<PageFn<'_>>) -> Result<Pfn, QuicklistError> {
         let list = self.ql.list(self.slot, nr)?;
         if !self.ql.caching {
@@ -736,7 +738,7 @@ impl QuicklistCpu<'_> {
     ///
     /// # Errors
     /// As `quicklist_free_page`.
-    #[inline]
+    #[inline(always)]
     pub fn free_page(&mut self, nr: usize, dtor: Option<PageFn<'_>>, pfn: Pfn) -> Result<(), QuicklistError> {
         let list = self.ql.list(self.slot, nr)?;
         if !self.ql.caching {
