@@ -21,7 +21,7 @@
 //! The `unsafe` here is the three accessors of page contents at the end;
 //! each caller states why it holds the page it touches.
 
-use crate::error::{AllocError, BadPageReason, FreeError};
+use crate::error::{BadPageReason, FreeError};
 use crate::gfp::Gfp;
 use crate::page::{PageDesc, PageIdx, NIL};
 use crate::rawmem::RealMemory;
@@ -30,6 +30,12 @@ use crate::{PageAllocator, PageFlags, Pfn};
 use alloc::boxed::Box;
 
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+mod error;
+mod pinned;
+
+pub use error::QuicklistError;
+pub use pinned::QuicklistCpu;
 
 /// A page constructor or destructor: gets the whole page as bytes.
 pub type PageFn<'f> = &'f dyn Fn(&mut [u8]);
@@ -40,66 +46,6 @@ pub const DEFAULT_NR_QUICK: usize = 1;
 /// A trim keeps at least 1/16 of the node's free pages cached (Linux's
 /// `FRACTION_OF_NODE_MEM`).
 pub const FRACTION_OF_NODE_MEM: u64 = 16;
-
-/// Why a quicklist call failed. Apart from `WrongState` (reported as a bad
-/// page) nothing was changed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QuicklistError {
-    /// Quicklists need a map with real memory behind it.
-    NoRealMemory,
-    /// `nr >= nr_quick`.
-    NoSuchList {
-        /// The list asked for.
-        nr: usize,
-        /// Lists per CPU.
-        nr_quick: usize,
-    },
-    /// `cpu >= nr_cpus`.
-    NoSuchCpu(usize),
-    /// Another [`QuicklistCpu`] holds that CPU's lists.
-    AlreadyPinned(usize),
-    /// The list was empty and the page allocator could not supply a page.
-    Alloc(AllocError),
-    /// The page cannot be given back: out of range, free, a tail, not
-    /// order 0, already cached ([`FreeError::DoubleFree`]), or still
-    /// referenced elsewhere ([`FreeError::RefcountMismatch`]).
-    Free(FreeError),
-    /// The page still carries embedder flags (LRU, mapped, …).
-    FlagsSet {
-        /// The page.
-        pfn: Pfn,
-        /// The flags left set.
-        flags: PageFlags,
-    },
-    /// Debug builds: the page was not in the list's state. It was reported
-    /// as a bad page and returned to the page allocator instead of cached.
-    WrongState {
-        /// The page.
-        pfn: Pfn,
-        /// First byte that differs from the list's state.
-        offset: usize,
-    },
-}
-
-impl core::fmt::Display for QuicklistError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            Self::NoRealMemory => f.write_str("quicklists need a memory map with real backing"),
-            Self::NoSuchList { nr, nr_quick } => write!(f, "no quicklist {nr} (there are {nr_quick} per cpu)"),
-            Self::NoSuchCpu(cpu) => write!(f, "no cpu {cpu}"),
-            Self::AlreadyPinned(cpu) => write!(f, "the quicklists of cpu {cpu} are pinned by another handle"),
-            Self::Alloc(e) => write!(f, "quicklist refill failed: {e}"),
-            Self::Free(e) => write!(f, "{e}"),
-            Self::FlagsSet { pfn, flags } => write!(f, "pfn {pfn} still has flags {flags:?}"),
-            Self::WrongState { pfn, offset } => {
-                write!(f, "pfn {pfn} is not in the quicklist's state (byte {offset} differs)")
-            }
-        }
-    }
-}
-
-#[cfg(feature = "std")]
-impl std::error::Error for QuicklistError {}
 
 /// Counters of one CPU's list, or of all unpinned CPUs summed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -393,7 +339,7 @@ impl<'a> Quicklists<'a> {
     pub fn pin_cpu(&self, cpu: usize) -> Result<QuicklistCpu<'_>, QuicklistError> {
         let slot = self.cpus.get(cpu).ok_or(QuicklistError::NoSuchCpu(cpu))?;
         let held = slot.lock.try_lock().ok_or(QuicklistError::AlreadyPinned(cpu))?;
-        Ok(QuicklistCpu { ql: self, slot, held, cpu, nid: self.alloc.cpu_to_node(cpu) })
+        Ok(QuicklistCpu::new(self, slot, held, cpu, self.alloc.cpu_to_node(cpu)))
     }
 
     #[inline]
@@ -688,93 +634,6 @@ impl Drop for Quicklists<'_> {
         for nr in 0..self.nr_quick {
             let _ = self.quicklist_drain(nr, None);
         }
-    }
-}
-
-/// Sole use of one CPU's quicklists: no lock per operation.
-///
-/// ```
-/// use mmkit::quicklist::Quicklists;
-/// use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
-///
-/// let mm = MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).nr_cpus(2).build().unwrap();
-/// let ql = Quicklists::new(&mm, 2).unwrap();
-/// let mut cpu1 = ql.pin_cpu(1).unwrap();
-/// let pfn = cpu1.alloc(1, Gfp::KERNEL, None).unwrap();
-/// cpu1.free_page(1, None, pfn).unwrap();
-/// assert_eq!(ql.quicklist_size(1, 1), Some(1));
-/// ```
-pub struct QuicklistCpu<'q> {
-    ql: &'q Quicklists<'q>,
-    slot: &'q CpuLists,
-    held: Held<'q>,
-    cpu: usize,
-    /// The CPU's node, looked up once.
-    nid: usize,
-}
-
-impl QuicklistCpu<'_> {
-    /// The CPU this handle owns.
-    pub fn cpu_id(&self) -> usize {
-        self.cpu
-    }
-
-    /// [`Quicklists::quicklist_alloc`] on this CPU.
-    ///
-    /// # Errors
-    /// As `quicklist_alloc`.
-    // Always inlined: as a call, saving and restoring registers costs a
-    // third of the pair's instructions (callgrind: 152 against 105).
-    #[inline(always)]
-    pub fn alloc(&mut self, nr: usize, gfp: Gfp, ctor: Option<PageFn<'_>>) -> Result<Pfn, QuicklistError> {
-        let list = self.ql.list(self.slot, nr)?;
-        if !self.ql.caching {
-            return self.ql.fresh_page(self.cpu, nr, gfp, ctor);
-        }
-        self.ql.alloc_on(&self.held, list, self.cpu, nr, gfp, ctor)
-    }
-
-    /// [`Quicklists::quicklist_free_page`] on this CPU.
-    ///
-    /// # Errors
-    /// As `quicklist_free_page`.
-    #[inline(always)]
-    pub fn free_page(&mut self, nr: usize, dtor: Option<PageFn<'_>>, pfn: Pfn) -> Result<(), QuicklistError> {
-        let list = self.ql.list(self.slot, nr)?;
-        if !self.ql.caching {
-            let (idx, _) = self.ql.take_from_holder(pfn)?;
-            return self.ql.bypass(self.cpu, idx, dtor, None);
-        }
-        self.ql.free_on(&self.held, list, self.cpu, nr, dtor, pfn, self.nid)
-    }
-
-    /// [`Quicklists::quicklist_trim`] on this CPU.
-    ///
-    /// # Errors
-    /// As `quicklist_trim`.
-    pub fn trim(
-        &mut self,
-        nr: usize,
-        dtor: Option<PageFn<'_>>,
-        min_pages: u64,
-        max_free: u64,
-    ) -> Result<u64, QuicklistError> {
-        let list = self.ql.list(self.slot, nr)?;
-        Ok(self.ql.trim_on(&self.held, list, self.cpu, nr, dtor, min_pages, max_free))
-    }
-
-    /// Empties this CPU's list `nr`; returns the pages freed.
-    ///
-    /// # Errors
-    /// [`QuicklistError::NoSuchList`].
-    pub fn drain(&mut self, nr: usize, dtor: Option<PageFn<'_>>) -> Result<u64, QuicklistError> {
-        let list = self.ql.list(self.slot, nr)?;
-        Ok(self.ql.trim_to(&self.held, list, self.cpu, nr, dtor, 0, u64::MAX))
-    }
-
-    /// Counters of this CPU's list `nr`.
-    pub fn stats(&self, nr: usize) -> Option<QuicklistStats> {
-        self.slot.lists.get(nr).map(QuickList::stats)
     }
 }
 

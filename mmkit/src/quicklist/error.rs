@@ -1,0 +1,64 @@
+//! Why a quicklist call failed.
+
+use crate::error::{AllocError, FreeError};
+use crate::{PageFlags, Pfn};
+
+/// Why a quicklist call failed. Apart from `WrongState` (reported as a bad
+/// page) nothing was changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuicklistError {
+    /// Quicklists need a map with real memory behind it.
+    NoRealMemory,
+    /// `nr >= nr_quick`.
+    NoSuchList {
+        /// The list asked for.
+        nr: usize,
+        /// Lists per CPU.
+        nr_quick: usize,
+    },
+    /// `cpu >= nr_cpus`.
+    NoSuchCpu(usize),
+    /// Another [`QuicklistCpu`](super::QuicklistCpu) holds that CPU's lists.
+    AlreadyPinned(usize),
+    /// The list was empty and the page allocator could not supply a page.
+    Alloc(AllocError),
+    /// The page cannot be given back: out of range, free, a tail, not
+    /// order 0, already cached ([`FreeError::DoubleFree`]), or still
+    /// referenced elsewhere ([`FreeError::RefcountMismatch`]).
+    Free(FreeError),
+    /// The page still carries embedder flags (LRU, mapped, …).
+    FlagsSet {
+        /// The page.
+        pfn: Pfn,
+        /// The flags left set.
+        flags: PageFlags,
+    },
+    /// Debug builds: the page was not in the list's state. It was reported
+    /// as a bad page and returned to the page allocator instead of cached.
+    WrongState {
+        /// The page.
+        pfn: Pfn,
+        /// First byte that differs from the list's state.
+        offset: usize,
+    },
+}
+
+impl core::fmt::Display for QuicklistError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::NoRealMemory => f.write_str("quicklists need a memory map with real backing"),
+            Self::NoSuchList { nr, nr_quick } => write!(f, "no quicklist {nr} (there are {nr_quick} per cpu)"),
+            Self::NoSuchCpu(cpu) => write!(f, "no cpu {cpu}"),
+            Self::AlreadyPinned(cpu) => write!(f, "the quicklists of cpu {cpu} are pinned by another handle"),
+            Self::Alloc(e) => write!(f, "quicklist refill failed: {e}"),
+            Self::Free(e) => write!(f, "{e}"),
+            Self::FlagsSet { pfn, flags } => write!(f, "pfn {pfn} still has flags {flags:?}"),
+            Self::WrongState { pfn, offset } => {
+                write!(f, "pfn {pfn} is not in the quicklist's state (byte {offset} differs)")
+            }
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for QuicklistError {}
