@@ -281,6 +281,7 @@ impl PageAllocator {
     }
 
     /// Descriptor index and descriptor of `pfn` in one bounds check.
+    #[cfg(feature = "std")]
     #[inline]
     pub(crate) fn pfn_to_desc(&self, pfn: Pfn) -> Option<(PageIdx, &PageDesc)> {
         let off = pfn.0.checked_sub(self.base_pfn)?;

@@ -298,7 +298,7 @@ impl PageDesc {
     /// if it held anything else. Quicklists use it to take a page from its
     /// holder so that a racing second free of the same page loses.
     #[inline]
-    #[cfg_attr(not(feature = "std"), allow(dead_code))]
+    #[cfg(feature = "std")]
     pub(crate) fn refcount_exchange(&self, from: u32, to: u32) -> bool {
         self.refcount.compare_exchange(from, to, core::sync::atomic::Ordering::AcqRel, Relaxed).is_ok()
     }
@@ -333,6 +333,7 @@ impl PageTable {
         &self.descs[idx as usize]
     }
     /// The descriptor at `idx`, if the table has one (one bounds check).
+    #[cfg(feature = "std")]
     #[inline]
     pub(crate) fn try_get(&self, idx: u64) -> Option<&PageDesc> {
         self.descs.get(usize::try_from(idx).ok()?)

@@ -213,7 +213,8 @@ impl<'a> PageTables<'a> {
             quicklists,
             kernel_half: alloc::vec![0; PTRS_PER_TABLE / 2].into_boxed_slice(),
             kernel_tables: Vec::new(),
-            used: (0..nr_pages).map(|_| AtomicU16::new(0)).collect(),
+            // Lazily zeroed: only the pages that become tables are touched.
+            used: crate::rawmem::zeroed_slice(nr_pages),
             levels: [LevelCounters::new(), LevelCounters::new(), LevelCounters::new(), LevelCounters::new()],
             clock: None,
         };

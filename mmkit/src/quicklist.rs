@@ -52,12 +52,15 @@ pub const FRACTION_OF_NODE_MEM: u64 = 16;
 pub struct QuicklistStats {
     /// Allocations served from the list.
     pub hits: u64,
-    /// Allocations that had to get a fresh zeroed page (and run the ctor).
+    /// Allocations that had to get a fresh zeroed page (and run the ctor);
+    /// every allocation for [`Quicklists::uncached`].
     pub misses: u64,
     /// Pages cached by a free.
     pub cached: u64,
     /// Pages a free sent straight to the page allocator: another node's,
-    /// poisoned, or the CPU's lists were pinned by someone else.
+    /// poisoned, not in the list's state, or any page for `uncached`. Calls
+    /// that found the CPU's lists pinned by another thread are not counted
+    /// (only the lists' holder writes their counters).
     pub bypassed: u64,
     /// Pages a trim gave back.
     pub trimmed: u64,
@@ -130,9 +133,26 @@ struct CpuLists {
     lists: Box<[QuickList]>,
 }
 
-/// Proof that the caller holds some CPU's lists; the private list
-/// operations take it so that only lock holders can call them.
+/// A held CPU lock: owning one makes a thread its CPU's lists' only user.
 type Held<'g> = LockGuard<'g, ()>;
+
+/// List `nr` of CPU `cpu`, reachable only while the CPU's lock is held:
+/// [`HeldList::new`] borrows the guard for as long as the value lives, which
+/// is what lets the list operations touch the pages on the list.
+#[derive(Clone, Copy)]
+struct HeldList<'h> {
+    list: &'h QuickList,
+    cpu: usize,
+    nr: usize,
+    _held: core::marker::PhantomData<&'h ()>,
+}
+
+impl<'h> HeldList<'h> {
+    #[inline(always)]
+    fn new(_held: &'h Held<'_>, list: &'h QuickList, cpu: usize, nr: usize) -> Self {
+        Self { list, cpu, nr, _held: core::marker::PhantomData }
+    }
+}
 
 /// What every page of list `nr` looks like, whichever CPU caches it.
 struct ListState {
@@ -228,8 +248,8 @@ impl<'a> Quicklists<'a> {
         let slot = &self.cpus[cpu];
         let list = self.list(slot, nr)?;
         match slot.lock.try_lock() {
-            Some(held) if self.caching => self.alloc_on(&held, list, cpu, nr, gfp, ctor),
-            _ => self.fresh_page(cpu, nr, gfp, ctor),
+            Some(held) => self.alloc_on(HeldList::new(&held, list, cpu, nr), gfp, ctor),
+            None => self.fresh_page(cpu, nr, gfp, ctor),
         }
     }
 
@@ -258,10 +278,10 @@ impl<'a> Quicklists<'a> {
         let slot = &self.cpus[cpu];
         let list = self.list(slot, nr)?;
         match slot.lock.try_lock() {
-            Some(held) if self.caching => self.free_on(&held, list, cpu, nr, dtor, pfn, self.alloc.cpu_to_node(cpu)),
-            _ => {
+            Some(held) => self.free_on(HeldList::new(&held, list, cpu, nr), dtor, pfn, self.alloc.cpu_to_node(cpu)),
+            None => {
                 let (idx, _) = self.take_from_holder(pfn)?;
-                self.bypass(cpu, idx, dtor, None)
+                self.bypass(cpu, idx, dtor)
             }
         }
     }
@@ -283,7 +303,7 @@ impl<'a> Quicklists<'a> {
         let slot = &self.cpus[cpu];
         let list = self.list(slot, nr)?;
         Ok(match slot.lock.try_lock() {
-            Some(held) => self.trim_on(&held, list, cpu, nr, dtor, min_pages, max_free),
+            Some(held) => self.trim_on(HeldList::new(&held, list, cpu, nr), dtor, min_pages, max_free),
             None => 0,
         })
     }
@@ -298,7 +318,7 @@ impl<'a> Quicklists<'a> {
         for (cpu, slot) in self.cpus.iter().enumerate() {
             let list = self.list(slot, nr)?;
             if let Some(held) = slot.lock.try_lock() {
-                freed += self.trim_to(&held, list, cpu, nr, dtor, 0, u64::MAX);
+                freed += self.trim_to(HeldList::new(&held, list, cpu, nr), dtor, 0, u64::MAX);
             }
         }
         Ok(freed)
@@ -342,43 +362,38 @@ impl<'a> Quicklists<'a> {
         Ok(QuicklistCpu::new(self, slot, held, cpu, self.alloc.cpu_to_node(cpu)))
     }
 
-    #[inline]
+    #[inline(always)]
     fn list<'s>(&self, slot: &'s CpuLists, nr: usize) -> Result<&'s QuickList, QuicklistError> {
         slot.lists.get(nr).ok_or(QuicklistError::NoSuchList { nr, nr_quick: self.nr_quick })
     }
 
-    // ---- the list operations: the caller holds the CPU's lock (`Held`) ----
+    // ---- the list operations, on a list whose CPU lock the caller holds ----
 
     #[inline(always)]
-    fn alloc_on(
-        &self,
-        held: &Held<'_>,
-        list: &QuickList,
-        cpu: usize,
-        nr: usize,
-        gfp: Gfp,
-        ctor: Option<PageFn<'_>>,
-    ) -> Result<Pfn, QuicklistError> {
-        if let Some(idx) = self.pop(held, list, cpu, nr) {
-            list.hits.add(1);
-            return Ok(self.alloc.idx_to_pfn(idx));
+    fn alloc_on(&self, at: HeldList<'_>, gfp: Gfp, ctor: Option<PageFn<'_>>) -> Result<Pfn, QuicklistError> {
+        if self.caching {
+            if let Some(idx) = self.pop(at) {
+                at.list.hits.add(1);
+                return Ok(self.alloc.idx_to_pfn(idx));
+            }
         }
-        list.misses.add(1);
-        self.fresh_page(cpu, nr, gfp, ctor)
+        at.list.misses.add(1);
+        self.fresh_page(at.cpu, at.nr, gfp, ctor)
     }
 
-    /// Takes the first page off `list`. Poisoned pages met on the way go
+    /// Takes the first page off the list. Poisoned pages met on the way go
     /// back to the allocator, which takes them offline.
     #[inline(always)]
-    fn pop(&self, _held: &Held<'_>, list: &QuickList, cpu: usize, nr: usize) -> Option<PageIdx> {
+    fn pop(&self, at: HeldList<'_>) -> Option<PageIdx> {
+        let list = at.list;
         loop {
             let idx = list.head.load(Relaxed);
             if idx == NIL {
                 return None;
             }
-            let restore = self.states[nr].first_word.load(Relaxed);
+            let restore = self.states[at.nr].first_word.load(Relaxed);
             // SAFETY: `idx` heads a list whose CPU lock the caller holds
-            // (`_held`), so this layer is the page's only user.
+            // (`HeldList`), so this layer is the page's only user.
             let link = unsafe { self.read_link(idx) };
             // SAFETY: as above.
             unsafe { self.write_link(idx, restore) };
@@ -390,7 +405,7 @@ impl<'a> Quicklists<'a> {
                 return Some(idx);
             }
             list.bypassed.add(1);
-            let _ = self.release(cpu, idx, None);
+            let _ = self.release(at.cpu, idx, None);
         }
     }
 
@@ -416,36 +431,34 @@ impl<'a> Quicklists<'a> {
     }
 
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
     fn free_on(
         &self,
-        held: &Held<'_>,
-        list: &QuickList,
-        cpu: usize,
-        nr: usize,
+        at: HeldList<'_>,
         dtor: Option<PageFn<'_>>,
         pfn: Pfn,
         cpu_nid: usize,
     ) -> Result<(), QuicklistError> {
         let (idx, page) = self.take_from_holder(pfn)?;
         let foreign = !self.single_node && self.alloc.page_to_nid(pfn) != Some(cpu_nid);
-        if foreign || page.has(PageFlags::HWPOISON) {
-            list.bypassed.add(1);
-            return self.bypass(cpu, idx, dtor, None);
+        if !self.caching || foreign || page.has(PageFlags::HWPOISON) {
+            at.list.bypassed.add(1);
+            return self.bypass(at.cpu, idx, dtor);
         }
         if cfg!(debug_assertions) {
-            if let Some(offset) = self.first_difference(idx, nr) {
-                let reason = BadPageReason::QuicklistState { list: nr, offset };
-                list.bypassed.add(1);
-                return self.bypass(cpu, idx, dtor, Some(reason));
+            if let Some(offset) = self.first_difference(idx, at.nr) {
+                at.list.bypassed.add(1);
+                self.alloc.report_bad_page(idx, BadPageReason::QuicklistState { list: at.nr, offset }, 0);
+                self.bypass(at.cpu, idx, dtor)?;
+                return Err(QuicklistError::WrongState { pfn, offset });
             }
         }
-        self.push(held, list, idx);
+        self.push(at, idx);
         Ok(())
     }
 
     #[inline(always)]
-    fn push(&self, _held: &Held<'_>, list: &QuickList, idx: PageIdx) {
+    fn push(&self, at: HeldList<'_>, idx: PageIdx) {
+        let list = at.list;
         // The link is the next page's index (NIL at the end).
         let link = u64::from(list.head.load(Relaxed));
         // SAFETY: `take_from_holder` moved the page to refcount 0 with
@@ -514,24 +527,9 @@ impl<'a> Quicklists<'a> {
     }
 
     /// Sends a page just taken from its holder to the page allocator.
-    fn bypass(
-        &self,
-        cpu: usize,
-        idx: PageIdx,
-        dtor: Option<PageFn<'_>>,
-        bad: Option<BadPageReason>,
-    ) -> Result<(), QuicklistError> {
+    fn bypass(&self, cpu: usize, idx: PageIdx, dtor: Option<PageFn<'_>>) -> Result<(), QuicklistError> {
         self.alloc.desc(idx).set_refcount(1);
-        if let Some(reason) = bad {
-            self.alloc.report_bad_page(idx, reason, 0);
-        }
-        self.release(cpu, idx, dtor)?;
-        match bad {
-            Some(BadPageReason::QuicklistState { offset, .. }) => {
-                Err(QuicklistError::WrongState { pfn: self.alloc.idx_to_pfn(idx), offset })
-            }
-            _ => Ok(()),
-        }
+        self.release(cpu, idx, dtor)
     }
 
     /// Runs `dtor` and frees a page the caller holds (refcount 1) to the
@@ -546,43 +544,23 @@ impl<'a> Quicklists<'a> {
         self.alloc.free_pages_on(cpu, self.alloc.idx_to_pfn(idx), 0).map_err(QuicklistError::Free)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn trim_on(
-        &self,
-        held: &Held<'_>,
-        list: &QuickList,
-        cpu: usize,
-        nr: usize,
-        dtor: Option<PageFn<'_>>,
-        min_pages: u64,
-        max_free: u64,
-    ) -> u64 {
-        if list.len() as u64 <= min_pages {
+    fn trim_on(&self, at: HeldList<'_>, dtor: Option<PageFn<'_>>, min_pages: u64, max_free: u64) -> u64 {
+        if at.list.len() as u64 <= min_pages {
             return 0;
         }
-        let node_free = self.alloc.node_free_pages(self.alloc.cpu_to_node(cpu));
+        let node_free = self.alloc.node_free_pages(self.alloc.cpu_to_node(at.cpu));
         let keep = min_pages.max(node_free / FRACTION_OF_NODE_MEM);
-        self.trim_to(held, list, cpu, nr, dtor, keep, max_free)
+        self.trim_to(at, dtor, keep, max_free)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn trim_to(
-        &self,
-        held: &Held<'_>,
-        list: &QuickList,
-        cpu: usize,
-        nr: usize,
-        dtor: Option<PageFn<'_>>,
-        keep: u64,
-        max_free: u64,
-    ) -> u64 {
+    fn trim_to(&self, at: HeldList<'_>, dtor: Option<PageFn<'_>>, keep: u64, max_free: u64) -> u64 {
         let mut freed = 0;
-        while list.len() as u64 > keep && freed < max_free {
-            let Some(idx) = self.pop(held, list, cpu, nr) else { break };
-            let _ = self.release(cpu, idx, dtor);
+        while at.list.len() as u64 > keep && freed < max_free {
+            let Some(idx) = self.pop(at) else { break };
+            let _ = self.release(at.cpu, idx, dtor);
             freed += 1;
         }
-        list.trimmed.add(freed);
+        at.list.trimmed.add(freed);
         freed
     }
 

@@ -17,6 +17,8 @@ pub(crate) unsafe trait Zeroable: Sized {}
 
 // SAFETY: PageDesc is four AtomicU32s; zero is a valid AtomicU32.
 unsafe impl Zeroable for crate::page::PageDesc {}
+// SAFETY: an AtomicU16 has the representation of a u16, for which zero is valid.
+unsafe impl Zeroable for core::sync::atomic::AtomicU16 {}
 
 /// A boxed slice of `len` zeroed values, from `alloc_zeroed` so that the OS
 /// can supply untouched pages lazily (a 4 GiB table costs nothing until used).
