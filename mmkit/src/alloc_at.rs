@@ -72,7 +72,8 @@ impl PageAllocator {
         }
         let mt = self.request_migratetype(gfp);
         match self.take_block_at(zi, idx, order, mt) {
-            Err(_) if self.pcp_enabled => {
+            // Only pages cached on per-CPU lists can be won back by a drain.
+            Err(_) if self.pcp_enabled && self.nr_pcp_pages() > 0 => {
                 self.drain_all_pages();
                 self.take_block_at(zi, idx, order, mt)?;
             }
@@ -99,12 +100,18 @@ impl PageAllocator {
             at = head + (1 << block_order);
         }
         let pb_order = self.geometry.pageblock_order;
-        let block_type = self.blocks.get(idx);
-        if block_type != mt && block_type.is_pcp_type() {
-            if order >= pb_order {
-                set_range_type(cx, idx, order, mt);
-                state.counters.pageblocks_claimed += 1 << (order - pb_order);
-            } else {
+        if order >= pb_order {
+            // Each pageblock on its own: a CMA or highatomic one keeps its type.
+            for pb in (idx..end).step_by(1 << pb_order) {
+                let block_type = self.blocks.get(pb);
+                if block_type != mt && block_type.is_pcp_type() {
+                    set_range_type(cx, pb, pb_order, mt);
+                    state.counters.pageblocks_claimed += 1;
+                }
+            }
+        } else {
+            let block_type = self.blocks.get(idx);
+            if block_type != mt && block_type.is_pcp_type() {
                 let pb_start = idx & !((1u32 << pb_order) - 1);
                 state.area.split_to_pageblocks(cx, pb_start);
                 claim_pageblock(zone, &mut state, cx, pb_start, mt, block_type);
@@ -174,6 +181,22 @@ mod tests {
         mm.alloc_pages_at(Pfn(0x1400), 10, Gfp::RECLAIMABLE).unwrap();
         assert_eq!(mm.pageblock_migratetype(Pfn(0x1400)), Some(MigrateType::Reclaimable));
         assert_eq!(mm.pageblock_migratetype(Pfn(0x1600)), Some(MigrateType::Reclaimable));
+        mm.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_block_over_a_cma_pageblock_leaves_its_type_alone() {
+        let mm = MemoryMapBuilder::new()
+            .zone(0, ZoneType::Normal, 0x1000..0x3000)
+            .cma("cma", 0x1200..0x1400)
+            .per_cpu_lists(false)
+            .build()
+            .unwrap();
+        assert_eq!(mm.alloc_pages_at(Pfn(0x1000), 10, Gfp::KERNEL), Ok(Pfn(0x1000)));
+        assert_eq!(mm.pageblock_migratetype(Pfn(0x1000)), Some(MigrateType::Unmovable));
+        assert_eq!(mm.pageblock_migratetype(Pfn(0x1200)), Some(MigrateType::Cma));
+        mm.check_invariants().unwrap();
+        mm.free_pages(Pfn(0x1000), 10).unwrap();
         mm.check_invariants().unwrap();
     }
 
