@@ -412,8 +412,20 @@ impl PageAllocator {
     /// repeats these steps zone by zone and then enters the slow path.
     #[inline]
     fn alloc_fast(&self, cpu: usize, nid: usize, gfp: Gfp, order: u32, frozen: bool) -> Option<Pfn> {
+        let target = self.fast_target(nid, gfp, order)?;
+        let idx = {
+            let mut pcp = self.try_lock_pcp(cpu, target.zi)?;
+            self.pcp_take_locked(&mut pcp, target.zi, order, target.mt, target.flags)?
+        };
+        Some(self.finish_fast_alloc(&target, idx, order, gfp, frozen))
+    }
+
+    /// The checks of the fast path before a per-CPU list is touched: the
+    /// preferred zone of node `nid` (on that node), above its watermark.
+    #[inline(always)]
+    pub(crate) fn fast_target(&self, nid: usize, gfp: Gfp, order: u32) -> Option<FastTarget<'_>> {
         let highest = gfp_zone(gfp).ok()?;
-        let (zi, nofragment) = self.preferred.get(nid)?[highest.index()]?;
+        let (zi, nofragment) = self.preferred_zone(nid, highest)?;
         let zone = &self.zones[zi];
         if zone.nid != nid {
             return None;
@@ -422,14 +434,22 @@ impl PageAllocator {
         if !self.zone_allows(zone, order, flags, highest) {
             return None;
         }
-        let mt = self.request_migratetype(gfp);
-        let idx = {
-            let mut pcp = self.try_lock_pcp(cpu, zi)?;
-            self.pcp_take_locked(&mut pcp, zi, order, mt, flags)?
-        };
-        self.wake_kswapd_if_boosted(zone, gfp, flags);
-        self.prep_new_page(idx, order, gfp, mt, frozen);
-        Some(self.idx_to_pfn(idx))
+        Some(FastTarget { zi, zone, flags, mt: self.request_migratetype(gfp) })
+    }
+
+    /// The fast path after a block came off a per-CPU list.
+    #[inline(always)]
+    pub(crate) fn finish_fast_alloc(
+        &self,
+        target: &FastTarget<'_>,
+        idx: PageIdx,
+        order: u32,
+        gfp: Gfp,
+        frozen: bool,
+    ) -> Pfn {
+        self.wake_kswapd_if_boosted(target.zone, gfp, target.flags);
+        self.prep_new_page(idx, order, gfp, target.mt, frozen);
+        self.idx_to_pfn(idx)
     }
 
     /// Lockless watermark check of `get_page_from_freelist`, noting when the
@@ -667,6 +687,18 @@ impl PageAllocator {
     pub(crate) fn real_memory(&self) -> Option<&crate::rawmem::RealMemory> {
         self.memory.as_ref()
     }
+}
+
+/// Where a fast-path allocation goes: see [`PageAllocator::fast_target`].
+pub(crate) struct FastTarget<'a> {
+    /// Zone index.
+    pub(crate) zi: usize,
+    /// The zone.
+    pub(crate) zone: &'a Zone,
+    /// ALLOC flags of the fast path.
+    pub(crate) flags: AllocFlags,
+    /// The request's migratetype.
+    pub(crate) mt: MigrateType,
 }
 
 const ZONE_NONE: u8 = u8::MAX;

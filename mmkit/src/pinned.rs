@@ -19,7 +19,7 @@
 #![deny(unsafe_code)]
 
 use crate::free::Claim;
-use crate::gfp::{fast_path_alloc_flags, gfp_zone, Gfp};
+use crate::gfp::Gfp;
 use crate::pcp::{pcp_allowed_order, PcpState};
 use crate::zone::LockGuard;
 use crate::{AllocError, FreeError, PageAllocator, Pfn};
@@ -145,18 +145,9 @@ impl<'a> PinnedCpu<'a> {
     #[inline]
     fn try_fast_alloc(&mut self, gfp: Gfp, order: u32, frozen: bool) -> Option<Pfn> {
         let alloc = self.alloc;
-        let highest = gfp_zone(gfp).ok()?;
-        let (zi, nofragment) = alloc.preferred_zone(self.nid, highest)?;
-        let zone = &alloc.zones[zi];
-        let flags = fast_path_alloc_flags(gfp, nofragment);
-        if !alloc.zone_allows(zone, order, flags, highest) {
-            return None;
-        }
-        let mt = alloc.request_migratetype(gfp);
-        let idx = alloc.pcp_take_locked(&mut self.lists[zi], zi, order, mt, flags)?;
-        alloc.wake_kswapd_if_boosted(zone, gfp, flags);
-        alloc.prep_new_page(idx, order, gfp, mt, frozen);
-        Some(alloc.idx_to_pfn(idx))
+        let target = alloc.fast_target(self.nid, gfp, order)?;
+        let idx = alloc.pcp_take_locked(&mut self.lists[target.zi], target.zi, order, target.mt, target.flags)?;
+        Some(alloc.finish_fast_alloc(&target, idx, order, gfp, frozen))
     }
 
     /// Frees like [`PageAllocator::free_pages`], onto this CPU's lists

@@ -67,3 +67,21 @@ fn a_cpu_on_a_node_the_map_lacks_is_refused() {
     let built = MemoryMapBuilder::new().zone(0, ZoneType::Normal, 0..NODE_PAGES).nr_cpus(2).cpu_node(1, 3).build();
     assert!(matches!(built, Err(BuildError::CpuOnUnknownNode { cpu: 1, nid: 3 })));
 }
+
+#[test]
+fn a_pinned_cpu_honours_thisnode_on_a_memoryless_node() {
+    // Node 1 has CPUs but no memory: THISNODE can never be satisfied there.
+    let mm = MemoryMapBuilder::new()
+        .zone(0, ZoneType::Normal, 0..NODE_PAGES)
+        .zone(2, ZoneType::Normal, NODE_PAGES..2 * NODE_PAGES)
+        .nr_cpus(2)
+        .cpu_node(1, 1)
+        .build()
+        .unwrap();
+    let shared = mm.cpu(1).unwrap().alloc_pages(Gfp::KERNEL | Gfp::THISNODE, 0);
+    assert!(matches!(shared, Err(AllocError::NoMemory { .. })), "{shared:?}");
+    let mut pinned = mm.pin_cpu(1).unwrap();
+    let got = pinned.alloc_pages(Gfp::KERNEL | Gfp::THISNODE, 0);
+    assert!(matches!(got, Err(AllocError::NoMemory { .. })), "pinned CPU 1 handed out {got:?}");
+    assert!(pinned.alloc_pages(Gfp::KERNEL, 0).is_ok(), "without THISNODE another node serves");
+}
