@@ -271,11 +271,13 @@ impl PageAllocator {
     /// Locks CPU `cpu`'s pageset of zone `zi` if it is free. A busy pageset
     /// usually means this thread's cached CPU id is stale (it migrated and
     /// now shares a CPU's lists with the thread running there), so the
-    /// cache is refreshed on the next call.
+    /// cache is refreshed on the next call. A pinned pageset is not
+    /// contention: its owner (or a thread that shares its CPU) goes to the
+    /// buddy, and the cached id may well be right.
     #[inline]
     pub(crate) fn try_lock_pcp(&self, cpu: usize, zi: usize) -> Option<crate::zone::LockGuard<'_, PcpState>> {
         let guard = self.pageset(cpu, zi).lock.try_lock();
-        if guard.is_none() {
+        if guard.is_none() && !self.cpu_slots[cpu].pinned.load(Relaxed) {
             self.stats.pcp_contended.fetch_add(1, Relaxed);
             forget_cached_cpu();
         }

@@ -1,7 +1,8 @@
 //! NUMA placement: `alloc_pages` prefers the node of the CPU it runs on
 //! (Linux's `numa_node_id()`), through every entry point that picks a CPU
 //! (the default CPU id, `CpuHandle`, `PinnedCpu`, the bulk allocator), and
-//! falls back to other nodes only without `__GFP_THISNODE`.
+//! falls back to other nodes only without `__GFP_THISNODE`; and what a
+//! pinned CPU means for the others (no false contention).
 
 use mmkit::{AllocError, BuildError, Gfp, MemoryMapBuilder, PageAllocator, Pfn, ZoneType};
 
@@ -84,4 +85,20 @@ fn a_pinned_cpu_honours_thisnode_on_a_memoryless_node() {
     let got = pinned.alloc_pages(Gfp::KERNEL | Gfp::THISNODE, 0);
     assert!(matches!(got, Err(AllocError::NoMemory { .. })), "pinned CPU 1 handed out {got:?}");
     assert!(pinned.alloc_pages(Gfp::KERNEL, 0).is_ok(), "without THISNODE another node serves");
+}
+
+#[test]
+fn a_pinned_cpu_is_not_contention_for_itself() {
+    let mm = two_nodes(|| 0);
+    let mut pinned = mm.pin_cpu(0).unwrap();
+    // A partial free: the first page lives on, the rest is freed on CPU 0,
+    // whose lists the handle holds.
+    let pfn = pinned.alloc_pages(Gfp::KERNEL, 2).unwrap();
+    mm.get_page(pfn).unwrap();
+    pinned.free_pages(pfn, 2).unwrap();
+    // The shared API on the pinned CPU goes to the buddy.
+    let other = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
+    mm.free_pages(other, 0).unwrap();
+    assert_eq!(mm.stats().pcp_contended, 0, "a pinned pageset is owned, not contended");
+    pinned.free_pages(pfn, 0).unwrap();
 }
