@@ -43,14 +43,6 @@ enum Command {
     Replay(ReplayCmd),
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum ReplayMode {
-    /// mmkit places every block (its anti-fragmentation policy).
-    Policy,
-    /// Every block goes exactly where the kernel put it.
-    Placed,
-}
-
 #[derive(Debug, Args)]
 struct ReplayCmd {
     /// The trace file.
@@ -58,7 +50,7 @@ struct ReplayCmd {
     trace: std::path::PathBuf,
     /// Who decides where blocks go.
     #[arg(long, value_enum, default_value = "policy")]
-    mode: ReplayMode,
+    mode: replay::engine::Mode,
     /// Memory of the replay (policy mode): bytes or K/M/G/T. Default: the
     /// trace's PFN span. The report gives the trace's peak of live pages,
     /// e.g. to replay under pressure at 1.25x that peak.
@@ -167,10 +159,7 @@ fn main() -> ExitCode {
         Command::Replay(cmd) => {
             let args = replay::ReplayArgs {
                 trace: cmd.trace,
-                mode: match cmd.mode {
-                    ReplayMode::Policy => replay::engine::Mode::Policy,
-                    ReplayMode::Placed => replay::engine::Mode::Placed,
-                },
+                mode: cmd.mode,
                 memory: cmd.memory,
                 no_grouping: cmd.no_grouping,
                 peer: cmd.peer.is_some(),

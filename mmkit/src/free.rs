@@ -63,8 +63,8 @@ impl PageAllocator {
     /// [`Reserved`](FreeError::Reserved), [`TailPage`](FreeError::TailPage),
     /// [`DoubleFree`](FreeError::DoubleFree), [`NotAllocated`](FreeError::NotAllocated),
     /// [`WrongOrder`](FreeError::WrongOrder), [`Poisoned`](FreeError::Poisoned),
-    /// [`RefcountMismatch`](FreeError::RefcountMismatch) for a frozen page)
-    /// change nothing. [`FreeError::BadPage`] means the block failed
+    /// [`RefcountMismatch`](FreeError::RefcountMismatch) for a frozen page,
+    /// [`HeldByQuicklist`](FreeError::HeldByQuicklist)) change nothing. [`FreeError::BadPage`] means the block failed
     /// `free_pages_prepare` and was reported and leaked.
     #[inline]
     pub fn free_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {

@@ -17,7 +17,7 @@ pub mod harness;
 mod heap;
 mod pcp;
 mod quicklist;
-mod subjects;
+pub(crate) mod subjects;
 
 use harness::{BenchError, Machine, Settings, SuiteReport};
 use std::io::{IsTerminal, Write};

@@ -11,14 +11,14 @@
 //! reports or plots (`metrics`, `report`, `plot`), nor parse text.
 
 use mmkit::gfp::gfp_migratetype;
-use mmkit::{AllocError, Gfp, MigrateType, PageAllocator, Pfn, PinnedCpu};
+use mmkit::{AllocError, Gfp, PageAllocator, Pfn, PinnedCpu};
 
-/// Which allocator decides where blocks go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which allocator decides where blocks go (`--mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
-    /// mmkit's own placement policy.
+    /// mmkit places every block (its anti-fragmentation policy).
     Policy,
-    /// The kernel's placement, replayed block for block.
+    /// Every block goes exactly where the kernel put it.
     Placed,
 }
 
@@ -275,8 +275,8 @@ impl<'a> Engine<'a> {
         let order = u32::from(ev.order);
         let got = match &mut self.backend {
             Backend::Policy(cpus) => {
-                let n = cpus.len();
-                cpus[usize::from(ev.cpu) % n].alloc_pages(gfp, order)
+                let c = fold_cpu(ev.cpu, cpus.len());
+                cpus[c].alloc_pages(gfp, order)
             }
             Backend::Placed => match self.mm.alloc_pages_at(Pfn(ev.pfn), order, gfp) {
                 Err(AllocError::NotFree(_)) => {
@@ -345,8 +345,8 @@ impl<'a> Engine<'a> {
         let pfn = Pfn(self.base + u64::from(off));
         let result = match &mut self.backend {
             Backend::Policy(cpus) => {
-                let n = cpus.len();
-                cpus[usize::from(cpu) % n].free_pages(pfn, u32::from(order))
+                let c = fold_cpu(cpu, cpus.len());
+                cpus[c].free_pages(pfn, u32::from(order))
             }
             Backend::Placed => self.mm.free_pages(pfn, u32::from(order)),
         };
@@ -409,14 +409,23 @@ impl<'a> Engine<'a> {
     }
 }
 
+/// The map's CPU for traced CPU `cpu` of `n`: itself unless the trace has
+/// more CPUs than the map (a division only then, not per event).
+#[inline(always)]
+fn fold_cpu(cpu: u16, n: usize) -> usize {
+    let cpu = usize::from(cpu);
+    if cpu < n {
+        cpu
+    } else {
+        cpu % n
+    }
+}
+
 /// The mobility a request's GFP bits ask for (0 unmovable, 1 movable,
 /// 2 reclaimable), whatever the allocator's grouping setting: what the
 /// "mixed pageblock" metric compares against the pageblock's type.
 #[inline(always)]
 pub fn mobility(gfp: Gfp) -> u8 {
-    match gfp_migratetype(gfp) {
-        MigrateType::Movable => 1,
-        MigrateType::Reclaimable => 2,
-        _ => 0,
-    }
+    // `gfp_migratetype` only returns those three, numbered that way.
+    gfp_migratetype(gfp) as u8
 }

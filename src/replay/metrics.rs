@@ -123,17 +123,15 @@ pub fn pageblock_type(mm: &PageAllocator, i: usize) -> Option<MigrateType> {
 
 /// Pageblocks holding live pages of a mobility other than their type.
 fn mixed_pageblocks(mm: &PageAllocator, composition: &[[u32; 3]]) -> u64 {
-    let mut mixed = 0;
-    for (i, live) in composition.iter().enumerate() {
-        if live.iter().all(|&n| n == 0) {
-            continue;
-        }
-        let own = pageblock_type(mm, i).map_or(usize::MAX, |t| t as usize);
-        if live.iter().enumerate().any(|(mt, &n)| n > 0 && mt != own) {
-            mixed += 1;
-        }
-    }
-    mixed
+    let mixed = composition.iter().enumerate().filter(|(i, live)| is_mixed(live, pageblock_type(mm, *i)));
+    mixed.count() as u64
+}
+
+/// Whether a pageblock of type `ty` with `live` pages per mobility
+/// (unmovable, movable, reclaimable) holds pages of another mobility.
+pub fn is_mixed(live: &[u32; 3], ty: Option<mmkit::MigrateType>) -> bool {
+    let own = ty.map_or(usize::MAX, |t| t as usize);
+    live.iter().enumerate().any(|(mt, &n)| n > 0 && mt != own)
 }
 
 /// Linux's own numbers for one zone from a `buddyinfo_*:` header line.

@@ -13,9 +13,7 @@ use super::engine::{Ev, Op, MAX_ORDER};
 use buddy_system_allocator::FrameAllocator;
 use serde::Serialize;
 
-/// Free-list classes of the peer; see `bench::subjects::BSA_ORDER` for why
-/// it must exceed log2 of every frame number.
-const BSA_ORDER: usize = 33;
+use crate::bench::subjects::{names, BSA_ORDER};
 /// Pages per range for the order-9 index.
 const RANGE_ORDER: u32 = 9;
 
@@ -129,16 +127,20 @@ impl Peer {
     /// Results, given the loop times of the peer and of mmkit.
     pub fn report(&self, events: u64, peer_secs: f64, mmkit_secs: f64) -> PeerReport {
         let free = self.pages - self.live_pages;
+        // An always-merging buddy's free blocks of order >= 9 are exactly the
+        // wholly free aligned ranges; the rest of the free pages is smaller.
         let whole = self.used.iter().filter(|&&u| u == 0).count() as u64;
-        let suitable = (whole << RANGE_ORDER).min(free);
+        let mut blocks = [0u64; RANGE_ORDER as usize + 1];
+        blocks[RANGE_ORDER as usize] = whole;
+        blocks[0] = free.saturating_sub(whole << RANGE_ORDER);
         PeerReport {
-            name: "buddy_system_allocator",
+            name: names::BSA,
             loop_events_per_sec: if peer_secs > 0.0 { events as f64 / peer_secs } else { 0.0 },
             ratio_vs_mmkit: if mmkit_secs > 0.0 { peer_secs / mmkit_secs } else { 0.0 },
             failures: self.failures,
             live_pages: self.live_pages,
             free_pages: free,
-            unusable_index_order9: ((free - suitable) * 1000).checked_div(free).map_or(1.0, |i| i as f64 / 1000.0),
+            unusable_index_order9: f64::from(mmkit::procfs::unusable_index(&blocks, RANGE_ORDER)) / 1000.0,
         }
     }
 }

@@ -141,9 +141,7 @@ fn pageblocks(path: &Path, report: &Report, mm: &PageAllocator, engine: &Engine<
         let (x, y) = ((10 + (i % cols) as u32 * cell) as i32, (10 + (i / cols) as u32 * cell) as i32);
         let c = cell as i32;
         root.draw(&Rectangle::new([(x, y), (x + c - 1, y + c - 1)], colour.filled()))?;
-        let own = ty.map_or(usize::MAX, |t| t as usize);
-        let mixed = live.iter().enumerate().any(|(mt, &n)| n > 0 && mt != own);
-        if mixed && c >= 4 {
+        if super::metrics::is_mixed(&live, ty) && c >= 4 {
             let d = (c / 3).max(1);
             let m = c / 2;
             root.draw(&Rectangle::new(
