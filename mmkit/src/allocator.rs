@@ -92,6 +92,8 @@ pub struct PageAllocator {
     pub(crate) pagesets: Vec<Pageset>,
     pub(crate) cpu_slots: Vec<crate::cpu::CpuSlot>,
     pub(crate) nr_cpus: usize,
+    /// `percpu_pagelist_high_fraction` in force (0: auto-tuned).
+    pub(crate) pcp_high_fraction: core::sync::atomic::AtomicU32,
     pub(crate) cpu_id: fn() -> usize,
     /// Node of each CPU.
     cpu_nodes: Vec<usize>,
@@ -175,6 +177,7 @@ impl PageAllocator {
             preferred,
             pagesets,
             cpu_slots: (0..nr_cpus).map(|_| crate::cpu::CpuSlot::default()).collect(),
+            pcp_high_fraction: core::sync::atomic::AtomicU32::new(p.pcp_high_fraction),
             nr_cpus,
             cpu_id: p.cpu_id,
             cpu_nodes: (0..nr_cpus).map(|cpu| p.cpu_nodes.get(cpu).copied().unwrap_or(0)).collect(),

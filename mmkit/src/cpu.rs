@@ -91,8 +91,31 @@ pub fn default_cpu_id() -> usize {
 pub(crate) struct CpuSlot {
     /// A [`PinnedCpu`](crate::PinnedCpu) holds this CPU's pagesets.
     pub pinned: core::sync::atomic::AtomicBool,
-    /// A drain was asked for while pinned; the owner serves it.
-    pub drain_requested: core::sync::atomic::AtomicBool,
+    /// Work other threads asked of a pinned CPU's owner (`REQUEST_*`
+    /// bits); the owner serves it at its next operation.
+    requests: core::sync::atomic::AtomicU8,
+}
+
+/// Empty the pagesets (`drain_all_pages`).
+pub(crate) const REQUEST_DRAIN: u8 = 1;
+/// Re-read `percpu_pagelist_high_fraction`.
+pub(crate) const REQUEST_RESIZE: u8 = 2;
+
+impl CpuSlot {
+    /// Asks the pinned owner for `bits` of work.
+    pub(crate) fn request(&self, bits: u8) {
+        self.requests.fetch_or(bits, Release);
+    }
+
+    /// Takes the pending requests (one load when there are none).
+    #[inline]
+    pub(crate) fn take_requests(&self) -> u8 {
+        if self.requests.load(Relaxed) == 0 {
+            0
+        } else {
+            self.requests.swap(0, Acquire)
+        }
+    }
 }
 
 impl PageAllocator {
@@ -309,7 +332,7 @@ impl PageAllocator {
         }
         for zi in 0..self.zones.len() {
             let Some(mut pcp) = self.lock_pcp_unless_pinned(cpu, zi) else {
-                self.cpu_slots[cpu].drain_requested.store(true, Release);
+                self.cpu_slots[cpu].request(REQUEST_DRAIN);
                 return false;
             };
             self.drain_locked(zi, &mut pcp);
@@ -364,21 +387,32 @@ impl PageAllocator {
         if (1..8).contains(&fraction) {
             return Err(fraction);
         }
-        for (zi, zone) in self.zones.iter().enumerate() {
-            let sizing = pcp::pcp_sizing(zone, self.geometry.page_size(), self.nr_cpus, fraction);
-            for cpu in 0..self.nr_cpus {
+        self.pcp_high_fraction.store(fraction, Relaxed);
+        for cpu in 0..self.nr_cpus {
+            for zi in 0..self.zones.len() {
                 let Some(mut pcp) = self.lock_pcp_unless_pinned(cpu, zi) else {
-                    continue;
+                    // Its owner re-reads the fraction at its next call.
+                    self.cpu_slots[cpu].request(REQUEST_RESIZE);
+                    break;
                 };
-                pcp.sizing = sizing;
-                pcp.high = pcp.high.clamp(sizing.high_min, sizing.high_max);
-                let excess = pcp.count.saturating_sub(pcp.high);
-                if excess > 0 {
-                    self.spill(zone, &mut pcp, excess, 0);
-                }
+                self.resize_locked(zi, &mut pcp);
             }
         }
         Ok(())
+    }
+
+    /// Applies the current `percpu_pagelist_high_fraction` to a locked
+    /// pageset of zone `zi`, spilling what no longer fits.
+    pub(crate) fn resize_locked(&self, zi: usize, pcp: &mut PcpState) {
+        let zone = &self.zones[zi];
+        let fraction = self.pcp_high_fraction.load(Relaxed);
+        let sizing = pcp::pcp_sizing(zone, self.geometry.page_size(), self.nr_cpus, fraction);
+        pcp.sizing = sizing;
+        pcp.high = pcp.high.clamp(sizing.high_min, sizing.high_max);
+        let excess = pcp.count.saturating_sub(pcp.high);
+        if excess > 0 {
+            self.spill(zone, pcp, excess, 0);
+        }
     }
 
     /// Counters summed over every pageset of zone `zi`, and its cached pages.

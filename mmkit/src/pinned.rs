@@ -18,13 +18,14 @@
 //! `drain_all_pages`.
 #![deny(unsafe_code)]
 
+use crate::cpu::{REQUEST_DRAIN, REQUEST_RESIZE};
 use crate::free::Claim;
 use crate::gfp::Gfp;
 use crate::pcp::{pcp_allowed_order, PcpState};
 use crate::zone::LockGuard;
 use crate::{AllocError, FreeError, PageAllocator, Pfn};
 use alloc::vec::Vec;
-use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use core::sync::atomic::Ordering::{AcqRel, Release};
 
 /// Why a CPU could not be pinned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,11 +94,24 @@ impl<'a> PinnedCpu<'a> {
         self.cpu
     }
 
-    /// Serves a drain another thread asked for.
+    /// Serves what other threads asked of this CPU meanwhile (a drain, a
+    /// new `percpu_pagelist_high_fraction`).
     #[inline]
     fn serve_drain_request(&mut self) {
-        let slot = &self.alloc.cpu_slots[self.cpu];
-        if slot.drain_requested.load(Relaxed) && slot.drain_requested.swap(false, Acquire) {
+        let requests = self.alloc.cpu_slots[self.cpu].take_requests();
+        if requests != 0 {
+            self.serve(requests);
+        }
+    }
+
+    #[cold]
+    fn serve(&mut self, requests: u8) {
+        if requests & REQUEST_RESIZE != 0 {
+            for (zi, pcp) in self.lists.iter_mut().enumerate() {
+                self.alloc.resize_locked(zi, pcp);
+            }
+        }
+        if requests & REQUEST_DRAIN != 0 {
             self.drain_local_pages();
         }
     }
@@ -218,11 +232,11 @@ impl<'a> PinnedCpu<'a> {
 
 impl Drop for PinnedCpu<'_> {
     fn drop(&mut self) {
-        let slot = &self.alloc.cpu_slots[self.cpu];
-        if slot.drain_requested.swap(false, Acquire) {
-            self.drain_local_pages();
+        let requests = self.alloc.cpu_slots[self.cpu].take_requests();
+        if requests != 0 {
+            self.serve(requests);
         }
         self.lists.clear();
-        slot.pinned.store(false, Release);
+        self.alloc.cpu_slots[self.cpu].pinned.store(false, Release);
     }
 }

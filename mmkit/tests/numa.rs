@@ -102,3 +102,18 @@ fn a_pinned_cpu_is_not_contention_for_itself() {
     assert_eq!(mm.stats().pcp_contended, 0, "a pinned pageset is owned, not contended");
     pinned.free_pages(pfn, 0).unwrap();
 }
+
+#[test]
+fn a_pinned_cpu_takes_a_new_high_fraction_at_its_next_call() {
+    let mm = two_nodes(|| 1);
+    let before = mm.pcp_info(0, 0).unwrap();
+    let mut pinned = mm.pin_cpu(0).unwrap();
+    mm.set_percpu_pagelist_high_fraction(8).unwrap();
+    let other = mm.pcp_info(1, 1).unwrap();
+    assert_ne!((other.high_min, other.high_max), (before.high_min, before.high_max), "an unpinned CPU resized");
+    let pfn = pinned.alloc_pages(Gfp::KERNEL, 0).unwrap();
+    pinned.free_pages(pfn, 0).unwrap();
+    drop(pinned);
+    let after = mm.pcp_info(0, 0).unwrap();
+    assert_eq!((after.high_min, after.high_max), (other.high_min, other.high_max), "the pinned CPU resized too");
+}
