@@ -16,7 +16,6 @@
 #![deny(unsafe_code)]
 
 use crate::cma::CmaArea;
-use crate::cpu::PcpAlloc;
 use crate::fallback::{self, RmqueueMode};
 use crate::gfp::{fast_path_alloc_flags, gfp_migratetype, gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType};
 use crate::gfp::{Watermark, MAX_NR_ZONES};
@@ -565,15 +564,12 @@ impl PageAllocator {
             return None;
         }
         if self.pcp_enabled && pcp_allowed_order(order, self.geometry.pageblock_order) {
-            match self.rmqueue_pcplist(ac.cpu, zi, order, ac.migratetype, alloc_flags) {
-                PcpAlloc::Got(idx) => {
-                    if alloc_flags.contains(AllocFlags::HIGHATOMIC) {
-                        self.reserve_highatomic_after_pcp(zi, idx, order);
-                    }
-                    self.wake_kswapd_if_boosted(zone, ac.gfp, alloc_flags);
-                    return Some(idx);
+            if let Some(idx) = self.rmqueue_pcplist(ac.cpu, zi, order, ac.migratetype, alloc_flags) {
+                if alloc_flags.contains(AllocFlags::HIGHATOMIC) {
+                    self.reserve_highatomic_after_pcp(zi, idx, order);
                 }
-                PcpAlloc::Empty | PcpAlloc::Contended => {}
+                self.wake_kswapd_if_boosted(zone, ac.gfp, alloc_flags);
+                return Some(idx);
             }
         }
         let idx = self.rmqueue_buddy(zone, order, alloc_flags, ac, check)?;

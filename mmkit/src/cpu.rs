@@ -22,15 +22,6 @@ use crate::zone::Zone;
 use crate::{AllocError, FreeError, PageAllocator, Pfn};
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
-/// Outcome of trying the per-CPU list.
-pub(crate) enum PcpAlloc {
-    Got(PageIdx),
-    /// The list was empty and the buddy could not refill it.
-    Empty,
-    /// Another thread holds the pageset: go to the buddy directly.
-    Contended,
-}
-
 /// Why a CPU handle could not be made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NoSuchCpu {
@@ -154,7 +145,9 @@ impl PageAllocator {
     }
 
     /// Takes a block from CPU `cpu`'s list for `zone`, refilling it from
-    /// the buddy when empty (Linux's `rmqueue_pcplist`).
+    /// the buddy when empty (Linux's `rmqueue_pcplist`); `None` when the
+    /// pageset is busy or the buddy could not refill it (the caller goes to
+    /// the buddy either way).
     #[inline]
     pub(crate) fn rmqueue_pcplist(
         &self,
@@ -163,14 +156,9 @@ impl PageAllocator {
         order: u32,
         mt: MigrateType,
         alloc_flags: AllocFlags,
-    ) -> PcpAlloc {
-        let Some(mut pcp) = self.try_lock_pcp(cpu, zi) else {
-            return PcpAlloc::Contended;
-        };
-        match self.pcp_take_locked(&mut pcp, zi, order, mt, alloc_flags) {
-            Some(idx) => PcpAlloc::Got(idx),
-            None => PcpAlloc::Empty,
-        }
+    ) -> Option<PageIdx> {
+        let mut pcp = self.try_lock_pcp(cpu, zi)?;
+        self.pcp_take_locked(&mut pcp, zi, order, mt, alloc_flags)
     }
 
     /// Pops a block from a locked pageset of zone `zi`, refilling the list
@@ -312,7 +300,7 @@ impl PageAllocator {
         let cx = zone.cx(self.mem());
         let mut state = zone.state.lock();
         pcp::free_pcppages_bulk(pcp, &self.pages, cx.pageblock_order, count, pindex, |idx, order| {
-            self.release_locked(&mut state, cx, idx, 1 << order, pcp::SPILL_PLACEMENT);
+            self.release_locked(&mut state, cx, idx, 1 << order, crate::buddy::Placement::Auto);
         });
         zone.publish(&state);
         if zone.below_high.load(Relaxed) {

@@ -19,7 +19,7 @@
 //! used.
 #![deny(unsafe_code)]
 
-use crate::buddy::{BuddyCtx, Placement};
+use crate::buddy::BuddyCtx;
 use crate::fallback::{self, RmqueueMode};
 use crate::gfp::{AllocFlags, MigrateType};
 use crate::page::{PageFlags, PageIdx, PageTable, NIL};
@@ -433,9 +433,6 @@ pub(crate) fn free_pcppages_bulk(
     }
     freed
 }
-
-/// Placement for blocks spilled from a pcp list: like any other free.
-pub(crate) const SPILL_PLACEMENT: Placement = Placement::Auto;
 
 #[cfg(test)]
 mod tests {
