@@ -99,8 +99,6 @@ struct CmaBitmap {
     words: Vec<u64>,
     /// Completed allocations: offset in the area → pages.
     allocations: BTreeMap<u64, u64>,
-    /// Σ allocations.
-    pages_in_use: u64,
 }
 
 impl CmaBitmap {
@@ -175,7 +173,6 @@ impl CmaArea {
             bitmap: Lock::new(CmaBitmap {
                 words: vec![0; nr_pages.div_ceil(64) as usize],
                 allocations: BTreeMap::new(),
-                pages_in_use: 0,
             }),
             counters: CmaCounters::default(),
         }
@@ -190,11 +187,8 @@ impl CmaArea {
         let bm = self.bitmap.lock();
         let recorded: u64 = bm.allocations.values().sum();
         let bits = bm.popcount();
-        if recorded != bm.pages_in_use || bits != recorded {
-            return Err(format!(
-                "CMA area {}: {bits} bits set, {recorded} pages recorded, {} in use",
-                self.name, bm.pages_in_use
-            ));
+        if bits != recorded {
+            return Err(format!("CMA area {}: {bits} bits set, {recorded} pages recorded", self.name));
         }
         for (&off, &count) in &bm.allocations {
             if bm.first_set(off, off + count).is_none() {
@@ -228,7 +222,7 @@ impl PageAllocator {
     pub fn cma_stats(&self, id: CmaId) -> Result<CmaStats, CmaError> {
         let area = self.cma.get(id.0).ok_or(CmaError::NoSuchArea(id))?;
         let c = &area.counters;
-        let pages_in_use = area.bitmap.lock().pages_in_use;
+        let pages_in_use = area.bitmap.lock().allocations.values().sum();
         Ok(CmaStats {
             nr_pages: area.nr_pages,
             pages_in_use,
@@ -289,7 +283,6 @@ impl PageAllocator {
                 Ok(()) => {
                     let mut bm = area.bitmap.lock();
                     bm.allocations.insert(off, count);
-                    bm.pages_in_use += count;
                     drop(bm);
                     area.counters.allocations.fetch_add(1, Relaxed);
                     area.counters.alloc_pages_success.fetch_add(count, Relaxed);
@@ -347,7 +340,6 @@ impl PageAllocator {
         }
         let mut bm = area.bitmap.lock();
         bm.assign(off, off + count, false);
-        bm.pages_in_use -= count;
         drop(bm);
         area.counters.releases.fetch_add(1, Relaxed);
         area.counters.release_pages_success.fetch_add(count, Relaxed);
@@ -360,7 +352,7 @@ mod tests {
     use super::*;
 
     fn bitmap(nbits: u64) -> CmaBitmap {
-        CmaBitmap { words: vec![0; nbits.div_ceil(64) as usize], allocations: BTreeMap::new(), pages_in_use: 0 }
+        CmaBitmap { words: vec![0; nbits.div_ceil(64) as usize], allocations: BTreeMap::new() }
     }
 
     #[test]
