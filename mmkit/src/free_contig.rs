@@ -19,6 +19,7 @@
 
 use crate::buddy::chunk_order;
 use crate::error::FreeError;
+use crate::free::Claim;
 use crate::page::{PageFlags, PageIdx};
 use crate::zone::Zone;
 use crate::{PageAllocator, Pfn};
@@ -162,22 +163,24 @@ impl PageAllocator {
             summary.still_in_use += 1;
             return false;
         }
-        if frozen {
-            // Exactly one freer wins, as in `free_frozen_pages`.
-            if !page.clear_allocated() {
-                return false;
-            }
-        } else if page.try_put() != Some(0) {
+        let claim = if frozen {
+            Claim::Frozen
+        } else if page.try_put() == Some(0) {
+            Claim::ByRefcount
+        } else {
             summary.still_in_use += 1;
             return false;
-        }
+        };
         let poisoned = page.has(PageFlags::HWPOISON);
-        if let Err((bad, reason)) = self.free_pages_prepare(idx, 0) {
-            // A leaked page keeps its flags but is no longer handed out.
-            page.update_flags_atomic(PageFlags::EMPTY, PageFlags::ALLOCATED);
-            self.report_bad_page(bad, reason, 1);
-            summary.bad += 1;
-            return false;
+        match self.claim_and_prepare(idx, 0, claim) {
+            Ok(()) => {}
+            // Reported and leaked, as by `free_pages`.
+            Err(FreeError::BadPage { .. }) => {
+                summary.bad += 1;
+                return false;
+            }
+            // A racing frozen free won the page.
+            Err(_) => return false,
         }
         if poisoned {
             // `memory_failure` counted an in-use page as pending; it is now
