@@ -113,5 +113,5 @@ impl core::fmt::Display for Pfn {
 
 /// The README's library example, compiled and run as a doctest so it stays true.
 #[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
+#[doc = include_str!("../../../README.md")]
 struct ReadmeExample;
