@@ -106,7 +106,12 @@ pub struct PageAllocator {
     pub(crate) migrator: Option<Box<dyn Migrator>>,
     /// CMA areas, in declaration order.
     pub(crate) cma: Vec<CmaArea>,
+    /// Tells this allocator's [`PageBlock`](crate::PageBlock)s from others'.
+    map_id: u32,
 }
+
+/// Source of [`PageAllocator::map_id`]s.
+static NEXT_MAP_ID: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(1);
 
 /// Where an allocation is headed, fixed at entry (Linux's `alloc_context`).
 #[derive(Clone, Copy)]
@@ -179,6 +184,7 @@ impl PageAllocator {
             pcp_high_fraction: core::sync::atomic::AtomicU32::new(p.pcp_high_fraction),
             nr_cpus,
             cpu_id: p.cpu_id,
+            map_id: NEXT_MAP_ID.fetch_add(1, Relaxed),
             cpu_nodes: (0..nr_cpus).map(|cpu| p.cpu_nodes.get(cpu).copied().unwrap_or(0)).collect(),
             pcp_enabled: p.pcp_enabled,
             mobility_disabled: p.mobility_disabled,
@@ -192,6 +198,12 @@ impl PageAllocator {
     #[inline]
     pub(crate) fn mem(&self) -> MemCtx<'_> {
         MemCtx { pages: &self.pages, blocks: &self.blocks, geometry: &self.geometry }
+    }
+
+    /// This allocator's identity among the allocators of the process.
+    #[inline(always)]
+    pub(crate) fn map_id(&self) -> u32 {
+        self.map_id
     }
 
     /// The map's geometry.

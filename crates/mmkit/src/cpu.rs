@@ -110,9 +110,11 @@ impl CpuSlot {
 }
 
 impl PageAllocator {
-    /// The calling thread's CPU, folded into the allocator's CPU count.
+    /// The calling thread's CPU, folded into the allocator's CPU count
+    /// (Linux's `raw_smp_processor_id`): the CPU whose lists the calls
+    /// without an explicit CPU use.
     #[inline]
-    pub(crate) fn current_cpu(&self) -> usize {
+    pub fn current_cpu(&self) -> usize {
         let cpu = (self.cpu_id)();
         if cpu < self.nr_cpus {
             cpu

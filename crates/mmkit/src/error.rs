@@ -73,13 +73,13 @@ pub enum BadPageReason {
         /// The inconsistent tail.
         tail: Pfn,
     },
-    /// A page given back to quicklist `list` was not in the list's state
-    /// (zero, or what the list's constructor writes). Checked in debug
-    /// builds only.
-    QuicklistState {
-        /// The quicklist.
-        list: usize,
-        /// Offset of the first byte that differs.
+    /// The layer that owns the block found its contents wrong (for example
+    /// a page given back to a quicklist that is not in the list's state);
+    /// see [`PageAllocator::report_bad_block`](crate::PageAllocator::report_bad_block).
+    OwnerState {
+        /// The owning layer.
+        owner: crate::PageOwner,
+        /// Offset of the first wrong byte.
         offset: usize,
     },
 }
@@ -94,8 +94,8 @@ impl fmt::Display for BadPageReason {
             Self::CorruptCompoundTail { tail } => {
                 write!(f, "corrupted compound tail at pfn {tail}")
             }
-            Self::QuicklistState { list, offset } => {
-                write!(f, "freed to quicklist {list} not in its state (byte {offset} differs)")
+            Self::OwnerState { owner, offset } => {
+                write!(f, "owner {} found the block's contents wrong (byte {offset})", owner.id())
             }
         }
     }
@@ -141,9 +141,21 @@ pub enum FreeError {
         /// Its refcount.
         refcount: u32,
     },
-    /// The page belongs to a quicklist (cached there, or handed out by
-    /// `quicklist_alloc`); give it back with `quicklist_free`.
-    HeldByQuicklist(Pfn),
+    /// The block belongs to a layer above the allocator (see
+    /// [`PageOwner`](crate::PageOwner)); give it back through that layer.
+    Owned {
+        /// Block start.
+        pfn: Pfn,
+        /// Its owner.
+        owner: crate::PageOwner,
+    },
+    /// Taking back a block that still has embedder flags (LRU, mapped, …).
+    FlagsSet {
+        /// Block start.
+        pfn: Pfn,
+        /// The flags left set.
+        flags: crate::PageFlags,
+    },
     /// `free_pages_prepare` failed: reported as a bad page and leaked.
     BadPage {
         /// The bad page.
@@ -158,7 +170,10 @@ impl fmt::Display for FreeError {
         match self {
             Self::OutOfRange(p) => write!(f, "pfn {p} is outside the memory map"),
             Self::Hole(p) => write!(f, "pfn {p} is in a hole"),
-            Self::HeldByQuicklist(p) => write!(f, "pfn {p} belongs to a quicklist; free it with quicklist_free"),
+            Self::Owned { pfn, owner } => {
+                write!(f, "pfn {pfn} is owned by layer {}; give it back through that layer", owner.id())
+            }
+            Self::FlagsSet { pfn, flags } => write!(f, "pfn {pfn} still has flags {flags:?}"),
             Self::Reserved(p) => write!(f, "pfn {p} is reserved"),
             Self::TailPage { pfn, head } => {
                 write!(f, "pfn {pfn} is a tail page of compound page {head}")

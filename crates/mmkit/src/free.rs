@@ -64,7 +64,7 @@ impl PageAllocator {
     /// [`DoubleFree`](FreeError::DoubleFree), [`NotAllocated`](FreeError::NotAllocated),
     /// [`WrongOrder`](FreeError::WrongOrder), [`Poisoned`](FreeError::Poisoned),
     /// [`RefcountMismatch`](FreeError::RefcountMismatch) for a frozen page,
-    /// [`HeldByQuicklist`](FreeError::HeldByQuicklist)) change nothing. [`FreeError::BadPage`] means the block failed
+    /// [`Owned`](FreeError::Owned)) change nothing. [`FreeError::BadPage`] means the block failed
     /// `free_pages_prepare` and was reported and leaked.
     #[inline]
     pub fn free_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
@@ -75,7 +75,7 @@ impl PageAllocator {
     pub(crate) fn free_pages_on(&self, cpu: usize, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         let idx = self.validate_block(pfn, order)?;
         if self.drop_block_ref(cpu, pfn, idx, order)? {
-            self.free_block(cpu, idx, order, Claim::ByRefcount)
+            self.claim_and_free(cpu, idx, order, Claim::ByRefcount)
         } else {
             Ok(())
         }
@@ -118,7 +118,7 @@ impl PageAllocator {
     #[inline]
     pub(crate) fn free_frozen_pages_on(&self, cpu: usize, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         let idx = self.validate_frozen_block(pfn, order)?;
-        self.free_block(cpu, idx, order, Claim::Frozen)
+        self.claim_and_free(cpu, idx, order, Claim::Frozen)
     }
 
     /// Checks that `pfn` starts an allocated block of `order`.
@@ -184,7 +184,7 @@ impl PageAllocator {
         let page = self.desc(idx);
         match page.try_put() {
             None => Err(FreeError::RefcountMismatch { pfn, refcount: 0 }),
-            Some(0) => self.free_block(cpu, idx, page.order(), Claim::ByRefcount),
+            Some(0) => self.claim_and_free(cpu, idx, page.order(), Claim::ByRefcount),
             Some(_) => Ok(()),
         }
     }
@@ -196,11 +196,11 @@ impl PageAllocator {
         let idx = self.pfn_to_idx(pfn).ok_or(FreeError::OutOfRange(pfn))?;
         let page = self.desc(idx);
         let flags = page.flags();
-        if flags.intersection(PageFlags::ALLOCATED.union(PageFlags::QUICKLIST)) == PageFlags::ALLOCATED {
+        if flags.intersection(PageFlags::ALLOCATED.union(PageFlags::OWNED)) == PageFlags::ALLOCATED {
             return Ok(idx);
         }
-        if flags.contains(PageFlags::QUICKLIST) {
-            return Err(FreeError::HeldByQuicklist(pfn));
+        if flags.contains(PageFlags::OWNED) {
+            return Err(self.owned_error(pfn, idx));
         }
         if flags.contains(PageFlags::HOLE) {
             return Err(FreeError::Hole(pfn));
@@ -236,7 +236,7 @@ impl PageAllocator {
     /// Claims the block for freeing (exactly one caller wins), prepares it
     /// and releases it to CPU `cpu`'s list or its zone.
     #[inline]
-    pub(crate) fn free_block(&self, cpu: usize, idx: PageIdx, order: u32, claim: Claim) -> Result<(), FreeError> {
+    pub(crate) fn claim_and_free(&self, cpu: usize, idx: PageIdx, order: u32, claim: Claim) -> Result<(), FreeError> {
         self.claim_and_prepare(idx, order, claim)?;
         self.free_prepared_block(cpu, idx, order);
         Ok(())
@@ -284,9 +284,9 @@ impl PageAllocator {
         if refcount != 0 {
             return Err((idx, BadPageReason::NonzeroRefcount(refcount)));
         }
-        // QUICKLIST here means a free raced a quicklist taking the page:
+        // OWNED here means a free raced an owner taking the page back:
         // validation already refuses such pages, this catches the race.
-        let stale = flags.intersection(PageFlags::CHECK_AT_FREE.union(PageFlags::QUICKLIST));
+        let stale = flags.intersection(PageFlags::CHECK_AT_FREE.union(PageFlags::OWNED));
         if stale != PageFlags::EMPTY {
             return Err((idx, BadPageReason::FlagsSetAtFree(stale)));
         }

@@ -158,8 +158,8 @@ impl PageAllocator {
     #[inline(always)]
     fn prepare_contig_page(&self, idx: PageIdx, frozen: bool, summary: &mut ContigFreeSummary) -> bool {
         let page = self.desc(idx);
-        if page.has(PageFlags::QUICKLIST) {
-            // A quicklist owns it; only quicklist_free may take it back.
+        if page.has(PageFlags::OWNED) {
+            // A layer above owns it; only that layer may give it back.
             summary.still_in_use += 1;
             return false;
         }

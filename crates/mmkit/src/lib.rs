@@ -42,6 +42,7 @@ extern crate alloc;
 
 mod alloc_at;
 mod allocator;
+mod block;
 mod buddy;
 mod bulk;
 pub mod cma;
@@ -76,6 +77,7 @@ pub mod trace;
 pub mod zone;
 
 pub use allocator::{PageAllocator, PAGE_ALLOC_COSTLY_ORDER};
+pub use block::{BlockError, PageBlock, PageOwner};
 pub use bulk::BulkFreeError;
 pub use cma::{CmaAreaInfo, CmaId, CmaStats};
 pub use cpu::{CpuHandle, NoSuchCpu, PcpInfo};

@@ -11,7 +11,8 @@
 //! word 0  link_next  free-list successor (index) | tail: head index | private (low)
 //! word 1  link_prev  free-list predecessor       |                    private (high)
 //! word 2  refcount
-//! word 3  state      bits 0..18 PageFlags, 18..23 order, 24..27 migratetype tag
+//! word 3  state      bits 0..18 PageFlags, 18..23 order, 24..27 migratetype tag,
+//!                    28..32 owner tag (with `OWNED`)
 //! ```
 //!
 //! Linux spends 64 bytes per page; mmkit spends 16 (checked by a test), so a
@@ -80,10 +81,11 @@ impl PageFlags {
     /// The page heads a free block held on a per-CPU list (not on the buddy
     /// lists, not counted as zone-free).
     pub const PCP: Self = Self(1 << 16);
-    /// The page belongs to the quicklist layer: on a quicklist (refcount 0)
-    /// or handed out by one (refcount 1). Only `quicklist_free` may take it
-    /// back; the ordinary free paths refuse it.
-    pub const QUICKLIST: Self = Self(1 << 17);
+    /// The block belongs to a layer above the allocator (its
+    /// [`PageOwner`](crate::PageOwner) tag is in the descriptor): held by
+    /// that layer (refcount 0) or handed out by it (refcount 1). Only the
+    /// owner takes it back; the ordinary free paths refuse it.
+    pub const OWNED: Self = Self(1 << 17);
 
     /// Flags that must all be clear when a page is freed.
     pub const CHECK_AT_FREE: Self = Self(
@@ -159,7 +161,7 @@ impl core::fmt::Debug for PageFlags {
             "mlocked",
             "mapped",
             "pcp",
-            "quicklist",
+            "owned",
         ];
         let mut first = true;
         for (bit, name) in NAMES.iter().enumerate() {
@@ -183,6 +185,8 @@ const ORDER_SHIFT: u32 = 18;
 const ORDER_MASK: u32 = 0x1f << ORDER_SHIFT;
 const TAG_SHIFT: u32 = 24;
 const TAG_MASK: u32 = 0x7 << TAG_SHIFT;
+const OWNER_SHIFT: u32 = 28;
+const OWNER_MASK: u32 = 0xf << OWNER_SHIFT;
 
 /// One page frame's descriptor. See the module doc for the layout.
 #[derive(Default)]
@@ -220,6 +224,28 @@ impl PageDesc {
     pub(crate) fn set_flag_once(&self, flag: PageFlags) -> bool {
         let bit = flag.0;
         self.state.fetch_or(bit, core::sync::atomic::Ordering::AcqRel) & bit == 0
+    }
+    /// The owner tag (0 when no layer owns the page).
+    #[inline]
+    pub(crate) fn owner(&self) -> u8 {
+        ((self.state.load(Relaxed) & OWNER_MASK) >> OWNER_SHIFT) as u8
+    }
+    /// Marks the page as owned by `owner` (one atomic update).
+    pub(crate) fn set_owner(&self, owner: u8) {
+        let _ = self.state.fetch_update(Relaxed, Relaxed, |s| Some(owned_state(s, owner)));
+    }
+    /// Marks the page as owned by `owner` unless it already is owned; true
+    /// for the one caller that marked it.
+    pub(crate) fn try_set_owner(&self, owner: u8) -> bool {
+        self.state
+            .fetch_update(core::sync::atomic::Ordering::AcqRel, Relaxed, |s| {
+                (s & PageFlags::OWNED.0 == 0).then(|| owned_state(s, owner))
+            })
+            .is_ok()
+    }
+    /// Clears the owner mark and tag.
+    pub(crate) fn clear_owner(&self) {
+        let _ = self.state.fetch_and(!(PageFlags::OWNED.0 | OWNER_MASK), Relaxed);
     }
     /// Atomically replaces the order, keeping flags and tag.
     pub(crate) fn set_order_atomic(&self, order: u32) {
@@ -295,10 +321,9 @@ impl PageDesc {
             .map(|c| c + 1)
     }
     /// Moves the refcount from exactly `from` to `to`; false (and no change)
-    /// if it held anything else. Quicklists use it to take a page from its
-    /// holder so that a racing second free of the same page loses.
+    /// if it held anything else. Taking back a handed-out block uses it, so
+    /// that of two racing give-backs of one page exactly one wins.
     #[inline]
-    #[cfg(feature = "std")]
     pub(crate) fn refcount_exchange(&self, from: u32, to: u32) -> bool {
         self.refcount.compare_exchange(from, to, core::sync::atomic::Ordering::AcqRel, Relaxed).is_ok()
     }
@@ -311,6 +336,11 @@ impl PageDesc {
             .ok()
             .map(|c| c - 1)
     }
+}
+
+/// State word `s` with the `OWNED` flag and owner tag `owner`.
+fn owned_state(s: u32, owner: u8) -> u32 {
+    (s & !OWNER_MASK) | PageFlags::OWNED.0 | (u32::from(owner) << OWNER_SHIFT)
 }
 
 /// The descriptor table: one [`PageDesc`] per PFN in `[base_pfn, base_pfn + len)`.
@@ -366,6 +396,14 @@ mod tests {
         d.update_flags_atomic(PageFlags::EMPTY, PageFlags::BUDDY);
         assert_eq!(d.flags(), PageFlags::HWPOISON);
         assert_eq!(d.order(), 10, "clearing flags keeps the order");
+        d.set_owner(15);
+        assert_eq!((d.owner(), d.order(), d.tag()), (15, 10, 5));
+        assert!(d.has(PageFlags::OWNED));
+        assert!(!d.try_set_owner(3), "already owned");
+        d.clear_owner();
+        assert_eq!((d.owner(), d.flags()), (0, PageFlags::HWPOISON));
+        assert!(d.try_set_owner(3));
+        assert_eq!(d.owner(), 3);
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! allocator's own lists: pages come and go through [`Quicklists`] only.
 //!
 //! The entries are read and written in place, inside table pages that this
-//! module holds (marked [`QUICKLIST`](crate::PageFlags::QUICKLIST), so no
+//! module holds (marked [`OWNED`](crate::PageFlags::OWNED), so no
 //! free path of the allocator accepts them); that is the `unsafe` here.
 
 use crate::gfp::Gfp;

@@ -9,7 +9,7 @@
 //!
 //! Ownership is kept in the page descriptor, so that a mistaken free cannot
 //! put one page in two places: a page the quicklist layer handed out or
-//! caches carries [`PageFlags::QUICKLIST`] (the ordinary free paths refuse
+//! caches carries [`PageFlags::OWNED`] with owner [`QUICKLIST_OWNER`] (the ordinary free paths refuse
 //! it), with refcount 1 while a caller holds it and 0 while it is cached.
 //! Caching a page is one compare-and-swap of that refcount; taking it is a
 //! plain store, as the list's owner is the only one who can reach it.
@@ -39,6 +39,12 @@ pub use pinned::QuicklistCpu;
 
 /// A page constructor or destructor: gets the whole page as bytes.
 pub type PageFn<'f> = &'f dyn Fn(&mut [u8]);
+
+/// The owner tag of pages the quicklists hold or handed out.
+pub const QUICKLIST_OWNER: crate::PageOwner = match crate::PageOwner::new(1) {
+    Some(owner) => owner,
+    None => unreachable!(),
+};
 
 /// Linux's default `CONFIG_NR_QUICK`.
 pub const DEFAULT_NR_QUICK: usize = 1;
@@ -416,7 +422,7 @@ impl<'a> Quicklists<'a> {
         let nid = self.alloc.cpu_to_node(cpu);
         let pfn = self.alloc.alloc_on(cpu, nid, gfp | Gfp::ZERO, 0, false).map_err(QuicklistError::Alloc)?;
         let idx = self.alloc.pfn_to_idx(pfn).unwrap_or(NIL);
-        self.alloc.desc(idx).update_flags_atomic(PageFlags::QUICKLIST, PageFlags::EMPTY);
+        self.alloc.desc(idx).set_owner(QUICKLIST_OWNER.id());
         if let Some(ctor) = ctor {
             // SAFETY: the page was just allocated and is not handed out yet.
             let bytes = unsafe { self.page_bytes(idx) };
@@ -447,7 +453,7 @@ impl<'a> Quicklists<'a> {
         if cfg!(debug_assertions) {
             if let Some(offset) = self.first_difference(idx, at.nr) {
                 at.list.bypassed.add(1);
-                self.alloc.report_bad_page(idx, BadPageReason::QuicklistState { list: at.nr, offset }, 0);
+                self.alloc.report_bad_page(idx, BadPageReason::OwnerState { owner: QUICKLIST_OWNER, offset }, 0);
                 self.bypass(at.cpu, idx, dtor)?;
                 return Err(QuicklistError::WrongState { pfn, offset });
             }
@@ -478,8 +484,8 @@ impl<'a> Quicklists<'a> {
         let (idx, page) = self.alloc.pfn_to_desc(pfn).ok_or(QuicklistError::Free(FreeError::OutOfRange(pfn)))?;
         let (flags, order) = page.flags_and_order();
         // The common case: a page this layer handed out, back unchanged.
-        let handed_out = PageFlags::ALLOCATED.union(PageFlags::QUICKLIST);
-        if flags == handed_out && order == 0 && page.refcount_exchange(1, 0) {
+        let handed_out = PageFlags::ALLOCATED.union(PageFlags::OWNED);
+        if flags == handed_out && order == 0 && page.owner() == QUICKLIST_OWNER.id() && page.refcount_exchange(1, 0) {
             return Ok((idx, page));
         }
         self.take_from_holder_slow(pfn, idx, flags, order).map(|idx| (idx, page))
@@ -507,13 +513,16 @@ impl<'a> Quicklists<'a> {
         }
         // A page from the plain allocator is marked first, so that the free
         // paths refuse it from the moment its refcount can read 0.
-        let adopted = !flags.contains(PageFlags::QUICKLIST);
-        if adopted && !page.set_flag_once(PageFlags::QUICKLIST) {
+        if flags.contains(PageFlags::OWNED) && page.owner() != QUICKLIST_OWNER.id() {
+            return Err(QuicklistError::Free(self.alloc.owned_error(pfn, idx)));
+        }
+        let adopted = !flags.contains(PageFlags::OWNED);
+        if adopted && !page.try_set_owner(QUICKLIST_OWNER.id()) {
             return Err(QuicklistError::Free(FreeError::DoubleFree(pfn)));
         }
         if !page.refcount_exchange(1, 0) {
             if adopted {
-                page.update_flags_atomic(PageFlags::EMPTY, PageFlags::QUICKLIST);
+                page.clear_owner();
             }
             let refcount = page.refcount();
             let err = if refcount == 0 && !adopted {
@@ -540,7 +549,7 @@ impl<'a> Quicklists<'a> {
             // taken from its holder) and has not freed it yet.
             dtor(unsafe { self.page_bytes(idx) });
         }
-        self.alloc.desc(idx).update_flags_atomic(PageFlags::EMPTY, PageFlags::QUICKLIST);
+        self.alloc.desc(idx).clear_owner();
         self.alloc.free_pages_on(cpu, self.alloc.idx_to_pfn(idx), 0).map_err(QuicklistError::Free)
     }
 

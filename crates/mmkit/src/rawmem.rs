@@ -254,6 +254,49 @@ mod real {
         }
     }
 
+    /// Byte access to owned blocks: the only safe way to page contents.
+    impl RealMemory {
+        /// Bytes `[index, index + 2^order)` pages of the region (empty if
+        /// the span leaves it).
+        fn block_span(&self, index: usize, order: u32) -> Option<(usize, usize)> {
+            let start = index.checked_mul(self.page_size)?;
+            let len = self.page_size.checked_shl(order)?;
+            (start.checked_add(len)? <= self.len).then_some((start, len))
+        }
+
+        /// The bytes of the block at page `index`. `_holder` is the block's
+        /// unique handle, borrowed for as long as the slice lives.
+        pub(crate) fn block_bytes<'b>(&'b self, index: usize, order: u32, _holder: &'b crate::PageBlock) -> &'b [u8] {
+            match self.block_span(index, order) {
+                // SAFETY: the span lies inside the mapping (block_span),
+                // which lives as long as `self`. A `PageBlock` is the one
+                // handle of an owned block and the allocator refuses every
+                // other free of it, so while `_holder` is borrowed shared
+                // nobody holds it mutably and the bytes cannot change.
+                Some((start, len)) => unsafe { core::slice::from_raw_parts(self.base.as_ptr().add(start), len) },
+                None => &[],
+            }
+        }
+
+        /// The bytes of the block at page `index`, writable. `_holder` is
+        /// the block's unique handle, borrowed exclusively for as long as
+        /// the slice lives.
+        pub(crate) fn block_bytes_mut<'b>(
+            &'b self,
+            index: usize,
+            order: u32,
+            _holder: &'b mut crate::PageBlock,
+        ) -> &'b mut [u8] {
+            match self.block_span(index, order) {
+                // SAFETY: in bounds as above; `&mut PageBlock` is exclusive
+                // use of the block's one handle, so no other reference to
+                // these bytes exists while the slice lives.
+                Some((start, len)) => unsafe { core::slice::from_raw_parts_mut(self.base.as_ptr().add(start), len) },
+                None => &mut [],
+            }
+        }
+    }
+
     impl RealMemory {
         /// Copies `count` pages starting at page `from` to page `to`
         /// (migration). Does nothing if either span leaves the mapping or the

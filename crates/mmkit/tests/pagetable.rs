@@ -150,7 +150,7 @@ fn table_pages_cannot_be_freed_behind_the_tables_back() {
     // Every allocated page that is not the caller's is a table page.
     let mut refused = 0;
     for pfn in mm.start_pfn().0..mm.end_pfn().0 {
-        if let Err(mmkit::FreeError::HeldByQuicklist(_)) = mm.free_pages(Pfn(pfn), 0) {
+        if let Err(mmkit::FreeError::Owned { .. }) = mm.free_pages(Pfn(pfn), 0) {
             refused += 1;
         }
     }

@@ -3,7 +3,7 @@
 //! no page held twice, ctor and dtor counts exact, every page handed out in
 //! its list's state), and a multi-threaded stress over real memory.
 
-use mmkit::quicklist::{PageFn, QuicklistError, Quicklists, FRACTION_OF_NODE_MEM};
+use mmkit::quicklist::{PageFn, QuicklistError, Quicklists, FRACTION_OF_NODE_MEM, QUICKLIST_OWNER};
 use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
 use proptest::prelude::*;
 use std::cell::Cell;
@@ -116,7 +116,7 @@ proptest! {
                 }
                 Op::FreeThroughAllocator { nth } if !held.is_empty() => {
                     let (pfn, _) = held[nth % held.len()];
-                    prop_assert_eq!(mm.free_pages(pfn, 0), Err(FreeError::HeldByQuicklist(pfn)));
+                    prop_assert_eq!(mm.free_pages(pfn, 0), Err(FreeError::Owned { pfn, owner: QUICKLIST_OWNER }));
                 }
                 Op::Trim { list, cpu, min_pages, max_free } => {
                     CPU.with(|c| c.set(cpu));

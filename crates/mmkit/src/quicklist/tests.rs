@@ -39,7 +39,7 @@ fn a_freed_page_comes_back_from_the_list_without_the_allocator() {
     let start = mm.nr_free_pages();
     let ql = Quicklists::new(&mm, 2).unwrap();
     let a = ql.quicklist_alloc(1, Gfp::KERNEL, None).unwrap();
-    assert!(mm.page_flags(a).unwrap().contains(PageFlags::QUICKLIST));
+    assert!(mm.page_flags(a).unwrap().contains(PageFlags::OWNED));
     ql.quicklist_free_page(1, None, a).unwrap();
     assert_eq!(ql.quicklist_size(0, 1), Some(1));
     assert_eq!(ql.quicklist_size(0, 0), Some(0));
@@ -159,7 +159,7 @@ fn bad_frees_are_refused_and_change_nothing() {
         ql.quicklist_free_page(0, None, shared),
         Err(QuicklistError::Free(FreeError::RefcountMismatch { refcount: 2, .. }))
     ));
-    assert!(!mm.page_flags(shared).unwrap().contains(PageFlags::QUICKLIST), "the mark is undone");
+    assert!(!mm.page_flags(shared).unwrap().contains(PageFlags::OWNED), "the mark is undone");
     mm.set_page_flags(shared, PageFlags::LRU).unwrap();
     mm.put_page(shared).unwrap();
     assert_eq!(
@@ -169,10 +169,10 @@ fn bad_frees_are_refused_and_change_nothing() {
     assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), free);
     assert_eq!(ql.quicklist_total_size(), size);
     // The allocator's own free paths refuse quicklist pages, cached or held.
-    assert_eq!(mm.free_pages(a, 0), Err(FreeError::HeldByQuicklist(a)));
-    assert_eq!(mm.put_page(a), Err(FreeError::HeldByQuicklist(a)));
+    assert_eq!(mm.free_pages(a, 0), Err(FreeError::Owned { pfn: a, owner: QUICKLIST_OWNER }));
+    assert_eq!(mm.put_page(a), Err(FreeError::Owned { pfn: a, owner: QUICKLIST_OWNER }));
     let held = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
-    assert_eq!(mm.free_pages(held, 0), Err(FreeError::HeldByQuicklist(held)));
+    assert_eq!(mm.free_pages(held, 0), Err(FreeError::Owned { pfn: held, owner: QUICKLIST_OWNER }));
     assert_eq!(mm.free_contig_range(held, 1).unwrap().still_in_use, 1);
     ql.quicklist_free_page(0, None, held).unwrap();
     mm.clear_page_flags(shared, PageFlags::LRU).unwrap();

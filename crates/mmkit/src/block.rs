@@ -1,0 +1,332 @@
+//! Owned blocks: the public API that layers above the page allocator
+//! (quicklists, page tables, zsmalloc) build on.
+//!
+//! Owns [`PageOwner`], [`PageBlock`] and the descriptor transitions between
+//! "allocated", "owned by a layer" and "handed out by that layer". Must not
+//! touch free lists or per-CPU lists: allocation and free go through the
+//! ordinary paths.
+//!
+//! A layer marks the pages it manages with its [`PageOwner`] tag, much as
+//! Linux marks them with a page type (`PGTY_zsmalloc`, `PGTY_table`): the
+//! ordinary free paths (`free_pages`, `put_page`, `free_frozen_pages`,
+//! `free_contig_range`) refuse an owned page with [`FreeError::Owned`], and
+//! contiguous allocation does not migrate it. The layer holds each block as
+//! a [`PageBlock`]: a unique handle (not `Clone`), so `&mut PageBlock` is
+//! exclusive access to the block's bytes and giving the block back consumes
+//! the handle. A block the layer hands to its own caller as a bare PFN
+//! ([`PageAllocator::hand_out_block`]) carries refcount 1; taking it back
+//! ([`PageAllocator::take_back_block`]) is one compare-and-swap of that
+//! refcount to 0, so of two racing frees of the same page exactly one wins.
+//!
+//! ```
+//! use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageOwner};
+//!
+//! const MINE: PageOwner = PageOwner::new(7).unwrap();
+//! let mm = MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
+//! let mut block = mm.alloc_block(MINE, Gfp::KERNEL | Gfp::ZERO, 0).unwrap();
+//! mm.block_bytes_mut(&mut block).unwrap()[..5].copy_from_slice(b"hello");
+//! assert_eq!(&mm.block_bytes(&block).unwrap()[..5], b"hello");
+//! assert!(mm.free_pages(block.pfn(), 0).is_err());   // owned: the plain free refuses it
+//! mm.free_block(block).unwrap();
+//! ```
+#![deny(unsafe_code)]
+
+use crate::cpu::CpuHandle;
+use crate::error::{BadPageReason, FreeError};
+use crate::gfp::Gfp;
+use crate::page::{PageFlags, PageIdx};
+use crate::{AllocError, PageAllocator, Pfn};
+use core::num::NonZeroU8;
+
+/// The tag of a layer that owns pages (1 ..= [`PageOwner::MAX`]).
+///
+/// Tags are chosen by the layers themselves, like Linux's page types; two
+/// layers on one allocator must use different tags.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct PageOwner(NonZeroU8);
+
+impl PageOwner {
+    /// Largest tag the descriptor can hold.
+    pub const MAX: u8 = 15;
+
+    /// Tag `id`; `None` for 0 or above [`MAX`](Self::MAX).
+    pub const fn new(id: u8) -> Option<Self> {
+        match NonZeroU8::new(id) {
+            Some(id) if id.get() <= Self::MAX => Some(Self(id)),
+            _ => None,
+        }
+    }
+
+    /// The tag's number.
+    pub const fn id(self) -> u8 {
+        self.0.get()
+    }
+}
+
+/// A block of 2^order pages owned by one layer, allocated and frozen
+/// (refcount 0). Exactly one `PageBlock` exists for such a block, so the
+/// borrow rules on it decide who may read or write the block's bytes.
+///
+/// Give it back with [`PageAllocator::free_block`]; a dropped `PageBlock`
+/// leaks its pages (they stay allocated and owned).
+#[must_use = "a dropped PageBlock leaks its pages; free it with PageAllocator::free_block"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct PageBlock {
+    pfn: Pfn,
+    order: u8,
+    owner: PageOwner,
+    /// The allocator the block belongs to ([`PageAllocator::map_id`]).
+    map_id: u32,
+}
+
+impl PageBlock {
+    /// First page.
+    pub fn pfn(&self) -> Pfn {
+        self.pfn
+    }
+    /// The block is 2^order pages.
+    pub fn order(&self) -> u32 {
+        u32::from(self.order)
+    }
+    /// Pages in the block.
+    pub fn nr_pages(&self) -> u64 {
+        1 << self.order
+    }
+    /// The layer that owns it.
+    pub fn owner(&self) -> PageOwner {
+        self.owner
+    }
+}
+
+/// Why a block operation failed. Nothing was changed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BlockError {
+    /// The block belongs to another allocator; it is handed back unchanged.
+    Foreign(PageBlock),
+    /// The free path refused or reported the block (see [`FreeError`]).
+    Free(FreeError),
+}
+
+impl core::fmt::Display for BlockError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Foreign(block) => write!(f, "block at pfn {} belongs to another allocator", block.pfn),
+            Self::Free(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for BlockError {}
+
+impl PageAllocator {
+    /// Allocates a block of 2^`order` pages for layer `owner` on the calling
+    /// CPU: the ordinary allocation path, then the block is marked as
+    /// `owner`'s and frozen.
+    ///
+    /// # Errors
+    /// As [`alloc_pages`](Self::alloc_pages).
+    #[inline]
+    pub fn alloc_block(&self, owner: PageOwner, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
+        self.alloc_block_on(self.current_cpu(), owner, gfp, order)
+    }
+
+    #[inline]
+    pub(crate) fn alloc_block_on(
+        &self,
+        cpu: usize,
+        owner: PageOwner,
+        gfp: Gfp,
+        order: u32,
+    ) -> Result<PageBlock, AllocError> {
+        let pfn = self.alloc_on(cpu, self.cpu_to_node(cpu), gfp, order, true)?;
+        let idx = self.pfn_to_idx(pfn).unwrap_or_default();
+        // Nobody else knows the block yet, so marking it cannot race.
+        self.desc(idx).set_owner(owner.id());
+        Ok(self.block_handle(pfn, order, owner))
+    }
+
+    /// Frees an owned block on the calling CPU: the owner mark is cleared
+    /// and the block goes down the frozen free path.
+    ///
+    /// # Errors
+    /// [`BlockError::Foreign`] for another allocator's block (given back);
+    /// [`BlockError::Free`] when `free_pages_prepare` found the block bad
+    /// (for example embedder flags left set): reported and leaked, as any
+    /// bad page.
+    #[inline]
+    pub fn free_block(&self, block: PageBlock) -> Result<(), BlockError> {
+        self.free_block_on(self.current_cpu(), block)
+    }
+
+    #[inline]
+    pub(crate) fn free_block_on(&self, cpu: usize, block: PageBlock) -> Result<(), BlockError> {
+        let Ok(idx) = self.block_idx(&block) else {
+            return Err(BlockError::Foreign(block));
+        };
+        self.desc(idx).clear_owner();
+        self.free_frozen_pages_on(cpu, self.idx_to_pfn(idx), u32::from(block.order)).map_err(BlockError::Free)
+    }
+
+    /// The bytes of a block this caller holds (`nr_pages × page size`);
+    /// `None` for a metadata-only map or another allocator's block.
+    #[cfg(feature = "std")]
+    #[inline]
+    pub fn block_bytes<'b>(&'b self, block: &'b PageBlock) -> Option<&'b [u8]> {
+        let idx = self.block_idx(block).ok()?;
+        Some(self.real_memory()?.block_bytes(idx as usize, u32::from(block.order), block))
+    }
+
+    /// The bytes of a block this caller holds, writable: `&mut PageBlock`
+    /// is exclusive, so nobody else reads or writes them meanwhile. `None`
+    /// as for [`block_bytes`](Self::block_bytes).
+    #[cfg(feature = "std")]
+    #[inline]
+    pub fn block_bytes_mut<'b>(&'b self, block: &'b mut PageBlock) -> Option<&'b mut [u8]> {
+        let idx = self.block_idx(block).ok()?;
+        Some(self.real_memory()?.block_bytes_mut(idx as usize, u32::from(block.order), block))
+    }
+
+    /// Hands an owned block to the layer's caller as a bare PFN: its
+    /// refcount becomes 1 and it stays owned, so only
+    /// [`take_back_block`](Self::take_back_block) with the same owner
+    /// accepts it again.
+    ///
+    /// # Errors
+    /// [`BlockError::Foreign`] for another allocator's block (given back).
+    #[inline]
+    pub fn hand_out_block(&self, block: PageBlock) -> Result<Pfn, BlockError> {
+        let Ok(idx) = self.block_idx(&block) else {
+            return Err(BlockError::Foreign(block));
+        };
+        self.desc(idx).set_refcount(1);
+        Ok(self.idx_to_pfn(idx))
+    }
+
+    /// Takes back a block of `order` that `owner` handed out (or, to adopt
+    /// it, a plain block from [`alloc_pages`](Self::alloc_pages) with one
+    /// reference): afterwards it is `owner`'s and frozen, and the returned
+    /// handle is the only way to it. Of racing calls for one block, one
+    /// wins; the others get [`FreeError::DoubleFree`].
+    ///
+    /// # Errors
+    /// Every [`FreeError`] of [`free_pages`](Self::free_pages) for a PFN
+    /// that does not start an allocated block of `order`;
+    /// [`FreeError::Owned`] for another owner's block;
+    /// [`FreeError::FlagsSet`] for a block with embedder flags still set;
+    /// [`FreeError::RefcountMismatch`] for a block with other references.
+    /// Nothing is changed.
+    #[inline]
+    pub fn take_back_block(&self, owner: PageOwner, pfn: Pfn, order: u32) -> Result<PageBlock, FreeError> {
+        let (idx, page) = self.pfn_to_desc(pfn).ok_or(FreeError::OutOfRange(pfn))?;
+        let (flags, got_order) = page.flags_and_order();
+        // The common case: a block this owner handed out, back unchanged.
+        let handed_out = PageFlags::ALLOCATED.union(PageFlags::OWNED);
+        if flags == handed_out && got_order == order && page.owner() == owner.id() && page.refcount_exchange(1, 0) {
+            return Ok(self.block_handle(pfn, order, owner));
+        }
+        self.take_back_slow(owner, pfn, idx, order).map(|()| self.block_handle(pfn, order, owner))
+    }
+
+    #[cold]
+    fn take_back_slow(&self, owner: PageOwner, pfn: Pfn, idx: PageIdx, order: u32) -> Result<(), FreeError> {
+        let page = self.desc(idx);
+        let (flags, got_order) = page.flags_and_order();
+        if flags.contains(PageFlags::OWNED) && page.owner() != owner.id() {
+            return Err(self.owned_error(pfn, idx));
+        }
+        if !flags.contains(PageFlags::ALLOCATED) {
+            let err = self.validate_allocated(pfn).err().unwrap_or(FreeError::NotAllocated(pfn));
+            // An owned, frozen page of this owner is one it still holds: a
+            // second give-back of a page it already took back.
+            return Err(if matches!(err, FreeError::Owned { .. }) { FreeError::DoubleFree(pfn) } else { err });
+        }
+        if got_order != order {
+            return Err(FreeError::WrongOrder { pfn, allocated: got_order, given: order });
+        }
+        let embedder = flags.intersection(PageFlags::CHECK_AT_FREE);
+        if embedder != PageFlags::EMPTY {
+            return Err(FreeError::FlagsSet { pfn, flags: embedder });
+        }
+        // A plain block is marked first, so that the free paths refuse it
+        // from the moment its refcount can read 0.
+        let adopted = !flags.contains(PageFlags::OWNED);
+        if adopted && !page.try_set_owner(owner.id()) {
+            return Err(FreeError::DoubleFree(pfn));
+        }
+        if !page.refcount_exchange(1, 0) {
+            if adopted {
+                page.clear_owner();
+            }
+            let refcount = page.refcount();
+            return Err(if refcount == 0 && !adopted {
+                FreeError::DoubleFree(pfn)
+            } else {
+                FreeError::RefcountMismatch { pfn, refcount }
+            });
+        }
+        Ok(())
+    }
+
+    /// The owner tag of `pfn`'s page, if a layer owns it.
+    pub fn page_owner(&self, pfn: Pfn) -> Option<PageOwner> {
+        let (_, page) = self.pfn_to_desc(pfn)?;
+        if page.has(PageFlags::OWNED) {
+            PageOwner::new(page.owner())
+        } else {
+            None
+        }
+    }
+
+    /// Reports a block whose contents its owner found wrong (for example a
+    /// cached page that is not in its cache's state) as a bad page, through
+    /// the hooks and the bad-page rate limit. Changes no state.
+    pub fn report_bad_block(&self, block: &PageBlock, offset: usize) {
+        if let Ok(idx) = self.block_idx(block) {
+            self.report_bad_page(idx, BadPageReason::OwnerState { owner: block.owner, offset }, 0);
+        }
+    }
+
+    /// [`FreeError::Owned`] for owned page `idx`.
+    #[cold]
+    pub(crate) fn owned_error(&self, pfn: Pfn, idx: PageIdx) -> FreeError {
+        match PageOwner::new(self.desc(idx).owner()) {
+            Some(owner) => FreeError::Owned { pfn, owner },
+            None => FreeError::NotAllocated(pfn),
+        }
+    }
+
+    #[inline(always)]
+    fn block_handle(&self, pfn: Pfn, order: u32, owner: PageOwner) -> PageBlock {
+        PageBlock { pfn, order: order as u8, owner, map_id: self.map_id() }
+    }
+
+    /// The block's descriptor index, if it is this allocator's.
+    #[inline(always)]
+    fn block_idx(&self, block: &PageBlock) -> Result<PageIdx, ()> {
+        if block.map_id != self.map_id() {
+            return Err(());
+        }
+        self.pfn_to_idx(block.pfn).ok_or(())
+    }
+}
+
+impl CpuHandle<'_> {
+    /// [`PageAllocator::alloc_block`] on this handle's CPU.
+    ///
+    /// # Errors
+    /// As `alloc_block`.
+    #[inline]
+    pub fn alloc_block(&self, owner: PageOwner, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
+        self.allocator().alloc_block_on(self.cpu_id(), owner, gfp, order)
+    }
+
+    /// [`PageAllocator::free_block`] to this handle's CPU's lists.
+    ///
+    /// # Errors
+    /// As `free_block`.
+    #[inline]
+    pub fn free_block(&self, block: PageBlock) -> Result<(), BlockError> {
+        self.allocator().free_block_on(self.cpu_id(), block)
+    }
+}

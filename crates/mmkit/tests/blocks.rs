@@ -1,0 +1,195 @@
+//! The owned-block API that layers above the allocator live on: owner
+//! tags the free paths respect, unique handles with byte access, hand-out
+//! and take-back with exactly one winner.
+
+use mmkit::{
+    Backing, BlockError, CopyMigrator, FreeError, Gfp, HugePages, MemoryMapBuilder, MigrateType, PageAllocator,
+    PageFlags, PageOwner, Pfn,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+const OWNER: PageOwner = PageOwner::new(3).unwrap();
+const OTHER: PageOwner = PageOwner::new(4).unwrap();
+
+fn real(bytes: u64) -> PageAllocator {
+    MemoryMapBuilder::with_memory(bytes).backing(Backing::RealMemory(HugePages::None)).nr_cpus(2).build().unwrap()
+}
+
+#[test]
+fn owner_tags_are_one_to_fifteen() {
+    assert!(PageOwner::new(0).is_none());
+    assert!(PageOwner::new(16).is_none());
+    assert_eq!(PageOwner::new(15).unwrap().id(), 15);
+}
+
+#[test]
+fn a_block_has_bytes_its_holder_alone_writes() {
+    let mm = real(16 << 20);
+    let free_before = mm.nr_free_pages() + mm.nr_pcp_pages();
+    let mut block = mm.alloc_block(OWNER, Gfp::KERNEL | Gfp::ZERO, 2).unwrap();
+    assert_eq!(block.nr_pages(), 4);
+    assert_eq!(mm.page_owner(block.pfn()), Some(OWNER));
+    let bytes = mm.block_bytes_mut(&mut block).unwrap();
+    assert_eq!(bytes.len(), 4 * 4096);
+    assert!(bytes.iter().all(|&b| b == 0), "__GFP_ZERO");
+    bytes[16383] = 0xa5;
+    assert_eq!(mm.block_bytes(&block).unwrap()[16383], 0xa5);
+    // The address-based view agrees.
+    let addr = mm.page_address(block.pfn()).unwrap();
+    assert_eq!(mm.address_to_pfn(addr.as_ptr()), Some(block.pfn()));
+    mm.free_block(block).unwrap();
+    assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), free_before);
+    mm.check_invariants().unwrap();
+}
+
+#[test]
+fn the_plain_free_paths_refuse_an_owned_block_and_change_nothing() {
+    let mm = real(16 << 20);
+    let block = mm.alloc_block(OWNER, Gfp::KERNEL, 0).unwrap();
+    let pfn = block.pfn();
+    let owned = Err(FreeError::Owned { pfn, owner: OWNER });
+    assert_eq!(mm.free_pages(pfn, 0), owned);
+    assert_eq!(mm.put_page(pfn), owned);
+    assert_eq!(mm.free_frozen_pages(pfn, 0), owned);
+    assert!(mm.get_page(pfn).is_err(), "a frozen block gains no reference");
+    // A held block is frozen: the range free refuses it before touching
+    // anything; a handed-out one is skipped (see the quicklist tests).
+    assert_eq!(mm.free_contig_range(pfn, 1), Err(FreeError::RefcountMismatch { pfn, refcount: 0 }));
+    assert_eq!(mm.free_contig_frozen_range(pfn, 1).unwrap().still_in_use, 1);
+    assert_eq!(mm.page_owner(pfn), Some(OWNER));
+    mm.free_block(block).unwrap();
+    assert_eq!(mm.page_owner(pfn), None);
+    mm.check_invariants().unwrap();
+}
+
+#[test]
+fn hand_out_and_take_back_have_one_winner() {
+    let mm = real(16 << 20);
+    let pfn = mm.hand_out_block(mm.alloc_block(OWNER, Gfp::KERNEL, 0).unwrap()).unwrap();
+    assert_eq!(mm.free_pages(pfn, 0), Err(FreeError::Owned { pfn, owner: OWNER }));
+    assert_eq!(mm.take_back_block(OTHER, pfn, 0).unwrap_err(), FreeError::Owned { pfn, owner: OWNER });
+    assert_eq!(mm.take_back_block(OWNER, pfn, 1).unwrap_err(), FreeError::WrongOrder { pfn, allocated: 0, given: 1 });
+    let block = mm.take_back_block(OWNER, pfn, 0).unwrap();
+    assert_eq!(mm.take_back_block(OWNER, pfn, 0).unwrap_err(), FreeError::DoubleFree(pfn));
+    mm.free_block(block).unwrap();
+    assert_eq!(mm.take_back_block(OWNER, pfn, 0).unwrap_err(), FreeError::DoubleFree(pfn));
+    mm.check_invariants().unwrap();
+}
+
+#[test]
+fn take_back_adopts_a_plain_page_unless_it_is_shared_or_flagged() {
+    let mm = real(16 << 20);
+    let pfn = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
+    mm.get_page(pfn).unwrap();
+    assert_eq!(mm.take_back_block(OWNER, pfn, 0).unwrap_err(), FreeError::RefcountMismatch { pfn, refcount: 2 });
+    assert_eq!(mm.page_owner(pfn), None, "the mark is undone");
+    mm.put_page(pfn).unwrap();
+    mm.set_page_flags(pfn, PageFlags::LRU).unwrap();
+    assert_eq!(mm.take_back_block(OWNER, pfn, 0).unwrap_err(), FreeError::FlagsSet { pfn, flags: PageFlags::LRU });
+    mm.clear_page_flags(pfn, PageFlags::LRU).unwrap();
+    let block = mm.take_back_block(OWNER, pfn, 0).unwrap();
+    assert_eq!(mm.page_owner(pfn), Some(OWNER));
+    mm.free_block(block).unwrap();
+    assert_eq!(mm.take_back_block(OWNER, Pfn(u64::MAX), 0).unwrap_err(), FreeError::OutOfRange(Pfn(u64::MAX)));
+    mm.check_invariants().unwrap();
+}
+
+#[test]
+fn another_allocators_block_is_handed_back_untouched() {
+    let a = real(8 << 20);
+    let b = real(8 << 20);
+    let mut block = a.alloc_block(OWNER, Gfp::KERNEL, 0).unwrap();
+    assert!(b.block_bytes(&block).is_none());
+    assert!(b.block_bytes_mut(&mut block).is_none());
+    let block = match b.free_block(block) {
+        Err(BlockError::Foreign(block)) => block,
+        other => panic!("expected the block back, got {other:?}"),
+    };
+    let block = match b.hand_out_block(block) {
+        Err(BlockError::Foreign(block)) => block,
+        other => panic!("expected the block back, got {other:?}"),
+    };
+    a.free_block(block).unwrap();
+    a.check_invariants().unwrap();
+    b.check_invariants().unwrap();
+}
+
+#[test]
+fn a_metadata_only_map_gives_blocks_without_bytes() {
+    let mm = MemoryMapBuilder::with_memory(8 << 20).build().unwrap();
+    let block = mm.alloc_block(OWNER, Gfp::KERNEL, 0).unwrap();
+    assert!(mm.block_bytes(&block).is_none());
+    mm.free_block(block).unwrap();
+}
+
+#[test]
+fn contiguous_allocation_never_migrates_an_owned_block() {
+    let mm = MemoryMapBuilder::with_memory(64 << 20)
+        .backing(Backing::RealMemory(HugePages::None))
+        .migrator(CopyMigrator::new(|_, _, _| {}))
+        .build()
+        .unwrap();
+    let block = mm.alloc_block(OWNER, Gfp::HIGHUSER_MOVABLE, 0).unwrap();
+    let pb = 1u64 << mm.geometry().pageblock_order;
+    let start = Pfn(block.pfn().0 & !(pb - 1));
+    let err = mm.alloc_contig_range(start, Pfn(start.0 + pb), MigrateType::Movable, Gfp::KERNEL).unwrap_err();
+    assert!(matches!(err, mmkit::ContigError::Busy { .. }), "{err:?}");
+    assert_eq!(mm.page_owner(block.pfn()), Some(OWNER));
+    mm.free_block(block).unwrap();
+    mm.check_invariants().unwrap();
+}
+
+#[test]
+fn racing_take_backs_of_one_page_have_exactly_one_winner() {
+    let mm = Arc::new(real(16 << 20));
+    for _ in 0..200 {
+        let pfn = mm.hand_out_block(mm.alloc_block(OWNER, Gfp::KERNEL, 0).unwrap()).unwrap();
+        let wins = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let (mm, wins) = (mm.clone(), wins.clone());
+                std::thread::spawn(move || {
+                    if let Ok(block) = mm.take_back_block(OWNER, pfn, 0) {
+                        wins.fetch_add(1, Ordering::Relaxed);
+                        mm.free_block(block).unwrap();
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!(wins.load(Ordering::Relaxed), 1);
+    }
+    mm.check_invariants().unwrap();
+}
+
+#[test]
+fn threads_write_and_verify_patterns_in_their_own_blocks() {
+    let mm = Arc::new(real(32 << 20));
+    let threads: Vec<_> = (0..4u8)
+        .map(|t| {
+            let mm = mm.clone();
+            std::thread::spawn(move || {
+                let mut held = Vec::new();
+                for round in 0..200u32 {
+                    let mut block = mm.alloc_block(OWNER, Gfp::KERNEL, round % 3).unwrap();
+                    let tag = t ^ round as u8;
+                    mm.block_bytes_mut(&mut block).unwrap().fill(tag);
+                    held.push((block, tag));
+                    if round % 2 == 1 {
+                        let (block, tag) = held.swap_remove(0);
+                        assert!(mm.block_bytes(&block).unwrap().iter().all(|&b| b == tag));
+                        mm.free_block(block).unwrap();
+                    }
+                }
+                for (block, tag) in held {
+                    assert!(mm.block_bytes(&block).unwrap().iter().all(|&b| b == tag));
+                    mm.free_block(block).unwrap();
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    mm.drain_all_pages();
+    mm.check_invariants().unwrap();
+}
