@@ -40,65 +40,49 @@
 
 extern crate alloc;
 
-mod alloc_at;
-mod allocator;
-mod block;
-mod buddy;
-mod bulk;
-pub mod cma;
 mod contig;
 pub mod contig_bench;
-pub mod cpu;
-pub mod error;
-mod fallback;
-mod free;
-mod free_contig;
-pub mod gfp;
-pub mod hooks;
-mod info;
-mod invariants;
-mod isolation;
+mod mem;
 pub mod memmap;
-pub mod migrate;
-mod page;
-mod pageblock;
+mod page_alloc;
 #[cfg(feature = "std")]
 pub mod pagetable;
 mod pcp;
-mod pinned;
-pub mod procfs;
 #[cfg(feature = "std")]
 pub mod quicklist;
-mod rawmem;
-mod slowpath;
-mod stats;
-mod sync;
+mod report;
 pub mod trace;
+mod types;
 pub mod zone;
 
-pub use allocator::{PageAllocator, PAGE_ALLOC_COSTLY_ORDER};
-pub use block::{BlockError, PageBlock, PageOwner};
-pub use bulk::BulkFreeError;
-pub use cma::{CmaAreaInfo, CmaId, CmaStats};
-pub use cpu::{CpuHandle, NoSuchCpu, PcpInfo};
-pub use error::{
+pub use contig::cma;
+pub use page_alloc::{cpu, hooks, migrate};
+pub use report::procfs;
+pub use types::{error, gfp};
+
+pub use contig::cma::{CmaAreaInfo, CmaId, CmaStats};
+pub use contig::free_contig::ContigFreeSummary;
+pub use mem::page::PageFlags;
+pub use mem::rawmem::prefetch;
+#[cfg(feature = "std")]
+pub use mem::rawmem::HugePages;
+pub use memmap::{Backing, Geometry, MemoryMapBuilder};
+pub use page_alloc::block::{BlockError, PageBlock, PageOwner};
+pub use page_alloc::bulk::BulkFreeError;
+pub use page_alloc::cpu::{CpuHandle, NoSuchCpu, PcpInfo};
+pub use page_alloc::free::MemoryFailure;
+pub use page_alloc::hooks::{Hooks, NoHooks, QuietHooks};
+pub use page_alloc::migrate::{CopyMigrator, MigrateRequest, Migrator};
+pub use page_alloc::pinned::{PinError, PinnedCpu};
+pub use page_alloc::stats::StatsSnapshot;
+pub use page_alloc::{PageAllocator, PAGE_ALLOC_COSTLY_ORDER};
+pub use pcp::{PcpCounters, PcpSizing};
+pub use report::info::ZoneSnapshot;
+pub use report::invariants::InvariantViolation;
+pub use types::error::{
     AllocError, BadCmaReason, BadPageReason, BuildError, CmaError, ContigError, FreeError, MigrateError, PageError,
 };
-pub use free::MemoryFailure;
-pub use free_contig::ContigFreeSummary;
-pub use gfp::{AllocFlags, Gfp, MigrateType, Watermark, ZoneType};
-pub use hooks::{Hooks, NoHooks, QuietHooks};
-pub use info::ZoneSnapshot;
-pub use invariants::InvariantViolation;
-pub use memmap::{Backing, Geometry, MemoryMapBuilder};
-pub use migrate::{CopyMigrator, MigrateRequest, Migrator};
-pub use page::PageFlags;
-pub use pcp::{PcpCounters, PcpSizing};
-pub use pinned::{PinError, PinnedCpu};
-pub use rawmem::prefetch;
-#[cfg(feature = "std")]
-pub use rawmem::HugePages;
-pub use stats::StatsSnapshot;
+pub use types::gfp::{AllocFlags, Gfp, MigrateType, Watermark, ZoneType};
 
 /// Highest node id + 1 the map accepts.
 pub const MAX_NUMNODES: usize = 64;

@@ -17,10 +17,10 @@
 //! module holds (marked [`OWNED`](crate::PageFlags::OWNED), so no
 //! free path of the allocator accepts them); that is the `unsafe` here.
 
-use crate::gfp::Gfp;
-use crate::page::PageIdx;
+use crate::mem::page::PageIdx;
+use crate::mem::rawmem::RealMemory;
 use crate::quicklist::{PageFn, QuicklistError, Quicklists};
-use crate::rawmem::RealMemory;
+use crate::types::gfp::Gfp;
 use crate::{PageAllocator, Pfn};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -214,7 +214,7 @@ impl<'a> PageTables<'a> {
             kernel_half: alloc::vec![0; PTRS_PER_TABLE / 2].into_boxed_slice(),
             kernel_tables: Vec::new(),
             // Lazily zeroed: only the pages that become tables are touched.
-            used: crate::rawmem::zeroed_slice(nr_pages),
+            used: crate::mem::rawmem::zeroed_slice(nr_pages),
             levels: [LevelCounters::new(), LevelCounters::new(), LevelCounters::new(), LevelCounters::new()],
             clock: None,
         };

@@ -21,11 +21,11 @@
 //! The `unsafe` here is the three accessors of page contents at the end;
 //! each caller states why it holds the page it touches.
 
-use crate::error::{BadPageReason, FreeError};
-use crate::gfp::Gfp;
-use crate::page::{PageDesc, PageIdx, NIL};
-use crate::rawmem::RealMemory;
-use crate::sync::{Lock, LockGuard};
+use crate::mem::page::{PageDesc, PageIdx, NIL};
+use crate::mem::rawmem::RealMemory;
+use crate::mem::sync::{Lock, LockGuard};
+use crate::types::error::{BadPageReason, FreeError};
+use crate::types::gfp::Gfp;
 use crate::{PageAllocator, PageFlags, Pfn};
 use alloc::boxed::Box;
 

@@ -1,6 +1,6 @@
 //! Why a quicklist call failed.
 
-use crate::error::{AllocError, FreeError};
+use crate::types::error::{AllocError, FreeError};
 use crate::{PageFlags, Pfn};
 
 /// Why a quicklist call failed. Apart from `WrongState` (reported as a bad

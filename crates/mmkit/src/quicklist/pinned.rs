@@ -3,7 +3,7 @@
 //! list operations are the parent module's.
 
 use super::{CpuLists, Held, HeldList, PageFn, QuickList, QuicklistError, QuicklistStats, Quicklists};
-use crate::gfp::Gfp;
+use crate::types::gfp::Gfp;
 use crate::Pfn;
 
 /// Sole use of one CPU's quicklists: no lock per operation.

@@ -28,7 +28,7 @@
 //! failed allocation has pfn `-`; frees have `-` for migratetype and GFP.
 //! Lines starting with `#` are header lines.
 
-use crate::gfp::{Gfp, GfpParseErrorKind};
+use crate::types::gfp::{Gfp, GfpParseErrorKind};
 use core::fmt;
 
 mod perf;

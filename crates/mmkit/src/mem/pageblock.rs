@@ -7,8 +7,8 @@
 //! any time.
 #![deny(unsafe_code)]
 
-use crate::gfp::MigrateType;
-use crate::page::PageIdx;
+use crate::mem::page::PageIdx;
+use crate::types::gfp::MigrateType;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 

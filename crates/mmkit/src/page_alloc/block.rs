@@ -31,10 +31,10 @@
 //! ```
 #![deny(unsafe_code)]
 
-use crate::cpu::CpuHandle;
-use crate::error::{BadPageReason, FreeError};
-use crate::gfp::Gfp;
-use crate::page::{PageFlags, PageIdx};
+use crate::mem::page::{PageFlags, PageIdx};
+use crate::page_alloc::cpu::CpuHandle;
+use crate::types::error::{BadPageReason, FreeError};
+use crate::types::gfp::Gfp;
 use crate::{AllocError, PageAllocator, Pfn};
 use core::num::NonZeroU8;
 

@@ -9,14 +9,14 @@
 //! belongs to the allocator layers.
 #![deny(unsafe_code)]
 
-use crate::buddy::Placement;
-use crate::cma::CmaArea;
-use crate::error::{BadCmaReason, BuildError};
-use crate::gfp::{MigrateType, ZoneType, MAX_NR_ZONES};
-use crate::hooks::{Hooks, NoHooks};
-use crate::migrate::Migrator;
-use crate::page::{PageFlags, PageTable};
-use crate::pageblock::PageblockMap;
+use crate::contig::cma::CmaArea;
+use crate::mem::page::{PageFlags, PageTable};
+use crate::mem::pageblock::PageblockMap;
+use crate::page_alloc::hooks::{Hooks, NoHooks};
+use crate::page_alloc::migrate::Migrator;
+use crate::types::error::{BadCmaReason, BuildError};
+use crate::types::gfp::{MigrateType, ZoneType, MAX_NR_ZONES};
+use crate::zone::buddy::Placement;
 use crate::zone::{setup_watermarks, MemCtx, WatermarkConfig, Zone};
 use crate::PageAllocator;
 use alloc::boxed::Box;
@@ -92,7 +92,7 @@ pub enum Backing {
     /// One anonymous mapping covering the whole map; `page_address` works and
     /// `Gfp::ZERO` zeroes.
     #[cfg(feature = "std")]
-    RealMemory(crate::rawmem::HugePages),
+    RealMemory(crate::mem::rawmem::HugePages),
 }
 
 /// One zone's PFN span on one node.
@@ -144,7 +144,7 @@ impl MemoryMapBuilder {
             watermarks: WatermarkConfig::default(),
             hooks: Box::new(NoHooks),
             nr_cpus: default_nr_cpus(),
-            cpu_id: crate::cpu::default_cpu_id,
+            cpu_id: crate::page_alloc::cpu::default_cpu_id,
             cpu_nodes: Vec::new(),
             pcp_high_fraction: 0,
             pcp_enabled: true,
@@ -449,7 +449,7 @@ impl MemoryMapBuilder {
         let memory = match self.backing {
             Backing::MetadataOnly => None,
             Backing::RealMemory(huge) => Some(
-                crate::rawmem::RealMemory::map(nr_pages as usize, geo.page_size() as usize, huge)
+                crate::mem::rawmem::RealMemory::map(nr_pages as usize, geo.page_size() as usize, huge)
                     .map_err(BuildError::RealMemory)?,
             ),
         };
@@ -466,7 +466,7 @@ impl MemoryMapBuilder {
             zone.publish(&state);
         }
 
-        Ok(PageAllocator::from_parts(crate::allocator::Parts {
+        Ok(PageAllocator::from_parts(crate::page_alloc::Parts {
             geometry: geo,
             base_pfn,
             pages,

@@ -7,8 +7,8 @@
 //! allocator fail cleanly where Linux would reclaim.
 #![deny(unsafe_code)]
 
-use crate::error::BadPageReason;
-use crate::gfp::Gfp;
+use crate::types::error::BadPageReason;
+use crate::types::gfp::Gfp;
 use crate::Pfn;
 
 /// The request on whose behalf a hook runs.

@@ -6,9 +6,9 @@
 //! mapping of counters to vmstat names; the text layouts are `procfs`'s.
 #![deny(unsafe_code)]
 
-use crate::gfp::{MigrateType, ZoneType, MIGRATE_TYPES};
 use crate::pcp::PcpCounters;
-use crate::procfs::{self, PageblockGeometry, ZoneFreeInfo};
+use crate::report::procfs::{self, PageblockGeometry, ZoneFreeInfo};
+use crate::types::gfp::{MigrateType, ZoneType, MIGRATE_TYPES};
 use crate::zone::ZoneCounters;
 use crate::PageAllocator;
 use alloc::string::String;
@@ -235,7 +235,7 @@ mod tests {
         assert_eq!(snap.fragmentation_index(9), -1000);
         assert_eq!(
             snap.fragmentation_index(10),
-            crate::procfs::fragmentation_index(&snap.free.free_blocks_per_order, 10)
+            crate::report::procfs::fragmentation_index(&snap.free.free_blocks_per_order, 10)
         );
         assert_eq!(mm.pageblock_migratetype(Pfn(0x1000)), Some(MigrateType::Movable));
         assert_eq!(mm.pageblock_migratetype(Pfn(0x9000)), None);

@@ -14,10 +14,10 @@
 //! as Linux does, because returning it could hand corrupt memory out again.
 #![deny(unsafe_code)]
 
-use crate::buddy::{BuddyCtx, Placement};
-use crate::error::{BadPageReason, FreeError, PageError};
-use crate::hooks::BadPageReport;
-use crate::page::{PageFlags, PageIdx};
+use crate::mem::page::{PageFlags, PageIdx};
+use crate::page_alloc::hooks::BadPageReport;
+use crate::types::error::{BadPageReason, FreeError, PageError};
+use crate::zone::buddy::{BuddyCtx, Placement};
 use crate::zone::{Zone, ZoneState};
 use crate::{PageAllocator, Pfn};
 use core::sync::atomic::Ordering::Relaxed;

@@ -6,10 +6,10 @@
 //! freeing (which is how tests call it).
 #![deny(unsafe_code)]
 
-use crate::buddy::{types_may_merge, BuddyCtx};
-use crate::gfp::{MigrateType, MIGRATE_TYPES};
-use crate::page::{PageFlags, PageIdx};
+use crate::mem::page::{PageFlags, PageIdx};
 use crate::pcp::{pindex_to_order, NR_PCP_LISTS};
+use crate::types::gfp::{MigrateType, MIGRATE_TYPES};
+use crate::zone::buddy::{types_may_merge, BuddyCtx};
 use crate::{PageAllocator, Pfn};
 use alloc::format;
 use alloc::string::String;

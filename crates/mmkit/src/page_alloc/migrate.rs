@@ -14,9 +14,9 @@
 //! operation it needs, which lives in `rawmem`).
 #![deny(unsafe_code)]
 
-use crate::error::{MigrateError, PageError};
-use crate::gfp::Gfp;
-use crate::page::PageFlags;
+use crate::mem::page::PageFlags;
+use crate::types::error::{MigrateError, PageError};
+use crate::types::gfp::Gfp;
 use crate::{PageAllocator, Pfn};
 
 /// One block [`alloc_contig_range`](PageAllocator::alloc_contig_range) wants

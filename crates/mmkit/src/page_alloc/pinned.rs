@@ -18,10 +18,10 @@
 //! `drain_all_pages`.
 #![deny(unsafe_code)]
 
-use crate::cpu::{REQUEST_DRAIN, REQUEST_RESIZE};
-use crate::free::Claim;
-use crate::gfp::Gfp;
+use crate::page_alloc::cpu::{REQUEST_DRAIN, REQUEST_RESIZE};
+use crate::page_alloc::free::Claim;
 use crate::pcp::{pcp_allowed_order, PcpState};
+use crate::types::gfp::Gfp;
 use crate::zone::LockGuard;
 use crate::{AllocError, FreeError, PageAllocator, Pfn};
 use alloc::vec::Vec;
@@ -202,7 +202,7 @@ impl<'a> PinnedCpu<'a> {
                 return Ok(());
             }
         }
-        alloc.release_prepared(&alloc.zones[zi], idx, 1 << order, crate::buddy::Placement::Auto);
+        alloc.release_prepared(&alloc.zones[zi], idx, 1 << order, crate::zone::buddy::Placement::Auto);
         Ok(())
     }
 

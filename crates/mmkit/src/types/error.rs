@@ -2,8 +2,8 @@
 //! none of them leaves the allocator changed.
 #![deny(unsafe_code)]
 
-use crate::gfp::Gfp;
 use crate::memmap::{Geometry, ZoneSpec};
+use crate::types::gfp::Gfp;
 use crate::Pfn;
 use core::fmt;
 
@@ -221,7 +221,7 @@ pub enum BuildError {
     },
     /// Mapping real memory failed.
     #[cfg(feature = "std")]
-    RealMemory(crate::rawmem::RealMemoryError),
+    RealMemory(crate::mem::rawmem::RealMemoryError),
     /// A CMA area given to [`MemoryMapBuilder::cma`](crate::MemoryMapBuilder::cma)
     /// cannot be activated.
     BadCmaArea {

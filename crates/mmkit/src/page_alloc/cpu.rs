@@ -15,9 +15,9 @@
 //! the unlock: about 340 instructions for the pair (BENCHMARKS.md).
 #![deny(unsafe_code)]
 
-use crate::gfp::{AllocFlags, Gfp, MigrateType};
-use crate::page::{PageFlags, PageIdx};
+use crate::mem::page::{PageFlags, PageIdx};
 use crate::pcp::{self, order_to_pindex, pcp_allowed_order, PcpCounters, PcpState};
+use crate::types::gfp::{AllocFlags, Gfp, MigrateType};
 use crate::zone::Zone;
 use crate::{AllocError, FreeError, PageAllocator, Pfn};
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
@@ -67,7 +67,7 @@ pub fn default_cpu_id() -> usize {
                 cached.set((cpu, left - 1));
                 return cpu as usize;
             }
-            let cpu = crate::rawmem::sched_getcpu().max(0) as u32;
+            let cpu = crate::mem::rawmem::sched_getcpu().max(0) as u32;
             cached.set((cpu, 63));
             cpu as usize
         });
@@ -277,7 +277,7 @@ impl PageAllocator {
             if self.cpu_slots[cpu].pinned.load(Acquire) {
                 return None;
             }
-            crate::sync::spin_wait();
+            crate::mem::sync::spin_wait();
         }
     }
 
@@ -302,11 +302,11 @@ impl PageAllocator {
         let cx = zone.cx(self.mem());
         let mut state = zone.state.lock();
         pcp::free_pcppages_bulk(pcp, &self.pages, cx.pageblock_order, count, pindex, |idx, order| {
-            self.release_locked(&mut state, cx, idx, 1 << order, crate::buddy::Placement::Auto);
+            self.release_locked(&mut state, cx, idx, 1 << order, crate::zone::buddy::Placement::Auto);
         });
         zone.publish(&state);
         if zone.below_high.load(Relaxed) {
-            let high = zone.watermark(crate::gfp::Watermark::High);
+            let high = zone.watermark(crate::types::gfp::Watermark::High);
             if zone.watermark_ok(&state, 0, high, crate::ZoneType::Movable, AllocFlags::EMPTY) {
                 zone.below_high.store(false, Relaxed);
             }
@@ -463,7 +463,7 @@ impl PageAllocator {
         let zone = &self.zones[zi];
         let cx = zone.cx(self.mem());
         let mut state = zone.state.lock();
-        crate::fallback::reserve_highatomic_pageblock(zone, &mut state, cx, idx, order);
+        crate::zone::fallback::reserve_highatomic_pageblock(zone, &mut state, cx, idx, order);
         zone.publish(&state);
     }
 }
@@ -559,14 +559,14 @@ impl<'a> CpuHandle<'a> {
     ///
     /// # Errors
     /// As [`PageAllocator::free_pages_bulk`].
-    pub fn free_pages_bulk(&self, pfns: &[Pfn]) -> Result<usize, crate::bulk::BulkFreeError> {
+    pub fn free_pages_bulk(&self, pfns: &[Pfn]) -> Result<usize, crate::page_alloc::bulk::BulkFreeError> {
         self.alloc.free_pages_bulk_on(self.cpu, pfns)
     }
     /// [`PageAllocator::release_pages`] onto this CPU's lists.
     ///
     /// # Errors
     /// As [`PageAllocator::release_pages`].
-    pub fn release_pages(&self, pfns: &[Pfn]) -> Result<usize, crate::bulk::BulkFreeError> {
+    pub fn release_pages(&self, pfns: &[Pfn]) -> Result<usize, crate::page_alloc::bulk::BulkFreeError> {
         self.alloc.release_pages_on(self.cpu, pfns)
     }
     /// Empties this CPU's lists.

@@ -16,9 +16,9 @@
 //! the caller tries another zone before mixing this one.
 #![deny(unsafe_code)]
 
-use crate::buddy::{set_range_type, BuddyCtx};
-use crate::gfp::{AllocFlags, MigrateType};
-use crate::page::{PageFlags, PageIdx};
+use crate::mem::page::{PageFlags, PageIdx};
+use crate::types::gfp::{AllocFlags, MigrateType};
+use crate::zone::buddy::{set_range_type, BuddyCtx};
 use crate::zone::{Zone, ZoneState};
 
 /// How far down the fallback chain the last request went.

@@ -19,8 +19,8 @@
 //! blocks of another type at pageblock order or above.
 #![deny(unsafe_code)]
 
-use crate::gfp::MigrateType;
-use crate::page::{PageFlags, PageIdx};
+use crate::mem::page::{PageFlags, PageIdx};
+use crate::types::gfp::MigrateType;
 use crate::zone::{Zone, ZoneState};
 use crate::PageAllocator;
 use alloc::vec::Vec;

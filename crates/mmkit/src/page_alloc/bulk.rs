@@ -8,11 +8,11 @@
 //! lock per batch, refills and spills through one zone-lock hold each.
 #![deny(unsafe_code)]
 
-use crate::error::FreeError;
-use crate::free::Claim;
-use crate::gfp::{fast_path_alloc_flags, gfp_zone, Gfp, Watermark};
-use crate::page::{PageFlags, PageIdx};
+use crate::mem::page::{PageFlags, PageIdx};
+use crate::page_alloc::free::Claim;
 use crate::pcp::order_to_pindex;
+use crate::types::error::FreeError;
+use crate::types::gfp::{fast_path_alloc_flags, gfp_zone, Gfp, Watermark};
 use crate::zone::LockGuard;
 use crate::{PageAllocator, Pfn};
 use alloc::vec::Vec;
@@ -260,6 +260,6 @@ impl PageAllocator {
                 }
             }
         }
-        self.release_prepared(&self.zones[zi], idx, 1 << order, crate::buddy::Placement::Auto);
+        self.release_prepared(&self.zones[zi], idx, 1 << order, crate::zone::buddy::Placement::Auto);
     }
 }

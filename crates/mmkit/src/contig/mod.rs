@@ -14,11 +14,15 @@
 //! Freeing ranges is `free_contig`'s; CMA bookkeeping is `cma`'s.
 #![deny(unsafe_code)]
 
-use crate::error::ContigError;
-use crate::gfp::{gfp_zone, Gfp, MigrateType};
-use crate::isolation::Unit;
-use crate::migrate::MigrateRequest;
-use crate::page::{PageFlags, PageIdx};
+pub mod cma;
+pub(crate) mod free_contig;
+pub(crate) mod isolation;
+
+use crate::contig::isolation::Unit;
+use crate::mem::page::{PageFlags, PageIdx};
+use crate::page_alloc::migrate::MigrateRequest;
+use crate::types::error::ContigError;
+use crate::types::gfp::{gfp_zone, Gfp, MigrateType};
 use crate::zone::Zone;
 use crate::{PageAllocator, Pfn};
 use alloc::vec::Vec;

@@ -17,10 +17,10 @@
 //! has one function per variant, as the review of seed 000 asked.
 #![deny(unsafe_code)]
 
-use crate::buddy::chunk_order;
-use crate::error::FreeError;
-use crate::free::Claim;
-use crate::page::{PageFlags, PageIdx};
+use crate::mem::page::{PageFlags, PageIdx};
+use crate::page_alloc::free::Claim;
+use crate::types::error::FreeError;
+use crate::zone::buddy::chunk_order;
 use crate::zone::Zone;
 use crate::{PageAllocator, Pfn};
 

@@ -19,10 +19,10 @@
 //! used.
 #![deny(unsafe_code)]
 
-use crate::buddy::BuddyCtx;
-use crate::fallback::{self, RmqueueMode};
-use crate::gfp::{AllocFlags, MigrateType};
-use crate::page::{PageFlags, PageIdx, PageTable, NIL};
+use crate::mem::page::{PageFlags, PageIdx, PageTable, NIL};
+use crate::types::gfp::{AllocFlags, MigrateType};
+use crate::zone::buddy::BuddyCtx;
+use crate::zone::fallback::{self, RmqueueMode};
 use crate::zone::{Lock, Zone, ZoneState};
 use crate::PAGE_ALLOC_COSTLY_ORDER;
 
@@ -141,8 +141,11 @@ pub(crate) fn zone_batchsize(managed_pages: u64, page_size: u64) -> u32 {
 /// Linux's `zone_highsize`: the low watermark (or managed / fraction) split
 /// across the CPUs, at least four batches.
 pub(crate) fn zone_highsize(zone: &Zone, batch: u32, nr_cpus: usize, fraction: u32) -> u32 {
-    let total =
-        if fraction == 0 { zone.watermark(crate::gfp::Watermark::Low) } else { zone.managed_pages() / fraction as u64 };
+    let total = if fraction == 0 {
+        zone.watermark(crate::types::gfp::Watermark::Low)
+    } else {
+        zone.managed_pages() / fraction as u64
+    };
     let high = total / nr_cpus.max(1) as u64;
     high.max(batch as u64 * 4).min(u32::MAX as u64 / 2) as u32
 }

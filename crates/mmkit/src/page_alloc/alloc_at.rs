@@ -9,10 +9,10 @@
 //! `fallback`'s.
 #![deny(unsafe_code)]
 
-use crate::buddy::set_range_type;
-use crate::fallback::claim_pageblock;
-use crate::gfp::{Gfp, MigrateType};
-use crate::page::PageIdx;
+use crate::mem::page::PageIdx;
+use crate::types::gfp::{Gfp, MigrateType};
+use crate::zone::buddy::set_range_type;
+use crate::zone::fallback::claim_pageblock;
 use crate::{AllocError, PageAllocator, Pfn};
 
 impl PageAllocator {
@@ -57,7 +57,7 @@ impl PageAllocator {
         if order > max {
             return Err(AllocError::OrderTooLarge { order, max });
         }
-        crate::gfp::gfp_zone(gfp).map_err(|_| AllocError::InvalidGfp(gfp))?;
+        crate::types::gfp::gfp_zone(gfp).map_err(|_| AllocError::InvalidGfp(gfp))?;
         let bad = AllocError::BadBlock { pfn, order };
         let size = 1u64 << order;
         if pfn.0 % size != 0 {

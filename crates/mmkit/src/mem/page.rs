@@ -352,7 +352,7 @@ impl PageTable {
     /// A table of `len` zeroed descriptors. Large tables come from zeroed
     /// memory the OS maps lazily, so building a 1 TiB map takes seconds.
     pub(crate) fn new_zeroed(len: usize) -> Self {
-        Self { descs: crate::rawmem::zeroed_slice::<PageDesc>(len) }
+        Self { descs: crate::mem::rawmem::zeroed_slice::<PageDesc>(len) }
     }
     #[inline]
     pub(crate) fn len(&self) -> usize {

@@ -9,11 +9,11 @@
 //! Takes blocks only through the zonelist walk in `allocator`.
 #![deny(unsafe_code)]
 
-use crate::allocator::{AllocContext, MAX_COMPACT_RETRIES, MAX_RECLAIM_RETRIES};
-use crate::fallback;
-use crate::gfp::{gfp_to_alloc_flags, AllocFlags, Gfp};
-use crate::hooks::ReclaimRequest;
-use crate::page::PageIdx;
+use crate::mem::page::PageIdx;
+use crate::page_alloc::hooks::ReclaimRequest;
+use crate::page_alloc::{AllocContext, MAX_COMPACT_RETRIES, MAX_RECLAIM_RETRIES};
+use crate::types::gfp::{gfp_to_alloc_flags, AllocFlags, Gfp};
+use crate::zone::fallback;
 use crate::{PageAllocator, PAGE_ALLOC_COSTLY_ORDER};
 use core::sync::atomic::Ordering::Relaxed;
 

@@ -12,14 +12,17 @@
 //! not touch descriptors except through `buddy`.
 #![deny(unsafe_code)]
 
-use crate::buddy::{BuddyCtx, FreeArea};
-use crate::gfp::{AllocFlags, MigrateType, Watermark, ZoneType, MAX_NR_ZONES};
+pub(crate) mod buddy;
+pub(crate) mod fallback;
+
+use crate::mem::page::{PageIdx, PageTable};
+use crate::mem::pageblock::PageblockMap;
 use crate::memmap::Geometry;
-use crate::page::{PageIdx, PageTable};
-use crate::pageblock::PageblockMap;
+use crate::types::gfp::{AllocFlags, MigrateType, Watermark, ZoneType, MAX_NR_ZONES};
+use crate::zone::buddy::{BuddyCtx, FreeArea};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
-pub(crate) use crate::sync::{Lock, LockGuard};
+pub(crate) use crate::mem::sync::{Lock, LockGuard};
 
 /// Everything a zone needs from the memory map, borrowed for one operation.
 #[derive(Clone, Copy)]

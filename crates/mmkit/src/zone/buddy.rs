@@ -22,9 +22,9 @@
 //!   allowed (same zone, below the merge limit, compatible types).
 #![deny(unsafe_code)]
 
-use crate::gfp::{MigrateType, MIGRATE_TYPES};
-use crate::page::{PageFlags, PageIdx, PageTable, NIL};
-use crate::pageblock::PageblockMap;
+use crate::mem::page::{PageFlags, PageIdx, PageTable, NIL};
+use crate::mem::pageblock::PageblockMap;
+use crate::types::gfp::{MigrateType, MIGRATE_TYPES};
 use alloc::vec;
 use alloc::vec::Vec;
 

@@ -15,17 +15,28 @@
 //! embedder's reclaim and compaction hooks and retry.
 #![deny(unsafe_code)]
 
-use crate::cma::CmaArea;
-use crate::fallback::{self, RmqueueMode};
-use crate::gfp::{fast_path_alloc_flags, gfp_migratetype, gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType};
-use crate::gfp::{Watermark, MAX_NR_ZONES};
-use crate::hooks::{AllocFailure, Hooks, RateLimit};
+pub(crate) mod alloc_at;
+pub(crate) mod block;
+pub(crate) mod bulk;
+pub mod cpu;
+pub(crate) mod free;
+pub mod hooks;
+pub mod migrate;
+pub(crate) mod pinned;
+pub(crate) mod slowpath;
+pub(crate) mod stats;
+
+use crate::contig::cma::CmaArea;
+use crate::mem::page::{PageDesc, PageFlags, PageIdx, PageTable};
+use crate::mem::pageblock::PageblockMap;
 use crate::memmap::{node_zone_table, Geometry};
-use crate::migrate::Migrator;
-use crate::page::{PageDesc, PageFlags, PageIdx, PageTable};
-use crate::pageblock::PageblockMap;
+use crate::page_alloc::hooks::{AllocFailure, Hooks, RateLimit};
+use crate::page_alloc::migrate::Migrator;
+use crate::page_alloc::stats::{Stats, StatsSnapshot};
 use crate::pcp::{pcp_allowed_order, pcp_sizing, Pageset};
-use crate::stats::{Stats, StatsSnapshot};
+use crate::types::gfp::{fast_path_alloc_flags, gfp_migratetype, gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType};
+use crate::types::gfp::{Watermark, MAX_NR_ZONES};
+use crate::zone::fallback::{self, RmqueueMode};
 use crate::zone::{Lock, MemCtx, Zone};
 use crate::{AllocError, Pfn};
 use alloc::boxed::Box;
@@ -57,7 +68,7 @@ pub(crate) struct Parts {
     pub pcp_enabled: bool,
     pub mobility_disabled: bool,
     #[cfg(feature = "std")]
-    pub memory: Option<crate::rawmem::RealMemory>,
+    pub memory: Option<crate::mem::rawmem::RealMemory>,
     pub migrator: Option<Box<dyn Migrator>>,
     pub cma: Vec<CmaArea>,
 }
@@ -89,7 +100,7 @@ pub struct PageAllocator {
     preferred: Vec<[Option<(usize, bool)>; MAX_NR_ZONES]>,
     /// Pagesets, indexed `cpu * zones.len() + zone`.
     pub(crate) pagesets: Vec<Pageset>,
-    pub(crate) cpu_slots: Vec<crate::cpu::CpuSlot>,
+    pub(crate) cpu_slots: Vec<crate::page_alloc::cpu::CpuSlot>,
     pub(crate) nr_cpus: usize,
     /// `percpu_pagelist_high_fraction` in force (0: auto-tuned).
     pub(crate) pcp_high_fraction: core::sync::atomic::AtomicU32,
@@ -101,7 +112,7 @@ pub struct PageAllocator {
     /// Built with `group_by_mobility(false)`.
     pub(crate) mobility_disabled: bool,
     #[cfg(feature = "std")]
-    pub(crate) memory: Option<crate::rawmem::RealMemory>,
+    pub(crate) memory: Option<crate::mem::rawmem::RealMemory>,
     /// The embedder's page mover, used by contiguous allocations.
     pub(crate) migrator: Option<Box<dyn Migrator>>,
     /// CMA areas, in declaration order.
@@ -180,7 +191,7 @@ impl PageAllocator {
             min_free_kbytes: p.min_free_kbytes,
             preferred,
             pagesets,
-            cpu_slots: (0..nr_cpus).map(|_| crate::cpu::CpuSlot::default()).collect(),
+            cpu_slots: (0..nr_cpus).map(|_| crate::page_alloc::cpu::CpuSlot::default()).collect(),
             pcp_high_fraction: core::sync::atomic::AtomicU32::new(p.pcp_high_fraction),
             nr_cpus,
             cpu_id: p.cpu_id,
@@ -290,7 +301,7 @@ impl PageAllocator {
     #[inline]
     pub fn prefetch_page(&self, pfn: Pfn) {
         if let Some(idx) = self.pfn_to_idx(pfn) {
-            crate::rawmem::prefetch(self.desc(idx));
+            crate::mem::rawmem::prefetch(self.desc(idx));
         }
     }
 
@@ -603,7 +614,12 @@ impl PageAllocator {
     fn wake_kswapd_for_boost(&self, zone: &Zone, gfp: Gfp) {
         if zone.boost_pending.swap(false, Relaxed) {
             self.stats.kswapd_wakeups.fetch_add(1, Relaxed);
-            self.hooks.wake_kswapd(&crate::hooks::ReclaimRequest { gfp, order: 0, nid: zone.nid, attempt: 0 });
+            self.hooks.wake_kswapd(&crate::page_alloc::hooks::ReclaimRequest {
+                gfp,
+                order: 0,
+                nid: zone.nid,
+                attempt: 0,
+            });
         }
     }
 
@@ -695,7 +711,7 @@ impl PageAllocator {
     /// The real-memory region, if the map has one.
     #[cfg(feature = "std")]
     #[inline]
-    pub(crate) fn real_memory(&self) -> Option<&crate::rawmem::RealMemory> {
+    pub(crate) fn real_memory(&self) -> Option<&crate::mem::rawmem::RealMemory> {
         self.memory.as_ref()
     }
 }

@@ -20,8 +20,8 @@
 //! `contig` and `free_contig`.
 #![deny(unsafe_code)]
 
-use crate::error::{CmaError, ContigError};
-use crate::gfp::{Gfp, MigrateType};
+use crate::types::error::{CmaError, ContigError};
+use crate::types::gfp::{Gfp, MigrateType};
 use crate::zone::Lock;
 use crate::{PageAllocator, Pfn};
 use alloc::collections::BTreeMap;
