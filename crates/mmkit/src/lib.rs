@@ -60,14 +60,14 @@ pub use page_alloc::{cpu, hooks, migrate};
 pub use report::procfs;
 pub use types::{error, gfp};
 
-pub use contig::cma::{CmaAreaInfo, CmaId, CmaStats};
+pub use contig::cma::{CmaAreaInfo, CmaStats};
 pub use contig::free_contig::ContigFreeSummary;
-pub use mem::page::PageFlags;
+pub use mem::owned::PageBlock;
 pub use mem::rawmem::prefetch;
 #[cfg(feature = "std")]
 pub use mem::rawmem::HugePages;
-pub use memmap::{Backing, Geometry, MemoryMapBuilder};
-pub use page_alloc::block::{BlockError, PageBlock, PageOwner};
+pub use memmap::{Backing, MemoryMapBuilder};
+pub use page_alloc::block::BlockError;
 pub use page_alloc::bulk::BulkFreeError;
 pub use page_alloc::cpu::{CpuHandle, NoSuchCpu, PcpInfo};
 pub use page_alloc::free::MemoryFailure;
@@ -75,14 +75,17 @@ pub use page_alloc::hooks::{Hooks, NoHooks, QuietHooks};
 pub use page_alloc::migrate::{CopyMigrator, MigrateRequest, Migrator};
 pub use page_alloc::pinned::{PinError, PinnedCpu};
 pub use page_alloc::stats::StatsSnapshot;
-pub use page_alloc::{PageAllocator, PAGE_ALLOC_COSTLY_ORDER};
+pub use page_alloc::PageAllocator;
 pub use pcp::{PcpCounters, PcpSizing};
 pub use report::info::ZoneSnapshot;
 pub use report::invariants::InvariantViolation;
 pub use types::error::{
     AllocError, BadCmaReason, BadPageReason, BuildError, CmaError, ContigError, FreeError, MigrateError, PageError,
 };
+pub use types::geometry::{Geometry, ZoneSpec};
 pub use types::gfp::{AllocFlags, Gfp, MigrateType, Watermark, ZoneType};
+pub use types::page_flags::{PageFlags, PageOwner};
+pub use types::{CmaId, PAGE_ALLOC_COSTLY_ORDER};
 
 /// Highest node id + 1 the map accepts.
 pub const MAX_NUMNODES: usize = 64;

@@ -5,6 +5,7 @@
 //! above builds on it.
 #![allow(unsafe_code)]
 
+pub(crate) mod owned;
 pub(crate) mod page;
 pub(crate) mod pageblock;
 pub(crate) mod rawmem;

@@ -25,6 +25,7 @@
 //! list membership provides the ordering, and the refcount is a true atomic.
 #![deny(unsafe_code)]
 
+pub use crate::types::page_flags::PageFlags;
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 /// Index of a descriptor in the table (PFN minus the map's first PFN).
@@ -32,153 +33,6 @@ pub(crate) type PageIdx = u32;
 
 /// "No page" in an index-linked list.
 pub(crate) const NIL: PageIdx = u32::MAX;
-
-/// Page state bits kept in the descriptor.
-///
-/// `Buddy`, `Head`, `Tail`, `Allocated`, `Hole` and `Reserved` are owned by
-/// the allocator. The "check at free" bits (`Locked` … `Mapped`) belong to the
-/// embedder, which sets them with
-/// [`PageAllocator::set_page_flags`](crate::PageAllocator::set_page_flags) to
-/// say what a page is being used for; a page freed with any of them still set
-/// is a bad page. `HwPoison` is set by
-/// [`memory_failure`](crate::PageAllocator::memory_failure).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct PageFlags(u32);
-
-impl PageFlags {
-    /// The page heads a free block on a buddy free list.
-    pub const BUDDY: Self = Self(1 << 0);
-    /// Head of a compound page.
-    pub const HEAD: Self = Self(1 << 1);
-    /// Tail of a compound page; its head is recorded in the descriptor.
-    pub const TAIL: Self = Self(1 << 2);
-    /// Hardware reported the page bad; it never returns to the free lists.
-    pub const HWPOISON: Self = Self(1 << 3);
-    /// Never given to the allocator (firmware, kernel image, …).
-    pub const RESERVED: Self = Self(1 << 4);
-    /// No memory behind this PFN: a hole in the map.
-    pub const HOLE: Self = Self(1 << 5);
-    /// First page of a block handed out by the allocator and not yet freed.
-    pub const ALLOCATED: Self = Self(1 << 6);
-    /// Embedder state: page lock held.
-    pub const LOCKED: Self = Self(1 << 7);
-    /// Embedder state: on an LRU list.
-    pub const LRU: Self = Self(1 << 8);
-    /// Embedder state: private data attached.
-    pub const PRIVATE: Self = Self(1 << 9);
-    /// Embedder state: under writeback.
-    pub const WRITEBACK: Self = Self(1 << 10);
-    /// Embedder state: owned by a slab cache.
-    pub const SLAB: Self = Self(1 << 11);
-    /// Embedder state: on the active LRU.
-    pub const ACTIVE: Self = Self(1 << 12);
-    /// Embedder state: unevictable.
-    pub const UNEVICTABLE: Self = Self(1 << 13);
-    /// Embedder state: mlocked.
-    pub const MLOCKED: Self = Self(1 << 14);
-    /// Embedder state: mapped into an address space (Linux's `page->mapping`).
-    pub const MAPPED: Self = Self(1 << 15);
-    /// The page heads a free block held on a per-CPU list (not on the buddy
-    /// lists, not counted as zone-free).
-    pub const PCP: Self = Self(1 << 16);
-    /// The block belongs to a layer above the allocator (its
-    /// [`PageOwner`](crate::PageOwner) tag is in the descriptor): held by
-    /// that layer (refcount 0) or handed out by it (refcount 1). Only the
-    /// owner takes it back; the ordinary free paths refuse it.
-    pub const OWNED: Self = Self(1 << 17);
-
-    /// Flags that must all be clear when a page is freed.
-    pub const CHECK_AT_FREE: Self = Self(
-        Self::LOCKED.0
-            | Self::LRU.0
-            | Self::PRIVATE.0
-            | Self::WRITEBACK.0
-            | Self::SLAB.0
-            | Self::ACTIVE.0
-            | Self::UNEVICTABLE.0
-            | Self::MLOCKED.0
-            | Self::MAPPED.0,
-    );
-    /// Flags an embedder may set or clear through the public API.
-    pub const EMBEDDER_SETTABLE: Self = Self::CHECK_AT_FREE;
-    /// No flags.
-    pub const EMPTY: Self = Self(0);
-
-    /// Raw bits.
-    pub const fn bits(self) -> u32 {
-        self.0
-    }
-    /// Builds flags from raw bits.
-    pub const fn from_bits(bits: u32) -> Self {
-        Self(bits)
-    }
-    /// Whether every bit of `other` is set.
-    pub const fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
-    }
-    /// Whether any bit of `other` is set.
-    pub const fn intersects(self, other: Self) -> bool {
-        self.0 & other.0 != 0
-    }
-    /// Bits of either.
-    pub const fn union(self, other: Self) -> Self {
-        Self(self.0 | other.0)
-    }
-    /// Bits in both.
-    pub const fn intersection(self, other: Self) -> Self {
-        Self(self.0 & other.0)
-    }
-    /// Bits of `self` not in `other`.
-    pub const fn difference(self, other: Self) -> Self {
-        Self(self.0 & !other.0)
-    }
-}
-
-impl core::ops::BitOr for PageFlags {
-    type Output = Self;
-    fn bitor(self, rhs: Self) -> Self {
-        self.union(rhs)
-    }
-}
-
-impl core::fmt::Debug for PageFlags {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        const NAMES: [&str; 18] = [
-            "buddy",
-            "head",
-            "tail",
-            "hwpoison",
-            "reserved",
-            "hole",
-            "allocated",
-            "locked",
-            "lru",
-            "private",
-            "writeback",
-            "slab",
-            "active",
-            "unevictable",
-            "mlocked",
-            "mapped",
-            "pcp",
-            "owned",
-        ];
-        let mut first = true;
-        for (bit, name) in NAMES.iter().enumerate() {
-            if self.0 & (1 << bit) != 0 {
-                if !first {
-                    f.write_str("|")?;
-                }
-                f.write_str(name)?;
-                first = false;
-            }
-        }
-        if first {
-            f.write_str("(none)")?;
-        }
-        Ok(())
-    }
-}
 
 const FLAGS_MASK: u32 = 0x3ffff;
 const ORDER_SHIFT: u32 = 18;
@@ -203,7 +57,7 @@ const _: () = assert!(core::mem::size_of::<PageDesc>() == 16);
 impl PageDesc {
     #[inline]
     pub(crate) fn flags(&self) -> PageFlags {
-        PageFlags(self.state.load(Relaxed) & FLAGS_MASK)
+        PageFlags::from_bits(self.state.load(Relaxed) & FLAGS_MASK)
     }
     #[inline]
     pub(crate) fn has(&self, flag: PageFlags) -> bool {
@@ -212,17 +66,17 @@ impl PageDesc {
     /// Sets or clears flags with an atomic read-modify-write, for state the
     /// embedder changes while other threads may touch the same descriptor.
     pub(crate) fn update_flags_atomic(&self, set: PageFlags, clear: PageFlags) {
-        let _ = self.state.fetch_update(Relaxed, Relaxed, |s| Some((s | set.0) & !clear.0));
+        let _ = self.state.fetch_update(Relaxed, Relaxed, |s| Some((s | set.bits()) & !clear.bits()));
     }
     /// Atomically clears `ALLOCATED`; true for the one caller that saw it
     /// set. This is what makes two racing frees of one block safe.
     pub(crate) fn clear_allocated(&self) -> bool {
-        let bit = PageFlags::ALLOCATED.0;
+        let bit = PageFlags::ALLOCATED.bits();
         self.state.fetch_and(!bit, core::sync::atomic::Ordering::AcqRel) & bit != 0
     }
     /// Atomically sets `flag`; true if it was clear before.
     pub(crate) fn set_flag_once(&self, flag: PageFlags) -> bool {
-        let bit = flag.0;
+        let bit = flag.bits();
         self.state.fetch_or(bit, core::sync::atomic::Ordering::AcqRel) & bit == 0
     }
     /// The owner tag (0 when no layer owns the page).
@@ -239,13 +93,13 @@ impl PageDesc {
     pub(crate) fn try_set_owner(&self, owner: u8) -> bool {
         self.state
             .fetch_update(core::sync::atomic::Ordering::AcqRel, Relaxed, |s| {
-                (s & PageFlags::OWNED.0 == 0).then(|| owned_state(s, owner))
+                (s & PageFlags::OWNED.bits() == 0).then(|| owned_state(s, owner))
             })
             .is_ok()
     }
     /// Clears the owner mark and tag.
     pub(crate) fn clear_owner(&self) {
-        let _ = self.state.fetch_and(!(PageFlags::OWNED.0 | OWNER_MASK), Relaxed);
+        let _ = self.state.fetch_and(!(PageFlags::OWNED.bits() | OWNER_MASK), Relaxed);
     }
     /// Atomically replaces the order, keeping flags and tag.
     pub(crate) fn set_order_atomic(&self, order: u32) {
@@ -255,7 +109,7 @@ impl PageDesc {
     #[inline]
     pub(crate) fn flags_and_order(&self) -> (PageFlags, u32) {
         let s = self.state.load(Relaxed);
-        (PageFlags(s & FLAGS_MASK), (s & ORDER_MASK) >> ORDER_SHIFT)
+        (PageFlags::from_bits(s & FLAGS_MASK), (s & ORDER_MASK) >> ORDER_SHIFT)
     }
     /// Order of the block this page heads (free or allocated).
     #[inline]
@@ -272,7 +126,7 @@ impl PageDesc {
     #[inline]
     pub(crate) fn set_state(&self, flags: PageFlags, order: u32, tag: u8) {
         debug_assert!(order < 32 && tag < 8);
-        self.state.store(flags.0 | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT), Relaxed);
+        self.state.store(flags.bits() | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT), Relaxed);
     }
     #[inline]
     pub(crate) fn next(&self) -> PageIdx {
@@ -340,7 +194,7 @@ impl PageDesc {
 
 /// State word `s` with the `OWNED` flag and owner tag `owner`.
 fn owned_state(s: u32, owner: u8) -> u32 {
-    (s & !OWNER_MASK) | PageFlags::OWNED.0 | (u32::from(owner) << OWNER_SHIFT)
+    (s & !OWNER_MASK) | PageFlags::OWNED.bits() | (u32::from(owner) << OWNER_SHIFT)
 }
 
 /// The descriptor table: one [`PageDesc`] per PFN in `[base_pfn, base_pfn + len)`.
@@ -363,7 +217,6 @@ impl PageTable {
         &self.descs[idx as usize]
     }
     /// The descriptor at `idx`, if the table has one (one bounds check).
-    #[cfg(feature = "std")]
     #[inline]
     pub(crate) fn try_get(&self, idx: u64) -> Option<&PageDesc> {
         self.descs.get(usize::try_from(idx).ok()?)

@@ -42,7 +42,7 @@ pub(crate) fn zeroed_slice<T: Zeroable>(len: usize) -> Box<[T]> {
 }
 
 #[cfg(feature = "std")]
-pub use real::{HugePages, RealMemory, RealMemoryError};
+pub use real::{HugePages, RealMemory};
 
 /// Asks the CPU to bring the cache line holding `*value` closer (a hint:
 /// it never faults, whatever the address, and changes nothing the program
@@ -88,20 +88,7 @@ mod real {
         Explicit,
     }
 
-    /// Why the real-memory region could not be mapped.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub struct RealMemoryError {
-        /// `errno` from `mmap`.
-        pub errno: i32,
-        /// Bytes requested.
-        pub bytes: usize,
-    }
-
-    impl core::fmt::Display for RealMemoryError {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            write!(f, "mmap of {} bytes failed with errno {}", self.bytes, self.errno)
-        }
-    }
+    use crate::types::error::RealMemoryError;
 
     /// One anonymous private mapping that backs every page of the map.
     ///

@@ -9,78 +9,21 @@
 //! belongs to the allocator layers.
 #![deny(unsafe_code)]
 
-use crate::contig::cma::CmaArea;
 use crate::mem::page::{PageFlags, PageTable};
 use crate::mem::pageblock::PageblockMap;
 use crate::page_alloc::hooks::{Hooks, NoHooks};
 use crate::page_alloc::migrate::Migrator;
 use crate::types::error::{BadCmaReason, BuildError};
-use crate::types::gfp::{MigrateType, ZoneType, MAX_NR_ZONES};
+pub use crate::types::geometry::{Geometry, ZoneSpec};
+use crate::types::gfp::{MigrateType, ZoneType};
 use crate::zone::buddy::Placement;
+use crate::zone::cma_area::CmaArea;
 use crate::zone::{setup_watermarks, MemCtx, WatermarkConfig, Zone};
 use crate::PageAllocator;
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::ops::Range;
-
-/// Sizes that shape the map. Defaults are x86-64 Linux's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Geometry {
-    /// log2 of the page size (12 → 4 KiB).
-    pub page_shift: u32,
-    /// log2 of pages per memory section (15 → 128 MiB of 4 KiB pages).
-    pub section_order: u32,
-    /// log2 of pages per pageblock (9 → 2 MiB).
-    pub pageblock_order: u32,
-    /// Largest block order, Linux's `MAX_PAGE_ORDER` (10 → 4 MiB).
-    pub max_page_order: u32,
-}
-
-impl Default for Geometry {
-    fn default() -> Self {
-        Self { page_shift: 12, section_order: 15, pageblock_order: 9, max_page_order: 10 }
-    }
-}
-
-impl Geometry {
-    /// Bytes per page.
-    pub const fn page_size(&self) -> u64 {
-        1 << self.page_shift
-    }
-    /// Orders `0..=max_page_order`.
-    pub const fn nr_orders(&self) -> usize {
-        self.max_page_order as usize + 1
-    }
-    /// Largest order a free block can reach: merging never crosses a section.
-    pub const fn merge_order(&self) -> u32 {
-        if self.section_order < self.max_page_order {
-            self.section_order
-        } else {
-            self.max_page_order
-        }
-    }
-    /// Pages per pageblock.
-    pub const fn pageblock_nr_pages(&self) -> u64 {
-        1 << self.pageblock_order
-    }
-    /// Section number of a PFN.
-    pub const fn pfn_to_section(&self, pfn: u64) -> u64 {
-        pfn >> self.section_order
-    }
-
-    fn validate(&self) -> Result<(), BuildError> {
-        let ok = (9..=30).contains(&self.page_shift)
-            && self.max_page_order <= 20
-            && self.pageblock_order <= self.max_page_order
-            && self.section_order <= 30;
-        if ok {
-            Ok(())
-        } else {
-            Err(BuildError::BadGeometry(*self))
-        }
-    }
-}
 
 /// What stands behind the PFNs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -93,17 +36,6 @@ pub enum Backing {
     /// `Gfp::ZERO` zeroes.
     #[cfg(feature = "std")]
     RealMemory(crate::mem::rawmem::HugePages),
-}
-
-/// One zone's PFN span on one node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ZoneSpec {
-    /// NUMA node id.
-    pub nid: usize,
-    /// Which zone.
-    pub zone_type: ZoneType,
-    /// PFN span.
-    pub pfns: Range<u64>,
 }
 
 /// Builds a [`PageAllocator`]; see the crate example.
@@ -589,17 +521,6 @@ pub(crate) fn split_at_sections(range: Range<u64>, section_order: u32) -> impl I
         start = end;
         Some(piece)
     })
-}
-
-/// Zone types present on node `nid`, by index.
-pub(crate) fn node_zone_table(zones: &[Zone], nid: usize) -> [Option<usize>; MAX_NR_ZONES] {
-    let mut table = [None; MAX_NR_ZONES];
-    for (i, z) in zones.iter().enumerate() {
-        if z.nid == nid {
-            table[z.zone_type.index()] = Some(i);
-        }
-    }
-    table
 }
 
 #[cfg(test)]

@@ -31,72 +31,13 @@
 //! ```
 #![deny(unsafe_code)]
 
+pub use crate::mem::owned::PageBlock;
 use crate::mem::page::{PageFlags, PageIdx};
 use crate::page_alloc::cpu::CpuHandle;
 use crate::types::error::{BadPageReason, FreeError};
 use crate::types::gfp::Gfp;
+pub use crate::types::page_flags::PageOwner;
 use crate::{AllocError, PageAllocator, Pfn};
-use core::num::NonZeroU8;
-
-/// The tag of a layer that owns pages (1 ..= [`PageOwner::MAX`]).
-///
-/// Tags are chosen by the layers themselves, like Linux's page types; two
-/// layers on one allocator must use different tags.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub struct PageOwner(NonZeroU8);
-
-impl PageOwner {
-    /// Largest tag the descriptor can hold.
-    pub const MAX: u8 = 15;
-
-    /// Tag `id`; `None` for 0 or above [`MAX`](Self::MAX).
-    pub const fn new(id: u8) -> Option<Self> {
-        match NonZeroU8::new(id) {
-            Some(id) if id.get() <= Self::MAX => Some(Self(id)),
-            _ => None,
-        }
-    }
-
-    /// The tag's number.
-    pub const fn id(self) -> u8 {
-        self.0.get()
-    }
-}
-
-/// A block of 2^order pages owned by one layer, allocated and frozen
-/// (refcount 0). Exactly one `PageBlock` exists for such a block, so the
-/// borrow rules on it decide who may read or write the block's bytes.
-///
-/// Give it back with [`PageAllocator::free_block`]; a dropped `PageBlock`
-/// leaks its pages (they stay allocated and owned).
-#[must_use = "a dropped PageBlock leaks its pages; free it with PageAllocator::free_block"]
-#[derive(Debug, PartialEq, Eq)]
-pub struct PageBlock {
-    pfn: Pfn,
-    order: u8,
-    owner: PageOwner,
-    /// The allocator the block belongs to ([`PageAllocator::map_id`]).
-    map_id: u32,
-}
-
-impl PageBlock {
-    /// First page.
-    pub fn pfn(&self) -> Pfn {
-        self.pfn
-    }
-    /// The block is 2^order pages.
-    pub fn order(&self) -> u32 {
-        u32::from(self.order)
-    }
-    /// Pages in the block.
-    pub fn nr_pages(&self) -> u64 {
-        1 << self.order
-    }
-    /// The layer that owns it.
-    pub fn owner(&self) -> PageOwner {
-        self.owner
-    }
-}
 
 /// Why a block operation failed. Nothing was changed.
 #[derive(Debug, PartialEq, Eq)]

@@ -26,18 +26,18 @@ pub(crate) mod pinned;
 pub(crate) mod slowpath;
 pub(crate) mod stats;
 
-use crate::contig::cma::CmaArea;
 use crate::mem::page::{PageDesc, PageFlags, PageIdx, PageTable};
 use crate::mem::pageblock::PageblockMap;
-use crate::memmap::{node_zone_table, Geometry};
 use crate::page_alloc::hooks::{AllocFailure, Hooks, RateLimit};
 use crate::page_alloc::migrate::Migrator;
 use crate::page_alloc::stats::{Stats, StatsSnapshot};
 use crate::pcp::{pcp_allowed_order, pcp_sizing, Pageset};
+use crate::types::geometry::Geometry;
 use crate::types::gfp::{fast_path_alloc_flags, gfp_migratetype, gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType};
 use crate::types::gfp::{Watermark, MAX_NR_ZONES};
+use crate::zone::cma_area::CmaArea;
 use crate::zone::fallback::{self, RmqueueMode};
-use crate::zone::{Lock, MemCtx, Zone};
+use crate::zone::{node_zone_table, Lock, MemCtx, Zone};
 use crate::{AllocError, Pfn};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -50,8 +50,7 @@ pub(crate) const MAX_RECLAIM_RETRIES: u32 = 16;
 /// Compaction rounds a request may go through (Linux's `MAX_COMPACT_RETRIES`).
 pub(crate) const MAX_COMPACT_RETRIES: u32 = 16;
 
-/// Orders above this are "costly": they give up sooner.
-pub const PAGE_ALLOC_COSTLY_ORDER: u32 = 3;
+pub use crate::types::PAGE_ALLOC_COSTLY_ORDER;
 
 pub(crate) struct Parts {
     pub geometry: Geometry,
@@ -306,7 +305,6 @@ impl PageAllocator {
     }
 
     /// Descriptor index and descriptor of `pfn` in one bounds check.
-    #[cfg(feature = "std")]
     #[inline]
     pub(crate) fn pfn_to_desc(&self, pfn: Pfn) -> Option<(PageIdx, &PageDesc)> {
         let off = pfn.0.checked_sub(self.base_pfn)?;

@@ -2,7 +2,7 @@
 //! none of them leaves the allocator changed.
 #![deny(unsafe_code)]
 
-use crate::memmap::{Geometry, ZoneSpec};
+use crate::types::geometry::{Geometry, ZoneSpec};
 use crate::types::gfp::Gfp;
 use crate::Pfn;
 use core::fmt;
@@ -221,7 +221,7 @@ pub enum BuildError {
     },
     /// Mapping real memory failed.
     #[cfg(feature = "std")]
-    RealMemory(crate::mem::rawmem::RealMemoryError),
+    RealMemory(RealMemoryError),
     /// A CMA area given to [`MemoryMapBuilder::cma`](crate::MemoryMapBuilder::cma)
     /// cannot be activated.
     BadCmaArea {
@@ -491,3 +491,18 @@ impl std::error::Error for FreeError {}
 impl std::error::Error for BuildError {}
 #[cfg(feature = "std")]
 impl std::error::Error for PageError {}
+
+/// Why the real-memory region could not be mapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RealMemoryError {
+    /// `errno` from `mmap`.
+    pub errno: i32,
+    /// Bytes requested.
+    pub bytes: usize,
+}
+
+impl core::fmt::Display for RealMemoryError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "mmap of {} bytes failed with errno {}", self.bytes, self.errno)
+    }
+}

@@ -2,4 +2,22 @@
 //! error types. Imports nothing from the rest of the crate.
 
 pub mod error;
+pub(crate) mod geometry;
 pub mod gfp;
+pub(crate) mod page_flags;
+
+/// Orders above this are "costly": they give up sooner (Linux's
+/// `PAGE_ALLOC_COSTLY_ORDER`).
+pub const PAGE_ALLOC_COSTLY_ORDER: u32 = 3;
+
+/// Names one CMA area of a [`PageAllocator`]; areas are numbered in the
+/// order they were declared on the builder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CmaId(pub(crate) usize);
+
+impl CmaId {
+    /// Position of the area in declaration order.
+    pub const fn index(self) -> usize {
+        self.0
+    }
+}

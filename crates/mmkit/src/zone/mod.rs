@@ -13,11 +13,12 @@
 #![deny(unsafe_code)]
 
 pub(crate) mod buddy;
+pub(crate) mod cma_area;
 pub(crate) mod fallback;
 
 use crate::mem::page::{PageIdx, PageTable};
 use crate::mem::pageblock::PageblockMap;
-use crate::memmap::Geometry;
+use crate::types::geometry::Geometry;
 use crate::types::gfp::{AllocFlags, MigrateType, Watermark, ZoneType, MAX_NR_ZONES};
 use crate::zone::buddy::{BuddyCtx, FreeArea};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -458,6 +459,17 @@ pub(crate) fn setup_watermarks(
         zone.lowmem_reserve = reserve;
     }
     min_free_kbytes
+}
+
+/// Zone types present on node `nid`, by index.
+pub(crate) fn node_zone_table(zones: &[Zone], nid: usize) -> [Option<usize>; MAX_NR_ZONES] {
+    let mut table = [None; MAX_NR_ZONES];
+    for (i, z) in zones.iter().enumerate() {
+        if z.nid == nid {
+            table[z.zone_type.index()] = Some(i);
+        }
+    }
+    table
 }
 
 #[cfg(test)]
