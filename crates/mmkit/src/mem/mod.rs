@@ -5,6 +5,7 @@
 //! above builds on it.
 #![allow(unsafe_code)]
 
+pub(crate) mod list;
 pub(crate) mod owned;
 pub(crate) mod page;
 pub(crate) mod pageblock;

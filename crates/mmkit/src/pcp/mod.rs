@@ -19,7 +19,8 @@
 //! used.
 #![deny(unsafe_code)]
 
-use crate::mem::page::{PageFlags, PageIdx, PageTable, NIL};
+use crate::mem::list::PageList;
+use crate::mem::page::{PageFlags, PageIdx, PageTable};
 use crate::types::gfp::{AllocFlags, MigrateType};
 use crate::zone::buddy::BuddyCtx;
 use crate::zone::fallback::{self, RmqueueMode};
@@ -64,8 +65,7 @@ pub struct PcpSizing {
 
 /// One CPU's lists for one zone. See the module doc.
 pub(crate) struct PcpState {
-    heads: [PageIdx; NR_PCP_LISTS],
-    tails: [PageIdx; NR_PCP_LISTS],
+    lists: [PageList; NR_PCP_LISTS],
     /// Pages (not blocks) on all lists.
     pub count: u32,
     pub high: u32,
@@ -89,8 +89,7 @@ impl Pageset {
     pub(crate) fn new(sizing: PcpSizing) -> Self {
         Self {
             lock: Lock::new(PcpState {
-                heads: [NIL; NR_PCP_LISTS],
-                tails: [NIL; NR_PCP_LISTS],
+                lists: [PageList::EMPTY; NR_PCP_LISTS],
                 count: 0,
                 high: sizing.high_min,
                 sizing,
@@ -173,15 +172,7 @@ impl PcpState {
     pub(crate) fn push(&mut self, pages: &PageTable, idx: PageIdx, order: u32, mt: MigrateType, pindex: usize) {
         let page = pages.get(idx);
         page.set_state(PageFlags::PCP, order, mt as u8);
-        let head = self.heads[pindex];
-        page.set_prev(NIL);
-        page.set_next(head);
-        if head == NIL {
-            self.tails[pindex] = idx;
-        } else {
-            pages.get(head).set_prev(idx);
-        }
-        self.heads[pindex] = idx;
+        self.lists[pindex].push_head(pages, idx);
         self.count += 1 << order;
     }
 
@@ -190,70 +181,34 @@ impl PcpState {
     fn push_tail(&mut self, pages: &PageTable, idx: PageIdx, order: u32, mt: MigrateType, pindex: usize) {
         let page = pages.get(idx);
         page.set_state(PageFlags::PCP, order, mt as u8);
-        let tail = self.tails[pindex];
-        page.set_next(NIL);
-        page.set_prev(tail);
-        if tail == NIL {
-            self.heads[pindex] = idx;
-        } else {
-            pages.get(tail).set_next(idx);
-        }
-        self.tails[pindex] = idx;
+        self.lists[pindex].push_tail(pages, idx);
         self.count += 1 << order;
     }
 
     /// Pops the hottest block of list `pindex`.
     #[inline]
     pub(crate) fn pop(&mut self, pages: &PageTable, pindex: usize, order: u32) -> Option<PageIdx> {
-        let idx = self.heads[pindex];
-        if idx == NIL {
-            return None;
-        }
-        let next = pages.get(idx).next();
-        self.heads[pindex] = next;
-        if next == NIL {
-            self.tails[pindex] = NIL;
-        } else {
-            pages.get(next).set_prev(NIL);
-        }
+        let idx = self.lists[pindex].pop_head(pages)?;
         self.count -= 1 << order;
         Some(idx)
     }
 
     /// Pops the coldest block of list `pindex`.
     fn pop_tail(&mut self, pages: &PageTable, pindex: usize, order: u32) -> Option<PageIdx> {
-        let idx = self.tails[pindex];
-        if idx == NIL {
-            return None;
-        }
-        let prev = pages.get(idx).prev();
-        self.tails[pindex] = prev;
-        if prev == NIL {
-            self.heads[pindex] = NIL;
-        } else {
-            pages.get(prev).set_next(NIL);
-        }
+        let idx = self.lists[pindex].pop_tail(pages)?;
         self.count -= 1 << order;
         Some(idx)
     }
 
     /// Blocks on list `pindex`, head to tail (invariant checks).
     pub(crate) fn iter_list<'a>(&self, pages: &'a PageTable, pindex: usize) -> impl Iterator<Item = PageIdx> + 'a {
-        let mut cur = self.heads[pindex];
-        core::iter::from_fn(move || {
-            if cur == NIL {
-                return None;
-            }
-            let here = cur;
-            cur = pages.get(cur).next();
-            Some(here)
-        })
+        self.lists[pindex].iter(pages)
     }
 
     /// Whether list `pindex` is empty.
     #[inline]
     pub(crate) fn is_empty(&self, pindex: usize) -> bool {
-        self.heads[pindex] == NIL
+        self.lists[pindex].is_empty()
     }
 
     /// Blocks to bring in on a refill of `order` (Linux's `nr_pcp_alloc`);

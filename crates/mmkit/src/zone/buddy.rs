@@ -22,7 +22,8 @@
 //!   allowed (same zone, below the merge limit, compatible types).
 #![deny(unsafe_code)]
 
-use crate::mem::page::{PageFlags, PageIdx, PageTable, NIL};
+use crate::mem::list::PageList;
+use crate::mem::page::{PageFlags, PageIdx, PageTable};
 use crate::mem::pageblock::PageblockMap;
 use crate::types::gfp::{MigrateType, MIGRATE_TYPES};
 use alloc::vec;
@@ -54,8 +55,7 @@ pub(crate) enum Placement {
 
 /// Lists of free blocks of one zone. See the module doc for its invariants.
 pub(crate) struct FreeArea {
-    heads: Vec<PageIdx>,
-    tails: Vec<PageIdx>,
+    lists: Vec<PageList>,
     /// Blocks per list, indexed like `heads`.
     nr_blocks: Vec<u64>,
     free_pages: u64,
@@ -73,8 +73,7 @@ impl FreeArea {
     pub(crate) fn new(max_order: u32) -> Self {
         let n = (max_order as usize + 1) * MIGRATE_TYPES;
         Self {
-            heads: vec![NIL; n],
-            tails: vec![NIL; n],
+            lists: vec![PageList::EMPTY; n],
             nr_blocks: vec![0; n],
             free_pages: 0,
             free_pages_by_type: [0; MIGRATE_TYPES],
@@ -114,8 +113,7 @@ impl FreeArea {
     /// First block on list (`order`, `mt`), if any.
     #[inline]
     pub(crate) fn first(&self, order: u32, mt: MigrateType) -> Option<PageIdx> {
-        let head = self.heads[slot(order, mt)];
-        (head != NIL).then_some(head)
+        self.lists[slot(order, mt)].first()
     }
 
     /// Blocks on one list, head to tail (for invariant checks and tests).
@@ -125,15 +123,7 @@ impl FreeArea {
         order: u32,
         mt: MigrateType,
     ) -> impl Iterator<Item = PageIdx> + 'a {
-        let mut cur = self.heads[slot(order, mt)];
-        core::iter::from_fn(move || {
-            if cur == NIL {
-                return None;
-            }
-            let here = cur;
-            cur = cx.pages.get(cur).next();
-            Some(here)
-        })
+        self.lists[slot(order, mt)].iter(cx.pages)
     }
 
     /// Puts block `idx` of `order` on list `mt` and marks it free.
@@ -142,25 +132,9 @@ impl FreeArea {
         let page = cx.pages.get(idx);
         page.set_state(PageFlags::BUDDY, order, mt as u8);
         if at_tail {
-            let tail = self.tails[s];
-            page.set_next(NIL);
-            page.set_prev(tail);
-            if tail == NIL {
-                self.heads[s] = idx;
-            } else {
-                cx.pages.get(tail).set_next(idx);
-            }
-            self.tails[s] = idx;
+            self.lists[s].push_tail(cx.pages, idx);
         } else {
-            let head = self.heads[s];
-            page.set_prev(NIL);
-            page.set_next(head);
-            if head == NIL {
-                self.tails[s] = idx;
-            } else {
-                cx.pages.get(head).set_prev(idx);
-            }
-            self.heads[s] = idx;
+            self.lists[s].push_head(cx.pages, idx);
         }
         self.nr_blocks[s] += 1;
         self.free_pages += 1 << order;
@@ -174,20 +148,8 @@ impl FreeArea {
         let order = page.order();
         let mt = MigrateType::from_index(page.tag() as usize).unwrap_or(MigrateType::Unmovable);
         let s = slot(order, mt);
-        let (prev, next) = (page.prev(), page.next());
-        if prev == NIL {
-            self.heads[s] = next;
-        } else {
-            cx.pages.get(prev).set_next(next);
-        }
-        if next == NIL {
-            self.tails[s] = prev;
-        } else {
-            cx.pages.get(next).set_prev(prev);
-        }
+        self.lists[s].unlink(cx.pages, idx);
         page.set_state(PageFlags::EMPTY, 0, 0);
-        page.set_next(NIL);
-        page.set_prev(NIL);
         self.nr_blocks[s] -= 1;
         self.free_pages -= 1 << order;
         self.free_pages_by_type[mt as usize] -= 1 << order;
