@@ -1,11 +1,11 @@
-//! Criterion benchmarks of the bulk interfaces (seed 004's experiment): one
+//! Criterion benchmarks of the bulk interfaces (the experiment of Linux's bulk page allocator series): one
 //! `alloc_pages_bulk(Gfp::KERNEL, ..)` of N order-0 pages into a
 //! `[None; N]` array plus one `free_pages_bulk` of the result per
 //! iteration, for N = 1, 8, 64, 256 (throughput in pages, so criterion
 //! reports pages/s), next to one `alloc_pages` + `free_pages` pair. Shared
 //! API, fresh 4 GiB metadata-only map, per-CPU lists on.
 //!
-//! Owns nothing shared: every batch size from 1 to 256 with seed 004's table
+//! Owns nothing shared: every batch size from 1 to 256 with that series' table
 //! is in `mmkit bench bulk` (the CLI's `src/bench/bulk.rs`). Measurement time
 //! is kept short so the whole file runs in well under a minute:
 //! `cargo bench -p mmkit --bench bulk`.

@@ -22,7 +22,7 @@ use crate::{
     ZoneType,
 };
 
-/// Pages per iteration in seed 000.
+/// Pages per iteration in the measurement of Linux's batched `free_contig_frozen_range` change.
 pub const SEED_PAGES: u64 = 16384;
 
 /// A metadata-only map prepared for the contiguous-range cases: one NORMAL
@@ -73,7 +73,7 @@ impl ContigBench {
         Ok(self.start)
     }
 
-    /// The "before" of seed 000: every page through the ordinary free path,
+    /// The "before" of that change: every page through the ordinary free path,
     /// `free_pages(pfn, 0)`, one by one.
     ///
     /// # Errors

@@ -14,7 +14,7 @@
 //!
 //! It edits no list itself (that is `free_prepared_block` → zone → buddy).
 //! The "frozen" choice is a flag of the internal helper only; the public API
-//! has one function per variant, as the review of seed 000 asked.
+//! has one function per variant, as the review of Linux's batched `free_contig_frozen_range` change asked.
 #![deny(unsafe_code)]
 
 use crate::mem::page::{PageFlags, PageIdx};

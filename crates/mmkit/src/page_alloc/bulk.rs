@@ -1,4 +1,4 @@
-//! The bulk allocator (seed 004): many order-0 pages per pageset-lock hold,
+//! The bulk allocator (Linux's `alloc_pages_bulk`, from the series `mm, page_alloc: Add a bulk page allocator`): many order-0 pages per pageset-lock hold,
 //! and the matching bulk frees.
 //!
 //! Owns `alloc_pages_bulk` (fill the empty slots of an array), its `Vec`

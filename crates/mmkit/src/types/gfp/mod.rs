@@ -23,7 +23,7 @@
 //! # Conventions
 //!
 //! - Conversions are written as plain conditionals, one per rule, never by
-//!   relying on a GFP bit and an ALLOC bit sharing a value (seed 001: the
+//!   relying on a GFP bit and an ALLOC bit sharing a value (Linux's `mm/page_alloc: drop flag-conversion "optimisation"`: the
 //!   kernel dropped that trick because it coupled two unrelated tables).
 //! - Linux answers some invalid inputs with `BUG()` or a warning. Here every
 //!   input gets an answer: [`gfp_zone`] returns a typed error, and
