@@ -18,6 +18,7 @@
 use crate::mem::page::{PageFlags, PageIdx};
 use crate::pcp::{self, order_to_pindex, pcp_allowed_order, PcpCounters, PcpState};
 use crate::types::gfp::{AllocFlags, Gfp, MigrateType};
+use crate::zone::fallback::RmqueueRequest;
 use crate::zone::Zone;
 use crate::{AllocError, FreeError, PageAllocator, Pfn};
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
@@ -205,7 +206,7 @@ impl PageAllocator {
         let want = pcp.nr_pcp_alloc(order, zone.below_high.load(Relaxed));
         let cx = zone.cx(self.mem());
         let mut state = zone.state.lock();
-        let added = pcp::rmqueue_bulk(zone, &mut state, cx, pcp, order, want, mt, alloc_flags);
+        let added = pcp::rmqueue_bulk(zone, &mut state, cx, pcp, RmqueueRequest { order, mt, alloc_flags }, want);
         (added > 0).then_some(())
     }
 

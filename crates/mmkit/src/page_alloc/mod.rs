@@ -1,21 +1,16 @@
-//! The public allocator: PFN lookup, the zonelist walk, the fast allocation
-//! path and `prep_new_page`.
+//! The allocator's state and its lookups: `PageAllocator`, built from the
+//! builder's parts, with PFN ↔ descriptor ↔ zone lookups and the zonelists.
 //!
-//! Owns `PageAllocator` and the order in which zones are tried. The slow path
-//! lives in `slowpath`, per-CPU lists in `cpu`/`pcp`, free paths in `free`,
-//! reporting in `info`, invariant checks in `invariants`; all
-//! of them go through zones (which lock) to buddy (which edits lists) to page
-//! descriptors. Nothing here edits a free list directly.
-//!
-//! Allocation in one paragraph: walk the zonelist (this node's zones from the
-//! highest the GFP allows down, then other nodes by distance) and take a block
-//! from the first zone above its LOW watermark. If none is, wake background
-//! reclaim, recompute flags for the slow path (MIN watermark, reserves for
-//! atomic requests), try again, and only with `__GFP_DIRECT_RECLAIM` call the
-//! embedder's reclaim and compaction hooks and retry.
+//! The layer's other files each own one path: `alloc_path` (allocation and
+//! the zonelist walk), `slowpath`, `free`, `bulk`, per-CPU handles (`cpu`,
+//! `pinned`), `alloc_at` (placed allocation for replay), `block` (owned
+//! blocks for the layers above), `hooks` and `migrate` (the embedder's
+//! side). All of them go through zones (which lock) to buddy (which edits
+//! lists) to page descriptors; nothing here edits a free list directly.
 #![deny(unsafe_code)]
 
 pub(crate) mod alloc_at;
+pub(crate) mod alloc_path;
 pub(crate) mod block;
 pub(crate) mod bulk;
 pub mod cpu;
@@ -26,19 +21,18 @@ pub(crate) mod pinned;
 pub(crate) mod slowpath;
 pub(crate) mod stats;
 
-use crate::mem::page::{PageDesc, PageFlags, PageIdx, PageTable};
+use crate::mem::page::{PageDesc, PageIdx, PageTable};
 use crate::mem::pageblock::PageblockMap;
-use crate::page_alloc::hooks::{AllocFailure, Hooks, RateLimit};
+use crate::page_alloc::hooks::{Hooks, RateLimit};
 use crate::page_alloc::migrate::Migrator;
 use crate::page_alloc::stats::{Stats, StatsSnapshot};
-use crate::pcp::{pcp_allowed_order, pcp_sizing, Pageset};
+use crate::pcp::{pcp_sizing, Pageset};
 use crate::types::geometry::Geometry;
-use crate::types::gfp::{fast_path_alloc_flags, gfp_migratetype, gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType};
+use crate::types::gfp::{gfp_migratetype, Gfp, MigrateType, ZoneType};
 use crate::types::gfp::{Watermark, MAX_NR_ZONES};
 use crate::zone::cma_area::CmaArea;
-use crate::zone::fallback::{self, RmqueueMode};
 use crate::zone::{node_zone_table, Lock, MemCtx, Zone};
-use crate::{AllocError, Pfn};
+use crate::Pfn;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -354,340 +348,6 @@ impl PageAllocator {
         (idx < self.zones[zi].end_idx).then_some(zi)
     }
 
-    /// Allocates 2^`order` contiguous pages on the local node (node 0 unless
-    /// the map has one zone elsewhere only). See [`alloc_pages_node`](Self::alloc_pages_node).
-    ///
-    /// # Errors
-    /// As [`alloc_pages_node`](Self::alloc_pages_node).
-    #[inline]
-    pub fn alloc_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        let cpu = self.current_cpu();
-        self.alloc_on(cpu, self.cpu_to_node(cpu), gfp, order, false)
-    }
-
-    /// Allocates 2^`order` contiguous pages, preferring node `nid`.
-    ///
-    /// The block's first page has refcount 1; free it with
-    /// [`free_pages`](Self::free_pages) (same order) or drop the reference
-    /// with [`put_page`](Self::put_page). With `Gfp::COMP` it is a compound
-    /// page whose tails point at the head; with `Gfp::ZERO` and real memory
-    /// its contents are zeroed.
-    ///
-    /// # Errors
-    /// [`AllocError::NoMemory`] when no allowed zone can serve the request
-    /// even after the slow path, [`AllocError::OrderTooLarge`],
-    /// [`AllocError::InvalidGfp`] for contradictory zone bits,
-    /// [`AllocError::NoSuchNode`].
-    #[inline]
-    pub fn alloc_pages_node(&self, nid: usize, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc_on(self.current_cpu(), nid, gfp, order, false)
-    }
-
-    /// Like [`alloc_pages`](Self::alloc_pages) but the page comes back with
-    /// refcount 0 ("frozen"); free it with
-    /// [`free_frozen_pages`](Self::free_frozen_pages).
-    ///
-    /// # Errors
-    /// As [`alloc_pages_node`](Self::alloc_pages_node).
-    #[inline]
-    pub fn alloc_frozen_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        let cpu = self.current_cpu();
-        self.alloc_on(cpu, self.cpu_to_node(cpu), gfp, order, true)
-    }
-
-    /// Frozen allocation preferring node `nid`.
-    ///
-    /// # Errors
-    /// As [`alloc_pages_node`](Self::alloc_pages_node).
-    #[inline]
-    pub fn alloc_frozen_pages_node(&self, nid: usize, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc_on(self.current_cpu(), nid, gfp, order, true)
-    }
-
-    /// The node CPU `cpu` belongs to (Linux's `cpu_to_node`): the node
-    /// `alloc_pages` prefers when called on that CPU.
-    #[inline]
-    pub fn cpu_to_node(&self, cpu: usize) -> usize {
-        self.cpu_nodes.get(cpu).copied().unwrap_or(0)
-    }
-
-    /// Allocation on behalf of CPU `cpu` (its per-CPU lists are used).
-    #[inline]
-    pub(crate) fn alloc_on(
-        &self,
-        cpu: usize,
-        nid: usize,
-        gfp: Gfp,
-        order: u32,
-        frozen: bool,
-    ) -> Result<Pfn, AllocError> {
-        if order <= PAGE_ALLOC_COSTLY_ORDER && self.pcp_enabled {
-            if let Some(pfn) = self.alloc_fast(cpu, nid, gfp, order, frozen) {
-                return Ok(pfn);
-            }
-        }
-        self.alloc_general(cpu, nid, gfp, order, frozen)
-    }
-
-    /// The fast path of `get_page_from_freelist` for cached orders: the
-    /// preferred zone only, a lockless watermark check, one try of the
-    /// pageset lock. `None` sends the request down the general path, which
-    /// repeats these steps zone by zone and then enters the slow path.
-    #[inline]
-    fn alloc_fast(&self, cpu: usize, nid: usize, gfp: Gfp, order: u32, frozen: bool) -> Option<Pfn> {
-        let target = self.fast_target(nid, gfp, order)?;
-        let idx = {
-            let mut pcp = self.try_lock_pcp(cpu, target.zi)?;
-            self.pcp_take_locked(&mut pcp, target.zi, order, target.mt, target.flags)?
-        };
-        Some(self.finish_fast_alloc(&target, idx, order, gfp, frozen))
-    }
-
-    /// The checks of the fast path before a per-CPU list is touched: the
-    /// preferred zone of node `nid` (on that node), above its watermark.
-    #[inline(always)]
-    pub(crate) fn fast_target(&self, nid: usize, gfp: Gfp, order: u32) -> Option<FastTarget<'_>> {
-        let highest = gfp_zone(gfp).ok()?;
-        let (zi, nofragment) = self.preferred_zone(nid, highest)?;
-        let zone = &self.zones[zi];
-        if zone.nid != nid {
-            return None;
-        }
-        let flags = fast_path_alloc_flags(gfp, nofragment);
-        if !self.zone_allows(zone, order, flags, highest) {
-            return None;
-        }
-        Some(FastTarget { zi, zone, flags, mt: self.request_migratetype(gfp) })
-    }
-
-    /// The fast path after a block came off a per-CPU list.
-    #[inline(always)]
-    pub(crate) fn finish_fast_alloc(
-        &self,
-        target: &FastTarget<'_>,
-        idx: PageIdx,
-        order: u32,
-        gfp: Gfp,
-        frozen: bool,
-    ) -> Pfn {
-        self.wake_kswapd_if_boosted(target.zone, gfp, target.flags);
-        self.prep_new_page(idx, order, gfp, target.mt, frozen);
-        self.idx_to_pfn(idx)
-    }
-
-    /// Lockless watermark check of `get_page_from_freelist`, noting when the
-    /// zone has fallen below its high mark (pcp `high` then shrinks). A zone
-    /// above its high mark is above every lower mark too, so one check
-    /// usually suffices.
-    #[inline(always)]
-    pub(crate) fn zone_allows(&self, zone: &Zone, order: u32, flags: AllocFlags, highest: ZoneType) -> bool {
-        if flags.contains(AllocFlags::NO_WATERMARKS) || zone.comfortably_free() {
-            return true;
-        }
-        if !zone.below_high.load(Relaxed) {
-            if zone.watermark_fast(order, zone.watermark(Watermark::High), highest, flags) {
-                return true;
-            }
-            zone.below_high.store(true, Relaxed);
-        }
-        zone.watermark_fast(order, zone.watermark(flags.watermark()), highest, flags)
-    }
-
-    fn alloc_general(&self, cpu: usize, nid: usize, gfp: Gfp, order: u32, frozen: bool) -> Result<Pfn, AllocError> {
-        let max = self.geometry.merge_order();
-        if order > max {
-            return Err(AllocError::OrderTooLarge { order, max });
-        }
-        let highest = gfp_zone(gfp).map_err(|_| AllocError::InvalidGfp(gfp))?;
-        if nid >= self.zonelists.len() {
-            return Err(AllocError::NoSuchNode(nid));
-        }
-        let ac = AllocContext {
-            gfp,
-            nid,
-            highest,
-            migratetype: self.request_migratetype(gfp),
-            this_node_only: gfp.contains(Gfp::THISNODE),
-            cpu,
-        };
-        let nofragment = self.preferred[nid][highest.index()].is_some_and(|(_, nofrag)| nofrag);
-        let flags = fast_path_alloc_flags(gfp, nofragment);
-        let got = match self.get_page_from_freelist(order, flags, &ac) {
-            Some(got) => Some(got),
-            None => self.alloc_slowpath(gfp, order, &ac),
-        };
-        match got {
-            Some((_zone, idx)) => {
-                self.prep_new_page(idx, order, gfp, ac.migratetype, frozen);
-                Ok(self.idx_to_pfn(idx))
-            }
-            None => {
-                self.stats.alloc_failures.fetch_add(1, Relaxed);
-                if !gfp.contains(Gfp::NOWARN) {
-                    self.hooks.alloc_failed(&AllocFailure { gfp, order, nid });
-                }
-                Err(AllocError::NoMemory { order, gfp })
-            }
-        }
-    }
-
-    /// Zones a request may use, in the order to try them.
-    pub(crate) fn candidate_zones<'a>(&'a self, ac: &'a AllocContext) -> impl Iterator<Item = (usize, &'a Zone)> + 'a {
-        self.zonelists[ac.nid]
-            .iter()
-            .map(|&i| (i, &self.zones[i]))
-            .filter(move |(_, z)| z.zone_type <= ac.highest && (!ac.this_node_only || z.nid == ac.nid))
-    }
-
-    /// Tries each candidate zone once (Linux's `get_page_from_freelist`).
-    pub(crate) fn get_page_from_freelist(
-        &self,
-        order: u32,
-        alloc_flags: AllocFlags,
-        ac: &AllocContext,
-    ) -> Option<(usize, PageIdx)> {
-        let mut alloc_flags = alloc_flags;
-        loop {
-            let no_fallback = alloc_flags.contains(AllocFlags::NOFRAGMENT);
-            let mut retry_without_nofragment = false;
-            for (zi, zone) in self.candidate_zones(ac) {
-                if no_fallback && zone.nid != ac.nid {
-                    // Fragmenting the local node beats going remote.
-                    retry_without_nofragment = true;
-                    break;
-                }
-                if let Some(idx) = self.rmqueue_zone(zi, zone, order, alloc_flags, ac) {
-                    return Some((zi, idx));
-                }
-            }
-            if no_fallback || retry_without_nofragment {
-                alloc_flags = alloc_flags.difference(AllocFlags::NOFRAGMENT);
-                continue;
-            }
-            return None;
-        }
-    }
-
-    /// Checks the zone's watermark and takes a block: from the per-CPU list
-    /// for cached orders, else from the buddy under the zone lock (Linux's
-    /// watermark part of `get_page_from_freelist` plus `rmqueue`).
-    #[inline]
-    fn rmqueue_zone(
-        &self,
-        zi: usize,
-        zone: &Zone,
-        order: u32,
-        alloc_flags: AllocFlags,
-        ac: &AllocContext,
-    ) -> Option<PageIdx> {
-        let check = !alloc_flags.contains(AllocFlags::NO_WATERMARKS);
-        if !self.zone_allows(zone, order, alloc_flags, ac.highest) {
-            return None;
-        }
-        if self.pcp_enabled && pcp_allowed_order(order, self.geometry.pageblock_order) {
-            if let Some(idx) = self.rmqueue_pcplist(ac.cpu, zi, order, ac.migratetype, alloc_flags) {
-                if alloc_flags.contains(AllocFlags::HIGHATOMIC) {
-                    self.reserve_highatomic_after_pcp(zi, idx, order);
-                }
-                self.wake_kswapd_if_boosted(zone, ac.gfp, alloc_flags);
-                return Some(idx);
-            }
-        }
-        let idx = self.rmqueue_buddy(zone, order, alloc_flags, ac, check)?;
-        self.wake_kswapd_if_boosted(zone, ac.gfp, alloc_flags);
-        Some(idx)
-    }
-
-    /// After an allocation from `zone`: if a fallback boosted its watermarks
-    /// for a request that may wake kswapd, wake it once (Linux's
-    /// `ZONE_BOOSTED_WATERMARK` check at the end of `rmqueue`).
-    #[inline(always)]
-    pub(crate) fn wake_kswapd_if_boosted(&self, zone: &Zone, gfp: Gfp, alloc_flags: AllocFlags) {
-        if alloc_flags.contains(AllocFlags::KSWAPD) && zone.boost_pending.load(Relaxed) {
-            self.wake_kswapd_for_boost(zone, gfp);
-        }
-    }
-
-    #[cold]
-    fn wake_kswapd_for_boost(&self, zone: &Zone, gfp: Gfp) {
-        if zone.boost_pending.swap(false, Relaxed) {
-            self.stats.kswapd_wakeups.fetch_add(1, Relaxed);
-            self.hooks.wake_kswapd(&crate::page_alloc::hooks::ReclaimRequest {
-                gfp,
-                order: 0,
-                nid: zone.nid,
-                attempt: 0,
-            });
-        }
-    }
-
-    /// Drops every zone's watermark boost. Boosts are raised when a fallback
-    /// claims another type's pageblock; Linux's kswapd clears them once it
-    /// has reclaimed, so call this from the work your
-    /// [`Hooks::wake_kswapd`](crate::Hooks::wake_kswapd) starts.
-    pub fn reset_watermark_boost(&self) {
-        for zone in &self.zones {
-            let _state = zone.state.lock();
-            zone.reset_watermark_boost();
-        }
-    }
-
-    /// Takes a block straight from the buddy lists, re-checking the
-    /// watermark exactly under the lock.
-    fn rmqueue_buddy(
-        &self,
-        zone: &Zone,
-        order: u32,
-        alloc_flags: AllocFlags,
-        ac: &AllocContext,
-        check: bool,
-    ) -> Option<PageIdx> {
-        let cx = zone.cx(self.mem());
-        let mut state = zone.state.lock();
-        if check {
-            let mark = zone.watermark(alloc_flags.watermark());
-            if !zone.watermark_ok(&state, order, mark, ac.highest, alloc_flags) {
-                return None;
-            }
-        }
-        let mut mode = RmqueueMode::Normal;
-        let idx = fallback::rmqueue(zone, &mut state, cx, order, ac.migratetype, alloc_flags, &mut mode)?;
-        if alloc_flags.contains(AllocFlags::HIGHATOMIC) {
-            fallback::reserve_highatomic_pageblock(zone, &mut state, cx, idx, order);
-        }
-        state.counters.pgalloc_blocks += 1;
-        state.counters.pgalloc_pages += 1 << order;
-        zone.publish(&state);
-        Some(idx)
-    }
-
-    /// Turns a block just taken off the free lists into an allocated block.
-    #[inline]
-    pub(crate) fn prep_new_page(&self, idx: PageIdx, order: u32, gfp: Gfp, mt: MigrateType, frozen: bool) {
-        let head = self.desc(idx);
-        let compound = gfp.contains(Gfp::COMP) && order > 0;
-        let mut flags = PageFlags::ALLOCATED;
-        if compound {
-            flags = flags | PageFlags::HEAD;
-            for tail in idx + 1..idx + (1 << order) {
-                let t = self.desc(tail);
-                t.set_state(PageFlags::TAIL, 0, 0);
-                t.set_next(idx);
-            }
-        }
-        head.set_private(0);
-        head.set_refcount(if frozen { 0 } else { 1 });
-        // The state store comes last: a concurrent reader that sees ALLOCATED
-        // sees a finished page.
-        head.set_state(flags, order, mt as u8);
-        #[cfg(feature = "std")]
-        if gfp.contains(Gfp::ZERO) {
-            if let Some(mem) = &self.memory {
-                mem.zero_pages(idx as usize, 1 << order);
-            }
-        }
-    }
-
     /// Address of `pfn`'s memory when the map has real backing.
     ///
     /// The pointer is valid for one page while the allocator lives; the
@@ -712,18 +372,6 @@ impl PageAllocator {
     pub(crate) fn real_memory(&self) -> Option<&crate::mem::rawmem::RealMemory> {
         self.memory.as_ref()
     }
-}
-
-/// Where a fast-path allocation goes: see [`PageAllocator::fast_target`].
-pub(crate) struct FastTarget<'a> {
-    /// Zone index.
-    pub(crate) zi: usize,
-    /// The zone.
-    pub(crate) zone: &'a Zone,
-    /// ALLOC flags of the fast path.
-    pub(crate) flags: AllocFlags,
-    /// The request's migratetype.
-    pub(crate) mt: MigrateType,
 }
 
 const ZONE_NONE: u8 = u8::MAX;

@@ -21,9 +21,9 @@
 
 use crate::mem::list::PageList;
 use crate::mem::page::{PageFlags, PageIdx, PageTable};
-use crate::types::gfp::{AllocFlags, MigrateType};
+use crate::types::gfp::MigrateType;
 use crate::zone::buddy::BuddyCtx;
-use crate::zone::fallback::{self, RmqueueMode};
+use crate::zone::fallback::{self, RmqueueMode, RmqueueRequest};
 use crate::zone::{Lock, Zone, ZoneState};
 use crate::PAGE_ALLOC_COSTLY_ORDER;
 
@@ -325,16 +325,15 @@ pub(crate) fn rmqueue_bulk(
     state: &mut ZoneState,
     cx: BuddyCtx<'_>,
     pcp: &mut PcpState,
-    order: u32,
+    req: RmqueueRequest,
     count: u32,
-    mt: MigrateType,
-    alloc_flags: AllocFlags,
 ) -> u32 {
+    let RmqueueRequest { order, mt, .. } = req;
     let pindex = order_to_pindex(mt, order);
     let mut mode = RmqueueMode::Normal;
     let mut added = 0;
     while added < count {
-        let Some(idx) = fallback::rmqueue(zone, state, cx, order, mt, alloc_flags, &mut mode) else {
+        let Some(idx) = fallback::rmqueue(zone, state, cx, req, &mut mode) else {
             break;
         };
         pcp.push_tail(cx.pages, idx, order, mt, pindex);

@@ -33,6 +33,19 @@ pub(crate) enum RmqueueMode {
     Steal,
 }
 
+/// What a request asks of a zone's free lists: the part of Linux's
+/// `alloc_context` that `rmqueue` reads, passed as one value instead of
+/// three arguments through every step of the fallback chain.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RmqueueRequest {
+    /// Block order.
+    pub order: u32,
+    /// The request's migratetype.
+    pub mt: MigrateType,
+    /// Its ALLOC flags.
+    pub alloc_flags: AllocFlags,
+}
+
 /// Takes a block of `order` for a request of type `mt` (Linux's
 /// `rmqueue_buddy` body without the lock): highatomic reserve first for
 /// high-order atomic requests, then the fallback chain, then the reserve
@@ -41,17 +54,16 @@ pub(crate) fn rmqueue(
     zone: &Zone,
     state: &mut ZoneState,
     cx: BuddyCtx<'_>,
-    order: u32,
-    mt: MigrateType,
-    alloc_flags: AllocFlags,
+    req: RmqueueRequest,
     mode: &mut RmqueueMode,
 ) -> Option<PageIdx> {
+    let RmqueueRequest { order, alloc_flags, .. } = req;
     if alloc_flags.contains(AllocFlags::HIGHATOMIC) {
         if let Some(idx) = state.area.rmqueue_smallest(cx, order, MigrateType::HighAtomic) {
             return Some(idx);
         }
     }
-    if let Some(idx) = rmqueue_fallback_chain(zone, state, cx, order, mt, alloc_flags, mode) {
+    if let Some(idx) = rmqueue_fallback_chain(zone, state, cx, req, mode) {
         return Some(idx);
     }
     // Failing now is worse than failing a future high-order atomic request.
@@ -65,11 +77,10 @@ fn rmqueue_fallback_chain(
     zone: &Zone,
     state: &mut ZoneState,
     cx: BuddyCtx<'_>,
-    order: u32,
-    mt: MigrateType,
-    alloc_flags: AllocFlags,
+    req: RmqueueRequest,
     mode: &mut RmqueueMode,
 ) -> Option<PageIdx> {
+    let RmqueueRequest { order, mt, alloc_flags } = req;
     let use_cma = alloc_flags.contains(AllocFlags::CMA);
     // Balance CMA use: when most free memory is CMA, movable requests take it
     // first so that unmovable requests still find ordinary pages.
@@ -90,7 +101,7 @@ fn rmqueue_fallback_chain(
         }
     }
     if *mode != RmqueueMode::Steal {
-        if let Some(idx) = rmqueue_claim(zone, state, cx, order, mt, alloc_flags) {
+        if let Some(idx) = rmqueue_claim(zone, state, cx, req) {
             state.counters.fallback_allocs += 1;
             *mode = RmqueueMode::Normal;
             return Some(idx);
@@ -121,14 +132,8 @@ fn find_fallback(state: &ZoneState, order: u32, mt: MigrateType) -> Option<Migra
     mt.fallbacks().iter().copied().find(|&f| state.area.nr_blocks(order, f) > 0)
 }
 
-fn rmqueue_claim(
-    zone: &Zone,
-    state: &mut ZoneState,
-    cx: BuddyCtx<'_>,
-    order: u32,
-    mt: MigrateType,
-    alloc_flags: AllocFlags,
-) -> Option<PageIdx> {
+fn rmqueue_claim(zone: &Zone, state: &mut ZoneState, cx: BuddyCtx<'_>, req: RmqueueRequest) -> Option<PageIdx> {
+    let RmqueueRequest { order, mt, alloc_flags } = req;
     let min_order = if order < cx.pageblock_order && alloc_flags.contains(AllocFlags::NOFRAGMENT) {
         cx.pageblock_order
     } else {
@@ -145,8 +150,7 @@ fn rmqueue_claim(
             }
             if let Some(fallback) = find_fallback(state, current, mt) {
                 let block = state.area.first(current, fallback)?;
-                if let Some(idx) = try_to_claim_block(zone, state, cx, block, current, order, mt, fallback, alloc_flags)
-                {
+                if let Some(idx) = try_to_claim_block(zone, state, cx, (block, current, fallback), req) {
                     return Some(idx);
                 }
             }
@@ -158,18 +162,16 @@ fn rmqueue_claim(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Claims for `req` the free `block` of `block_order` found on the lists
+/// of `block_type` (Linux's `try_to_claim_block`).
 fn try_to_claim_block(
     zone: &Zone,
     state: &mut ZoneState,
     cx: BuddyCtx<'_>,
-    block: PageIdx,
-    block_order: u32,
-    order: u32,
-    mt: MigrateType,
-    block_type: MigrateType,
-    alloc_flags: AllocFlags,
+    (block, block_order, block_type): (PageIdx, u32, MigrateType),
+    req: RmqueueRequest,
 ) -> Option<PageIdx> {
+    let RmqueueRequest { order, mt, alloc_flags } = req;
     if block_order >= cx.pageblock_order {
         state.area.del(cx, block);
         set_range_type(cx, block, block_order, mt);
