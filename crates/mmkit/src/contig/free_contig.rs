@@ -98,7 +98,7 @@ impl PageAllocator {
     /// the first page that is not an allocated order-0 page with the right
     /// refcount, then the precise error for it.
     fn validate_contig_pages(&self, start: PageIdx, end: PageIdx, frozen: bool) -> Result<(), FreeError> {
-        let first_bad = self.pages.slice(start, end).iter().position(|page| {
+        let first_bad = self.mem.pages.slice(start, end).iter().position(|page| {
             let (flags, order) = page.flags_and_order();
             !flags.contains(PageFlags::ALLOCATED) || order != 0 || (page.refcount() == 0) != frozen
         });
@@ -122,7 +122,7 @@ impl PageAllocator {
     fn free_contig_pages(&self, start: PageIdx, end: PageIdx, frozen: bool) -> ContigFreeSummary {
         let mut summary = ContigFreeSummary::default();
         let cpu = self.current_cpu();
-        let section_mask = (1u32 << self.geometry.section_order) - 1;
+        let section_mask = (1u32 << self.mem.geometry.section_order) - 1;
         // The open run is [run_start, idx) in `run_zone`; it must end before
         // `run_limit`, the next section or zone boundary.
         let mut run: Option<(&Zone, PageIdx, PageIdx)> = None;
@@ -197,7 +197,7 @@ impl PageAllocator {
     /// PFN, log2 of what is left, `MAX_PAGE_ORDER`). Returns the page count.
     fn free_prepared_run(&self, cpu: usize, zone: &Zone, start: PageIdx, end: PageIdx) -> u64 {
         debug_assert!(zone.start_idx <= start && end <= zone.end_idx);
-        let max_order = self.geometry.merge_order();
+        let max_order = self.mem.geometry.merge_order();
         let mut idx = start;
         while idx < end {
             let order = chunk_order(idx, end - idx, max_order);

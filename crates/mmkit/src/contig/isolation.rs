@@ -77,7 +77,7 @@ impl PageAllocator {
         // An inner page of a larger block: the first aligned block head
         // above it decides. A head found at a finer alignment that does not
         // cover `idx` means no larger block can.
-        for order in 1..=self.geometry.merge_order() {
+        for order in 1..=self.mem.geometry.merge_order() {
             let head = idx & !((1u32 << order) - 1);
             if head < zone.start_idx {
                 break;
@@ -151,10 +151,10 @@ impl PageAllocator {
         mt: MigrateType,
         movable: &mut Vec<(PageIdx, u32)>,
     ) -> Result<IsolatedRange, PageIdx> {
-        let pb_pages = 1u32 << self.geometry.pageblock_order;
+        let pb_pages = 1u32 << self.mem.geometry.pageblock_order;
         let pb_start = start & !(pb_pages - 1);
         let pb_end = end.next_multiple_of(pb_pages);
-        let cx = zone.cx(self.mem());
+        let cx = zone.cx(&self.mem);
         let mut state = zone.state.lock();
         let mut saved = Vec::with_capacity(((pb_end - pb_start) / pb_pages) as usize);
         let mut pb = pb_start;
@@ -203,8 +203,8 @@ impl PageAllocator {
         range: &IsolatedRange,
         taken: Option<(PageIdx, PageIdx)>,
     ) {
-        let pb_pages = 1u32 << self.geometry.pageblock_order;
-        let cx = zone.cx(self.mem());
+        let pb_pages = 1u32 << self.mem.geometry.pageblock_order;
+        let cx = zone.cx(&self.mem);
         for (pb, _) in range.pageblocks(pb_pages) {
             state.area.split_to_pageblocks(cx, pb);
         }

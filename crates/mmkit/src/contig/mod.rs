@@ -129,7 +129,7 @@ impl PageAllocator {
         if nid >= self.nr_nodes() {
             return Err(ContigError::NoSuchNode(nid));
         }
-        if nr_pages == 0 || nr_pages > self.pages.len() as u64 {
+        if nr_pages == 0 || nr_pages > self.mem.pages.len() as u64 {
             return Err(ContigError::NoMemory { nr_pages });
         }
         let this_node_only = gfp.contains(Gfp::THISNODE);
@@ -163,10 +163,10 @@ impl PageAllocator {
             return false;
         };
         let end = start + nr_pages as u32;
-        let pb_pages = 1u32 << self.geometry.pageblock_order;
+        let pb_pages = 1u32 << self.mem.geometry.pageblock_order;
         let mut pb = start & !(pb_pages - 1);
         while pb < end {
-            if matches!(self.blocks.get(pb), MigrateType::Cma | MigrateType::Isolate) {
+            if matches!(self.mem.blocks.get(pb), MigrateType::Cma | MigrateType::Isolate) {
                 return false;
             }
             pb += pb_pages;
@@ -194,7 +194,7 @@ impl PageAllocator {
         let e = self.pfn_to_idx(last).ok_or(ContigError::OutOfRange(last))? + 1;
         let nr_pages = end.0 - start.0;
         let compound_order = if gfp.contains(Gfp::COMP) {
-            let max_folio_order = 30u32.saturating_sub(self.geometry.page_shift).max(1);
+            let max_folio_order = 30u32.saturating_sub(self.mem.geometry.page_shift).max(1);
             if !nr_pages.is_power_of_two()
                 || start.0 & (nr_pages - 1) != 0
                 || nr_pages.trailing_zeros() > max_folio_order
@@ -213,7 +213,7 @@ impl PageAllocator {
             .map_err(|idx| ContigError::Busy { pfn: self.idx_to_pfn(idx) })?;
         self.drain_all_pages();
         let collected = self.migrate_out(zone, &movable, migration_gfp).and_then(|()| {
-            let cx = zone.cx(self.mem());
+            let cx = zone.cx(&self.mem);
             let mut state = zone.state.lock();
             // Linux's test_pages_isolated + isolate_freepages_range: the
             // whole range must sit in free ISOLATE blocks, taken in one go.
@@ -240,7 +240,7 @@ impl PageAllocator {
         self.prep_contig_pages(s, e, compound_order, frozen);
         #[cfg(feature = "std")]
         if gfp.contains(Gfp::ZERO) {
-            if let Some(mem) = &self.memory {
+            if let Some(mem) = &self.mem.memory {
                 mem.zero_pages(s as usize, nr_pages as usize);
             }
         }
@@ -255,7 +255,7 @@ impl PageAllocator {
         if e > zone.end_idx {
             return None;
         }
-        let pb_pages = 1u32 << self.geometry.pageblock_order;
+        let pb_pages = 1u32 << self.mem.geometry.pageblock_order;
         let (pb_start, pb_end) = (s & !(pb_pages - 1), e.next_multiple_of(pb_pages));
         let foreign =
             self.zones.iter().any(|z| !core::ptr::eq(z, zone) && z.start_idx < pb_end && pb_start < z.end_idx);

@@ -6,6 +6,7 @@
 #![allow(unsafe_code)]
 
 pub(crate) mod list;
+pub(crate) mod map;
 pub(crate) mod owned;
 pub(crate) mod page;
 pub(crate) mod pageblock;

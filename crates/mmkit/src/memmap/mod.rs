@@ -9,6 +9,7 @@
 //! belongs to the allocator layers.
 #![deny(unsafe_code)]
 
+use crate::mem::map::MemMap;
 use crate::mem::page::{PageFlags, PageTable};
 use crate::mem::pageblock::PageblockMap;
 use crate::page_alloc::hooks::{Hooks, NoHooks};
@@ -18,7 +19,7 @@ pub use crate::types::geometry::{Geometry, ZoneSpec};
 use crate::types::gfp::{MigrateType, ZoneType};
 use crate::zone::buddy::Placement;
 use crate::zone::cma_area::CmaArea;
-use crate::zone::{setup_watermarks, MemCtx, WatermarkConfig, Zone};
+use crate::zone::{setup_watermarks, WatermarkConfig, Zone};
 use crate::PageAllocator;
 use alloc::boxed::Box;
 use alloc::string::String;
@@ -76,7 +77,7 @@ impl MemoryMapBuilder {
             watermarks: WatermarkConfig::default(),
             hooks: Box::new(NoHooks),
             nr_cpus: default_nr_cpus(),
-            cpu_id: crate::page_alloc::cpu::default_cpu_id,
+            cpu_id: crate::pcp::cpus::default_cpu_id,
             cpu_nodes: Vec::new(),
             pcp_high_fraction: 0,
             pcp_enabled: true,
@@ -386,9 +387,16 @@ impl MemoryMapBuilder {
             ),
         };
 
-        let mem = MemCtx { pages: &pages, blocks: &blocks, geometry: &geo };
+        let mem = MemMap {
+            geometry: geo,
+            base_pfn,
+            pages,
+            blocks,
+            #[cfg(feature = "std")]
+            memory,
+        };
         for (zone, runs) in zones.iter().zip(&free_runs) {
-            let cx = zone.cx(mem);
+            let cx = zone.cx(&mem);
             let mut state = zone.state.lock();
             for run in runs {
                 for (start, end) in split_at_sections(run.clone(), geo.section_order) {
@@ -399,10 +407,7 @@ impl MemoryMapBuilder {
         }
 
         Ok(PageAllocator::from_parts(crate::page_alloc::Parts {
-            geometry: geo,
-            base_pfn,
-            pages,
-            blocks,
+            mem,
             zones,
             hooks: self.hooks,
             min_free_kbytes,
@@ -412,8 +417,6 @@ impl MemoryMapBuilder {
             pcp_high_fraction: self.pcp_high_fraction,
             pcp_enabled: self.pcp_enabled,
             mobility_disabled: !self.group_by_mobility,
-            #[cfg(feature = "std")]
-            memory,
             migrator: self.migrator,
             cma,
         }))

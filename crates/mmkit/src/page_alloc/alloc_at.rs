@@ -53,7 +53,7 @@ impl PageAllocator {
     /// [`AllocError::NotFree`] with the first page that is not free. On
     /// error nothing changed (except per-CPU lists drained).
     pub fn alloc_pages_at(&self, pfn: Pfn, order: u32, gfp: Gfp) -> Result<Pfn, AllocError> {
-        let max = self.geometry.merge_order();
+        let max = self.mem.geometry.merge_order();
         if order > max {
             return Err(AllocError::OrderTooLarge { order, max });
         }
@@ -73,7 +73,7 @@ impl PageAllocator {
         let mt = self.request_migratetype(gfp);
         match self.take_block_at(zi, idx, order, mt) {
             // Only pages cached on per-CPU lists can be won back by a drain.
-            Err(_) if self.pcp_enabled && self.nr_pcp_pages() > 0 => {
+            Err(_) if self.pcp.enabled && self.nr_pcp_pages() > 0 => {
                 self.drain_all_pages();
                 self.take_block_at(zi, idx, order, mt)?;
             }
@@ -87,30 +87,30 @@ impl PageAllocator {
     /// pageblock types, takes the block off the lists.
     fn take_block_at(&self, zi: usize, idx: PageIdx, order: u32, mt: MigrateType) -> Result<(), AllocError> {
         let zone = &self.zones[zi];
-        let cx = zone.cx(self.mem());
+        let cx = zone.cx(&self.mem);
         let end = idx + (1 << order);
         let mut state = zone.state.lock();
         let mut at = idx;
         while at < end {
             let not_free = AllocError::NotFree(self.idx_to_pfn(at));
-            if self.blocks.get(at) == MigrateType::Isolate {
+            if self.mem.blocks.get(at) == MigrateType::Isolate {
                 return Err(not_free);
             }
             let (head, block_order) = state.area.enclosing_free_block(cx, at).ok_or(not_free)?;
             at = head + (1 << block_order);
         }
-        let pb_order = self.geometry.pageblock_order;
+        let pb_order = self.mem.geometry.pageblock_order;
         if order >= pb_order {
             // Each pageblock on its own: a CMA or highatomic one keeps its type.
             for pb in (idx..end).step_by(1 << pb_order) {
-                let block_type = self.blocks.get(pb);
+                let block_type = self.mem.blocks.get(pb);
                 if block_type != mt && block_type.is_pcp_type() {
                     set_range_type(cx, pb, pb_order, mt);
                     state.counters.pageblocks_claimed += 1;
                 }
             }
         } else {
-            let block_type = self.blocks.get(idx);
+            let block_type = self.mem.blocks.get(idx);
             if block_type != mt && block_type.is_pcp_type() {
                 let pb_start = idx & !((1u32 << pb_order) - 1);
                 state.area.split_to_pageblocks(cx, pb_start);

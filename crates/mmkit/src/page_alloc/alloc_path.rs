@@ -80,7 +80,7 @@ impl PageAllocator {
     /// `alloc_pages` prefers when called on that CPU.
     #[inline]
     pub fn cpu_to_node(&self, cpu: usize) -> usize {
-        self.cpu_nodes.get(cpu).copied().unwrap_or(0)
+        self.pcp.cpu_nodes.get(cpu).copied().unwrap_or(0)
     }
 
     /// Allocation on behalf of CPU `cpu` (its per-CPU lists are used).
@@ -93,7 +93,7 @@ impl PageAllocator {
         order: u32,
         frozen: bool,
     ) -> Result<Pfn, AllocError> {
-        if order <= PAGE_ALLOC_COSTLY_ORDER && self.pcp_enabled {
+        if order <= PAGE_ALLOC_COSTLY_ORDER && self.pcp.enabled {
             if let Some(pfn) = self.alloc_fast(cpu, nid, gfp, order, frozen) {
                 return Ok(pfn);
             }
@@ -166,12 +166,12 @@ impl PageAllocator {
     }
 
     fn alloc_general(&self, cpu: usize, nid: usize, gfp: Gfp, order: u32, frozen: bool) -> Result<Pfn, AllocError> {
-        let max = self.geometry.merge_order();
+        let max = self.mem.geometry.merge_order();
         if order > max {
             return Err(AllocError::OrderTooLarge { order, max });
         }
         let highest = gfp_zone(gfp).map_err(|_| AllocError::InvalidGfp(gfp))?;
-        if nid >= self.zonelists.len() {
+        if nid >= self.zones.nr_nodes() {
             return Err(AllocError::NoSuchNode(nid));
         }
         let ac = AllocContext {
@@ -182,7 +182,7 @@ impl PageAllocator {
             this_node_only: gfp.contains(Gfp::THISNODE),
             cpu,
         };
-        let nofragment = self.preferred[nid][highest.index()].is_some_and(|(_, nofrag)| nofrag);
+        let nofragment = self.zones.preferred_zone(nid, highest).is_some_and(|(_, nofrag)| nofrag);
         let flags = fast_path_alloc_flags(gfp, nofragment);
         let got = match self.get_page_from_freelist(order, flags, &ac) {
             Some(got) => Some(got),
@@ -205,7 +205,8 @@ impl PageAllocator {
 
     /// Zones a request may use, in the order to try them.
     pub(crate) fn candidate_zones<'a>(&'a self, ac: &'a AllocContext) -> impl Iterator<Item = (usize, &'a Zone)> + 'a {
-        self.zonelists[ac.nid]
+        self.zones
+            .zonelist(ac.nid)
             .iter()
             .map(|&i| (i, &self.zones[i]))
             .filter(move |(_, z)| z.zone_type <= ac.highest && (!ac.this_node_only || z.nid == ac.nid))
@@ -256,7 +257,7 @@ impl PageAllocator {
         if !self.zone_allows(zone, order, alloc_flags, ac.highest) {
             return None;
         }
-        if self.pcp_enabled && pcp_allowed_order(order, self.geometry.pageblock_order) {
+        if self.pcp.enabled && pcp_allowed_order(order, self.mem.geometry.pageblock_order) {
             if let Some(idx) = self.rmqueue_pcplist(ac.cpu, zi, order, ac.migratetype, alloc_flags) {
                 if alloc_flags.contains(AllocFlags::HIGHATOMIC) {
                     self.reserve_highatomic_after_pcp(zi, idx, order);
@@ -298,7 +299,7 @@ impl PageAllocator {
     /// has reclaimed, so call this from the work your
     /// [`Hooks::wake_kswapd`](crate::Hooks::wake_kswapd) starts.
     pub fn reset_watermark_boost(&self) {
-        for zone in &self.zones {
+        for zone in self.zones.iter() {
             let _state = zone.state.lock();
             zone.reset_watermark_boost();
         }
@@ -314,7 +315,7 @@ impl PageAllocator {
         ac: &AllocContext,
         check: bool,
     ) -> Option<PageIdx> {
-        let cx = zone.cx(self.mem());
+        let cx = zone.cx(&self.mem);
         let mut state = zone.state.lock();
         if check {
             let mark = zone.watermark(alloc_flags.watermark());
@@ -360,7 +361,7 @@ impl PageAllocator {
         head.set_state(flags, order, mt as u8);
         #[cfg(feature = "std")]
         if gfp.contains(Gfp::ZERO) {
-            if let Some(mem) = &self.memory {
+            if let Some(mem) = &self.mem.memory {
                 mem.zero_pages(idx as usize, 1 << order);
             }
         }

@@ -9,11 +9,11 @@
 #![deny(unsafe_code)]
 
 use crate::mem::page::{PageFlags, PageIdx};
+use crate::mem::sync::LockGuard;
 use crate::page_alloc::free::Claim;
 use crate::pcp::order_to_pindex;
 use crate::types::error::FreeError;
 use crate::types::gfp::{fast_path_alloc_flags, gfp_zone, Gfp, Watermark};
-use crate::zone::LockGuard;
 use crate::{PageAllocator, Pfn};
 use alloc::vec::Vec;
 
@@ -98,7 +98,7 @@ impl PageAllocator {
         if wanted == 0 {
             return 0;
         }
-        let taken = if wanted > 1 && self.pcp_enabled { self.bulk_take_pcp(cpu, gfp, wanted, &mut put) } else { 0 };
+        let taken = if wanted > 1 && self.pcp.enabled { self.bulk_take_pcp(cpu, gfp, wanted, &mut put) } else { 0 };
         if taken > 0 {
             return taken;
         }
@@ -136,7 +136,7 @@ impl PageAllocator {
         let pindex = order_to_pindex(mt, 0);
         let mut taken = 0;
         while taken < wanted {
-            let idx = match pcp.pop(&self.pages, pindex, 0) {
+            let idx = match pcp.pop(&self.mem.pages, pindex, 0) {
                 Some(idx) if self.desc(idx).has(PageFlags::HWPOISON) => {
                     self.drop_poisoned(idx);
                     continue;

@@ -16,12 +16,31 @@
 #![deny(unsafe_code)]
 
 use crate::mem::page::{PageFlags, PageIdx};
+use crate::pcp::cpus::forget_cached_cpu;
+use crate::pcp::cpus::{REQUEST_DRAIN, REQUEST_RESIZE};
 use crate::pcp::{self, order_to_pindex, pcp_allowed_order, PcpCounters, PcpState};
 use crate::types::gfp::{AllocFlags, Gfp, MigrateType};
 use crate::zone::fallback::RmqueueRequest;
 use crate::zone::Zone;
 use crate::{AllocError, FreeError, PageAllocator, Pfn};
-use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use core::sync::atomic::Ordering::{Acquire, Relaxed};
+
+/// Smallest non-zero `percpu_pagelist_high_fraction` Linux accepts.
+pub const MIN_PERCPU_PAGELIST_HIGH_FRACTION: u32 = 8;
+
+/// A `percpu_pagelist_high_fraction` between 1 and 7: Linux refuses those
+/// (each CPU could cache more than an eighth of a zone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BadHighFraction(pub u32);
+
+impl core::fmt::Display for BadHighFraction {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "percpu_pagelist_high_fraction {} is below {MIN_PERCPU_PAGELIST_HIGH_FRACTION}", self.0)
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for BadHighFraction {}
 
 /// Why a CPU handle could not be made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,100 +57,28 @@ impl core::fmt::Display for NoSuchCpu {
     }
 }
 
-#[cfg(all(feature = "std", target_os = "linux"))]
-std::thread_local! {
-    /// This thread's CPU and how many more calls may use it unchecked.
-    static CACHED_CPU: core::cell::Cell<(u32, u32)> = const { core::cell::Cell::new((0, 0)) };
-}
-
-/// Makes the next [`default_cpu_id`] call ask the kernel again.
-#[inline]
-fn forget_cached_cpu() {
-    #[cfg(all(feature = "std", target_os = "linux"))]
-    CACHED_CPU.with(|cached| cached.set((cached.get().0, 0)));
-}
-
-/// The CPU id source when the embedder gives none: `sched_getcpu` with `std`
-/// (glibc answers it from the rseq area without a system call), CPU 0
-/// without.
-///
-/// The answer is cached per thread and refreshed every 64 calls, and at
-/// once after a pageset was found busy: a thread that migrates keeps using
-/// its old CPU's lists for a few operations, which costs nothing in
-/// correctness (the lists are locked) and saves a call per operation.
-pub fn default_cpu_id() -> usize {
-    #[cfg(all(feature = "std", target_os = "linux"))]
-    {
-        return CACHED_CPU.with(|cached| {
-            let (cpu, left) = cached.get();
-            if left > 0 {
-                cached.set((cpu, left - 1));
-                return cpu as usize;
-            }
-            let cpu = crate::mem::rawmem::sched_getcpu().max(0) as u32;
-            cached.set((cpu, 63));
-            cpu as usize
-        });
-    }
-    #[allow(unreachable_code)]
-    0
-}
-
-/// Per-CPU flags kept outside the pagesets, padded to a cache line.
-#[repr(align(128))]
-#[derive(Default)]
-pub(crate) struct CpuSlot {
-    /// A [`PinnedCpu`](crate::PinnedCpu) holds this CPU's pagesets.
-    pub pinned: core::sync::atomic::AtomicBool,
-    /// Work other threads asked of a pinned CPU's owner (`REQUEST_*`
-    /// bits); the owner serves it at its next operation.
-    requests: core::sync::atomic::AtomicU8,
-}
-
-/// Empty the pagesets (`drain_all_pages`).
-pub(crate) const REQUEST_DRAIN: u8 = 1;
-/// Re-read `percpu_pagelist_high_fraction`.
-pub(crate) const REQUEST_RESIZE: u8 = 2;
-
-impl CpuSlot {
-    /// Asks the pinned owner for `bits` of work.
-    pub(crate) fn request(&self, bits: u8) {
-        self.requests.fetch_or(bits, Release);
-    }
-
-    /// Takes the pending requests (one load when there are none).
-    #[inline]
-    pub(crate) fn take_requests(&self) -> u8 {
-        if self.requests.load(Relaxed) == 0 {
-            0
-        } else {
-            self.requests.swap(0, Acquire)
-        }
-    }
-}
-
 impl PageAllocator {
     /// The calling thread's CPU, folded into the allocator's CPU count
     /// (Linux's `raw_smp_processor_id`): the CPU whose lists the calls
     /// without an explicit CPU use.
     #[inline]
     pub fn current_cpu(&self) -> usize {
-        let cpu = (self.cpu_id)();
-        if cpu < self.nr_cpus {
+        let cpu = (self.pcp.cpu_id)();
+        if cpu < self.pcp.nr_cpus {
             cpu
         } else {
-            cpu % self.nr_cpus
+            cpu % self.pcp.nr_cpus
         }
     }
 
     /// CPUs the allocator keeps lists for.
     pub fn nr_cpus(&self) -> usize {
-        self.nr_cpus
+        self.pcp.nr_cpus
     }
 
     #[inline]
     pub(crate) fn pageset(&self, cpu: usize, zone: usize) -> &crate::pcp::Pageset {
-        &self.pagesets[cpu * self.zones.len() + zone]
+        &self.pcp.pagesets[cpu * self.zones.len() + zone]
     }
 
     /// A handle whose operations use CPU `cpu`'s lists, whatever CPU the
@@ -140,10 +87,10 @@ impl PageAllocator {
     /// # Errors
     /// [`NoSuchCpu`] if `cpu >= nr_cpus()`.
     pub fn cpu(&self, cpu: usize) -> Result<CpuHandle<'_>, NoSuchCpu> {
-        if cpu < self.nr_cpus {
+        if cpu < self.pcp.nr_cpus {
             Ok(CpuHandle { alloc: self, cpu })
         } else {
-            Err(NoSuchCpu { cpu, nr_cpus: self.nr_cpus })
+            Err(NoSuchCpu { cpu, nr_cpus: self.pcp.nr_cpus })
         }
     }
 
@@ -178,7 +125,7 @@ impl PageAllocator {
         pcp.note_alloc();
         let pindex = order_to_pindex(mt, order);
         loop {
-            if let Some(idx) = pcp.pop(&self.pages, pindex, order) {
+            if let Some(idx) = pcp.pop(&self.mem.pages, pindex, order) {
                 if self.desc(idx).has(PageFlags::HWPOISON) {
                     // Poisoned while cached: drop it for good.
                     self.drop_poisoned(idx);
@@ -204,7 +151,7 @@ impl PageAllocator {
     ) -> Option<()> {
         let zone = &self.zones[zi];
         let want = pcp.nr_pcp_alloc(order, zone.below_high.load(Relaxed));
-        let cx = zone.cx(self.mem());
+        let cx = zone.cx(&self.mem);
         let mut state = zone.state.lock();
         let added = pcp::rmqueue_bulk(zone, &mut state, cx, pcp, RmqueueRequest { order, mt, alloc_flags }, want);
         (added > 0).then_some(())
@@ -228,10 +175,10 @@ impl PageAllocator {
     /// bypass the lists (order not cached, pageblock isolated).
     #[inline]
     pub(crate) fn pcp_list_type(&self, idx: PageIdx, order: u32) -> Option<MigrateType> {
-        if !self.pcp_enabled || !pcp_allowed_order(order, self.geometry.pageblock_order) {
+        if !self.pcp.enabled || !pcp_allowed_order(order, self.mem.geometry.pageblock_order) {
             return None;
         }
-        match self.blocks.get(idx) {
+        match self.mem.blocks.get(idx) {
             MigrateType::Isolate => None,
             mt if mt.is_pcp_type() => Some(mt),
             // CMA and highatomic pages ride on the movable list; a spill puts
@@ -259,7 +206,7 @@ impl PageAllocator {
         }
         let zone = &self.zones[zi];
         let pindex = order_to_pindex(mt, order);
-        pcp.push(&self.pages, idx, order, mt, pindex);
+        pcp.push(&self.mem.pages, idx, order, mt, pindex);
         pcp.counters.free_pages += 1 << order;
         let spill = pcp.pages_to_spill(order, zone.below_high.load(Relaxed));
         if spill > 0 {
@@ -270,12 +217,16 @@ impl PageAllocator {
 
     /// Locks CPU `cpu`'s pageset of zone `zi`, waiting for short holders;
     /// `None` if a [`PinnedCpu`](crate::PinnedCpu) owns it.
-    pub(crate) fn lock_pcp_unless_pinned(&self, cpu: usize, zi: usize) -> Option<crate::zone::LockGuard<'_, PcpState>> {
+    pub(crate) fn lock_pcp_unless_pinned(
+        &self,
+        cpu: usize,
+        zi: usize,
+    ) -> Option<crate::mem::sync::LockGuard<'_, PcpState>> {
         loop {
             if let Some(guard) = self.pageset(cpu, zi).lock.try_lock() {
                 return Some(guard);
             }
-            if self.cpu_slots[cpu].pinned.load(Acquire) {
+            if self.pcp.slots[cpu].pinned.load(Acquire) {
                 return None;
             }
             crate::mem::sync::spin_wait();
@@ -289,9 +240,9 @@ impl PageAllocator {
     /// contention: its owner (or a thread that shares its CPU) goes to the
     /// buddy, and the cached id may well be right.
     #[inline]
-    pub(crate) fn try_lock_pcp(&self, cpu: usize, zi: usize) -> Option<crate::zone::LockGuard<'_, PcpState>> {
+    pub(crate) fn try_lock_pcp(&self, cpu: usize, zi: usize) -> Option<crate::mem::sync::LockGuard<'_, PcpState>> {
         let guard = self.pageset(cpu, zi).lock.try_lock();
-        if guard.is_none() && !self.cpu_slots[cpu].pinned.load(Relaxed) {
+        if guard.is_none() && !self.pcp.slots[cpu].pinned.load(Relaxed) {
             self.stats.pcp_contended.fetch_add(1, Relaxed);
             forget_cached_cpu();
         }
@@ -300,9 +251,9 @@ impl PageAllocator {
 
     /// Returns `count` pages of a pageset to the buddy under one zone lock.
     fn spill(&self, zone: &Zone, pcp: &mut PcpState, count: u32, pindex: usize) {
-        let cx = zone.cx(self.mem());
+        let cx = zone.cx(&self.mem);
         let mut state = zone.state.lock();
-        pcp::free_pcppages_bulk(pcp, &self.pages, cx.pageblock_order, count, pindex, |idx, order| {
+        pcp::free_pcppages_bulk(pcp, &self.mem.pages, cx.pageblock_order, count, pindex, |idx, order| {
             self.release_locked(&mut state, cx, idx, 1 << order, crate::zone::buddy::Placement::Auto);
         });
         zone.publish(&state);
@@ -318,12 +269,12 @@ impl PageAllocator {
     /// false if the CPU is pinned ([`PageAllocator::pin_cpu`]): its owner
     /// was asked to drain and does so at its next operation.
     pub fn drain_cpu_pages(&self, cpu: usize) -> bool {
-        if cpu >= self.nr_cpus {
+        if cpu >= self.pcp.nr_cpus {
             return true;
         }
         for zi in 0..self.zones.len() {
             let Some(mut pcp) = self.lock_pcp_unless_pinned(cpu, zi) else {
-                self.cpu_slots[cpu].request(REQUEST_DRAIN);
+                self.pcp.slots[cpu].request(REQUEST_DRAIN);
                 return false;
             };
             self.drain_locked(zi, &mut pcp);
@@ -348,14 +299,14 @@ impl PageAllocator {
     /// thread at any time: each pageset is locked while it is drained.
     /// Returns the number of pinned CPUs that were only asked to drain.
     pub fn drain_all_pages(&self) -> usize {
-        (0..self.nr_cpus).filter(|&cpu| !self.drain_cpu_pages(cpu)).count()
+        (0..self.pcp.nr_cpus).filter(|&cpu| !self.drain_cpu_pages(cpu)).count()
     }
 
     /// Periodic decay of every pageset's `high` towards `high_min`, spilling
     /// what no longer fits (Linux runs this from the vmstat worker; call it
     /// from a timer if you want the same).
     pub fn decay_pcp_high(&self) {
-        for cpu in 0..self.nr_cpus {
+        for cpu in 0..self.pcp.nr_cpus {
             for zi in 0..self.zones.len() {
                 let Some(mut pcp) = self.lock_pcp_unless_pinned(cpu, zi) else {
                     continue;
@@ -373,17 +324,18 @@ impl PageAllocator {
     /// managed/N split across CPUs. Excess pages are spilled at once.
     ///
     /// # Errors
-    /// Returns the rejected value if it is between 1 and 7 (Linux's limit).
-    pub fn set_percpu_pagelist_high_fraction(&self, fraction: u32) -> Result<(), u32> {
-        if (1..8).contains(&fraction) {
-            return Err(fraction);
+    /// [`BadHighFraction`] for a value between 1 and 7 (Linux's
+    /// `EINVAL`); nothing changes.
+    pub fn set_percpu_pagelist_high_fraction(&self, fraction: u32) -> Result<(), BadHighFraction> {
+        if (1..MIN_PERCPU_PAGELIST_HIGH_FRACTION).contains(&fraction) {
+            return Err(BadHighFraction(fraction));
         }
-        self.pcp_high_fraction.store(fraction, Relaxed);
-        for cpu in 0..self.nr_cpus {
+        self.pcp.high_fraction.store(fraction, Relaxed);
+        for cpu in 0..self.pcp.nr_cpus {
             for zi in 0..self.zones.len() {
                 let Some(mut pcp) = self.lock_pcp_unless_pinned(cpu, zi) else {
                     // Its owner re-reads the fraction at its next call.
-                    self.cpu_slots[cpu].request(REQUEST_RESIZE);
+                    self.pcp.slots[cpu].request(REQUEST_RESIZE);
                     break;
                 };
                 self.resize_locked(zi, &mut pcp);
@@ -396,8 +348,8 @@ impl PageAllocator {
     /// pageset of zone `zi`, spilling what no longer fits.
     pub(crate) fn resize_locked(&self, zi: usize, pcp: &mut PcpState) {
         let zone = &self.zones[zi];
-        let fraction = self.pcp_high_fraction.load(Relaxed);
-        let sizing = pcp::pcp_sizing(zone, self.geometry.page_size(), self.nr_cpus, fraction);
+        let fraction = self.pcp.high_fraction.load(Relaxed);
+        let sizing = pcp::pcp_sizing(zone, self.mem.geometry.page_size(), self.pcp.nr_cpus, fraction);
         pcp.sizing = sizing;
         pcp.high = pcp.high.clamp(sizing.high_min, sizing.high_max);
         let excess = pcp.count.saturating_sub(pcp.high);
@@ -410,7 +362,7 @@ impl PageAllocator {
     pub(crate) fn pcp_totals(&self, zi: usize) -> (PcpCounters, u64) {
         let mut sum = PcpCounters::default();
         let mut pages = 0u64;
-        for cpu in 0..self.nr_cpus {
+        for cpu in 0..self.pcp.nr_cpus {
             let Some(pcp) = self.lock_pcp_unless_pinned(cpu, zi) else {
                 continue;
             };
@@ -428,7 +380,7 @@ impl PageAllocator {
 
     /// Sizing of CPU `cpu`'s pageset for zone `zi` (count, high, batch, high_min, high_max).
     pub fn pcp_info(&self, cpu: usize, zone: usize) -> Option<PcpInfo> {
-        if cpu >= self.nr_cpus || zone >= self.zones.len() {
+        if cpu >= self.pcp.nr_cpus || zone >= self.zones.len() {
             return None;
         }
         let pcp = self.lock_pcp_unless_pinned(cpu, zone)?;
@@ -444,7 +396,7 @@ impl PageAllocator {
 
     /// Walks every pageset of zone `zi` under its lock (invariant checks).
     pub(crate) fn for_each_pcp(&self, zi: usize, mut f: impl FnMut(&PcpState)) {
-        for cpu in 0..self.nr_cpus {
+        for cpu in 0..self.pcp.nr_cpus {
             if let Some(pcp) = self.lock_pcp_unless_pinned(cpu, zi) {
                 f(&pcp);
             }
@@ -462,7 +414,7 @@ impl PageAllocator {
     /// for it (the buddy path does this under the lock it already holds).
     pub(crate) fn reserve_highatomic_after_pcp(&self, zi: usize, idx: PageIdx, order: u32) {
         let zone = &self.zones[zi];
-        let cx = zone.cx(self.mem());
+        let cx = zone.cx(&self.mem);
         let mut state = zone.state.lock();
         crate::zone::fallback::reserve_highatomic_pageblock(zone, &mut state, cx, idx, order);
         zone.publish(&state);

@@ -237,7 +237,7 @@ impl PageAllocator {
         let Some(zone) = self.zone_of(idx) else {
             return false;
         };
-        let cx = zone.cx(self.mem());
+        let cx = zone.cx(&self.mem);
         let state = zone.state.lock();
         state.area.enclosing_free_block(cx, idx).is_some()
     }
@@ -343,7 +343,7 @@ impl PageAllocator {
     /// Returns prepared pages `[idx, idx + count)` of `zone` to its free
     /// lists under one lock hold; see [`release_locked`](Self::release_locked).
     pub(crate) fn release_prepared(&self, zone: &Zone, idx: PageIdx, count: u32, placement: Placement) {
-        let cx = zone.cx(self.mem());
+        let cx = zone.cx(&self.mem);
         let mut state = zone.state.lock();
         // Poisoned pages never reach the lists and are not counted as freed
         // (Linux counts PGFREE only for pages free_pages_prepare accepted).
@@ -420,7 +420,7 @@ impl PageAllocator {
         let Some(zone) = self.zone_of(idx) else {
             return Ok(MemoryFailure::InUse);
         };
-        let cx = zone.cx(self.mem());
+        let cx = zone.cx(&self.mem);
         let mut state = zone.state.lock();
         if state.area.take_page(cx, idx) {
             // Offline for good: poisoned and reserved.
@@ -447,7 +447,7 @@ impl PageAllocator {
         if page.has(PageFlags::TAIL) {
             return self.desc(page.next()).flags().intersects(heads);
         }
-        (0..=self.geometry.merge_order()).any(|order| {
+        (0..=self.mem.geometry.merge_order()).any(|order| {
             let head = idx & !((1u32 << order) - 1);
             let page = self.desc(head);
             page.flags().intersects(heads) && page.order() >= order

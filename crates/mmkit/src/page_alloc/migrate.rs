@@ -131,7 +131,7 @@ impl PageAllocator {
     /// has real memory (migration). Both blocks must belong to the caller.
     #[cfg(feature = "std")]
     pub(crate) fn copy_page_contents(&self, from: Pfn, to: Pfn, count: u64) {
-        let (Some(src), Some(dst), Some(mem)) = (self.pfn_to_idx(from), self.pfn_to_idx(to), self.memory.as_ref())
+        let (Some(src), Some(dst), Some(mem)) = (self.pfn_to_idx(from), self.pfn_to_idx(to), self.mem.memory.as_ref())
         else {
             return;
         };

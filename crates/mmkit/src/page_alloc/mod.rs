@@ -21,17 +21,19 @@ pub(crate) mod pinned;
 pub(crate) mod slowpath;
 pub(crate) mod stats;
 
-use crate::mem::page::{PageDesc, PageIdx, PageTable};
-use crate::mem::pageblock::PageblockMap;
+use crate::mem::map::MemMap;
+use crate::mem::page::{PageDesc, PageIdx};
+use crate::mem::sync::Lock;
 use crate::page_alloc::hooks::{Hooks, RateLimit};
 use crate::page_alloc::migrate::Migrator;
 use crate::page_alloc::stats::{Stats, StatsSnapshot};
+use crate::pcp::cpus::PerCpu;
 use crate::pcp::{pcp_sizing, Pageset};
 use crate::types::geometry::Geometry;
 use crate::types::gfp::{gfp_migratetype, Gfp, MigrateType, ZoneType};
-use crate::types::gfp::{Watermark, MAX_NR_ZONES};
 use crate::zone::cma_area::CmaArea;
-use crate::zone::{node_zone_table, Lock, MemCtx, Zone};
+use crate::zone::zonelist::ZoneSet;
+use crate::zone::Zone;
 use crate::Pfn;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -44,13 +46,8 @@ pub(crate) const MAX_RECLAIM_RETRIES: u32 = 16;
 /// Compaction rounds a request may go through (Linux's `MAX_COMPACT_RETRIES`).
 pub(crate) const MAX_COMPACT_RETRIES: u32 = 16;
 
-pub use crate::types::PAGE_ALLOC_COSTLY_ORDER;
-
 pub(crate) struct Parts {
-    pub geometry: Geometry,
-    pub base_pfn: u64,
-    pub pages: PageTable,
-    pub blocks: PageblockMap,
+    pub mem: MemMap,
     pub zones: Vec<Zone>,
     pub hooks: Box<dyn Hooks>,
     pub min_free_kbytes: u64,
@@ -60,8 +57,6 @@ pub(crate) struct Parts {
     pub pcp_high_fraction: u32,
     pub pcp_enabled: bool,
     pub mobility_disabled: bool,
-    #[cfg(feature = "std")]
-    pub memory: Option<crate::mem::rawmem::RealMemory>,
     pub migrator: Option<Box<dyn Migrator>>,
     pub cma: Vec<CmaArea>,
 }
@@ -71,41 +66,20 @@ pub(crate) struct Parts {
 /// `Send + Sync`: any thread may allocate and free. Each zone has its own
 /// lock; page references are atomic.
 pub struct PageAllocator {
-    pub(crate) geometry: Geometry,
-    pub(crate) base_pfn: u64,
-    pub(crate) pages: PageTable,
-    pub(crate) blocks: PageblockMap,
-    pub(crate) zones: Vec<Zone>,
-    /// Zone indices sorted by start PFN, for PFN → zone lookups.
-    zones_by_pfn: Vec<usize>,
-    /// Zone index of each pageblock (`ZONE_NONE`, `ZONE_SHARED` otherwise).
-    zone_by_block: Vec<u8>,
-    /// Per node: zone indices in fallback order.
-    zonelists: Vec<Vec<usize>>,
+    /// The memory layer: geometry, descriptors, pageblock types, backing.
+    pub(crate) mem: MemMap,
+    /// The zone layer: zones, lookups, zonelists.
+    pub(crate) zones: ZoneSet,
     pub(crate) hooks: Box<dyn Hooks>,
     pub(crate) stats: Stats,
     pub(crate) bad_page_log: Lock<RateLimit>,
     /// Poisoned pages still allocated; while non-zero, frees scan for them.
     pub(crate) hwpoison_pending: AtomicU64,
     min_free_kbytes: u64,
-    /// Per node and highest usable zone type: the preferred zone and
-    /// whether `ALLOC_NOFRAGMENT` applies to it.
-    preferred: Vec<[Option<(usize, bool)>; MAX_NR_ZONES]>,
-    /// Pagesets, indexed `cpu * zones.len() + zone`.
-    pub(crate) pagesets: Vec<Pageset>,
-    pub(crate) cpu_slots: Vec<crate::page_alloc::cpu::CpuSlot>,
-    pub(crate) nr_cpus: usize,
-    /// `percpu_pagelist_high_fraction` in force (0: auto-tuned).
-    pub(crate) pcp_high_fraction: core::sync::atomic::AtomicU32,
-    pub(crate) cpu_id: fn() -> usize,
-    /// Node of each CPU.
-    cpu_nodes: Vec<usize>,
-    /// False when built with `per_cpu_lists(false)`.
-    pub(crate) pcp_enabled: bool,
+    /// The per-CPU layer: pagesets, CPU ids and nodes, pinning.
+    pub(crate) pcp: PerCpu,
     /// Built with `group_by_mobility(false)`.
     pub(crate) mobility_disabled: bool,
-    #[cfg(feature = "std")]
-    pub(crate) memory: Option<crate::mem::rawmem::RealMemory>,
     /// The embedder's page mover, used by contiguous allocations.
     pub(crate) migrator: Option<Box<dyn Migrator>>,
     /// CMA areas, in declaration order.
@@ -131,77 +105,28 @@ pub(crate) struct AllocContext {
 
 impl PageAllocator {
     pub(crate) fn from_parts(p: Parts) -> Self {
-        let mut zones_by_pfn: Vec<usize> = (0..p.zones.len()).collect();
-        zones_by_pfn.sort_by_key(|&i| p.zones[i].start_idx);
-        let max_nid = p.zones.iter().map(|z| z.nid).max().unwrap_or(0);
-        let zone_by_block = zone_block_table(&p.zones, p.pages.len(), p.geometry.pageblock_order);
-        let zonelists: Vec<Vec<usize>> = (0..=max_nid).map(|nid| build_zonelist(&p.zones, nid)).collect();
-        let preferred = zonelists
-            .iter()
-            .map(|list| {
-                let mut row = [None; MAX_NR_ZONES];
-                for highest in ZoneType::ALL {
-                    row[highest.index()] = list.iter().copied().find(|&i| p.zones[i].zone_type <= highest).map(|i| {
-                        let z = &p.zones[i];
-                        let dma32 = node_zone_table(&p.zones, z.nid)[ZoneType::Dma32.index()];
-                        // Linux assumes a DMA32 zone below NORMAL on a
-                        // single node and checks only with several nodes.
-                        let single_node = max_nid == 0;
-                        let nofrag = z.zone_type == ZoneType::Normal
-                            && (single_node || dma32.is_some_and(|d| p.zones[d].managed_pages > 0));
-                        (i, nofrag)
-                    });
-                }
-                row
-            })
-            .collect();
-        let mut p = p;
-        let largest_cached = 1u64 << p.geometry.pageblock_order.max(PAGE_ALLOC_COSTLY_ORDER);
-        for zone in p.zones.iter_mut() {
-            let reserve = zone.lowmem_reserve.iter().copied().max().unwrap_or(0);
-            zone.comfortably_above = zone.watermark(Watermark::High) + zone.max_boost + reserve + largest_cached;
-        }
+        let zones = ZoneSet::new(p.zones, p.mem.pages.len(), p.mem.geometry.pageblock_order);
         let nr_cpus = p.nr_cpus.max(1);
-        let mut pagesets = Vec::with_capacity(nr_cpus * p.zones.len());
+        let mut pagesets = Vec::with_capacity(nr_cpus * zones.len());
         for _cpu in 0..nr_cpus {
-            for zone in &p.zones {
-                pagesets.push(Pageset::new(pcp_sizing(zone, p.geometry.page_size(), nr_cpus, p.pcp_high_fraction)));
+            for zone in zones.iter() {
+                pagesets.push(Pageset::new(pcp_sizing(zone, p.mem.geometry.page_size(), nr_cpus, p.pcp_high_fraction)));
             }
         }
         Self {
-            geometry: p.geometry,
-            base_pfn: p.base_pfn,
-            pages: p.pages,
-            blocks: p.blocks,
-            zones: p.zones,
-            zones_by_pfn,
-            zone_by_block,
-            zonelists,
+            mem: p.mem,
+            zones,
             hooks: p.hooks,
             stats: Stats::default(),
             bad_page_log: Lock::new(RateLimit::bad_pages()),
             hwpoison_pending: AtomicU64::new(0),
             min_free_kbytes: p.min_free_kbytes,
-            preferred,
-            pagesets,
-            cpu_slots: (0..nr_cpus).map(|_| crate::page_alloc::cpu::CpuSlot::default()).collect(),
-            pcp_high_fraction: core::sync::atomic::AtomicU32::new(p.pcp_high_fraction),
-            nr_cpus,
-            cpu_id: p.cpu_id,
+            pcp: PerCpu::new(nr_cpus, pagesets, p.cpu_id, &p.cpu_nodes, p.pcp_high_fraction, p.pcp_enabled),
             map_id: NEXT_MAP_ID.fetch_add(1, Relaxed),
-            cpu_nodes: (0..nr_cpus).map(|cpu| p.cpu_nodes.get(cpu).copied().unwrap_or(0)).collect(),
-            pcp_enabled: p.pcp_enabled,
             mobility_disabled: p.mobility_disabled,
-            #[cfg(feature = "std")]
-            memory: p.memory,
             migrator: p.migrator,
             cma: p.cma,
         }
-    }
-
-    #[inline]
-    pub(crate) fn mem(&self) -> MemCtx<'_> {
-        MemCtx { pages: &self.pages, blocks: &self.blocks, geometry: &self.geometry }
     }
 
     /// This allocator's identity among the allocators of the process.
@@ -212,7 +137,7 @@ impl PageAllocator {
 
     /// The map's geometry.
     pub fn geometry(&self) -> &Geometry {
-        &self.geometry
+        &self.mem.geometry
     }
     /// Every zone, ordered by node then zone type.
     pub fn zones(&self) -> &[Zone] {
@@ -224,11 +149,11 @@ impl PageAllocator {
     }
     /// First PFN covered by descriptors.
     pub fn start_pfn(&self) -> Pfn {
-        Pfn(self.base_pfn)
+        Pfn(self.mem.base_pfn)
     }
     /// One past the last PFN covered by descriptors.
     pub fn end_pfn(&self) -> Pfn {
-        Pfn(self.base_pfn + self.pages.len() as u64)
+        Pfn(self.mem.base_pfn + self.mem.pages.len() as u64)
     }
     /// Free pages on the buddy lists of all zones. As in Linux, pages cached
     /// on per-CPU lists are not included: see
@@ -266,7 +191,7 @@ impl PageAllocator {
 
     /// Number of nodes (highest node id + 1).
     pub fn nr_nodes(&self) -> usize {
-        self.zonelists.len()
+        self.zones.nr_nodes()
     }
 
     /// Free pages on node `nid`'s buddy lists (Linux's
@@ -285,8 +210,8 @@ impl PageAllocator {
     /// Descriptor index of `pfn`, if the map covers it.
     #[inline]
     pub(crate) fn pfn_to_idx(&self, pfn: Pfn) -> Option<PageIdx> {
-        let off = pfn.0.checked_sub(self.base_pfn)?;
-        (off < self.pages.len() as u64).then_some(off as PageIdx)
+        let off = pfn.0.checked_sub(self.mem.base_pfn)?;
+        (off < self.mem.pages.len() as u64).then_some(off as PageIdx)
     }
     /// Brings `pfn`'s page descriptor into the cache ahead of a free or a
     /// flag change, for callers that know their next PFNs (a replayer, a
@@ -301,28 +226,28 @@ impl PageAllocator {
     /// Descriptor index and descriptor of `pfn` in one bounds check.
     #[inline]
     pub(crate) fn pfn_to_desc(&self, pfn: Pfn) -> Option<(PageIdx, &PageDesc)> {
-        let off = pfn.0.checked_sub(self.base_pfn)?;
-        Some((off as PageIdx, self.pages.try_get(off)?))
+        let off = pfn.0.checked_sub(self.mem.base_pfn)?;
+        Some((off as PageIdx, self.mem.pages.try_get(off)?))
     }
     #[inline]
     pub(crate) fn idx_to_pfn(&self, idx: PageIdx) -> Pfn {
-        Pfn(self.base_pfn + idx as u64)
+        Pfn(self.mem.base_pfn + idx as u64)
     }
     #[inline]
     pub(crate) fn desc(&self, idx: PageIdx) -> &PageDesc {
-        self.pages.get(idx)
+        self.mem.pages.get(idx)
     }
 
     /// Preferred zone index for node `nid` and highest zone type, and
     /// whether `ALLOC_NOFRAGMENT` applies to it.
     #[inline]
     pub(crate) fn preferred_zone(&self, nid: usize, highest: ZoneType) -> Option<(usize, bool)> {
-        self.preferred.get(nid)?[highest.index()]
+        self.zones.preferred_zone(nid, highest)
     }
 
     /// Zone indices in fallback order for node `nid`.
     pub(crate) fn zonelist(&self, nid: usize) -> &[usize] {
-        self.zonelists.get(nid).map_or(&[], |l| l.as_slice())
+        self.zones.zonelist(nid)
     }
 
     /// Zone holding descriptor `idx` (None in a hole between zones).
@@ -335,17 +260,7 @@ impl PageAllocator {
     /// load, or a search for the rare pageblock that two zones share.
     #[inline]
     pub(crate) fn zone_index_of(&self, idx: PageIdx) -> Option<usize> {
-        match *self.zone_by_block.get((idx >> self.geometry.pageblock_order) as usize)? {
-            ZONE_NONE => None,
-            ZONE_SHARED => self.zone_index_search(idx),
-            zi => Some(zi as usize),
-        }
-    }
-
-    fn zone_index_search(&self, idx: PageIdx) -> Option<usize> {
-        let pos = self.zones_by_pfn.partition_point(|&z| self.zones[z].start_idx <= idx);
-        let zi = *self.zones_by_pfn.get(pos.checked_sub(1)?)?;
-        (idx < self.zones[zi].end_idx).then_some(zi)
+        self.zones.index_of(idx)
     }
 
     /// Address of `pfn`'s memory when the map has real backing.
@@ -355,14 +270,14 @@ impl PageAllocator {
     #[cfg(feature = "std")]
     pub fn page_address(&self, pfn: Pfn) -> Option<core::ptr::NonNull<u8>> {
         let idx = self.pfn_to_idx(pfn)?;
-        self.memory.as_ref()?.page_ptr(idx as usize)
+        self.mem.memory.as_ref()?.page_ptr(idx as usize)
     }
 
     /// The page that holds `addr` (Linux's `virt_to_page`), when the map has
     /// real backing and `addr` lies in it.
     #[cfg(feature = "std")]
     pub fn address_to_pfn(&self, addr: *const u8) -> Option<Pfn> {
-        let index = self.memory.as_ref()?.index_of(addr)?;
+        let index = self.mem.memory.as_ref()?.index_of(addr)?;
         Some(self.idx_to_pfn(index as PageIdx))
     }
 
@@ -370,37 +285,6 @@ impl PageAllocator {
     #[cfg(feature = "std")]
     #[inline]
     pub(crate) fn real_memory(&self) -> Option<&crate::mem::rawmem::RealMemory> {
-        self.memory.as_ref()
+        self.mem.memory.as_ref()
     }
-}
-
-const ZONE_NONE: u8 = u8::MAX;
-const ZONE_SHARED: u8 = u8::MAX - 1;
-
-/// Which zone each pageblock belongs to, for O(1) PFN → zone lookups.
-fn zone_block_table(zones: &[Zone], nr_pages: usize, pageblock_order: u32) -> Vec<u8> {
-    let nr_blocks = nr_pages.div_ceil(1 << pageblock_order);
-    let mut table = alloc::vec![ZONE_NONE; nr_blocks];
-    let many = zones.len() >= ZONE_SHARED as usize;
-    for (zi, zone) in zones.iter().enumerate() {
-        let first = (zone.start_idx >> pageblock_order) as usize;
-        let last = ((zone.end_idx - 1) >> pageblock_order) as usize;
-        for (block, entry) in table.iter_mut().enumerate().take(last + 1).skip(first) {
-            let whole = (block << pageblock_order) as u32 >= zone.start_idx
-                && ((block + 1) << pageblock_order) as u32 <= zone.end_idx;
-            *entry = if many || *entry != ZONE_NONE || !whole { ZONE_SHARED } else { zi as u8 };
-        }
-    }
-    table
-}
-
-/// Zones in fallback order for node `nid`: nodes by distance (here |a - b|,
-/// then id), each node's zones from MOVABLE down to DMA.
-fn build_zonelist(zones: &[Zone], nid: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..zones.len()).collect();
-    order.sort_by_key(|&i| {
-        let z = &zones[i];
-        (z.nid.abs_diff(nid), z.nid, core::cmp::Reverse(z.zone_type.index()))
-    });
-    order
 }

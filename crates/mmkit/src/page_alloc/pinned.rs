@@ -18,11 +18,11 @@
 //! `drain_all_pages`.
 #![deny(unsafe_code)]
 
-use crate::page_alloc::cpu::{REQUEST_DRAIN, REQUEST_RESIZE};
+use crate::mem::sync::LockGuard;
 use crate::page_alloc::free::Claim;
+use crate::pcp::cpus::{REQUEST_DRAIN, REQUEST_RESIZE};
 use crate::pcp::{pcp_allowed_order, PcpState};
 use crate::types::gfp::Gfp;
-use crate::zone::LockGuard;
 use crate::{AllocError, FreeError, PageAllocator, Pfn};
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering::{AcqRel, Release};
@@ -78,7 +78,7 @@ impl PageAllocator {
     /// # Errors
     /// [`PinError::NoSuchCpu`], [`PinError::AlreadyPinned`].
     pub fn pin_cpu(&self, cpu: usize) -> Result<PinnedCpu<'_>, PinError> {
-        let slot = self.cpu_slots.get(cpu).ok_or(PinError::NoSuchCpu(cpu))?;
+        let slot = self.pcp.slots.get(cpu).ok_or(PinError::NoSuchCpu(cpu))?;
         if slot.pinned.swap(true, AcqRel) {
             return Err(PinError::AlreadyPinned(cpu));
         }
@@ -98,7 +98,7 @@ impl<'a> PinnedCpu<'a> {
     /// new `percpu_pagelist_high_fraction`).
     #[inline]
     fn serve_drain_request(&mut self) {
-        let requests = self.alloc.cpu_slots[self.cpu].take_requests();
+        let requests = self.alloc.pcp.slots[self.cpu].take_requests();
         if requests != 0 {
             self.serve(requests);
         }
@@ -145,7 +145,7 @@ impl<'a> PinnedCpu<'a> {
     fn alloc_inner(&mut self, gfp: Gfp, order: u32, frozen: bool) -> Result<Pfn, AllocError> {
         self.serve_drain_request();
         let alloc = self.alloc;
-        if alloc.pcp_enabled && pcp_allowed_order(order, alloc.geometry.pageblock_order) {
+        if alloc.pcp.enabled && pcp_allowed_order(order, alloc.mem.geometry.pageblock_order) {
             if let Some(pfn) = self.try_fast_alloc(gfp, order, frozen) {
                 return Ok(pfn);
             }
@@ -232,11 +232,11 @@ impl<'a> PinnedCpu<'a> {
 
 impl Drop for PinnedCpu<'_> {
     fn drop(&mut self) {
-        let requests = self.alloc.cpu_slots[self.cpu].take_requests();
+        let requests = self.alloc.pcp.slots[self.cpu].take_requests();
         if requests != 0 {
             self.serve(requests);
         }
         self.lists.clear();
-        self.alloc.cpu_slots[self.cpu].pinned.store(false, Release);
+        self.alloc.pcp.slots[self.cpu].pinned.store(false, Release);
     }
 }

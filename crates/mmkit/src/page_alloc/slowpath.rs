@@ -123,7 +123,7 @@ impl PageAllocator {
     /// Releases one highatomic pageblock in the first zone that has one.
     fn unreserve_highatomic(&self, ac: &AllocContext, force: bool) -> bool {
         for (_, zone) in self.candidate_zones(ac) {
-            let cx = zone.cx(self.mem());
+            let cx = zone.cx(&self.mem);
             let mut state = zone.state.lock();
             if fallback::unreserve_highatomic_pageblock(&mut state, cx, ac.migratetype, force) {
                 return true;

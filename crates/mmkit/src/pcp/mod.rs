@@ -19,12 +19,15 @@
 //! used.
 #![deny(unsafe_code)]
 
+pub(crate) mod cpus;
+
 use crate::mem::list::PageList;
 use crate::mem::page::{PageFlags, PageIdx, PageTable};
+use crate::mem::sync::Lock;
 use crate::types::gfp::MigrateType;
 use crate::zone::buddy::BuddyCtx;
 use crate::zone::fallback::{self, RmqueueMode, RmqueueRequest};
-use crate::zone::{Lock, Zone, ZoneState};
+use crate::zone::{Zone, ZoneState};
 use crate::PAGE_ALLOC_COSTLY_ORDER;
 
 /// Lists for orders 0..=3, three pcp migratetypes each.

@@ -70,12 +70,12 @@ impl ZoneSnapshot {
 impl PageAllocator {
     /// Migratetype of the pageblock holding `pfn`, if the map covers it.
     pub fn pageblock_migratetype(&self, pfn: crate::Pfn) -> Option<MigrateType> {
-        self.pfn_to_idx(pfn).map(|idx| self.blocks.get(idx))
+        self.pfn_to_idx(pfn).map(|idx| self.mem.blocks.get(idx))
     }
 
     /// One snapshot per zone, in node then zone order.
     pub fn zone_snapshots(&self) -> Vec<ZoneSnapshot> {
-        let pb_order = self.geometry.pageblock_order;
+        let pb_order = self.mem.geometry.pageblock_order;
         self.zones
             .iter()
             .enumerate()
@@ -83,9 +83,9 @@ impl PageAllocator {
                 let (pcp, pcp_pages) = self.pcp_totals(zi);
                 let state = zone.state.lock();
                 let area = &state.area;
-                let orders = self.geometry.merge_order() as usize + 1;
-                let mut per_order = vec![0u64; self.geometry.nr_orders()];
-                let mut per_type = vec![vec![0u64; self.geometry.nr_orders()]; MIGRATE_TYPES];
+                let orders = self.mem.geometry.merge_order() as usize + 1;
+                let mut per_order = vec![0u64; self.mem.geometry.nr_orders()];
+                let mut per_type = vec![vec![0u64; self.mem.geometry.nr_orders()]; MIGRATE_TYPES];
                 for o in 0..orders {
                     per_order[o] = area.nr_free(o as u32);
                     for mt in MigrateType::ALL {
@@ -129,8 +129,8 @@ impl PageAllocator {
         let mut at = start as usize;
         while at < end as usize {
             let block = at >> pb_order;
-            if block < self.blocks.len() {
-                counts[self.blocks.get_block(block) as usize] += 1;
+            if block < self.mem.blocks.len() {
+                counts[self.mem.blocks.get_block(block) as usize] += 1;
             }
             at += 1 << pb_order;
         }
@@ -149,7 +149,7 @@ impl PageAllocator {
     /// `/proc/pagetypeinfo` text (free counts and pageblock counts).
     pub fn pagetypeinfo(&self) -> String {
         let names: Vec<&str> = MigrateType::ALL.iter().map(|m| m.name()).collect();
-        let geometry = PageblockGeometry { pageblock_order: self.geometry.pageblock_order };
+        let geometry = PageblockGeometry { pageblock_order: self.mem.geometry.pageblock_order };
         procfs::pagetypeinfo(&geometry, &names, &self.free_infos())
     }
 

@@ -61,8 +61,8 @@ impl PageAllocator {
     /// # Errors
     /// The first violation found.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
-        for zone in &self.zones {
-            let cx = zone.cx(self.mem());
+        for zone in self.zones.iter() {
+            let cx = zone.cx(&self.mem);
             let state = zone.state.lock();
             let area = &state.area;
             let mut listed_pages = 0u64;
@@ -158,10 +158,10 @@ impl PageAllocator {
 
     /// ISOLATE never stays behind; CMA pageblocks are exactly the areas'.
     fn check_pageblock_types(&self) -> Result<(), InvariantViolation> {
-        let pb_order = self.geometry.pageblock_order;
-        for block in 0..self.blocks.len() {
-            let pfn = self.base_pfn + ((block as u64) << pb_order);
-            let mt = self.blocks.get_block(block);
+        let pb_order = self.mem.geometry.pageblock_order;
+        for block in 0..self.mem.blocks.len() {
+            let pfn = self.mem.base_pfn + ((block as u64) << pb_order);
+            let mt = self.mem.blocks.get_block(block);
             let in_cma = self.cma.iter().any(|a| a.pfns().contains(&pfn));
             ensure!(mt != MigrateType::Isolate, Some(Pfn(pfn)), "pageblock left isolated");
             ensure!(
@@ -195,7 +195,7 @@ impl PageAllocator {
         let first = self.idx_to_pfn(idx).0;
         let last = first + (1 << order) - 1;
         ensure!(
-            self.geometry.pfn_to_section(first) == self.geometry.pfn_to_section(last),
+            self.mem.geometry.pfn_to_section(first) == self.mem.geometry.pfn_to_section(last),
             pfn,
             "block crosses a section boundary"
         );

@@ -15,23 +15,15 @@
 pub(crate) mod buddy;
 pub(crate) mod cma_area;
 pub(crate) mod fallback;
+pub(crate) mod zonelist;
 
-use crate::mem::page::{PageIdx, PageTable};
-use crate::mem::pageblock::PageblockMap;
-use crate::types::geometry::Geometry;
+use crate::mem::page::PageIdx;
 use crate::types::gfp::{AllocFlags, MigrateType, Watermark, ZoneType, MAX_NR_ZONES};
 use crate::zone::buddy::{BuddyCtx, FreeArea};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
-pub(crate) use crate::mem::sync::{Lock, LockGuard};
-
-/// Everything a zone needs from the memory map, borrowed for one operation.
-#[derive(Clone, Copy)]
-pub(crate) struct MemCtx<'a> {
-    pub pages: &'a PageTable,
-    pub blocks: &'a PageblockMap,
-    pub geometry: &'a Geometry,
-}
+use crate::mem::map::MemMap;
+use crate::mem::sync::Lock;
 
 /// Per-zone event counters, updated under the zone lock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -152,10 +144,10 @@ impl Zone {
 
     /// The buddy view of this zone.
     #[inline]
-    pub(crate) fn cx<'a>(&self, mem: MemCtx<'a>) -> BuddyCtx<'a> {
+    pub(crate) fn cx<'a>(&self, mem: &'a MemMap) -> BuddyCtx<'a> {
         BuddyCtx {
-            pages: mem.pages,
-            blocks: mem.blocks,
+            pages: &mem.pages,
+            blocks: &mem.blocks,
             start: self.start_idx,
             end: self.end_idx,
             max_order: mem.geometry.merge_order(),
