@@ -10,7 +10,7 @@ use crate::Pfn;
 /// (refcount 0). Exactly one `PageBlock` exists for such a block, so the
 /// borrow rules on it decide who may read or write the block's bytes.
 ///
-/// Give it back with [`PageAllocator::free_block`]; a dropped `PageBlock`
+/// Give it back with [`PageAllocator::free_block`](crate::PageAllocator::free_block); a dropped `PageBlock`
 /// leaks its pages (they stay allocated and owned).
 #[must_use = "a dropped PageBlock leaks its pages; free it with PageAllocator::free_block"]
 #[derive(Debug, PartialEq, Eq)]

@@ -10,7 +10,7 @@ pub(crate) mod page_flags;
 /// `PAGE_ALLOC_COSTLY_ORDER`).
 pub const PAGE_ALLOC_COSTLY_ORDER: u32 = 3;
 
-/// Names one CMA area of a [`PageAllocator`]; areas are numbered in the
+/// Names one CMA area of a [`PageAllocator`](crate::PageAllocator); areas are numbered in the
 /// order they were declared on the builder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CmaId(pub(crate) usize);
