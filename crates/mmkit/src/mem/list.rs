@@ -8,7 +8,7 @@
 //! The caller serialises access (zone lock or pageset lock).
 #![deny(unsafe_code)]
 
-use crate::mem::page::{PageIdx, PageTable, NIL};
+use crate::mem::page::{PageDesc, PageIdx, PageTable, NIL};
 
 /// Head and tail of one list of blocks (`NIL` when empty).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,10 +39,12 @@ impl PageList {
         (self.head != NIL).then_some(self.head)
     }
 
-    /// Puts block `idx` first.
+    /// Puts block `idx`, whose descriptor the caller has in hand as
+    /// `page`, first. (Passing the descriptor saves a second table lookup:
+    /// after the caller's store to it, the table's bounds would be
+    /// reloaded and checked again.)
     #[inline(always)]
-    pub(crate) fn push_head(&mut self, pages: &PageTable, idx: PageIdx) {
-        let page = pages.get(idx);
+    pub(crate) fn push_head(&mut self, pages: &PageTable, idx: PageIdx, page: &PageDesc) {
         let head = self.head;
         page.set_prev(NIL);
         page.set_next(head);
@@ -54,10 +56,9 @@ impl PageList {
         self.head = idx;
     }
 
-    /// Puts block `idx` last.
+    /// Puts block `idx` (descriptor `page`) last.
     #[inline(always)]
-    pub(crate) fn push_tail(&mut self, pages: &PageTable, idx: PageIdx) {
-        let page = pages.get(idx);
+    pub(crate) fn push_tail(&mut self, pages: &PageTable, idx: PageIdx, page: &PageDesc) {
         let tail = self.tail;
         page.set_next(NIL);
         page.set_prev(tail);
@@ -103,11 +104,10 @@ impl PageList {
         Some(idx)
     }
 
-    /// Takes block `idx`, which is on this list, off it and clears its
-    /// links.
+    /// Takes the block whose descriptor is `page`, which is on this list,
+    /// off it and clears its links.
     #[inline(always)]
-    pub(crate) fn unlink(&mut self, pages: &PageTable, idx: PageIdx) {
-        let page = pages.get(idx);
+    pub(crate) fn unlink(&mut self, pages: &PageTable, page: &PageDesc) {
         let (prev, next) = (page.prev(), page.next());
         if prev == NIL {
             self.head = next;
@@ -151,23 +151,23 @@ mod tests {
         let pages = PageTable::new_zeroed(16);
         let mut list = PageList::EMPTY;
         assert!(list.is_empty());
-        list.push_head(&pages, 3);
-        list.push_tail(&pages, 5);
-        list.push_head(&pages, 1);
-        list.push_tail(&pages, 7);
+        list.push_head(&pages, 3, pages.get(3));
+        list.push_tail(&pages, 5, pages.get(5));
+        list.push_head(&pages, 1, pages.get(1));
+        list.push_tail(&pages, 7, pages.get(7));
         assert_eq!(collect(&list, &pages), [1, 3, 5, 7]);
         assert_eq!(list.first(), Some(1));
-        list.unlink(&pages, 5);
+        list.unlink(&pages, pages.get(5));
         assert_eq!(collect(&list, &pages), [1, 3, 7]);
-        list.unlink(&pages, 1);
+        list.unlink(&pages, pages.get(1));
         assert_eq!(list.first(), Some(3));
         assert_eq!(list.pop_tail(&pages), Some(7));
         assert_eq!(list.first(), Some(3));
         assert_eq!(list.pop_head(&pages), Some(3));
         assert!(list.is_empty());
         assert_eq!((list.pop_head(&pages), list.pop_tail(&pages)), (None, None));
-        list.push_tail(&pages, 9);
-        list.unlink(&pages, 9);
+        list.push_tail(&pages, 9, pages.get(9));
+        list.unlink(&pages, pages.get(9));
         assert_eq!(list, PageList::EMPTY);
     }
 }

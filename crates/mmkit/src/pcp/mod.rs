@@ -175,7 +175,7 @@ impl PcpState {
     pub(crate) fn push(&mut self, pages: &PageTable, idx: PageIdx, order: u32, mt: MigrateType, pindex: usize) {
         let page = pages.get(idx);
         page.set_state(PageFlags::PCP, order, mt as u8);
-        self.lists[pindex].push_head(pages, idx);
+        self.lists[pindex].push_head(pages, idx, page);
         self.count += 1 << order;
     }
 
@@ -184,7 +184,7 @@ impl PcpState {
     fn push_tail(&mut self, pages: &PageTable, idx: PageIdx, order: u32, mt: MigrateType, pindex: usize) {
         let page = pages.get(idx);
         page.set_state(PageFlags::PCP, order, mt as u8);
-        self.lists[pindex].push_tail(pages, idx);
+        self.lists[pindex].push_tail(pages, idx, page);
         self.count += 1 << order;
     }
 

@@ -132,9 +132,9 @@ impl FreeArea {
         let page = cx.pages.get(idx);
         page.set_state(PageFlags::BUDDY, order, mt as u8);
         if at_tail {
-            self.lists[s].push_tail(cx.pages, idx);
+            self.lists[s].push_tail(cx.pages, idx, page);
         } else {
-            self.lists[s].push_head(cx.pages, idx);
+            self.lists[s].push_head(cx.pages, idx, page);
         }
         self.nr_blocks[s] += 1;
         self.free_pages += 1 << order;
@@ -148,7 +148,7 @@ impl FreeArea {
         let order = page.order();
         let mt = MigrateType::from_index(page.tag() as usize).unwrap_or(MigrateType::Unmovable);
         let s = slot(order, mt);
-        self.lists[s].unlink(cx.pages, idx);
+        self.lists[s].unlink(cx.pages, page);
         page.set_state(PageFlags::EMPTY, 0, 0);
         self.nr_blocks[s] -= 1;
         self.free_pages -= 1 << order;
