@@ -25,14 +25,26 @@
 //! - **section**: 2^`section_order` pages; no free block crosses one.
 //!
 //! ## Layers
-//! Public API (`allocator`, `alloc_at`, `free`, `info`, `contig`, `free_contig`, `cma`)
-//! → zones (`zone`, `fallback`, `isolation`) → buddy lists (`buddy`) → page
-//! descriptors (`page`, `pageblock`). `migrate` is the embedder's side of
-//! contiguous allocation. `trace` parses page-allocator traces for replay.
-//! `quicklist` and `pagetable` (with `std`) sit on top of the public API:
-//! per-CPU caches of pages in a known state, and a radix page table built on
-//! them. `unsafe` lives in `rawmem`, plus the few calls to its page-content
-//! accessors in `quicklist` and `pagetable`, each on a page that layer holds.
+//! One folder per layer; a file imports only from its own layer or those
+//! below it (`tests/layers.rs` checks every `crate::` path):
+//!
+//! 1. `types`: PFNs, geometry, GFP and migratetypes, page flags and owner
+//!    tags, the error types.
+//! 2. `mem`: page descriptors, the pageblock bitmap, the one index-linked
+//!    list, locks, raw memory. The only layer with `unsafe` (in `rawmem`).
+//! 3. `zone`: buddy free areas, zones and watermarks, the fallback and
+//!    claim rules, zonelists, CMA areas' bookkeeping.
+//! 4. `pcp`: per-CPU lists, their sizing, the per-CPU state.
+//! 5. `page_alloc`: [`PageAllocator`] — the allocation path with its
+//!    `#[cold]` slow path, free paths, bulk, per-CPU handles, owned blocks
+//!    for the layers above, the embedder's hooks and migrator.
+//! 6. `contig`: `alloc_contig_range`, `free_contig_range`, pageblock
+//!    isolation, CMA.
+//! 7. `memmap` (the builder) and `report` (`/proc` text, snapshots, the
+//!    invariant checker).
+//!
+//! Layers above the allocator live in crates of their own on its public
+//! API: quicklists and page tables, zsmalloc, the trace parser.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]

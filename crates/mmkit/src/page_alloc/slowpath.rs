@@ -6,7 +6,7 @@
 //! `__GFP_DIRECT_RECLAIM` — call the embedder's reclaim and compaction hooks,
 //! give back the highatomic reserve and drain per-CPU lists before failing,
 //! and honour `__GFP_NORETRY`, `__GFP_RETRY_MAYFAIL` and `__GFP_NOFAIL`.
-//! Takes blocks only through the zonelist walk in `allocator`.
+//! Takes blocks only through the zonelist walk in `alloc_path`.
 #![deny(unsafe_code)]
 
 use crate::mem::page::PageIdx;

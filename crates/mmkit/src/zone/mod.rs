@@ -8,8 +8,9 @@
 //! Lock order: a zone lock is a leaf; nothing else is taken while holding it,
 //! and no two zone locks are ever held together.
 //!
-//! It does not choose zones (that is the zonelist walk in `alloc`) and does
-//! not touch descriptors except through `buddy`.
+//! It does not choose zones (the zonelists are `zonelist`'s, the walk is
+//! `page_alloc::alloc_path`'s) and touches descriptors only through
+//! `buddy`.
 #![deny(unsafe_code)]
 
 pub(crate) mod buddy;
