@@ -6,7 +6,7 @@
 //! decompresses and parses in chunks of events and replays each chunk
 //! (`engine`), into the peer too when asked (`peer`); metric samples at a
 //! bounded number of points (`metrics`); the report (`report`) and plots
-//! (`plot`). Decompression is `source`'s, line parsing `mmkit::trace`'s;
+//! (`plot`). Decompression is `source`'s, line parsing `mmkit_trace`'s;
 //! this file must not grow any of those concerns.
 //!
 //! Timing: the chunked second pass times parsing, the replay loop and
@@ -24,7 +24,7 @@ pub mod source;
 
 use engine::{Engine, Ev, Mode};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use mmkit::trace::TraceReader;
+use mmkit_trace::TraceReader;
 use mmkit::{MemoryMapBuilder, PageAllocator, QuietHooks, ZoneType};
 use std::io::IsTerminal;
 use std::path::PathBuf;

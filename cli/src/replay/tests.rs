@@ -3,24 +3,10 @@
 
 use super::engine::Mode;
 use super::{replay, ReplayArgs};
+use mmkit_testkit::XorShift64;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-
-/// A tiny deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A generated trace and the blocks it leaves allocated (kernel PFN → order).
 struct Generated {
@@ -38,7 +24,7 @@ fn generate(seed: u64, events: u64) -> Generated {
     const BASE: u64 = 0x100000;
     const PAGES: u64 = 1 << 14;
     let gfps = [0xcc0u32, 0x140dca, 0x152c4a, 0x52c50, 0x2800];
-    let mut rng = Rng(seed | 1);
+    let mut rng = XorShift64::new(seed);
     let mut used = vec![false; PAGES as usize];
     let mut live: BTreeMap<u64, u32> = BTreeMap::new();
     let mut text = String::from("# generated trace\n# buddyinfo_after: Node 0, zone Normal 1 1 1 1 1 1 1 1 1 1 1\n");

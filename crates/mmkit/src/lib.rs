@@ -28,10 +28,9 @@
 //! Public API (`allocator`, `alloc_at`, `free`, `info`, `contig`, `free_contig`, `cma`)
 //! → zones (`zone`, `fallback`, `isolation`) → buddy lists (`buddy`) → page
 //! descriptors (`page`, `pageblock`). `migrate` is the embedder's side of
-//! contiguous allocation. `trace` parses page-allocator traces for replay.
-//! `quicklist` and `pagetable` (with `std`) sit on top of the public API:
-//! per-CPU caches of pages in a known state, and a radix page table built on
-//! them. `unsafe` lives in `rawmem`, plus the few calls to its page-content
+//! contiguous allocation. `quicklist` and `pagetable` (with `std`) sit on
+//! top of the public API: per-CPU caches of pages in a known state, and a
+//! radix page table built on them. `unsafe` lives in `rawmem`, plus the few calls to its page-content
 //! accessors in `quicklist` and `pagetable`, each on a page that layer holds.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -72,7 +71,6 @@ mod rawmem;
 mod slowpath;
 mod stats;
 mod sync;
-pub mod trace;
 pub mod zone;
 
 pub use allocator::{PageAllocator, PAGE_ALLOC_COSTLY_ORDER};

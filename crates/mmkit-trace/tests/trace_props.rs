@@ -2,7 +2,7 @@
 //! it panic, every skipped line carries its line number, and every event
 //! survives a round trip through the compact format.
 
-use mmkit::trace::{parse_compact_line, parse_line, EventKind, TraceEvent, TraceLine, TraceReader};
+use mmkit_trace::{parse_compact_line, parse_line, EventKind, TraceEvent, TraceLine, TraceReader};
 use mmkit::Gfp;
 use proptest::prelude::*;
 
