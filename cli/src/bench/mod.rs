@@ -4,20 +4,17 @@
 //! Owns which suites exist ([`SUITES`]) and the order they run in. Each suite
 //! is one file in this directory exposing a [`Suite`] constant; adding one
 //! (`pcp`, `bulk`, `contig`) means writing that file and listing it here.
-//! Shared pieces: `harness` (timing, medians, ratios, table and JSON),
-//! `subjects` (the implementations behind one interface), `fragment`
-//! (deterministic fragmentation), `heap` (the only `unsafe`: `GlobalAlloc`).
+//! Shared pieces: `harness` (timing, medians, ratios, table and JSON). The
+//! things being measured (mmkit and the peers behind one interface, the
+//! fragmentation recipes, the contiguous-range workload) are the
+//! `mmkit-bench` crate's; this directory must not grow its own.
 
 mod buddy;
 mod bulk;
 mod contig;
-mod fragment;
 pub mod harness;
-#[allow(unsafe_code)] // GlobalAlloc calls, each with a SAFETY comment.
-mod heap;
 mod pcp;
 mod quicklist;
-pub(crate) mod subjects;
 
 use harness::{BenchError, Machine, Settings, SuiteReport};
 use std::io::{IsTerminal, Write};

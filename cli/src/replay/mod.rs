@@ -24,8 +24,8 @@ pub mod source;
 
 use engine::{Engine, Ev, Mode};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use mmkit_trace::TraceReader;
 use mmkit::{MemoryMapBuilder, PageAllocator, QuietHooks, ZoneType};
+use mmkit_trace::TraceReader;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

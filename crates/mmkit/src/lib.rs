@@ -45,7 +45,6 @@ mod buddy;
 mod bulk;
 pub mod cma;
 mod contig;
-pub mod contig_bench;
 pub mod cpu;
 pub mod error;
 mod fallback;
