@@ -1,11 +1,14 @@
 //! `mmkit info`: build a metadata-only memory map of a given size and print
 //! what a freshly booted Linux machine of that shape would show in `/proc`.
 //!
-//! Owns the layout of several nodes on one physical address line and the
-//! zone table (a condensed `/proc/zoneinfo`); the `/proc` texts themselves
-//! come from the library (`buddyinfo`, `pagetypeinfo`, `vmstat`).
+//! Owns the command's arguments ([`InfoArgs`], parsed by clap), the layout
+//! of several nodes on one physical address line and the zone table (a
+//! condensed `/proc/zoneinfo`). Must not format the `/proc` texts
+//! themselves: they come from the library (`buddyinfo`, `pagetypeinfo`,
+//! `vmstat`); exit codes are `main`'s.
 
-use crate::size::format_size;
+use crate::size::{self, format_size};
+use clap::Args;
 use mmkit::gfp::Watermark;
 use mmkit::{MemoryMapBuilder, PageAllocator, ZoneType};
 use std::fmt::Write as _;
@@ -18,13 +21,28 @@ const DESCRIPTOR_BYTES_PER_PAGE: u64 = 16;
 /// Page size of the PC layout `MemoryMapBuilder::with_memory` builds.
 const PAGE_SIZE: u64 = 4096;
 
-/// What the user asked for.
-#[derive(Clone, Copy, Debug)]
+/// `mmkit info`'s arguments, exactly as the command line takes them.
+#[derive(Clone, Copy, Debug, Args)]
 pub struct InfoArgs {
-    /// Total memory, split evenly over the nodes.
+    /// Total memory, split evenly over the nodes: bytes or K/M/G/T/P
+    /// (powers of 1024), e.g. 4G, 512M, 1T.
+    #[arg(
+        short,
+        long,
+        value_name = "SIZE",
+        default_value = "4G",
+        value_parser = size::parse_size
+    )]
     pub memory: u64,
-    /// Number of NUMA nodes.
-    pub nodes: usize,
+    /// Number of NUMA nodes, laid out one after another in physical memory.
+    #[arg(
+        short,
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u16).range(1..=mmkit::MAX_NUMNODES as i64)
+    )]
+    pub nodes: u16,
 }
 
 /// A request that cannot become a map (reported with exit code 2).
@@ -39,7 +57,7 @@ pub struct InfoError(pub String);
 /// [`InfoError`] when the size is not at least one page per node, the
 /// descriptors would not fit in available RAM, or the library refuses the map.
 pub fn build_map(args: InfoArgs) -> Result<(PageAllocator, Duration), InfoError> {
-    let nodes = args.nodes.max(1) as u64;
+    let nodes = u64::from(args.nodes.max(1));
     let pages_per_node = args.memory / PAGE_SIZE / nodes;
     if pages_per_node == 0 {
         return Err(InfoError(format!(
@@ -93,7 +111,7 @@ pub fn report(mm: &PageAllocator, args: InfoArgs, build_time: Duration) -> Strin
         geo.pageblock_order,
         geo.section_order,
     );
-    let nodes = args.nodes.max(1) as u64;
+    let nodes = u64::from(args.nodes.max(1));
     if args.memory / PAGE_SIZE / nodes * PAGE_SIZE * nodes != args.memory {
         let _ = writeln!(out, "(asked for {}; rounded down to whole pages per node)", format_size(args.memory));
     }

@@ -1,10 +1,12 @@
-//! The `mmkit` command line: argument parsing (clap derive), dispatch to the
-//! subcommands, and exit codes.
+//! The `mmkit` command line: the top-level parser (clap derive), dispatch to
+//! the subcommands, and exit codes.
 //!
-//! Owns the user-facing surface only: `info` lives in `info`, `bench` in
-//! `bench`, `replay` in `replay`, `SIZE` parsing in `size`. Exit codes: 0
-//! success, 1 a benchmark or replay failed while running, 2 bad arguments
-//! or unusable input (clap's own usage errors included).
+//! Owns the list of commands and the exit codes only: each command's
+//! arguments and work live in its own module (`info`, `bench/`,
+//! `replay/`), `SIZE` parsing in `size`; this file must not grow flags or
+//! command logic. Exit codes: 0 success, 1 a benchmark or replay failed
+//! while running, 2 bad arguments or unusable input (clap's own usage
+//! errors included).
 #![deny(unsafe_code)]
 
 mod bench;
@@ -12,8 +14,7 @@ mod info;
 mod replay;
 mod size;
 
-use clap::builder::{PossibleValue, PossibleValuesParser};
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -33,149 +34,31 @@ struct Cli {
 enum Command {
     /// Build a metadata-only memory map and print buddyinfo, pagetypeinfo,
     /// the zones and vmstat as a freshly booted machine would show them.
-    Info(InfoCmd),
+    Info(info::InfoArgs),
     /// Benchmark mmkit against peer allocators (buddy_system_allocator,
     /// mimalloc, the system allocator) and print medians and ratios.
-    Bench(BenchCmd),
+    Bench(bench::BenchArgs),
     /// Replay a recorded trace of Linux's page allocator (perf script text
     /// or the compact format; plain, xz or zstd) and report placement
     /// quality, fragmentation and events per second.
-    Replay(ReplayCmd),
-}
-
-#[derive(Debug, Args)]
-struct ReplayCmd {
-    /// The trace file.
-    #[arg(value_name = "TRACE")]
-    trace: std::path::PathBuf,
-    /// Who decides where blocks go.
-    #[arg(long, value_enum, default_value = "policy")]
-    mode: replay::engine::Mode,
-    /// Memory of the replay (policy mode): bytes or K/M/G/T. Default: the
-    /// trace's PFN span. The report gives the trace's peak of live pages,
-    /// e.g. to replay under pressure at 1.25x that peak.
-    #[arg(long, value_name = "SIZE", value_parser = size::parse_size)]
-    memory: Option<u64>,
-    /// Turn mobility grouping off (Linux's page_group_by_mobility_disabled).
-    #[arg(long)]
-    no_grouping: bool,
-    /// Print one JSON object instead of the table.
-    #[arg(long)]
-    json: bool,
-    /// Write PREFIX-free-by-order.png and PREFIX-pageblocks.png.
-    #[arg(long, value_name = "PREFIX")]
-    plot: Option<std::path::PathBuf>,
-    /// Replay the same events into a peer allocator too (policy mode, order
-    /// and count only) and compare speed and order-9 fragmentation.
-    #[arg(long, value_name = "PEER", value_parser = ["buddy_system_allocator"])]
-    peer: Option<String>,
-    /// Metric samples taken through the replay.
-    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    samples: u32,
-    /// Replay only the first N events.
-    #[arg(long, value_name = "N")]
-    limit: Option<u64>,
-    /// Check that no page is handed out twice and the allocator's invariants
-    /// at the end (slower); exit 1 if either fails.
-    #[arg(long)]
-    check: bool,
-    /// Parse the whole trace into memory (16 bytes per event) before the
-    /// replay, so that the replay loop is timed alone with warm caches
-    /// (default: stream in chunks of 65536 events, constant memory).
-    #[arg(long)]
-    preload: bool,
-}
-
-#[derive(Debug, Args)]
-struct InfoCmd {
-    /// Total memory, split evenly over the nodes: bytes or K/M/G/T/P
-    /// (powers of 1024), e.g. 4G, 512M, 1T.
-    #[arg(
-        short,
-        long,
-        value_name = "SIZE",
-        default_value = "4G",
-        value_parser = size::parse_size
-    )]
-    memory: u64,
-    /// Number of NUMA nodes, laid out one after another in physical memory.
-    #[arg(
-        short,
-        long,
-        value_name = "N",
-        default_value_t = 1,
-        value_parser = clap::value_parser!(u16).range(1..=mmkit::MAX_NUMNODES as i64)
-    )]
-    nodes: u16,
-}
-
-#[derive(Debug, Args)]
-struct BenchCmd {
-    /// Suites to run; all of them when none is given.
-    #[arg(value_name = "SUITE", value_parser = suite_parser())]
-    suites: Vec<String>,
-    /// Print one JSON document instead of tables.
-    #[arg(long)]
-    json: bool,
-    /// Timed runs per case and implementation; the median is reported.
-    #[arg(
-        short,
-        long,
-        value_name = "R",
-        default_value_t = 5,
-        value_parser = clap::value_parser!(u32).range(1..=1000)
-    )]
-    runs: u32,
-    /// Small maps and few iterations: a smoke test for CI, not a measurement.
-    #[arg(long)]
-    quick: bool,
-}
-
-fn suite_parser() -> PossibleValuesParser {
-    PossibleValuesParser::new(bench::SUITES.iter().map(|s| PossibleValue::new(s.name).help(s.about)))
+    Replay(replay::ReplayArgs),
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Info(cmd) => {
-            let args = info::InfoArgs { memory: cmd.memory, nodes: usize::from(cmd.nodes) };
-            match info::run(args) {
-                Ok(text) => print(&text),
-                Err(info::InfoError(msg)) => fail(&msg, 2),
-            }
-        }
-        Command::Bench(cmd) => {
-            let args = bench::BenchArgs {
-                suites: cmd.suites,
-                json: cmd.json,
-                settings: bench::harness::Settings { runs: cmd.runs as usize, quick: cmd.quick },
-            };
-            match bench::run(&args) {
-                Ok(text) => print(&text),
-                Err(e) => fail(&e.0, 1),
-            }
-        }
-        Command::Replay(cmd) => {
-            let args = replay::ReplayArgs {
-                trace: cmd.trace,
-                mode: cmd.mode,
-                memory: cmd.memory,
-                no_grouping: cmd.no_grouping,
-                peer: cmd.peer.is_some(),
-                samples: cmd.samples,
-                limit: cmd.limit,
-                check: cmd.check,
-                preload: cmd.preload,
-                plot: cmd.plot,
-                progress: replay::want_progress(cmd.json),
-            };
-            match replay::run(&args, cmd.json) {
-                Ok(text) => print(&text),
-                Err(replay::ReplayError::Usage(msg)) => fail(&msg, 2),
-                Err(replay::ReplayError::Failed(msg)) => fail(&msg, 1),
-            }
-        }
+    match Cli::parse().command {
+        Command::Info(args) => match info::run(args) {
+            Ok(text) => print(&text),
+            Err(info::InfoError(msg)) => fail(&msg, 2),
+        },
+        Command::Bench(args) => match bench::run(&args) {
+            Ok(text) => print(&text),
+            Err(e) => fail(&e.0, 1),
+        },
+        Command::Replay(args) => match replay::run(&args) {
+            Ok(text) => print(&text),
+            Err(replay::ReplayError::Usage(msg)) => fail(&msg, 2),
+            Err(replay::ReplayError::Failed(msg)) => fail(&msg, 1),
+        },
     }
 }
 

@@ -1,13 +1,14 @@
-//! Fuzz target for `mmkit::trace`: any bytes, read as a stream and line by
-//! line, must never panic; every skipped line carries a line number inside
-//! the input; every event round-trips through the compact format.
+//! Fuzz target for `mmkit_trace` (crate `mmkit-trace`): any bytes, read as
+//! a stream and line by line, must never panic; every skipped line carries a
+//! line number inside the input; every event round-trips through the
+//! compact format.
 //!
 //! Run with `cargo +nightly fuzz run trace_parser` from the repository root
 //! (see README, "Trace replay").
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mmkit::trace::{parse_compact_line, parse_line, EventKind, TraceLine, TraceReader};
+use mmkit_trace::{parse_compact_line, parse_line, EventKind, TraceLine, TraceReader};
 
 fuzz_target!(|data: &[u8]| {
     let mut reader = TraceReader::new(data);

@@ -4,15 +4,16 @@
 //!
 //! Owns the case list, each case's setup (fresh or fragmented maps and peer
 //! allocators) and the suite's footnotes. Timing and output are the
-//! harness's; the loops and the implementations are `subjects`'; the
-//! fragmentation recipes are `fragment`'s.
+//! harness's; the loops and the implementations are
+//! `mmkit_bench::subjects`'; the fragmentation recipes are
+//! `mmkit_bench::fragment`'s.
 
-use super::fragment::{self, SEED};
 use super::harness::{measure, BenchError, CaseResult, CaseSpec, Contender, Settings, SuiteReport};
-use super::subjects::{batch_loop, buddy_only_map, names, pair_loop, Bsa, Heap, Mmkit, PAGE_SIZE};
 use super::{Progress, Suite};
 use crate::size::format_size;
-use mimalloc::MiMalloc;
+use mmkit_bench::fragment::{self, SEED};
+use mmkit_bench::heap::MiMalloc;
+use mmkit_bench::subjects::{batch_loop, buddy_only_map, names, pair_loop, Bsa, Heap, Mmkit, BSA_ORDER, PAGE_SIZE};
 use std::alloc::System;
 
 /// The suite as the registry lists it.
@@ -98,7 +99,7 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
              highest zone down like mmkit's zonelist. It has no MAX_PAGE_ORDER: on fresh \
              memory it splits from blocks as large as the span allows (2^19 frames in a 4 GiB \
              map) where mmkit splits from 2^10.",
-            super::subjects::BSA_ORDER,
+            BSA_ORDER,
         ),
     ];
     Ok(SuiteReport { suite: SUITE.name, description, cases, notes })

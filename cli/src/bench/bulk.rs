@@ -12,9 +12,9 @@
 //! map.
 
 use super::harness::{measure_staged, BenchError, CaseResult, CaseSpec, Settings, StagedContender, SuiteReport};
-use super::subjects::names;
 use super::{Progress, Suite};
 use mmkit::{Gfp, MemoryMapBuilder, PageAllocator, Pfn};
+use mmkit_bench::subjects::names;
 use std::hint::black_box;
 
 /// The suite as the registry lists it.

@@ -1,20 +1,21 @@
-//! Suite `contig`: seed 000's experiment. A range of 16384 pages is
-//! allocated with `alloc_contig_range` and freed, over and over; the free is
-//! timed page by page (the seed's "before") and as one batched
-//! `free_contig_range` (the "after"), and the allocation itself and
-//! `cma_alloc` of the same size are timed too.
+//! Suite `contig`: a range of 16384 pages is allocated with
+//! `alloc_contig_range` and freed, over and over; the free is timed page by
+//! page (the "before": Linux's `free_frozen_pages()` per page,
+//! `mm/page_alloc.c`) and as one batched `free_contig_range` (the "after"),
+//! and the allocation itself and `cma_alloc` (`mm/cma.c`) of the same size
+//! are timed too.
 //!
-//! Owns the case list, the iteration counts and the seed comparison in the
-//! notes. The workloads are `mmkit::contig_bench`'s, the same code the
-//! criterion bench `mmkit/benches/contig.rs` times; timing and output are the
-//! harness's (`measure_staged`: the allocation a free needs, or the free that
-//! undoes an allocation, stays off the clock).
+//! Owns the case list, the iteration counts and the before/after comparison
+//! in the notes. The workloads are `mmkit_bench::contig`'s, the same code
+//! the criterion bench `crates/mmkit-bench/benches/contig.rs` times; timing
+//! and output are the harness's (`measure_staged`: the allocation a free
+//! needs, or the free that undoes an allocation, stays off the clock).
 
 use super::harness::{measure_staged, BenchError, CaseResult, CaseSpec, Settings, StagedContender, SuiteReport};
-use super::subjects::names;
 use super::{Progress, Suite};
-use mmkit::contig_bench::{ContigBench, SEED_PAGES};
 use mmkit::Pfn;
+use mmkit_bench::contig::{ContigBench, RANGE_PAGES};
+use mmkit_bench::subjects::names;
 
 /// The suite as the registry lists it.
 pub const SUITE: Suite = Suite {
@@ -42,7 +43,7 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
     for (name, staging) in CASES {
         progress(name);
         // A fresh map per case, so no case inherits another's per-CPU lists.
-        let bench = ContigBench::new(SEED_PAGES).map_err(|e| BenchError::context("building the map", e))?;
+        let bench = ContigBench::new(RANGE_PAGES).map_err(|e| BenchError::context("building the map", e))?;
         let spec = CaseSpec { name, unit: "iteration", units_per_iter: 1, iters, warmup_iters: (iters / 8).max(1) };
         cases.extend(measure_staged(SUITE.name, spec, &mut [staging(&bench)], settings.runs)?);
     }
@@ -56,7 +57,7 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
             before / after
         ),
         format!(
-            "Allocating the same {SEED_PAGES} pages: alloc_contig_range {:.1} usec, cma_alloc {:.1} usec per \
+            "Allocating the same {RANGE_PAGES} pages: alloc_contig_range {:.1} usec, cma_alloc {:.1} usec per \
              iteration (medians).",
             usec(ALLOC),
             usec(CMA)
@@ -72,9 +73,9 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
             .to_string(),
     ];
     let description = format!(
-        "{SEED_PAGES} pages per iteration, {iters} iterations per run, on a fresh metadata-only map per case \
-         (one NORMAL zone of {} pages with a CMA area of {SEED_PAGES}), Gfp::KERNEL, shared API",
-        4 * SEED_PAGES.next_multiple_of(1024),
+        "{RANGE_PAGES} pages per iteration, {iters} iterations per run, on a fresh metadata-only map per case \
+         (one NORMAL zone of {} pages with a CMA area of {RANGE_PAGES}), Gfp::KERNEL, shared API",
+        4 * RANGE_PAGES.next_multiple_of(1024),
     );
     Ok(SuiteReport { suite: SUITE.name, description, cases, notes })
 }

@@ -11,12 +11,11 @@
 //! only its free) uses [`StagedContender`] and [`measure_staged`] instead:
 //! same rounds, but only the measured step of each iteration is on the clock.
 
+pub use mmkit_bench::subjects::names::MMKIT;
+pub use mmkit_bench::BenchError;
 use serde::Serialize;
-use std::fmt::{self, Write as _};
+use std::fmt::Write as _;
 use std::time::{Duration, Instant};
-
-/// Name under which mmkit's own results appear; ratios are relative to it.
-pub const MMKIT: &str = "mmkit";
 
 /// Knobs common to all suites.
 #[derive(Clone, Copy, Debug)]
@@ -35,25 +34,6 @@ impl Settings {
         } else {
             full
         }
-    }
-}
-
-/// A benchmark that could not run (setup failed, an allocation failed).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BenchError(pub String);
-
-impl fmt::Display for BenchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BenchError {}
-
-impl BenchError {
-    /// Wraps any displayable error with what was being done.
-    pub fn context(what: &str, err: impl fmt::Display) -> Self {
-        BenchError(format!("{what}: {err}"))
     }
 }
 

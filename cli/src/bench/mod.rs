@@ -1,24 +1,24 @@
-//! `mmkit bench`: the suite registry and the command that runs suites and
-//! prints their results.
+//! `mmkit bench`: the command's arguments ([`BenchArgs`], parsed by clap),
+//! the suite registry and the command that runs suites and prints their
+//! results.
 //!
 //! Owns which suites exist ([`SUITES`]) and the order they run in. Each suite
 //! is one file in this directory exposing a [`Suite`] constant; adding one
 //! (`pcp`, `bulk`, `contig`) means writing that file and listing it here.
-//! Shared pieces: `harness` (timing, medians, ratios, table and JSON),
-//! `subjects` (the implementations behind one interface), `fragment`
-//! (deterministic fragmentation), `heap` (the only `unsafe`: `GlobalAlloc`).
+//! Shared pieces: `harness` (timing, medians, ratios, table and JSON). The
+//! things being measured (mmkit and the peers behind one interface, the
+//! fragmentation recipes, the contiguous-range workload) are the
+//! `mmkit-bench` crate's; this directory must not grow its own.
 
 mod buddy;
 mod bulk;
 mod contig;
-mod fragment;
 pub mod harness;
-#[allow(unsafe_code)] // GlobalAlloc calls, each with a SAFETY comment.
-mod heap;
 mod pcp;
 mod quicklist;
-pub(crate) mod subjects;
 
+use clap::builder::{PossibleValue, PossibleValuesParser};
+use clap::Args;
 use harness::{BenchError, Machine, Settings, SuiteReport};
 use std::io::{IsTerminal, Write};
 use std::time::Instant;
@@ -48,15 +48,39 @@ pub fn suite_names() -> Vec<&'static str> {
     SUITES.iter().map(|s| s.name).collect()
 }
 
-/// What `mmkit bench` was asked to do.
-#[derive(Clone, Debug)]
+/// `mmkit bench`'s arguments, exactly as the command line takes them.
+#[derive(Clone, Debug, Args)]
 pub struct BenchArgs {
-    /// Suites to run (all when empty); names are valid `SUITES` names.
+    /// Suites to run; all of them when none is given.
+    #[arg(value_name = "SUITE", value_parser = suite_parser())]
     pub suites: Vec<String>,
-    /// One JSON document instead of tables.
+    /// Print one JSON document instead of tables.
+    #[arg(long)]
     pub json: bool,
-    /// Timing knobs.
-    pub settings: Settings,
+    /// Timed runs per case and implementation; the median is reported.
+    #[arg(
+        short,
+        long,
+        value_name = "R",
+        default_value_t = 5,
+        value_parser = clap::value_parser!(u32).range(1..=1000)
+    )]
+    pub runs: u32,
+    /// Small maps and few iterations: a smoke test for CI, not a measurement.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+impl BenchArgs {
+    /// The timing knobs every suite gets.
+    pub fn settings(&self) -> Settings {
+        Settings { runs: self.runs as usize, quick: self.quick }
+    }
+}
+
+/// The `SUITE` argument's values: every suite name, with its one-line help.
+fn suite_parser() -> PossibleValuesParser {
+    PossibleValuesParser::new(SUITES.iter().map(|s| PossibleValue::new(s.name).help(s.about)))
 }
 
 /// Runs the selected suites and returns what to print on stdout. Progress
@@ -66,6 +90,7 @@ pub struct BenchArgs {
 /// An unknown suite name, or the first suite that fails.
 pub fn run(args: &BenchArgs) -> Result<String, BenchError> {
     let selected = select(&args.suites)?;
+    let settings = args.settings();
     let machine = Machine::detect();
     let show_progress = std::io::stderr().is_terminal();
     let mut reports = Vec::with_capacity(selected.len());
@@ -77,10 +102,10 @@ pub fn run(args: &BenchArgs) -> Result<String, BenchError> {
                 let _ = writeln!(err, "[{:7.1} s] {} / {case}", started.elapsed().as_secs_f64(), suite.name);
             }
         };
-        reports.push((suite.run)(&args.settings, &mut progress)?);
+        reports.push((suite.run)(&settings, &mut progress)?);
     }
     Ok(if args.json {
-        let mut text = harness::to_json(&reports, &machine, args.settings);
+        let mut text = harness::to_json(&reports, &machine, settings);
         text.push('\n');
         text
     } else {

@@ -10,10 +10,10 @@
 //! instance, behind a mutex in the two-thread case).
 
 use super::harness::{measure, BenchError, CaseResult, CaseSpec, Contender, Settings, SuiteReport};
-use super::subjects::{names, pair_loop, Bsa, Heap, PageAlloc};
 use super::{Progress, Suite};
-use mimalloc::MiMalloc;
 use mmkit::{Gfp, MemoryMapBuilder, PageAllocator};
+use mmkit_bench::heap::{MiMalloc, StatelessAlloc};
+use mmkit_bench::subjects::{names, pair_loop, Bsa, Heap, PageAlloc};
 use std::alloc::System;
 use std::hint::black_box;
 use std::sync::Mutex;
@@ -117,7 +117,7 @@ fn on_two_threads(iters: u64, body: impl Fn(usize, u64) -> Result<(), BenchError
     })
 }
 
-fn heap_pairs<A: super::heap::StatelessAlloc>(iters: u64) -> Result<(), BenchError> {
+fn heap_pairs<A: StatelessAlloc>(iters: u64) -> Result<(), BenchError> {
     let mut heap = Heap::<A>::new();
     let result = pair_loop(&mut heap, 0)(iters);
     result

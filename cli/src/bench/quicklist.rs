@@ -10,12 +10,12 @@
 //! so they include one clock read (its cost is printed in the notes).
 
 use super::harness::{measure, median, BenchError, CaseResult, CaseSpec, Contender, Settings, SuiteReport, MMKIT};
-use super::heap::{BlockLayout, HeapBlock};
-use super::subjects::names;
 use super::{Progress, Suite};
 use mmkit::pagetable::{Level, PageTables};
 use mmkit::quicklist::{QuicklistCpu, QuicklistError, Quicklists};
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
+use mmkit_bench::heap::{BlockLayout, HeapBlock, MiMalloc};
+use mmkit_bench::subjects::names;
 use std::hint::black_box;
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -135,8 +135,7 @@ fn hit_cases(settings: &Settings, progress: &mut Progress<'_>) -> Result<Vec<Cas
     });
     let mimalloc = Contender::new(names::MIMALLOC, |n| {
         for _ in 0..n * ops {
-            let block =
-                HeapBlock::<mimalloc::MiMalloc>::alloc_zeroed(layout).ok_or_else(|| BenchError("oom".into()))?;
+            let block = HeapBlock::<MiMalloc>::alloc_zeroed(layout).ok_or_else(|| BenchError("oom".into()))?;
             drop(black_box(block));
         }
         Ok(())

@@ -1,12 +1,13 @@
 //! `mmkit replay`: replays a recorded trace of Linux's page allocator into
 //! mmkit and reports placement quality, fragmentation and speed.
 //!
-//! Owns the command's flow: a quick first pass (`scan`) for the PFN span,
+//! Owns the command's arguments ([`ReplayArgs`], parsed by clap) and its
+//! flow: a quick first pass (`scan`) for the PFN span,
 //! CPUs and peak of live pages; building the map; a second pass that
 //! decompresses and parses in chunks of events and replays each chunk
 //! (`engine`), into the peer too when asked (`peer`); metric samples at a
 //! bounded number of points (`metrics`); the report (`report`) and plots
-//! (`plot`). Decompression is `source`'s, line parsing `mmkit::trace`'s;
+//! (`plot`). Decompression is `source`'s, line parsing `mmkit_trace`'s;
 //! this file must not grow any of those concerns.
 //!
 //! Timing: the chunked second pass times parsing, the replay loop and
@@ -22,10 +23,12 @@ pub mod report;
 pub mod scan;
 pub mod source;
 
+use crate::size;
+use clap::Args;
 use engine::{Engine, Ev, Mode};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use mmkit::trace::TraceReader;
 use mmkit::{MemoryMapBuilder, PageAllocator, QuietHooks, ZoneType};
+use mmkit_trace::TraceReader;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -39,32 +42,47 @@ const MAX_CPUS: u32 = 256;
 /// Largest trace PFN span and replay map (2^26 pages = 256 GiB).
 const MAX_SPAN_PAGES: u64 = engine::MAX_MAP_PAGES - (1 << 15);
 
-/// What `mmkit replay` was asked to do.
-#[derive(Clone, Debug)]
+/// `mmkit replay`'s arguments, exactly as the command line takes them.
+#[derive(Clone, Debug, Args)]
 pub struct ReplayArgs {
-    /// Trace file (compact or `perf script` text; plain, xz or zstd).
+    /// The trace file.
+    #[arg(value_name = "TRACE")]
     pub trace: PathBuf,
-    /// Who places blocks.
+    /// Who decides where blocks go.
+    #[arg(long, value_enum, default_value = "policy")]
     pub mode: Mode,
-    /// Memory for policy mode (default: the trace's PFN span).
+    /// Memory of the replay (policy mode): bytes or K/M/G/T. Default: the
+    /// trace's PFN span. The report gives the trace's peak of live pages,
+    /// e.g. to replay under pressure at 1.25x that peak.
+    #[arg(long, value_name = "SIZE", value_parser = size::parse_size)]
     pub memory: Option<u64>,
-    /// Linux's `page_group_by_mobility_disabled`.
+    /// Turn mobility grouping off (Linux's page_group_by_mobility_disabled).
+    #[arg(long)]
     pub no_grouping: bool,
-    /// Replay into `buddy_system_allocator` too.
-    pub peer: bool,
-    /// Metric samples over the replay.
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Write PREFIX-free-by-order.png and PREFIX-pageblocks.png.
+    #[arg(long, value_name = "PREFIX")]
+    pub plot: Option<PathBuf>,
+    /// Replay the same events into a peer allocator too (policy mode, order
+    /// and count only) and compare speed and order-9 fragmentation.
+    #[arg(long, value_name = "PEER", value_parser = ["buddy_system_allocator"])]
+    pub peer: Option<String>,
+    /// Metric samples taken through the replay.
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub samples: u32,
     /// Replay only the first N events.
+    #[arg(long, value_name = "N")]
     pub limit: Option<u64>,
-    /// Check every allocation against the pages already handed out, and the
-    /// allocator's invariants at the end.
+    /// Check that no page is handed out twice and the allocator's invariants
+    /// at the end (slower); exit 1 if either fails.
+    #[arg(long)]
     pub check: bool,
-    /// Write `PREFIX-free-by-order.png` and `PREFIX-pageblocks.png`.
-    pub plot: Option<PathBuf>,
-    /// Show a progress bar (the caller decides: a terminal, not `--json`).
-    pub progress: bool,
-    /// Parse the whole second pass into memory (16 bytes per event) before
-    /// replaying it, so the loop is timed alone with warm caches.
+    /// Parse the whole trace into memory (16 bytes per event) before the
+    /// replay, so that the replay loop is timed alone with warm caches
+    /// (default: stream in chunks of 65536 events, constant memory).
+    #[arg(long)]
     pub preload: bool,
 }
 
@@ -77,13 +95,15 @@ pub enum ReplayError {
     Failed(String),
 }
 
-/// Runs a replay and returns its report; `inspect` sees the engine and the
-/// allocator at the end (tests use it to compare live blocks).
+/// Runs a replay and returns its report; a progress bar is drawn on stderr
+/// when `progress` is set; `inspect` sees the engine and the allocator at
+/// the end (tests use it to compare live blocks).
 ///
 /// # Errors
 /// [`ReplayError`].
 pub fn replay(
     args: &ReplayArgs,
+    progress: bool,
     inspect: impl FnOnce(&Engine<'_>, &PageAllocator),
 ) -> Result<report::Report, ReplayError> {
     let scan = scan::scan(&args.trace, args.limit).map_err(ReplayError::Usage)?;
@@ -135,7 +155,7 @@ pub fn replay(
         .build()
         .map_err(|e| ReplayError::Failed(format!("building the memory map: {e}")))?;
     let mut engine = Engine::new(&mm, args.mode, zbase..zend, args.check).map_err(ReplayError::Failed)?;
-    let mut peer = args.peer.then(|| peer::Peer::new(zbase, pages, zbase..zend));
+    let mut peer = args.peer.is_some().then(|| peer::Peer::new(zbase, pages, zbase..zend));
 
     let every = (scan.events / u64::from(args.samples.max(1))).max(1);
     let mut pass = Pass {
@@ -145,7 +165,7 @@ pub fn replay(
         t_loop: Duration::ZERO,
         t_sample: Duration::ZERO,
         t_peer: Duration::ZERO,
-        bar: progress_bar(args.progress, scan.events),
+        bar: progress_bar(progress, scan.events),
     };
     let mut t_parse = Duration::ZERO;
     let started = Instant::now();
@@ -275,12 +295,13 @@ impl Pass {
     }
 }
 
-/// Runs `mmkit replay` and returns what to print.
+/// Runs `mmkit replay` and returns what to print: the table, or one JSON
+/// object with `--json`.
 ///
 /// # Errors
 /// [`ReplayError`].
-pub fn run(args: &ReplayArgs, json: bool) -> Result<String, ReplayError> {
-    let report = replay(args, |_, _| {})?;
+pub fn run(args: &ReplayArgs) -> Result<String, ReplayError> {
+    let report = replay(args, want_progress(args.json), |_, _| {})?;
     if args.check {
         let doubles = report.double_handouts.unwrap_or(0);
         let invariants = report.invariants.as_deref().unwrap_or("ok");
@@ -290,7 +311,7 @@ pub fn run(args: &ReplayArgs, json: bool) -> Result<String, ReplayError> {
             )));
         }
     }
-    Ok(if json {
+    Ok(if args.json {
         let mut text = serde_json::to_string_pretty(&report).map_err(|e| ReplayError::Failed(e.to_string()))?;
         text.push('\n');
         text

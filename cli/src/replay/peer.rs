@@ -10,10 +10,9 @@
 //! touch mmkit's allocator or the engine's tables.
 
 use super::engine::{Ev, Op, MAX_ORDER};
-use buddy_system_allocator::FrameAllocator;
+use mmkit_bench::subjects::{names, BsaFrames};
 use serde::Serialize;
 
-use crate::bench::subjects::{names, BSA_ORDER};
 /// Pages per range for the order-9 index.
 const RANGE_ORDER: u32 = 9;
 
@@ -39,7 +38,7 @@ pub struct PeerReport {
 
 /// `FrameAllocator` replaying a trace.
 pub struct Peer {
-    frames: Box<FrameAllocator<BSA_ORDER>>,
+    frames: Box<BsaFrames>,
     kmin: u64,
     /// Per kernel PFN: (frame + 1, order); frame 0 means not live.
     live: Vec<(u64, u8)>,
@@ -54,7 +53,7 @@ impl Peer {
     /// A peer owning frames `first..first + pages` (`first` aligned to 512
     /// pages) for kernel PFNs `kpfns`.
     pub fn new(first: u64, pages: u64, kpfns: std::ops::Range<u64>) -> Self {
-        let mut frames = Box::new(FrameAllocator::<BSA_ORDER>::new());
+        let mut frames = Box::new(BsaFrames::new());
         frames.add_frame(first as usize, (first + pages) as usize);
         // Written at setup, as the engine's table is, so that neither loop
         // takes page faults for its bookkeeping.

@@ -9,7 +9,7 @@
 use super::engine::{Ev, Op, MAX_ORDER};
 use super::source::{self, Compression};
 use mmkit::gfp::gfp_migratetype;
-use mmkit::trace::{EventKind, ReadStats, TraceEvent, TraceReader};
+use mmkit_trace::{EventKind, ReadStats, TraceEvent, TraceReader};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! bytes (magic numbers), not by the file name.
 //!
 //! Owns decompression and nothing else: the line format is
-//! `mmkit::trace`'s, what happens to events is the engine's.
+//! `mmkit_trace`'s, what happens to events is the engine's.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};

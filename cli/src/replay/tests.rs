@@ -3,24 +3,10 @@
 
 use super::engine::Mode;
 use super::{replay, ReplayArgs};
+use mmkit_testkit::XorShift64;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-
-/// A tiny deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A generated trace and the blocks it leaves allocated (kernel PFN → order).
 struct Generated {
@@ -38,7 +24,7 @@ fn generate(seed: u64, events: u64) -> Generated {
     const BASE: u64 = 0x100000;
     const PAGES: u64 = 1 << 14;
     let gfps = [0xcc0u32, 0x140dca, 0x152c4a, 0x52c50, 0x2800];
-    let mut rng = Rng(seed | 1);
+    let mut rng = XorShift64::new(seed);
     let mut used = vec![false; PAGES as usize];
     let mut live: BTreeMap<u64, u32> = BTreeMap::new();
     let mut text = String::from("# generated trace\n# buddyinfo_after: Node 0, zone Normal 1 1 1 1 1 1 1 1 1 1 1\n");
@@ -113,12 +99,12 @@ fn args(trace: &Path, mode: Mode) -> ReplayArgs {
         mode,
         memory: None,
         no_grouping: false,
-        peer: false,
+        json: false,
+        peer: None,
         samples: 20,
         limit: None,
         check: true,
         plot: None,
-        progress: false,
         preload: false,
     }
 }
@@ -128,7 +114,7 @@ fn placed_mode_ends_with_the_traces_live_blocks() {
     let g = generate(7, 4000);
     let path = temp_trace("placed.trace.xz", &g.text);
     let mut seen = BTreeMap::new();
-    let report = replay(&args(&path, Mode::Placed), |engine, mm| {
+    let report = replay(&args(&path, Mode::Placed), false, |engine, mm| {
         seen = engine.live_blocks().collect();
         let live_pages: u64 = seen.values().map(|&o| 1u64 << o).sum();
         let zone_pages = mm.zones().iter().map(|z| z.managed_pages()).sum::<u64>();
@@ -158,9 +144,9 @@ fn policy_mode_never_hands_out_a_page_twice() {
     for no_grouping in [false, true] {
         let mut a = args(&path, Mode::Policy);
         a.no_grouping = no_grouping;
-        a.peer = true;
+        a.peer = Some("buddy_system_allocator".into());
         let mut live_mmkit = Vec::new();
-        let report = replay(&a, |engine, _| live_mmkit = engine.live_mmkit_blocks().collect()).unwrap();
+        let report = replay(&a, false, |engine, _| live_mmkit = engine.live_mmkit_blocks().collect()).unwrap();
         assert_eq!(report.double_handouts, Some(0));
         assert_eq!(report.invariants.as_deref(), Some("ok"));
         assert_eq!(report.counts.free_errors, 0);
@@ -184,26 +170,26 @@ fn small_memory_counts_failures_instead_of_failing() {
     let path = temp_trace("small.trace.xz", &g.text);
     let mut a = args(&path, Mode::Policy);
     a.memory = Some(4 << 20);
-    let report = replay(&a, |_, _| {}).unwrap();
+    let report = replay(&a, false, |_, _| {}).unwrap();
     assert!(report.failures > 0);
     assert_eq!(report.double_handouts, Some(0));
     assert_eq!(report.invariants.as_deref(), Some("ok"));
     a.mode = Mode::Placed;
-    assert!(matches!(replay(&a, |_, _| {}), Err(super::ReplayError::Usage(_))), "--memory is for policy mode");
+    assert!(matches!(replay(&a, false, |_, _| {}), Err(super::ReplayError::Usage(_))), "--memory is for policy mode");
 }
 
 #[test]
 fn unreadable_or_empty_traces_are_usage_errors() {
     let a = args(Path::new("/nonexistent/trace.xz"), Mode::Policy);
-    assert!(matches!(replay(&a, |_, _| {}), Err(super::ReplayError::Usage(_))));
+    assert!(matches!(replay(&a, false, |_, _| {}), Err(super::ReplayError::Usage(_))));
     let path = temp_trace("empty.trace.xz", "# only a header\nnot an event\n");
-    assert!(matches!(replay(&args(&path, Mode::Policy), |_, _| {}), Err(super::ReplayError::Usage(_))));
+    assert!(matches!(replay(&args(&path, Mode::Policy), false, |_, _| {}), Err(super::ReplayError::Usage(_))));
     let path = temp_trace("failed.trace.xz", "0 0 0 a - 0 0 0xcc0\n1 1 1 a - 3 1 0x140dca\n");
-    assert!(matches!(replay(&args(&path, Mode::Placed), |_, _| {}), Err(super::ReplayError::Usage(_))));
+    assert!(matches!(replay(&args(&path, Mode::Placed), false, |_, _| {}), Err(super::ReplayError::Usage(_))));
     let far = "0 0 0 a 100 0 0 0xcc0\n1 1 0 a 4000000000 0 0 0xcc0\n";
     let path = temp_trace("far.trace.xz", far);
     assert!(
-        matches!(replay(&args(&path, Mode::Policy), |_, _| {}), Err(super::ReplayError::Usage(_))),
+        matches!(replay(&args(&path, Mode::Policy), false, |_, _| {}), Err(super::ReplayError::Usage(_))),
         "span too large"
     );
 }
@@ -229,7 +215,7 @@ fn sample_trace_placed_and_policy() {
     // The whole trace: about 5 s in a debug build.
     let mut a = args(&path, Mode::Placed);
     let mut placed_live = 0;
-    let placed = replay(&a, |engine, _| placed_live = engine.live_blocks().count()).unwrap();
+    let placed = replay(&a, false, |engine, _| placed_live = engine.live_blocks().count()).unwrap();
     assert_eq!(placed.invariants.as_deref(), Some("ok"));
     assert_eq!(placed.failures, 0, "the kernel's own placement always fits");
     assert_eq!(placed_live as u64, placed.trace.scan.live_blocks_at_end, "placed ends with the trace's live blocks");
@@ -240,7 +226,7 @@ fn sample_trace_placed_and_policy() {
     assert_eq!(placed.counts.live_pages, 250532);
     assert_eq!(placed.trace.scan.peak_live_pages, placed.counts.peak_live_pages);
     a.mode = Mode::Policy;
-    let policy = replay(&a, |_, _| {}).unwrap();
+    let policy = replay(&a, false, |_, _| {}).unwrap();
     assert_eq!(policy.double_handouts, Some(0));
     assert_eq!(policy.invariants.as_deref(), Some("ok"));
     assert_eq!(policy.counts.live_pages, placed.counts.live_pages);

@@ -53,7 +53,6 @@
 extern crate alloc;
 
 mod contig;
-pub mod contig_bench;
 mod mem;
 pub mod memmap;
 mod page_alloc;
@@ -63,7 +62,6 @@ mod pcp;
 #[cfg(feature = "std")]
 pub mod quicklist;
 mod report;
-pub mod trace;
 mod types;
 pub mod zone;
 

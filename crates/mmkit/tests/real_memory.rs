@@ -7,22 +7,8 @@
 //! end all pages are free again and the invariants hold.
 
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
+use mmkit_testkit::XorShift64;
 use std::sync::Arc;
-
-/// xorshift64*: small, deterministic, good enough to pick orders.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 const GFPS: [Gfp; 6] = [
     Gfp::KERNEL,
@@ -82,16 +68,16 @@ fn verify(mm: &PageAllocator, b: Block) {
 
 /// Allocates random blocks until `target` pages are in use (or memory
 /// runs short); writes each block's pattern.
-fn fill(mm: &PageAllocator, rng: &mut Rng, live: &mut Vec<Block>, used: &mut u64, target: u64) {
+fn fill(mm: &PageAllocator, rng: &mut XorShift64, live: &mut Vec<Block>, used: &mut u64, target: u64) {
     let mut failures = 0;
     while *used < target && failures < 64 {
-        let r = rng.next();
+        let r = rng.next_u64();
         let order = if r & 3 == 0 { (r >> 8) as u32 % 11 } else { (r >> 8).trailing_zeros().min(10) };
-        let gfp = GFPS[rng.below(GFPS.len())];
+        let gfp = GFPS[rng.index(GFPS.len())];
         match mm.alloc_pages(gfp | Gfp::NOWARN, order) {
             Ok(pfn) => {
                 assert_eq!(pfn.0 % (1 << order), 0);
-                let b = Block { pfn, order, seed: rng.next() };
+                let b = Block { pfn, order, seed: rng.next_u64() };
                 write(mm, b);
                 live.push(b);
                 *used += 1 << order;
@@ -101,9 +87,9 @@ fn fill(mm: &PageAllocator, rng: &mut Rng, live: &mut Vec<Block>, used: &mut u64
     }
 }
 
-fn free_random(mm: &PageAllocator, rng: &mut Rng, live: &mut Vec<Block>, used: &mut u64, keep: usize) {
+fn free_random(mm: &PageAllocator, rng: &mut XorShift64, live: &mut Vec<Block>, used: &mut u64, keep: usize) {
     while live.len() > keep {
-        let b = live.swap_remove(rng.below(live.len()));
+        let b = live.swap_remove(rng.index(live.len()));
         verify(mm, b);
         mm.free_pages(b.pfn, b.order).unwrap();
         *used -= 1 << b.order;
@@ -116,7 +102,7 @@ fn patterns_survive_random_allocation_rounds() {
     let initial = mm.nr_free_pages();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     assert_eq!(initial, managed);
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = XorShift64::new(0x9e37_79b9_7f4a_7c15);
     let mut live = Vec::new();
     let mut used = 0;
     for round in 0..4 {
@@ -153,7 +139,7 @@ fn patterns_survive_two_threads() {
         .map(|t| {
             let mm = Arc::clone(&mm);
             std::thread::spawn(move || {
-                let mut rng = Rng(0x1234_5678 + t * 0x9999);
+                let mut rng = XorShift64::new(0x1234_5678 + t * 0x9999);
                 let mut live = Vec::new();
                 let mut used = 0;
                 for _ in 0..40 {

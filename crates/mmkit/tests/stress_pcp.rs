@@ -10,6 +10,7 @@
 //! keep the lists consistent, and accounting is exact.
 
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
+use mmkit_testkit::XorShift64;
 use std::sync::mpsc;
 use std::sync::Barrier;
 
@@ -53,20 +54,6 @@ fn verify(mm: &PageAllocator, block: &Owned) {
     }
 }
 
-/// xorshift64*: deterministic per thread, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 fn release(mm: &PageAllocator, block: Owned) {
     verify(mm, &block);
     mm.free_pages(block.pfn, block.order).unwrap();
@@ -89,7 +76,7 @@ fn stress(threads: usize, rounds: usize) {
             let barrier = &barrier;
             let senders = senders.clone();
             scope.spawn(move || {
-                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((me as u64 + 1) * 0x1000_0001));
+                let mut rng = XorShift64::new(0x9e37_79b9_7f4a_7c15 ^ ((me as u64 + 1) * 0x1000_0001));
                 let tag = 0xabc0_0000 + me as u64;
                 let mut held: Vec<Owned> = Vec::new();
                 barrier.wait();

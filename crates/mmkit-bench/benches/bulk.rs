@@ -1,20 +1,23 @@
-//! Criterion benchmarks of the bulk interfaces (the experiment of Linux's bulk page allocator series): one
-//! `alloc_pages_bulk(Gfp::KERNEL, ..)` of N order-0 pages into a
-//! `[None; N]` array plus one `free_pages_bulk` of the result per
-//! iteration, for N = 1, 8, 64, 256 (throughput in pages, so criterion
+//! Criterion benchmarks of the bulk interfaces (`alloc_pages_bulk()` and
+//! `free_pages_bulk()`, after Linux's `__alloc_pages_bulk()` in
+//! `mm/page_alloc.c`): one `alloc_pages_bulk(Gfp::KERNEL, ..)` of N order-0
+//! pages into a `[None; N]` array plus one `free_pages_bulk` of the result
+//! per iteration, for N = 1, 8, 64, 256 (throughput in pages, so criterion
 //! reports pages/s), next to one `alloc_pages` + `free_pages` pair. Shared
 //! API, fresh 4 GiB metadata-only map, per-CPU lists on.
 //!
-//! Owns nothing shared: every batch size from 1 to 256 with that series' table
-//! is in `mmkit bench bulk` (the CLI's `src/bench/bulk.rs`). Measurement time
-//! is kept short so the whole file runs in well under a minute:
-//! `cargo bench -p mmkit --bench bulk`.
+//! Owns only the criterion wiring of these cases; every batch size from 1
+//! to 256, each step timed on its own, is `mmkit bench bulk`
+//! (`cli/src/bench/bulk.rs`). Must not grow workloads the command line lacks.
+//! Measurement time is kept short so the whole file runs in well under a
+//! minute: `cargo bench -p mmkit-bench --bench bulk`.
+
+mod common;
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use mmkit::{Gfp, MemoryMapBuilder, PageAllocator, Pfn};
 use std::hint::black_box;
-use std::time::Duration;
 
 /// Bytes of the map.
 const MAP_BYTES: u64 = 4 << 30;
@@ -55,10 +58,7 @@ fn bulk(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .sample_size(20)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(2));
+    config = common::config();
     targets = bulk
 }
 criterion_main!(benches);

@@ -1,48 +1,26 @@
 //! Deterministic fragmentation for "fragmented" cases, the same procedure
-//! for every [`PageAlloc`], plus the tiny PRNG it uses.
+//! for every [`PageAlloc`].
 //!
-//! Owns the two recipes suites share:
+//! Owns the two recipes the benchmarks share (`mmkit bench buddy` and the
+//! criterion bench `benches/buddy.rs` fragment the same way):
 //! - [`scatter`]: allocate many order-0 pages, free a pseudo-random half, so
 //!   free memory is scattered in small blocks between held pages;
 //! - [`alternate`]: allocate blocks of one order until the implementation
 //!   refuses, free every other one, so free blocks of that order exist but
-//!   cannot merge (their buddies are held) and (nearly) no larger block is left to
+//!   cannot merge (their buddies are held, see `__free_one_page()` in
+//!   Linux's `mm/page_alloc.c`) and (nearly) no larger block is left to
 //!   split.
 //!
 //! The pages kept allocated are returned; the caller holds them for as long
-//! as the measurement runs.
+//! as the measurement runs. Must not time anything; the pseudo-random
+//! choices come from `mmkit_testkit::XorShift64`, not a generator of its own.
 
-use super::harness::BenchError;
-use super::subjects::PageAlloc;
+use crate::subjects::PageAlloc;
+use crate::BenchError;
+use mmkit_testkit::XorShift64;
 
 /// Seed of every fragmentation: the same holes on every run and machine.
 pub const SEED: u64 = 0x6d6d_6b69_745f_6d6d;
-
-/// Marsaglia's xorshift64*: small, fast, good enough to pick pages.
-#[derive(Clone, Debug)]
-pub struct XorShift64(u64);
-
-impl XorShift64 {
-    /// A generator from `seed` (0 is replaced, xorshift must not start at 0).
-    pub fn new(seed: u64) -> Self {
-        Self(if seed == 0 { 0x9e37_79b9_7f4a_7c15 } else { seed })
-    }
-
-    /// The next 64 pseudo-random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// A fair coin.
-    pub fn coin(&mut self) -> bool {
-        self.next_u64() >> 63 == 1
-    }
-}
 
 /// Allocates `count` order-0 pages, then frees each with probability 1/2
 /// (decided by [`XorShift64`] from `seed`). Returns the pages still held.
@@ -95,7 +73,7 @@ pub fn alternate<P: PageAlloc>(p: &mut P, order: u32, limit: u64) -> Result<Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::subjects::{buddy_only_map, Bsa, Mmkit};
+    use crate::subjects::{buddy_only_map, Bsa, Mmkit};
 
     #[test]
     fn xorshift_is_deterministic_and_balanced() {

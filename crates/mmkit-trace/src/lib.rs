@@ -1,24 +1,29 @@
-//! Page-allocator traces, line by line: the event type, the compact text
-//! format of `shared/traces` (parse and print), and the `perf script` text
-//! of the `kmem:mm_page_alloc`, `kmem:mm_page_free` and
-//! `kmem:mm_page_free_batched` tracepoints.
+//! # mmkit-trace — Linux page-allocator traces, line by line
 //!
-//! # What this module owns
+//! The event type, the compact text format of `shared/traces` (parse and
+//! print), and the `perf script` text of the `kmem:mm_page_alloc`,
+//! `kmem:mm_page_free` and `kmem:mm_page_free_batched` tracepoints
+//! (`include/trace/events/kmem.h` in Linux). The line parser is `no_std` +
+//! `alloc`; the default `std` feature adds [`TraceReader`].
+//!
+//! # What this crate owns
 //!
 //! Turning one line of text into a [`TraceEvent`] (or a typed
 //! [`TraceParseError`] carrying the line number), and an event back into a
-//! compact line. GFP names as the kernel prints them map onto [`Gfp`]
-//! through [`Gfp::parse`]'s table, one `|` term at a time, so that a name
-//! this kernel does not know costs only that bit (the event is marked
+//! compact line. GFP names as the kernel prints them (`show_gfp_flags()`,
+//! `include/trace/events/mmflags.h`) map onto [`Gfp`] through
+//! [`Gfp::parse`]'s table, one `|` term at a time, so that a name this
+//! kernel does not know costs only that bit (the event is marked
 //! [`TraceEvent::unknown_gfp`]) instead of the whole line. With `std`,
 //! [`TraceReader`] streams events from any `BufRead` in constant memory and
 //! counts (and remembers the first few of) the lines it had to skip.
 //!
 //! # What it must not touch
 //!
-//! The allocator. Nothing here allocates pages or knows what a replay does
-//! with an event; decompression and file handling belong to the caller.
-//! Line parsing is `no_std` and never panics, whatever the bytes.
+//! The allocator. It uses mmkit's public GFP types (`mmkit::gfp`) and
+//! nothing else of mmkit; nothing here allocates pages or knows what a
+//! replay does with an event; decompression and file handling belong to the
+//! caller. Line parsing never panics, whatever the bytes.
 //!
 //! # The compact format (v1)
 //!
@@ -27,9 +32,14 @@
 //! e.g. `0 0 1 a 199258 0 0 0x500cc2` and `1 81562 1 f 199271 0 - -`. A
 //! failed allocation has pfn `-`; frees have `-` for migratetype and GFP.
 //! Lines starting with `#` are header lines.
+#![cfg_attr(not(feature = "std"), no_std)]
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
 
-use crate::types::gfp::{Gfp, GfpParseErrorKind};
+extern crate alloc;
+
 use core::fmt;
+use mmkit::gfp::{Gfp, GfpParseErrorKind};
 
 mod perf;
 #[cfg(feature = "std")]

@@ -1,13 +1,20 @@
-//! Seed 000's workload as reusable benchmark cases: allocate one range of
-//! 16384 pages, free it, many times; time the free page by page (the
-//! "before") and batched (the "after"), and time `alloc_contig_range` and
-//! `cma_alloc` of the same size.
+//! The contiguous-range workload as benchmark steps: allocate one range of
+//! [`RANGE_PAGES`] pages, free it, many times; time the free page by page
+//! and batched, and time `alloc_contig_range` and `cma_alloc` of the same
+//! size.
+//!
+//! The two frees are the two ways Linux gives a frozen range back
+//! (`mm/page_alloc.c`): page by page through `free_frozen_pages()`, each
+//! page passing the order-0 per-CPU list, against `free_contig_range()`,
+//! which frees the range in the largest naturally aligned blocks. The
+//! allocations are `alloc_contig_range()` (`mm/page_alloc.c`) and
+//! `cma_alloc()` (`mm/cma.c`).
 //!
 //! Owns only a prepared allocator and the steps of each case, written
-//! against the public API alone, so that the criterion bench
-//! (`benches/contig.rs`) and the `mmkit bench contig` command time exactly
-//! the same code. Timing is the caller's: each case is a setup step (not
-//! timed) and a measured step.
+//! against mmkit's public API alone, so that the criterion bench
+//! (`benches/contig.rs`) and `mmkit bench contig` time exactly the same
+//! code. Must not read a clock: each case is a setup step (not timed) and a
+//! measured step, and timing is the caller's.
 //!
 //! | case                         | setup (untimed)        | measured                 |
 //! |------------------------------|------------------------|--------------------------|
@@ -15,15 +22,54 @@
 //! | `free_contig_range/batched`  | [`ContigBench::alloc_range`] | [`ContigBench::free_batched`]  |
 //! | `alloc_contig_range`         | —                      | [`ContigBench::alloc_range`], then untimed [`ContigBench::free_batched`] |
 //! | `cma_alloc`                  | —                      | [`ContigBench::cma_alloc`], then untimed [`ContigBench::cma_release`] |
-#![deny(unsafe_code)]
 
-use crate::{
+use mmkit::{
     BuildError, CmaError, CmaId, ContigError, FreeError, Gfp, MemoryMapBuilder, MigrateType, PageAllocator, Pfn,
     ZoneType,
 };
+use std::fmt;
 
-/// Pages per iteration in the measurement of Linux's batched `free_contig_frozen_range` change.
-pub const SEED_PAGES: u64 = 16384;
+/// Pages per iteration: 64 MiB of 4 KiB pages, 16 of Linux's x86-64
+/// `MAX_PAGE_ORDER` blocks (`include/linux/mmzone.h`).
+pub const RANGE_PAGES: u64 = 16384;
+
+/// Name of the CMA area [`ContigBench::new`] declares.
+const CMA_AREA: &str = "bench";
+
+/// Why [`ContigBench::new`] could not prepare its map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ContigBenchError {
+    /// mmkit refused the map (for instance a range that is not a multiple
+    /// of the pageblock size).
+    Build(BuildError),
+    /// The map was built but has no CMA area of the name it was declared
+    /// with.
+    CmaAreaNotFound,
+}
+
+impl fmt::Display for ContigBenchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ContigBenchError::Build(e) => write!(f, "{e}"),
+            ContigBenchError::CmaAreaNotFound => write!(f, "CMA area `{CMA_AREA}` not found in the built map"),
+        }
+    }
+}
+
+impl std::error::Error for ContigBenchError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ContigBenchError::Build(e) => Some(e),
+            ContigBenchError::CmaAreaNotFound => None,
+        }
+    }
+}
+
+impl From<BuildError> for ContigBenchError {
+    fn from(e: BuildError) -> Self {
+        ContigBenchError::Build(e)
+    }
+}
 
 /// A metadata-only map prepared for the contiguous-range cases: one NORMAL
 /// zone of four times the range, the range itself in ordinary (movable)
@@ -40,16 +86,17 @@ impl ContigBench {
     /// every range aligned to whole pageblocks and `MAX_PAGE_ORDER` blocks).
     ///
     /// # Errors
-    /// [`BuildError`] if the map cannot be built (for instance a size that
-    /// is not a multiple of the pageblock size).
-    pub fn new(nr_pages: u64) -> Result<Self, BuildError> {
+    /// [`ContigBenchError::Build`] if the map cannot be built (for instance
+    /// a size that is not a multiple of the pageblock size);
+    /// [`ContigBenchError::CmaAreaNotFound`] if the built map lacks the CMA
+    /// area declared for it.
+    pub fn new(nr_pages: u64) -> Result<Self, ContigBenchError> {
         let base = nr_pages.next_multiple_of(1024).max(1024);
         let mm = MemoryMapBuilder::new()
             .zone(0, ZoneType::Normal, 0..4 * base)
-            .cma("bench", 2 * base..2 * base + nr_pages)
+            .cma(CMA_AREA, 2 * base..2 * base + nr_pages)
             .build()?;
-        // Declared just above, so the lookup cannot miss; no panic path.
-        let cma = mm.cma_area("bench").ok_or(BuildError::NoZones)?;
+        let cma = mm.cma_area(CMA_AREA).ok_or(ContigBenchError::CmaAreaNotFound)?;
         Ok(Self { mm, cma, start: Pfn(base), nr_pages })
     }
 
@@ -73,8 +120,8 @@ impl ContigBench {
         Ok(self.start)
     }
 
-    /// The "before" of that change: every page through the ordinary free path,
-    /// `free_pages(pfn, 0)`, one by one.
+    /// The free one page at a time: every page through the ordinary free
+    /// path, `free_pages(pfn, 0)`, one by one.
     ///
     /// # Errors
     /// The first [`FreeError`] (none expected).
@@ -85,7 +132,7 @@ impl ContigBench {
         Ok(())
     }
 
-    /// The "after": one `free_contig_range` call.
+    /// The batched free: one `free_contig_range` call.
     ///
     /// # Errors
     /// As [`PageAllocator::free_contig_range`] (none expected).
@@ -126,5 +173,12 @@ mod tests {
         b.cma_release(pfn).unwrap();
         assert_eq!(b.allocator().nr_free_pages(), free);
         b.allocator().check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_bad_size_is_a_build_error() {
+        // 1000 pages are not whole pageblocks: the CMA area is refused.
+        assert!(matches!(ContigBench::new(1000), Err(ContigBenchError::Build(_))));
+        assert!(!ContigBenchError::CmaAreaNotFound.to_string().is_empty());
     }
 }

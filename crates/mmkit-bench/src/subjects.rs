@@ -7,14 +7,15 @@
 //! - `buddy_system_allocator`: one `FrameAllocator` per mmkit zone span,
 //!   highest zone first, `alloc(1 << order)` / `dealloc(frame, 1 << order)`;
 //! - `mimalloc` and `system`: `GlobalAlloc` with a (4 KiB << order)-byte,
-//!   equally aligned layout, memory never touched (see `heap`).
+//!   equally aligned layout, memory never touched (see [`crate::heap`]).
 //!
 //! Suites write their loops once, generic over `PageAlloc`; the loops are
 //! monomorphised per implementation, so the interface costs nothing at run
-//! time.
+//! time. Must not touch timing or reporting (the caller's) nor mmkit's
+//! internals: mmkit is driven through its public API only.
 
-use super::harness::BenchError;
-use super::heap::{BlockLayout, HeapBlock, StatelessAlloc};
+use crate::heap::{BlockLayout, HeapBlock, StatelessAlloc};
+use crate::BenchError;
 use buddy_system_allocator::FrameAllocator;
 use mmkit::{Gfp, MemoryMapBuilder, PageAllocator, Pfn};
 use std::hint::black_box;
@@ -22,8 +23,8 @@ use std::ops::Range;
 
 /// Implementation names as they appear in results.
 pub mod names {
-    /// This crate's allocator.
-    pub const MMKIT: &str = super::super::harness::MMKIT;
+    /// mmkit's allocator; ratios in reports are relative to it.
+    pub const MMKIT: &str = "mmkit";
     /// The `buddy_system_allocator` crate's `FrameAllocator`.
     pub const BSA: &str = "buddy_system_allocator";
     /// The `mimalloc` crate through `GlobalAlloc`.
@@ -46,6 +47,11 @@ const MAX_HEAP_ORDER: u32 = 10;
 /// mirror mmkit's `MAX_PAGE_ORDER` 10, a 4 GiB allocator ran dry after a few
 /// hundred alloc+free pairs.)
 pub const BSA_ORDER: usize = 32;
+
+/// The peer `buddy_system_allocator::FrameAllocator` with [`BSA_ORDER`], for
+/// callers that drive it directly (the trace replay's peer) rather than
+/// through [`Bsa`].
+pub type BsaFrames = FrameAllocator<BSA_ORDER>;
 
 /// Something that hands out naturally aligned blocks of 2^order pages.
 pub trait PageAlloc {
@@ -85,7 +91,13 @@ pub struct Mmkit<'a> {
 impl<'a> Mmkit<'a> {
     /// Allocates with `Gfp::KERNEL`, as the kernel's ordinary callers do.
     pub fn new(mm: &'a PageAllocator) -> Self {
-        Self { mm, gfp: Gfp::KERNEL }
+        Self::with_gfp(mm, Gfp::KERNEL)
+    }
+
+    /// Allocates with `gfp` (e.g. `Gfp::KERNEL | Gfp::NOWARN` where failures
+    /// are expected, as `__GFP_NOWARN` callers do in Linux).
+    pub fn with_gfp(mm: &'a PageAllocator, gfp: Gfp) -> Self {
+        Self { mm, gfp }
     }
 
     /// The map.
@@ -112,7 +124,7 @@ impl PageAlloc for Mmkit<'_> {
 /// kind of block.
 pub struct Bsa {
     /// Highest zone first.
-    zones: Vec<(Range<usize>, Box<FrameAllocator<BSA_ORDER>>)>,
+    zones: Vec<(Range<usize>, Box<BsaFrames>)>,
 }
 
 impl Bsa {
@@ -123,7 +135,7 @@ impl Bsa {
             .into_iter()
             .map(|span| {
                 let span = span.start as usize..span.end as usize;
-                let mut frames = Box::new(FrameAllocator::<BSA_ORDER>::new());
+                let mut frames = Box::new(BsaFrames::new());
                 frames.add_frame(span.start, span.end);
                 (span, frames)
             })
@@ -249,7 +261,7 @@ mod tests {
         mm.check_invariants().unwrap();
         exercise(&mut Bsa::like(&mm));
         exercise(&mut Heap::<System>::new());
-        exercise(&mut Heap::<mimalloc::MiMalloc>::new());
+        exercise(&mut Heap::<crate::heap::MiMalloc>::new());
     }
 
     #[test]

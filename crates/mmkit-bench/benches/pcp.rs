@@ -9,15 +9,17 @@
 //! - `pcp_order0_alloc_free/cpu_handle`: a `CpuHandle` for CPU 0, the lists
 //!   of a fixed CPU, locked per operation.
 //!
-//! Owns nothing shared: the one- and two-thread cases with peers and a JSON
-//! report are in `mmkit bench pcp` (the CLI's `src/bench/pcp.rs`).
+//! Owns only the criterion wiring of these cases: the one- and two-thread
+//! cases with peers and a JSON report are `mmkit bench pcp`
+//! (`cli/src/bench/pcp.rs`). Must not grow workloads of its own.
 //! Measurement time is kept short so the whole file runs in well under a
-//! minute: `cargo bench -p mmkit --bench pcp`.
+//! minute: `cargo bench -p mmkit-bench --bench pcp`.
+
+mod common;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use mmkit::{Gfp, MemoryMapBuilder, PageAllocator};
 use std::hint::black_box;
-use std::time::Duration;
 
 /// Bytes of every map.
 const MAP_BYTES: u64 = 4 << 30;
@@ -62,10 +64,7 @@ fn pcp(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .sample_size(20)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(2));
+    config = common::config();
     targets = pcp
 }
 criterion_main!(benches);

@@ -6,8 +6,8 @@
 //! first `[digits]` token, not on a column number. Must not touch anything
 //! beyond the one line it is given.
 
-use super::{parse_dec, parse_gfp_lenient, parse_hex, parse_order, EventKind, TraceEvent, TraceLine, TraceParseError};
-use crate::types::gfp::Gfp;
+use crate::{parse_dec, parse_gfp_lenient, parse_hex, parse_order, EventKind, TraceEvent, TraceLine, TraceParseError};
+use mmkit::gfp::Gfp;
 
 /// Reads one `perf script` line. Lines of other tracepoints come back as
 /// [`TraceLine::OtherEvent`]; `seq` of an event is 0 (the caller numbers

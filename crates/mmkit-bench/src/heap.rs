@@ -1,7 +1,7 @@
 //! Safe wrappers over `GlobalAlloc` for the heap-allocator peers (`system`,
 //! `mimalloc`), called directly, never installed as the global allocator.
 //!
-//! This is the only module of the CLI with `unsafe`. It owns the two calls
+//! This is the only module of the crate with `unsafe`. It owns the two calls
 //! `GlobalAlloc` makes unsafe, and keeps their preconditions true by
 //! construction:
 //! - a [`BlockLayout`] can only be made with a non-zero size, so `alloc` is
@@ -12,18 +12,24 @@
 //!   layout and the same allocator `A`. [`StatelessAlloc`] is implemented only
 //!   for zero-sized allocators whose every value is the same heap, so "the
 //!   same allocator" holds for any value of `A`.
+//!
+//! Must not install a global allocator or touch the blocks' memory.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
+/// The mimalloc peer, re-exported so that callers need no dependency of
+/// their own (and use the same version).
+pub use mimalloc::MiMalloc;
+
 mod sealed {
     pub trait Sealed {}
 }
 
 /// A global allocator with no per-value state: every value is the same heap.
-/// Sealed; implemented for [`System`] and [`mimalloc::MiMalloc`].
+/// Sealed; implemented for [`System`] and [`MiMalloc`].
 pub trait StatelessAlloc: GlobalAlloc + sealed::Sealed {
     /// A value of the allocator.
     const INSTANCE: Self;
@@ -34,9 +40,9 @@ impl StatelessAlloc for System {
     const INSTANCE: Self = System;
 }
 
-impl sealed::Sealed for mimalloc::MiMalloc {}
-impl StatelessAlloc for mimalloc::MiMalloc {
-    const INSTANCE: Self = mimalloc::MiMalloc;
+impl sealed::Sealed for MiMalloc {}
+impl StatelessAlloc for MiMalloc {
+    const INSTANCE: Self = MiMalloc;
 }
 
 /// A layout with a non-zero size.
@@ -136,7 +142,7 @@ mod tests {
 
     #[test]
     fn mimalloc_blocks() {
-        round_trip::<mimalloc::MiMalloc>();
+        round_trip::<MiMalloc>();
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! numbers, skip counting, the header lines before the first event. Must not
 //! touch decompression or files: callers hand in a reader.
 
-use super::{parse_line, EventKind, TraceEvent, TraceLine, TraceParseError};
+use crate::{parse_line, EventKind, TraceEvent, TraceLine, TraceParseError};
 use std::io::{self, BufRead};
 use std::string::String;
 use std::vec::Vec;
@@ -49,7 +49,7 @@ pub struct ReadStats {
 /// input: one line buffer, a capped header and a capped error list.
 ///
 /// ```
-/// use mmkit::trace::TraceReader;
+/// use mmkit_trace::TraceReader;
 /// let text = "# header\n0 0 1 a 10 0 0 0xcc0\nbad line\n1 5 1 f 10 0 - -\n";
 /// let mut reader = TraceReader::new(text.as_bytes());
 /// let events: Vec<_> = reader.by_ref().collect();

@@ -2,8 +2,8 @@
 //! it panic, every skipped line carries its line number, and every event
 //! survives a round trip through the compact format.
 
-use mmkit::trace::{parse_compact_line, parse_line, EventKind, TraceEvent, TraceLine, TraceReader};
 use mmkit::Gfp;
+use mmkit_trace::{parse_compact_line, parse_line, EventKind, TraceEvent, TraceLine, TraceReader};
 use proptest::prelude::*;
 
 /// Lines that look like trace lines, with pieces cut, doubled and mangled.
