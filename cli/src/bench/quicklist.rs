@@ -11,11 +11,11 @@
 
 use super::harness::{measure, median, BenchError, CaseResult, CaseSpec, Contender, Settings, SuiteReport, MMKIT};
 use super::{Progress, Suite};
-use mmkit::pagetable::{Level, PageTables};
-use mmkit::quicklist::{QuicklistCpu, QuicklistError, Quicklists};
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
 use mmkit_bench::heap::{BlockLayout, HeapBlock, MiMalloc};
 use mmkit_bench::subjects::names;
+use mmkit_quicklist::pagetable::{Level, PageTables, TableSource};
+use mmkit_quicklist::{QuicklistCpu, QuicklistError, Quicklists};
 use std::hint::black_box;
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -155,7 +155,7 @@ fn hit_cases(settings: &Settings, progress: &mut Progress<'_>) -> Result<Vec<Cas
 
 /// Per-level rows of one page-table mode: the median over runs of the mean
 /// time per table allocation, with the seed's figures in `extra`.
-fn level_rows(impl_name: &'static str, runs: &[[mmkit::pagetable::LevelStats; 4]]) -> Vec<CaseResult> {
+fn level_rows(impl_name: &'static str, runs: &[[mmkit_quicklist::pagetable::LevelStats; 4]]) -> Vec<CaseResult> {
     Level::ALL
         .iter()
         .map(|&level| {
@@ -205,8 +205,12 @@ fn pagetable_cases(settings: &Settings, progress: &mut Progress<'_>) -> Result<V
     let mm = real_map(settings.pick(256 << 20, 32 << 20))?;
     let data = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).map_err(|e| BenchError::context("data page", e))?;
     let spaces: u64 = settings.pick(2000, 20);
-    let with = PageTables::new(&mm, true).map_err(|e| BenchError::context("page tables", e))?.with_clock(now_ns);
-    let without = PageTables::new(&mm, false).map_err(|e| BenchError::context("page tables", e))?.with_clock(now_ns);
+    let with = PageTables::new(&mm, TableSource::Quicklists)
+        .map_err(|e| BenchError::context("page tables", e))?
+        .with_clock(now_ns);
+    let without = PageTables::new(&mm, TableSource::Allocator)
+        .map_err(|e| BenchError::context("page tables", e))?
+        .with_clock(now_ns);
     let mut cases = Vec::new();
 
     progress("pagetable/churn");

@@ -46,6 +46,7 @@
 //! Layers above the allocator live in crates of their own on its public
 //! API: quicklists and page tables, zsmalloc, the trace parser.
 #![cfg_attr(not(feature = "std"), no_std)]
+#![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
@@ -56,11 +57,7 @@ mod contig;
 mod mem;
 pub mod memmap;
 mod page_alloc;
-#[cfg(feature = "std")]
-pub mod pagetable;
 mod pcp;
-#[cfg(feature = "std")]
-pub mod quicklist;
 mod report;
 mod types;
 pub mod zone;
@@ -109,8 +106,3 @@ impl core::fmt::Display for Pfn {
         write!(f, "{:#x}", self.0)
     }
 }
-
-/// The README's library example, compiled and run as a doctest so it stays true.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeExample;

@@ -1,14 +1,15 @@
-//! The memory layer: page descriptors, the pageblock bitmap, locks and raw
-//! page memory. The only layer allowed `unsafe` (in `rawmem`).
+//! The memory layer: page descriptors, the pageblock bitmap, the one
+//! index-linked list, locks and raw page memory. The only layer allowed
+//! `unsafe`, and only in `rawmem` (the crate denies it everywhere else).
 //!
 //! Knows nothing of zones, free-list policy or the allocator; every layer
 //! above builds on it.
-#![allow(unsafe_code)]
 
 pub(crate) mod list;
 pub(crate) mod map;
 pub(crate) mod owned;
 pub(crate) mod page;
 pub(crate) mod pageblock;
+#[allow(unsafe_code)]
 pub(crate) mod rawmem;
 pub(crate) mod sync;

@@ -98,8 +98,6 @@ mod real {
         base: NonNull<u8>,
         len: usize,
         page_size: usize,
-        /// `page_size / 8`, kept so word accesses need no division.
-        words_per_page: usize,
     }
 
     // SAFETY: the region is plain memory owned by this value; which thread
@@ -137,7 +135,7 @@ mod real {
                 }
             }
             let base = NonNull::new(ptr as *mut u8).ok_or(RealMemoryError { errno: 0, bytes: len })?;
-            Ok(Self { base, len, page_size, words_per_page: page_size / 8 })
+            Ok(Self { base, len, page_size })
         }
 
         /// Address of page `index` (counted from the region's start), or
@@ -172,72 +170,12 @@ mod real {
         }
     }
 
-    /// Word-sized access to page contents for the layers that keep state
-    /// inside pages they own (quicklist links, page-table entries).
+    /// Addresses back to pages (Linux's `virt_to_page`).
     impl RealMemory {
         /// Number of the page that contains `addr`, if it lies in the region.
         pub fn index_of(&self, addr: *const u8) -> Option<usize> {
             let offset = (addr as usize).checked_sub(self.base.as_ptr() as usize)?;
             (offset < self.len).then_some(offset / self.page_size)
-        }
-
-        /// Address of 64-bit word `word` of page `index`; `None` outside
-        /// the region or past the page's end.
-        #[inline]
-        fn word_ptr(&self, index: usize, word: usize) -> Option<*mut u64> {
-            if word >= self.words_per_page {
-                return None;
-            }
-            let page = self.page_ptr(index)?;
-            // SAFETY: `word * 8 < page_size`, so the word lies inside the
-            // page, which lies inside the mapping (`page_ptr` checked it).
-            // Pages start at multiples of the page size from an mmap base,
-            // so the word is 8-byte aligned.
-            Some(unsafe { page.as_ptr().add(word * 8) } as *mut u64)
-        }
-
-        /// Reads word `word` of page `index` (0 outside the region).
-        ///
-        /// # Safety
-        /// The caller owns the page: no other thread writes it meanwhile.
-        #[inline]
-        pub(crate) unsafe fn read_word(&self, index: usize, word: usize) -> u64 {
-            match self.word_ptr(index, word) {
-                // SAFETY: in bounds and aligned (word_ptr); no concurrent
-                // writer by the caller's contract.
-                Some(ptr) => unsafe { ptr.read() },
-                None => 0,
-            }
-        }
-
-        /// Writes word `word` of page `index` (nothing outside the region).
-        ///
-        /// # Safety
-        /// The caller owns the page: no other thread reads or writes it
-        /// meanwhile.
-        #[inline]
-        pub(crate) unsafe fn write_word(&self, index: usize, word: usize, value: u64) {
-            if let Some(ptr) = self.word_ptr(index, word) {
-                // SAFETY: in bounds and aligned (word_ptr); exclusive access
-                // by the caller's contract.
-                unsafe { ptr.write(value) }
-            }
-        }
-
-        /// Page `index` as a byte slice (empty outside the region).
-        ///
-        /// # Safety
-        /// The caller owns the page and holds no other reference to it while
-        /// the slice lives; no other thread touches the page meanwhile.
-        #[allow(clippy::mut_from_ref)]
-        pub(crate) unsafe fn page_bytes_mut(&self, index: usize) -> &mut [u8] {
-            match self.page_ptr(index) {
-                // SAFETY: the page is `page_size` bytes inside the mapping,
-                // which outlives `&self`; exclusivity is the caller's
-                // contract.
-                Some(ptr) => unsafe { core::slice::from_raw_parts_mut(ptr.as_ptr(), self.page_size) },
-                None => &mut [],
-            }
         }
     }
 

@@ -209,6 +209,16 @@ impl PageAllocator {
         Ok(())
     }
 
+    /// Whether hardware reported a page of the block bad
+    /// ([`memory_failure`](Self::memory_failure)) while it was held; such
+    /// a block should be freed (the allocator then takes the page offline)
+    /// rather than used. Checks the first page, where Linux's
+    /// `PageHWPoison` of a small page lives.
+    #[inline]
+    pub fn block_poisoned(&self, block: &PageBlock) -> bool {
+        self.block_idx(block).is_ok_and(|idx| self.desc(idx).has(PageFlags::HWPOISON))
+    }
+
     /// The owner tag of `pfn`'s page, if a layer owns it.
     pub fn page_owner(&self, pfn: Pfn) -> Option<PageOwner> {
         let (_, page) = self.pfn_to_desc(pfn)?;

@@ -483,6 +483,7 @@ impl PageAllocator {
     ///
     /// # Errors
     /// [`PageError::OutOfRange`].
+    #[inline]
     pub fn page_flags(&self, pfn: Pfn) -> Result<PageFlags, PageError> {
         let idx = self.pfn_to_idx(pfn).ok_or(PageError::OutOfRange(pfn))?;
         Ok(self.desc(idx).flags())

@@ -263,6 +263,20 @@ impl PageAllocator {
         self.zones.index_of(idx)
     }
 
+    /// Whether real memory stands behind the PFNs
+    /// ([`Backing::RealMemory`](crate::Backing)): only then do blocks have
+    /// bytes ([`block_bytes`](Self::block_bytes)).
+    pub fn has_real_memory(&self) -> bool {
+        #[cfg(feature = "std")]
+        {
+            self.mem.memory.is_some()
+        }
+        #[cfg(not(feature = "std"))]
+        {
+            false
+        }
+    }
+
     /// Address of `pfn`'s memory when the map has real backing.
     ///
     /// The pointer is valid for one page while the allocator lives; the

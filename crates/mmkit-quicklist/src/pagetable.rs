@@ -1,4 +1,5 @@
-//! A four-level radix page table built on quicklists (seed 003).
+//! A four-level radix page table built on quicklists (the page tables of
+//! the Linux quicklist series, on x86-64's layout).
 //!
 //! Owns [`PageTables`], the part address spaces share (where table pages
 //! come from, the kernel half every pgd carries, per-level counters and
@@ -13,18 +14,15 @@
 //! zero again by then) as soon as its last entry goes. Must not touch the
 //! allocator's own lists: pages come and go through [`Quicklists`] only.
 //!
-//! The entries are read and written in place, inside table pages that this
-//! module holds (marked [`OWNED`](crate::PageFlags::OWNED), so no
-//! free path of the allocator accepts them); that is the `unsafe` here.
+//! An address space holds its table pages as [`PageBlock`]s, found by PFN
+//! (what an entry stores) in a map of its own, and reads and writes the
+//! entries in place through the allocator's safe byte access.
 
-use crate::mem::page::PageIdx;
-use crate::mem::rawmem::RealMemory;
 use crate::quicklist::{PageFn, QuicklistError, Quicklists};
-use crate::types::gfp::Gfp;
-use crate::{PageAllocator, Pfn};
-use alloc::boxed::Box;
-use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU16, AtomicU64, Ordering::Relaxed};
+use mmkit::{Gfp, PageAllocator, PageBlock, Pfn};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Entries per table.
 pub const PTRS_PER_TABLE: usize = 512;
@@ -113,11 +111,10 @@ impl core::fmt::Display for MapError {
     }
 }
 
-#[cfg(feature = "std")]
 impl std::error::Error for MapError {}
 
 /// Table pages allocated at one level, and how long the allocations took
-/// when a clock is set (seed 003's table).
+/// when a clock is set (the per-level table of the quicklist series).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LevelStats {
     /// Tables allocated.
@@ -163,14 +160,24 @@ impl LevelCounters {
     }
 }
 
+/// Where table pages come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableSource {
+    /// Cached on one quicklist per level (what the series adds).
+    Quicklists,
+    /// Allocated zeroed and freed each time, through the per-CPU lists:
+    /// what quicklists replace, kept to measure them against it.
+    Allocator,
+}
+
 /// What address spaces share; see the module doc.
 ///
 /// ```
-/// use mmkit::pagetable::{Level, PageTables};
+/// use mmkit_quicklist::pagetable::{Level, PageTables, TableSource};
 /// use mmkit::{Backing, HugePages, MemoryMapBuilder, Gfp};
 ///
 /// let mm = MemoryMapBuilder::with_memory(32 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
-/// let tables = PageTables::new(&mm, true).unwrap();
+/// let tables = PageTables::new(&mm, TableSource::Quicklists).unwrap();
 /// let data = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap();
 /// let mut space = tables.new_address_space().unwrap();
 /// space.map(0x7fff_0000_0000, data).unwrap();
@@ -183,45 +190,38 @@ impl LevelCounters {
 /// ```
 pub struct PageTables<'a> {
     alloc: &'a PageAllocator,
-    mem: &'a RealMemory,
     quicklists: Quicklists<'a>,
     /// Entries `256..512` of every pgd.
     kernel_half: Box<[u64]>,
-    kernel_tables: Vec<Pfn>,
-    /// Present entries of each table page, by descriptor index.
-    used: Box<[AtomicU16]>,
+    kernel_tables: Vec<PageBlock>,
     levels: [LevelCounters; 4],
     clock: Option<fn() -> u64>,
 }
 
 impl<'a> PageTables<'a> {
-    /// Page tables over `alloc`'s memory, with table pages cached on
-    /// quicklists when `quicklists` is true, or allocated and freed each
-    /// time (zeroed, through the per-CPU lists) when false.
+    /// Page tables over `alloc`'s memory, with table pages from `source`.
     ///
     /// # Errors
     /// [`QuicklistError::NoRealMemory`]; [`QuicklistError::Alloc`] if the
     /// kernel tables cannot be allocated.
-    pub fn new(alloc: &'a PageAllocator, quicklists: bool) -> Result<Self, QuicklistError> {
+    pub fn new(alloc: &'a PageAllocator, source: TableSource) -> Result<Self, QuicklistError> {
         let lists = Level::ALL.len();
-        let quicklists = if quicklists { Quicklists::new(alloc, lists)? } else { Quicklists::uncached(alloc, lists)? };
-        let mem = alloc.real_memory().ok_or(QuicklistError::NoRealMemory)?;
-        let nr_pages = (alloc.end_pfn().0 - alloc.start_pfn().0) as usize;
+        let quicklists = match source {
+            TableSource::Quicklists => Quicklists::new(alloc, lists)?,
+            TableSource::Allocator => Quicklists::uncached(alloc, lists)?,
+        };
         let mut tables = Self {
             alloc,
-            mem,
             quicklists,
-            kernel_half: alloc::vec![0; PTRS_PER_TABLE / 2].into_boxed_slice(),
+            kernel_half: vec![0; PTRS_PER_TABLE / 2].into_boxed_slice(),
             kernel_tables: Vec::new(),
-            // Lazily zeroed: only the pages that become tables are touched.
-            used: crate::mem::rawmem::zeroed_slice(nr_pages),
             levels: [LevelCounters::new(), LevelCounters::new(), LevelCounters::new(), LevelCounters::new()],
             clock: None,
         };
         for slot in 0..KERNEL_TABLES {
-            let pfn = tables.quicklists.quicklist_alloc(Level::Pud.index(), Gfp::KERNEL, None)?;
-            tables.kernel_half[slot] = (pfn.0 << PAGE_SHIFT) | PRESENT;
-            tables.kernel_tables.push(pfn);
+            let block = tables.quicklists.quicklist_alloc_block(Level::Pud.index(), Gfp::KERNEL, None)?;
+            tables.kernel_half[slot] = (block.pfn().0 << PAGE_SHIFT) | PRESENT;
+            tables.kernel_tables.push(block);
         }
         Ok(tables)
     }
@@ -239,7 +239,10 @@ impl<'a> PageTables<'a> {
     /// [`MapError::Table`] if no pgd page can be had.
     pub fn new_address_space(&self) -> Result<PageTable<'_>, MapError> {
         let pgd = self.alloc_table(Level::Pgd)?;
-        Ok(PageTable { tables: self, pgd, nr_tables: 1, nr_mapped: 0 })
+        let pgd_pfn = pgd.pfn();
+        let mut tables = TableMap::default();
+        tables.insert(pgd_pfn, Table { block: pgd, used: 0 });
+        Ok(PageTable { shared: self, pgd: pgd_pfn, tables, nr_mapped: 0 })
     }
 
     /// Counters and times of `level` so far.
@@ -270,7 +273,7 @@ impl<'a> PageTables<'a> {
         &self.quicklists
     }
 
-    fn alloc_table(&self, level: Level) -> Result<PageIdx, MapError> {
+    fn alloc_table(&self, level: Level) -> Result<PageBlock, MapError> {
         let kernel_half = &self.kernel_half;
         let pgd_ctor = move |page: &mut [u8]| {
             for (i, entry) in kernel_half.iter().enumerate() {
@@ -280,7 +283,7 @@ impl<'a> PageTables<'a> {
         };
         let ctor: Option<PageFn<'_>> = if level == Level::Pgd { Some(&pgd_ctor) } else { None };
         let start = self.clock.map(|now| now());
-        let pfn = self.quicklists.quicklist_alloc(level.index(), Gfp::KERNEL, ctor).map_err(MapError::Table)?;
+        let block = self.quicklists.quicklist_alloc_block(level.index(), Gfp::KERNEL, ctor).map_err(MapError::Table)?;
         let c = &self.levels[level.index()];
         c.count.fetch_add(1, Relaxed);
         if let (Some(start), Some(now)) = (start, self.clock) {
@@ -289,60 +292,59 @@ impl<'a> PageTables<'a> {
             c.min_ns.fetch_min(took, Relaxed);
             c.max_ns.fetch_max(took, Relaxed);
         }
-        // Quicklist pages come from this allocator, so the PFN is in its map.
-        Ok(self.alloc.pfn_to_idx(pfn).unwrap_or_default())
+        Ok(block)
     }
 
     /// Gives back a table whose user entries are all clear again.
-    fn free_table(&self, level: Level, table: PageIdx) {
+    fn free_table(&self, level: Level, block: PageBlock) {
         self.levels[level.index()].freed.fetch_add(1, Relaxed);
-        let result = self.quicklists.quicklist_free_page(level.index(), None, self.alloc.idx_to_pfn(table));
+        let result = self.quicklists.quicklist_free_block(level.index(), None, block);
         debug_assert!(result.is_ok(), "a table left its state: {result:?}");
-    }
-
-    /// Entry `i` of `table`.
-    fn entry(&self, table: PageIdx, i: usize) -> u64 {
-        // SAFETY: `table` is a table page of a live address space or a
-        // kernel table. Table pages are held by this module (marked, so no
-        // free path takes them) and written only through `&mut PageTable`
-        // of their one address space, which cannot coexist with this read
-        // of the same space; kernel tables are never written after `new`.
-        unsafe { self.mem.read_word(table as usize, i) }
-    }
-
-    /// Sets entry `i` of `table`.
-    fn set_entry(&self, table: PageIdx, i: usize, value: u64) {
-        // SAFETY: as in `entry`; the caller holds the address space that
-        // owns `table` mutably.
-        unsafe { self.mem.write_word(table as usize, i, value) }
-    }
-
-    fn entry_target(&self, entry: u64) -> Option<PageIdx> {
-        if entry & PRESENT == 0 {
-            return None;
-        }
-        self.alloc.pfn_to_idx(Pfn(entry >> PAGE_SHIFT))
-    }
-
-    fn used(&self, table: PageIdx) -> &AtomicU16 {
-        &self.used[table as usize]
     }
 }
 
 impl Drop for PageTables<'_> {
     fn drop(&mut self) {
-        for &pfn in &self.kernel_tables {
-            let _ = self.quicklists.quicklist_free_page(Level::Pud.index(), None, pfn);
+        for block in std::mem::take(&mut self.kernel_tables) {
+            let _ = self.quicklists.quicklist_free_block(Level::Pud.index(), None, block);
         }
     }
 }
 
+/// One table page of an address space and its count of present entries.
+struct Table {
+    block: PageBlock,
+    used: u16,
+}
+
+/// Hashes a PFN by one multiplication (Fibonacci hashing): the keys are
+/// page numbers, not attacker-chosen strings.
+#[derive(Default)]
+struct PfnHasher(u64);
+
+impl Hasher for PfnHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// An address space's table pages by PFN.
+type TableMap = HashMap<Pfn, Table, BuildHasherDefault<PfnHasher>>;
+
 /// One address space; see [`PageTables`]. Dropping it tears every table
 /// down (what `exit` does).
 pub struct PageTable<'t> {
-    tables: &'t PageTables<'t>,
-    pgd: PageIdx,
-    nr_tables: u64,
+    shared: &'t PageTables<'t>,
+    pgd: Pfn,
+    tables: TableMap,
     nr_mapped: u64,
 }
 
@@ -358,28 +360,28 @@ impl PageTable<'_> {
         if pfn.0 > MAX_ENTRY_PFN {
             return Err(MapError::PfnTooLarge(pfn));
         }
-        let t = self.tables;
         let mut table = self.pgd;
         for (level, child_level) in [(Level::Pgd, Level::Pud), (Level::Pud, Level::Pmd), (Level::Pmd, Level::Pte)] {
             let i = level.entry_index(va);
-            table = match t.entry_target(t.entry(table, i)) {
+            table = match entry_target(self.entry(table, i)) {
                 Some(child) => child,
                 None => {
-                    let child = t.alloc_table(child_level)?;
-                    t.set_entry(table, i, (t.alloc.idx_to_pfn(child).0 << PAGE_SHIFT) | PRESENT);
-                    t.used(table).fetch_add(1, Relaxed);
-                    self.nr_tables += 1;
+                    let block = self.shared.alloc_table(child_level)?;
+                    let child = block.pfn();
+                    self.tables.insert(child, Table { block, used: 0 });
+                    self.set_entry(table, i, (child.0 << PAGE_SHIFT) | PRESENT);
+                    self.add_used(table, 1);
                     child
                 }
             };
         }
         let i = Level::Pte.entry_index(va);
-        let old = t.entry(table, i);
+        let old = self.entry(table, i);
         if old & PRESENT != 0 {
             return Err(MapError::AlreadyMapped { va, pfn: Pfn(old >> PAGE_SHIFT) });
         }
-        t.set_entry(table, i, (pfn.0 << PAGE_SHIFT) | PRESENT);
-        t.used(table).fetch_add(1, Relaxed);
+        self.set_entry(table, i, (pfn.0 << PAGE_SHIFT) | PRESENT);
+        self.add_used(table, 1);
         self.nr_mapped += 1;
         Ok(())
     }
@@ -392,7 +394,6 @@ impl PageTable<'_> {
     /// [`MapError::NotMapped`].
     pub fn unmap(&mut self, va: u64) -> Result<Pfn, MapError> {
         check_user_address(va)?;
-        let t = self.tables;
         // The walk down: (table, entry index) per level.
         let mut path = [(self.pgd, 0usize); 4];
         let mut table = self.pgd;
@@ -402,27 +403,26 @@ impl PageTable<'_> {
             if level == Level::Pte {
                 break;
             }
-            table = t.entry_target(t.entry(table, i)).ok_or(MapError::NotMapped(va))?;
+            table = entry_target(self.entry(table, i)).ok_or(MapError::NotMapped(va))?;
         }
         let (pte_table, i) = path[Level::Pte.index()];
-        let old = t.entry(pte_table, i);
+        let old = self.entry(pte_table, i);
         if old & PRESENT == 0 {
             return Err(MapError::NotMapped(va));
         }
-        t.set_entry(pte_table, i, 0);
-        t.used(pte_table).fetch_sub(1, Relaxed);
+        self.set_entry(pte_table, i, 0);
+        self.add_used(pte_table, -1);
         self.nr_mapped -= 1;
         // Walk back up, freeing tables that just became empty.
         for level in [Level::Pte, Level::Pmd, Level::Pud] {
             let (table, _) = path[level.index()];
-            if t.used(table).load(Relaxed) != 0 {
+            if self.tables.get(&table).is_some_and(|t| t.used != 0) {
                 break;
             }
             let (parent, parent_i) = path[level.index() - 1];
-            t.set_entry(parent, parent_i, 0);
-            t.used(parent).fetch_sub(1, Relaxed);
-            t.free_table(level, table);
-            self.nr_tables -= 1;
+            self.set_entry(parent, parent_i, 0);
+            self.add_used(parent, -1);
+            self.free_table(level, table);
         }
         Ok(Pfn(old >> PAGE_SHIFT))
     }
@@ -432,12 +432,11 @@ impl PageTable<'_> {
         if va >= 1 << 48 {
             return None;
         }
-        let t = self.tables;
         let mut table = self.pgd;
         for level in [Level::Pgd, Level::Pud, Level::Pmd] {
-            table = t.entry_target(t.entry(table, level.entry_index(va)))?;
+            table = entry_target(self.entry(table, level.entry_index(va)))?;
         }
-        let entry = t.entry(table, Level::Pte.entry_index(va));
+        let entry = self.entry(table, Level::Pte.entry_index(va));
         (entry & PRESENT != 0).then_some(Pfn(entry >> PAGE_SHIFT))
     }
 
@@ -448,7 +447,7 @@ impl PageTable<'_> {
 
     /// Table pages held, the pgd included.
     pub fn nr_tables(&self) -> u64 {
-        self.nr_tables
+        self.tables.len() as u64
     }
 
     /// Unmaps everything and frees every table but the pgd; returns the
@@ -464,44 +463,77 @@ impl PageTable<'_> {
         unmapped
     }
 
+    /// Entry `i` of this space's table `table` (0 for a table it does not
+    /// hold, such as a kernel table).
+    fn entry(&self, table: Pfn, i: usize) -> u64 {
+        let Some(t) = self.tables.get(&table) else { return 0 };
+        let Some(bytes) = self.shared.alloc.block_bytes(&t.block) else { return 0 };
+        bytes.get(i * 8..i * 8 + 8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_ne_bytes)
+    }
+
+    /// Sets entry `i` of table `table`.
+    fn set_entry(&mut self, table: Pfn, i: usize, value: u64) {
+        let alloc = self.shared.alloc;
+        let Some(t) = self.tables.get_mut(&table) else { return };
+        if let Some(word) = alloc.block_bytes_mut(&mut t.block).and_then(|b| b.get_mut(i * 8..i * 8 + 8)) {
+            word.copy_from_slice(&value.to_ne_bytes());
+        }
+    }
+
+    /// Adds `delta` to the present-entry count of `table`.
+    fn add_used(&mut self, table: Pfn, delta: i16) {
+        if let Some(t) = self.tables.get_mut(&table) {
+            t.used = t.used.wrapping_add_signed(delta);
+        }
+    }
+
+    fn free_table(&mut self, level: Level, table: Pfn) {
+        if let Some(t) = self.tables.remove(&table) {
+            self.shared.free_table(level, t.block);
+        }
+    }
+
     /// Clears entry `i` of `table`, returning the table it pointed at.
-    fn take_entry(&mut self, table: PageIdx, i: usize) -> Option<PageIdx> {
-        let t = self.tables;
-        let child = t.entry_target(t.entry(table, i))?;
-        t.set_entry(table, i, 0);
-        t.used(table).fetch_sub(1, Relaxed);
+    fn take_entry(&mut self, table: Pfn, i: usize) -> Option<Pfn> {
+        let child = entry_target(self.entry(table, i))?;
+        self.set_entry(table, i, 0);
+        self.add_used(table, -1);
         Some(child)
     }
 
-    fn clear_table(&mut self, level: Level, table: PageIdx, unmapped: &mut Vec<Pfn>) {
-        let t = self.tables;
+    fn clear_table(&mut self, level: Level, table: Pfn, unmapped: &mut Vec<Pfn>) {
         for i in 0..PTRS_PER_TABLE {
-            if t.used(table).load(Relaxed) == 0 {
+            if self.tables.get(&table).is_none_or(|t| t.used == 0) {
                 break;
             }
-            let entry = t.entry(table, i);
+            let entry = self.entry(table, i);
             if entry & PRESENT == 0 {
                 continue;
             }
             if level == Level::Pte {
-                t.set_entry(table, i, 0);
-                t.used(table).fetch_sub(1, Relaxed);
+                self.set_entry(table, i, 0);
+                self.add_used(table, -1);
                 unmapped.push(Pfn(entry >> PAGE_SHIFT));
             } else if let Some(child) = self.take_entry(table, i) {
                 let child_level = Level::ALL[level.index() + 1];
                 self.clear_table(child_level, child, unmapped);
             }
         }
-        t.free_table(level, table);
-        self.nr_tables -= 1;
+        self.free_table(level, table);
     }
 }
 
 impl Drop for PageTable<'_> {
     fn drop(&mut self) {
         self.clear();
-        self.tables.free_table(Level::Pgd, self.pgd);
+        let pgd = self.pgd;
+        self.free_table(Level::Pgd, pgd);
     }
+}
+
+/// The table or page a present entry points at.
+fn entry_target(entry: u64) -> Option<Pfn> {
+    (entry & PRESENT != 0).then_some(Pfn(entry >> PAGE_SHIFT))
 }
 
 fn check_user_address(va: u64) -> Result<(), MapError> {

@@ -1,17 +1,17 @@
-//! Criterion benchmarks of seed 003's experiment: the quicklist hit path
+//! Criterion benchmarks of the quicklist series' experiment: the quicklist hit path
 //! (pinned handle and shared API) next to allocating and zeroing a fresh
 //! 4 KiB page through the per-CPU lists, and building plus tearing down one
 //! small address space (17 table pages, 168 mappings) with page tables from
 //! quicklists or straight from the allocator. Real-memory 64 MiB map.
 //!
-//! Owns nothing shared: the per-level table of seed 003 and the heap peers
+//! Owns nothing shared: the per-level table of that series and the heap peers
 //! are in `mmkit bench quicklist` (the CLI's `src/bench/quicklist.rs`).
-//! `cargo bench -p mmkit --bench quicklist`.
+//! `cargo bench -p mmkit-quicklist --bench quicklist`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use mmkit::pagetable::PageTables;
-use mmkit::quicklist::Quicklists;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
+use mmkit_quicklist::pagetable::{PageTables, TableSource};
+use mmkit_quicklist::Quicklists;
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -66,8 +66,8 @@ fn page_tables(c: &mut Criterion) {
     let data = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).expect("data page");
     let mut group = c.benchmark_group("pagetable_churn");
     group.throughput(Throughput::Elements(1));
-    for (name, quicklists) in [("quicklists", true), ("no_quicklists", false)] {
-        let tables = PageTables::new(&mm, quicklists).expect("tables");
+    for (name, source) in [("quicklists", TableSource::Quicklists), ("no_quicklists", TableSource::Allocator)] {
+        let tables = PageTables::new(&mm, source).expect("tables");
         group.bench_function(name, |b| b.iter(|| one_process(&tables, data)));
     }
     group.finish();

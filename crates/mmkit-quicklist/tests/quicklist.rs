@@ -3,8 +3,8 @@
 //! no page held twice, ctor and dtor counts exact, every page handed out in
 //! its list's state), and a multi-threaded stress over real memory.
 
-use mmkit::quicklist::{PageFn, QuicklistError, Quicklists, FRACTION_OF_NODE_MEM, QUICKLIST_OWNER};
 use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
+use mmkit_quicklist::{PageFn, QuicklistError, Quicklists, FRACTION_OF_NODE_MEM, QUICKLIST_OWNER};
 use proptest::prelude::*;
 use std::cell::Cell;
 use std::collections::HashSet;

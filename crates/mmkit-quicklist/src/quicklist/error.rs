@@ -1,7 +1,6 @@
 //! Why a quicklist call failed.
 
-use crate::types::error::{AllocError, FreeError};
-use crate::{PageFlags, Pfn};
+use mmkit::{AllocError, FreeError, PageFlags, Pfn};
 
 /// Why a quicklist call failed. Apart from `WrongState` (reported as a bad
 /// page) nothing was changed.
@@ -60,5 +59,4 @@ impl core::fmt::Display for QuicklistError {
     }
 }
 
-#[cfg(feature = "std")]
 impl std::error::Error for QuicklistError {}

@@ -2,8 +2,8 @@
 //! translate sequences, then a full teardown that must give every table
 //! page back (none leaked, none cached twice), with and without quicklists.
 
-use mmkit::pagetable::{Level, MapError, PageTables, USER_VA_END};
 use mmkit::{Backing, HugePages, MemoryMapBuilder, Pfn};
+use mmkit_quicklist::pagetable::{Level, MapError, PageTables, TableSource, USER_VA_END};
 use proptest::prelude::*;
 use std::collections::HashMap;
 
@@ -41,7 +41,8 @@ fn run(ops: Vec<Op>, quicklists: bool) -> Result<(), TestCaseError> {
     mm.drain_all_pages();
     let start = mm.nr_free_pages();
     {
-        let tables = PageTables::new(&mm, quicklists).unwrap();
+        let tables =
+            PageTables::new(&mm, if quicklists { TableSource::Quicklists } else { TableSource::Allocator }).unwrap();
         let mut space = tables.new_address_space().unwrap();
         let mut model: HashMap<u64, u64> = HashMap::new();
         for op in ops {
@@ -111,7 +112,7 @@ proptest! {
 #[test]
 fn bad_addresses_are_refused() {
     let mm = MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
-    let tables = PageTables::new(&mm, true).unwrap();
+    let tables = PageTables::new(&mm, TableSource::Quicklists).unwrap();
     let mut space = tables.new_address_space().unwrap();
     assert_eq!(space.map(4097, Pfn(1)), Err(MapError::NotPageAligned(4097)));
     assert_eq!(space.map(USER_VA_END, Pfn(1)), Err(MapError::NotUserAddress(USER_VA_END)));
@@ -130,7 +131,7 @@ fn a_recycled_pgd_needs_no_constructor() {
         .cpu_id_fn(|| 0)
         .build()
         .unwrap();
-    let tables = PageTables::new(&mm, true).unwrap();
+    let tables = PageTables::new(&mm, TableSource::Quicklists).unwrap();
     for round in 0..5u64 {
         let mut space = tables.new_address_space().unwrap();
         space.map(round * 4096, Pfn(7)).unwrap();
@@ -144,7 +145,7 @@ fn a_recycled_pgd_needs_no_constructor() {
 #[test]
 fn table_pages_cannot_be_freed_behind_the_tables_back() {
     let mm = MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
-    let tables = PageTables::new(&mm, false).unwrap();
+    let tables = PageTables::new(&mm, TableSource::Allocator).unwrap();
     let mut space = tables.new_address_space().unwrap();
     space.map(0, Pfn(3)).unwrap();
     // Every allocated page that is not the caller's is a table page.
@@ -154,6 +155,6 @@ fn table_pages_cannot_be_freed_behind_the_tables_back() {
             refused += 1;
         }
     }
-    assert_eq!(refused, 4 + mmkit::pagetable::KERNEL_TABLES, "pgd, pud, pmd, pte and the kernel tables");
+    assert_eq!(refused, 4 + mmkit_quicklist::pagetable::KERNEL_TABLES, "pgd, pud, pmd, pte and the kernel tables");
     assert_eq!(space.translate(0), Some(Pfn(3)));
 }

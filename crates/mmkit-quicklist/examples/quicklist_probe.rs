@@ -3,8 +3,8 @@
 //! `mmkit bench quicklist` and the criterion benches).
 //!
 //! Usage: `quicklist_probe [pinned|shared|zero] [pairs]`
-use mmkit::quicklist::Quicklists;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
+use mmkit_quicklist::Quicklists;
 use std::hint::black_box;
 use std::time::Instant;
 

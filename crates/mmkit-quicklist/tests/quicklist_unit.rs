@@ -1,9 +1,9 @@
-//! Unit tests of the quicklist layer: state kept, ownership enforced, trim
-//! arithmetic, node and poison bypasses.
+//! Tests of the quicklist layer's behaviour: state kept, ownership
+//! enforced, trim arithmetic, node and poison bypasses.
 
-use super::*;
-use crate::{Backing, HugePages, MemoryMapBuilder};
-use core::cell::Cell;
+use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, PageFlags, Pfn};
+use mmkit_quicklist::{QuicklistError, Quicklists, FRACTION_OF_NODE_MEM, QUICKLIST_OWNER};
+use std::cell::Cell;
 
 fn real_map(bytes: u64, cpus: usize) -> PageAllocator {
     MemoryMapBuilder::with_memory(bytes)
@@ -14,16 +14,20 @@ fn real_map(bytes: u64, cpus: usize) -> PageAllocator {
         .unwrap()
 }
 
+/// Writes a byte of a page the quicklists handed out: takes it back as a
+/// block for the write and hands it out again, all through the public API.
 fn write_byte(mm: &PageAllocator, pfn: Pfn, offset: usize, value: u8) {
-    let ptr = mm.page_address(pfn).unwrap();
-    // SAFETY: the test holds the page (allocated to it, not cached).
-    unsafe { ptr.as_ptr().add(offset).write(value) };
+    let mut block = mm.take_back_block(QUICKLIST_OWNER, pfn, 0).unwrap();
+    mm.block_bytes_mut(&mut block).unwrap()[offset] = value;
+    assert_eq!(mm.hand_out_block(block).unwrap(), pfn);
 }
 
+/// Reads a byte of a page the quicklists handed out (as `write_byte`).
 fn read_byte(mm: &PageAllocator, pfn: Pfn, offset: usize) -> u8 {
-    let ptr = mm.page_address(pfn).unwrap();
-    // SAFETY: as above.
-    unsafe { ptr.as_ptr().add(offset).read() }
+    let block = mm.take_back_block(QUICKLIST_OWNER, pfn, 0).unwrap();
+    let byte = mm.block_bytes(&block).unwrap()[offset];
+    assert_eq!(mm.hand_out_block(block).unwrap(), pfn);
+    byte
 }
 
 /// Free + cached + held pages add up to what was free at the start.
@@ -47,7 +51,7 @@ fn a_freed_page_comes_back_from_the_list_without_the_allocator() {
     let free_before = mm.nr_free_pages() + mm.nr_pcp_pages();
     assert_eq!(ql.quicklist_alloc(1, Gfp::KERNEL, None).unwrap(), a);
     assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), free_before, "a hit does not reach the allocator");
-    assert_eq!((0..4096).map(|i| read_byte(&mm, a, i)).max(), Some(0), "the link word was cleared");
+    assert_eq!((0..4096).map(|i| read_byte(&mm, a, i)).max(), Some(0), "a cached page keeps its state");
     let s = ql.stats(1);
     assert_eq!((s.hits, s.misses, s.cached), (1, 1, 1));
     ql.quicklist_free_page(1, None, a).unwrap();
@@ -57,15 +61,15 @@ fn a_freed_page_comes_back_from_the_list_without_the_allocator() {
 }
 
 #[test]
-fn lists_are_lifo_and_linked_through_the_pages() {
+fn lists_are_lifo() {
     let mm = real_map(16 << 20, 1);
     let ql = Quicklists::new(&mm, 1).unwrap();
     let pages: Vec<Pfn> = (0..5).map(|_| ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap()).collect();
     for &p in &pages {
         ql.quicklist_free_page(0, None, p).unwrap();
     }
-    let linked: Vec<Pfn> = list_pages(&ql, 0, 0).into_iter().map(|i| mm.idx_to_pfn(i)).collect();
-    assert_eq!(linked, pages.iter().rev().copied().collect::<Vec<_>>());
+    let cached = ql.cached_pages(0, 0).unwrap();
+    assert_eq!(cached, pages.iter().rev().copied().collect::<Vec<_>>());
     for &p in pages.iter().rev() {
         assert_eq!(ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap(), p);
     }

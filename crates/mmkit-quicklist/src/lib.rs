@@ -1,0 +1,29 @@
+//! # mmkit-quicklist — quicklists and a page table on mmkit's pages
+//!
+//! Linux's quicklists (`include/linux/quicklist.h`, from the 2007 series
+//! "Quicklists for page table pages"): per-CPU stacks of free pages kept in
+//! a known state — zero, or what a constructor wrote — so that a page-table
+//! page comes without zeroing; and a four-level radix page table that takes
+//! its table pages from them.
+//!
+//! Built on the page allocator's public API only: pages are held as
+//! [`mmkit::PageBlock`]s tagged [`QUICKLIST_OWNER`], whose bytes are reached
+//! through [`mmkit::PageAllocator::block_bytes`], so this crate has no
+//! `unsafe`. Needs a map with real memory
+//! ([`mmkit::Backing::RealMemory`]).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod pagetable;
+pub mod quicklist;
+
+pub use quicklist::{
+    PageFn, QuicklistCpu, QuicklistError, QuicklistStats, Quicklists, DEFAULT_NR_QUICK, FRACTION_OF_NODE_MEM,
+    QUICKLIST_OWNER,
+};
+
+/// The README's examples (the allocator's and this crate's), compiled and
+/// run as doctests here, where both crates are in reach, so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExamples;

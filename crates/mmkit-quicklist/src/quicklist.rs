@@ -1,0 +1,552 @@
+//! Quicklists (Linux's `include/linux/quicklist.h`, from the 2007 series
+//! "Quicklists for page table pages"): per-CPU stacks of free pages kept in
+//! a known state, so that a page-table page can be had without zeroing it.
+//!
+//! Owns [`Quicklists`] and its pinned handle [`QuicklistCpu`]. Each CPU has
+//! `nr_quick` lists; every page on list `nr` is in that list's state: zero,
+//! or what the list's constructor wrote. A cached allocation touches the
+//! CPU's stack and the page's descriptor, never the page allocator's lists.
+//!
+//! Talks to the page allocator only through its public owned-block API:
+//! the quicklists hold their pages as [`PageBlock`]s tagged
+//! [`QUICKLIST_OWNER`] (the allocator's ordinary free paths refuse them),
+//! hand a page to their caller as a bare PFN with
+//! [`hand_out_block`](PageAllocator::hand_out_block) and take it back with
+//! [`take_back_block`](PageAllocator::take_back_block), one compare-and-swap
+//! that makes a second free of the same page an error, even from another
+//! CPU. Linux threads the list through the pages' first word; a stack of
+//! handles instead leaves a cached page's bytes untouched, so the
+//! constructor's state needs no repair on the way out. Must not reach the
+//! allocator's internals (there is no way to) or hold a page's bytes past
+//! the call that borrowed them.
+
+use mmkit::{BlockError, FreeError, Gfp, PageAllocator, PageBlock, PageOwner, Pfn};
+use spin::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::OnceLock;
+
+mod error;
+mod pinned;
+
+pub use error::QuicklistError;
+pub use pinned::QuicklistCpu;
+
+/// A page constructor or destructor: gets the whole page as bytes.
+pub type PageFn<'f> = &'f dyn Fn(&mut [u8]);
+
+/// The owner tag of pages the quicklists hold or handed out.
+pub const QUICKLIST_OWNER: PageOwner = match PageOwner::new(1) {
+    Some(owner) => owner,
+    None => panic!("1 is a valid owner tag"),
+};
+
+/// Linux's default `CONFIG_NR_QUICK`.
+pub const DEFAULT_NR_QUICK: usize = 1;
+
+/// A trim keeps at least 1/16 of the node's free pages cached (Linux's
+/// `FRACTION_OF_NODE_MEM`).
+pub const FRACTION_OF_NODE_MEM: u64 = 16;
+
+/// Counters of one CPU's list, or of all unpinned CPUs summed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuicklistStats {
+    /// Allocations served from the list.
+    pub hits: u64,
+    /// Allocations that had to get a fresh zeroed page (and run the ctor);
+    /// every allocation for [`Quicklists::uncached`].
+    pub misses: u64,
+    /// Pages cached by a free.
+    pub cached: u64,
+    /// Pages a free sent straight to the page allocator: another node's,
+    /// poisoned, not in the list's state, or any page for `uncached`. Calls
+    /// that found the CPU's lists pinned by another thread are not counted
+    /// (only the lists' holder writes their counters).
+    pub bypassed: u64,
+    /// Pages a trim gave back.
+    pub trimmed: u64,
+}
+
+/// A counter only its list's holder writes: a relaxed load and store (plain
+/// moves), readable by anyone.
+#[derive(Default)]
+struct OwnedCounter(AtomicU64);
+
+impl OwnedCounter {
+    #[inline(always)]
+    fn add(&self, n: u64) {
+        self.0.store(self.0.load(Relaxed) + n, Relaxed);
+    }
+    fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// One list's length and counters, readable without the CPU's lock; only
+/// the lock's holder writes them.
+#[derive(Default)]
+struct ListCounters {
+    nr_pages: AtomicUsize,
+    hits: OwnedCounter,
+    misses: OwnedCounter,
+    cached: OwnedCounter,
+    bypassed: OwnedCounter,
+    trimmed: OwnedCounter,
+}
+
+impl ListCounters {
+    fn stats(&self) -> QuicklistStats {
+        QuicklistStats {
+            hits: self.hits.get(),
+            misses: self.misses.get(),
+            cached: self.cached.get(),
+            bypassed: self.bypassed.get(),
+            trimmed: self.trimmed.get(),
+        }
+    }
+}
+
+/// The cached pages of one CPU's lists, top of each stack last.
+type Stacks = Box<[Vec<PageBlock>]>;
+
+/// One CPU's lists, on their own cache lines. Holding `stacks`' lock (or
+/// the pinned handle, which holds it) makes a thread the lists' only user.
+#[repr(align(64))]
+struct CpuLists {
+    stacks: Mutex<Stacks>,
+    counters: Box<[ListCounters]>,
+}
+
+/// List `nr` of CPU `cpu`, borrowed from its held lock.
+struct HeldList<'h> {
+    stack: &'h mut Vec<PageBlock>,
+    counters: &'h ListCounters,
+    cpu: usize,
+    nr: usize,
+}
+
+/// What every page of list `nr` looks like, whichever CPU caches it: the
+/// bytes of the first constructed page (debug builds compare freed pages
+/// against them; a list without constructor is all zero).
+struct ListState {
+    template: OnceLock<Box<[u8]>>,
+}
+
+/// Per-CPU quicklists over a [`PageAllocator`] with real memory.
+///
+/// ```
+/// use mmkit_quicklist::Quicklists;
+/// use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
+///
+/// let mm = MemoryMapBuilder::with_memory(16 << 20)
+///     .backing(Backing::RealMemory(HugePages::None))
+///     .nr_cpus(1) // every call below uses CPU 0's lists
+///     .build()
+///     .unwrap();
+/// let ql = Quicklists::new(&mm, 1).unwrap();
+/// let page = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap(); // zeroed
+/// ql.quicklist_free_page(0, None, page).unwrap();               // cached, still zero
+/// assert_eq!(ql.quicklist_total_size(), 1);
+/// assert_eq!(ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap(), page);
+/// # ql.quicklist_free_page(0, None, page).unwrap();
+/// ```
+pub struct Quicklists<'a> {
+    alloc: &'a PageAllocator,
+    /// False for the comparison mode of [`Quicklists::uncached`].
+    caching: bool,
+    /// One node only: no page can be another node's.
+    single_node: bool,
+    nr_quick: usize,
+    cpus: Box<[CpuLists]>,
+    states: Box<[ListState]>,
+}
+
+impl<'a> Quicklists<'a> {
+    /// `nr_quick` lists for each of the allocator's CPUs.
+    ///
+    /// # Errors
+    /// [`QuicklistError::NoRealMemory`] for a metadata-only map.
+    pub fn new(alloc: &'a PageAllocator, nr_quick: usize) -> Result<Self, QuicklistError> {
+        if !alloc.has_real_memory() {
+            return Err(QuicklistError::NoRealMemory);
+        }
+        let cpus = (0..alloc.nr_cpus())
+            .map(|_| CpuLists {
+                stacks: Mutex::new((0..nr_quick).map(|_| Vec::with_capacity(64)).collect()),
+                counters: (0..nr_quick).map(|_| ListCounters::default()).collect(),
+            })
+            .collect();
+        let states = (0..nr_quick).map(|_| ListState { template: OnceLock::new() }).collect();
+        Ok(Self { alloc, caching: true, single_node: alloc.nr_nodes() <= 1, nr_quick, cpus, states })
+    }
+
+    /// The same interface without the caching: every allocation is a fresh
+    /// zeroed page passed through the constructor, every free runs the
+    /// destructor and frees the page. This is what quicklists replace, kept
+    /// for measuring them against it.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn uncached(alloc: &'a PageAllocator, nr_quick: usize) -> Result<Self, QuicklistError> {
+        let mut lists = Self::new(alloc, nr_quick)?;
+        lists.caching = false;
+        Ok(lists)
+    }
+
+    /// Whether freed pages are cached (false for [`uncached`](Self::uncached)).
+    pub fn is_caching(&self) -> bool {
+        self.caching
+    }
+
+    /// Lists per CPU (`NR_QUICK`).
+    pub fn nr_quick(&self) -> usize {
+        self.nr_quick
+    }
+
+    /// The allocator the pages come from.
+    pub fn allocator(&self) -> &'a PageAllocator {
+        self.alloc
+    }
+
+    /// A page from list `nr` of the calling CPU, or a fresh zeroed page
+    /// (`gfp | __GFP_ZERO`) passed through `ctor` when the list is empty.
+    /// Give it back with [`quicklist_free_page`](Self::quicklist_free_page).
+    ///
+    /// # Errors
+    /// [`QuicklistError::NoSuchList`], [`QuicklistError::Alloc`].
+    pub fn quicklist_alloc(&self, nr: usize, gfp: Gfp, ctor: Option<PageFn<'_>>) -> Result<Pfn, QuicklistError> {
+        let block = self.quicklist_alloc_block(nr, gfp, ctor)?;
+        Ok(self.hand_out(block))
+    }
+
+    /// [`quicklist_alloc`](Self::quicklist_alloc) for a caller that keeps
+    /// the page as a [`PageBlock`] (to read and write it through
+    /// [`PageAllocator::block_bytes`]); give it back with
+    /// [`quicklist_free_block`](Self::quicklist_free_block).
+    ///
+    /// # Errors
+    /// As `quicklist_alloc`.
+    pub fn quicklist_alloc_block(
+        &self,
+        nr: usize,
+        gfp: Gfp,
+        ctor: Option<PageFn<'_>>,
+    ) -> Result<PageBlock, QuicklistError> {
+        let cpu = self.alloc.current_cpu();
+        let slot = &self.cpus[cpu];
+        self.check_list(nr)?;
+        match slot.stacks.try_lock() {
+            Some(mut stacks) => self.alloc_on(Self::held(&mut stacks, slot, cpu, nr), gfp, ctor),
+            None => self.fresh_block(cpu, nr, gfp, ctor),
+        }
+    }
+
+    /// Gives back the page at `addr` (Linux's `quicklist_free`); see
+    /// [`quicklist_free_page`](Self::quicklist_free_page).
+    ///
+    /// # Errors
+    /// As `quicklist_free_page`; an address outside the map is
+    /// [`FreeError::OutOfRange`] with PFN 0.
+    pub fn quicklist_free(&self, nr: usize, dtor: Option<PageFn<'_>>, addr: *const u8) -> Result<(), QuicklistError> {
+        let pfn = self.alloc.address_to_pfn(addr).ok_or(QuicklistError::Free(FreeError::OutOfRange(Pfn(0))))?;
+        self.quicklist_free_page(nr, dtor, pfn)
+    }
+
+    /// Gives back order-0 page `pfn`, which must be in list `nr`'s state.
+    /// It is cached on the calling CPU's list unless it belongs to another
+    /// node (then `dtor` runs and it goes straight back to the allocator).
+    /// Pages from [`PageAllocator::alloc_pages`] are accepted too.
+    ///
+    /// # Errors
+    /// [`QuicklistError::NoSuchList`], [`QuicklistError::Free`],
+    /// [`QuicklistError::FlagsSet`] (nothing changed);
+    /// [`QuicklistError::WrongState`] (debug builds; reported and freed).
+    pub fn quicklist_free_page(&self, nr: usize, dtor: Option<PageFn<'_>>, pfn: Pfn) -> Result<(), QuicklistError> {
+        self.check_list(nr)?;
+        let block = self.take_back(pfn)?;
+        self.quicklist_free_block(nr, dtor, block)
+    }
+
+    /// Gives back a page taken with
+    /// [`quicklist_alloc_block`](Self::quicklist_alloc_block) (or any
+    /// order-0 block of [`QUICKLIST_OWNER`]); as
+    /// [`quicklist_free_page`](Self::quicklist_free_page).
+    ///
+    /// # Errors
+    /// [`QuicklistError::NoSuchList`] (the block is freed to the allocator
+    /// then, so that it is not lost); [`QuicklistError::WrongState`].
+    pub fn quicklist_free_block(
+        &self,
+        nr: usize,
+        dtor: Option<PageFn<'_>>,
+        block: PageBlock,
+    ) -> Result<(), QuicklistError> {
+        let cpu = self.alloc.current_cpu();
+        let slot = &self.cpus[cpu];
+        if let Err(e) = self.check_list(nr) {
+            self.release(cpu, block, None)?;
+            return Err(e);
+        }
+        match slot.stacks.try_lock() {
+            Some(mut stacks) => {
+                let nid = self.alloc.cpu_to_node(cpu);
+                self.free_on(Self::held(&mut stacks, slot, cpu, nr), dtor, block, nid)
+            }
+            None => self.release(cpu, block, dtor),
+        }
+    }
+
+    /// Frees pages of the calling CPU's list `nr` down to
+    /// max(`min_pages`, node free pages / 16), at most `max_free` of them;
+    /// returns how many were freed. A pinned CPU's lists are left alone.
+    ///
+    /// # Errors
+    /// [`QuicklistError::NoSuchList`].
+    pub fn quicklist_trim(
+        &self,
+        nr: usize,
+        dtor: Option<PageFn<'_>>,
+        min_pages: u64,
+        max_free: u64,
+    ) -> Result<u64, QuicklistError> {
+        self.check_list(nr)?;
+        let cpu = self.alloc.current_cpu();
+        let slot = &self.cpus[cpu];
+        Ok(match slot.stacks.try_lock() {
+            Some(mut stacks) => self.trim_on(Self::held(&mut stacks, slot, cpu, nr), dtor, min_pages, max_free),
+            None => 0,
+        })
+    }
+
+    /// Empties list `nr` on every CPU that is not pinned, running `dtor` on
+    /// each page; returns how many pages went back to the allocator.
+    ///
+    /// # Errors
+    /// [`QuicklistError::NoSuchList`].
+    pub fn quicklist_drain(&self, nr: usize, dtor: Option<PageFn<'_>>) -> Result<u64, QuicklistError> {
+        self.check_list(nr)?;
+        let mut freed = 0;
+        for (cpu, slot) in self.cpus.iter().enumerate() {
+            if let Some(mut stacks) = slot.stacks.try_lock() {
+                freed += self.trim_to(Self::held(&mut stacks, slot, cpu, nr), dtor, 0, u64::MAX);
+            }
+        }
+        Ok(freed)
+    }
+
+    /// Pages cached on every list of every CPU (Linux's
+    /// `quicklist_total_size`).
+    pub fn quicklist_total_size(&self) -> u64 {
+        self.cpus.iter().flat_map(|c| c.counters.iter()).map(|l| l.nr_pages.load(Relaxed) as u64).sum()
+    }
+
+    /// Pages cached on list `nr` of `cpu`.
+    pub fn quicklist_size(&self, cpu: usize, nr: usize) -> Option<usize> {
+        Some(self.cpus.get(cpu)?.counters.get(nr)?.nr_pages.load(Relaxed))
+    }
+
+    /// The pages cached on list `nr` of `cpu`, the next to be handed out
+    /// first; `None` for a list that does not exist or whose CPU is pinned
+    /// or busy.
+    pub fn cached_pages(&self, cpu: usize, nr: usize) -> Option<Vec<Pfn>> {
+        let stacks = self.cpus.get(cpu)?.stacks.try_lock()?;
+        Some(stacks.get(nr)?.iter().rev().map(PageBlock::pfn).collect())
+    }
+
+    /// Counters of list `nr` summed over every CPU.
+    pub fn stats(&self, nr: usize) -> QuicklistStats {
+        let mut sum = QuicklistStats::default();
+        for s in self.cpus.iter().filter_map(|cpu| cpu.counters.get(nr)).map(ListCounters::stats) {
+            sum.hits += s.hits;
+            sum.misses += s.misses;
+            sum.cached += s.cached;
+            sum.bypassed += s.bypassed;
+            sum.trimmed += s.trimmed;
+        }
+        sum
+    }
+
+    /// Takes CPU `cpu`'s lists for the calling thread until the handle is
+    /// dropped: its operations then take no lock at all. Other threads that
+    /// land on that CPU bypass its lists meanwhile.
+    ///
+    /// # Errors
+    /// [`QuicklistError::NoSuchCpu`], [`QuicklistError::AlreadyPinned`].
+    pub fn pin_cpu(&self, cpu: usize) -> Result<QuicklistCpu<'_>, QuicklistError> {
+        let slot = self.cpus.get(cpu).ok_or(QuicklistError::NoSuchCpu(cpu))?;
+        let stacks = slot.stacks.try_lock().ok_or(QuicklistError::AlreadyPinned(cpu))?;
+        Ok(QuicklistCpu::new(self, &slot.counters, stacks, cpu, self.alloc.cpu_to_node(cpu)))
+    }
+
+    #[inline(always)]
+    fn check_list(&self, nr: usize) -> Result<(), QuicklistError> {
+        if nr < self.nr_quick {
+            Ok(())
+        } else {
+            Err(QuicklistError::NoSuchList { nr, nr_quick: self.nr_quick })
+        }
+    }
+
+    /// List `nr` (checked by the caller) of a CPU whose lock `stacks` holds.
+    #[inline(always)]
+    fn held<'h>(stacks: &'h mut MutexGuard<'_, Stacks>, slot: &'h CpuLists, cpu: usize, nr: usize) -> HeldList<'h> {
+        HeldList { stack: &mut stacks[nr], counters: &slot.counters[nr], cpu, nr }
+    }
+
+    // ---- the list operations, on a list whose CPU lock the caller holds ----
+
+    #[inline(always)]
+    fn alloc_on(&self, at: HeldList<'_>, gfp: Gfp, ctor: Option<PageFn<'_>>) -> Result<PageBlock, QuicklistError> {
+        if self.caching {
+            while let Some(block) = at.stack.pop() {
+                at.counters.nr_pages.store(at.stack.len(), Relaxed);
+                if !self.is_poisoned(&block) {
+                    at.counters.hits.add(1);
+                    return Ok(block);
+                }
+                // The allocator takes a poisoned page offline when it
+                // comes back.
+                at.counters.bypassed.add(1);
+                let _ = self.release(at.cpu, block, None);
+            }
+        }
+        at.counters.misses.add(1);
+        self.fresh_block(at.cpu, at.nr, gfp, ctor)
+    }
+
+    /// The refill path: a zeroed page from the allocator on `cpu`'s behalf,
+    /// owned by the quicklists and passed through `ctor`.
+    #[cold]
+    fn fresh_block(
+        &self,
+        cpu: usize,
+        nr: usize,
+        gfp: Gfp,
+        ctor: Option<PageFn<'_>>,
+    ) -> Result<PageBlock, QuicklistError> {
+        let on_cpu = self.alloc.cpu(cpu).map_err(|_| QuicklistError::NoSuchCpu(cpu))?;
+        let mut block = on_cpu.alloc_block(QUICKLIST_OWNER, gfp | Gfp::ZERO, 0).map_err(QuicklistError::Alloc)?;
+        if let Some(ctor) = ctor {
+            if let Some(bytes) = self.alloc.block_bytes_mut(&mut block) {
+                ctor(bytes);
+                if cfg!(debug_assertions) {
+                    let _ = self.states[nr].template.set(bytes.to_vec().into_boxed_slice());
+                }
+            }
+        }
+        Ok(block)
+    }
+
+    #[inline(always)]
+    fn free_on(
+        &self,
+        at: HeldList<'_>,
+        dtor: Option<PageFn<'_>>,
+        block: PageBlock,
+        cpu_nid: usize,
+    ) -> Result<(), QuicklistError> {
+        let foreign = !self.single_node && self.alloc.page_to_nid(block.pfn()) != Some(cpu_nid);
+        if !self.caching || foreign || self.is_poisoned(&block) {
+            at.counters.bypassed.add(1);
+            return self.release(at.cpu, block, dtor);
+        }
+        if cfg!(debug_assertions) {
+            if let Some(offset) = self.first_difference(&block, at.nr) {
+                at.counters.bypassed.add(1);
+                let pfn = block.pfn();
+                self.alloc.report_bad_block(&block, offset);
+                self.release(at.cpu, block, dtor)?;
+                return Err(QuicklistError::WrongState { pfn, offset });
+            }
+        }
+        at.stack.push(block);
+        at.counters.nr_pages.store(at.stack.len(), Relaxed);
+        at.counters.cached.add(1);
+        Ok(())
+    }
+
+    /// Takes `pfn` back from its holder: afterwards only the returned
+    /// handle reaches it. A page that is cached, free, shared or flagged is
+    /// refused unchanged.
+    #[inline(always)]
+    fn take_back(&self, pfn: Pfn) -> Result<PageBlock, QuicklistError> {
+        self.alloc.take_back_block(QUICKLIST_OWNER, pfn, 0).map_err(|e| match e {
+            FreeError::FlagsSet { pfn, flags } => QuicklistError::FlagsSet { pfn, flags },
+            other => QuicklistError::Free(other),
+        })
+    }
+
+    /// Hands a held page to the caller as a PFN.
+    #[inline(always)]
+    fn hand_out(&self, block: PageBlock) -> Pfn {
+        let pfn = block.pfn();
+        // Every block here came from `self.alloc`, so it cannot be foreign.
+        let _ = self.alloc.hand_out_block(block);
+        pfn
+    }
+
+    /// Runs `dtor` and gives a held page back to the page allocator,
+    /// through `cpu`'s per-CPU lists.
+    fn release(&self, cpu: usize, mut block: PageBlock, dtor: Option<PageFn<'_>>) -> Result<(), QuicklistError> {
+        if let Some(dtor) = dtor {
+            if let Some(bytes) = self.alloc.block_bytes_mut(&mut block) {
+                dtor(bytes);
+            }
+        }
+        let result = match self.alloc.cpu(cpu) {
+            Ok(on_cpu) => on_cpu.free_block(block),
+            Err(_) => self.alloc.free_block(block),
+        };
+        result.map_err(|e| match e {
+            BlockError::Free(e) => QuicklistError::Free(e),
+            BlockError::Foreign(block) => QuicklistError::Free(FreeError::OutOfRange(block.pfn())),
+        })
+    }
+
+    /// Whether hardware reported the page bad since it was cached.
+    #[inline(always)]
+    fn is_poisoned(&self, block: &PageBlock) -> bool {
+        self.alloc.block_poisoned(block)
+    }
+
+    fn trim_on(&self, at: HeldList<'_>, dtor: Option<PageFn<'_>>, min_pages: u64, max_free: u64) -> u64 {
+        if at.stack.len() as u64 <= min_pages {
+            return 0;
+        }
+        let node_free = self.alloc.node_free_pages(self.alloc.cpu_to_node(at.cpu));
+        let keep = min_pages.max(node_free / FRACTION_OF_NODE_MEM);
+        self.trim_to(at, dtor, keep, max_free)
+    }
+
+    fn trim_to(&self, at: HeldList<'_>, dtor: Option<PageFn<'_>>, keep: u64, max_free: u64) -> u64 {
+        let mut freed = 0;
+        while at.stack.len() as u64 > keep && freed < max_free {
+            let Some(block) = at.stack.pop() else { break };
+            at.counters.nr_pages.store(at.stack.len(), Relaxed);
+            let _ = self.release(at.cpu, block, dtor);
+            freed += 1;
+        }
+        at.counters.trimmed.add(freed);
+        freed
+    }
+
+    /// Debug check of a freed page against list `nr`'s state: the first
+    /// byte that differs.
+    fn first_difference(&self, block: &PageBlock, nr: usize) -> Option<usize> {
+        let bytes = self.alloc.block_bytes(block)?;
+        match self.states[nr].template.get() {
+            Some(template) => bytes.iter().zip(template.iter()).position(|(a, b)| a != b),
+            None => bytes.iter().position(|&b| b != 0),
+        }
+    }
+}
+
+impl Drop for Quicklists<'_> {
+    /// Returns every cached page to the allocator. Destructors cannot run
+    /// here; call [`quicklist_drain`](Quicklists::quicklist_drain) first if
+    /// they matter.
+    fn drop(&mut self) {
+        for nr in 0..self.nr_quick {
+            let _ = self.quicklist_drain(nr, None);
+        }
+    }
+}
