@@ -51,7 +51,7 @@ pub enum BlockError {
 impl core::fmt::Display for BlockError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            Self::Foreign(block) => write!(f, "block at pfn {} belongs to another allocator", block.pfn),
+            Self::Foreign(block) => write!(f, "block at pfn {} belongs to another allocator", block.pfn()),
             Self::Free(e) => write!(f, "{e}"),
         }
     }
@@ -106,7 +106,7 @@ impl PageAllocator {
             return Err(BlockError::Foreign(block));
         };
         self.desc(idx).clear_owner();
-        self.free_frozen_pages_on(cpu, self.idx_to_pfn(idx), u32::from(block.order)).map_err(BlockError::Free)
+        self.free_frozen_pages_on(cpu, self.idx_to_pfn(idx), block.order()).map_err(BlockError::Free)
     }
 
     /// The bytes of a block this caller holds (`nr_pages × page size`);
@@ -115,7 +115,7 @@ impl PageAllocator {
     #[inline]
     pub fn block_bytes<'b>(&'b self, block: &'b PageBlock) -> Option<&'b [u8]> {
         let idx = self.block_idx(block).ok()?;
-        Some(self.real_memory()?.block_bytes(idx as usize, u32::from(block.order), block))
+        Some(self.real_memory()?.block_bytes(idx as usize, block.order(), block))
     }
 
     /// The bytes of a block this caller holds, writable: `&mut PageBlock`
@@ -125,7 +125,7 @@ impl PageAllocator {
     #[inline]
     pub fn block_bytes_mut<'b>(&'b self, block: &'b mut PageBlock) -> Option<&'b mut [u8]> {
         let idx = self.block_idx(block).ok()?;
-        Some(self.real_memory()?.block_bytes_mut(idx as usize, u32::from(block.order), block))
+        Some(self.real_memory()?.block_bytes_mut(idx as usize, block.order(), block))
     }
 
     /// Hands an owned block to the layer's caller as a bare PFN: its
@@ -234,7 +234,7 @@ impl PageAllocator {
     /// the hooks and the bad-page rate limit. Changes no state.
     pub fn report_bad_block(&self, block: &PageBlock, offset: usize) {
         if let Ok(idx) = self.block_idx(block) {
-            self.report_bad_page(idx, BadPageReason::OwnerState { owner: block.owner, offset }, 0);
+            self.report_bad_page(idx, BadPageReason::OwnerState { owner: block.owner(), offset }, 0);
         }
     }
 
@@ -249,16 +249,18 @@ impl PageAllocator {
 
     #[inline(always)]
     fn block_handle(&self, pfn: Pfn, order: u32, owner: PageOwner) -> PageBlock {
-        PageBlock { pfn, order: order as u8, owner, map_id: self.map_id() }
+        PageBlock::new(pfn, order, owner, self.map_id())
     }
 
     /// The block's descriptor index, if it is this allocator's.
     #[inline(always)]
     fn block_idx(&self, block: &PageBlock) -> Result<PageIdx, ()> {
-        if block.map_id != self.map_id() {
+        if block.map_id() != self.map_id() {
             return Err(());
         }
-        self.pfn_to_idx(block.pfn).ok_or(())
+        // This allocator made the handle from a PFN of its map, so the
+        // offset is in range; no second bounds check on the hot paths.
+        Ok(block.pfn().0.wrapping_sub(self.mem.base_pfn) as PageIdx)
     }
 }
 

@@ -161,6 +161,8 @@ pub struct PageOwner(NonZeroU8);
 impl PageOwner {
     /// Largest tag the descriptor can hold.
     pub const MAX: u8 = 15;
+    /// The smallest tag.
+    pub const MIN: Self = Self(NonZeroU8::MIN);
 
     /// Tag `id`; `None` for 0 or above [`MAX`](Self::MAX).
     pub const fn new(id: u8) -> Option<Self> {
