@@ -1,10 +1,10 @@
-//! Suite `bulk`: seed 004's experiment. Cost per page of allocating order-0
+//! Suite `bulk`: the experiment of Linux's bulk page allocator series (`mm, page_alloc: Add a bulk page allocator`). Cost per page of allocating order-0
 //! pages with `alloc_pages_bulk` in batches of N = 1 … 256, next to one page
 //! at a time with `alloc_pages`; and the matching cost of freeing them with
 //! `free_pages_bulk` against `free_pages`.
 //!
 //! Owns the batch sizes and the loops; timing and output are the harness's.
-//! Like seed 004, the allocation is timed on its own: each iteration
+//! Like that series, the allocation is timed on its own: each iteration
 //! allocates a window of pages in batches (timed) and frees them (untimed),
 //! and the free cases do the reverse. The window keeps the clock reads to a
 //! few per thousand pages. The shared API is measured (the CPU from
@@ -18,13 +18,16 @@ use mmkit_bench::subjects::names;
 use std::hint::black_box;
 
 /// The suite as the registry lists it.
-pub const SUITE: Suite =
-    Suite { name: "bulk", about: "alloc_pages_bulk / free_pages_bulk per page at batch sizes 1..256 (seed 004)", run };
+pub const SUITE: Suite = Suite {
+    name: "bulk",
+    about: "alloc_pages_bulk / free_pages_bulk per page at batch sizes 1..256 (Linux's bulk page allocator series)",
+    run,
+};
 
 /// Pages allocated (or freed) per timed step.
 const WINDOW: usize = 4096;
 
-/// Batch sizes and their case names, as in seed 004's table.
+/// Batch sizes and their case names, as in that series' table.
 const SIZES: [(usize, &str, &str); 9] = [
     (1, "bulk/1", "bulk_free/1"),
     (2, "bulk/2", "bulk_free/2"),
@@ -105,7 +108,8 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
     }
 
     let median = |name: &str| cases.iter().find(|c| c.name == name).map_or(f64::NAN, |c| c.median_ns);
-    let mut table = String::from("seed 004 layout (allocation only, ns per page; free per page after the slash):");
+    let mut table =
+        String::from("bulk allocator series layout (allocation only, ns per page; free per page after the slash):");
     table.push_str(&format!("\n  single page: {:.1} / {:.1}", median("single/1"), median("single_free/1")));
     for (n, alloc, free) in SIZES {
         table.push_str(&format!(

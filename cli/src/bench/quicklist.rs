@@ -1,4 +1,4 @@
-//! Suite `quicklist`: seed 003's experiment. The raw quicklist hit (take a
+//! Suite `quicklist`: the experiment of Linux's quicklist series ("Quicklists for page table pages", 2007). The raw quicklist hit (take a
 //! cached page, give it back) against allocating and zeroing a fresh 4 KiB
 //! page through mmkit's per-CPU lists and through the heap peers; then a
 //! fork/exec-like churn of short-lived address spaces whose page tables come
@@ -23,7 +23,7 @@ use std::time::Instant;
 /// The suite as the registry lists it.
 pub const SUITE: Suite = Suite {
     name: "quicklist",
-    about: "quicklist hit vs allocate+zero of a 4 KiB page; page-table churn per level with and without quicklists (seed 003)",
+    about: "quicklist hit vs allocate+zero of a 4 KiB page; page-table churn per level with and without quicklists (Linux's quicklist series)",
     run,
 };
 
@@ -256,7 +256,7 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
     let mut cases = hit_cases(settings, progress)?;
     cases.extend(pagetable_cases(settings, progress)?);
     let find = |name: &str, imp: &str| cases.iter().find(|c| c.name == name && c.impl_name == imp);
-    let mut table = String::from("seed 003 layout, per table allocation (count  total  (min/avg/max)):");
+    let mut table = String::from("quicklist series layout, per table allocation (count  total  (min/avg/max)):");
     for (impl_name, label) in [(NO_QUICKLISTS, "no quicklist"), (MMKIT, "quicklist")] {
         table.push_str(&format!("\n  {label}"));
         for level in Level::ALL {
@@ -284,7 +284,7 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
         ),
         format!(
             "Per-level times bracket each table allocation with a clock read costing {:.1} ns here; \
-             seed 003 used the TSC (Linux, 2007: pte_alloc 2.7 us avg without quicklists, 1.3 us with).",
+             the series used the TSC (Linux, 2007: pte_alloc 2.7 us avg without quicklists, 1.3 us with).",
             clock_overhead_ns()
         ),
         format!(

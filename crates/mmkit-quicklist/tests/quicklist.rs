@@ -5,6 +5,7 @@
 
 use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
 use mmkit_quicklist::{PageFn, QuicklistError, Quicklists, FRACTION_OF_NODE_MEM, QUICKLIST_OWNER};
+use mmkit_testkit::XorShift64;
 use proptest::prelude::*;
 use std::cell::Cell;
 use std::collections::HashSet;
@@ -181,12 +182,10 @@ fn threads_never_share_a_quicklist_page() {
         for thread in 0..4u64 {
             let (mm, ql) = (&mm, &ql);
             s.spawn(move || {
-                let mut rng = thread.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                let mut random = XorShift64::new(thread.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
                 let mut mine: Vec<(Pfn, usize)> = Vec::new();
                 for round in 0..4000u64 {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
+                    let rng = random.next_u64();
                     if mine.len() < 32 && (rng % 3 != 0 || mine.is_empty()) {
                         let list = (rng >> 8) as usize % 2;
                         let pfn = ql.quicklist_alloc(list, Gfp::KERNEL, None).unwrap();

@@ -15,6 +15,7 @@ use mmkit::{
     Backing, CopyMigrator, Gfp, HugePages, MemoryMapBuilder, MigrateError, MigrateRequest, MigrateType, Migrator,
     PageAllocator, Pfn, ZoneType,
 };
+use mmkit_testkit::XorShift64;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -102,13 +103,11 @@ fn contiguous_collection_races_ordinary_traffic() {
         for worker in 0..2u64 {
             let (mm, owners, stop) = (&mm, &owners, &stop);
             scope.spawn(move || {
-                let mut seed = 0x1234_5678_9abc_def1u64 ^ worker;
+                let mut rng = XorShift64::new(0x1234_5678_9abc_def1u64 ^ worker);
                 let mut round = 0u64;
                 while !stop.load(Ordering::Relaxed) || round < 2000 {
                     round += 1;
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
+                    let seed = rng.next_u64();
                     let gfp = if seed % 3 == 0 { Gfp::KERNEL } else { Gfp::HIGHUSER_MOVABLE };
                     // The owners lock is held across alloc + tag so that the
                     // migrator (which takes it too) never moves a page whose
