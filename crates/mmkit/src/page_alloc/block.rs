@@ -69,18 +69,36 @@ impl PageAllocator {
     /// As [`alloc_pages`](Self::alloc_pages).
     #[inline]
     pub fn alloc_block(&self, owner: PageOwner, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
-        self.alloc_block_on(self.current_cpu(), owner, gfp, order)
+        let cpu = self.current_cpu();
+        self.alloc_block_on(cpu, self.cpu_to_node(cpu), owner, gfp, order)
+    }
+
+    /// [`alloc_block`](Self::alloc_block) preferring node `nid` (Linux's
+    /// `alloc_pages_node`).
+    ///
+    /// # Errors
+    /// As [`alloc_pages_node`](Self::alloc_pages_node).
+    #[inline]
+    pub fn alloc_block_node(
+        &self,
+        nid: usize,
+        owner: PageOwner,
+        gfp: Gfp,
+        order: u32,
+    ) -> Result<PageBlock, AllocError> {
+        self.alloc_block_on(self.current_cpu(), nid, owner, gfp, order)
     }
 
     #[inline]
     pub(crate) fn alloc_block_on(
         &self,
         cpu: usize,
+        nid: usize,
         owner: PageOwner,
         gfp: Gfp,
         order: u32,
     ) -> Result<PageBlock, AllocError> {
-        let pfn = self.alloc_on(cpu, self.cpu_to_node(cpu), gfp, order, true)?;
+        let pfn = self.alloc_on(cpu, nid, gfp, order, true)?;
         let idx = self.pfn_to_idx(pfn).unwrap_or_default();
         // Nobody else knows the block yet, so marking it cannot race.
         self.desc(idx).set_owner(owner.id());
@@ -271,7 +289,8 @@ impl CpuHandle<'_> {
     /// As `alloc_block`.
     #[inline]
     pub fn alloc_block(&self, owner: PageOwner, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
-        self.allocator().alloc_block_on(self.cpu_id(), owner, gfp, order)
+        let mm = self.allocator();
+        mm.alloc_block_on(self.cpu_id(), mm.cpu_to_node(self.cpu_id()), owner, gfp, order)
     }
 
     /// [`PageAllocator::free_block`] to this handle's CPU's lists.

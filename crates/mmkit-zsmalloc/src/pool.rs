@@ -1,0 +1,359 @@
+//! The pool: `zs_create_pool` … `zs_destroy_pool` in Linux's vocabulary.
+//!
+//! Owns the class table, one lock per size class and the page counts.
+//! There is no pool-wide lock: a handle names its class, so `zs_free`,
+//! reads and writes lock that class only (Linux reached this in 2026 by
+//! encoding `class_idx` in the object and dropping `pool->lock` from
+//! `zs_free`). New zspages are allocated with no lock held, and an emptied
+//! zspage's pages go back to the page allocator after the class lock is
+//! dropped. Object bytes are copied under the class lock (Linux holds a
+//! per-zspage lock instead, so readers of one class can run together).
+//! Compaction is `compact`'s, the deferred free `deferred`'s.
+
+use crate::class::{ClassTable, DEFAULT_CHAIN_SIZE, ZS_HANDLE_SIZE};
+use crate::deferred::DeferredQueue;
+use crate::handle::Handle;
+use crate::size_class::ClassState;
+use crate::zspage::Zspage;
+use crate::{ZsError, ZSMALLOC_OWNER};
+use mmkit::{Gfp, PageAllocator, PageBlock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Counters of a pool (Linux's `struct zs_pool_stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ZsPoolStats {
+    /// Pages freed by compaction.
+    pub pages_compacted: u64,
+}
+
+/// What a pool shares with its deferred-free worker.
+pub(crate) struct Inner {
+    pub(crate) name: String,
+    pub(crate) mm: Arc<PageAllocator>,
+    pub(crate) table: ClassTable,
+    /// One per class index; only the classes that serve others are used.
+    pub(crate) classes: Box<[Mutex<ClassState>]>,
+    pub(crate) pages_allocated: AtomicU64,
+    pub(crate) pages_compacted: AtomicU64,
+    /// Compaction is single-flight (Linux's `compaction_in_progress`).
+    pub(crate) compacting: AtomicBool,
+    pub(crate) deferred: DeferredQueue,
+}
+
+impl Inner {
+    pub(crate) fn new(name: &str, mm: Arc<PageAllocator>, chain_size: usize) -> Result<Self, ZsError> {
+        if !mm.has_real_memory() {
+            return Err(ZsError::NoRealMemory);
+        }
+        if !crate::class::CHAIN_SIZES.contains(&chain_size) {
+            return Err(ZsError::BadChainSize(chain_size));
+        }
+        let table = ClassTable::new(mm.geometry().page_size() as usize, chain_size);
+        let classes = (0..table.nr_classes()).map(|i| Mutex::new(ClassState::new(i, table.shape(i)))).collect();
+        let deferred = DeferredQueue::new(crate::deferred::queue_capacity(table.page_size()));
+        Ok(Self {
+            name: name.to_string(),
+            mm,
+            table,
+            classes,
+            pages_allocated: AtomicU64::new(0),
+            pages_compacted: AtomicU64::new(0),
+            compacting: AtomicBool::new(false),
+            deferred,
+        })
+    }
+
+    /// Class `index`'s lock. A panic while it was held cannot leave the
+    /// class half-edited in a way later calls would trust blindly (every
+    /// handle is validated), so a poisoned lock is used as it is.
+    pub(crate) fn lock(&self, index: usize) -> MutexGuard<'_, ClassState> {
+        self.classes[index].lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The class of `handle`, if the handle could name one.
+    fn class_of(&self, handle: Handle) -> Result<usize, ZsError> {
+        let class = handle.class();
+        if class < self.table.nr_classes() && self.table.serving(class) == class {
+            Ok(class)
+        } else {
+            Err(ZsError::InvalidHandle(handle))
+        }
+    }
+
+    pub(crate) fn malloc(&self, size: usize, gfp: Gfp, nid: usize) -> Result<Handle, ZsError> {
+        let page_size = self.table.page_size();
+        if size == 0 || size > page_size {
+            return Err(ZsError::BadSize { size, max: page_size });
+        }
+        // The header is added before the lookup, as in Linux.
+        let class = self.table.class_for(size + ZS_HANDLE_SIZE);
+        if let Some(handle) = self.lock(class).alloc(&self.mm, size) {
+            return Ok(handle);
+        }
+        let shape = self.table.shape(class);
+        let pages = self.alloc_pages(shape.pages_per_zspage, gfp, nid)?;
+        let zspage = Zspage::new(&self.mm, pages, shape);
+        let mut state = self.lock(class);
+        state.insert_zspage(zspage);
+        state.alloc(&self.mm, size).ok_or(ZsError::NoMemory(None))
+    }
+
+    /// A zspage's chain, allocated with no lock held (Linux's
+    /// `alloc_zspage`); all or nothing.
+    fn alloc_pages(&self, nr: usize, gfp: Gfp, nid: usize) -> Result<Vec<PageBlock>, ZsError> {
+        let mut pages = Vec::with_capacity(nr);
+        for _ in 0..nr {
+            match self.mm.alloc_block_node(nid, ZSMALLOC_OWNER, gfp, 0) {
+                Ok(block) => pages.push(block),
+                Err(e) => {
+                    self.free_pages(pages);
+                    return Err(ZsError::NoMemory(Some(e)));
+                }
+            }
+        }
+        self.pages_allocated.fetch_add(nr as u64, Relaxed);
+        Ok(pages)
+    }
+
+    /// Returns pages to the page allocator (no class lock may be held).
+    pub(crate) fn free_pages(&self, pages: Vec<PageBlock>) {
+        let n = pages.len() as u64;
+        for block in pages {
+            // Blocks of this pool come from `self.mm`; a bad-page report
+            // (embedder flags set on our page) leaks it, as in Linux.
+            let _ = self.mm.free_block(block);
+        }
+        self.pages_allocated.fetch_sub(n, Relaxed);
+    }
+
+    pub(crate) fn free(&self, handle: Handle) -> Result<(), ZsError> {
+        let class = self.class_of(handle)?;
+        let emptied = self.lock(class).free(&self.mm, handle)?;
+        if let Some(pages) = emptied {
+            self.free_pages(pages);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn read_with<R>(
+        &self,
+        handle: Handle,
+        local_copy: &mut [u8],
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, ZsError> {
+        let class = self.class_of(handle)?;
+        let state = self.lock(class);
+        let at = state.resolve(handle)?;
+        let zspage = state.zspages[at.zspage].as_ref().ok_or(ZsError::InvalidHandle(handle))?;
+        let offset = Zspage::payload_offset(state.shape, at.obj);
+        if let Some(bytes) = zspage.contiguous(&self.mm, offset, at.len) {
+            return Ok(f(bytes));
+        }
+        let got = local_copy.len();
+        let buf = local_copy.get_mut(..at.len).ok_or(ZsError::BufferTooSmall { need: at.len, got })?;
+        zspage.read(&self.mm, offset, buf);
+        Ok(f(buf))
+    }
+
+    pub(crate) fn write(&self, handle: Handle, data: &[u8]) -> Result<(), ZsError> {
+        let class = self.class_of(handle)?;
+        let mut state = self.lock(class);
+        let at = state.resolve(handle)?;
+        if data.len() > at.len {
+            return Err(ZsError::TooLong { len: data.len(), size: at.len });
+        }
+        let offset = Zspage::payload_offset(state.shape, at.obj);
+        let zspage = state.zspages[at.zspage].as_mut().ok_or(ZsError::InvalidHandle(handle))?;
+        zspage.write(&self.mm, offset, data);
+        Ok(())
+    }
+
+    pub(crate) fn read_into(&self, handle: Handle, out: &mut [u8]) -> Result<usize, ZsError> {
+        let class = self.class_of(handle)?;
+        let state = self.lock(class);
+        let at = state.resolve(handle)?;
+        let got = out.len();
+        let dst = out.get_mut(..at.len).ok_or(ZsError::BufferTooSmall { need: at.len, got })?;
+        let zspage = state.zspages[at.zspage].as_ref().ok_or(ZsError::InvalidHandle(handle))?;
+        zspage.read(&self.mm, Zspage::payload_offset(state.shape, at.obj), dst);
+        Ok(at.len)
+    }
+
+    /// Serving class indices, smallest first.
+    pub(crate) fn serving_classes(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.table.nr_classes()).filter(|&i| self.table.serving(i) == i)
+    }
+
+    /// Every class's bookkeeping checked, for tests.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let mut pages = 0u64;
+        for class in self.serving_classes() {
+            let state = self.lock(class);
+            state.check(&self.mm)?;
+            pages += state.nr_zspages() as u64 * state.shape.pages_per_zspage as u64;
+        }
+        let counted = self.pages_allocated.load(Relaxed);
+        if pages != counted {
+            return Err(format!("zspages hold {pages} pages, the pool counts {counted}"));
+        }
+        Ok(())
+    }
+}
+
+/// A zsmalloc pool over pages of a [`PageAllocator`] with real memory.
+///
+/// ```
+/// use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
+/// use mmkit_zsmalloc::ZsPool;
+/// use std::sync::Arc;
+///
+/// let mm = Arc::new(MemoryMapBuilder::with_memory(64 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap());
+/// let pool = ZsPool::zs_create_pool("zram0", mm.clone()).unwrap();
+/// let h = pool.zs_malloc(700, Gfp::NOIO | Gfp::HIGHMEM | Gfp::MOVABLE, 0).unwrap();
+/// pool.zs_obj_write(h, &[7; 700]).unwrap();
+/// let mut out = [0; 700];
+/// assert_eq!(pool.zs_obj_read(h, &mut out).unwrap(), 700);
+/// assert_eq!(out, [7; 700]);
+/// pool.zs_free(h).unwrap();
+/// assert!(pool.zs_free(h).is_err()); // a freed handle is an error, not a corruption
+/// ```
+pub struct ZsPool {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) worker: Option<crate::deferred::Worker>,
+}
+
+impl ZsPool {
+    /// A pool named `name` with the default chain size (8 pages), whose
+    /// zspages come from `mm` (Linux's `zs_create_pool`). It starts the
+    /// worker that drains deferred frees.
+    ///
+    /// # Errors
+    /// [`ZsError::NoRealMemory`] for a metadata-only map.
+    pub fn zs_create_pool(name: &str, mm: Arc<PageAllocator>) -> Result<Self, ZsError> {
+        Self::with_chain_size(name, mm, DEFAULT_CHAIN_SIZE)
+    }
+
+    /// As [`zs_create_pool`](Self::zs_create_pool), with zspage chains of
+    /// at most `chain_size` pages (Linux's `CONFIG_ZSMALLOC_CHAIN_SIZE`,
+    /// 4 ..= 16).
+    ///
+    /// # Errors
+    /// [`ZsError::NoRealMemory`], [`ZsError::BadChainSize`].
+    pub fn with_chain_size(name: &str, mm: Arc<PageAllocator>, chain_size: usize) -> Result<Self, ZsError> {
+        let inner = Arc::new(Inner::new(name, mm, chain_size)?);
+        let worker = crate::deferred::Worker::start(&inner);
+        Ok(Self { inner, worker: Some(worker) })
+    }
+
+    /// The pool's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The page allocator the zspages come from.
+    pub fn allocator(&self) -> &Arc<PageAllocator> {
+        &self.inner.mm
+    }
+
+    /// Allocates an object of `size` bytes (1 ..= page size), preferring
+    /// node `nid` for new zspages. Its contents are unspecified until
+    /// written.
+    ///
+    /// # Errors
+    /// [`ZsError::BadSize`], [`ZsError::NoMemory`].
+    pub fn zs_malloc(&self, size: usize, gfp: Gfp, nid: usize) -> Result<Handle, ZsError> {
+        self.inner.malloc(size, gfp, nid)
+    }
+
+    /// Frees `handle`'s object; an emptied zspage goes back to the page
+    /// allocator after the class lock is dropped.
+    ///
+    /// # Errors
+    /// [`ZsError::InvalidHandle`] for a freed, forged or stale handle;
+    /// nothing changes.
+    pub fn zs_free(&self, handle: Handle) -> Result<(), ZsError> {
+        self.inner.free(handle)
+    }
+
+    /// Copies `handle`'s object into `out` and returns its length.
+    ///
+    /// # Errors
+    /// [`ZsError::InvalidHandle`], [`ZsError::BufferTooSmall`].
+    pub fn zs_obj_read(&self, handle: Handle, out: &mut [u8]) -> Result<usize, ZsError> {
+        self.inner.read_into(handle, out)
+    }
+
+    /// Runs `f` on `handle`'s object (Linux's `zs_obj_read_begin` …
+    /// `zs_obj_read_end`): in place when the object lies in one page,
+    /// otherwise copied into `local_copy` first, which must hold it.
+    /// The class stays locked while `f` runs.
+    ///
+    /// # Errors
+    /// [`ZsError::InvalidHandle`], [`ZsError::BufferTooSmall`].
+    pub fn zs_obj_read_with<R>(
+        &self,
+        handle: Handle,
+        local_copy: &mut [u8],
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, ZsError> {
+        self.inner.read_with(handle, local_copy, f)
+    }
+
+    /// Writes `data` at the start of `handle`'s object (Linux's
+    /// `zs_obj_write`).
+    ///
+    /// # Errors
+    /// [`ZsError::InvalidHandle`], [`ZsError::TooLong`] (nothing written).
+    pub fn zs_obj_write(&self, handle: Handle, data: &[u8]) -> Result<(), ZsError> {
+        self.inner.write(handle, data)
+    }
+
+    /// Pages the pool holds (Linux's `zs_get_total_pages`).
+    pub fn zs_get_total_pages(&self) -> u64 {
+        self.inner.pages_allocated.load(Relaxed)
+    }
+
+    /// The pool's counters (Linux's `zs_pool_stats`).
+    pub fn zs_pool_stats(&self) -> ZsPoolStats {
+        ZsPoolStats { pages_compacted: self.inner.pages_compacted.load(Relaxed) }
+    }
+
+    /// Objects of at least this many bytes are stored one per page
+    /// (Linux's `zs_huge_class_size`); zram stores a page that compresses
+    /// no smaller uncompressed.
+    pub fn zs_huge_class_size(&self) -> usize {
+        self.inner.table.huge_class_size()
+    }
+
+    /// The class an object of `size` bytes lands in (Linux's
+    /// `zs_lookup_class_index`).
+    pub fn zs_lookup_class_index(&self, size: usize) -> usize {
+        self.inner.table.class_for(size + ZS_HANDLE_SIZE)
+    }
+
+    /// Checks every class's bookkeeping (groups, counts, every live
+    /// handle's object header) and the pool's page count.
+    ///
+    /// # Errors
+    /// The first inconsistency, described.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.inner.check()
+    }
+}
+
+impl Drop for ZsPool {
+    /// Linux's `zs_destroy_pool`: deferred frees are finished, then every
+    /// page goes back to the page allocator. Handles still held become
+    /// invalid with the pool.
+    fn drop(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            worker.stop();
+        }
+        self.inner.deferred_flush();
+        for class in 0..self.inner.classes.len() {
+            let pages = self.inner.lock(class).take_all_pages();
+            self.inner.free_pages(pages);
+        }
+    }
+}

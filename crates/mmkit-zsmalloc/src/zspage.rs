@@ -1,0 +1,130 @@
+//! A zspage: a chain of order-0 pages from the page allocator holding the
+//! objects of one size class, and the byte copies into and out of objects
+//! that may straddle two of its pages.
+//!
+//! Owns the chain (as [`PageBlock`]s), the stack of free object indices and
+//! the in-use count. Every object starts with an 8-byte header: the handle
+//! of the object while it is allocated, 0 while it is free — what lets
+//! compaction walk a zspage and find its live objects (Linux's
+//! `obj_allocated`). Huge classes (one object per page) keep no header;
+//! their one handle lives in the zspage. Knows nothing of classes' lists
+//! or locks: its owner serialises access.
+
+use crate::class::{ClassShape, ZS_HANDLE_SIZE};
+use mmkit::{PageAllocator, PageBlock};
+
+/// One zspage of a class.
+pub(crate) struct Zspage {
+    pub(crate) pages: Vec<PageBlock>,
+    /// Free object indices, the next to use last.
+    free: Vec<u16>,
+    pub(crate) inuse: u16,
+    /// Fullness group the zspage is listed in, and its position there.
+    pub(crate) group: u8,
+    pub(crate) pos: u32,
+    /// The handle of a huge zspage's one object (0 while free).
+    pub(crate) huge_handle: u64,
+}
+
+impl Zspage {
+    /// A zspage over `pages` with every object free: headers are cleared
+    /// here, as the pages come from the allocator with any contents.
+    pub(crate) fn new(mm: &PageAllocator, mut pages: Vec<PageBlock>, shape: ClassShape) -> Self {
+        if !shape.is_huge() {
+            for idx in 0..shape.objs_per_zspage {
+                write_at(mm, &mut pages, idx * shape.size, &[0; ZS_HANDLE_SIZE]);
+            }
+        }
+        let free = (0..shape.objs_per_zspage as u16).rev().collect();
+        Self { pages, free, inuse: 0, group: 0, pos: 0, huge_handle: 0 }
+    }
+
+    /// Takes a free object and marks it allocated to `handle`.
+    pub(crate) fn alloc_obj(&mut self, mm: &PageAllocator, shape: ClassShape, handle: u64) -> Option<u16> {
+        let idx = self.free.pop()?;
+        self.inuse += 1;
+        self.set_header(mm, shape, idx, handle);
+        Some(idx)
+    }
+
+    /// Frees object `idx` (its header is cleared).
+    pub(crate) fn free_obj(&mut self, mm: &PageAllocator, shape: ClassShape, idx: u16) {
+        self.set_header(mm, shape, idx, 0);
+        self.free.push(idx);
+        self.inuse -= 1;
+    }
+
+    /// The handle in object `idx`'s header (0: free).
+    pub(crate) fn header(&self, mm: &PageAllocator, shape: ClassShape, idx: u16) -> u64 {
+        if shape.is_huge() {
+            return self.huge_handle;
+        }
+        let mut word = [0; ZS_HANDLE_SIZE];
+        read_at(mm, &self.pages, usize::from(idx) * shape.size, &mut word);
+        u64::from_ne_bytes(word)
+    }
+
+    fn set_header(&mut self, mm: &PageAllocator, shape: ClassShape, idx: u16, handle: u64) {
+        if shape.is_huge() {
+            self.huge_handle = handle;
+        } else {
+            write_at(mm, &mut self.pages, usize::from(idx) * shape.size, &handle.to_ne_bytes());
+        }
+    }
+
+    /// Byte offset of object `idx`'s payload in the chain.
+    pub(crate) fn payload_offset(shape: ClassShape, idx: u16) -> usize {
+        let header = if shape.is_huge() { 0 } else { ZS_HANDLE_SIZE };
+        usize::from(idx) * shape.size + header
+    }
+
+    /// Copies `dst.len()` bytes from chain offset `offset`.
+    pub(crate) fn read(&self, mm: &PageAllocator, offset: usize, dst: &mut [u8]) {
+        read_at(mm, &self.pages, offset, dst);
+    }
+
+    /// Copies `src` to chain offset `offset`.
+    pub(crate) fn write(&mut self, mm: &PageAllocator, offset: usize, src: &[u8]) {
+        write_at(mm, &mut self.pages, offset, src);
+    }
+
+    /// The `len` bytes at `offset` when they lie in one page: no copy needed.
+    pub(crate) fn contiguous<'a>(&'a self, mm: &'a PageAllocator, offset: usize, len: usize) -> Option<&'a [u8]> {
+        let page_size = mm.geometry().page_size() as usize;
+        let (page, start) = (offset / page_size, offset % page_size);
+        if start + len > page_size {
+            return None;
+        }
+        mm.block_bytes(self.pages.get(page)?).map(|bytes| &bytes[start..start + len])
+    }
+}
+
+/// Copies from the chain, page by page (an object may straddle two).
+fn read_at(mm: &PageAllocator, pages: &[PageBlock], offset: usize, dst: &mut [u8]) {
+    let page_size = mm.geometry().page_size() as usize;
+    let mut done = 0;
+    while done < dst.len() {
+        let at = offset + done;
+        let (page, start) = (at / page_size, at % page_size);
+        let n = (page_size - start).min(dst.len() - done);
+        if let Some(bytes) = pages.get(page).and_then(|block| mm.block_bytes(block)) {
+            dst[done..done + n].copy_from_slice(&bytes[start..start + n]);
+        }
+        done += n;
+    }
+}
+
+/// Copies into the chain, page by page.
+fn write_at(mm: &PageAllocator, pages: &mut [PageBlock], offset: usize, src: &[u8]) {
+    let page_size = mm.geometry().page_size() as usize;
+    let mut done = 0;
+    while done < src.len() {
+        let at = offset + done;
+        let (page, start) = (at / page_size, at % page_size);
+        let n = (page_size - start).min(src.len() - done);
+        if let Some(bytes) = pages.get_mut(page).and_then(|block| mm.block_bytes_mut(block)) {
+            bytes[start..start + n].copy_from_slice(&src[done..done + n]);
+        }
+        done += n;
+    }
+}

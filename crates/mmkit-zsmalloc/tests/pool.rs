@@ -1,0 +1,202 @@
+//! zsmalloc's behaviour case by case: objects of every kind of size, the
+//! bad inputs (each a typed error that changes nothing), compaction keeping
+//! contents and handles, deferred free, teardown returning every page.
+
+use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator};
+use mmkit_zsmalloc::{Handle, ZsError, ZsPool};
+use std::sync::Arc;
+
+fn gfp() -> Gfp {
+    Gfp::NOIO | Gfp::HIGHMEM | Gfp::MOVABLE
+}
+
+fn real_map(bytes: u64) -> Arc<PageAllocator> {
+    Arc::new(MemoryMapBuilder::with_memory(bytes).backing(Backing::RealMemory(HugePages::None)).build().unwrap())
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) >> 3) as u8).collect()
+}
+
+fn read(pool: &ZsPool, h: Handle) -> Vec<u8> {
+    let mut out = vec![0; 4096];
+    let n = pool.zs_obj_read(h, &mut out).unwrap();
+    out.truncate(n);
+    out
+}
+
+#[test]
+fn objects_of_every_size_keep_their_bytes_even_across_pages() {
+    let mm = real_map(64 << 20);
+    let pool = ZsPool::zs_create_pool("t", mm.clone()).unwrap();
+    let sizes: Vec<usize> = (1..=4096).step_by(37).chain([32, 33, 3000, 3624, 3625, 4095, 4096]).collect();
+    let handles: Vec<(Handle, Vec<u8>)> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &size)| {
+            let h = pool.zs_malloc(size, gfp(), 0).unwrap();
+            let data = pattern(i as u64, size);
+            pool.zs_obj_write(h, &data).unwrap();
+            (h, data)
+        })
+        .collect();
+    pool.check_invariants().unwrap();
+    for (h, data) in &handles {
+        assert_eq!(&read(&pool, *h), data);
+        // The closure form sees the same bytes, in place or through the copy.
+        let mut local = vec![0; 4096];
+        assert!(pool.zs_obj_read_with(*h, &mut local, |bytes| bytes == &data[..]).unwrap());
+    }
+    for (h, _) in handles {
+        pool.zs_free(h).unwrap();
+    }
+    assert_eq!(pool.zs_get_total_pages(), 0, "every zspage emptied and went back");
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn bad_input_is_a_typed_error_and_changes_nothing() {
+    let mm = real_map(16 << 20);
+    let pool = ZsPool::zs_create_pool("t", mm.clone()).unwrap();
+    assert_eq!(pool.zs_malloc(0, gfp(), 0), Err(ZsError::BadSize { size: 0, max: 4096 }));
+    assert_eq!(pool.zs_malloc(4097, gfp(), 0), Err(ZsError::BadSize { size: 4097, max: 4096 }));
+    let h = pool.zs_malloc(100, gfp(), 0).unwrap();
+    pool.zs_obj_write(h, &[1; 100]).unwrap();
+    let pages = pool.zs_get_total_pages();
+    assert_eq!(pool.zs_obj_write(h, &[2; 101]), Err(ZsError::TooLong { len: 101, size: 100 }));
+    assert_eq!(pool.zs_obj_read(h, &mut [0; 99]), Err(ZsError::BufferTooSmall { need: 100, got: 99 }));
+    // Forged handles: other slots, other classes, other generations.
+    for raw in [1u64, h.to_raw() ^ 1, h.to_raw() ^ (1 << 32), h.to_raw() ^ (1 << 40), u64::MAX, 0xff << 32] {
+        let forged = Handle::from_raw(raw).unwrap();
+        if forged == h {
+            continue;
+        }
+        assert_eq!(pool.zs_free(forged), Err(ZsError::InvalidHandle(forged)), "{raw:#x}");
+        assert_eq!(pool.zs_obj_read(forged, &mut [0; 4096]), Err(ZsError::InvalidHandle(forged)));
+        assert_eq!(pool.zs_obj_write(forged, &[0]), Err(ZsError::InvalidHandle(forged)));
+    }
+    assert_eq!(read(&pool, h), vec![1; 100], "the object is untouched");
+    assert_eq!(pool.zs_get_total_pages(), pages);
+    pool.zs_free(h).unwrap();
+    // A freed handle stays invalid even after its slot is reused.
+    assert_eq!(pool.zs_free(h), Err(ZsError::InvalidHandle(h)));
+    let again = pool.zs_malloc(100, gfp(), 0).unwrap();
+    assert_ne!(again, h);
+    assert_eq!(pool.zs_obj_read(h, &mut [0; 4096]), Err(ZsError::InvalidHandle(h)));
+    pool.zs_free(again).unwrap();
+    pool.check_invariants().unwrap();
+    assert!(matches!(ZsPool::with_chain_size("t", mm.clone(), 3), Err(ZsError::BadChainSize(3))));
+    let meta = Arc::new(MemoryMapBuilder::with_memory(16 << 20).build().unwrap());
+    assert!(matches!(ZsPool::zs_create_pool("t", meta), Err(ZsError::NoRealMemory)));
+}
+
+#[test]
+fn dropping_the_pool_returns_every_page() {
+    let mm = real_map(32 << 20);
+    mm.drain_all_pages();
+    let start = mm.nr_free_pages();
+    {
+        let pool = ZsPool::zs_create_pool("t", mm.clone()).unwrap();
+        for i in 0..3000usize {
+            let h = pool.zs_malloc(50 + i % 4000, gfp(), 0).unwrap();
+            if i % 3 == 0 {
+                pool.zs_free_deferred(h).unwrap();
+            }
+        }
+        assert!(pool.zs_get_total_pages() > 0);
+    }
+    mm.drain_all_pages();
+    assert_eq!(mm.nr_free_pages(), start);
+    mm.check_invariants().unwrap();
+}
+
+#[test]
+fn compaction_frees_pages_and_keeps_every_object_reachable() {
+    let mm = real_map(64 << 20);
+    let pool = ZsPool::zs_create_pool("t", mm.clone()).unwrap();
+    let mut live = Vec::new();
+    for i in 0..6000u64 {
+        let size = [200, 700, 1500, 2500][i as usize % 4];
+        let h = pool.zs_malloc(size, gfp(), 0).unwrap();
+        let data = pattern(i, size);
+        pool.zs_obj_write(h, &data).unwrap();
+        live.push((h, data));
+    }
+    // Free two objects in three, across all four sizes: every zspage is
+    // left sparse.
+    let mut kept = Vec::new();
+    for (i, entry) in live.into_iter().enumerate() {
+        if i % 3 == 0 {
+            kept.push(entry);
+        } else {
+            pool.zs_free(entry.0).unwrap();
+        }
+    }
+    let before = pool.zs_get_total_pages();
+    let freed = pool.zs_compact();
+    assert!(freed > 0);
+    assert_eq!(pool.zs_get_total_pages(), before - freed);
+    assert_eq!(pool.zs_pool_stats().pages_compacted, freed);
+    let stored: u64 = kept.iter().map(|(_, d)| d.len() as u64 + 8).sum();
+    assert!(pool.zs_get_total_pages() * 4096 < stored * 6 / 5, "compacted to within 20 % of the bytes stored");
+    pool.check_invariants().unwrap();
+    for (h, data) in &kept {
+        assert_eq!(&read(&pool, *h), data, "handle {h} after compaction");
+    }
+    assert_eq!(pool.zs_compact(), 0, "nothing left to gain");
+    for (h, _) in kept {
+        pool.zs_free(h).unwrap();
+    }
+    assert_eq!(pool.zs_get_total_pages(), 0);
+}
+
+#[test]
+fn deferred_frees_happen_by_the_flush_and_bad_ones_are_counted() {
+    let mm = real_map(32 << 20);
+    let pool = ZsPool::zs_create_pool("t", mm.clone()).unwrap();
+    let handles: Vec<Handle> = (0..100).map(|_| pool.zs_malloc(300, gfp(), 0).unwrap()).collect();
+    for &h in &handles {
+        pool.zs_free_deferred(h).unwrap();
+    }
+    pool.zs_free_deferred(handles[0]).unwrap(); // a double free, queued
+    pool.zs_free_deferred_flush();
+    let stats = pool.deferred_stats();
+    assert_eq!(stats.queued + stats.fallback, 101);
+    assert_eq!(stats.drained + stats.fallback, 100);
+    assert_eq!(stats.invalid, 1);
+    assert_eq!(pool.zs_get_total_pages(), 0);
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn the_classes_table_has_linux_columns_and_counts() {
+    let mm = real_map(16 << 20);
+    let pool = ZsPool::zs_create_pool("t", mm).unwrap();
+    let h = pool.zs_malloc(500, gfp(), 0).unwrap();
+    let table = pool.classes_table();
+    let header = table.lines().next().unwrap();
+    for column in [
+        "class",
+        "size",
+        "10%",
+        "99%",
+        "100%",
+        "obj_allocated",
+        "obj_used",
+        "pages_used",
+        "pages_per_zspage",
+        "freeable",
+    ] {
+        assert!(header.split_whitespace().any(|c| c == column), "{column} missing from {header}");
+    }
+    assert_eq!(table.lines().filter(|l| l.trim_start().starts_with(char::is_numeric)).count(), 119);
+    let class = pool.zs_lookup_class_index(500);
+    let row = table.lines().find(|l| l.split_whitespace().next() == Some(&class.to_string())).unwrap();
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    // One object of the 8 a 512-byte zspage holds is 12 %: Linux's group
+    // for 10..19 %, the "20%" column.
+    assert_eq!(cols[3], "1", "one zspage in the 20% group: {row}");
+    assert_eq!(cols[14], "1", "one object used: {row}");
+    assert_eq!(pool.zs_huge_class_size(), 3625);
+    pool.zs_free(h).unwrap();
+}
