@@ -16,6 +16,7 @@ mod contig;
 pub mod harness;
 mod pcp;
 mod quicklist;
+mod zsmalloc;
 
 use clap::builder::{PossibleValue, PossibleValuesParser};
 use clap::Args;
@@ -41,7 +42,7 @@ pub struct Suite {
 }
 
 /// Every suite, in the order `mmkit bench` runs them.
-pub const SUITES: &[Suite] = &[buddy::SUITE, pcp::SUITE, bulk::SUITE, contig::SUITE, quicklist::SUITE];
+pub const SUITES: &[Suite] = &[buddy::SUITE, pcp::SUITE, bulk::SUITE, contig::SUITE, quicklist::SUITE, zsmalloc::SUITE];
 
 /// Names of every suite, for argument validation and help.
 pub fn suite_names() -> Vec<&'static str> {

@@ -4,10 +4,13 @@
 //! handle and returns; a worker frees the queued handles later, in batches
 //! sorted by class so that one class lock covers a run of frees.
 //!
-//! Owns the queue, its worker and their counters. The queue is one per pool
-//! and holds 128 MiB worth of pages' handles, as in the series; the caller
-//! only *tries* its lock, and frees synchronously when it is contended or
-//! the queue is full, so `zs_free_deferred` never waits. The worker is
+//! Owns the queue, its worker and their counters. The queue has one shard
+//! per CPU of the page allocator (the series' third version's per-CPU
+//! buffers: with one shared queue, two freeing threads mostly found it
+//! locked), each holding 128 MiB worth of pages' handles, the size of the
+//! second version's one queue. The caller only *tries* its CPU's
+//! shard, and frees synchronously when it is contended or full, so
+//! `zs_free_deferred` never waits. The worker is
 //! woken when the queue is half full; `zs_free_deferred_flush` and the
 //! pool's teardown drain it synchronously. A handle that turns out invalid
 //! when drained is counted (`DeferredStats::invalid`): its caller has
@@ -53,53 +56,77 @@ pub(crate) enum Pushed {
     Fallback(Handle),
 }
 
-/// The queue itself, without the pool: what the loom model checks.
-pub(crate) struct DeferredQueue {
+/// One CPU's part of the queue and its counters, on its own cache lines,
+/// so that pushes from different CPUs share no line.
+#[repr(align(128))]
+struct Shard {
     handles: Mutex<Vec<Handle>>,
-    capacity: usize,
     queued: AtomicU64,
     fallback: AtomicU64,
+}
+
+/// The queue itself, without the pool: what the loom model checks.
+pub(crate) struct DeferredQueue {
+    shards: Box<[Shard]>,
+    /// Held for a whole drain, so that a flush waits for the worker's
+    /// drain in progress (Linux's `flush_work`): after a flush every handle
+    /// queued before it is freed.
+    draining: std::sync::Mutex<()>,
+    /// Handles one shard holds.
+    capacity: usize,
     drained: AtomicU64,
     invalid: AtomicU64,
 }
 
 impl DeferredQueue {
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// A queue of `shards` shards of `capacity` handles each.
+    pub(crate) fn new(capacity: usize, shards: usize) -> Self {
+        let shard =
+            || Shard { handles: Mutex::new(Vec::new()), queued: AtomicU64::new(0), fallback: AtomicU64::new(0) };
         Self {
-            handles: Mutex::new(Vec::new()),
+            shards: (0..shards.max(1)).map(|_| shard()).collect(),
+            draining: std::sync::Mutex::new(()),
             capacity: capacity.max(2),
-            queued: AtomicU64::new(0),
-            fallback: AtomicU64::new(0),
             drained: AtomicU64::new(0),
             invalid: AtomicU64::new(0),
         }
     }
 
-    /// Queues `handle` if the lock is free and there is room; never waits.
-    pub(crate) fn try_push(&self, handle: Handle) -> Pushed {
-        let Ok(mut queue) = self.handles.try_lock() else {
-            self.fallback.fetch_add(1, Relaxed);
+    /// Queues `handle` on shard `cpu` if its lock is free and there is
+    /// room; never waits.
+    pub(crate) fn try_push(&self, cpu: usize, handle: Handle) -> Pushed {
+        let shard = &self.shards[cpu % self.shards.len()];
+        let Ok(mut queue) = shard.handles.try_lock() else {
+            shard.fallback.fetch_add(1, Relaxed);
             return Pushed::Fallback(handle);
         };
         if queue.len() >= self.capacity {
             drop(queue);
-            self.fallback.fetch_add(1, Relaxed);
+            shard.fallback.fetch_add(1, Relaxed);
             return Pushed::Fallback(handle);
+        }
+        if queue.capacity() == 0 {
+            queue.reserve_exact(self.capacity);
         }
         queue.push(handle);
         let kick = queue.len() == self.capacity / 2;
         drop(queue);
-        self.queued.fetch_add(1, Relaxed);
+        shard.queued.fetch_add(1, Relaxed);
         Pushed::Queued { kick }
     }
 
-    /// Everything queued so far, emptying the queue (waits for its lock).
+    /// Everything queued so far, emptying every shard (waits for their
+    /// locks).
     pub(crate) fn take_all(&self) -> Vec<Handle> {
-        let mut queue = match self.handles.lock() {
-            Ok(queue) => queue,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        std::mem::take(&mut *queue)
+        let mut all = Vec::new();
+        for shard in self.shards.iter() {
+            let mut queue = match shard.handles.lock() {
+                Ok(queue) => queue,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            all.append(&mut queue);
+        }
+        all
     }
 
     pub(crate) fn note_drained(&self, freed: u64, invalid: u64) {
@@ -109,8 +136,8 @@ impl DeferredQueue {
 
     pub(crate) fn stats(&self) -> DeferredStats {
         DeferredStats {
-            queued: self.queued.load(Relaxed),
-            fallback: self.fallback.load(Relaxed),
+            queued: self.shards.iter().map(|s| s.queued.load(Relaxed)).sum(),
+            fallback: self.shards.iter().map(|s| s.fallback.load(Relaxed)).sum(),
             drained: self.drained.load(Relaxed),
             invalid: self.invalid.load(Relaxed),
         }
@@ -119,7 +146,7 @@ impl DeferredQueue {
 
 impl Inner {
     pub(crate) fn free_deferred(&self, handle: Handle, worker: Option<&Worker>) -> Result<(), ZsError> {
-        match self.deferred.try_push(handle) {
+        match self.deferred.try_push(self.mm.current_cpu(), handle) {
             Pushed::Queued { kick } => {
                 if kick {
                     if let Some(worker) = worker {
@@ -134,6 +161,7 @@ impl Inner {
 
     /// Frees everything queued, a class lock per run of same-class handles.
     pub(crate) fn deferred_flush(&self) {
+        let _draining = self.deferred.draining.lock().unwrap_or_else(|p| p.into_inner());
         let mut batch = self.deferred.take_all();
         if batch.is_empty() {
             return;
@@ -260,14 +288,16 @@ mod loom_model {
     #[test]
     fn every_handle_is_freed_exactly_once() {
         loom::model(|| {
-            let queue = Arc::new(DeferredQueue::new(2));
+            let queue = Arc::new(DeferredQueue::new(4, 2));
             let pushers: Vec<_> = (0..2u32)
                 .map(|t| {
                     let queue = queue.clone();
                     loom::thread::spawn(move || {
                         let mut sync_freed = Vec::new();
                         for i in 0..2u32 {
-                            if let Pushed::Fallback(h) = queue.try_push(Handle::new(t * 2 + i, 0, 1)) {
+                            // Both threads on shard 0 half the time: contention and a full shard.
+                            if let Pushed::Fallback(h) = queue.try_push((t * i) as usize, Handle::new(t * 2 + i, 0, 1))
+                            {
                                 sync_freed.push(h);
                             }
                         }

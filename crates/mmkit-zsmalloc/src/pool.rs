@@ -39,6 +39,9 @@ pub(crate) struct Inner {
     /// Compaction is single-flight (Linux's `compaction_in_progress`).
     pub(crate) compacting: AtomicBool,
     pub(crate) deferred: DeferredQueue,
+    /// Linux's `pool->lock` before 2026, for the `legacy-free` variant only.
+    #[cfg(feature = "legacy-free")]
+    pub(crate) legacy_pool_lock: std::sync::RwLock<()>,
 }
 
 impl Inner {
@@ -51,7 +54,7 @@ impl Inner {
         }
         let table = ClassTable::new(mm.geometry().page_size() as usize, chain_size);
         let classes = (0..table.nr_classes()).map(|i| Mutex::new(ClassState::new(i, table.shape(i)))).collect();
-        let deferred = DeferredQueue::new(crate::deferred::queue_capacity(table.page_size()));
+        let deferred = DeferredQueue::new(crate::deferred::queue_capacity(table.page_size()), mm.nr_cpus());
         Ok(Self {
             name: name.to_string(),
             mm,
@@ -61,6 +64,8 @@ impl Inner {
             pages_compacted: AtomicU64::new(0),
             compacting: AtomicBool::new(false),
             deferred,
+            #[cfg(feature = "legacy-free")]
+            legacy_pool_lock: std::sync::RwLock::new(()),
         })
     }
 
@@ -72,7 +77,7 @@ impl Inner {
     }
 
     /// The class of `handle`, if the handle could name one.
-    fn class_of(&self, handle: Handle) -> Result<usize, ZsError> {
+    pub(crate) fn class_of(&self, handle: Handle) -> Result<usize, ZsError> {
         let class = handle.class();
         if class < self.table.nr_classes() && self.table.serving(class) == class {
             Ok(class)
@@ -274,6 +279,25 @@ impl ZsPool {
     /// nothing changes.
     pub fn zs_free(&self, handle: Handle) -> Result<(), ZsError> {
         self.inner.free(handle)
+    }
+
+    /// `zs_free` as Linux had it before its 2026 series: the pool lock
+    /// (read side, shared by every free) held throughout, and an emptied
+    /// zspage's pages returned to the page allocator while the class lock
+    /// is still held. Only with the `legacy-free` feature, to measure the
+    /// series against (`mmkit bench zsmalloc`'s `release` cases).
+    ///
+    /// # Errors
+    /// As [`zs_free`](Self::zs_free).
+    #[cfg(feature = "legacy-free")]
+    pub fn zs_free_pool_locked(&self, handle: Handle) -> Result<(), ZsError> {
+        let _pool = self.inner.legacy_pool_lock.read().unwrap_or_else(|p| p.into_inner());
+        let class = self.inner.class_of(handle)?;
+        let mut state = self.inner.lock(class);
+        if let Some(pages) = state.free(&self.inner.mm, handle)? {
+            self.inner.free_pages(pages);
+        }
+        Ok(())
     }
 
     /// Copies `handle`'s object into `out` and returns its length.
