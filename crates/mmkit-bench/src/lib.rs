@@ -47,3 +47,10 @@ impl BenchError {
         BenchError(format!("{what}: {err}"))
     }
 }
+
+/// The README's examples (the allocator's, the quicklists' and zsmalloc's),
+/// compiled and run as doctests here, where every crate is in reach, so
+/// they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExamples;

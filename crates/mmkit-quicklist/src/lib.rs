@@ -22,8 +22,3 @@ pub use quicklist::{
     QUICKLIST_OWNER,
 };
 
-/// The README's examples (the allocator's and this crate's), compiled and
-/// run as doctests here, where both crates are in reach, so they stay true.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeExamples;
