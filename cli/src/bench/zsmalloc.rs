@@ -10,8 +10,9 @@
 //! - `release/Nthreads`: the experiment of Linux's 2026 series "reduce
 //!   zs_free() latency on swap release path": 256 MiB worth of pages'
 //!   objects freed from 1, 2 and 4 threads with the pre-series pool-locked
-//!   free, the lock-light `zs_free` and `zs_free_deferred`; the time until
-//!   the callers return, and (`drained_ns`) until everything is freed.
+//!   free, the lock-light `zs_free` and `zs_free_deferred` (per-CPU shards,
+//!   and one per-pool queue); the time until the callers return, and
+//!   (`drained_ns`) until everything is freed.
 //!
 //! Owns the workloads; timing and output are the harness's.
 
@@ -21,7 +22,7 @@ use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator};
 use mmkit_bench::heap::{BlockLayout, HeapBlock, MiMalloc};
 use mmkit_bench::subjects::names;
 use mmkit_testkit::XorShift64;
-use mmkit_zsmalloc::{Handle, ZsPool};
+use mmkit_zsmalloc::{DeferredLayout, Handle, ZsConfig, ZsPool};
 use std::alloc::System;
 use std::hint::black_box;
 use std::sync::Arc;
@@ -249,11 +250,15 @@ fn release_case(
 ) -> Result<Vec<CaseResult>, BenchError> {
     let mm = real_map(settings.pick(2 << 30, 128 << 20))?;
     let mut results = Vec::new();
-    for variant in ["pool_locked", "lock_light", "deferred"] {
+    for variant in ["pool_locked", "lock_light", "deferred", "deferred_per_pool"] {
         let mut callers = Vec::new();
         let mut drained = Vec::new();
         for _ in 0..settings.runs.max(1) {
-            let zs = pool(&mm)?;
+            let config = ZsConfig {
+                deferred: if variant == "deferred_per_pool" { DeferredLayout::PerPool } else { DeferredLayout::PerCpu },
+                ..ZsConfig::default()
+            };
+            let zs = ZsPool::with_config("bench", mm.clone(), config).map_err(zs_err("zs_create_pool"))?;
             let mut handles = Vec::with_capacity(objects);
             for i in 0..objects {
                 handles.push(zs.zs_malloc(sizes[i % sizes.len()], GFP, 0).map_err(zs_err("zs_malloc"))?);

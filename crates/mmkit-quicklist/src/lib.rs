@@ -21,4 +21,3 @@ pub use quicklist::{
     PageFn, QuicklistCpu, QuicklistError, QuicklistStats, Quicklists, DEFAULT_NR_QUICK, FRACTION_OF_NODE_MEM,
     QUICKLIST_OWNER,
 };
-

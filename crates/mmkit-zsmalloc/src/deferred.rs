@@ -34,6 +34,22 @@ pub(crate) fn queue_capacity(page_size: usize) -> usize {
     (128 << 20) / page_size
 }
 
+/// How the deferred-free queue is laid out; both designs of Linux's
+/// series, to measure one against the other.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeferredLayout {
+    /// One shard per CPU of the page allocator, each holding 128 MiB worth
+    /// of pages' handles (the series' third version). The default: with
+    /// two or more threads freeing, the one shared queue of `PerPool` was
+    /// mostly found locked, and its callers freed synchronously
+    /// (`BENCHMARKS.md`, zsmalloc release).
+    #[default]
+    PerCpu,
+    /// One queue per pool holding 128 MiB worth of pages' handles (the
+    /// series' second version).
+    PerPool,
+}
+
 /// Counters of the deferred free.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeferredStats {
@@ -117,16 +133,29 @@ impl DeferredQueue {
 
     /// Everything queued so far, emptying every shard (waits for their
     /// locks).
+    #[cfg(loom)]
     pub(crate) fn take_all(&self) -> Vec<Handle> {
-        let mut all = Vec::new();
+        self.take_up_to(usize::MAX)
+    }
+
+    /// The oldest `per_shard` handles of each shard, or all of them if it
+    /// holds fewer (waits for the shards' locks).
+    pub(crate) fn take_up_to(&self, per_shard: usize) -> Vec<Handle> {
+        let mut taken = Vec::new();
         for shard in self.shards.iter() {
             let mut queue = match shard.handles.lock() {
                 Ok(queue) => queue,
                 Err(poisoned) => poisoned.into_inner(),
             };
-            all.append(&mut queue);
+            let n = queue.len().min(per_shard);
+            taken.extend(queue.drain(..n));
         }
-        all
+        taken
+    }
+
+    /// Handles one shard holds.
+    pub(crate) fn shard_capacity(&self) -> usize {
+        self.capacity
     }
 
     pub(crate) fn note_drained(&self, freed: u64, invalid: u64) {
@@ -161,8 +190,15 @@ impl Inner {
 
     /// Frees everything queued, a class lock per run of same-class handles.
     pub(crate) fn deferred_flush(&self) {
+        self.deferred_drain(usize::MAX);
+    }
+
+    /// Frees at most `per_shard` queued handles of each shard (the worker's
+    /// cap on one run's work, as in the series' zsmalloc-only variant, so
+    /// that one wake-up does not monopolise a CPU).
+    pub(crate) fn deferred_drain(&self, per_shard: usize) {
         let _draining = self.deferred.draining.lock().unwrap_or_else(|p| p.into_inner());
-        let mut batch = self.deferred.take_all();
+        let mut batch = self.deferred.take_up_to(per_shard);
         if batch.is_empty() {
             return;
         }
@@ -230,7 +266,7 @@ impl Worker {
                     return;
                 }
                 match pool.upgrade() {
-                    Some(inner) => inner.deferred_flush(),
+                    Some(inner) => inner.deferred_drain(inner.deferred.shard_capacity() / 2),
                     None => return,
                 }
             })

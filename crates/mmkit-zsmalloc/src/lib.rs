@@ -25,9 +25,9 @@ mod size_class;
 mod stats;
 mod zspage;
 
-pub use deferred::DeferredStats;
+pub use deferred::{DeferredLayout, DeferredStats};
 pub use handle::Handle;
-pub use pool::{ZsPool, ZsPoolStats};
+pub use pool::{ZsConfig, ZsPool, ZsPoolStats};
 
 use mmkit::{AllocError, PageOwner};
 

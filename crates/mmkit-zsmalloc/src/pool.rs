@@ -11,7 +11,7 @@
 //! Compaction is `compact`'s, the deferred free `deferred`'s.
 
 use crate::class::{ClassTable, DEFAULT_CHAIN_SIZE, ZS_HANDLE_SIZE};
-use crate::deferred::DeferredQueue;
+use crate::deferred::{DeferredLayout, DeferredQueue};
 use crate::handle::Handle;
 use crate::size_class::ClassState;
 use crate::zspage::Zspage;
@@ -19,6 +19,22 @@ use crate::{ZsError, ZSMALLOC_OWNER};
 use mmkit::{Gfp, PageAllocator, PageBlock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+/// How a pool is built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZsConfig {
+    /// Most pages in one zspage (Linux's `CONFIG_ZSMALLOC_CHAIN_SIZE`,
+    /// 4 ..= 16; default 8).
+    pub chain_size: usize,
+    /// Layout of the deferred-free queue.
+    pub deferred: DeferredLayout,
+}
+
+impl Default for ZsConfig {
+    fn default() -> Self {
+        Self { chain_size: DEFAULT_CHAIN_SIZE, deferred: DeferredLayout::default() }
+    }
+}
 
 /// Counters of a pool (Linux's `struct zs_pool_stats`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,7 +61,8 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
-    pub(crate) fn new(name: &str, mm: Arc<PageAllocator>, chain_size: usize) -> Result<Self, ZsError> {
+    pub(crate) fn new(name: &str, mm: Arc<PageAllocator>, config: ZsConfig) -> Result<Self, ZsError> {
+        let ZsConfig { chain_size, deferred } = config;
         if !mm.has_real_memory() {
             return Err(ZsError::NoRealMemory);
         }
@@ -54,7 +71,11 @@ impl Inner {
         }
         let table = ClassTable::new(mm.geometry().page_size() as usize, chain_size);
         let classes = (0..table.nr_classes()).map(|i| Mutex::new(ClassState::new(i, table.shape(i)))).collect();
-        let deferred = DeferredQueue::new(crate::deferred::queue_capacity(table.page_size()), mm.nr_cpus());
+        let shards = match deferred {
+            DeferredLayout::PerCpu => mm.nr_cpus(),
+            DeferredLayout::PerPool => 1,
+        };
+        let deferred = DeferredQueue::new(crate::deferred::queue_capacity(table.page_size()), shards);
         Ok(Self {
             name: name.to_string(),
             mm,
@@ -236,7 +257,7 @@ impl ZsPool {
     /// # Errors
     /// [`ZsError::NoRealMemory`] for a metadata-only map.
     pub fn zs_create_pool(name: &str, mm: Arc<PageAllocator>) -> Result<Self, ZsError> {
-        Self::with_chain_size(name, mm, DEFAULT_CHAIN_SIZE)
+        Self::with_config(name, mm, ZsConfig::default())
     }
 
     /// As [`zs_create_pool`](Self::zs_create_pool), with zspage chains of
@@ -246,7 +267,15 @@ impl ZsPool {
     /// # Errors
     /// [`ZsError::NoRealMemory`], [`ZsError::BadChainSize`].
     pub fn with_chain_size(name: &str, mm: Arc<PageAllocator>, chain_size: usize) -> Result<Self, ZsError> {
-        let inner = Arc::new(Inner::new(name, mm, chain_size)?);
+        Self::with_config(name, mm, ZsConfig { chain_size, ..ZsConfig::default() })
+    }
+
+    /// A pool built as `config` says.
+    ///
+    /// # Errors
+    /// [`ZsError::NoRealMemory`], [`ZsError::BadChainSize`].
+    pub fn with_config(name: &str, mm: Arc<PageAllocator>, config: ZsConfig) -> Result<Self, ZsError> {
+        let inner = Arc::new(Inner::new(name, mm, config)?);
         let worker = crate::deferred::Worker::start(&inner);
         Ok(Self { inner, worker: Some(worker) })
     }

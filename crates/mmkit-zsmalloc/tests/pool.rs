@@ -200,3 +200,54 @@ fn the_classes_table_has_linux_columns_and_counts() {
     assert_eq!(pool.zs_huge_class_size(), 3625);
     pool.zs_free(h).unwrap();
 }
+
+#[test]
+fn running_out_of_pages_is_a_typed_error_and_the_pool_stays_whole() {
+    let mm = real_map(4 << 20);
+    let pool = ZsPool::zs_create_pool("t", mm.clone()).unwrap();
+    let mut held = Vec::new();
+    let err = loop {
+        match pool.zs_malloc(3000, gfp(), 0) {
+            Ok(h) => {
+                pool.zs_obj_write(h, &pattern(held.len() as u64, 3000)).unwrap();
+                held.push(h);
+            }
+            Err(e) => break e,
+        }
+        assert!(held.len() < 10_000, "a 4 MiB map cannot hold this many");
+    };
+    assert!(matches!(err, ZsError::NoMemory(Some(_))), "{err:?}");
+    let pages = pool.zs_get_total_pages();
+    assert_eq!(pool.zs_malloc(3000, gfp(), 0).unwrap_err(), err, "still out, nothing leaked");
+    assert_eq!(pool.zs_get_total_pages(), pages);
+    pool.check_invariants().unwrap();
+    for (i, h) in held.iter().enumerate() {
+        assert_eq!(read(&pool, *h), pattern(i as u64, 3000));
+    }
+    for h in held {
+        pool.zs_free(h).unwrap();
+    }
+    assert_eq!(pool.zs_get_total_pages(), 0);
+}
+
+#[test]
+fn both_deferred_layouts_free_everything() {
+    use mmkit_zsmalloc::{DeferredLayout, ZsConfig};
+    for deferred in [DeferredLayout::PerCpu, DeferredLayout::PerPool] {
+        let mm = real_map(32 << 20);
+        let pool = ZsPool::with_config("t", mm.clone(), ZsConfig { deferred, ..ZsConfig::default() }).unwrap();
+        let handles: Vec<Handle> = (0..2000).map(|i| pool.zs_malloc(100 + i % 3000, gfp(), 0).unwrap()).collect();
+        std::thread::scope(|s| {
+            for part in handles.chunks(500) {
+                let pool = &pool;
+                s.spawn(move || part.iter().for_each(|&h| pool.zs_free_deferred(h).unwrap()));
+            }
+        });
+        pool.zs_free_deferred_flush();
+        assert_eq!(pool.zs_get_total_pages(), 0, "{deferred:?}");
+        let stats = pool.deferred_stats();
+        assert_eq!(stats.queued + stats.fallback, 2000);
+        assert_eq!(stats.invalid, 0);
+        pool.check_invariants().unwrap();
+    }
+}
