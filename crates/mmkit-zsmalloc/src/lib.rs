@@ -8,7 +8,8 @@
 //! groups, handles that survive compaction, in-object headers, huge
 //! classes, and the 2026 work that made `zs_free` cheap (class index in the
 //! handle, no pool-wide lock, pages freed outside the class lock, and
-//! `zs_free_deferred`).
+//! `zs_free_deferred`), and page migration for the page allocator's
+//! contiguous allocations (`zs_migrate_page`).
 //!
 //! Its pages come from a [`mmkit::PageAllocator`] with real memory through
 //! the public owned-block API (tagged [`ZSMALLOC_OWNER`]), so the crate has
@@ -20,6 +21,7 @@ pub mod class;
 mod compact;
 mod deferred;
 mod handle;
+mod migrate;
 mod pool;
 mod size_class;
 mod stats;
@@ -63,6 +65,8 @@ pub enum ZsError {
         /// The object's size.
         size: usize,
     },
+    /// `zs_migrate_page` of a page no zspage of the pool holds.
+    UnknownPage(mmkit::Pfn),
     /// The caller's buffer cannot hold the object.
     BufferTooSmall {
         /// The object's size.
@@ -81,6 +85,7 @@ impl core::fmt::Display for ZsError {
             Self::NoMemory(Some(e)) => write!(f, "no zspage: {e}"),
             Self::NoMemory(None) => f.write_str("no zspage"),
             Self::InvalidHandle(h) => write!(f, "handle {h} names no live object"),
+            Self::UnknownPage(pfn) => write!(f, "pfn {pfn} is in no zspage of this pool"),
             Self::TooLong { len, size } => write!(f, "{len} bytes do not fit an object of {size}"),
             Self::BufferTooSmall { need, got } => write!(f, "the object has {need} bytes, the buffer {got}"),
         }

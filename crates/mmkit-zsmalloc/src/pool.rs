@@ -121,8 +121,11 @@ impl Inner {
         let pages = self.alloc_pages(shape.pages_per_zspage, gfp, nid)?;
         let zspage = Zspage::new(&self.mm, pages, shape);
         let mut state = self.lock(class);
-        state.insert_zspage(zspage);
-        state.alloc(&self.mm, size).ok_or(ZsError::NoMemory(None))
+        // The object goes into the new zspage even if another one gained
+        // room meanwhile (as Linux's zs_malloc does): an empty zspage left
+        // behind would never be freed.
+        let id = state.insert_zspage(zspage);
+        state.alloc_in(&self.mm, id, size).ok_or(ZsError::NoMemory(None))
     }
 
     /// A zspage's chain, allocated with no lock held (Linux's

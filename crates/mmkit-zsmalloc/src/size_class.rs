@@ -87,6 +87,11 @@ impl ClassState {
     /// Allocates an object of `len` bytes in an existing zspage.
     pub(crate) fn alloc(&mut self, mm: &PageAllocator, len: usize) -> Option<Handle> {
         let id = self.zspage_with_room()?;
+        self.alloc_in(mm, id, len)
+    }
+
+    /// Allocates an object of `len` bytes in zspage `id`, which has room.
+    pub(crate) fn alloc_in(&mut self, mm: &PageAllocator, id: usize, len: usize) -> Option<Handle> {
         let slot = self.take_slot();
         let handle = Handle::new(slot, self.index, self.slots[slot as usize].generation);
         let shape = self.shape;
@@ -99,8 +104,8 @@ impl ClassState {
         Some(handle)
     }
 
-    /// Adds a new, empty zspage to the class.
-    pub(crate) fn insert_zspage(&mut self, zspage: Zspage) {
+    /// Adds a new, empty zspage to the class; returns its id.
+    pub(crate) fn insert_zspage(&mut self, zspage: Zspage) -> usize {
         let id = match self.free_ids.pop() {
             Some(id) => id as usize,
             None => {
@@ -111,6 +116,7 @@ impl ClassState {
         self.objs_allocated += self.shape.objs_per_zspage as u64;
         self.zspages[id] = Some(zspage);
         self.link(id, 0);
+        id
     }
 
     /// The live object `handle` names, or why it names none.
@@ -244,6 +250,9 @@ impl ClassState {
                 inuse += u64::from(z.inuse);
                 zspages += 1;
             }
+        }
+        if !self.groups[0].is_empty() {
+            return Err(format!("class {}: {} empty zspages kept instead of freed", self.index, self.groups[0].len()));
         }
         if zspages as usize != self.zspages.iter().flatten().count() {
             return Err(format!("class {}: a zspage is in no group", self.index));

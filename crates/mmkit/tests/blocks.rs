@@ -124,7 +124,7 @@ fn a_metadata_only_map_gives_blocks_without_bytes() {
 }
 
 #[test]
-fn contiguous_allocation_never_migrates_an_owned_block() {
+fn the_default_migrator_refuses_an_owned_block() {
     let mm = MemoryMapBuilder::with_memory(64 << 20)
         .backing(Backing::RealMemory(HugePages::None))
         .migrator(CopyMigrator::new(|_, _, _| {}))

@@ -100,11 +100,11 @@ impl PageAllocator {
 
     fn in_use(&self, head: PageIdx) -> Unit {
         let page = self.desc(head);
-        // An owned block is its owner's to move (zsmalloc migrates its own
-        // zspages), never the embedder's migrator's.
-        let movable = page.tag() == MigrateType::Movable as u8
-            && !page.has(PageFlags::HWPOISON.union(PageFlags::OWNED))
-            && self.migrator.is_some();
+        // An owned movable block is a candidate too: the embedder's migrator
+        // hands it to its owner (zsmalloc moves its own zspage pages, as
+        // Linux's `movable_operations` do); `CopyMigrator` refuses it.
+        let movable =
+            page.tag() == MigrateType::Movable as u8 && !page.has(PageFlags::HWPOISON) && self.migrator.is_some();
         Unit::InUse { head, order: page.order(), movable }
     }
 

@@ -60,7 +60,10 @@ pub trait Migrator: Send + Sync {
 /// old block.
 ///
 /// It refuses blocks with references besides the owner's (refcount above
-/// one), as Linux's migration refuses pinned pages. Copying races with
+/// one), as Linux's migration refuses pinned pages, and blocks a layer
+/// owns ([`PageOwner`](crate::PageOwner)): those only their owner can move
+/// (a migrator of the embedder's hands them to it, as zsmalloc's
+/// `zs_migrate_page`). Copying races with
 /// writers: the embedder must keep the owner from writing the block while it
 /// is being moved (Linux unmaps it first).
 pub struct CopyMigrator<F> {
@@ -88,6 +91,10 @@ where
         let flags = alloc.page_flags(old).map_err(not_movable)?;
         if !flags.contains(PageFlags::ALLOCATED) {
             return Err(MigrateError::NotMovable(old));
+        }
+        if flags.contains(PageFlags::OWNED) {
+            // Only the owning layer knows what points into the block.
+            return Err(MigrateError::Refused(old));
         }
         let refcount = alloc.page_count(old).map_err(not_movable)?;
         if refcount > 1 {

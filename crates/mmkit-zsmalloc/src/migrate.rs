@@ -1,0 +1,80 @@
+//! Page migration: moving one page of a live zspage elsewhere when the page
+//! allocator asks (Linux's zsmalloc `movable_operations`, `zs_page_migrate`),
+//! so that `alloc_contig_range` can collect a range that holds zsmalloc
+//! pages.
+//!
+//! Owns the swap of one page of a chain for a copy of it. The page
+//! allocator's default migrator refuses pages a layer owns; an embedder's
+//! [`Migrator`](mmkit::Migrator) hands a page whose owner is
+//! [`ZSMALLOC_OWNER`] to [`ZsPool::zs_migrate_page`]. Handles name zspages
+//! and object indices, not pages, so no handle changes. The target is
+//! allocated and the old page freed with no class lock held.
+
+use crate::pool::Inner;
+use crate::{ZsError, ZSMALLOC_OWNER};
+use mmkit::{Gfp, Pfn};
+
+impl Inner {
+    /// Class, zspage and chain position of page `pfn`, if a zspage of the
+    /// pool holds it. A scan: migration is rare, and a reverse map would
+    /// cost every zspage allocation a pool-wide lock.
+    fn find_page(&self, pfn: Pfn) -> Option<(usize, usize, usize)> {
+        for class in self.serving_classes() {
+            let state = self.lock(class);
+            for (id, zspage) in state.zspages.iter().enumerate() {
+                if let Some(at) = zspage.as_ref().and_then(|z| z.pages.iter().position(|b| b.pfn() == pfn)) {
+                    return Some((class, id, at));
+                }
+            }
+        }
+        None
+    }
+
+    pub(crate) fn migrate_page(&self, pfn: Pfn, gfp: Gfp, nid: usize) -> Result<Pfn, ZsError> {
+        let (class, id, at) = self.find_page(pfn).ok_or(ZsError::UnknownPage(pfn))?;
+        let mut target =
+            self.mm.alloc_block_node(nid, ZSMALLOC_OWNER, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
+        let new = target.pfn();
+        let old = {
+            let mut state = self.lock(class);
+            match state.zspages.get_mut(id).and_then(Option::as_mut) {
+                // Still there (not freed or moved since the scan): copy it
+                // under the class lock, so no object changes meanwhile.
+                Some(zspage) if zspage.pages.get(at).is_some_and(|b| b.pfn() == pfn) => {
+                    if let (Some(src), Some(dst)) =
+                        (self.mm.block_bytes(&zspage.pages[at]), self.mm.block_bytes_mut(&mut target))
+                    {
+                        dst.copy_from_slice(src);
+                    }
+                    Some(std::mem::replace(&mut zspage.pages[at], target))
+                }
+                _ => {
+                    drop(state);
+                    let _ = self.mm.free_block(target);
+                    None
+                }
+            }
+        };
+        let old = old.ok_or(ZsError::UnknownPage(pfn))?;
+        // The old page was this pool's: a failure can only be a bad-page
+        // report (embedder flags set on it), which leaks it as Linux does.
+        let _ = self.mm.free_block(old);
+        Ok(new)
+    }
+}
+
+impl crate::ZsPool {
+    /// Moves page `pfn` of one of the pool's zspages to a new page
+    /// allocated with `gfp` on node `nid`, and frees the old one; returns
+    /// the new page. For an embedder's [`Migrator`](mmkit::Migrator) asked
+    /// to move a page whose [`page_owner`](mmkit::PageAllocator::page_owner)
+    /// is [`ZSMALLOC_OWNER`].
+    ///
+    /// # Errors
+    /// [`ZsError::UnknownPage`] when no zspage of this pool holds `pfn`
+    /// (or it was freed meanwhile); [`ZsError::NoMemory`] without a target.
+    /// Nothing changes.
+    pub fn zs_migrate_page(&self, pfn: Pfn, gfp: Gfp, nid: usize) -> Result<Pfn, ZsError> {
+        self.inner.migrate_page(pfn, gfp, nid)
+    }
+}
