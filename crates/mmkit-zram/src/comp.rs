@@ -1,0 +1,98 @@
+//! Compression backends: lz4 (`lz4_flex`, pure Rust) and zstd (the zstd
+//! library, level settable), as zram's own backends since Linux 6.12.
+//!
+//! Owns the choice of algorithm and one scratch buffer per thread (zram's
+//! per-CPU compression streams). Knows nothing of slots or the pool.
+
+use std::cell::RefCell;
+
+/// A compression algorithm of the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    /// LZ4 (the default of most distributions' zram).
+    Lz4,
+    /// Zstandard at `level` (1 ..= 22; zram's default is 3).
+    Zstd {
+        /// Compression level.
+        level: i32,
+    },
+}
+
+impl Algorithm {
+    /// The name zram's `comp_algorithm` attribute shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Lz4 => "lz4",
+            Self::Zstd { .. } => "zstd",
+        }
+    }
+
+    /// `lz4`, `zstd` or `zstd:LEVEL`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.split_once(':') {
+            None if text == "lz4" => Some(Self::Lz4),
+            None if text == "zstd" => Some(Self::Zstd { level: 3 }),
+            Some(("zstd", level)) => {
+                level.parse().ok().filter(|l| (1..=22).contains(l)).map(|level| Self::Zstd { level })
+            }
+            _ => None,
+        }
+    }
+
+    /// Compresses `page` and passes the compressed bytes to `f`; `None`
+    /// when it did not fit in a page (store it raw).
+    pub(crate) fn compress<R>(self, page: &[u8], f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        SCRATCH.with(|scratch| {
+            let mut out = scratch.borrow_mut();
+            out.resize(page.len() * 2 + 64, 0);
+            let len = match self {
+                Self::Lz4 => lz4_flex::block::compress_into(page, &mut out).ok()?,
+                Self::Zstd { level } => zstd::bulk::compress_to_buffer(page, &mut out[..], level).ok()?,
+            };
+            (len < page.len()).then(|| f(&out[..len]))
+        })
+    }
+
+    /// Decompresses `data` into `page`, which it must fill exactly.
+    pub(crate) fn decompress(self, data: &[u8], page: &mut [u8]) -> bool {
+        match self {
+            Self::Lz4 => lz4_flex::block::decompress_into(data, page).is_ok_and(|n| n == page.len()),
+            Self::Zstd { .. } => zstd::bulk::decompress_to_buffer(data, page).is_ok_and(|n| n == page.len()),
+        }
+    }
+}
+
+thread_local! {
+    /// This thread's compression buffer (zram's per-CPU stream).
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_round_trip_and_refuse_to_grow() {
+        let page: Vec<u8> = (0..4096).map(|i| (i % 17) as u8).collect();
+        for algo in [Algorithm::Lz4, Algorithm::Zstd { level: 3 }] {
+            let packed = algo.compress(&page, <[u8]>::to_vec).unwrap();
+            assert!(packed.len() < 512);
+            let mut back = vec![0; 4096];
+            assert!(algo.decompress(&packed, &mut back));
+            assert_eq!(back, page);
+            assert!(!algo.decompress(&packed[..packed.len() / 2], &mut back), "a truncated stream is refused");
+        }
+        let mut noise = 0x9e37_79b9_7f4a_7c15u64;
+        let random: Vec<u8> = (0..4096)
+            .map(|_| {
+                noise ^= noise << 13;
+                noise ^= noise >> 7;
+                noise ^= noise << 17;
+                noise as u8
+            })
+            .collect();
+        assert!(Algorithm::Lz4.compress(&random, |_| ()).is_none(), "incompressible data is not grown");
+        assert_eq!(Algorithm::parse("zstd:9"), Some(Algorithm::Zstd { level: 9 }));
+        assert_eq!(Algorithm::parse("lzo"), None);
+    }
+}

@@ -1,0 +1,456 @@
+//! The device: `disksize` bytes of 4 KiB slots over one zsmalloc pool, with
+//! byte-granular reads and writes, discard, write-zeroes and the free
+//! notification of swap-like users (`drivers/block/zram/zram_drv.c`).
+//!
+//! Owns the write path in the kernel's order — same-filled detection,
+//! compression, huge pages stored raw, `mem_limit`, then the new contents
+//! installed under the slot lock and the old ones freed — and the read path.
+//! There is no device-wide lock on the data path: each page's slot lock
+//! orders the operations on that page, and a partial-page write holds it
+//! across its read-modify-write so that writes to other bytes of the page
+//! are never lost. Statistics are `stats`' to print.
+
+use crate::comp::Algorithm;
+use crate::slot::{flags, Slot, SlotGuard};
+use crate::stats::Counters;
+use crate::ZramError;
+use mmkit::{Gfp, PageAllocator};
+use mmkit_zsmalloc::{Handle, ZsConfig, ZsPool};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// zram's page size.
+pub const PAGE_SIZE: usize = 4096;
+
+/// zsmalloc's flags for zram's objects (Linux's `GFP_NOIO | __GFP_NOWARN |
+/// __GFP_HIGHMEM | __GFP_MOVABLE` in the write fast path: no reclaim that
+/// could recurse into block I/O).
+const ZRAM_GFP: Gfp = Gfp::NOIO.union(Gfp::NOWARN).union(Gfp::HIGHMEM).union(Gfp::MOVABLE);
+
+/// Flags a freed slot loses at once: one mask, as the 2026 series merged
+/// the separate clears of `slot_free`.
+const CLEARED_ON_FREE: u32 = flags::SAME
+    | flags::HUGE
+    | flags::IDLE
+    | flags::INCOMPRESSIBLE
+    | flags::PP_SLOT
+    | flags::WB
+    | flags::COMP_PRIORITY_BIT1
+    | flags::COMP_PRIORITY_BIT2;
+
+/// How a device is set up (zram's `disksize`, `comp_algorithm`,
+/// `mem_limit`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZramConfig {
+    /// Device size in bytes, rounded up to whole pages.
+    pub disksize: u64,
+    /// The compression algorithm.
+    pub algorithm: Algorithm,
+    /// Most memory the pool may hold, in bytes; 0 for no limit.
+    pub mem_limit: u64,
+}
+
+impl Default for ZramConfig {
+    fn default() -> Self {
+        Self { disksize: 1 << 30, algorithm: Algorithm::Lz4, mem_limit: 0 }
+    }
+}
+
+/// What a slot will hold after a write.
+enum Content {
+    Same(u64),
+    Stored { handle: Handle, size: usize, huge: bool },
+}
+
+/// A zram device.
+///
+/// ```
+/// use mmkit::{Backing, HugePages, MemoryMapBuilder};
+/// use mmkit_zram::{Zram, ZramConfig};
+/// use std::sync::Arc;
+///
+/// let mm = Arc::new(MemoryMapBuilder::with_memory(64 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap());
+/// let zram = Zram::new(mm, ZramConfig { disksize: 16 << 20, ..ZramConfig::default() }).unwrap();
+/// zram.write(4096 + 10, b"hello").unwrap();          // a partial page: read-modify-write
+/// let mut back = [0u8; 5];
+/// zram.read(4096 + 10, &mut back).unwrap();
+/// assert_eq!(&back, b"hello");
+/// assert!(zram.write(16 << 20, b"x").is_err());       // past the end: a typed error
+/// print!("{}", zram.mm_stat());
+/// ```
+pub struct Zram {
+    pub(crate) pool: ZsPool,
+    pub(crate) slots: Box<[Slot]>,
+    pub(crate) config: ZramConfig,
+    huge_size: usize,
+    started: Instant,
+    pub(crate) counters: Counters,
+}
+
+impl Zram {
+    /// A device of `config.disksize` bytes over a new zsmalloc pool on `mm`.
+    ///
+    /// # Errors
+    /// [`ZramError::Pool`] when the pool cannot be made (no real memory).
+    pub fn new(mm: Arc<PageAllocator>, config: ZramConfig) -> Result<Self, ZramError> {
+        let pool = ZsPool::with_config("zram", mm, ZsConfig::default()).map_err(ZramError::Pool)?;
+        let nr = config.disksize.div_ceil(PAGE_SIZE as u64) as usize;
+        let huge_size = pool.zs_huge_class_size();
+        Ok(Self {
+            pool,
+            slots: (0..nr).map(|_| Slot::default()).collect(),
+            config: ZramConfig { disksize: nr as u64 * PAGE_SIZE as u64, ..config },
+            huge_size,
+            started: Instant::now(),
+            counters: Counters::default(),
+        })
+    }
+
+    /// The device size in bytes.
+    pub fn disksize(&self) -> u64 {
+        self.config.disksize
+    }
+
+    /// The compression algorithm.
+    pub fn algorithm(&self) -> Algorithm {
+        self.config.algorithm
+    }
+
+    /// The zsmalloc pool under the device.
+    pub fn pool(&self) -> &ZsPool {
+        &self.pool
+    }
+
+    fn now(&self) -> u32 {
+        self.started.elapsed().as_secs() as u32
+    }
+
+    /// `[offset, offset + len)` checked against the device.
+    fn check_range(&self, offset: u64, len: usize) -> Result<(), ZramError> {
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= self.config.disksize => Ok(()),
+            _ => {
+                self.counters.invalid_io.fetch_add(1, Relaxed);
+                Err(ZramError::OutOfRange { offset, len: len as u64, size: self.config.disksize })
+            }
+        }
+    }
+
+    /// Reads `buf.len()` bytes at `offset`. Never-written bytes read as 0.
+    ///
+    /// # Errors
+    /// [`ZramError::OutOfRange`]; [`ZramError::Corrupt`] if a page does not
+    /// decompress (counted in `failed_reads`).
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ZramError> {
+        self.check_range(offset, buf.len())?;
+        let mut page = [0u8; PAGE_SIZE];
+        let mut done = 0;
+        while done < buf.len() {
+            let at = offset + done as u64;
+            let (index, start) = ((at / PAGE_SIZE as u64) as usize, (at % PAGE_SIZE as u64) as usize);
+            let n = (PAGE_SIZE - start).min(buf.len() - done);
+            let slot = self.slots[index].lock();
+            if n == PAGE_SIZE {
+                self.read_locked(index, &slot, &mut buf[done..done + n])?;
+            } else {
+                self.read_locked(index, &slot, &mut page)?;
+                buf[done..done + n].copy_from_slice(&page[start..start + n]);
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `offset`; partial pages are read, patched and
+    /// written whole, under their slot lock.
+    ///
+    /// # Errors
+    /// [`ZramError::OutOfRange`] (nothing written); [`ZramError::NoSpace`]
+    /// at `mem_limit` or when the page allocator has no page (the pages
+    /// before it were written, this one and those after were not);
+    /// [`ZramError::Corrupt`] if a partial page's old contents do not
+    /// decompress.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), ZramError> {
+        self.check_range(offset, data.len())?;
+        let mut page = [0u8; PAGE_SIZE];
+        let mut done = 0;
+        while done < data.len() {
+            let at = offset + done as u64;
+            let (index, start) = ((at / PAGE_SIZE as u64) as usize, (at % PAGE_SIZE as u64) as usize);
+            let n = (PAGE_SIZE - start).min(data.len() - done);
+            let slot = self.slots[index].lock();
+            let result = if n == PAGE_SIZE {
+                self.write_locked(&slot, &data[done..done + n])
+            } else {
+                self.read_locked(index, &slot, &mut page).and_then(|()| {
+                    page[start..start + n].copy_from_slice(&data[done..done + n]);
+                    self.write_locked(&slot, &page)
+                })
+            };
+            drop(slot);
+            if let Err(e) = result {
+                self.counters.failed_writes.fetch_add(1, Relaxed);
+                return Err(e);
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Frees the whole pages inside `[offset, offset + len)`; partial pages
+    /// are left as they are, as zram's discard does ("our intent with a
+    /// discard request is to save memory"). Counted in `notify_free`.
+    ///
+    /// # Errors
+    /// [`ZramError::OutOfRange`].
+    pub fn discard(&self, offset: u64, len: u64) -> Result<(), ZramError> {
+        self.check_range(offset, len as usize)?;
+        let first = offset.div_ceil(PAGE_SIZE as u64);
+        let end = (offset + len) / PAGE_SIZE as u64;
+        for index in first..end {
+            self.free_slot(index as usize);
+            self.counters.notify_free.fetch_add(1, Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Makes `[offset, offset + len)` read as zeroes: whole pages are freed,
+    /// the partial pages at the ends are written with zeroes.
+    ///
+    /// # Errors
+    /// As [`write`](Self::write).
+    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), ZramError> {
+        self.check_range(offset, len as usize)?;
+        let end = offset + len;
+        let first_whole = offset.div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64;
+        let last_whole = end / PAGE_SIZE as u64 * PAGE_SIZE as u64;
+        if first_whole >= last_whole {
+            return self.write(offset, &vec![0; len as usize]);
+        }
+        self.write(offset, &vec![0; (first_whole - offset) as usize])?;
+        for index in first_whole / PAGE_SIZE as u64..last_whole / PAGE_SIZE as u64 {
+            self.free_slot(index as usize);
+        }
+        self.write(last_whole, &vec![0; (end - last_whole) as usize])
+    }
+
+    /// Nothing to do: the device is RAM.
+    pub fn flush(&self) {}
+
+    /// The free notification of a swap-like user (Linux's
+    /// `zram_slot_free_notify`): must not wait, so it only tries the slot
+    /// lock (counting `miss_free` when it cannot take it) and hands the
+    /// object to zsmalloc's deferred free.
+    pub fn slot_free_notify(&self, index: usize) {
+        let Some(slot) = self.slots.get(index) else {
+            self.counters.invalid_io.fetch_add(1, Relaxed);
+            return;
+        };
+        let Some(guard) = slot.try_lock() else {
+            self.counters.miss_free.fetch_add(1, Relaxed);
+            return;
+        };
+        let handle = self.slot_free_extract(&guard);
+        drop(guard);
+        self.counters.notify_free.fetch_add(1, Relaxed);
+        if let Some(handle) = handle {
+            // The handle came from the slot, so the free can only fail on
+            // a corrupted table: counted by the pool's deferred statistics.
+            let _ = self.pool.zs_free_deferred(handle);
+        }
+    }
+
+    /// Marks every stored page idle (`echo all > idle`).
+    pub fn idle_all(&self) {
+        self.mark_idle(|_| true);
+    }
+
+    /// Marks idle the pages not accessed for `seconds` (`echo N > idle`).
+    pub fn idle_older_than(&self, seconds: u32) {
+        let now = self.now();
+        self.mark_idle(|ac_time| now.saturating_sub(ac_time) >= seconds);
+    }
+
+    fn mark_idle(&self, pick: impl Fn(u32) -> bool) {
+        for slot in self.slots.iter() {
+            let guard = slot.lock();
+            if guard.allocated() && pick(guard.ac_time()) {
+                guard.update_flags(flags::IDLE, 0);
+            }
+        }
+    }
+
+    /// Compacts the pool (`echo 1 > compact`); returns the pages freed.
+    pub fn compact(&self) -> u64 {
+        self.pool.zs_compact()
+    }
+
+    /// Frees every page and zeroes the statistics (`echo 1 > reset`,
+    /// keeping the size and algorithm).
+    pub fn reset(&self) {
+        for index in 0..self.slots.len() {
+            self.free_slot(index);
+        }
+        self.pool.zs_free_deferred_flush();
+        self.counters.reset();
+    }
+
+    // ---- slot operations, under the slot's lock ----
+
+    fn read_locked(&self, index: usize, slot: &SlotGuard<'_>, out: &mut [u8]) -> Result<(), ZramError> {
+        slot.touch(self.now());
+        slot.update_flags(0, flags::IDLE);
+        if slot.has(flags::SAME) {
+            let word = slot.handle().to_ne_bytes();
+            out.chunks_exact_mut(8).for_each(|w| w.copy_from_slice(&word));
+            return Ok(());
+        }
+        let Some(handle) = Handle::from_raw(slot.handle()) else {
+            out.fill(0);
+            return Ok(());
+        };
+        let corrupt = |_| {
+            self.counters.failed_reads.fetch_add(1, Relaxed);
+            ZramError::Corrupt { index }
+        };
+        if slot.has(flags::HUGE) {
+            self.pool.zs_obj_read(handle, out).map_err(corrupt)?;
+            return Ok(());
+        }
+        let mut local = [0u8; PAGE_SIZE];
+        let algorithm = self.config.algorithm;
+        let ok = self
+            .pool
+            .zs_obj_read_with(handle, &mut local, |bytes| algorithm.decompress(bytes, out))
+            .map_err(corrupt)?;
+        if ok {
+            Ok(())
+        } else {
+            self.counters.failed_reads.fetch_add(1, Relaxed);
+            Err(ZramError::Corrupt { index })
+        }
+    }
+
+    fn write_locked(&self, slot: &SlotGuard<'_>, page: &[u8]) -> Result<(), ZramError> {
+        let content = self.store(page)?;
+        let old = self.slot_free_extract(slot);
+        match content {
+            Content::Same(word) => {
+                slot.set_handle(word);
+                slot.update_flags(flags::SAME, 0);
+                self.counters.same_pages.fetch_add(1, Relaxed);
+            }
+            Content::Stored { handle, size, huge } => {
+                slot.set_handle(handle.to_raw());
+                slot.set_size(size);
+                if huge {
+                    slot.update_flags(flags::HUGE, 0);
+                    self.counters.huge_pages.fetch_add(1, Relaxed);
+                    self.counters.huge_pages_since.fetch_add(1, Relaxed);
+                }
+                self.counters.compr_data_size.fetch_add(size as u64, Relaxed);
+            }
+        }
+        slot.touch(self.now());
+        self.counters.pages_stored.fetch_add(1, Relaxed);
+        if let Some(old) = old {
+            // Ours: the old contents go once the new are in place.
+            let _ = self.pool.zs_free(old);
+        }
+        self.counters.note_memory(self.pool.zs_get_total_pages() * PAGE_SIZE as u64);
+        Ok(())
+    }
+
+    /// The new contents of a page, allocated and written (no slot state
+    /// touched yet): the same-filled check, then compression, then raw
+    /// storage for a page that compresses to the huge size or more.
+    fn store(&self, page: &[u8]) -> Result<Content, ZramError> {
+        if let Some(word) = same_filled(page) {
+            return Ok(Content::Same(word));
+        }
+        let huge_size = self.huge_size;
+        let compressed =
+            self.config.algorithm.compress(page, |bytes| (bytes.len() < huge_size).then(|| self.alloc_object(bytes)));
+        match compressed.flatten() {
+            Some(stored) => stored.map(|(handle, size)| Content::Stored { handle, size, huge: false }),
+            None => self.alloc_object(page).map(|(handle, size)| Content::Stored { handle, size, huge: true }),
+        }
+    }
+
+    fn alloc_object(&self, bytes: &[u8]) -> Result<(Handle, usize), ZramError> {
+        let limit = self.config.mem_limit;
+        if limit != 0 && self.pool.zs_get_total_pages() * PAGE_SIZE as u64 >= limit {
+            return Err(ZramError::NoSpace);
+        }
+        let handle = self.pool.zs_malloc(bytes.len(), ZRAM_GFP, 0).map_err(|_| ZramError::NoSpace)?;
+        self.pool.zs_obj_write(handle, bytes).map_err(ZramError::Pool)?;
+        Ok((handle, bytes.len()))
+    }
+
+    /// Clears a slot under its lock (Linux's `slot_free_extract`: flags,
+    /// statistics, size and handle at once) and returns the object to free
+    /// once the lock is dropped.
+    fn slot_free_extract(&self, slot: &SlotGuard<'_>) -> Option<Handle> {
+        if !slot.allocated() {
+            return None;
+        }
+        let handle = if slot.has(flags::SAME) {
+            self.counters.same_pages.fetch_sub(1, Relaxed);
+            None
+        } else {
+            if slot.has(flags::HUGE) {
+                self.counters.huge_pages.fetch_sub(1, Relaxed);
+            }
+            self.counters.compr_data_size.fetch_sub(slot.size() as u64, Relaxed);
+            Handle::from_raw(slot.handle())
+        };
+        self.counters.pages_stored.fetch_sub(1, Relaxed);
+        slot.update_flags(0, CLEARED_ON_FREE);
+        slot.set_size(0);
+        slot.set_handle(0);
+        handle
+    }
+
+    fn free_slot(&self, index: usize) {
+        let guard = self.slots[index].lock();
+        let handle = self.slot_free_extract(&guard);
+        drop(guard);
+        if let Some(handle) = handle {
+            let _ = self.pool.zs_free(handle);
+        }
+    }
+}
+
+/// The repeated word of a same-filled page (Linux's `page_same_filled`).
+fn same_filled(page: &[u8]) -> Option<u64> {
+    let mut words = page.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().unwrap_or_default()));
+    let first = words.next()?;
+    words.all(|w| w == first).then_some(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mmkit::{Backing, HugePages, MemoryMapBuilder};
+
+    #[test]
+    fn a_notify_that_finds_the_slot_locked_is_a_counted_miss_and_frees_nothing() {
+        let mm = Arc::new(
+            MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap(),
+        );
+        let zram = Zram::new(mm, ZramConfig { disksize: 1 << 20, ..ZramConfig::default() }).unwrap();
+        let page: Vec<u8> = (0..PAGE_SIZE).map(|i| (i % 13) as u8).collect();
+        zram.write(0, &page).unwrap();
+        let held = zram.slots[0].lock();
+        zram.slot_free_notify(0);
+        drop(held);
+        assert_eq!(zram.counters.miss_free.load(Relaxed), 1);
+        assert!(zram.debug_stat().ends_with("       1\n"));
+        let mut back = vec![0; PAGE_SIZE];
+        zram.read(0, &mut back).unwrap();
+        assert_eq!(back, page, "the page is still there");
+        assert_eq!(same_filled(&[7; PAGE_SIZE]), Some(u64::from_ne_bytes([7; 8])));
+        assert_eq!(same_filled(&page), None);
+    }
+}

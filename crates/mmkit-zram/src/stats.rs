@@ -1,0 +1,158 @@
+//! zram's statistics in the kernel's formats: `mm_stat` (9 columns),
+//! `io_stat`, `debug_stat` and debugfs `block_state`
+//! (`Documentation/admin-guide/blockdev/zram.rst`).
+//!
+//! Owns the counters and their text. The device updates the counters; this
+//! module only adds them up and prints them.
+
+use crate::device::{Zram, PAGE_SIZE};
+use crate::slot::flags;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// The device's counters (Linux's `struct zram_stats`).
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) compr_data_size: AtomicU64,
+    /// Pages holding data (same-filled included): `orig_data_size` / 4096.
+    pub(crate) pages_stored: AtomicU64,
+    pub(crate) same_pages: AtomicU64,
+    pub(crate) huge_pages: AtomicU64,
+    pub(crate) huge_pages_since: AtomicU64,
+    pub(crate) mem_used_max: AtomicU64,
+    pub(crate) failed_reads: AtomicU64,
+    pub(crate) failed_writes: AtomicU64,
+    pub(crate) invalid_io: AtomicU64,
+    pub(crate) notify_free: AtomicU64,
+    pub(crate) miss_free: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn note_memory(&self, bytes: u64) {
+        self.mem_used_max.fetch_max(bytes, Relaxed);
+    }
+
+    pub(crate) fn reset(&self) {
+        for c in [
+            &self.compr_data_size,
+            &self.pages_stored,
+            &self.same_pages,
+            &self.huge_pages,
+            &self.huge_pages_since,
+            &self.mem_used_max,
+            &self.failed_reads,
+            &self.failed_writes,
+            &self.invalid_io,
+            &self.notify_free,
+            &self.miss_free,
+        ] {
+            c.store(0, Relaxed);
+        }
+    }
+}
+
+/// `mm_stat`'s nine columns, as numbers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MmStat {
+    /// Bytes of the pages stored, before compression.
+    pub orig_data_size: u64,
+    /// Bytes after compression (huge pages count 4096).
+    pub compr_data_size: u64,
+    /// Bytes of memory the pool holds, fragmentation included.
+    pub mem_used_total: u64,
+    /// The memory limit (0: none).
+    pub mem_limit: u64,
+    /// The most `mem_used_total` has been.
+    pub mem_used_max: u64,
+    /// Same-filled pages (nothing allocated for them).
+    pub same_pages: u64,
+    /// Pages freed by compaction.
+    pub pages_compacted: u64,
+    /// Pages stored uncompressed.
+    pub huge_pages: u64,
+    /// Pages ever stored uncompressed since the device was set up.
+    pub huge_pages_since: u64,
+}
+
+impl Zram {
+    /// `mm_stat` as numbers.
+    pub fn mm_stat_values(&self) -> MmStat {
+        let c = &self.counters;
+        MmStat {
+            orig_data_size: c.pages_stored.load(Relaxed) * PAGE_SIZE as u64,
+            compr_data_size: c.compr_data_size.load(Relaxed),
+            mem_used_total: self.pool.zs_get_total_pages() * PAGE_SIZE as u64,
+            mem_limit: self.config.mem_limit,
+            mem_used_max: c.mem_used_max.load(Relaxed),
+            same_pages: c.same_pages.load(Relaxed),
+            pages_compacted: self.pool.zs_pool_stats().pages_compacted,
+            huge_pages: c.huge_pages.load(Relaxed),
+            huge_pages_since: c.huge_pages_since.load(Relaxed),
+        }
+    }
+
+    /// `mm_stat` as the kernel prints it.
+    pub fn mm_stat(&self) -> String {
+        let s = self.mm_stat_values();
+        format!(
+            "{:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
+            s.orig_data_size,
+            s.compr_data_size,
+            s.mem_used_total,
+            s.mem_limit,
+            s.mem_used_max,
+            s.same_pages,
+            s.pages_compacted,
+            s.huge_pages,
+            s.huge_pages_since
+        )
+    }
+
+    /// `io_stat`: failed reads, failed writes, invalid I/O, free
+    /// notifications (and discarded pages).
+    pub fn io_stat(&self) -> String {
+        let c = &self.counters;
+        format!(
+            "{:>8} {:>8} {:>8} {:>8}\n",
+            c.failed_reads.load(Relaxed),
+            c.failed_writes.load(Relaxed),
+            c.invalid_io.load(Relaxed),
+            c.notify_free.load(Relaxed)
+        )
+    }
+
+    /// `debug_stat`: the format version and `miss_free` (free
+    /// notifications that lost the slot trylock).
+    pub fn debug_stat(&self) -> String {
+        format!("version: 1\n{:>8}\n", self.counters.miss_free.load(Relaxed))
+    }
+
+    /// debugfs `block_state`: one line per stored page with its index, last
+    /// access (seconds.microseconds since the device started) and flags
+    /// (`s` same, `w` written back, `h` huge, `i` idle, `r` recompressed,
+    /// `n` incompressible).
+    pub fn block_state(&self) -> String {
+        let mut out = String::new();
+        for (index, slot) in self.slots.iter().enumerate() {
+            let guard = slot.lock();
+            if !guard.allocated() {
+                continue;
+            }
+            let f = guard.flags();
+            let mark = |flag: u32, c: char| if f & flag != 0 { c } else { '.' };
+            let _ = writeln!(
+                out,
+                "{index:>12} {:>12}.{:06} {}{}{}{}{}{}",
+                guard.ac_time(),
+                0,
+                mark(flags::SAME, 's'),
+                mark(flags::WB, 'w'),
+                mark(flags::HUGE, 'h'),
+                mark(flags::IDLE, 'i'),
+                mark(flags::COMP_PRIORITY_BIT1 | flags::COMP_PRIORITY_BIT2, 'r'),
+                mark(flags::INCOMPRESSIBLE, 'n'),
+            );
+        }
+        out
+    }
+}

@@ -1,0 +1,140 @@
+//! The device against a plain `Vec<u8>`: random writes of real-file,
+//! random, zero and same-filled pages, partial writes, discards,
+//! write-zeroes, reads and compactions. The device must always read back
+//! exactly what the model holds, and `mm_stat` must add up.
+
+use mmkit::{Backing, HugePages, MemoryMapBuilder};
+use mmkit_zram::{Algorithm, Zram, ZramConfig, PAGE_SIZE};
+use proptest::prelude::*;
+use std::sync::Arc;
+
+const PAGES: usize = 32;
+
+#[derive(Clone, Debug)]
+enum Fill {
+    Real(usize),
+    Random(u64),
+    Zero,
+    Same(u8),
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    WritePage { page: usize, fill: Fill },
+    WriteBytes { offset: usize, len: usize, byte: u8 },
+    Discard { offset: usize, len: usize },
+    WriteZeroes { offset: usize, len: usize },
+    Read { offset: usize, len: usize },
+    Compact,
+}
+
+fn fill() -> impl Strategy<Value = Fill> {
+    prop_oneof![
+        (0usize..64).prop_map(Fill::Real),
+        any::<u64>().prop_map(Fill::Random),
+        Just(Fill::Zero),
+        any::<u8>().prop_map(Fill::Same),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let span = (0..PAGES * PAGE_SIZE, 1usize..3 * PAGE_SIZE);
+    prop_oneof![
+        4 => (0..PAGES, fill()).prop_map(|(page, fill)| Op::WritePage { page, fill }),
+        2 => (span.clone(), any::<u8>()).prop_map(|((offset, len), byte)| Op::WriteBytes { offset, len, byte }),
+        1 => span.clone().prop_map(|(offset, len)| Op::Discard { offset, len }),
+        1 => span.clone().prop_map(|(offset, len)| Op::WriteZeroes { offset, len }),
+        2 => span.prop_map(|(offset, len)| Op::Read { offset, len }),
+        1 => Just(Op::Compact),
+    ]
+}
+
+fn real_pages() -> Vec<Vec<u8>> {
+    let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+    exe.chunks_exact(PAGE_SIZE).skip(4).take(64).map(<[u8]>::to_vec).collect()
+}
+
+fn page_of(fill: &Fill, real: &[Vec<u8>]) -> Vec<u8> {
+    match *fill {
+        Fill::Real(i) => real[i % real.len()].clone(),
+        Fill::Random(seed) => {
+            let mut x = seed | 1;
+            (0..PAGE_SIZE)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect()
+        }
+        Fill::Zero => vec![0; PAGE_SIZE],
+        Fill::Same(b) => vec![b; PAGE_SIZE],
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    #[test]
+    fn the_device_reads_back_what_a_vec_holds(ops in proptest::collection::vec(op(), 1..60), zstd in any::<bool>()) {
+        let mm = Arc::new(MemoryMapBuilder::with_memory(32 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap());
+        let algorithm = if zstd { Algorithm::Zstd { level: 1 } } else { Algorithm::Lz4 };
+        let disksize = (PAGES * PAGE_SIZE) as u64;
+        let zram = Zram::new(mm, ZramConfig { disksize, algorithm, mem_limit: 0 }).unwrap();
+        let real = real_pages();
+        let mut model = vec![0u8; PAGES * PAGE_SIZE];
+        for op in ops {
+            match op {
+                Op::WritePage { page, fill } => {
+                    let data = page_of(&fill, &real);
+                    zram.write((page * PAGE_SIZE) as u64, &data).unwrap();
+                    model[page * PAGE_SIZE..(page + 1) * PAGE_SIZE].copy_from_slice(&data);
+                }
+                Op::WriteBytes { offset, len, byte } => {
+                    let len = len.min(model.len() - offset);
+                    zram.write(offset as u64, &vec![byte; len]).unwrap();
+                    model[offset..offset + len].fill(byte);
+                }
+                Op::Discard { offset, len } => {
+                    let len = len.min(model.len() - offset);
+                    zram.discard(offset as u64, len as u64).unwrap();
+                    // Whole pages only.
+                    let first = offset.div_ceil(PAGE_SIZE);
+                    let end = (offset + len) / PAGE_SIZE;
+                    for p in first..end {
+                        model[p * PAGE_SIZE..(p + 1) * PAGE_SIZE].fill(0);
+                    }
+                }
+                Op::WriteZeroes { offset, len } => {
+                    let len = len.min(model.len() - offset);
+                    zram.write_zeroes(offset as u64, len as u64).unwrap();
+                    model[offset..offset + len].fill(0);
+                }
+                Op::Read { offset, len } => {
+                    let len = len.min(model.len() - offset);
+                    let mut back = vec![0; len];
+                    zram.read(offset as u64, &mut back).unwrap();
+                    prop_assert_eq!(&back[..], &model[offset..offset + len]);
+                }
+                Op::Compact => {
+                    zram.compact();
+                }
+            }
+            let mut all = vec![0; model.len()];
+            zram.read(0, &mut all).unwrap();
+            prop_assert!(all == model, "device and model differ");
+            // mm_stat adds up: every stored page is same-filled, huge or
+            // compressed, and never-written or discarded pages hold nothing.
+            let s = zram.mm_stat_values();
+            let stored = s.orig_data_size / PAGE_SIZE as u64;
+            prop_assert!(s.same_pages + s.huge_pages <= stored);
+            prop_assert!(s.compr_data_size <= (stored - s.same_pages) * PAGE_SIZE as u64);
+            prop_assert!(s.compr_data_size >= s.huge_pages * PAGE_SIZE as u64);
+            prop_assert_eq!(zram.block_state().lines().count() as u64, stored);
+            zram.pool().check_invariants().map_err(TestCaseError::fail)?;
+        }
+        zram.reset();
+        prop_assert_eq!(zram.pool().zs_get_total_pages(), 0);
+    }
+}
