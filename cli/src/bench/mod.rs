@@ -16,6 +16,7 @@ mod contig;
 pub mod harness;
 mod pcp;
 mod quicklist;
+mod zram;
 mod zsmalloc;
 
 use clap::builder::{PossibleValue, PossibleValuesParser};
@@ -42,7 +43,8 @@ pub struct Suite {
 }
 
 /// Every suite, in the order `mmkit bench` runs them.
-pub const SUITES: &[Suite] = &[buddy::SUITE, pcp::SUITE, bulk::SUITE, contig::SUITE, quicklist::SUITE, zsmalloc::SUITE];
+pub const SUITES: &[Suite] =
+    &[buddy::SUITE, pcp::SUITE, bulk::SUITE, contig::SUITE, quicklist::SUITE, zsmalloc::SUITE, zram::SUITE];
 
 /// Names of every suite, for argument validation and help.
 pub fn suite_names() -> Vec<&'static str> {

@@ -131,8 +131,7 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
     let sizes = page_sizes(objects);
     cases.push(memory_case(&sizes, objects, settings)?);
     notes.push(format!(
-        "{}: memory/after_compact: object sizes of {} real 4 KiB pages compressed with lz4, {objects} objects, half freed at random; pages_used vs bytes_stored in the JSON",
-        SUITE.name,
+        "memory/after_compact: object sizes of {} real 4 KiB pages compressed with lz4, {objects} objects, half freed at random; pages_used vs bytes_stored in the JSON",
         sizes.len()
     ));
 
@@ -147,8 +146,7 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
         cases.extend(release_case(name, threads, &sizes, release_objects, settings)?);
     }
     notes.push(format!(
-        "{}: release/*: {release_objects} objects (256 MiB of pages) freed by N threads; median_ns is the time until the callers return, drained_ns until every page is freed; Linux's series reports 56.2 -> 17.2 ms for 256 MB single-threaded with per-CPU deferral",
-        SUITE.name
+        "release/*: {release_objects} objects (256 MiB of pages) freed by N threads; median_ns is the time until the callers return, drained_ns until every page is freed; Linux's series reports 56.2 -> 17.2 ms for 256 MB single-threaded with per-CPU deferral"
     ));
     Ok(SuiteReport {
         suite: SUITE.name,

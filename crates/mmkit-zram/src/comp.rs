@@ -1,8 +1,8 @@
 //! Compression backends: lz4 (`lz4_flex`, pure Rust) and zstd (the zstd
 //! library, level settable), as zram's own backends since Linux 6.12.
 //!
-//! Owns the choice of algorithm and one scratch buffer per thread (zram's
-//! per-CPU compression streams). Knows nothing of slots or the pool.
+//! Owns the choice of algorithm and, per thread, a scratch buffer and the
+//! zstd contexts (zram's per-CPU compression streams). Knows nothing of slots or the pool.
 
 use std::cell::RefCell;
 
@@ -47,7 +47,14 @@ impl Algorithm {
             out.resize(page.len() * 2 + 64, 0);
             let len = match self {
                 Self::Lz4 => lz4_flex::block::compress_into(page, &mut out).ok()?,
-                Self::Zstd { level } => zstd::bulk::compress_to_buffer(page, &mut out[..], level).ok()?,
+                Self::Zstd { level } => ZSTD.with(|z| {
+                    let mut z = z.borrow_mut();
+                    let compressor = match &mut z.compressor {
+                        Some((l, c)) if *l == level => c,
+                        slot => &mut slot.insert((level, zstd::bulk::Compressor::new(level).ok()?)).1,
+                    };
+                    compressor.compress_to_buffer(page, &mut out[..]).ok()
+                })?,
             };
             (len < page.len()).then(|| f(&out[..len]))
         })
@@ -57,14 +64,32 @@ impl Algorithm {
     pub(crate) fn decompress(self, data: &[u8], page: &mut [u8]) -> bool {
         match self {
             Self::Lz4 => lz4_flex::block::decompress_into(data, page).is_ok_and(|n| n == page.len()),
-            Self::Zstd { .. } => zstd::bulk::decompress_to_buffer(data, page).is_ok_and(|n| n == page.len()),
+            Self::Zstd { .. } => ZSTD.with(|z| {
+                let mut z = z.borrow_mut();
+                if z.decompressor.is_none() {
+                    z.decompressor = zstd::bulk::Decompressor::new().ok();
+                }
+                z.decompressor
+                    .as_mut()
+                    .is_some_and(|d| d.decompress_to_buffer(data, page).is_ok_and(|n| n == page.len()))
+            }),
         }
     }
+}
+
+/// A thread's zstd contexts, kept between pages: making one per page cost
+/// more than compressing it.
+#[derive(Default)]
+struct ZstdContexts {
+    compressor: Option<(i32, zstd::bulk::Compressor<'static>)>,
+    decompressor: Option<zstd::bulk::Decompressor<'static>>,
 }
 
 thread_local! {
     /// This thread's compression buffer (zram's per-CPU stream).
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// This thread's zstd contexts.
+    static ZSTD: RefCell<ZstdContexts> = RefCell::new(ZstdContexts::default());
 }
 
 #[cfg(test)]

@@ -1,0 +1,370 @@
+//! Suite `zram`: mmkit's zram device in-process, next to the kernel's own
+//! zram in the same run when this machine offers one.
+//!
+//! - `randwrite_4k/*`, `randread_4k/*`: 4 KiB writes and reads at random
+//!   pages of a 64 MiB device, on real data (pages of the system's shared
+//!   libraries), on 50 %-compressible data and (writes) on same-filled
+//!   pages; `…/2threads` runs the same ops from two threads (time per op
+//!   of the whole run). Impls `mmkit/lz4`, `mmkit/zstd` and, when
+//!   `/sys/class/zram-control` lets this process hot-add a private device,
+//!   `kernel/lz4` through `O_DIRECT` `pwrite`/`pread`.
+//! - `ratio/real`: 256 MiB of real binaries written once;
+//!   `orig_data_size / mem_used_total` per impl (the `ratio` extra).
+//!
+//! Owns the data sets and the kernel device's life: it never touches an
+//! existing zram device, and resets and hot-removes the one it added.
+
+use super::harness::{measure, BenchError, CaseResult, CaseSpec, Contender, Settings, SuiteReport};
+use super::{Progress, Suite};
+use mmkit::{Backing, HugePages, MemoryMapBuilder};
+use mmkit_testkit::XorShift64;
+use mmkit_zram::{Algorithm, Zram, ZramConfig, PAGE_SIZE};
+use std::sync::Arc;
+
+/// The suite as the registry lists it.
+pub const SUITE: Suite = Suite {
+    name: "zram",
+    about: "4 KiB random writes and reads on a 64 MiB device (real, half-compressible, same-filled data), 1 and 2 threads, lz4 and zstd, next to the kernel's zram; compression ratio on real binaries",
+    run,
+};
+
+/// The device for the random I/O cases: 64 MiB (4 MiB under `--quick`).
+fn device_bytes(settings: &Settings) -> u64 {
+    settings.pick(64 << 20, 4 << 20)
+}
+
+/// Pages of real files: the system's shared libraries (this binary when
+/// none can be read).
+fn real_pages(max: usize) -> Vec<Vec<u8>> {
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
+    for dir in ["/usr/lib/x86_64-linux-gnu", "/usr/lib", "/usr/bin"] {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).filter(|p| p.is_file()).collect();
+            paths.sort();
+            files.extend(paths);
+        }
+    }
+    files.extend(std::env::current_exe());
+    let mut pages = Vec::new();
+    for file in files {
+        let Ok(data) = std::fs::read(&file) else { continue };
+        for page in data.chunks_exact(PAGE_SIZE) {
+            pages.push(page.to_vec());
+            if pages.len() >= max {
+                return pages;
+            }
+        }
+    }
+    pages
+}
+
+/// Pages half random, half a repeated pattern: about 50 % compressible.
+fn half_pages(n: usize) -> Vec<Vec<u8>> {
+    let mut rng = XorShift64::new(50);
+    (0..n)
+        .map(|i| {
+            let mut page = vec![(i % 251) as u8; PAGE_SIZE];
+            for b in &mut page[..PAGE_SIZE / 2] {
+                *b = rng.next_u64() as u8;
+            }
+            page
+        })
+        .collect()
+}
+
+fn same_pages(n: usize) -> Vec<Vec<u8>> {
+    (0..n).map(|i| (i as u64 * 0x0101_0101).to_ne_bytes().repeat(PAGE_SIZE / 8)).collect()
+}
+
+/// What a contender does to one page.
+trait BlockDev: Sync {
+    fn write_page(&self, index: u64, page: &[u8]) -> Result<(), BenchError>;
+    fn read_page(&self, index: u64, page: &mut [u8]) -> Result<(), BenchError>;
+}
+
+impl BlockDev for Zram {
+    fn write_page(&self, index: u64, page: &[u8]) -> Result<(), BenchError> {
+        self.write(index * PAGE_SIZE as u64, page).map_err(|e| BenchError::context("zram write", e))
+    }
+    fn read_page(&self, index: u64, page: &mut [u8]) -> Result<(), BenchError> {
+        self.read(index * PAGE_SIZE as u64, page).map_err(|e| BenchError::context("zram read", e))
+    }
+}
+
+fn mmkit_device(algorithm: Algorithm, bytes: u64) -> Result<Zram, BenchError> {
+    let mm = MemoryMapBuilder::with_memory(512 << 20)
+        .backing(Backing::RealMemory(HugePages::None))
+        .build()
+        .map_err(|e| BenchError::context("building the map", e))?;
+    Zram::new(Arc::new(mm), ZramConfig { disksize: bytes, algorithm, mem_limit: 0 })
+        .map_err(|e| BenchError::context("zram device", e))
+}
+
+/// `n` ops from `threads` threads, each at a random page.
+/// Pages and threads of one case.
+#[derive(Clone, Copy)]
+struct Shape {
+    pages: u64,
+    threads: u64,
+}
+
+fn ops(dev: &dyn BlockDev, data: &[Vec<u8>], write: bool, shape: Shape, n: u64, seed: u64) -> Result<(), BenchError> {
+    let Shape { pages, threads } = shape;
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || -> Result<(), BenchError> {
+                    let mut rng = XorShift64::new(seed ^ (t << 32));
+                    let mut buf = kernel::AlignedPage::new();
+                    for _ in 0..n / threads {
+                        let index = rng.next_u64() % pages;
+                        if write {
+                            let page = &data[(rng.next_u64() % data.len() as u64) as usize];
+                            buf.bytes_mut().copy_from_slice(page);
+                            dev.write_page(index, buf.bytes())?;
+                        } else {
+                            dev.read_page(index, buf.bytes_mut())?;
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers.into_iter().try_for_each(|w| w.join().unwrap_or_else(|_| Err(BenchError("worker panicked".into()))))
+    })
+}
+
+fn fill(dev: &dyn BlockDev, data: &[Vec<u8>], pages: u64) -> Result<(), BenchError> {
+    let mut buf = kernel::AlignedPage::new();
+    for index in 0..pages {
+        buf.bytes_mut().copy_from_slice(&data[index as usize % data.len()]);
+        dev.write_page(index, buf.bytes())?;
+    }
+    Ok(())
+}
+
+fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, BenchError> {
+    let iters: u64 = settings.pick(100_000, 2_000);
+    let real = real_pages(settings.pick(16_384, 1_024));
+    let half = half_pages(1024);
+    let same = same_pages(64);
+    let bytes = device_bytes(settings);
+    let pages = bytes / PAGE_SIZE as u64;
+    let lz4 = mmkit_device(Algorithm::Lz4, bytes)?;
+    let zstd = mmkit_device(Algorithm::Zstd { level: 3 }, bytes)?;
+    let kernel = kernel::Device::add("lz4", bytes);
+    let mut notes = Vec::new();
+    match &kernel {
+        Ok(dev) => notes
+            .push(format!("kernel/lz4 is a hot-added /dev/zram{} (O_DIRECT pwrite/pread), removed afterwards", dev.id)),
+        Err(why) => notes.push(format!("no kernel rows: {why}")),
+    }
+    let mut cases: Vec<CaseResult> = Vec::new();
+    let sets: [(&str, &[Vec<u8>]); 3] = [("real", &real), ("half", &half), ("same", &same)];
+    for (data_name, data) in sets {
+        for threads in [1u64, 2] {
+            for write in [true, false] {
+                if !write && data_name == "same" {
+                    continue;
+                }
+                let name = case_name(write, data_name, threads);
+                progress(name);
+                let devices: Vec<(&'static str, &dyn BlockDev)> = {
+                    let mut v: Vec<(&'static str, &dyn BlockDev)> = vec![("mmkit/lz4", &lz4), ("mmkit/zstd", &zstd)];
+                    if let Ok(k) = &kernel {
+                        v.push(("kernel/lz4", k));
+                    }
+                    v
+                };
+                for (_, dev) in &devices {
+                    fill(*dev, data, pages)?;
+                }
+                let spec = CaseSpec { name, unit: "op", units_per_iter: 1, iters, warmup_iters: iters / 10 };
+                let mut contenders: Vec<Contender<'_>> = devices
+                    .iter()
+                    .map(|&(impl_name, dev)| {
+                        Contender::new(impl_name, move |n| ops(dev, data, write, Shape { pages, threads }, n, 7))
+                    })
+                    .collect();
+                let mut results = measure(SUITE.name, spec, &mut contenders, settings.runs)?;
+                for r in &mut results {
+                    r.ratio_vs_mmkit = None;
+                    r.extra.push(("ops_per_sec", 1e9 / r.median_ns));
+                }
+                cases.extend(results);
+            }
+        }
+    }
+    progress("ratio/real");
+    cases.extend(ratio_case(settings, kernel.as_ref().ok())?);
+    Ok(SuiteReport {
+        suite: SUITE.name,
+        description: format!(
+            "{}: 4 KiB random I/O on a 64 MiB device and the compression ratio, mmkit in-process and the kernel's zram",
+            SUITE.name
+        ),
+        cases,
+        notes,
+    })
+}
+
+fn case_name(write: bool, data: &str, threads: u64) -> &'static str {
+    match (write, data, threads) {
+        (true, "real", 1) => "randwrite_4k/real",
+        (false, "real", 1) => "randread_4k/real",
+        (true, "half", 1) => "randwrite_4k/half",
+        (false, "half", 1) => "randread_4k/half",
+        (true, "same", 1) => "randwrite_4k/same",
+        (true, "real", _) => "randwrite_4k/real/2threads",
+        (false, "real", _) => "randread_4k/real/2threads",
+        (true, "half", _) => "randwrite_4k/half/2threads",
+        (false, "half", _) => "randread_4k/half/2threads",
+        _ => "randwrite_4k/same/2threads",
+    }
+}
+
+/// 256 MiB of real binaries written once to a fresh device of each kind.
+fn ratio_case(settings: &Settings, kernel: Option<&kernel::Device>) -> Result<Vec<CaseResult>, BenchError> {
+    let pages = real_pages(settings.pick(65_536, 2_048));
+    let bytes = (pages.len() * PAGE_SIZE) as u64;
+    let mut out = Vec::new();
+    let row = |impl_name: &'static str, ratio: f64| CaseResult {
+        suite: SUITE.name,
+        name: "ratio/real",
+        impl_name,
+        unit: "device",
+        median_ns: 0.0,
+        min_ns: 0.0,
+        max_ns: 0.0,
+        runs: 1,
+        units_per_run: 1,
+        ratio_vs_mmkit: None,
+        extra: vec![("ratio", ratio), ("bytes", bytes as f64)],
+    };
+    for (impl_name, algorithm) in [("mmkit/lz4", Algorithm::Lz4), ("mmkit/zstd", Algorithm::Zstd { level: 3 })] {
+        let mm = MemoryMapBuilder::with_memory(bytes * 2 + (64 << 20))
+            .backing(Backing::RealMemory(HugePages::None))
+            .build()
+            .map_err(|e| BenchError::context("building the map", e))?;
+        let dev = Zram::new(Arc::new(mm), ZramConfig { disksize: bytes, algorithm, mem_limit: 0 })
+            .map_err(|e| BenchError::context("zram device", e))?;
+        for (i, page) in pages.iter().enumerate() {
+            dev.write_page(i as u64, page)?;
+        }
+        let s = dev.mm_stat_values();
+        out.push(row(impl_name, s.orig_data_size as f64 / s.mem_used_total.max(1) as f64));
+    }
+    if kernel.is_some() {
+        if let Ok(dev) = kernel::Device::add("lz4", bytes) {
+            let mut buf = kernel::AlignedPage::new();
+            for (i, page) in pages.iter().enumerate() {
+                buf.bytes_mut().copy_from_slice(page);
+                dev.write_page(i as u64, buf.bytes())?;
+            }
+            if let Some((orig, used)) = dev.mm_stat() {
+                out.push(row("kernel/lz4", orig as f64 / used.max(1) as f64));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A private kernel zram device: hot-added, used through `O_DIRECT`, reset
+/// and hot-removed when dropped. Never `/dev/zram0` or any device this
+/// process did not add.
+mod kernel {
+    use super::BenchError;
+    use super::BlockDev;
+    use std::fs::{File, OpenOptions};
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+
+    /// A 4 KiB buffer aligned for `O_DIRECT`.
+    #[repr(C, align(4096))]
+    pub struct AlignedPage([u8; 4096]);
+
+    impl AlignedPage {
+        pub fn new() -> Box<Self> {
+            Box::new(Self([0; 4096]))
+        }
+        pub fn bytes(&self) -> &[u8] {
+            &self.0
+        }
+        pub fn bytes_mut(&mut self) -> &mut [u8] {
+            &mut self.0
+        }
+    }
+
+    pub struct Device {
+        pub id: u32,
+        /// Closed before the reset (a reset of an open device is refused).
+        file: Option<File>,
+    }
+
+    fn sys(path: &str, value: &str) -> Result<(), String> {
+        std::fs::write(path, value).map_err(|e| format!("{path}: {e}"))
+    }
+
+    impl Device {
+        /// Hot-adds a device of `bytes` with `algorithm`.
+        pub fn add(algorithm: &str, bytes: u64) -> Result<Self, String> {
+            let id: u32 = std::fs::read_to_string("/sys/class/zram-control/hot_add")
+                .map_err(|e| format!("/sys/class/zram-control/hot_add: {e}"))?
+                .trim()
+                .parse()
+                .map_err(|e| format!("hot_add answered {e}"))?;
+            let remove = |why: String| {
+                let _ = sys(&format!("/sys/block/zram{id}/reset"), "1");
+                let _ = sys("/sys/class/zram-control/hot_remove", &id.to_string());
+                why
+            };
+            if id == 0 {
+                return Err("hot_add returned zram0, which is never used".into());
+            }
+            sys(&format!("/sys/block/zram{id}/comp_algorithm"), algorithm).map_err(remove)?;
+            sys(&format!("/sys/block/zram{id}/disksize"), &bytes.to_string()).map_err(remove)?;
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc_o_direct())
+                .open(format!("/dev/zram{id}"))
+                .map_err(|e| remove(format!("/dev/zram{id}: {e}")))?;
+            Ok(Self { id, file: Some(file) })
+        }
+
+        /// `orig_data_size` and `mem_used_total` from the device's `mm_stat`.
+        pub fn mm_stat(&self) -> Option<(u64, u64)> {
+            let text = std::fs::read_to_string(format!("/sys/block/zram{}/mm_stat", self.id)).ok()?;
+            let cols: Vec<u64> = text.split_whitespace().filter_map(|c| c.parse().ok()).collect();
+            Some((*cols.first()?, *cols.get(2)?))
+        }
+    }
+
+    /// `O_DIRECT` on Linux x86-64 and aarch64 (no libc dependency for one
+    /// constant).
+    fn libc_o_direct() -> i32 {
+        if cfg!(target_arch = "aarch64") {
+            0o200000
+        } else {
+            0o40000
+        }
+    }
+
+    impl BlockDev for Device {
+        fn write_page(&self, index: u64, page: &[u8]) -> Result<(), BenchError> {
+            let file = self.file.as_ref().ok_or_else(|| BenchError("kernel zram closed".into()))?;
+            file.write_all_at(page, index * 4096).map_err(|e| BenchError::context("kernel zram pwrite", e))
+        }
+        fn read_page(&self, index: u64, page: &mut [u8]) -> Result<(), BenchError> {
+            let file = self.file.as_ref().ok_or_else(|| BenchError("kernel zram closed".into()))?;
+            file.read_exact_at(page, index * 4096).map_err(|e| BenchError::context("kernel zram pread", e))
+        }
+    }
+
+    impl Drop for Device {
+        fn drop(&mut self) {
+            drop(self.file.take());
+            let _ = sys(&format!("/sys/block/zram{}/reset", self.id), "1");
+            let _ = sys("/sys/class/zram-control/hot_remove", &self.id.to_string());
+        }
+    }
+}
