@@ -6,8 +6,10 @@
 //! encoding `class_idx` in the object and dropping `pool->lock` from
 //! `zs_free`). New zspages are allocated with no lock held, and an emptied
 //! zspage's pages go back to the page allocator after the class lock is
-//! dropped. Object bytes are copied under the class lock (Linux holds a
-//! per-zspage lock instead, so readers of one class can run together).
+//! dropped. The class lock is a reader-writer lock: reads of objects share
+//! it, so readers of one class run together (Linux gets that from a
+//! per-zspage reader lock); writes, allocation, free and compaction hold it
+//! exclusively.
 //! Compaction is `compact`'s, the deferred free `deferred`'s.
 
 use crate::class::{ClassTable, DEFAULT_CHAIN_SIZE, ZS_HANDLE_SIZE};
@@ -18,7 +20,7 @@ use crate::zspage::Zspage;
 use crate::{ZsError, ZSMALLOC_OWNER};
 use mmkit::{Gfp, PageAllocator, PageBlock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// How a pool is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +51,7 @@ pub(crate) struct Inner {
     pub(crate) mm: Arc<PageAllocator>,
     pub(crate) table: ClassTable,
     /// One per class index; only the classes that serve others are used.
-    pub(crate) classes: Box<[Mutex<ClassState>]>,
+    pub(crate) classes: Box<[RwLock<ClassState>]>,
     pub(crate) pages_allocated: AtomicU64,
     pub(crate) pages_compacted: AtomicU64,
     /// Compaction is single-flight (Linux's `compaction_in_progress`).
@@ -70,7 +72,7 @@ impl Inner {
             return Err(ZsError::BadChainSize(chain_size));
         }
         let table = ClassTable::new(mm.geometry().page_size() as usize, chain_size);
-        let classes = (0..table.nr_classes()).map(|i| Mutex::new(ClassState::new(i, table.shape(i)))).collect();
+        let classes = (0..table.nr_classes()).map(|i| RwLock::new(ClassState::new(i, table.shape(i)))).collect();
         let shards = match deferred {
             DeferredLayout::PerCpu => mm.nr_cpus(),
             DeferredLayout::PerPool => 1,
@@ -93,8 +95,14 @@ impl Inner {
     /// Class `index`'s lock. A panic while it was held cannot leave the
     /// class half-edited in a way later calls would trust blindly (every
     /// handle is validated), so a poisoned lock is used as it is.
-    pub(crate) fn lock(&self, index: usize) -> MutexGuard<'_, ClassState> {
-        self.classes[index].lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    pub(crate) fn lock(&self, index: usize) -> RwLockWriteGuard<'_, ClassState> {
+        self.classes[index].write().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Class `index` for reading objects: readers of one class run
+    /// together (Linux gets the same from its per-zspage read lock).
+    pub(crate) fn read_lock(&self, index: usize) -> RwLockReadGuard<'_, ClassState> {
+        self.classes[index].read().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The class of `handle`, if the handle could name one.
@@ -172,7 +180,7 @@ impl Inner {
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R, ZsError> {
         let class = self.class_of(handle)?;
-        let state = self.lock(class);
+        let state = self.read_lock(class);
         let at = state.resolve(handle)?;
         let zspage = state.zspages[at.zspage].as_ref().ok_or(ZsError::InvalidHandle(handle))?;
         let offset = Zspage::payload_offset(state.shape, at.obj);
@@ -200,7 +208,7 @@ impl Inner {
 
     pub(crate) fn read_into(&self, handle: Handle, out: &mut [u8]) -> Result<usize, ZsError> {
         let class = self.class_of(handle)?;
-        let state = self.lock(class);
+        let state = self.read_lock(class);
         let at = state.resolve(handle)?;
         let got = out.len();
         let dst = out.get_mut(..at.len).ok_or(ZsError::BufferTooSmall { need: at.len, got })?;
