@@ -96,7 +96,7 @@ fn mmkit_device(algorithm: Algorithm, bytes: u64) -> Result<Zram, BenchError> {
         .backing(Backing::RealMemory(HugePages::None))
         .build()
         .map_err(|e| BenchError::context("building the map", e))?;
-    Zram::new(Arc::new(mm), ZramConfig { disksize: bytes, algorithm, mem_limit: 0 })
+    Zram::new(Arc::new(mm), ZramConfig { disksize: bytes, algorithm, mem_limit: 0, ..ZramConfig::default() })
         .map_err(|e| BenchError::context("zram device", e))
 }
 
@@ -246,8 +246,9 @@ fn ratio_case(settings: &Settings, kernel: Option<&kernel::Device>) -> Result<Ve
             .backing(Backing::RealMemory(HugePages::None))
             .build()
             .map_err(|e| BenchError::context("building the map", e))?;
-        let dev = Zram::new(Arc::new(mm), ZramConfig { disksize: bytes, algorithm, mem_limit: 0 })
-            .map_err(|e| BenchError::context("zram device", e))?;
+        let dev =
+            Zram::new(Arc::new(mm), ZramConfig { disksize: bytes, algorithm, mem_limit: 0, ..ZramConfig::default() })
+                .map_err(|e| BenchError::context("zram device", e))?;
         for (i, page) in pages.iter().enumerate() {
             dev.write_page(i as u64, page)?;
         }

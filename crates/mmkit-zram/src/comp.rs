@@ -92,6 +92,18 @@ thread_local! {
     static ZSTD: RefCell<ZstdContexts> = RefCell::new(ZstdContexts::default());
 }
 
+/// The text [`Algorithm::parse`] reads back: `lz4`, `zstd` (level 3) or
+/// `zstd:LEVEL`.
+impl core::fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Lz4 => f.write_str("lz4"),
+            Self::Zstd { level: 3 } => f.write_str("zstd"),
+            Self::Zstd { level } => write!(f, "zstd:{level}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +131,8 @@ mod tests {
         assert!(Algorithm::Lz4.compress(&random, |_| ()).is_none(), "incompressible data is not grown");
         assert_eq!(Algorithm::parse("zstd:9"), Some(Algorithm::Zstd { level: 9 }));
         assert_eq!(Algorithm::parse("lzo"), None);
+        for algo in [Algorithm::Lz4, Algorithm::Zstd { level: 3 }, Algorithm::Zstd { level: 19 }] {
+            assert_eq!(Algorithm::parse(&algo.to_string()), Some(algo));
+        }
     }
 }

@@ -11,12 +11,14 @@
 //! are never lost. Statistics are `stats`' to print.
 
 use crate::comp::Algorithm;
+use crate::config::ZramConfig;
 use crate::slot::{flags, Slot, SlotGuard};
 use crate::stats::Counters;
+use crate::writeback::{BackingDev, Writeback};
 use crate::ZramError;
-use mmkit::{Gfp, PageAllocator};
+use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator};
 use mmkit_zsmalloc::{Handle, ZsConfig, ZsPool};
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -38,24 +40,6 @@ const CLEARED_ON_FREE: u32 = flags::SAME
     | flags::WB
     | flags::COMP_PRIORITY_BIT1
     | flags::COMP_PRIORITY_BIT2;
-
-/// How a device is set up (zram's `disksize`, `comp_algorithm`,
-/// `mem_limit`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ZramConfig {
-    /// Device size in bytes, rounded up to whole pages.
-    pub disksize: u64,
-    /// The compression algorithm.
-    pub algorithm: Algorithm,
-    /// Most memory the pool may hold, in bytes; 0 for no limit.
-    pub mem_limit: u64,
-}
-
-impl Default for ZramConfig {
-    fn default() -> Self {
-        Self { disksize: 1 << 30, algorithm: Algorithm::Lz4, mem_limit: 0 }
-    }
-}
 
 /// What a slot will hold after a write.
 enum Content {
@@ -83,28 +67,66 @@ pub struct Zram {
     pub(crate) pool: ZsPool,
     pub(crate) slots: Box<[Slot]>,
     pub(crate) config: ZramConfig,
-    huge_size: usize,
+    /// The algorithm of each priority: 0 the primary, then the secondaries.
+    pub(crate) comps: Vec<Algorithm>,
+    mem_limit: AtomicU64,
+    pub(crate) huge_size: usize,
     started: Instant,
     pub(crate) counters: Counters,
+    pub(crate) wb: Writeback,
 }
 
 impl Zram {
     /// A device of `config.disksize` bytes over a new zsmalloc pool on `mm`.
     ///
     /// # Errors
-    /// [`ZramError::Pool`] when the pool cannot be made (no real memory).
+    /// [`ZramError::Pool`] when the pool cannot be made (no real memory);
+    /// [`ZramError::Invalid`] for a zero size or a bad chain size;
+    /// [`ZramError::Backing`] when `backing_dev` cannot be opened or holds
+    /// less than one page.
     pub fn new(mm: Arc<PageAllocator>, config: ZramConfig) -> Result<Self, ZramError> {
-        let pool = ZsPool::with_config("zram", mm, ZsConfig::default()).map_err(ZramError::Pool)?;
+        if config.disksize == 0 {
+            return Err(ZramError::Invalid("disksize: the device needs at least one page".into()));
+        }
+        if config.recomp_algorithms.len() > crate::config::MAX_RECOMP_ALGORITHMS {
+            return Err(ZramError::Invalid("recomp_algorithm: at most 3 secondary algorithms".into()));
+        }
+        let backing = config.backing_dev.as_deref().map(BackingDev::open).transpose()?;
+        let zs_config = ZsConfig { chain_size: config.chain_size, ..ZsConfig::default() };
+        let pool = ZsPool::with_config("zram", mm, zs_config).map_err(ZramError::Pool)?;
         let nr = config.disksize.div_ceil(PAGE_SIZE as u64) as usize;
         let huge_size = pool.zs_huge_class_size();
         Ok(Self {
             pool,
             slots: (0..nr).map(|_| Slot::default()).collect(),
+            comps: config.algorithms(),
+            mem_limit: AtomicU64::new(config.mem_limit),
             config: ZramConfig { disksize: nr as u64 * PAGE_SIZE as u64, ..config },
             huge_size,
             started: Instant::now(),
             counters: Counters::default(),
+            wb: Writeback { backing, ..Writeback::default() },
         })
+    }
+
+    /// A device on a page allocator of its own, with real memory enough
+    /// for every page stored raw (or for `mem_limit`), which the system
+    /// commits only as pages are used.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new); [`ZramError::Pool`] when the memory cannot be
+    /// mapped.
+    pub fn with_own_memory(config: ZramConfig) -> Result<Self, ZramError> {
+        let mut bytes = config.disksize + config.disksize / 4;
+        if config.mem_limit != 0 {
+            bytes = bytes.min(config.mem_limit);
+        }
+        let bytes = (bytes + (32 << 20)).next_multiple_of(2 << 20);
+        let mm = MemoryMapBuilder::with_memory(bytes)
+            .backing(Backing::RealMemory(HugePages::None))
+            .build()
+            .map_err(|e| ZramError::Invalid(format!("no memory for the device: {e}")))?;
+        Self::new(Arc::new(mm), config)
     }
 
     /// The device size in bytes.
@@ -112,9 +134,24 @@ impl Zram {
         self.config.disksize
     }
 
-    /// The compression algorithm.
+    /// The primary compression algorithm.
     pub fn algorithm(&self) -> Algorithm {
         self.config.algorithm
+    }
+
+    /// The secondary algorithms, by priority.
+    pub fn recomp_algorithms(&self) -> &[Algorithm] {
+        &self.comps[1..]
+    }
+
+    /// The memory limit in bytes (0: none).
+    pub fn mem_limit(&self) -> u64 {
+        self.mem_limit.load(Relaxed)
+    }
+
+    /// Sets the memory limit (0: none); pages stored beyond it stay.
+    pub fn set_mem_limit(&self, bytes: u64) {
+        self.mem_limit.store(bytes, Relaxed);
     }
 
     /// The zsmalloc pool under the device.
@@ -127,7 +164,7 @@ impl Zram {
     }
 
     /// `[offset, offset + len)` checked against the device.
-    fn check_range(&self, offset: u64, len: usize) -> Result<(), ZramError> {
+    pub(crate) fn check_range(&self, offset: u64, len: usize) -> Result<(), ZramError> {
         match offset.checked_add(len as u64) {
             Some(end) if end <= self.config.disksize => Ok(()),
             _ => {
@@ -266,17 +303,25 @@ impl Zram {
         self.mark_idle(|_| true);
     }
 
-    /// Marks idle the pages not accessed for `seconds` (`echo N > idle`).
+    /// Marks idle the pages not accessed for `seconds`, and not idle the
+    /// others (`echo N > idle`).
     pub fn idle_older_than(&self, seconds: u32) {
         let now = self.now();
         self.mark_idle(|ac_time| now.saturating_sub(ac_time) >= seconds);
     }
 
-    fn mark_idle(&self, pick: impl Fn(u32) -> bool) {
+    /// As Linux's `mark_idle`: same-filled and written-back pages hold no
+    /// memory to reclaim and are left out.
+    fn mark_idle(&self, is_idle: impl Fn(u32) -> bool) {
         for slot in self.slots.iter() {
             let guard = slot.lock();
-            if guard.allocated() && pick(guard.ac_time()) {
+            if !guard.allocated() || guard.has(flags::SAME | flags::WB) {
+                continue;
+            }
+            if is_idle(guard.ac_time()) {
                 guard.update_flags(flags::IDLE, 0);
+            } else {
+                guard.update_flags(0, flags::IDLE);
             }
         }
     }
@@ -294,17 +339,34 @@ impl Zram {
         }
         self.pool.zs_free_deferred_flush();
         self.counters.reset();
+        self.wb.bd_reads.store(0, Relaxed);
+        self.wb.bd_writes.store(0, Relaxed);
     }
 
     // ---- slot operations, under the slot's lock ----
 
+    /// A read by the device's user: the page's contents, and it is no
+    /// longer idle.
     fn read_locked(&self, index: usize, slot: &SlotGuard<'_>, out: &mut [u8]) -> Result<(), ZramError> {
         slot.touch(self.now());
         slot.update_flags(0, flags::IDLE);
+        self.load_locked(index, slot, out)
+    }
+
+    /// The page's contents, without counting an access (post-processing
+    /// reads pages this way).
+    pub(crate) fn load_locked(&self, index: usize, slot: &SlotGuard<'_>, out: &mut [u8]) -> Result<(), ZramError> {
         if slot.has(flags::SAME) {
             let word = slot.handle().to_ne_bytes();
             out.chunks_exact_mut(8).for_each(|w| w.copy_from_slice(&word));
             return Ok(());
+        }
+        if slot.has(flags::WB) {
+            let backing = self.wb.backing.as_ref().ok_or(ZramError::NoBackingDev)?;
+            self.wb.bd_reads.fetch_add(1, Relaxed);
+            return backing.read_block(slot.handle(), out).inspect_err(|_| {
+                self.counters.failed_reads.fetch_add(1, Relaxed);
+            });
         }
         let Some(handle) = Handle::from_raw(slot.handle()) else {
             out.fill(0);
@@ -319,7 +381,7 @@ impl Zram {
             return Ok(());
         }
         let mut local = [0u8; PAGE_SIZE];
-        let algorithm = self.config.algorithm;
+        let algorithm = self.comps[slot.priority()];
         let ok = self
             .pool
             .zs_obj_read_with(handle, &mut local, |bytes| algorithm.decompress(bytes, out))
@@ -371,15 +433,15 @@ impl Zram {
         }
         let huge_size = self.huge_size;
         let compressed =
-            self.config.algorithm.compress(page, |bytes| (bytes.len() < huge_size).then(|| self.alloc_object(bytes)));
+            self.comps[0].compress(page, |bytes| (bytes.len() < huge_size).then(|| self.alloc_object(bytes)));
         match compressed.flatten() {
             Some(stored) => stored.map(|(handle, size)| Content::Stored { handle, size, huge: false }),
             None => self.alloc_object(page).map(|(handle, size)| Content::Stored { handle, size, huge: true }),
         }
     }
 
-    fn alloc_object(&self, bytes: &[u8]) -> Result<(Handle, usize), ZramError> {
-        let limit = self.config.mem_limit;
+    pub(crate) fn alloc_object(&self, bytes: &[u8]) -> Result<(Handle, usize), ZramError> {
+        let limit = self.mem_limit();
         if limit != 0 && self.pool.zs_get_total_pages() * PAGE_SIZE as u64 >= limit {
             return Err(ZramError::NoSpace);
         }
@@ -391,12 +453,18 @@ impl Zram {
     /// Clears a slot under its lock (Linux's `slot_free_extract`: flags,
     /// statistics, size and handle at once) and returns the object to free
     /// once the lock is dropped.
-    fn slot_free_extract(&self, slot: &SlotGuard<'_>) -> Option<Handle> {
+    pub(crate) fn slot_free_extract(&self, slot: &SlotGuard<'_>) -> Option<Handle> {
         if !slot.allocated() {
             return None;
         }
         let handle = if slot.has(flags::SAME) {
             self.counters.same_pages.fetch_sub(1, Relaxed);
+            None
+        } else if slot.has(flags::WB) {
+            if let Some(backing) = &self.wb.backing {
+                backing.free_block(slot.handle());
+            }
+            self.wb.bd_count.fetch_sub(1, Relaxed);
             None
         } else {
             if slot.has(flags::HUGE) {

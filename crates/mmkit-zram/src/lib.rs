@@ -8,22 +8,32 @@
 //! discard and write-zeroes free whole pages; statistics come in the
 //! kernel's formats (`mm_stat`, `io_stat`, `debug_stat`, `block_state`).
 //!
-//! This crate is the device core. Recompression, idle writeback to a
-//! backing file and `bd_stat` are not built yet.
+//! Beside the core: recompression of idle or huge pages with up to three
+//! secondary algorithms, writeback of idle, huge or incompressible pages to
+//! a backing file (`bd_stat`), the sysfs attributes by name, and block
+//! status (holes and zero pages) for an NBD server.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod attrs;
 mod comp;
+mod config;
 mod device;
+mod recompress;
 pub mod slot;
 mod stats;
+mod writeback;
 
+pub use attrs::{Extent, ExtentKind, SHOW_ATTRS, STORE_ATTRS};
 pub use comp::Algorithm;
-pub use device::{Zram, ZramConfig, PAGE_SIZE};
+pub use config::{parse_size, ZramConfig, MAX_RECOMP_ALGORITHMS};
+pub use device::{Zram, PAGE_SIZE};
+pub use recompress::{RecompressParams, RecompressType};
 pub use stats::MmStat;
+pub use writeback::WritebackMode;
 
 /// Why a zram call failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ZramError {
     /// The I/O reaches past the device (counted in `invalid_io`); nothing
     /// was done.
@@ -45,6 +55,18 @@ pub enum ZramError {
     },
     /// The zsmalloc pool refused.
     Pool(mmkit_zsmalloc::ZsError),
+    /// An unknown parameter, attribute or algorithm, or a value it does not
+    /// take; nothing was changed.
+    Invalid(String),
+    /// The backing file cannot be opened, is too small, or an I/O on it
+    /// failed (counted in `failed_reads` for reads).
+    Backing(String),
+    /// Writeback was asked of a device without a backing file.
+    NoBackingDev,
+    /// `writeback_limit` is enabled and used up.
+    WritebackLimit,
+    /// The backing file has no free block.
+    BackingFull,
 }
 
 impl core::fmt::Display for ZramError {
@@ -56,6 +78,11 @@ impl core::fmt::Display for ZramError {
             Self::NoSpace => f.write_str("no space: mem_limit reached or no free page"),
             Self::Corrupt { index } => write!(f, "page {index} does not decompress"),
             Self::Pool(e) => write!(f, "zsmalloc: {e}"),
+            Self::Invalid(what) => write!(f, "invalid: {what}"),
+            Self::Backing(what) => f.write_str(what),
+            Self::NoBackingDev => f.write_str("no backing_dev: writeback needs a backing file"),
+            Self::WritebackLimit => f.write_str("writeback_limit used up"),
+            Self::BackingFull => f.write_str("the backing file has no free block"),
         }
     }
 }

@@ -38,6 +38,9 @@ pub mod flags {
     pub const COMP_PRIORITY_BIT2: u32 = 1 << (ZRAM_FLAG_SHIFT + 8);
 }
 
+const PRIORITY_SHIFT: u32 = ZRAM_FLAG_SHIFT + 7;
+const PRIORITY_MASK: u32 = flags::COMP_PRIORITY_BIT1 | flags::COMP_PRIORITY_BIT2;
+
 /// One page's entry.
 #[derive(Default)]
 #[repr(C)]
@@ -99,10 +102,11 @@ impl SlotGuard<'_> {
     pub(crate) fn has(&self, flag: u32) -> bool {
         self.flags() & flag != 0
     }
-    /// Sets and clears flags in one store (the lock stays held).
+    /// Clears, then sets, flags in one store (the lock stays held).
     pub(crate) fn update_flags(&self, set: u32, clear: u32) {
         let word = self.slot.flags.load(Relaxed);
-        self.slot.flags.store((word | set) & !(clear & !flags::LOCK & !SIZE_MASK), Relaxed);
+        let keep = flags::LOCK | SIZE_MASK;
+        self.slot.flags.store((word & !(clear & !keep)) | (set & !keep), Relaxed);
     }
     pub(crate) fn size(&self) -> usize {
         (self.slot.flags.load(Relaxed) & SIZE_MASK) as usize
@@ -110,6 +114,14 @@ impl SlotGuard<'_> {
     pub(crate) fn set_size(&self, size: usize) {
         let word = self.slot.flags.load(Relaxed);
         self.slot.flags.store((word & !SIZE_MASK) | (size as u32 & SIZE_MASK), Relaxed);
+    }
+    /// Which algorithm produced the slot: 0 the primary, 1..=3 a
+    /// secondary (the `COMP_PRIORITY` bits).
+    pub(crate) fn priority(&self) -> usize {
+        ((self.flags() & PRIORITY_MASK) >> PRIORITY_SHIFT) as usize
+    }
+    pub(crate) fn set_priority(&self, priority: usize) {
+        self.update_flags(((priority as u32) << PRIORITY_SHIFT) & PRIORITY_MASK, PRIORITY_MASK);
     }
     pub(crate) fn touch(&self, now: u32) {
         self.slot.ac_time.store(now, Relaxed);
@@ -149,5 +161,9 @@ mod tests {
         drop(held);
         let again = slot.try_lock().unwrap();
         assert_eq!((again.size(), again.flags()), (4096, flags::HUGE));
+        again.set_priority(3);
+        assert_eq!(again.priority(), 3);
+        again.set_priority(1);
+        assert_eq!((again.priority(), again.flags() & !PRIORITY_MASK), (1, flags::HUGE));
     }
 }

@@ -82,7 +82,7 @@ impl Zram {
             orig_data_size: c.pages_stored.load(Relaxed) * PAGE_SIZE as u64,
             compr_data_size: c.compr_data_size.load(Relaxed),
             mem_used_total: self.pool.zs_get_total_pages() * PAGE_SIZE as u64,
-            mem_limit: self.config.mem_limit,
+            mem_limit: self.mem_limit(),
             mem_used_max: c.mem_used_max.load(Relaxed),
             same_pages: c.same_pages.load(Relaxed),
             pages_compacted: self.pool.zs_pool_stats().pages_compacted,

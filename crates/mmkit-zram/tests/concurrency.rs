@@ -40,9 +40,16 @@ fn no_page_is_lost_or_torn() {
     let mm = Arc::new(
         MemoryMapBuilder::with_memory(64 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap(),
     );
-    let zram =
-        Zram::new(mm, ZramConfig { disksize: PAGES * PAGE_SIZE as u64, algorithm: Algorithm::Lz4, mem_limit: 0 })
-            .unwrap();
+    let zram = Zram::new(
+        mm,
+        ZramConfig {
+            disksize: PAGES * PAGE_SIZE as u64,
+            algorithm: Algorithm::Lz4,
+            mem_limit: 0,
+            ..ZramConfig::default()
+        },
+    )
+    .unwrap();
     std::thread::scope(|s| {
         for thread in 0..THREADS {
             let zram = &zram;

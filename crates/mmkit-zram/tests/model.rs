@@ -81,7 +81,7 @@ proptest! {
         let mm = Arc::new(MemoryMapBuilder::with_memory(32 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap());
         let algorithm = if zstd { Algorithm::Zstd { level: 1 } } else { Algorithm::Lz4 };
         let disksize = (PAGES * PAGE_SIZE) as u64;
-        let zram = Zram::new(mm, ZramConfig { disksize, algorithm, mem_limit: 0 }).unwrap();
+        let zram = Zram::new(mm, ZramConfig { disksize, algorithm, mem_limit: 0, ..ZramConfig::default() }).unwrap();
         let real = real_pages();
         let mut model = vec![0u8; PAGES * PAGE_SIZE];
         for op in ops {

@@ -1,0 +1,172 @@
+//! zram's sysfs attributes by name, and block status: the text interface a
+//! control socket or a shell user drives (`cat mm_stat`, `echo all >
+//! idle`), and the holes and zero pages an NBD server reports as extents.
+//!
+//! Owns the attribute names and their text forms only; every attribute
+//! calls the device's typed API, which does the work.
+
+use crate::device::{Zram, PAGE_SIZE};
+use crate::recompress::RecompressParams;
+use crate::slot::flags;
+use crate::writeback::WritebackMode;
+use crate::ZramError;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// What a run of pages holds, for block status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExtentKind {
+    /// Never written, discarded or reset: reads as zeroes, holds nothing.
+    Hole,
+    /// A stored page of zeroes (same-filled with 0): reads as zeroes.
+    Zero,
+    /// Anything else.
+    Data,
+}
+
+/// A run of bytes of one [`ExtentKind`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    /// First byte.
+    pub offset: u64,
+    /// Bytes in the run.
+    pub length: u64,
+    /// What they hold.
+    pub kind: ExtentKind,
+}
+
+/// Attributes [`Zram::attr_show`] knows.
+pub const SHOW_ATTRS: &[&str] = &[
+    "mm_stat",
+    "io_stat",
+    "bd_stat",
+    "debug_stat",
+    "block_state",
+    "disksize",
+    "comp_algorithm",
+    "recomp_algorithm",
+    "mem_limit",
+    "mem_used_max",
+    "backing_dev",
+    "writeback_limit",
+    "writeback_limit_enable",
+    "initstate",
+];
+
+/// Attributes [`Zram::attr_store`] knows.
+pub const STORE_ATTRS: &[&str] = &[
+    "compact",
+    "reset",
+    "idle",
+    "writeback",
+    "recompress",
+    "mem_limit",
+    "mem_used_max",
+    "writeback_limit",
+    "writeback_limit_enable",
+];
+
+impl Zram {
+    /// Runs of holes, zero pages and data covering `[offset, offset + len)`
+    /// (the first and last runs cut to the range).
+    ///
+    /// # Errors
+    /// [`ZramError::OutOfRange`].
+    pub fn extents(&self, offset: u64, len: u64) -> Result<Vec<Extent>, ZramError> {
+        self.check_range(offset, len as usize)?;
+        let mut out: Vec<Extent> = Vec::new();
+        let end = offset + len;
+        let mut at = offset;
+        while at < end {
+            let index = (at / PAGE_SIZE as u64) as usize;
+            let page_end = ((index as u64 + 1) * PAGE_SIZE as u64).min(end);
+            let kind = {
+                let slot = self.slots[index].lock();
+                if !slot.allocated() {
+                    ExtentKind::Hole
+                } else if slot.has(flags::SAME) && slot.handle() == 0 {
+                    ExtentKind::Zero
+                } else {
+                    ExtentKind::Data
+                }
+            };
+            match out.last_mut() {
+                Some(last) if last.kind == kind => last.length += page_end - at,
+                _ => out.push(Extent { offset: at, length: page_end - at, kind }),
+            }
+            at = page_end;
+        }
+        Ok(out)
+    }
+
+    /// The text of a zram attribute, as `cat /sys/block/zramN/NAME` prints
+    /// it.
+    ///
+    /// # Errors
+    /// [`ZramError::Invalid`] for a name not in [`SHOW_ATTRS`].
+    pub fn attr_show(&self, name: &str) -> Result<String, ZramError> {
+        let line = |v: u64| format!("{v}\n");
+        Ok(match name {
+            "mm_stat" => self.mm_stat(),
+            "io_stat" => self.io_stat(),
+            "bd_stat" => self.bd_stat(),
+            "debug_stat" => self.debug_stat(),
+            "block_state" => self.block_state(),
+            "disksize" => line(self.disksize()),
+            "comp_algorithm" => format!("[{}]\n", self.comps[0]),
+            "recomp_algorithm" => (1..self.comps.len()).map(|p| format!("#{p}: [{}]\n", self.comps[p])).collect(),
+            "mem_limit" => line(self.mem_limit()),
+            "mem_used_max" => line(self.counters.mem_used_max.load(Relaxed)),
+            "backing_dev" => match self.backing_dev() {
+                Some(path) => format!("{}\n", path.display()),
+                None => "none\n".to_owned(),
+            },
+            "writeback_limit" => line(self.writeback_limit()),
+            "writeback_limit_enable" => line(u64::from(self.writeback_limit_enable())),
+            "initstate" => "1\n".to_owned(),
+            _ => return Err(ZramError::Invalid(format!("no attribute {name:?} to show"))),
+        })
+    }
+
+    /// Stores `value` into a zram attribute, as `echo VALUE >
+    /// /sys/block/zramN/NAME` does; returns what the action reports (pages
+    /// written back, recompressed or compacted), or an empty string.
+    ///
+    /// # Errors
+    /// [`ZramError::Invalid`] for a name not in [`STORE_ATTRS`] or a value
+    /// it does not take (nothing changed); the action's own errors.
+    pub fn attr_store(&self, name: &str, value: &str) -> Result<String, ZramError> {
+        let value = value.trim();
+        let number =
+            || value.parse::<u64>().map_err(|_| ZramError::Invalid(format!("{name}: {value:?} is not a number")));
+        match name {
+            "compact" => return Ok(format!("{}\n", self.compact())),
+            "reset" => {
+                if number()? == 0 {
+                    return Err(ZramError::Invalid("reset: write 1".into()));
+                }
+                self.reset();
+            }
+            "idle" => match value {
+                "all" => self.idle_all(),
+                _ => self.idle_older_than(u32::try_from(number()?).unwrap_or(u32::MAX)),
+            },
+            "writeback" => return self.writeback(WritebackMode::parse(value)?).map(|n| format!("{n}\n")),
+            "recompress" => return self.recompress(&RecompressParams::parse(value)?).map(|n| format!("{n}\n")),
+            "mem_limit" => {
+                let bytes = crate::config::parse_size(value)
+                    .ok_or_else(|| ZramError::Invalid(format!("mem_limit: {value:?} is not a size")))?;
+                self.set_mem_limit(bytes);
+            }
+            "mem_used_max" => {
+                if number()? != 0 {
+                    return Err(ZramError::Invalid("mem_used_max: only 0 (reset to the current use) is taken".into()));
+                }
+                self.counters.mem_used_max.store(self.pool.zs_get_total_pages() * PAGE_SIZE as u64, Relaxed);
+            }
+            "writeback_limit" => self.set_writeback_limit(number()?),
+            "writeback_limit_enable" => self.set_writeback_limit_enable(number()? != 0),
+            _ => return Err(ZramError::Invalid(format!("no attribute {name:?} to store"))),
+        }
+        Ok(String::new())
+    }
+}
