@@ -503,6 +503,30 @@ mod tests {
     use mmkit::{Backing, HugePages, MemoryMapBuilder};
 
     #[test]
+    fn corrupt_stored_data_is_a_counted_typed_error_that_changes_nothing() {
+        let zram = Zram::with_own_memory(ZramConfig { disksize: 1 << 20, ..ZramConfig::default() }).unwrap();
+        let page: Vec<u8> = (0..PAGE_SIZE).map(|i| (i % 13) as u8).collect();
+        zram.write(0, &page).unwrap();
+        zram.write(PAGE_SIZE as u64, &page).unwrap();
+        let (handle, size) = {
+            let slot = zram.slots[0].lock();
+            (Handle::from_raw(slot.handle()).unwrap(), slot.size())
+        };
+        zram.pool.zs_obj_write(handle, &vec![0xff; size]).unwrap();
+        let before = zram.mm_stat();
+        let mut back = vec![0; PAGE_SIZE];
+        assert_eq!(zram.read(0, &mut back), Err(ZramError::Corrupt { index: 0 }));
+        assert_eq!(zram.write(10, b"patch"), Err(ZramError::Corrupt { index: 0 }), "a partial write must read first");
+        assert_eq!(zram.io_stat().split_whitespace().take(2).collect::<Vec<_>>(), ["2", "1"]);
+        assert_eq!(zram.mm_stat(), before);
+        zram.read(PAGE_SIZE as u64, &mut back).unwrap();
+        assert_eq!(back, page, "the other page is untouched");
+        zram.write(0, &page).unwrap();
+        zram.read(0, &mut back).unwrap();
+        assert_eq!(back, page, "a whole-page write replaces the corrupt page");
+    }
+
+    #[test]
     fn a_notify_that_finds_the_slot_locked_is_a_counted_miss_and_frees_nothing() {
         let mm = Arc::new(
             MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap(),

@@ -1,10 +1,12 @@
 //! The device against a plain `Vec<u8>`: random writes of real-file,
 //! random, zero and same-filled pages, partial writes, discards,
-//! write-zeroes, reads and compactions. The device must always read back
-//! exactly what the model holds, and `mm_stat` must add up.
+//! write-zeroes, reads, compactions, idle marking, recompression and
+//! writeback to a backing file (and reads from it). The device must always
+//! read back exactly what the model holds, and `mm_stat` and `bd_stat` must
+//! add up.
 
 use mmkit::{Backing, HugePages, MemoryMapBuilder};
-use mmkit_zram::{Algorithm, Zram, ZramConfig, PAGE_SIZE};
+use mmkit_zram::{Algorithm, RecompressParams, WritebackMode, Zram, ZramConfig, ZramError, PAGE_SIZE};
 use proptest::prelude::*;
 use std::sync::Arc;
 
@@ -26,6 +28,9 @@ enum Op {
     WriteZeroes { offset: usize, len: usize },
     Read { offset: usize, len: usize },
     Compact,
+    IdleAll,
+    Recompress(&'static str),
+    Writeback(&'static str),
 }
 
 fn fill() -> impl Strategy<Value = Fill> {
@@ -46,6 +51,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => span.clone().prop_map(|(offset, len)| Op::WriteZeroes { offset, len }),
         2 => span.prop_map(|(offset, len)| Op::Read { offset, len }),
         1 => Just(Op::Compact),
+        1 => Just(Op::IdleAll),
+        1 => prop_oneof![Just(""), Just("type=idle"), Just("type=huge"), Just("type=huge_idle threshold=2000")].prop_map(Op::Recompress),
+        1 => prop_oneof![Just("idle"), Just("huge"), Just("huge_idle"), Just("incompressible"), Just("page_index=3"), Just("page_indexes=0-15")].prop_map(Op::Writeback),
     ]
 }
 
@@ -81,7 +89,15 @@ proptest! {
         let mm = Arc::new(MemoryMapBuilder::with_memory(32 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap());
         let algorithm = if zstd { Algorithm::Zstd { level: 1 } } else { Algorithm::Lz4 };
         let disksize = (PAGES * PAGE_SIZE) as u64;
-        let zram = Zram::new(mm, ZramConfig { disksize, algorithm, mem_limit: 0, ..ZramConfig::default() }).unwrap();
+        let backing = BackingFile::new();
+        let config = ZramConfig {
+            disksize,
+            algorithm,
+            recomp_algorithms: vec![Algorithm::Zstd { level: 9 }],
+            backing_dev: Some(backing.0.clone()),
+            ..ZramConfig::default()
+        };
+        let zram = Zram::new(mm, config).unwrap();
         let real = real_pages();
         let mut model = vec![0u8; PAGES * PAGE_SIZE];
         for op in ops {
@@ -120,6 +136,14 @@ proptest! {
                 Op::Compact => {
                     zram.compact();
                 }
+                Op::IdleAll => zram.idle_all(),
+                Op::Recompress(params) => {
+                    zram.recompress(&RecompressParams::parse(params).unwrap()).unwrap();
+                }
+                Op::Writeback(mode) => match zram.writeback(WritebackMode::parse(mode).unwrap()) {
+                    Ok(_) | Err(ZramError::BackingFull) => {}
+                    Err(e) => prop_assert!(false, "writeback {}: {}", mode, e),
+                },
             }
             let mut all = vec![0; model.len()];
             zram.read(0, &mut all).unwrap();
@@ -128,13 +152,35 @@ proptest! {
             // compressed, and never-written or discarded pages hold nothing.
             let s = zram.mm_stat_values();
             let stored = s.orig_data_size / PAGE_SIZE as u64;
-            prop_assert!(s.same_pages + s.huge_pages <= stored);
-            prop_assert!(s.compr_data_size <= (stored - s.same_pages) * PAGE_SIZE as u64);
+            let on_file: u64 = zram.bd_stat().split_whitespace().next().unwrap().parse().unwrap();
+            prop_assert!(s.same_pages + s.huge_pages + on_file <= stored);
+            prop_assert!(s.compr_data_size <= (stored - s.same_pages - on_file) * PAGE_SIZE as u64);
             prop_assert!(s.compr_data_size >= s.huge_pages * PAGE_SIZE as u64);
             prop_assert_eq!(zram.block_state().lines().count() as u64, stored);
             zram.pool().check_invariants().map_err(TestCaseError::fail)?;
         }
         zram.reset();
         prop_assert_eq!(zram.pool().zs_get_total_pages(), 0);
+        prop_assert!(zram.bd_stat().starts_with("       0 "), "reset returns every block");
+    }
+}
+
+/// A backing file of 24 pages (fewer than the device's, so writeback can
+/// fill it), removed when dropped.
+struct BackingFile(std::path::PathBuf);
+
+impl BackingFile {
+    fn new() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("mmkit-zram-model-{}-{n}", std::process::id()));
+        std::fs::write(&path, vec![0u8; 24 * PAGE_SIZE]).unwrap();
+        Self(path)
+    }
+}
+
+impl Drop for BackingFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
     }
 }
