@@ -5,7 +5,8 @@
 //!   pages of a 64 MiB device, on real data (pages of the system's shared
 //!   libraries), on 50 %-compressible data and (writes) on same-filled
 //!   pages; `…/2threads` runs the same ops from two threads (time per op
-//!   of the whole run). Impls `mmkit/lz4`, `mmkit/zstd` and, when
+//!   of the whole run). Impls `mmkit/lz4` (the C lz4 library),
+//!   `mmkit/lz4_flex` (the pure-Rust crate, to compare), `mmkit/zstd` and, when
 //!   `/sys/class/zram-control` lets this process hot-add a private device,
 //!   `kernel/lz4` through `O_DIRECT` `pwrite`/`pread`.
 //! - `ratio/real`: 256 MiB of real binaries written once;
@@ -17,6 +18,7 @@
 use super::harness::{measure, BenchError, CaseResult, CaseSpec, Contender, Settings, SuiteReport};
 use super::{Progress, Suite};
 use mmkit::{Backing, HugePages, MemoryMapBuilder};
+use mmkit_testkit::kernel_zram::{real_pages, AlignedPage, KernelZram};
 use mmkit_testkit::XorShift64;
 use mmkit_zram::{Algorithm, Zram, ZramConfig, PAGE_SIZE};
 use std::sync::Arc;
@@ -31,31 +33,6 @@ pub const SUITE: Suite = Suite {
 /// The device for the random I/O cases: 64 MiB (4 MiB under `--quick`).
 fn device_bytes(settings: &Settings) -> u64 {
     settings.pick(64 << 20, 4 << 20)
-}
-
-/// Pages of real files: the system's shared libraries (this binary when
-/// none can be read).
-fn real_pages(max: usize) -> Vec<Vec<u8>> {
-    let mut files: Vec<std::path::PathBuf> = Vec::new();
-    for dir in ["/usr/lib/x86_64-linux-gnu", "/usr/lib", "/usr/bin"] {
-        if let Ok(entries) = std::fs::read_dir(dir) {
-            let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).filter(|p| p.is_file()).collect();
-            paths.sort();
-            files.extend(paths);
-        }
-    }
-    files.extend(std::env::current_exe());
-    let mut pages = Vec::new();
-    for file in files {
-        let Ok(data) = std::fs::read(&file) else { continue };
-        for page in data.chunks_exact(PAGE_SIZE) {
-            pages.push(page.to_vec());
-            if pages.len() >= max {
-                return pages;
-            }
-        }
-    }
-    pages
 }
 
 /// Pages half random, half a repeated pattern: about 50 % compressible.
@@ -115,7 +92,7 @@ fn ops(dev: &dyn BlockDev, data: &[Vec<u8>], write: bool, shape: Shape, n: u64, 
             .map(|t| {
                 s.spawn(move || -> Result<(), BenchError> {
                     let mut rng = XorShift64::new(seed ^ (t << 32));
-                    let mut buf = kernel::AlignedPage::new();
+                    let mut buf = AlignedPage::new();
                     for _ in 0..n / threads {
                         let index = rng.next_u64() % pages;
                         if write {
@@ -135,7 +112,7 @@ fn ops(dev: &dyn BlockDev, data: &[Vec<u8>], write: bool, shape: Shape, n: u64, 
 }
 
 fn fill(dev: &dyn BlockDev, data: &[Vec<u8>], pages: u64) -> Result<(), BenchError> {
-    let mut buf = kernel::AlignedPage::new();
+    let mut buf = AlignedPage::new();
     for index in 0..pages {
         buf.bytes_mut().copy_from_slice(&data[index as usize % data.len()]);
         dev.write_page(index, buf.bytes())?;
@@ -151,8 +128,9 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
     let bytes = device_bytes(settings);
     let pages = bytes / PAGE_SIZE as u64;
     let lz4 = mmkit_device(Algorithm::Lz4, bytes)?;
+    let lz4_flex = mmkit_device(Algorithm::Lz4Flex, bytes)?;
     let zstd = mmkit_device(Algorithm::Zstd { level: 3 }, bytes)?;
-    let kernel = kernel::Device::add("lz4", bytes);
+    let kernel = KernelZram::add("lz4", bytes);
     let mut notes = Vec::new();
     match &kernel {
         Ok(dev) => notes
@@ -170,7 +148,8 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
                 let name = case_name(write, data_name, threads);
                 progress(name);
                 let devices: Vec<(&'static str, &dyn BlockDev)> = {
-                    let mut v: Vec<(&'static str, &dyn BlockDev)> = vec![("mmkit/lz4", &lz4), ("mmkit/zstd", &zstd)];
+                    let mut v: Vec<(&'static str, &dyn BlockDev)> =
+                        vec![("mmkit/lz4", &lz4), ("mmkit/lz4_flex", &lz4_flex), ("mmkit/zstd", &zstd)];
                     if let Ok(k) = &kernel {
                         v.push(("kernel/lz4", k));
                     }
@@ -224,7 +203,7 @@ fn case_name(write: bool, data: &str, threads: u64) -> &'static str {
 }
 
 /// 256 MiB of real binaries written once to a fresh device of each kind.
-fn ratio_case(settings: &Settings, kernel: Option<&kernel::Device>) -> Result<Vec<CaseResult>, BenchError> {
+fn ratio_case(settings: &Settings, kernel: Option<&KernelZram>) -> Result<Vec<CaseResult>, BenchError> {
     let pages = real_pages(settings.pick(65_536, 2_048));
     let bytes = (pages.len() * PAGE_SIZE) as u64;
     let mut out = Vec::new();
@@ -241,7 +220,12 @@ fn ratio_case(settings: &Settings, kernel: Option<&kernel::Device>) -> Result<Ve
         ratio_vs_mmkit: None,
         extra: vec![("ratio", ratio), ("bytes", bytes as f64)],
     };
-    for (impl_name, algorithm) in [("mmkit/lz4", Algorithm::Lz4), ("mmkit/zstd", Algorithm::Zstd { level: 3 })] {
+    let impls = [
+        ("mmkit/lz4", Algorithm::Lz4),
+        ("mmkit/lz4_flex", Algorithm::Lz4Flex),
+        ("mmkit/zstd", Algorithm::Zstd { level: 3 }),
+    ];
+    for (impl_name, algorithm) in impls {
         let mm = MemoryMapBuilder::with_memory(bytes * 2 + (64 << 20))
             .backing(Backing::RealMemory(HugePages::None))
             .build()
@@ -256,116 +240,25 @@ fn ratio_case(settings: &Settings, kernel: Option<&kernel::Device>) -> Result<Ve
         out.push(row(impl_name, s.orig_data_size as f64 / s.mem_used_total.max(1) as f64));
     }
     if kernel.is_some() {
-        if let Ok(dev) = kernel::Device::add("lz4", bytes) {
-            let mut buf = kernel::AlignedPage::new();
+        if let Ok(dev) = KernelZram::add("lz4", bytes) {
+            let mut buf = AlignedPage::new();
             for (i, page) in pages.iter().enumerate() {
                 buf.bytes_mut().copy_from_slice(page);
-                dev.write_page(i as u64, buf.bytes())?;
+                BlockDev::write_page(&dev, i as u64, buf.bytes())?;
             }
-            if let Some((orig, used)) = dev.mm_stat() {
-                out.push(row("kernel/lz4", orig as f64 / used.max(1) as f64));
+            if let Some(cols) = dev.mm_stat() {
+                out.push(row("kernel/lz4", cols[0] as f64 / cols[2].max(1) as f64));
             }
         }
     }
     Ok(out)
 }
 
-/// A private kernel zram device: hot-added, used through `O_DIRECT`, reset
-/// and hot-removed when dropped. Never `/dev/zram0` or any device this
-/// process did not add.
-mod kernel {
-    use super::BenchError;
-    use super::BlockDev;
-    use std::fs::{File, OpenOptions};
-    use std::os::unix::fs::{FileExt, OpenOptionsExt};
-
-    /// A 4 KiB buffer aligned for `O_DIRECT`.
-    #[repr(C, align(4096))]
-    pub struct AlignedPage([u8; 4096]);
-
-    impl AlignedPage {
-        pub fn new() -> Box<Self> {
-            Box::new(Self([0; 4096]))
-        }
-        pub fn bytes(&self) -> &[u8] {
-            &self.0
-        }
-        pub fn bytes_mut(&mut self) -> &mut [u8] {
-            &mut self.0
-        }
+impl BlockDev for KernelZram {
+    fn write_page(&self, index: u64, page: &[u8]) -> Result<(), BenchError> {
+        KernelZram::write_page(self, index, page).map_err(|e| BenchError::context("kernel zram pwrite", e))
     }
-
-    pub struct Device {
-        pub id: u32,
-        /// Closed before the reset (a reset of an open device is refused).
-        file: Option<File>,
-    }
-
-    fn sys(path: &str, value: &str) -> Result<(), String> {
-        std::fs::write(path, value).map_err(|e| format!("{path}: {e}"))
-    }
-
-    impl Device {
-        /// Hot-adds a device of `bytes` with `algorithm`.
-        pub fn add(algorithm: &str, bytes: u64) -> Result<Self, String> {
-            let id: u32 = std::fs::read_to_string("/sys/class/zram-control/hot_add")
-                .map_err(|e| format!("/sys/class/zram-control/hot_add: {e}"))?
-                .trim()
-                .parse()
-                .map_err(|e| format!("hot_add answered {e}"))?;
-            let remove = |why: String| {
-                let _ = sys(&format!("/sys/block/zram{id}/reset"), "1");
-                let _ = sys("/sys/class/zram-control/hot_remove", &id.to_string());
-                why
-            };
-            if id == 0 {
-                return Err("hot_add returned zram0, which is never used".into());
-            }
-            sys(&format!("/sys/block/zram{id}/comp_algorithm"), algorithm).map_err(remove)?;
-            sys(&format!("/sys/block/zram{id}/disksize"), &bytes.to_string()).map_err(remove)?;
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .custom_flags(libc_o_direct())
-                .open(format!("/dev/zram{id}"))
-                .map_err(|e| remove(format!("/dev/zram{id}: {e}")))?;
-            Ok(Self { id, file: Some(file) })
-        }
-
-        /// `orig_data_size` and `mem_used_total` from the device's `mm_stat`.
-        pub fn mm_stat(&self) -> Option<(u64, u64)> {
-            let text = std::fs::read_to_string(format!("/sys/block/zram{}/mm_stat", self.id)).ok()?;
-            let cols: Vec<u64> = text.split_whitespace().filter_map(|c| c.parse().ok()).collect();
-            Some((*cols.first()?, *cols.get(2)?))
-        }
-    }
-
-    /// `O_DIRECT` on Linux x86-64 and aarch64 (no libc dependency for one
-    /// constant).
-    fn libc_o_direct() -> i32 {
-        if cfg!(target_arch = "aarch64") {
-            0o200000
-        } else {
-            0o40000
-        }
-    }
-
-    impl BlockDev for Device {
-        fn write_page(&self, index: u64, page: &[u8]) -> Result<(), BenchError> {
-            let file = self.file.as_ref().ok_or_else(|| BenchError("kernel zram closed".into()))?;
-            file.write_all_at(page, index * 4096).map_err(|e| BenchError::context("kernel zram pwrite", e))
-        }
-        fn read_page(&self, index: u64, page: &mut [u8]) -> Result<(), BenchError> {
-            let file = self.file.as_ref().ok_or_else(|| BenchError("kernel zram closed".into()))?;
-            file.read_exact_at(page, index * 4096).map_err(|e| BenchError::context("kernel zram pread", e))
-        }
-    }
-
-    impl Drop for Device {
-        fn drop(&mut self) {
-            drop(self.file.take());
-            let _ = sys(&format!("/sys/block/zram{}/reset", self.id), "1");
-            let _ = sys("/sys/class/zram-control/hot_remove", &self.id.to_string());
-        }
+    fn read_page(&self, index: u64, page: &mut [u8]) -> Result<(), BenchError> {
+        KernelZram::read_page(self, index, page).map_err(|e| BenchError::context("kernel zram pread", e))
     }
 }

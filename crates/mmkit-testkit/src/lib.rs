@@ -1,5 +1,7 @@
-//! Helpers shared by mmkit's tests and benchmarks, and nothing else: today
-//! one deterministic pseudo-random generator, [`XorShift64`].
+//! Helpers shared by mmkit's tests and benchmarks, and nothing else: one
+//! deterministic pseudo-random generator, [`XorShift64`], and with the `std`
+//! feature a private kernel zram device to compare against and pages of
+//! real files ([`kernel_zram`]).
 //!
 //! Owns only code that several test suites or benchmarks would otherwise
 //! copy. It must not depend on mmkit (or anything else), must not hold
@@ -7,9 +9,12 @@
 //! and is never a dependency of a published library crate: mmkit and the
 //! command line take it as a dev-dependency, the benchmark crate as an
 //! ordinary one.
-#![no_std]
+#![cfg_attr(not(feature = "std"), no_std)]
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
+
+#[cfg(feature = "std")]
+pub mod kernel_zram;
 
 /// Marsaglia's xorshift64* ("Xorshift RNGs", 2003; the `*` multiplier from
 /// Vigna, 2014): small, fast, deterministic on every machine, good enough to
