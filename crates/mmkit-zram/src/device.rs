@@ -445,8 +445,7 @@ impl Zram {
         if limit != 0 && self.pool.zs_get_total_pages() * PAGE_SIZE as u64 >= limit {
             return Err(ZramError::NoSpace);
         }
-        let handle = self.pool.zs_malloc(bytes.len(), ZRAM_GFP, 0).map_err(|_| ZramError::NoSpace)?;
-        self.pool.zs_obj_write(handle, bytes).map_err(ZramError::Pool)?;
+        let handle = self.pool.zs_malloc_copy(bytes, ZRAM_GFP, 0).map_err(|_| ZramError::NoSpace)?;
         Ok((handle, bytes.len()))
     }
 

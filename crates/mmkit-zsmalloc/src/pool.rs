@@ -115,15 +115,24 @@ impl Inner {
         }
     }
 
-    pub(crate) fn malloc(&self, size: usize, gfp: Gfp, nid: usize) -> Result<Handle, ZsError> {
+    /// An object of `size` bytes; with `data`, its bytes are written before
+    /// the class lock is dropped.
+    pub(crate) fn malloc(&self, size: usize, data: Option<&[u8]>, gfp: Gfp, nid: usize) -> Result<Handle, ZsError> {
         let page_size = self.table.page_size();
         if size == 0 || size > page_size {
             return Err(ZsError::BadSize { size, max: page_size });
         }
         // The header is added before the lookup, as in Linux.
         let class = self.table.class_for(size + ZS_HANDLE_SIZE);
-        if let Some(handle) = self.lock(class).alloc(&self.mm, size) {
-            return Ok(handle);
+        let fill = |state: &mut ClassState, handle: Handle| match data {
+            Some(bytes) => state.write_obj(&self.mm, handle, bytes).map(|()| handle),
+            None => Ok(handle),
+        };
+        {
+            let mut state = self.lock(class);
+            if let Some(handle) = state.alloc(&self.mm, size) {
+                return fill(&mut state, handle);
+            }
         }
         let shape = self.table.shape(class);
         let pages = self.alloc_pages(shape.pages_per_zspage, gfp, nid)?;
@@ -133,7 +142,8 @@ impl Inner {
         // room meanwhile (as Linux's zs_malloc does): an empty zspage left
         // behind would never be freed.
         let id = state.insert_zspage(zspage);
-        state.alloc_in(&self.mm, id, size).ok_or(ZsError::NoMemory(None))
+        let handle = state.alloc_in(&self.mm, id, size).ok_or(ZsError::NoMemory(None))?;
+        fill(&mut state, handle)
     }
 
     /// A zspage's chain, allocated with no lock held (Linux's
@@ -195,15 +205,7 @@ impl Inner {
 
     pub(crate) fn write(&self, handle: Handle, data: &[u8]) -> Result<(), ZsError> {
         let class = self.class_of(handle)?;
-        let mut state = self.lock(class);
-        let at = state.resolve(handle)?;
-        if data.len() > at.len {
-            return Err(ZsError::TooLong { len: data.len(), size: at.len });
-        }
-        let offset = Zspage::payload_offset(state.shape, at.obj);
-        let zspage = state.zspages[at.zspage].as_mut().ok_or(ZsError::InvalidHandle(handle))?;
-        zspage.write(&self.mm, offset, data);
-        Ok(())
+        self.lock(class).write_obj(&self.mm, handle, data)
     }
 
     pub(crate) fn read_into(&self, handle: Handle, out: &mut [u8]) -> Result<usize, ZsError> {
@@ -308,7 +310,18 @@ impl ZsPool {
     /// # Errors
     /// [`ZsError::BadSize`], [`ZsError::NoMemory`].
     pub fn zs_malloc(&self, size: usize, gfp: Gfp, nid: usize) -> Result<Handle, ZsError> {
-        self.inner.malloc(size, gfp, nid)
+        self.inner.malloc(size, None, gfp, nid)
+    }
+
+    /// [`zs_malloc`](Self::zs_malloc) of `data.len()` bytes and
+    /// [`zs_obj_write`](Self::zs_obj_write) of `data`, in one hold of the
+    /// class lock: a store costs one lock round trip instead of two, which
+    /// is what two threads storing objects of one class wait on.
+    ///
+    /// # Errors
+    /// As `zs_malloc`.
+    pub fn zs_malloc_copy(&self, data: &[u8], gfp: Gfp, nid: usize) -> Result<Handle, ZsError> {
+        self.inner.malloc(data.len(), Some(data), gfp, nid)
     }
 
     /// Frees `handle`'s object; an emptied zspage goes back to the page

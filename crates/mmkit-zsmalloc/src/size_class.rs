@@ -129,6 +129,18 @@ impl ClassState {
         }
     }
 
+    /// Writes `data` at the start of `handle`'s object.
+    pub(crate) fn write_obj(&mut self, mm: &PageAllocator, handle: Handle, data: &[u8]) -> Result<(), ZsError> {
+        let at = self.resolve(handle)?;
+        if data.len() > at.len {
+            return Err(ZsError::TooLong { len: data.len(), size: at.len });
+        }
+        let offset = Zspage::payload_offset(self.shape, at.obj);
+        let zspage = self.zspages[at.zspage].as_mut().ok_or(ZsError::InvalidHandle(handle))?;
+        zspage.write(mm, offset, data);
+        Ok(())
+    }
+
     /// Frees `handle`'s object. A zspage left empty is unlinked and its
     /// pages returned, for the caller to free once the lock is dropped.
     pub(crate) fn free(&mut self, mm: &PageAllocator, handle: Handle) -> Result<Option<Vec<PageBlock>>, ZsError> {

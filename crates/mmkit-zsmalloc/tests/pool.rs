@@ -34,13 +34,21 @@ fn objects_of_every_size_keep_their_bytes_even_across_pages() {
         .iter()
         .enumerate()
         .map(|(i, &size)| {
-            let h = pool.zs_malloc(size, gfp(), 0).unwrap();
             let data = pattern(i as u64, size);
-            pool.zs_obj_write(h, &data).unwrap();
+            // Every other object through the one-lock store.
+            let h = if i % 2 == 0 {
+                let h = pool.zs_malloc(size, gfp(), 0).unwrap();
+                pool.zs_obj_write(h, &data).unwrap();
+                h
+            } else {
+                pool.zs_malloc_copy(&data, gfp(), 0).unwrap()
+            };
             (h, data)
         })
         .collect();
     pool.check_invariants().unwrap();
+    assert!(matches!(pool.zs_malloc_copy(&[], gfp(), 0), Err(ZsError::BadSize { .. })));
+    assert!(matches!(pool.zs_malloc_copy(&[1; 4097], gfp(), 0), Err(ZsError::BadSize { .. })));
     for (h, data) in &handles {
         assert_eq!(&read(&pool, *h), data);
         // The closure form sees the same bytes, in place or through the copy.
