@@ -57,25 +57,16 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+mod common;
+
 fn real_pages() -> Vec<Vec<u8>> {
-    let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
-    exe.chunks_exact(PAGE_SIZE).skip(4).take(64).map(<[u8]>::to_vec).collect()
+    common::exe_pages(4, 64)
 }
 
 fn page_of(fill: &Fill, real: &[Vec<u8>]) -> Vec<u8> {
     match *fill {
         Fill::Real(i) => real[i % real.len()].clone(),
-        Fill::Random(seed) => {
-            let mut x = seed | 1;
-            (0..PAGE_SIZE)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect()
-        }
+        Fill::Random(seed) => common::noise(seed),
         Fill::Zero => vec![0; PAGE_SIZE],
         Fill::Same(b) => vec![b; PAGE_SIZE],
     }

@@ -7,22 +7,12 @@ use mmkit_zram::{
 };
 use std::path::PathBuf;
 
+mod common;
+use common::noise;
+
 /// Pages of this test binary: real, compressible data.
 fn real_pages(n: usize) -> Vec<Vec<u8>> {
-    let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
-    exe.chunks_exact(PAGE_SIZE).skip(8).take(n).map(<[u8]>::to_vec).collect()
-}
-
-fn noise(seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..PAGE_SIZE)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    common::exe_pages(8, n)
 }
 
 /// A scratch directory of this test's own, removed when dropped.
