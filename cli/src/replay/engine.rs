@@ -87,6 +87,9 @@ pub struct Counts {
     pub order_mismatch_frees: u64,
     /// Allocations mmkit could not serve, by order.
     pub failures_by_order: [u64; NR_ORDERS],
+    /// Failed allocations of order 9 or more while at least twice the
+    /// request was free on the buddy lists: fragmentation, not shortage.
+    pub order9_failures_with_2x_free: u64,
     /// Frees mmkit refused (should stay 0).
     pub free_errors: u64,
     /// Pages held by live blocks now.
@@ -293,7 +296,16 @@ impl<'a> Engine<'a> {
                 self.live[k] = Live::new(off, ev.order, mt);
                 self.account(off, ev.order, mt, true);
             }
-            Err(_) => self.counts.failures_by_order[ev.order as usize] += 1,
+            Err(_) => self.note_failure(order),
+        }
+    }
+
+    /// Books a failed allocation of `order`.
+    #[cold]
+    fn note_failure(&mut self, order: u32) {
+        self.counts.failures_by_order[order as usize] += 1;
+        if order >= 9 && self.mm.nr_free_pages() >= 2 << order {
+            self.counts.order9_failures_with_2x_free += 1;
         }
     }
 

@@ -15,6 +15,7 @@
 //! (decompress + parse + replay + samples) and the loop-only rate over
 //! already parsed events, with memory bounded by the chunk size.
 
+pub mod compare;
 pub mod engine;
 pub mod metrics;
 pub mod peer;
@@ -27,7 +28,7 @@ use crate::size;
 use clap::Args;
 use engine::{Engine, Ev, Mode};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use mmkit::{MemoryMapBuilder, PageAllocator, QuietHooks, ZoneType};
+use mmkit::{MemoryMapBuilder, PageAllocator, PlacementPolicy, QuietHooks, ZoneType};
 use mmkit_trace::TraceReader;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -59,6 +60,12 @@ pub struct ReplayArgs {
     /// Turn mobility grouping off (Linux's page_group_by_mobility_disabled).
     #[arg(long)]
     pub no_grouping: bool,
+    /// Placement policy (policy mode): which free block serves a request.
+    /// `linux` is Linux's own choice (the free list's head); `addr` takes
+    /// the lowest PFN; `two-ends` (default) the lowest for movable
+    /// requests and the highest for the others.
+    #[arg(long, value_name = "POLICY", default_value = PlacementPolicy::default().name(), value_parser = parse_policy)]
+    pub policy: PlacementPolicy,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -69,6 +76,12 @@ pub struct ReplayArgs {
     /// and count only) and compare speed and order-9 fragmentation.
     #[arg(long, value_name = "PEER", value_parser = ["buddy_system_allocator"])]
     pub peer: Option<String>,
+    /// Replay under every placement policy, Linux's and the default policy
+    /// without grouping, and the peer; print one table (with `--plot`, also
+    /// PREFIX-compare.png). `--policy`, `--no-grouping` and `--peer` are
+    /// ignored.
+    #[arg(long)]
+    pub compare: bool,
     /// Metric samples taken through the replay.
     #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub samples: u32,
@@ -84,6 +97,14 @@ pub struct ReplayArgs {
     /// (default: stream in chunks of 65536 events, constant memory).
     #[arg(long)]
     pub preload: bool,
+}
+
+/// `--policy`'s parser: a [`PlacementPolicy`] by name.
+fn parse_policy(name: &str) -> Result<PlacementPolicy, String> {
+    PlacementPolicy::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = PlacementPolicy::ALL.iter().map(|p| p.name()).collect();
+        format!("unknown policy {name:?}; one of {}", names.join(", "))
+    })
 }
 
 /// Why a replay did not run.
@@ -150,6 +171,7 @@ pub fn replay(
         .nr_cpus(nr_cpus)
         .per_cpu_lists(args.mode == Mode::Policy)
         .group_by_mobility(!args.no_grouping)
+        .placement(args.policy)
         .populate_descriptors(true)
         .hooks(QuietHooks)
         .build()
@@ -203,6 +225,7 @@ pub fn replay(
         samples.push(metrics::sample(&mm, engine.pageblock_composition(), &engine.counts));
     }
     let final_state = metrics::final_state(&mm, engine.pageblock_composition(), &engine.counts);
+    let placement = metrics::placement_stats(&mm);
     let invariants = if args.check {
         Some(mm.check_invariants().map_err(|v| v.to_string()).err().unwrap_or_else(|| "ok".into()))
     } else {
@@ -231,6 +254,7 @@ pub fn replay(
         timing,
         samples,
         final_state,
+        placement,
         peer: peer_report,
     });
     if let Some(prefix) = &args.plot {
@@ -288,6 +312,9 @@ impl Pass {
             let t2 = Instant::now();
             for ev in chunk {
                 peer.apply(ev);
+                if peer.events % self.every == 0 {
+                    peer.sample();
+                }
             }
             self.t_peer += t2.elapsed();
         }
@@ -301,6 +328,16 @@ impl Pass {
 /// # Errors
 /// [`ReplayError`].
 pub fn run(args: &ReplayArgs) -> Result<String, ReplayError> {
+    if args.compare {
+        let rows = compare::compare(args)?;
+        return if args.json {
+            let mut text = serde_json::to_string_pretty(&rows).map_err(|e| ReplayError::Failed(e.to_string()))?;
+            text.push('\n');
+            Ok(text)
+        } else {
+            Ok(compare::table(args, &rows))
+        };
+    }
     let report = replay(args, want_progress(args.json), |_, _| {})?;
     if args.check {
         let doubles = report.double_handouts.unwrap_or(0);

@@ -99,6 +99,8 @@ fn args(trace: &Path, mode: Mode) -> ReplayArgs {
         mode,
         memory: None,
         no_grouping: false,
+        compare: false,
+        policy: mmkit::PlacementPolicy::default(),
         json: false,
         peer: None,
         samples: 20,

@@ -92,7 +92,9 @@ pub use types::error::{
 pub use types::geometry::{Geometry, ZoneSpec};
 pub use types::gfp::{AllocFlags, Gfp, MigrateType, Watermark, ZoneType};
 pub use types::page_flags::{PageFlags, PageOwner};
+pub use types::placement::PlacementPolicy;
 pub use types::{CmaId, PAGE_ALLOC_COSTLY_ORDER};
+pub use zone::placement::PlacementCounters;
 
 /// Highest node id + 1 the map accepts.
 pub const MAX_NUMNODES: usize = 64;
