@@ -82,6 +82,9 @@ pub fn compare(args: &ReplayArgs) -> Result<Vec<Row>, ReplayError> {
         one.plot = None;
         one.peer = (i == 0).then(|| "buddy_system_allocator".to_string());
         let report = replay(&one, false, |_, _| {})?;
+        if args.check {
+            super::check_passed(&report)?;
+        }
         if let Some(p) = &report.peer {
             peer_row = Some(Row {
                 name: format!("peer {}", p.name),

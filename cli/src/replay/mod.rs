@@ -340,13 +340,7 @@ pub fn run(args: &ReplayArgs) -> Result<String, ReplayError> {
     }
     let report = replay(args, want_progress(args.json), |_, _| {})?;
     if args.check {
-        let doubles = report.double_handouts.unwrap_or(0);
-        let invariants = report.invariants.as_deref().unwrap_or("ok");
-        if doubles > 0 || invariants != "ok" {
-            return Err(ReplayError::Failed(format!(
-                "check failed: {doubles} blocks handed out twice; invariants: {invariants}"
-            )));
-        }
+        check_passed(&report)?;
     }
     Ok(if args.json {
         let mut text = serde_json::to_string_pretty(&report).map_err(|e| ReplayError::Failed(e.to_string()))?;
@@ -355,6 +349,22 @@ pub fn run(args: &ReplayArgs) -> Result<String, ReplayError> {
     } else {
         report.to_table()
     })
+}
+
+/// `--check`'s verdict on a report.
+///
+/// # Errors
+/// [`ReplayError::Failed`] naming the double hand-outs or the violation.
+pub fn check_passed(report: &report::Report) -> Result<(), ReplayError> {
+    let doubles = report.double_handouts.unwrap_or(0);
+    let invariants = report.invariants.as_deref().unwrap_or("ok");
+    if doubles > 0 || invariants != "ok" {
+        return Err(ReplayError::Failed(format!(
+            "check failed ({} policy): {doubles} blocks handed out twice; invariants: {invariants}",
+            report.policy
+        )));
+    }
+    Ok(())
 }
 
 /// Whether `mmkit replay` should draw a progress bar: stdout is a terminal

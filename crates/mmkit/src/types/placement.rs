@@ -58,6 +58,13 @@ impl PlacementPolicy {
         self.address_ordered()
     }
 
+    /// Whether a freed block whose buddy is free goes straight to the buddy
+    /// lists (to merge) instead of onto a per-CPU list.
+    #[must_use]
+    pub const fn merges_before_caching(self) -> bool {
+        self.address_ordered()
+    }
+
     /// Whether a request of migratetype index `mt` (0 unmovable, 1 movable,
     /// 2 reclaimable, ...) is served from the top of the zone down.
     #[must_use]
