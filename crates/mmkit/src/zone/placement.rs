@@ -1,7 +1,7 @@
 //! Placement: which free block of a list serves a request, and the counters
 //! that show where pageblock-sized free blocks get broken.
 //!
-//! Owns [`AddrIndex`], an address-ordered index of the free blocks kept
+//! Owns `AddrIndex`, an address-ordered index of the free blocks kept
 //! beside the intrusive free lists when the map's
 //! [`PlacementPolicy`](crate::types::placement::PlacementPolicy) asks for it
 //! (one bitmap per (order, migratetype) with summary levels, so the lowest
@@ -74,36 +74,46 @@ impl PlacementCounters {
     }
 }
 
-/// An ordered set of positions `0..len`: a bitmap with summary levels
-/// (bit `i` of level `l + 1` says whether word `i` of level `l` is
-/// non-zero), so the first and last members are a few word scans away.
-#[derive(Clone, Debug)]
-pub(crate) struct OrderedSet {
-    /// Level 0 is the bitmap itself; the last level has one word.
-    levels: Vec<Vec<u64>>,
+/// Most summary levels a set needs: 64^5 positions cover any map.
+const MAX_LEVELS: usize = 5;
+
+/// Where one ordered set of positions `0..len` lives in a shared word
+/// array: a bitmap (level 0) with summary levels above it (bit `i` of level
+/// `l + 1` says whether word `i` of level `l` is non-zero), so the first
+/// and last members are a few word reads away. One array for all sets keeps
+/// the walk to dependent loads of words only.
+#[derive(Clone, Copy, Debug)]
+struct SetLayout {
+    /// First word of each level, bottom (the bitmap) up.
+    level_at: [u32; MAX_LEVELS],
+    /// Levels in use; the top one has one word.
+    levels: u32,
 }
 
-impl OrderedSet {
-    /// An empty set of positions `0..len`.
-    pub(crate) fn new(len: usize) -> Self {
-        let mut levels = Vec::new();
+impl SetLayout {
+    /// Lays out a set of `len` positions at word `at`; returns it and the
+    /// words it takes.
+    fn new(len: usize, at: usize) -> (Self, usize) {
+        let mut layout = SetLayout { level_at: [0; MAX_LEVELS], levels: 0 };
         let mut words = len.div_ceil(64).max(1);
+        let mut next = at;
         loop {
-            levels.push(vec![0u64; words]);
+            layout.level_at[layout.levels as usize] = next as u32;
+            layout.levels += 1;
+            next += words;
             if words == 1 {
                 break;
             }
             words = words.div_ceil(64);
         }
-        Self { levels }
+        (layout, next - at)
     }
 
-    /// Adds `pos`.
     #[inline]
-    pub(crate) fn insert(&mut self, pos: usize) {
+    fn insert(&self, words: &mut [u64], pos: usize) {
         let mut pos = pos;
-        for level in &mut self.levels {
-            let word = &mut level[pos / 64];
+        for l in 0..self.levels as usize {
+            let word = &mut words[self.level_at[l] as usize + pos / 64];
             let was_empty = *word == 0;
             *word |= 1 << (pos % 64);
             if !was_empty {
@@ -113,12 +123,11 @@ impl OrderedSet {
         }
     }
 
-    /// Removes `pos`.
     #[inline]
-    pub(crate) fn remove(&mut self, pos: usize) {
+    fn remove(&self, words: &mut [u64], pos: usize) {
         let mut pos = pos;
-        for level in &mut self.levels {
-            let word = &mut level[pos / 64];
+        for l in 0..self.levels as usize {
+            let word = &mut words[self.level_at[l] as usize + pos / 64];
             *word &= !(1 << (pos % 64));
             if *word != 0 {
                 return;
@@ -127,39 +136,27 @@ impl OrderedSet {
         }
     }
 
-    /// Smallest member.
+    /// Smallest member, or with `highest` the largest.
     #[inline]
-    pub(crate) fn first(&self) -> Option<usize> {
+    fn extreme(&self, words: &[u64], highest: bool) -> Option<usize> {
         let mut pos = 0usize;
-        for level in self.levels.iter().rev() {
-            let word = level[pos];
+        for l in (0..self.levels as usize).rev() {
+            let word = words[self.level_at[l] as usize + pos];
             if word == 0 {
                 return None;
             }
-            pos = pos * 64 + word.trailing_zeros() as usize;
-        }
-        Some(pos)
-    }
-
-    /// Largest member.
-    #[inline]
-    pub(crate) fn last(&self) -> Option<usize> {
-        let mut pos = 0usize;
-        for level in self.levels.iter().rev() {
-            let word = level[pos];
-            if word == 0 {
-                return None;
-            }
-            pos = pos * 64 + 63 - word.leading_zeros() as usize;
+            let bit = if highest { 63 - word.leading_zeros() } else { word.trailing_zeros() };
+            pos = pos * 64 + bit as usize;
         }
         Some(pos)
     }
 }
 
-/// The free blocks of one zone by address: one [`OrderedSet`] per
+/// The free blocks of one zone by address: one ordered set per
 /// (order, migratetype) over the block positions of that order.
 pub(crate) struct AddrIndex {
-    sets: Vec<OrderedSet>,
+    words: Vec<u64>,
+    sets: Vec<SetLayout>,
     /// `start >> order` for each order: position 0 of that order's sets.
     origin: Vec<u32>,
 }
@@ -170,15 +167,18 @@ impl AddrIndex {
     pub(crate) fn new(start: PageIdx, end: PageIdx, max_order: u32) -> Self {
         let mut sets = Vec::with_capacity((max_order as usize + 1) * MIGRATE_TYPES);
         let mut origin = Vec::with_capacity(max_order as usize + 1);
+        let mut words = 0usize;
         for order in 0..=max_order {
             let first = start >> order;
             let len = (end.saturating_sub(1) >> order) - first + 1;
             origin.push(first);
             for _ in 0..MIGRATE_TYPES {
-                sets.push(OrderedSet::new(len as usize));
+                let (layout, taken) = SetLayout::new(len as usize, words);
+                sets.push(layout);
+                words += taken;
             }
         }
-        Self { sets, origin }
+        Self { words: vec![0; words], sets, origin }
     }
 
     #[inline]
@@ -190,22 +190,21 @@ impl AddrIndex {
     #[inline]
     pub(crate) fn insert(&mut self, slot: usize, idx: PageIdx, order: u32) {
         let pos = self.at(idx, order);
-        self.sets[slot].insert(pos);
+        self.sets[slot].insert(&mut self.words, pos);
     }
 
     /// Forgets free block `idx` of `order` on list `slot`.
     #[inline]
     pub(crate) fn remove(&mut self, slot: usize, idx: PageIdx, order: u32) {
         let pos = self.at(idx, order);
-        self.sets[slot].remove(pos);
+        self.sets[slot].remove(&mut self.words, pos);
     }
 
     /// Lowest (or with `highest`, highest) free block on list `slot` of
     /// `order`.
     #[inline]
     pub(crate) fn pick(&self, slot: usize, order: u32, highest: bool) -> Option<PageIdx> {
-        let set = &self.sets[slot];
-        let pos = if highest { set.last() } else { set.first() }?;
+        let pos = self.sets[slot].extreme(&self.words, highest)?;
         Some((pos as u32 + self.origin[order as usize]) << order)
     }
 }
@@ -214,32 +213,41 @@ impl AddrIndex {
 mod tests {
     use super::*;
 
+    /// One set of `len` positions in its own word array.
+    fn set(len: usize) -> (SetLayout, Vec<u64>) {
+        let (layout, words) = SetLayout::new(len, 0);
+        (layout, vec![0; words])
+    }
+
     #[test]
     fn ordered_set_finds_extremes_across_levels() {
-        let mut s = OrderedSet::new(300_000);
-        assert_eq!((s.first(), s.last()), (None, None));
+        let (s, mut w) = set(300_000);
+        assert_eq!(s.levels, 4);
+        assert_eq!((s.extreme(&w, false), s.extreme(&w, true)), (None, None));
         for pos in [299_999, 5, 64, 4096, 262_143] {
-            s.insert(pos);
+            s.insert(&mut w, pos);
         }
-        assert_eq!((s.first(), s.last()), (Some(5), Some(299_999)));
-        s.remove(5);
-        assert_eq!(s.first(), Some(64));
-        s.remove(299_999);
-        assert_eq!(s.last(), Some(262_143));
-        s.insert(64); // already there: no change
-        s.remove(64);
-        assert_eq!(s.first(), Some(4096));
-        s.remove(4096);
-        s.remove(262_143);
-        assert_eq!((s.first(), s.last()), (None, None));
+        assert_eq!((s.extreme(&w, false), s.extreme(&w, true)), (Some(5), Some(299_999)));
+        s.remove(&mut w, 5);
+        assert_eq!(s.extreme(&w, false), Some(64));
+        s.remove(&mut w, 299_999);
+        assert_eq!(s.extreme(&w, true), Some(262_143));
+        s.insert(&mut w, 64); // already there: no change
+        s.remove(&mut w, 64);
+        assert_eq!(s.extreme(&w, false), Some(4096));
+        s.remove(&mut w, 4096);
+        s.remove(&mut w, 262_143);
+        assert_eq!((s.extreme(&w, false), s.extreme(&w, true)), (None, None));
+        assert!(w.iter().all(|&x| x == 0), "summaries cleared too");
     }
 
     #[test]
     fn ordered_set_of_one_word() {
-        let mut s = OrderedSet::new(10);
-        s.insert(9);
-        s.insert(0);
-        assert_eq!((s.first(), s.last()), (Some(0), Some(9)));
+        let (s, mut w) = set(10);
+        assert_eq!(s.levels, 1);
+        s.insert(&mut w, 9);
+        s.insert(&mut w, 0);
+        assert_eq!((s.extreme(&w, false), s.extreme(&w, true)), (Some(0), Some(9)));
     }
 
     #[test]
