@@ -11,34 +11,48 @@
 //!
 //! # Why Linux's placement fragments under pressure (measured)
 //!
-//! Replay of `../shared/traces/gittar.trace.xz` at `--memory 1225M`
-//! (1.25× its peak of 250922 live pages, 612 pageblocks), from an empty
-//! start; the `mmkit replay` report's "placement" lines give these numbers:
+//! Replay of `../shared/traces/gittar.trace.xz` with `--memory 1225M`
+//! (1.25× its peak of 250922 live pages: 612 pageblocks, about 63000 pages
+//! free at the end), from an empty start, two CPUs; the `mmkit replay`
+//! report's `placement` line and `--json`'s `placement` object give the
+//! counts. Indices are for order 9, final (after draining the per-CPU
+//! lists) / time average; `buddy_system_allocator` gets 0.013 / 0.0021.
 //!
-//! - *Where order-9 blocks break.* Linux's choice is the head of a free
-//!   list: a block freed a moment ago (`buddy_merge_likely` sends only
-//!   blocks one free away from merging to the tail). Under pressure the
-//!   order-0 requests (95 % of the trace) are served from whatever
-//!   pageblock last freed a page, so long-lived page cache lands in every
-//!   pageblock and short-lived pages leave holes in all of them. Free
-//!   pageblock-sized blocks are broken only when no smaller block of the
-//!   type is left; see the report's `pageblock_breaks` counts by order and
-//!   type (almost all by movable order-0 per-CPU refills).
-//! - *Fallbacks.* Unmovable and reclaimable requests claim whole pageblocks
-//!   (largest block first), so grouping keeps 0 mixed pageblocks, but each
-//!   claimed pageblock is a partly used one whose free remainder is useless
-//!   to order 9; with the list-head choice the claimed pageblocks are
-//!   scattered over the zone.
-//! - *Per-CPU lists.* Refills take a batch of 63 (up to 63 << 5) order-0
-//!   pages at once; with the list-head choice they come from many
-//!   pageblocks, and pages parked on the lists cannot merge.
+//! - *Per-CPU lists are most of it.* `--policy linux` ends at 0.233 /
+//!   0.0123, but the same replay without per-CPU lists ends at 0.021 /
+//!   0.006. Linux auto-tunes each list's `high` up to an eighth of the zone
+//!   per CPU (`nr_pcp_high`), refills in batches of up to 63 << 5 pages
+//!   (1063 refills bring 267988 pages) and spills only past `high` (781
+//!   spills, 114464 pages); at the end 13875 pages sit on the lists. Pages
+//!   parked there cannot merge, and when the drain returns them they lie
+//!   between live pages: almost all of the 0.233 is those pages.
+//! - *Where order-9 blocks break.* 518 free blocks of order ≥ 9 are broken:
+//!   by the order asked 237 for order 0 (per-CPU refills), 134 for order 6,
+//!   76 for order 2, 38 for order 4, the rest scattered; by type 474
+//!   movable, 32 unmovable, 12 reclaimable. Fallbacks are rare (21, claiming
+//!   42 pageblocks, no steals), so grouping keeps 0 mixed pageblocks.
+//! - *List head vs address order.* On this trace Linux's list head is
+//!   already close to address order (the lists start sorted and splits put
+//!   the upper halves at the head); address order alone changes the end
+//!   state by a few blocks.
+//! - *What grouping costs.* With address order and no per-CPU lists,
+//!   grouping off gives exactly the peer's 0.013 / 0.002; grouping on ends
+//!   at 0.021. With `two-ends` (per-CPU lists on) the 3420 free pages in
+//!   blocks below order 9 at the end lie 1942 in unmovable, 545 in
+//!   reclaimable and 933 in movable pageblocks: the holes short-lived
+//!   unmovable pages (probably pipe buffers: `GFP_HIGHUSER|__GFP_ACCOUNT`, 110521
+//!   allocations) leave in their own pageblocks are free memory no movable
+//!   request may use.
 //!
-//! Address order fixes the first and the last: every request takes the
-//! lowest (or, for [`TwoEnds`](crate::types::placement::PlacementPolicy::TwoEnds)
-//! non-movable requests, the highest) free block that fits, so holes are
-//! refilled before untouched memory is broken, and the untouched memory is
-//! one run of whole free blocks. `TwoEnds` also keeps the claimed
-//! unmovable/reclaimable pageblocks together at the top of the zone.
+//! So the address-ordered policies keep per-CPU lists at their smallest
+//! `high` (the low-watermark share, at least four batches; 2852 refills,
+//! 1331 pages on the lists at the end) and free a block whose buddy is free
+//! straight to the buddy: 0.054 / 0.0068 with grouping, 0.021 / 0.0026
+//! without. Tried and dropped: letting a movable request take a hole in an
+//! unmovable pageblock before breaking a free pageblock (0.021 / 0.0031,
+//! but unmovable requests then claim new pageblocks for the holes they
+//! lost: 206 unmovable pageblocks and 255 mixed ones at the end). Still
+//! open: compaction, which could empty the movable holes.
 #![deny(unsafe_code)]
 
 use crate::mem::page::PageIdx;
