@@ -76,6 +76,7 @@ pub use mem::rawmem::HugePages;
 pub use memmap::{Backing, MemoryMapBuilder};
 pub use page_alloc::block::BlockError;
 pub use page_alloc::bulk::BulkFreeError;
+pub use page_alloc::compaction::CompactResult;
 pub use page_alloc::cpu::{BadHighFraction, CpuHandle, NoSuchCpu, PcpInfo};
 pub use page_alloc::free::MemoryFailure;
 pub use page_alloc::hooks::{Hooks, NoHooks, QuietHooks};

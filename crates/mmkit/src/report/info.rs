@@ -199,7 +199,14 @@ impl PageAllocator {
         let stats = self.stats();
         for (name, value) in stats.pairs() {
             let name = match name {
-                "allocstall" | "compact_stall" => String::from(name),
+                "allocstall"
+                | "compact_stall"
+                | "compact_success"
+                | "compact_fail"
+                | "compact_migrate_scanned"
+                | "compact_free_scanned"
+                | "pgmigrate_success"
+                | "pgmigrate_fail" => String::from(name),
                 _ => format!("mmkit_{name}"),
             };
             out.push((name, value));
