@@ -112,6 +112,45 @@ pub fn placement_stats(mm: &PageAllocator) -> PlacementStats {
     s
 }
 
+/// Compaction's vmstat counters after a replay with `--compact`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CompactionStats {
+    /// Direct compaction attempts.
+    pub compact_stall: u64,
+    /// Those after which the allocation succeeded.
+    pub compact_success: u64,
+    /// Those after which it still failed.
+    pub compact_fail: u64,
+    /// Pages the migrate scanner looked at.
+    pub compact_migrate_scanned: u64,
+    /// Pages the free scanner looked at.
+    pub compact_free_scanned: u64,
+    /// Blocks moved.
+    pub pgmigrate_success: u64,
+    /// Blocks that could not be moved.
+    pub pgmigrate_fail: u64,
+    /// Proactive whole-zone passes run at sample points.
+    pub proactive_runs: u64,
+    /// Moves the replay followed (live entries repointed).
+    pub followed_moves: u64,
+}
+
+/// The compaction counters of `mm` and the replay's own.
+pub fn compaction_stats(mm: &PageAllocator, counts: &Counts, proactive_runs: u64) -> CompactionStats {
+    let s = mm.stats();
+    CompactionStats {
+        compact_stall: s.compact_stall,
+        compact_success: s.compact_success,
+        compact_fail: s.compact_fail,
+        compact_migrate_scanned: s.compact_migrate_scanned,
+        compact_free_scanned: s.compact_free_scanned,
+        pgmigrate_success: s.pgmigrate_success,
+        pgmigrate_fail: s.pgmigrate_fail,
+        proactive_runs,
+        followed_moves: counts.compaction_moves,
+    }
+}
+
 /// Time average of the samples' order-9 unusable index: the mean over the
 /// samples after the first (which is the empty start, index 0), taken at
 /// evenly spaced event counts.

@@ -28,10 +28,11 @@ use crate::size;
 use clap::Args;
 use engine::{Engine, Ev, Mode};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use mmkit::{MemoryMapBuilder, PageAllocator, PlacementPolicy, QuietHooks, ZoneType};
+use mmkit::{CopyMigrator, MemoryMapBuilder, PageAllocator, PlacementPolicy, QuietHooks, ZoneType};
 use mmkit_trace::TraceReader;
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Events parsed and replayed per chunk.
@@ -76,6 +77,18 @@ pub struct ReplayArgs {
     /// and count only) and compare speed and order-9 fragmentation.
     #[arg(long, value_name = "PEER", value_parser = ["buddy_system_allocator"])]
     pub peer: Option<String>,
+    /// Compaction (policy mode): the map gets a migrator, so an order ≥ 9
+    /// allocation that fails compacts first (direct compaction), and at
+    /// every sample point a whole-zone pass runs when the order-9
+    /// fragmentation score is above the proactiveness mark; moved blocks
+    /// are followed, so later frees of their trace PFN find them.
+    #[arg(long)]
+    pub compact: bool,
+    /// Linux's `vm.compaction_proactiveness` (0..=100) for `--compact`: a
+    /// pass starts when 100 × the order-9 unusable index exceeds
+    /// min(max(100 - N, 5) + 10, 100). 0 turns proactive passes off.
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub compact_proactiveness: u32,
     /// Replay under every placement policy, Linux's and the default policy
     /// without grouping, and the peer; print one table (with `--plot`, also
     /// PREFIX-compare.png). `--policy`, `--no-grouping` and `--peer` are
@@ -166,17 +179,24 @@ pub fn replay(
         )));
     }
     let nr_cpus = (scan.max_cpu + 1).min(MAX_CPUS) as usize;
-    let mm = MemoryMapBuilder::new()
+    let mut builder = MemoryMapBuilder::new()
         .zone(0, ZoneType::Normal, zbase..zbase + pages)
         .nr_cpus(nr_cpus)
         .per_cpu_lists(args.mode == Mode::Policy)
         .group_by_mobility(!args.no_grouping)
         .placement(args.policy)
         .populate_descriptors(true)
-        .hooks(QuietHooks)
-        .build()
-        .map_err(|e| ReplayError::Failed(format!("building the memory map: {e}")))?;
+        .hooks(QuietHooks);
+    let move_log = (args.compact && args.mode == Mode::Policy).then(|| Arc::new(engine::MoveLog::default()));
+    if let Some(log) = &move_log {
+        let log = log.clone();
+        builder = builder.migrator(CopyMigrator::new(move |old, new, order| log.record(old, new, order)));
+    }
+    let mm = builder.build().map_err(|e| ReplayError::Failed(format!("building the memory map: {e}")))?;
     let mut engine = Engine::new(&mm, args.mode, zbase..zend, args.check).map_err(ReplayError::Failed)?;
+    if let Some(log) = &move_log {
+        engine.follow_moves(log.clone());
+    }
     let mut peer = args.peer.is_some().then(|| peer::Peer::new(zbase, pages, zbase..zend));
 
     let every = (scan.events / u64::from(args.samples.max(1))).max(1);
@@ -187,6 +207,9 @@ pub fn replay(
         t_loop: Duration::ZERO,
         t_sample: Duration::ZERO,
         t_peer: Duration::ZERO,
+        t_compact: Duration::ZERO,
+        proactive: move_log.as_ref().and_then(|_| proactive_mark(args.compact_proactiveness)),
+        proactive_runs: 0,
         bar: progress_bar(progress, scan.events),
     };
     let mut t_parse = Duration::ZERO;
@@ -218,7 +241,7 @@ pub fn replay(
     if let Some(e) = reader.io_error() {
         return Err(ReplayError::Failed(format!("{}: {e}", args.trace.display())));
     }
-    let Pass { mut samples, t_loop, t_sample, t_peer, .. } = pass;
+    let Pass { mut samples, t_loop, t_sample, t_peer, t_compact, proactive_runs, .. } = pass;
     let wall = started.elapsed().saturating_sub(t_peer);
     engine.finish();
     if samples.last().is_some_and(|s| s.event != engine.counts.events) {
@@ -226,6 +249,7 @@ pub fn replay(
     }
     let final_state = metrics::final_state(&mm, engine.pageblock_composition(), &engine.counts);
     let placement = metrics::placement_stats(&mm);
+    let compaction = move_log.is_some().then(|| metrics::compaction_stats(&mm, &engine.counts, proactive_runs));
     let invariants = if args.check {
         Some(mm.check_invariants().map_err(|v| v.to_string()).err().unwrap_or_else(|| "ok".into()))
     } else {
@@ -239,6 +263,7 @@ pub fn replay(
         parse_seconds: t_parse.as_secs_f64(),
         loop_seconds: t_loop.as_secs_f64(),
         sample_seconds: t_sample.as_secs_f64(),
+        compact_seconds: t_compact.as_secs_f64(),
     };
     let peer_report = peer.as_ref().map(|p| p.report(events, t_peer.as_secs_f64(), t_loop.as_secs_f64()));
     let report = report::Report::new(report::Parts {
@@ -255,6 +280,7 @@ pub fn replay(
         samples,
         final_state,
         placement,
+        compaction,
         peer: peer_report,
     });
     if let Some(prefix) = &args.plot {
@@ -272,7 +298,19 @@ struct Pass {
     t_loop: Duration,
     t_sample: Duration,
     t_peer: Duration,
+    /// Proactive compaction passes (timed apart from the loop and samples).
+    t_compact: Duration,
+    /// Score above which a proactive pass runs, with `--compact`.
+    proactive: Option<f64>,
+    proactive_runs: u64,
     bar: ProgressBar,
+}
+
+/// The order-9 unusable index above which a proactive pass runs, for a
+/// proactiveness (Linux's `fragmentation_score_wmark(false)`, as an index:
+/// a one-zone node's score is 100 × the zone's unusable index); `None` for 0.
+fn proactive_mark(proactiveness: u32) -> Option<f64> {
+    (proactiveness > 0).then(|| f64::from((100u32.saturating_sub(proactiveness)).max(5) + 10).min(100.0) / 100.0)
 }
 
 impl Pass {
@@ -301,8 +339,20 @@ impl Pass {
             engine.apply(ev);
             if engine.counts.events == self.next_sample {
                 let ts = Instant::now();
-                self.samples.push(metrics::sample(mm, engine.pageblock_composition(), &engine.counts));
+                let sample = metrics::sample(mm, engine.pageblock_composition(), &engine.counts);
+                let over = self.proactive.is_some_and(|mark| sample.unusable_index_order9 > mark);
+                self.samples.push(sample);
                 self.next_sample += self.every;
+                if over {
+                    // kcompactd's proactive pass, between events.
+                    let tc = Instant::now();
+                    for zi in 0..mm.zones().len() {
+                        mm.compact_zone(zi, None);
+                    }
+                    engine.apply_moves();
+                    self.proactive_runs += 1;
+                    self.t_compact += tc.elapsed();
+                }
                 sampling += ts.elapsed();
             }
         }

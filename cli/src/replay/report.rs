@@ -24,8 +24,10 @@ pub struct Timing {
     pub parse_seconds: f64,
     /// The replay loop over parsed events, samples excluded.
     pub loop_seconds: f64,
-    /// Taking metric samples.
+    /// Taking metric samples (proactive compaction included).
     pub sample_seconds: f64,
+    /// Proactive compaction passes (with `--compact`).
+    pub compact_seconds: f64,
 }
 
 /// The trace as read.
@@ -102,6 +104,8 @@ pub struct Report {
     pub invariants: Option<String>,
     /// Pageblock breaks, fallbacks and per-CPU list traffic.
     pub placement: metrics::PlacementStats,
+    /// Compaction counters (with `--compact`).
+    pub compaction: Option<metrics::CompactionStats>,
     /// End state after draining per-CPU lists.
     #[serde(rename = "final")]
     pub final_state: FinalState,
@@ -130,6 +134,7 @@ pub struct Parts<'a> {
     pub samples: Vec<Sample>,
     pub final_state: FinalState,
     pub placement: metrics::PlacementStats,
+    pub compaction: Option<metrics::CompactionStats>,
     pub peer: Option<PeerReport>,
 }
 
@@ -171,6 +176,7 @@ impl Report {
             invariants: p.invariants,
             final_state: p.final_state,
             placement: p.placement,
+            compaction: p.compaction,
             linux_before: metrics::linux_state(&p.scan.header, "buddyinfo_before"),
             linux_after: metrics::linux_state(&p.scan.header, "buddyinfo_after"),
             samples: p.samples,
@@ -297,6 +303,21 @@ impl Report {
             pl.pcp_spills,
             pl.pcp_spill_pages
         );
+        if let Some(c) = &self.compaction {
+            let _ = writeln!(
+                o,
+                "compaction: {} stalls ({} success, {} fail), {} proactive passes; scanned {} (migrate) {} (free); \
+                 {} blocks moved, {} not",
+                c.compact_stall,
+                c.compact_success,
+                c.compact_fail,
+                c.proactive_runs,
+                c.compact_migrate_scanned,
+                c.compact_free_scanned,
+                c.pgmigrate_success,
+                c.pgmigrate_fail
+            );
+        }
         if let (Some(b), Some(a)) = (&self.linux_before, &self.linux_after) {
             let _ = writeln!(
                 o,

@@ -100,6 +100,8 @@ fn args(trace: &Path, mode: Mode) -> ReplayArgs {
         memory: None,
         no_grouping: false,
         compare: false,
+        compact: false,
+        compact_proactiveness: 20,
         policy: mmkit::PlacementPolicy::default(),
         json: false,
         peer: None,
@@ -190,6 +192,56 @@ fn compare_replays_every_configuration_and_the_peer() {
     }
     let table = super::compare::table(&a, &rows);
     assert_eq!(table.lines().count(), rows.len() + 2, "{table}");
+}
+
+#[test]
+fn compaction_moves_blocks_and_later_frees_find_them() {
+    // 8 MiB filled with order-0 movable pages, three of every four freed,
+    // then an order-9 request: only compaction can serve it. Then every
+    // page still live is freed by its trace PFN.
+    let mut text = String::new();
+    let mut seq = 0;
+    let mut event = |text: &mut String, rest: String| {
+        text.push_str(&format!("{seq} {seq} 0 {rest}\n"));
+        seq += 1;
+    };
+    for pfn in 0..2048u64 {
+        event(&mut text, format!("a {:x} 0 1 0x140dca", 0x100000 + pfn));
+    }
+    for pfn in (0..2048u64).filter(|p| p % 4 != 3) {
+        event(&mut text, format!("f {:x} 0 - -", 0x100000 + pfn));
+    }
+    event(&mut text, "a 100800 9 1 0x140dca".to_string());
+    for pfn in (0..2048u64).filter(|p| p % 4 == 3) {
+        event(&mut text, format!("f {:x} 0 - -", 0x100000 + pfn));
+    }
+    let path = temp_trace("compact.trace.xz", &text);
+    let mut a = args(&path, Mode::Policy);
+    a.memory = Some(8 << 20);
+    a.policy = mmkit::PlacementPolicy::Linux;
+    let without = replay(&a, false, |_, _| {}).unwrap();
+    assert_eq!(without.counts.failures_by_order[9], 1, "fragmented: the order-9 request fails");
+    a.compact = true;
+    // Direct compaction alone, then with proactive passes at the samples
+    // (the fragmented zone scores above proactiveness 20's mark).
+    for (proactiveness, direct) in [(0, true), (20, false)] {
+        a.compact_proactiveness = proactiveness;
+        let with = replay(&a, false, |_, _| {}).unwrap();
+        assert_eq!(with.counts.failures_by_order[9], 0, "compaction made room");
+        let c = with.compaction.as_ref().unwrap();
+        if direct {
+            assert!(c.compact_stall >= 1 && c.compact_success == 1 && c.proactive_runs == 0, "{c:?}");
+        } else {
+            assert!(c.proactive_runs > 0 && c.compact_stall == 0, "{c:?}");
+        }
+        assert!(c.pgmigrate_success > 0);
+        assert_eq!(c.followed_moves, c.pgmigrate_success, "every move followed");
+        assert_eq!(with.double_handouts, Some(0));
+        assert_eq!(with.invariants.as_deref(), Some("ok"));
+        assert_eq!(with.counts.free_errors, 0);
+        assert_eq!(with.counts.unseen_frees(), without.counts.unseen_frees(), "moved pages were found by their PFN");
+        assert_eq!(with.counts.live_pages, 512, "only the order-9 block is left");
+    }
 }
 
 #[test]

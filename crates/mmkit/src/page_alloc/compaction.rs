@@ -6,7 +6,8 @@
 //! scanner from the zone's start looks at movable pageblocks for in-use
 //! movable blocks (`isolate_migratepages_block`); the free scanner from the
 //! zone's end looks at movable pageblocks for free blocks to move them into
-//! (`isolate_freepages_block`, `suitable_migration_target`). Each move takes
+//! (`isolate_freepages_block`, `suitable_migration_target`), holes only:
+//! free blocks below pageblock order. Each move takes
 //! the chosen free block with `alloc_pages_at` and hands both to the
 //! embedder's [`Migrator::migrate_page_to`](crate::Migrator::migrate_page_to),
 //! which copies, repoints the owner and frees the source. The pass ends
@@ -105,11 +106,11 @@ impl PageAllocator {
             migrate_pb += pb;
         }
         if let Some(order) = order {
+            if !result.success && result.migrated > 0 {
+                // Sources freed onto per-CPU lists merge only in the buddy.
+                self.drain_all_pages();
+            }
             result.success = result.success || self.zone_has_free_block(zone_index, order);
-        }
-        if result.migrated > 0 {
-            // Sources freed onto per-CPU lists merge only in the buddy.
-            self.drain_all_pages();
         }
         let s = &self.stats;
         s.compact_migrate_scanned.fetch_add(result.migrate_scanned, Relaxed);
@@ -153,7 +154,8 @@ impl PageAllocator {
         order: u32,
         result: &mut CompactResult,
     ) -> Option<PageIdx> {
-        let pb = 1u32 << self.mem.geometry.pageblock_order;
+        let pageblock_order = self.mem.geometry.pageblock_order;
+        let pb = 1u32 << pageblock_order;
         while *free_pb > migrate_pb {
             if self.mem.blocks.get(*free_pb) == MigrateType::Movable {
                 while *free_at < *free_pb + pb {
@@ -161,7 +163,11 @@ impl PageAllocator {
                     result.free_scanned += 1;
                     if page.has(PageFlags::BUDDY) {
                         let size = 1u32 << page.order();
-                        if page.order() >= order {
+                        // Holes only: moving a block into a whole free
+                        // pageblock would break the very thing compaction
+                        // makes (Linux's fast_isolate_freepages also
+                        // searches the small orders' lists).
+                        if page.order() >= order && page.order() < pageblock_order {
                             // Take the block's lowest part; the rest stays
                             // free and the scanner looks at it next.
                             let target = *free_at;
