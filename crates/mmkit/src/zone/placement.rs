@@ -52,6 +52,9 @@
 //! unmovable pageblock before breaking a free pageblock (0.021 / 0.0031,
 //! but unmovable requests then claim new pageblocks for the holes they
 //! lost: 206 unmovable pageblocks and 255 mixed ones at the end).
+//! The list size is no free win: on a recorded Python memory-churn trace
+//! (`BENCHMARKS.md`, `pyalloc`) address order with Linux's auto-tuned lists
+//! ends at 0.269 / 0.130 and with the small ones at 0.406 / 0.176.
 //! Compaction (`page_alloc::compaction`) barely moves these numbers: even
 //! forced to run at every sample point it finds few holes in movable
 //! pageblocks to move into (two-ends 0.054 / 0.006 after 138 passes),
