@@ -12,6 +12,29 @@
 
 use mmkit::gfp::gfp_migratetype;
 use mmkit::{AllocError, Gfp, PageAllocator, Pfn, PinnedCpu};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+/// Blocks compaction moved, as the map's migrator reports them: (old, new,
+/// order), and how many so far (read on every allocation, cheaper than the
+/// lock).
+#[derive(Default)]
+pub struct MoveLog {
+    /// Moves not yet applied to the engine's tables.
+    pub moves: Mutex<Vec<(Pfn, Pfn, u32)>>,
+    /// Moves reported so far.
+    pub reported: AtomicU64,
+}
+
+impl MoveLog {
+    /// Records one move (the migrator's callback).
+    pub fn record(&self, old: Pfn, new: Pfn, order: u32) {
+        if let Ok(mut moves) = self.moves.lock() {
+            moves.push((old, new, order));
+        }
+        self.reported.fetch_add(1, Relaxed);
+    }
+}
 
 /// Which allocator decides where blocks go (`--mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -87,6 +110,12 @@ pub struct Counts {
     pub order_mismatch_frees: u64,
     /// Allocations mmkit could not serve, by order.
     pub failures_by_order: [u64; NR_ORDERS],
+    /// Blocks compaction moved (with `--compact`); their live-table
+    /// entries now point at the new place.
+    pub compaction_moves: u64,
+    /// Failed allocations of order 9 or more while at least twice the
+    /// request was free on the buddy lists: fragmentation, not shortage.
+    pub order9_failures_with_2x_free: u64,
     /// Frees mmkit refused (should stay 0).
     pub free_errors: u64,
     /// Pages held by live blocks now.
@@ -166,6 +195,8 @@ pub struct Engine<'a> {
     owned: Option<Vec<u64>>,
     /// Blocks handed out twice (only with the check on).
     pub double_handouts: u64,
+    /// With compaction: the migrator's log, and how many moves were applied.
+    moves: Option<(Arc<MoveLog>, u64)>,
     /// What happened so far.
     pub counts: Counts,
 }
@@ -210,8 +241,44 @@ impl<'a> Engine<'a> {
             pb_live: vec![[0; 3]; pages.div_ceil(1 << pb_order)],
             owned: check_handouts.then(|| vec![0u64; pages.div_ceil(64)]),
             double_handouts: 0,
+            moves: None,
             counts: Counts::default(),
         })
+    }
+
+    /// Follows the blocks compaction moves: every allocation records its
+    /// live-table slot in the block's private word (the migrator carries it
+    /// over), and `log` is read after allocations and compaction passes.
+    pub fn follow_moves(&mut self, log: Arc<MoveLog>) {
+        self.moves = Some((log, 0));
+    }
+
+    /// Applies the moves compaction reported since the last call: the live
+    /// entry of each moved block points at its new place.
+    pub fn apply_moves(&mut self) {
+        let Some((log, seen)) = &mut self.moves else {
+            return;
+        };
+        if log.reported.load(Relaxed) == *seen {
+            return;
+        }
+        let moves: Vec<(Pfn, Pfn, u32)> = log.moves.lock().map(|mut m| std::mem::take(&mut *m)).unwrap_or_default();
+        *seen += moves.len() as u64;
+        for (old, new, order) in moves {
+            let Ok(k) = self.mm.page_private(new) else {
+                continue;
+            };
+            let k = k as usize;
+            let live = self.live[k];
+            if !live.is_live() || u64::from(live.off()) != old.0 - self.base {
+                continue;
+            }
+            let new_off = (new.0 - self.base) as u32;
+            self.account(live.off(), order as u8, live.mt(), false);
+            self.live[k] = Live::new(new_off, live.order(), live.mt());
+            self.account(new_off, order as u8, live.mt(), true);
+            self.counts.compaction_moves += 1;
+        }
     }
 
     /// Live pages per pageblock of the map and mobility (for metrics).
@@ -288,12 +355,29 @@ impl<'a> Engine<'a> {
         };
         match got {
             Ok(pfn) => {
+                if self.moves.is_some() {
+                    // Direct compaction may have moved blocks out of the way
+                    // of this one: book those first. The slot rides in the
+                    // private word, so a later move finds it.
+                    self.apply_moves();
+                    let _ = self.mm.set_page_private(pfn, k as u64);
+                }
                 let off = (pfn.0 - self.base) as u32;
                 let mt = mobility(gfp);
                 self.live[k] = Live::new(off, ev.order, mt);
                 self.account(off, ev.order, mt, true);
             }
-            Err(_) => self.counts.failures_by_order[ev.order as usize] += 1,
+            Err(_) => self.note_failure(order),
+        }
+    }
+
+    /// Books a failed allocation of `order`.
+    #[cold]
+    fn note_failure(&mut self, order: u32) {
+        self.apply_moves();
+        self.counts.failures_by_order[order as usize] += 1;
+        if order >= 9 && self.mm.nr_free_pages() >= 2 << order {
+            self.counts.order9_failures_with_2x_free += 1;
         }
     }
 

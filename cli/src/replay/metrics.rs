@@ -60,6 +60,109 @@ pub struct FinalState {
     pub buddyinfo: String,
 }
 
+/// Where the replay broke pageblock-sized free blocks and how fallbacks and
+/// per-CPU lists went (the instrumentation behind the placement code's
+/// module doc), summed over zones.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PlacementStats {
+    /// Free blocks of order ≥ 9 split for a smaller request, by the order
+    /// requested.
+    pub pageblock_breaks_by_order: Vec<u64>,
+    /// The same by the migratetype of the list the pieces went to
+    /// (Unmovable, Movable, Reclaimable, HighAtomic, CMA, Isolate).
+    pub pageblock_breaks_by_type: Vec<u64>,
+    /// Allocations served from another migratetype's lists.
+    pub fallback_allocs: u64,
+    /// Pageblocks whose type changed to the requester's.
+    pub pageblocks_claimed: u64,
+    /// Fallbacks that took one block without claiming its pageblock.
+    pub steals: u64,
+    /// Per-CPU list refills from the buddy, and the pages they brought.
+    pub pcp_refills: u64,
+    /// Pages brought by refills.
+    pub pcp_refill_pages: u64,
+    /// Per-CPU list spills to the buddy.
+    pub pcp_spills: u64,
+    /// Pages returned by spills (and the final drain).
+    pub pcp_spill_pages: u64,
+}
+
+/// The placement counters of every zone of `mm`.
+pub fn placement_stats(mm: &PageAllocator) -> PlacementStats {
+    let mut s = PlacementStats {
+        pageblock_breaks_by_order: vec![0; NR_ORDERS],
+        pageblock_breaks_by_type: vec![0; MIGRATE_TYPES],
+        ..PlacementStats::default()
+    };
+    for z in mm.zone_snapshots() {
+        for (o, n) in z.placement.pageblock_breaks_by_order.iter().enumerate().take(NR_ORDERS) {
+            s.pageblock_breaks_by_order[o] += n;
+        }
+        for (mt, n) in z.placement.pageblock_breaks_by_type.iter().enumerate() {
+            s.pageblock_breaks_by_type[mt] += n;
+        }
+        s.fallback_allocs += z.counters.fallback_allocs;
+        s.pageblocks_claimed += z.counters.pageblocks_claimed;
+        s.steals += z.placement.steals;
+        s.pcp_refills += z.pcp.refills;
+        s.pcp_refill_pages += z.pcp.refill_pages;
+        s.pcp_spills += z.pcp.spills;
+        s.pcp_spill_pages += z.pcp.spill_pages;
+    }
+    s
+}
+
+/// Compaction's vmstat counters after a replay with `--compact`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CompactionStats {
+    /// Direct compaction attempts.
+    pub compact_stall: u64,
+    /// Those after which the allocation succeeded.
+    pub compact_success: u64,
+    /// Those after which it still failed.
+    pub compact_fail: u64,
+    /// Pages the migrate scanner looked at.
+    pub compact_migrate_scanned: u64,
+    /// Pages the free scanner looked at.
+    pub compact_free_scanned: u64,
+    /// Blocks moved.
+    pub pgmigrate_success: u64,
+    /// Blocks that could not be moved.
+    pub pgmigrate_fail: u64,
+    /// Proactive whole-zone passes run at sample points.
+    pub proactive_runs: u64,
+    /// Moves the replay followed (live entries repointed).
+    pub followed_moves: u64,
+}
+
+/// The compaction counters of `mm` and the replay's own.
+pub fn compaction_stats(mm: &PageAllocator, counts: &Counts, proactive_runs: u64) -> CompactionStats {
+    let s = mm.stats();
+    CompactionStats {
+        compact_stall: s.compact_stall,
+        compact_success: s.compact_success,
+        compact_fail: s.compact_fail,
+        compact_migrate_scanned: s.compact_migrate_scanned,
+        compact_free_scanned: s.compact_free_scanned,
+        pgmigrate_success: s.pgmigrate_success,
+        pgmigrate_fail: s.pgmigrate_fail,
+        proactive_runs,
+        followed_moves: counts.compaction_moves,
+    }
+}
+
+/// Time average of the samples' order-9 unusable index: the mean over the
+/// samples after the first (which is the empty start, index 0), taken at
+/// evenly spaced event counts.
+pub fn mean_unusable_index(samples: &[Sample]) -> f64 {
+    let later: Vec<f64> = samples.iter().filter(|s| s.event > 0).map(|s| s.unusable_index_order9).collect();
+    if later.is_empty() {
+        0.0
+    } else {
+        later.iter().sum::<f64>() / later.len() as f64
+    }
+}
+
 /// Takes a sample of `mm` after `counts.events` events.
 pub fn sample(mm: &PageAllocator, composition: &[[u32; 3]], counts: &Counts) -> Sample {
     let zones = mm.zone_snapshots();

@@ -15,6 +15,7 @@
 //! (decompress + parse + replay + samples) and the loop-only rate over
 //! already parsed events, with memory bounded by the chunk size.
 
+pub mod compare;
 pub mod engine;
 pub mod metrics;
 pub mod peer;
@@ -27,10 +28,11 @@ use crate::size;
 use clap::Args;
 use engine::{Engine, Ev, Mode};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use mmkit::{MemoryMapBuilder, PageAllocator, QuietHooks, ZoneType};
+use mmkit::{CopyMigrator, MemoryMapBuilder, PageAllocator, PlacementPolicy, QuietHooks, ZoneType};
 use mmkit_trace::TraceReader;
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Events parsed and replayed per chunk.
@@ -59,6 +61,12 @@ pub struct ReplayArgs {
     /// Turn mobility grouping off (Linux's page_group_by_mobility_disabled).
     #[arg(long)]
     pub no_grouping: bool,
+    /// Placement policy (policy mode): which free block serves a request.
+    /// `linux` is Linux's own choice (the free list's head); `addr` takes
+    /// the lowest PFN; `two-ends` (default) the lowest for movable
+    /// requests and the highest for the others.
+    #[arg(long, value_name = "POLICY", default_value = PlacementPolicy::default().name(), value_parser = parse_policy)]
+    pub policy: PlacementPolicy,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -69,6 +77,24 @@ pub struct ReplayArgs {
     /// and count only) and compare speed and order-9 fragmentation.
     #[arg(long, value_name = "PEER", value_parser = ["buddy_system_allocator"])]
     pub peer: Option<String>,
+    /// Compaction (policy mode): the map gets a migrator, so an order ≥ 9
+    /// allocation that fails compacts first (direct compaction), and at
+    /// every sample point a whole-zone pass runs when the order-9
+    /// fragmentation score is above the proactiveness mark; moved blocks
+    /// are followed, so later frees of their trace PFN find them.
+    #[arg(long)]
+    pub compact: bool,
+    /// Linux's `vm.compaction_proactiveness` (0..=100) for `--compact`: a
+    /// pass starts when 100 × the order-9 unusable index exceeds
+    /// min(max(100 - N, 5) + 10, 100). 0 turns proactive passes off.
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub compact_proactiveness: u32,
+    /// Replay under every placement policy, Linux's and the default policy
+    /// without grouping, and the peer; print one table (with `--plot`, also
+    /// PREFIX-compare.png). `--policy`, `--no-grouping` and `--peer` are
+    /// ignored.
+    #[arg(long)]
+    pub compare: bool,
     /// Metric samples taken through the replay.
     #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub samples: u32,
@@ -84,6 +110,14 @@ pub struct ReplayArgs {
     /// (default: stream in chunks of 65536 events, constant memory).
     #[arg(long)]
     pub preload: bool,
+}
+
+/// `--policy`'s parser: a [`PlacementPolicy`] by name.
+fn parse_policy(name: &str) -> Result<PlacementPolicy, String> {
+    PlacementPolicy::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = PlacementPolicy::ALL.iter().map(|p| p.name()).collect();
+        format!("unknown policy {name:?}; one of {}", names.join(", "))
+    })
 }
 
 /// Why a replay did not run.
@@ -145,16 +179,24 @@ pub fn replay(
         )));
     }
     let nr_cpus = (scan.max_cpu + 1).min(MAX_CPUS) as usize;
-    let mm = MemoryMapBuilder::new()
+    let mut builder = MemoryMapBuilder::new()
         .zone(0, ZoneType::Normal, zbase..zbase + pages)
         .nr_cpus(nr_cpus)
         .per_cpu_lists(args.mode == Mode::Policy)
         .group_by_mobility(!args.no_grouping)
+        .placement(args.policy)
         .populate_descriptors(true)
-        .hooks(QuietHooks)
-        .build()
-        .map_err(|e| ReplayError::Failed(format!("building the memory map: {e}")))?;
+        .hooks(QuietHooks);
+    let move_log = (args.compact && args.mode == Mode::Policy).then(|| Arc::new(engine::MoveLog::default()));
+    if let Some(log) = &move_log {
+        let log = log.clone();
+        builder = builder.migrator(CopyMigrator::new(move |old, new, order| log.record(old, new, order)));
+    }
+    let mm = builder.build().map_err(|e| ReplayError::Failed(format!("building the memory map: {e}")))?;
     let mut engine = Engine::new(&mm, args.mode, zbase..zend, args.check).map_err(ReplayError::Failed)?;
+    if let Some(log) = &move_log {
+        engine.follow_moves(log.clone());
+    }
     let mut peer = args.peer.is_some().then(|| peer::Peer::new(zbase, pages, zbase..zend));
 
     let every = (scan.events / u64::from(args.samples.max(1))).max(1);
@@ -165,6 +207,9 @@ pub fn replay(
         t_loop: Duration::ZERO,
         t_sample: Duration::ZERO,
         t_peer: Duration::ZERO,
+        t_compact: Duration::ZERO,
+        proactive: move_log.as_ref().and_then(|_| proactive_mark(args.compact_proactiveness)),
+        proactive_runs: 0,
         bar: progress_bar(progress, scan.events),
     };
     let mut t_parse = Duration::ZERO;
@@ -196,13 +241,15 @@ pub fn replay(
     if let Some(e) = reader.io_error() {
         return Err(ReplayError::Failed(format!("{}: {e}", args.trace.display())));
     }
-    let Pass { mut samples, t_loop, t_sample, t_peer, .. } = pass;
+    let Pass { mut samples, t_loop, t_sample, t_peer, t_compact, proactive_runs, .. } = pass;
     let wall = started.elapsed().saturating_sub(t_peer);
     engine.finish();
     if samples.last().is_some_and(|s| s.event != engine.counts.events) {
         samples.push(metrics::sample(&mm, engine.pageblock_composition(), &engine.counts));
     }
     let final_state = metrics::final_state(&mm, engine.pageblock_composition(), &engine.counts);
+    let placement = metrics::placement_stats(&mm);
+    let compaction = move_log.is_some().then(|| metrics::compaction_stats(&mm, &engine.counts, proactive_runs));
     let invariants = if args.check {
         Some(mm.check_invariants().map_err(|v| v.to_string()).err().unwrap_or_else(|| "ok".into()))
     } else {
@@ -216,6 +263,7 @@ pub fn replay(
         parse_seconds: t_parse.as_secs_f64(),
         loop_seconds: t_loop.as_secs_f64(),
         sample_seconds: t_sample.as_secs_f64(),
+        compact_seconds: t_compact.as_secs_f64(),
     };
     let peer_report = peer.as_ref().map(|p| p.report(events, t_peer.as_secs_f64(), t_loop.as_secs_f64()));
     let report = report::Report::new(report::Parts {
@@ -231,6 +279,8 @@ pub fn replay(
         timing,
         samples,
         final_state,
+        placement,
+        compaction,
         peer: peer_report,
     });
     if let Some(prefix) = &args.plot {
@@ -248,7 +298,19 @@ struct Pass {
     t_loop: Duration,
     t_sample: Duration,
     t_peer: Duration,
+    /// Proactive compaction passes (timed apart from the loop and samples).
+    t_compact: Duration,
+    /// Score above which a proactive pass runs, with `--compact`.
+    proactive: Option<f64>,
+    proactive_runs: u64,
     bar: ProgressBar,
+}
+
+/// The order-9 unusable index above which a proactive pass runs, for a
+/// proactiveness (Linux's `fragmentation_score_wmark(false)`, as an index:
+/// a one-zone node's score is 100 × the zone's unusable index); `None` for 0.
+fn proactive_mark(proactiveness: u32) -> Option<f64> {
+    (proactiveness > 0).then(|| f64::from((100u32.saturating_sub(proactiveness)).max(5) + 10).min(100.0) / 100.0)
 }
 
 impl Pass {
@@ -277,8 +339,20 @@ impl Pass {
             engine.apply(ev);
             if engine.counts.events == self.next_sample {
                 let ts = Instant::now();
-                self.samples.push(metrics::sample(mm, engine.pageblock_composition(), &engine.counts));
+                let sample = metrics::sample(mm, engine.pageblock_composition(), &engine.counts);
+                let over = self.proactive.is_some_and(|mark| sample.unusable_index_order9 > mark);
+                self.samples.push(sample);
                 self.next_sample += self.every;
+                if over {
+                    // kcompactd's proactive pass, between events.
+                    let tc = Instant::now();
+                    for zi in 0..mm.zones().len() {
+                        mm.compact_zone(zi, None);
+                    }
+                    engine.apply_moves();
+                    self.proactive_runs += 1;
+                    self.t_compact += tc.elapsed();
+                }
                 sampling += ts.elapsed();
             }
         }
@@ -288,6 +362,9 @@ impl Pass {
             let t2 = Instant::now();
             for ev in chunk {
                 peer.apply(ev);
+                if peer.events % self.every == 0 {
+                    peer.sample();
+                }
             }
             self.t_peer += t2.elapsed();
         }
@@ -301,15 +378,19 @@ impl Pass {
 /// # Errors
 /// [`ReplayError`].
 pub fn run(args: &ReplayArgs) -> Result<String, ReplayError> {
+    if args.compare {
+        let rows = compare::compare(args)?;
+        return if args.json {
+            let mut text = serde_json::to_string_pretty(&rows).map_err(|e| ReplayError::Failed(e.to_string()))?;
+            text.push('\n');
+            Ok(text)
+        } else {
+            Ok(compare::table(args, &rows))
+        };
+    }
     let report = replay(args, want_progress(args.json), |_, _| {})?;
     if args.check {
-        let doubles = report.double_handouts.unwrap_or(0);
-        let invariants = report.invariants.as_deref().unwrap_or("ok");
-        if doubles > 0 || invariants != "ok" {
-            return Err(ReplayError::Failed(format!(
-                "check failed: {doubles} blocks handed out twice; invariants: {invariants}"
-            )));
-        }
+        check_passed(&report)?;
     }
     Ok(if args.json {
         let mut text = serde_json::to_string_pretty(&report).map_err(|e| ReplayError::Failed(e.to_string()))?;
@@ -318,6 +399,22 @@ pub fn run(args: &ReplayArgs) -> Result<String, ReplayError> {
     } else {
         report.to_table()
     })
+}
+
+/// `--check`'s verdict on a report.
+///
+/// # Errors
+/// [`ReplayError::Failed`] naming the double hand-outs or the violation.
+pub fn check_passed(report: &report::Report) -> Result<(), ReplayError> {
+    let doubles = report.double_handouts.unwrap_or(0);
+    let invariants = report.invariants.as_deref().unwrap_or("ok");
+    if doubles > 0 || invariants != "ok" {
+        return Err(ReplayError::Failed(format!(
+            "check failed ({} policy): {doubles} blocks handed out twice; invariants: {invariants}",
+            report.policy
+        )));
+    }
+    Ok(())
 }
 
 /// Whether `mmkit replay` should draw a progress bar: stdout is a terminal

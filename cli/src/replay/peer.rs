@@ -34,6 +34,11 @@ pub struct PeerReport {
     pub free_pages: u64,
     /// Unusable free space index for order 9 at the end, 0..1.
     pub unusable_index_order9: f64,
+    /// Its time average, at the same event counts as mmkit's samples.
+    pub unusable_index_order9_mean: f64,
+    /// (events, order-9 unusable index) at each sample, for plots.
+    #[serde(skip)]
+    pub index_samples: Vec<(u64, f64)>,
 }
 
 /// `FrameAllocator` replaying a trace.
@@ -47,6 +52,10 @@ pub struct Peer {
     used: Vec<u32>,
     live_pages: u64,
     failures: u64,
+    /// Events applied.
+    pub events: u64,
+    /// (events, order-9 unusable index) at each [`sample`](Self::sample).
+    samples: Vec<(u64, f64)>,
 }
 
 impl Peer {
@@ -69,12 +78,15 @@ impl Peer {
             used: vec![0; pages.div_ceil(1 << RANGE_ORDER) as usize],
             live_pages: 0,
             failures: 0,
+            events: 0,
+            samples: Vec::new(),
         }
     }
 
     /// Applies one event.
     #[inline]
     pub fn apply(&mut self, ev: &Ev) {
+        self.events += 1;
         let k = ev.pfn.wrapping_sub(self.kmin) as usize;
         if k >= self.live.len() {
             return;
@@ -123,8 +135,14 @@ impl Peer {
         }
     }
 
-    /// Results, given the loop times of the peer and of mmkit.
-    pub fn report(&self, events: u64, peer_secs: f64, mmkit_secs: f64) -> PeerReport {
+    /// Records the order-9 unusable index now (for the time average).
+    pub fn sample(&mut self) {
+        let (_, index) = self.index();
+        self.samples.push((self.events, index));
+    }
+
+    /// Free pages and the order-9 unusable index now.
+    fn index(&self) -> (u64, f64) {
         let free = self.pages - self.live_pages;
         // An always-merging buddy's free blocks of order >= 9 are exactly the
         // wholly free aligned ranges; the rest of the free pages is smaller.
@@ -132,6 +150,17 @@ impl Peer {
         let mut blocks = [0u64; RANGE_ORDER as usize + 1];
         blocks[RANGE_ORDER as usize] = whole;
         blocks[0] = free.saturating_sub(whole << RANGE_ORDER);
+        (free, f64::from(mmkit::procfs::unusable_index(&blocks, RANGE_ORDER)) / 1000.0)
+    }
+
+    /// Results, given the loop times of the peer and of mmkit.
+    pub fn report(&self, events: u64, peer_secs: f64, mmkit_secs: f64) -> PeerReport {
+        let (free, index) = self.index();
+        let mean = if self.samples.is_empty() {
+            index
+        } else {
+            self.samples.iter().map(|s| s.1).sum::<f64>() / self.samples.len() as f64
+        };
         PeerReport {
             name: names::BSA,
             loop_events_per_sec: if peer_secs > 0.0 { events as f64 / peer_secs } else { 0.0 },
@@ -139,7 +168,9 @@ impl Peer {
             failures: self.failures,
             live_pages: self.live_pages,
             free_pages: free,
-            unusable_index_order9: f64::from(mmkit::procfs::unusable_index(&blocks, RANGE_ORDER)) / 1000.0,
+            unusable_index_order9: index,
+            unusable_index_order9_mean: mean,
+            index_samples: self.samples.clone(),
         }
     }
 }

@@ -50,7 +50,7 @@ fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
 }
 
 /// Whether text can be drawn (a font is found).
-fn fonts_work() -> bool {
+pub(super) fn fonts_work() -> bool {
     let mut buf = vec![0u8; 64 * 32 * 3];
     let root = BitMapBackend::with_buffer(&mut buf, (64, 32)).into_drawing_area();
     root.draw(&Text::new("0", (1, 1), ("sans-serif", 12).into_font())).is_ok()

@@ -24,8 +24,10 @@ pub struct Timing {
     pub parse_seconds: f64,
     /// The replay loop over parsed events, samples excluded.
     pub loop_seconds: f64,
-    /// Taking metric samples.
+    /// Taking metric samples (proactive compaction included).
     pub sample_seconds: f64,
+    /// Proactive compaction passes (with `--compact`).
+    pub compact_seconds: f64,
 }
 
 /// The trace as read.
@@ -63,6 +65,8 @@ pub struct Report {
     pub mode: &'static str,
     /// False with `--no-grouping`.
     pub grouping: bool,
+    /// The placement policy (`--policy`).
+    pub policy: &'static str,
     /// Memory of the replay map in bytes.
     pub memory_bytes: u64,
     /// Its first PFN (aligned down from the trace's lowest PFN).
@@ -75,6 +79,12 @@ pub struct Report {
     pub trace: TraceInfo,
     /// Unusable free space index for order 9 at the end, 0..1.
     pub unusable_index_order9: f64,
+    /// Time average of the order-9 unusable index over the samples after
+    /// the empty start (per-CPU lists not drained), 0..1.
+    pub unusable_index_order9_mean: f64,
+    /// Failed allocations of order ≥ 9 while at least twice the request
+    /// was free.
+    pub order9_failures_with_2x_free: u64,
     /// Fragmentation index for order 9 at the end.
     pub fragmentation_index_order9: f64,
     /// Events per second end to end: second-pass decompression, parsing,
@@ -92,6 +102,10 @@ pub struct Report {
     pub double_handouts: Option<u64>,
     /// `ok` or the violation (with `--check`).
     pub invariants: Option<String>,
+    /// Pageblock breaks, fallbacks and per-CPU list traffic.
+    pub placement: metrics::PlacementStats,
+    /// Compaction counters (with `--compact`).
+    pub compaction: Option<metrics::CompactionStats>,
     /// End state after draining per-CPU lists.
     #[serde(rename = "final")]
     pub final_state: FinalState,
@@ -119,6 +133,8 @@ pub struct Parts<'a> {
     pub timing: Timing,
     pub samples: Vec<Sample>,
     pub final_state: FinalState,
+    pub placement: metrics::PlacementStats,
+    pub compaction: Option<metrics::CompactionStats>,
     pub peer: Option<PeerReport>,
 }
 
@@ -129,6 +145,7 @@ impl Report {
         Report {
             mode: p.args.mode.name(),
             grouping: !p.args.no_grouping,
+            policy: p.args.policy.name(),
             memory_bytes: p.zone.1 << 12,
             zone_start_pfn: p.zone.0,
             zone_pages: p.zone.1,
@@ -147,6 +164,8 @@ impl Report {
                 scan: p.scan.clone(),
             },
             unusable_index_order9: p.final_state.sample.unusable_index_order9,
+            unusable_index_order9_mean: metrics::mean_unusable_index(&p.samples),
+            order9_failures_with_2x_free: p.counts.order9_failures_with_2x_free,
             fragmentation_index_order9: p.final_state.sample.fragmentation_index_order9,
             events_per_sec: p.events_per_sec,
             loop_events_per_sec: p.loop_events_per_sec,
@@ -156,6 +175,8 @@ impl Report {
             double_handouts: p.double_handouts,
             invariants: p.invariants,
             final_state: p.final_state,
+            placement: p.placement,
+            compaction: p.compaction,
             linux_before: metrics::linux_state(&p.scan.header, "buddyinfo_before"),
             linux_after: metrics::linux_state(&p.scan.header, "buddyinfo_after"),
             samples: p.samples,
@@ -171,9 +192,10 @@ impl Report {
         let c = &self.counts;
         let _ = writeln!(
             o,
-            "mmkit replay {} ({} mode, mobility grouping {})",
+            "mmkit replay {} ({} mode, policy {}, mobility grouping {})",
             t.path,
             self.mode,
+            self.policy,
             if self.grouping { "on" } else { "off" }
         );
         let _ = writeln!(
@@ -214,7 +236,13 @@ impl Report {
             c.order_mismatch_frees,
             c.trace_failed_by_order.iter().sum::<u64>()
         );
-        let _ = writeln!(o, "mmkit failures: {}{}", self.failures, by_order(&c.failures_by_order));
+        let _ = writeln!(
+            o,
+            "mmkit failures: {}{}; order >= 9 with twice the request free: {}",
+            self.failures,
+            by_order(&c.failures_by_order),
+            self.order9_failures_with_2x_free
+        );
         if let Some(d) = self.double_handouts {
             let _ =
                 writeln!(o, "check: {d} double hand-outs, invariants {}", self.invariants.as_deref().unwrap_or("-"));
@@ -252,9 +280,44 @@ impl Report {
         );
         let _ = writeln!(
             o,
-            "order 9: unusable free space index {:.3}, fragmentation index {:.3}",
-            self.unusable_index_order9, self.fragmentation_index_order9
+            "order 9: unusable free space index {:.3} (time average {:.3}), fragmentation index {:.3}",
+            self.unusable_index_order9, self.unusable_index_order9_mean, self.fragmentation_index_order9
         );
+        let pl = &self.placement;
+        let mut breaks = [0u64; NR_ORDERS];
+        breaks.copy_from_slice(&pl.pageblock_breaks_by_order[..NR_ORDERS]);
+        let _ = writeln!(
+            o,
+            "placement: {} pageblock breaks{} (unmovable {}, movable {}, reclaimable {}); {} fallbacks, \
+             {} pageblocks claimed, {} steals; per-CPU lists: {} refills ({} pages), {} spills ({} pages)",
+            breaks.iter().sum::<u64>(),
+            by_order(&breaks),
+            pl.pageblock_breaks_by_type[0],
+            pl.pageblock_breaks_by_type[1],
+            pl.pageblock_breaks_by_type[2],
+            pl.fallback_allocs,
+            pl.pageblocks_claimed,
+            pl.steals,
+            pl.pcp_refills,
+            pl.pcp_refill_pages,
+            pl.pcp_spills,
+            pl.pcp_spill_pages
+        );
+        if let Some(c) = &self.compaction {
+            let _ = writeln!(
+                o,
+                "compaction: {} stalls ({} success, {} fail), {} proactive passes; scanned {} (migrate) {} (free); \
+                 {} blocks moved, {} not",
+                c.compact_stall,
+                c.compact_success,
+                c.compact_fail,
+                c.proactive_runs,
+                c.compact_migrate_scanned,
+                c.compact_free_scanned,
+                c.pgmigrate_success,
+                c.pgmigrate_fail
+            );
+        }
         if let (Some(b), Some(a)) = (&self.linux_before, &self.linux_after) {
             let _ = writeln!(
                 o,
@@ -267,12 +330,13 @@ impl Report {
             let _ = writeln!(
                 o,
                 "peer {}: {:.2} M events/s loop only ({:.2}x mmkit's loop time), {} failures, \
-                 order-9 unusable index {:.3}",
+                 order-9 unusable index {:.3} (time average {:.3})",
                 p.name,
                 p.loop_events_per_sec / 1e6,
                 p.ratio_vs_mmkit,
                 p.failures,
-                p.unusable_index_order9
+                p.unusable_index_order9,
+                p.unusable_index_order9_mean
             );
         }
         o

@@ -99,6 +99,10 @@ fn args(trace: &Path, mode: Mode) -> ReplayArgs {
         mode,
         memory: None,
         no_grouping: false,
+        compare: false,
+        compact: false,
+        compact_proactiveness: 20,
+        policy: mmkit::PlacementPolicy::default(),
         json: false,
         peer: None,
         samples: 20,
@@ -141,9 +145,11 @@ fn placed_mode_ends_with_the_traces_live_blocks() {
 fn policy_mode_never_hands_out_a_page_twice() {
     let g = generate(11, 6000);
     let path = temp_trace("policy.trace.xz", &g.text);
-    for no_grouping in [false, true] {
+    let every = mmkit::PlacementPolicy::ALL.iter().flat_map(|&p| [(p, false), (p, true)]);
+    for (policy, no_grouping) in every {
         let mut a = args(&path, Mode::Policy);
         a.no_grouping = no_grouping;
+        a.policy = policy;
         a.peer = Some("buddy_system_allocator".into());
         let mut live_mmkit = Vec::new();
         let report = replay(&a, false, |engine, _| live_mmkit = engine.live_mmkit_blocks().collect()).unwrap();
@@ -158,9 +164,110 @@ fn policy_mode_never_hands_out_a_page_twice() {
         assert_eq!(live_mmkit.len(), g.live.len());
         assert!((0.0..=1.0).contains(&report.unusable_index_order9));
         assert!((20..=23).contains(&report.samples.len()), "{} samples", report.samples.len());
+        let mean = report.samples[1..].iter().map(|s| s.unusable_index_order9).sum::<f64>()
+            / (report.samples.len() - 1) as f64;
+        assert!((report.unusable_index_order9_mean - mean).abs() < 1e-9, "mean of the samples after the start");
         let peer = report.peer.unwrap();
         assert_eq!(peer.failures, 0);
         assert_eq!(peer.live_pages, report.counts.live_pages);
+        assert_eq!(peer.index_samples.len(), 20, "the peer is sampled at the same points");
+    }
+}
+
+#[test]
+fn compare_replays_every_configuration_and_the_peer() {
+    let g = generate(5, 3000);
+    let path = temp_trace("compare.trace.xz", &g.text);
+    let mut a = args(&path, Mode::Policy);
+    a.compare = true;
+    let rows = super::compare::compare(&a).unwrap();
+    let configurations = super::compare::configurations();
+    assert_eq!(rows.len(), configurations.len() + 1);
+    assert!(rows.last().unwrap().name.starts_with("peer "));
+    assert_eq!(rows[0].name, "linux");
+    assert!(rows.iter().any(|r| r.name == "linux --no-grouping"));
+    for r in &rows {
+        assert!((0.0..=1.0).contains(&r.unusable_index_order9_mean), "{r:?}");
+        assert!(!r.series.is_empty());
+    }
+    let table = super::compare::table(&a, &rows);
+    assert_eq!(table.lines().count(), rows.len() + 2, "{table}");
+}
+
+#[test]
+fn compaction_moves_blocks_and_later_frees_find_them() {
+    // 8 MiB filled with order-0 movable pages, three of every four freed,
+    // then an order-9 request: only compaction can serve it. Then every
+    // page still live is freed by its trace PFN.
+    let mut text = String::new();
+    let mut seq = 0;
+    let mut event = |text: &mut String, rest: String| {
+        text.push_str(&format!("{seq} {seq} 0 {rest}\n"));
+        seq += 1;
+    };
+    for pfn in 0..2048u64 {
+        event(&mut text, format!("a {:x} 0 1 0x140dca", 0x100000 + pfn));
+    }
+    for pfn in (0..2048u64).filter(|p| p % 4 != 3) {
+        event(&mut text, format!("f {:x} 0 - -", 0x100000 + pfn));
+    }
+    event(&mut text, "a 100800 9 1 0x140dca".to_string());
+    for pfn in (0..2048u64).filter(|p| p % 4 == 3) {
+        event(&mut text, format!("f {:x} 0 - -", 0x100000 + pfn));
+    }
+    let path = temp_trace("compact.trace.xz", &text);
+    let mut a = args(&path, Mode::Policy);
+    a.memory = Some(8 << 20);
+    a.policy = mmkit::PlacementPolicy::Linux;
+    let without = replay(&a, false, |_, _| {}).unwrap();
+    assert_eq!(without.counts.failures_by_order[9], 1, "fragmented: the order-9 request fails");
+    a.compact = true;
+    // Direct compaction alone, then with proactive passes at the samples
+    // (the fragmented zone scores above proactiveness 20's mark).
+    for (proactiveness, direct) in [(0, true), (20, false)] {
+        a.compact_proactiveness = proactiveness;
+        let with = replay(&a, false, |_, _| {}).unwrap();
+        assert_eq!(with.counts.failures_by_order[9], 0, "compaction made room");
+        let c = with.compaction.as_ref().unwrap();
+        if direct {
+            assert!(c.compact_stall >= 1 && c.compact_success == 1 && c.proactive_runs == 0, "{c:?}");
+        } else {
+            assert!(c.proactive_runs > 0 && c.compact_stall == 0, "{c:?}");
+        }
+        assert!(c.pgmigrate_success > 0);
+        assert_eq!(c.followed_moves, c.pgmigrate_success, "every move followed");
+        assert_eq!(with.double_handouts, Some(0));
+        assert_eq!(with.invariants.as_deref(), Some("ok"));
+        assert_eq!(with.counts.free_errors, 0);
+        assert_eq!(with.counts.unseen_frees(), without.counts.unseen_frees(), "moved pages were found by their PFN");
+        assert_eq!(with.counts.live_pages, 512, "only the order-9 block is left");
+    }
+}
+
+#[test]
+fn order9_failures_with_free_memory_are_counted() {
+    // 8 MiB: fill it with order-0 pages (the watermarks refuse a few),
+    // free three of every four (every aligned four-page group keeps a live
+    // page, so nothing merges above order 1), then ask for an order-9 block.
+    let mut text = String::new();
+    let mut seq = 0;
+    for pfn in 0..2048u64 {
+        text.push_str(&format!("{seq} {seq} 0 a {:x} 0 1 0x140dca\n", 0x100000 + pfn));
+        seq += 1;
+    }
+    for pfn in (0..2048u64).filter(|p| p % 4 != 3) {
+        text.push_str(&format!("{seq} {seq} 0 f {:x} 0 - -\n", 0x100000 + pfn));
+        seq += 1;
+    }
+    text.push_str(&format!("{seq} {seq} 0 a 200000 9 1 0x140dca\n"));
+    let path = temp_trace("order9.trace.xz", &text);
+    for policy in mmkit::PlacementPolicy::ALL {
+        let mut a = args(&path, Mode::Policy);
+        a.memory = Some(8 << 20);
+        a.policy = policy;
+        let report = replay(&a, false, |_, _| {}).unwrap();
+        assert_eq!(report.counts.failures_by_order[9], 1, "{policy:?}");
+        assert_eq!(report.order9_failures_with_2x_free, 1, "{policy:?}");
     }
 }
 

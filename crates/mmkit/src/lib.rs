@@ -76,6 +76,7 @@ pub use mem::rawmem::HugePages;
 pub use memmap::{Backing, MemoryMapBuilder};
 pub use page_alloc::block::BlockError;
 pub use page_alloc::bulk::BulkFreeError;
+pub use page_alloc::compaction::CompactResult;
 pub use page_alloc::cpu::{BadHighFraction, CpuHandle, NoSuchCpu, PcpInfo};
 pub use page_alloc::free::MemoryFailure;
 pub use page_alloc::hooks::{Hooks, NoHooks, QuietHooks};
@@ -92,7 +93,9 @@ pub use types::error::{
 pub use types::geometry::{Geometry, ZoneSpec};
 pub use types::gfp::{AllocFlags, Gfp, MigrateType, Watermark, ZoneType};
 pub use types::page_flags::{PageFlags, PageOwner};
+pub use types::placement::PlacementPolicy;
 pub use types::{CmaId, PAGE_ALLOC_COSTLY_ORDER};
+pub use zone::placement::PlacementCounters;
 
 /// Highest node id + 1 the map accepts.
 pub const MAX_NUMNODES: usize = 64;

@@ -17,6 +17,7 @@ use crate::page_alloc::migrate::Migrator;
 use crate::types::error::{BadCmaReason, BuildError};
 pub use crate::types::geometry::{Geometry, ZoneSpec};
 use crate::types::gfp::{MigrateType, ZoneType};
+use crate::types::placement::PlacementPolicy;
 use crate::zone::buddy::Placement;
 use crate::zone::cma_area::CmaArea;
 use crate::zone::{setup_watermarks, WatermarkConfig, Zone};
@@ -54,6 +55,7 @@ pub struct MemoryMapBuilder {
     pcp_high_fraction: u32,
     pcp_enabled: bool,
     group_by_mobility: bool,
+    placement: PlacementPolicy,
     populate: bool,
     cma: Vec<(String, Range<u64>)>,
     migrator: Option<Box<dyn Migrator>>,
@@ -82,6 +84,7 @@ impl MemoryMapBuilder {
             pcp_high_fraction: 0,
             pcp_enabled: true,
             group_by_mobility: true,
+            placement: PlacementPolicy::default(),
             populate: false,
             cma: Vec::new(),
             migrator: None,
@@ -229,6 +232,14 @@ impl MemoryMapBuilder {
         self.group_by_mobility = enabled;
         self
     }
+    /// Which free block serves a request among those of the right order
+    /// and type (default [`PlacementPolicy::default`]); see
+    /// [`PlacementPolicy`] for the choices and `PlacementPolicy::Linux` for
+    /// Linux's own.
+    pub fn placement(mut self, policy: PlacementPolicy) -> Self {
+        self.placement = policy;
+        self
+    }
     /// Whether [`build`](Self::build) writes every page descriptor once
     /// (default false). The descriptor table comes from zeroed memory the OS
     /// maps lazily, so that huge maps build in seconds; the first write to
@@ -367,6 +378,7 @@ impl MemoryMapBuilder {
         }
         for zone in zones.iter_mut() {
             zone.mobility_disabled = !self.group_by_mobility;
+            zone.placement = self.placement;
         }
         let min_free_kbytes = setup_watermarks(&mut zones, geo.page_size(), geo.pageblock_nr_pages(), &self.watermarks);
         let cma = activate_cma_areas(self.cma, &specs, &holes, &reserved, &geo)?;
@@ -398,6 +410,7 @@ impl MemoryMapBuilder {
         for (zone, runs) in zones.iter().zip(&free_runs) {
             let cx = zone.cx(&mem);
             let mut state = zone.state.lock();
+            state.area.set_policy(self.placement, zone.start_idx, zone.end_idx);
             for run in runs {
                 for (start, end) in split_at_sections(run.clone(), geo.section_order) {
                     state.area.free_range(cx, idx(start), idx(end) - idx(start), Placement::Tail);

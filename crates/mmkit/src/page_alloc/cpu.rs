@@ -205,6 +205,12 @@ impl PageAllocator {
             return false;
         }
         let zone = &self.zones[zi];
+        if zone.placement.merges_before_caching() && self.buddy_is_free(zone, idx, order) {
+            // The block would merge: parked on the list it would keep its
+            // buddy's larger block broken until the next spill, so it goes
+            // to the buddy now (the caller frees it there).
+            return false;
+        }
         let pindex = order_to_pindex(mt, order);
         pcp.push(&self.mem.pages, idx, order, mt, pindex);
         pcp.counters.free_pages += 1 << order;
@@ -213,6 +219,19 @@ impl PageAllocator {
             self.spill(zone, pcp, spill, pindex);
         }
         true
+    }
+
+    /// Whether block `idx` of `order` has a free buddy of the same order on
+    /// the buddy lists of `zone`: read without the zone lock, so only a
+    /// hint (the free path merges under the lock whatever it says).
+    #[inline(always)]
+    fn buddy_is_free(&self, zone: &Zone, idx: PageIdx, order: u32) -> bool {
+        let buddy = idx ^ (1 << order);
+        if buddy < zone.start_idx || buddy >= zone.end_idx {
+            return false;
+        }
+        let page = self.mem.pages.get(buddy);
+        page.has(PageFlags::BUDDY) && page.order() == order
     }
 
     /// Locks CPU `cpu`'s pageset of zone `zi`, waiting for short holders;

@@ -51,6 +51,26 @@ pub trait Migrator: Send + Sync {
     /// # Errors
     /// Any [`MigrateError`]: the contiguous allocation then fails as busy.
     fn migrate_page(&self, alloc: &PageAllocator, request: &MigrateRequest) -> Result<Pfn, MigrateError>;
+
+    /// Moves the block described by `request` into `target`, a block of
+    /// the same order (and compound-ness) the allocator has already
+    /// allocated for it: compaction's free scanner chose it
+    /// ([`PageAllocator::compact_zone`]). Same contract as
+    /// [`migrate_page`](Self::migrate_page) otherwise; on `Err` the
+    /// allocator frees `target` again. The default refuses, so compaction
+    /// moves nothing for a migrator that does not implement it.
+    ///
+    /// # Errors
+    /// Any [`MigrateError`].
+    fn migrate_page_to(
+        &self,
+        alloc: &PageAllocator,
+        request: &MigrateRequest,
+        target: Pfn,
+    ) -> Result<Pfn, MigrateError> {
+        let _ = (alloc, target);
+        Err(MigrateError::Refused(request.pfn))
+    }
 }
 
 /// The default migrator: allocates a target of the same order (and
@@ -85,6 +105,31 @@ where
     F: Fn(Pfn, Pfn, u32) + Send + Sync,
 {
     fn migrate_page(&self, alloc: &PageAllocator, request: &MigrateRequest) -> Result<Pfn, MigrateError> {
+        self.move_block(alloc, request, None)
+    }
+
+    fn migrate_page_to(
+        &self,
+        alloc: &PageAllocator,
+        request: &MigrateRequest,
+        target: Pfn,
+    ) -> Result<Pfn, MigrateError> {
+        self.move_block(alloc, request, Some(target))
+    }
+}
+
+impl<F> CopyMigrator<F>
+where
+    F: Fn(Pfn, Pfn, u32) + Send + Sync,
+{
+    /// The move itself, into `target` when the caller allocated one (it
+    /// must match the source: same order, compound-ness, not frozen).
+    fn move_block(
+        &self,
+        alloc: &PageAllocator,
+        request: &MigrateRequest,
+        target: Option<Pfn>,
+    ) -> Result<Pfn, MigrateError> {
         let old = request.pfn;
         let order = request.order;
         let not_movable = |_: PageError| MigrateError::NotMovable(old);
@@ -103,12 +148,14 @@ where
         let frozen = refcount == 0;
         let compound = flags.contains(PageFlags::HEAD);
         let gfp = if compound { request.gfp | Gfp::COMP } else { request.gfp };
-        let new = if frozen {
-            alloc.alloc_frozen_pages_node(request.nid, gfp, order)
-        } else {
-            alloc.alloc_pages_node(request.nid, gfp, order)
-        }
-        .map_err(MigrateError::NoTarget)?;
+        let new = match target {
+            // The caller's target holds a reference; a frozen block needs a
+            // frozen one.
+            Some(_) if frozen => return Err(MigrateError::Refused(old)),
+            Some(target) => target,
+            None if frozen => alloc.alloc_frozen_pages_node(request.nid, gfp, order).map_err(MigrateError::NoTarget)?,
+            None => alloc.alloc_pages_node(request.nid, gfp, order).map_err(MigrateError::NoTarget)?,
+        };
         #[cfg(feature = "std")]
         alloc.copy_page_contents(old, new, 1 << order);
         // The embedder's state moves with the contents: flags on every page

@@ -13,6 +13,7 @@ pub(crate) mod alloc_at;
 pub(crate) mod alloc_path;
 pub(crate) mod block;
 pub(crate) mod bulk;
+pub(crate) mod compaction;
 pub mod cpu;
 pub(crate) mod free;
 pub mod hooks;

@@ -63,12 +63,14 @@ impl PageAllocator {
             let mut compacted = false;
             if order > 0 && compact_retries <= MAX_COMPACT_RETRIES {
                 self.stats.compact_stall.fetch_add(1, Relaxed);
-                compacted = self.hooks.direct_compact(&request);
+                compacted = self.direct_compact_zones(order, ac.nid) || self.hooks.direct_compact(&request);
                 if compacted {
                     compact_retries += 1;
                     if let Some(got) = self.get_page_from_freelist(order, alloc_flags, ac) {
+                        self.stats.compact_success.fetch_add(1, Relaxed);
                         return Some(got);
                     }
+                    self.stats.compact_fail.fetch_add(1, Relaxed);
                 }
             }
             if gfp.contains(Gfp::NORETRY) || (costly && !gfp.contains(Gfp::RETRY_MAYFAIL)) {

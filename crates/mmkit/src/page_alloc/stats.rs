@@ -44,6 +44,19 @@ counters! {
     allocstall,
     /// Direct-compaction attempts (`compact_stall`).
     compact_stall,
+    /// Direct compactions after which the allocation succeeded
+    /// (`compact_success`).
+    compact_success,
+    /// Direct compactions after which it still failed (`compact_fail`).
+    compact_fail,
+    /// Pages the migrate scanner looked at (`compact_migrate_scanned`).
+    compact_migrate_scanned,
+    /// Pages the free scanner looked at (`compact_free_scanned`).
+    compact_free_scanned,
+    /// Blocks compaction moved (`pgmigrate_success`, in blocks).
+    pgmigrate_success,
+    /// Blocks compaction could not move (`pgmigrate_fail`, in blocks).
+    pgmigrate_fail,
     /// Background-reclaim wake-ups requested.
     kswapd_wakeups,
     /// Allocations that entered the slow path.

@@ -154,10 +154,17 @@ pub(crate) fn zone_highsize(zone: &Zone, batch: u32, nr_cpus: usize, fraction: u
 
 /// Sizing for every pageset of `zone`; `fraction` is
 /// `percpu_pagelist_high_fraction` (0 = auto-tune between low-watermark and
-/// managed/8 shares).
+/// managed/8 shares, or with a placement policy that keeps the lists small,
+/// `high` pinned at the low-watermark share).
 pub(crate) fn pcp_sizing(zone: &Zone, page_size: u64, nr_cpus: usize, fraction: u32) -> PcpSizing {
     let batch = zone_batchsize(zone.managed_pages(), page_size);
-    if fraction != 0 {
+    if fraction == 0 && zone.placement.keeps_pcp_small() {
+        // Pages parked on per-CPU lists cannot merge; when the drain puts
+        // thousands back at once they are scattered over the zone (see
+        // `zone::placement`), so these policies never grow the lists.
+        let high = zone_highsize(zone, batch, nr_cpus, 0);
+        PcpSizing { batch, high_min: high, high_max: high }
+    } else if fraction != 0 {
         let high = zone_highsize(zone, batch, nr_cpus, fraction);
         PcpSizing { batch, high_min: high, high_max: high }
     } else {

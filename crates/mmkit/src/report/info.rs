@@ -9,6 +9,7 @@
 use crate::pcp::PcpCounters;
 use crate::report::procfs::{self, PageblockGeometry, ZoneFreeInfo};
 use crate::types::gfp::{MigrateType, ZoneType, MIGRATE_TYPES};
+use crate::zone::placement::PlacementCounters;
 use crate::zone::ZoneCounters;
 use crate::PageAllocator;
 use alloc::string::String;
@@ -30,6 +31,8 @@ pub struct ZoneSnapshot {
     pub reserved_highatomic: u64,
     /// Event counters of the buddy paths.
     pub counters: ZoneCounters,
+    /// Where pageblock-sized free blocks were broken, and steals.
+    pub placement: PlacementCounters,
     /// Pages cached on per-CPU lists (free, but not counted in `free_pages`).
     pub pcp_pages: u64,
     /// Per-CPU list counters summed over CPUs.
@@ -68,6 +71,11 @@ impl ZoneSnapshot {
 }
 
 impl PageAllocator {
+    /// The placement policy the map was built with (the same in every zone).
+    pub fn placement_policy(&self) -> crate::types::placement::PlacementPolicy {
+        self.zones.iter().next().map_or_else(Default::default, |z| z.state.lock().area.policy())
+    }
+
     /// Migratetype of the pageblock holding `pfn`, if the map covers it.
     pub fn pageblock_migratetype(&self, pfn: crate::Pfn) -> Option<MigrateType> {
         self.pfn_to_idx(pfn).map(|idx| self.mem.blocks.get(idx))
@@ -103,6 +111,7 @@ impl PageAllocator {
                     free_pages_by_type: free_by_type,
                     reserved_highatomic: state.nr_reserved_highatomic,
                     counters: state.counters,
+                    placement: area.placement,
                     pcp_pages,
                     pcp,
                     free: ZoneFreeInfo {
@@ -190,7 +199,14 @@ impl PageAllocator {
         let stats = self.stats();
         for (name, value) in stats.pairs() {
             let name = match name {
-                "allocstall" | "compact_stall" => String::from(name),
+                "allocstall"
+                | "compact_stall"
+                | "compact_success"
+                | "compact_fail"
+                | "compact_migrate_scanned"
+                | "compact_free_scanned"
+                | "pgmigrate_success"
+                | "pgmigrate_fail" => String::from(name),
                 _ => format!("mmkit_{name}"),
             };
             out.push((name, value));

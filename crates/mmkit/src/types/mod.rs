@@ -1,10 +1,11 @@
 //! Shared types and constants every layer uses: GFP and migratetypes, the
-//! error types. Imports nothing from the rest of the crate.
+//! error types, the placement policy. Imports nothing from the rest of the crate.
 
 pub mod error;
 pub(crate) mod geometry;
 pub mod gfp;
 pub(crate) mod page_flags;
+pub mod placement;
 
 /// Orders above this are "costly": they give up sooner (Linux's
 /// `PAGE_ALLOC_COSTLY_ORDER`).

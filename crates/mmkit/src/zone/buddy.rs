@@ -8,6 +8,10 @@
 //! out of the free blocks; for isolation, splitting a free block into
 //! pageblocks and merging a pageblock again afterwards.
 //!
+//! Which block of a list is taken is the map's placement policy: the list
+//! head (Linux) or, with an address index (`placement::AddrIndex`) kept
+//! beside the lists, the lowest or highest PFN ([`FreeArea::pick`]).
+//!
 //! It does not decide *which* list to take from (fallback, reserves and
 //! watermarks are the zone layer's) and never takes a lock: callers hold the
 //! zone lock and pass `&mut FreeArea`.
@@ -26,6 +30,8 @@ use crate::mem::list::PageList;
 use crate::mem::page::{PageFlags, PageIdx, PageTable};
 use crate::mem::pageblock::PageblockMap;
 use crate::types::gfp::{MigrateType, MIGRATE_TYPES};
+use crate::types::placement::PlacementPolicy;
+use crate::zone::placement::{AddrIndex, PlacementCounters};
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -61,6 +67,12 @@ pub(crate) struct FreeArea {
     free_pages: u64,
     free_pages_by_type: [u64; MIGRATE_TYPES],
     max_order: u32,
+    /// How [`pick`](Self::pick) chooses among a list's blocks.
+    policy: PlacementPolicy,
+    /// The free blocks by address, for address-ordered policies.
+    index: Option<AddrIndex>,
+    /// Where pageblock-sized blocks were broken (instrumentation).
+    pub(crate) placement: PlacementCounters,
 }
 
 #[inline]
@@ -78,7 +90,23 @@ impl FreeArea {
             free_pages: 0,
             free_pages_by_type: [0; MIGRATE_TYPES],
             max_order,
+            policy: PlacementPolicy::Linux,
+            index: None,
+            placement: PlacementCounters::default(),
         }
+    }
+
+    /// Sets the placement policy for a zone over descriptor indices
+    /// `[start, end)`; call while the lists are still empty.
+    pub(crate) fn set_policy(&mut self, policy: PlacementPolicy, start: PageIdx, end: PageIdx) {
+        debug_assert_eq!(self.free_pages, 0, "set the policy before freeing memory");
+        self.policy = policy;
+        self.index = policy.address_ordered().then(|| AddrIndex::new(start, end, self.max_order));
+    }
+
+    /// The placement policy in force.
+    pub(crate) fn policy(&self) -> PlacementPolicy {
+        self.policy
     }
 
     /// Highest order with a list.
@@ -110,10 +138,22 @@ impl FreeArea {
         MigrateType::ALL.iter().map(|&mt| self.nr_blocks(order, mt)).sum()
     }
 
-    /// First block on list (`order`, `mt`), if any.
+    /// The block of list (`order`, `mt`) a request of type `mt` gets: see
+    /// [`pick`](Self::pick).
     #[inline]
     pub(crate) fn first(&self, order: u32, mt: MigrateType) -> Option<PageIdx> {
-        self.lists[slot(order, mt)].first()
+        self.pick(order, mt, mt)
+    }
+
+    /// The block of list (`order`, `list`) the policy gives a request of
+    /// type `requester`: the list head (Linux), else the lowest PFN, or the
+    /// highest for requests the policy places top-down.
+    #[inline]
+    pub(crate) fn pick(&self, order: u32, list: MigrateType, requester: MigrateType) -> Option<PageIdx> {
+        match &self.index {
+            None => self.lists[slot(order, list)].first(),
+            Some(index) => index.pick(slot(order, list), order, self.policy.top_down(requester as usize)),
+        }
     }
 
     /// Blocks on one list, head to tail (for invariant checks and tests).
@@ -136,6 +176,9 @@ impl FreeArea {
         } else {
             self.lists[s].push_head(cx.pages, idx, page);
         }
+        if let Some(index) = &mut self.index {
+            index.insert(s, idx, order);
+        }
         self.nr_blocks[s] += 1;
         self.free_pages += 1 << order;
         self.free_pages_by_type[mt as usize] += 1 << order;
@@ -149,6 +192,9 @@ impl FreeArea {
         let mt = MigrateType::from_index(page.tag() as usize).unwrap_or(MigrateType::Unmovable);
         let s = slot(order, mt);
         self.lists[s].unlink(cx.pages, page);
+        if let Some(index) = &mut self.index {
+            index.remove(s, idx, order);
+        }
         page.set_state(PageFlags::EMPTY, 0, 0);
         self.nr_blocks[s] -= 1;
         self.free_pages -= 1 << order;
@@ -165,6 +211,9 @@ impl FreeArea {
     /// Splits block `idx` of order `high` down to order `low`, returning the
     /// upper halves to list `mt`. The caller owns `[idx, idx + 2^low)`.
     pub(crate) fn expand(&mut self, cx: BuddyCtx<'_>, idx: PageIdx, low: u32, high: u32, mt: MigrateType) {
+        if high >= cx.pageblock_order && low < cx.pageblock_order {
+            self.placement.note_break(low, mt as usize);
+        }
         let mut order = high;
         while order > low {
             order -= 1;
@@ -172,14 +221,43 @@ impl FreeArea {
         }
     }
 
+    /// Splits block `idx` of order `high` down to `low` for a request of
+    /// type `requester` and returns the part the request gets: the lowest
+    /// one, or the highest when the policy places `requester` top-down
+    /// (the other halves go to list `mt` either way).
+    pub(crate) fn expand_for(
+        &mut self,
+        cx: BuddyCtx<'_>,
+        idx: PageIdx,
+        (low, high): (u32, u32),
+        mt: MigrateType,
+        requester: MigrateType,
+    ) -> PageIdx {
+        if !self.policy.top_down(requester as usize) {
+            self.expand(cx, idx, low, high, mt);
+            return idx;
+        }
+        if high >= cx.pageblock_order && low < cx.pageblock_order {
+            self.placement.note_break(low, mt as usize);
+        }
+        let mut order = high;
+        let mut head = idx;
+        while order > low {
+            order -= 1;
+            self.add(cx, head, order, mt, false);
+            head += 1 << order;
+        }
+        head
+    }
+
     /// Takes the smallest block of at least `order` from list `mt` and splits
-    /// it to `order` (Linux's `__rmqueue_smallest`).
+    /// it to `order` (Linux's `__rmqueue_smallest`); which block and which
+    /// part of it is the placement policy's.
     pub(crate) fn rmqueue_smallest(&mut self, cx: BuddyCtx<'_>, order: u32, mt: MigrateType) -> Option<PageIdx> {
         for current in order..=cx.max_order {
             if let Some(idx) = self.first(current, mt) {
                 self.del(cx, idx);
-                self.expand(cx, idx, order, current, mt);
-                return Some(idx);
+                return Some(self.expand_for(cx, idx, (order, current), mt, mt));
             }
         }
         None

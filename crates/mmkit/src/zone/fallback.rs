@@ -149,7 +149,9 @@ fn rmqueue_claim(zone: &Zone, state: &mut ZoneState, cx: BuddyCtx<'_>, req: Rmqu
                 return None;
             }
             if let Some(fallback) = find_fallback(state, current, mt) {
-                let block = state.area.first(current, fallback)?;
+                // The policy's end of the list for the requester: under
+                // `TwoEnds` an unmovable claim comes from the top.
+                let block = state.area.pick(current, fallback, mt)?;
                 if let Some(idx) = try_to_claim_block(zone, state, cx, (block, current, fallback), req) {
                     return Some(idx);
                 }
@@ -175,9 +177,9 @@ fn try_to_claim_block(
     if block_order >= cx.pageblock_order {
         state.area.del(cx, block);
         set_range_type(cx, block, block_order, mt);
-        state.area.expand(cx, block, order, block_order, mt);
+        let got = state.area.expand_for(cx, block, (order, block_order), mt, mt);
         state.counters.pageblocks_claimed += 1 << (block_order - cx.pageblock_order);
-        return Some(block);
+        return Some(got);
     }
     let pb_pages = 1u32 << cx.pageblock_order;
     // Mixing pageblocks is what fragments a zone: raise the watermarks for a
@@ -255,10 +257,11 @@ fn scan_pageblock(cx: BuddyCtx<'_>, pb_start: PageIdx) -> (u64, u64) {
 fn rmqueue_steal(state: &mut ZoneState, cx: BuddyCtx<'_>, order: u32, mt: MigrateType) -> Option<PageIdx> {
     for current in order..=cx.max_order {
         if let Some(fallback) = find_fallback(state, current, mt) {
-            let block = state.area.first(current, fallback)?;
+            let block = state.area.pick(current, fallback, mt)?;
             state.area.del(cx, block);
-            state.area.expand(cx, block, order, current, fallback);
-            return Some(block);
+            let got = state.area.expand_for(cx, block, (order, current), fallback, mt);
+            state.area.placement.steals += 1;
+            return Some(got);
         }
     }
     None

@@ -16,10 +16,12 @@
 pub(crate) mod buddy;
 pub(crate) mod cma_area;
 pub(crate) mod fallback;
+pub(crate) mod placement;
 pub(crate) mod zonelist;
 
 use crate::mem::page::PageIdx;
 use crate::types::gfp::{AllocFlags, MigrateType, Watermark, ZoneType, MAX_NR_ZONES};
+use crate::types::placement::PlacementPolicy;
 use crate::zone::buddy::{BuddyCtx, FreeArea};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
@@ -101,6 +103,8 @@ pub struct Zone {
     /// Linux's `page_group_by_mobility_disabled`: fallbacks always claim
     /// the whole pageblock (every request is unmovable anyway).
     pub(crate) mobility_disabled: bool,
+    /// The map's placement policy (its free lists hold the same value).
+    pub(crate) placement: PlacementPolicy,
 }
 
 impl Zone {
@@ -140,6 +144,7 @@ impl Zone {
             comfortably_above: u64::MAX,
             below_high: AtomicBool::new(false),
             mobility_disabled: false,
+            placement: PlacementPolicy::Linux,
         }
     }
 

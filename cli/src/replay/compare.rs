@@ -1,0 +1,192 @@
+//! `mmkit replay --compare`: one trace replayed under every placement
+//! policy (grouping on), Linux's and the default policy with grouping off,
+//! and the peer, printed as one table and drawn as one plot of the order-9
+//! unusable index over the replay.
+//!
+//! Owns the list of configurations, the table and the plot; each replay is
+//! an ordinary [`replay`](super::replay) with other arguments, so nothing
+//! here touches the allocator or the engine.
+
+use super::metrics::Sample;
+use super::report::Report;
+use super::{replay, ReplayArgs, ReplayError};
+use mmkit::PlacementPolicy;
+use plotters::prelude::*;
+use serde::Serialize;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+/// One row of the comparison.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    /// `policy` or `policy --no-grouping`, or the peer's name.
+    pub name: String,
+    /// Order-9 unusable index at the end.
+    pub unusable_index_order9: f64,
+    /// Its time average.
+    pub unusable_index_order9_mean: f64,
+    /// Allocation failures.
+    pub failures: u64,
+    /// Order ≥ 9 failures with twice the request free (`null` for the peer).
+    pub order9_failures_with_2x_free: Option<u64>,
+    /// Mixed pageblocks at the end (`null` for the peer: no migratetypes).
+    pub mixed_pageblocks: Option<u64>,
+    /// Replay loop, events per second.
+    pub loop_events_per_sec: f64,
+    /// (events, index) through the replay, for the plot.
+    #[serde(skip)]
+    pub series: Vec<(u64, f64)>,
+}
+
+/// The configurations compared, in table order: every policy with grouping,
+/// then Linux's and the default policy without.
+pub fn configurations() -> Vec<(PlacementPolicy, bool)> {
+    let mut out: Vec<(PlacementPolicy, bool)> = PlacementPolicy::ALL.iter().map(|&p| (p, true)).collect();
+    out.push((PlacementPolicy::Linux, false));
+    if PlacementPolicy::default() != PlacementPolicy::Linux {
+        out.push((PlacementPolicy::default(), false));
+    }
+    out
+}
+
+fn row_of(report: &Report) -> Row {
+    let name = if report.grouping { report.policy.to_string() } else { format!("{} --no-grouping", report.policy) };
+    Row {
+        name,
+        unusable_index_order9: report.unusable_index_order9,
+        unusable_index_order9_mean: report.unusable_index_order9_mean,
+        failures: report.failures,
+        order9_failures_with_2x_free: Some(report.order9_failures_with_2x_free),
+        mixed_pageblocks: Some(report.final_state.sample.mixed_pageblocks),
+        loop_events_per_sec: report.loop_events_per_sec,
+        series: series(&report.samples),
+    }
+}
+
+fn series(samples: &[Sample]) -> Vec<(u64, f64)> {
+    samples.iter().filter(|s| s.event > 0).map(|s| (s.event, s.unusable_index_order9)).collect()
+}
+
+/// Replays `args.trace` under every configuration (the peer along with
+/// the first) and returns the rows, peer last.
+///
+/// # Errors
+/// As [`replay`].
+pub fn compare(args: &ReplayArgs) -> Result<Vec<Row>, ReplayError> {
+    let mut rows = Vec::new();
+    let mut peer_row = None;
+    for (i, (policy, grouping)) in configurations().into_iter().enumerate() {
+        let mut one = args.clone();
+        one.policy = policy;
+        one.no_grouping = !grouping;
+        one.plot = None;
+        one.peer = (i == 0).then(|| "buddy_system_allocator".to_string());
+        let report = replay(&one, false, |_, _| {})?;
+        if args.check {
+            super::check_passed(&report)?;
+        }
+        if let Some(p) = &report.peer {
+            peer_row = Some(Row {
+                name: format!("peer {}", p.name),
+                unusable_index_order9: p.unusable_index_order9,
+                unusable_index_order9_mean: p.unusable_index_order9_mean,
+                failures: p.failures,
+                order9_failures_with_2x_free: None,
+                mixed_pageblocks: None,
+                loop_events_per_sec: p.loop_events_per_sec,
+                series: p.index_samples.iter().copied().filter(|s| s.0 > 0).collect(),
+            });
+        }
+        rows.push(row_of(&report));
+    }
+    rows.extend(peer_row);
+    if let Some(prefix) = &args.plot {
+        let path = with_suffix(prefix, "-compare.png");
+        plot(&path, &rows).map_err(|e| ReplayError::Failed(format!("{}: {e}", path.display())))?;
+    }
+    Ok(rows)
+}
+
+/// The rows as a text table.
+pub fn table(args: &ReplayArgs, rows: &[Row]) -> String {
+    let mut o = String::new();
+    let memory = args.memory.map_or_else(|| "the trace's span".to_string(), |b| format!("{} MiB", b >> 20));
+    let _ = writeln!(o, "mmkit replay {} --compare (memory {memory})", args.trace.display());
+    let _ = writeln!(
+        o,
+        "{:<28} {:>12} {:>12} {:>9} {:>14} {:>7} {:>10}",
+        "configuration", "unusable o9", "time avg", "failures", "o9 fail 2x", "mixed", "M ev/s"
+    );
+    let opt = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |n| n.to_string());
+    for r in rows {
+        let _ = writeln!(
+            o,
+            "{:<28} {:>12.3} {:>12.4} {:>9} {:>14} {:>7} {:>10.2}",
+            r.name,
+            r.unusable_index_order9,
+            r.unusable_index_order9_mean,
+            r.failures,
+            opt(r.order9_failures_with_2x_free),
+            opt(r.mixed_pageblocks),
+            r.loop_events_per_sec / 1e6
+        );
+    }
+    o
+}
+
+fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
+    let mut name = prefix.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// One line per row: the order-9 unusable index over the replay.
+fn plot(path: &Path, rows: &[Row]) -> Result<(), Box<dyn std::error::Error>> {
+    const COLOURS: [RGBColor; 7] = [
+        RGBColor(214, 39, 40),
+        RGBColor(31, 119, 180),
+        RGBColor(44, 160, 44),
+        RGBColor(255, 127, 14),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(40, 40, 40),
+    ];
+    let root = BitMapBackend::new(path, (900, 480)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let last = rows.iter().flat_map(|r| r.series.iter().map(|s| s.0)).max().unwrap_or(1).max(1);
+    let top = rows.iter().flat_map(|r| r.series.iter().map(|s| s.1)).fold(0.0f64, f64::max).max(0.01) * 1.1;
+    let text = super::plot::fonts_work();
+    let mut builder = ChartBuilder::on(&root);
+    if text {
+        builder
+            .caption("Order-9 unusable free space index over the replay", ("sans-serif", 20))
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(60);
+    } else {
+        builder.margin(10);
+    }
+    let mut chart = builder.build_cartesian_2d(0u64..last, 0f64..top)?;
+    if text {
+        chart.configure_mesh().x_desc("events replayed").y_desc("unusable index, order 9").draw()?;
+    }
+    for (i, row) in rows.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        let drawn = chart.draw_series(LineSeries::new(row.series.iter().copied(), colour.stroke_width(2)))?;
+        if text {
+            drawn
+                .label(row.name.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
+        }
+    }
+    if text {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}

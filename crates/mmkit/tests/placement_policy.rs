@@ -1,0 +1,80 @@
+//! Placement policies: which free block a request gets.
+
+use mmkit::{Gfp, MemoryMapBuilder, PlacementPolicy, ZoneType};
+
+fn map(policy: PlacementPolicy) -> mmkit::PageAllocator {
+    MemoryMapBuilder::new()
+        .zone(0, ZoneType::Normal, 0x10000..0x14000)
+        .per_cpu_lists(false)
+        .placement(policy)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn two_ends_places_unmovable_at_the_top_and_movable_at_the_bottom() {
+    let mm = map(PlacementPolicy::TwoEnds);
+    assert_eq!(mm.placement_policy(), PlacementPolicy::TwoEnds);
+    let movable = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap();
+    let unmovable = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
+    assert_eq!(movable.0, 0x10000);
+    assert_eq!(unmovable.0, 0x13fff);
+}
+
+#[test]
+fn addr_takes_the_lowest_free_block_not_the_last_freed() {
+    for (policy, expect_lowest) in [(PlacementPolicy::Addr, true), (PlacementPolicy::Linux, false)] {
+        let mm = map(policy);
+        let pages: Vec<_> = (0..64).map(|_| mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap()).collect();
+        // Free a low page and then a high one; neither can merge.
+        mm.free_pages(pages[2], 0).unwrap();
+        mm.free_pages(pages[40], 0).unwrap();
+        let again = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap();
+        assert_eq!(again == pages[2], expect_lowest, "{policy:?} gave {again:?}");
+        mm.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn address_ordered_policies_free_a_mergeable_page_to_the_buddy() {
+    for (policy, bypass) in
+        [(PlacementPolicy::TwoEnds, true), (PlacementPolicy::Addr, true), (PlacementPolicy::Linux, false)]
+    {
+        let mm = MemoryMapBuilder::new()
+            .zone(0, ZoneType::Normal, 0x10000..0x14000)
+            .nr_cpus(1)
+            .cpu_id_fn(|| 0)
+            .placement(policy)
+            .build()
+            .unwrap();
+        let pages: Vec<_> = (0..4).map(|_| mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap()).collect();
+        assert_eq!(pages[3].0, pages[0].0 + 3, "{policy:?}: one refill, in address order");
+        // The last page's buddy is the third: free the last, and drain it.
+        mm.free_pages(pages[3], 0).unwrap();
+        mm.drain_all_pages();
+        let free = mm.nr_free_pages();
+        // Now the third page's buddy sits on the buddy lists.
+        mm.free_pages(pages[2], 0).unwrap();
+        assert_eq!(mm.nr_free_pages() > free, bypass, "{policy:?}");
+        mm.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn address_ordered_policies_keep_per_cpu_lists_small() {
+    let high = |policy| {
+        let mm = MemoryMapBuilder::new()
+            .zone(0, ZoneType::Normal, 0x10000..0x50000)
+            .nr_cpus(1)
+            .placement(policy)
+            .build()
+            .unwrap();
+        let info = mm.pcp_info(0, 0).unwrap();
+        (info.high_min, info.high_max)
+    };
+    let (min, max) = high(PlacementPolicy::TwoEnds);
+    assert_eq!(min, max, "no auto-tuning");
+    let (linux_min, linux_max) = high(PlacementPolicy::Linux);
+    assert_eq!(min, linux_min);
+    assert!(linux_max > linux_min);
+}
