@@ -1,7 +1,7 @@
 //! Helpers shared by mmkit's tests and benchmarks, and nothing else: one
 //! deterministic pseudo-random generator, [`XorShift64`], and with the `std`
 //! feature a private kernel zram device to compare against and pages of
-//! real files ([`kernel_zram`]).
+//! real files (the `kernel_zram` module).
 //!
 //! Owns only code that several test suites or benchmarks would otherwise
 //! copy. It must not depend on mmkit (or anything else), must not hold
