@@ -42,6 +42,9 @@ enum Command {
     /// or the compact format; plain, xz or zstd) and report placement
     /// quality, fragmentation and events per second.
     Replay(replay::ReplayArgs),
+    /// Write a trace in mmkit's binary format (8-byte records with the
+    /// first pass's summary), which `mmkit replay` reads without parsing.
+    Convert(replay::cache::ConvertArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +61,10 @@ fn main() -> ExitCode {
             Ok(text) => print(&text),
             Err(replay::ReplayError::Usage(msg)) => fail(&msg, 2),
             Err(replay::ReplayError::Failed(msg)) => fail(&msg, 1),
+        },
+        Command::Convert(args) => match replay::cache::convert(&args) {
+            Ok(text) => print(&text),
+            Err(msg) => fail(&msg, 2),
         },
     }
 }

@@ -15,6 +15,7 @@
 //! (decompress + parse + replay + samples) and the loop-only rate over
 //! already parsed events, with memory bounded by the chunk size.
 
+pub mod cache;
 pub mod compare;
 pub mod engine;
 pub mod metrics;
@@ -23,13 +24,13 @@ pub mod plot;
 pub mod report;
 pub mod scan;
 pub mod source;
+pub mod stream;
 
 use crate::size;
 use clap::Args;
 use engine::{Engine, Ev, Mode};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use mmkit::{CopyMigrator, MemoryMapBuilder, PageAllocator, PlacementPolicy, QuietHooks, ZoneType};
-use mmkit_trace::TraceReader;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -110,6 +111,12 @@ pub struct ReplayArgs {
     /// (default: stream in chunks of 65536 events, constant memory).
     #[arg(long)]
     pub preload: bool,
+    /// Replay from a binary copy of the trace beside it (TRACE.mmkt):
+    /// written by the first pass when missing or out of date (the trace's
+    /// size or modification time changed), read without a first pass
+    /// afterwards. Ignored with --limit.
+    #[arg(long)]
+    pub cache: bool,
 }
 
 /// `--policy`'s parser: a [`PlacementPolicy`] by name.
@@ -140,7 +147,17 @@ pub fn replay(
     progress: bool,
     inspect: impl FnOnce(&Engine<'_>, &PageAllocator),
 ) -> Result<report::Report, ReplayError> {
-    let scan = scan::scan(&args.trace, args.limit).map_err(ReplayError::Usage)?;
+    // With --cache: a valid cache replaces the trace; otherwise the first
+    // pass writes one and the second pass reads it.
+    let (input, writer, cache_note) = if args.cache && args.limit.is_none() {
+        cache::use_cache(&args.trace)
+    } else {
+        (args.trace.clone(), None, None)
+    };
+    let writing = writer.is_some();
+    let scan = scan::scan(&input, args.limit, writer).map_err(ReplayError::Usage)?;
+    let cache_note = cache_note.or_else(|| scan.cache_error.clone());
+    let input = if writing && scan.cache_error.is_none() { cache::cache_path(&args.trace) } else { input };
     if scan.events == 0 {
         return Err(ReplayError::Usage(format!(
             "{}: no events to replay ({} lines read, {} skipped as malformed)",
@@ -214,9 +231,7 @@ pub fn replay(
     };
     let mut t_parse = Duration::ZERO;
     let started = Instant::now();
-    let (input, _) =
-        source::open(&args.trace).map_err(|e| ReplayError::Failed(format!("{}: {e}", args.trace.display())))?;
-    let mut reader = TraceReader::new(input);
+    let mut stream = stream::EventStream::open(&input).map_err(ReplayError::Failed)?;
     // Streaming: bounded chunks. Preloading: one chunk of the whole trace.
     let chunk_len = if args.preload { scan.events as usize } else { CHUNK };
     let mut chunk: Vec<Ev> = Vec::with_capacity(chunk_len);
@@ -224,12 +239,8 @@ pub fn replay(
     while left > 0 {
         let t0 = Instant::now();
         chunk.clear();
-        while chunk.len() < chunk_len && (chunk.len() as u64) < left {
-            let Some(ev) = reader.next() else { break };
-            if let Some(e) = scan::convert(&ev) {
-                chunk.push(e);
-            }
-        }
+        let want = (chunk_len as u64).min(left) as usize;
+        stream.fill(&mut chunk, want).map_err(|e| ReplayError::Failed(format!("{}: {e}", input.display())))?;
         t_parse += t0.elapsed();
         if chunk.is_empty() {
             break;
@@ -238,9 +249,6 @@ pub fn replay(
         pass.replay_chunk(&chunk, &mm, &mut engine, peer.as_mut());
     }
     pass.bar.finish_and_clear();
-    if let Some(e) = reader.io_error() {
-        return Err(ReplayError::Failed(format!("{}: {e}", args.trace.display())));
-    }
     let Pass { mut samples, t_loop, t_sample, t_peer, t_compact, proactive_runs, .. } = pass;
     let wall = started.elapsed().saturating_sub(t_peer);
     engine.finish();
@@ -268,6 +276,8 @@ pub fn replay(
     let peer_report = peer.as_ref().map(|p| p.report(events, t_peer.as_secs_f64(), t_loop.as_secs_f64()));
     let report = report::Report::new(report::Parts {
         args,
+        replayed_from: &input,
+        cache_note,
         scan: &scan,
         zone: (zbase, pages),
         nr_cpus,

@@ -35,8 +35,14 @@ pub struct Timing {
 pub struct TraceInfo {
     /// Path as given.
     pub path: String,
-    /// `none`, `xz` or `zstd` (from the magic bytes).
+    /// `none`, `xz`, `zstd` or `binary` (from the magic bytes).
     pub compression: &'static str,
+    /// The file the events were read from: `path`, or with `--cache` the
+    /// binary copy beside it.
+    pub replayed_from: String,
+    /// Why `--cache` could not write its file (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_note: Option<String>,
     /// Lines read in the first pass.
     pub lines: u64,
     /// Malformed lines skipped.
@@ -122,6 +128,8 @@ pub struct Report {
 /// What [`Report::new`] is built from.
 pub struct Parts<'a> {
     pub args: &'a ReplayArgs,
+    pub replayed_from: &'a std::path::Path,
+    pub cache_note: Option<String>,
     pub scan: &'a Scan,
     pub zone: (u64, u64),
     pub nr_cpus: usize,
@@ -153,9 +161,11 @@ impl Report {
             trace: TraceInfo {
                 path: p.args.trace.display().to_string(),
                 compression: p.scan.compression.map_or("none", |c| c.name()),
+                replayed_from: p.replayed_from.display().to_string(),
+                cache_note: p.cache_note,
                 lines: st.lines,
                 skipped_lines: st.skipped,
-                first_errors: st.first_errors.iter().map(|e| e.to_string()).collect(),
+                first_errors: st.first_errors.clone(),
                 other_events: st.other_events,
                 unknown_gfp: st.unknown_gfp,
                 allocs: st.allocs,
@@ -205,6 +215,12 @@ impl Report {
         );
         for e in &t.first_errors {
             let _ = writeln!(o, "  skipped {e}");
+        }
+        if t.replayed_from != t.path {
+            let _ = writeln!(o, "  replayed from {} (binary copy)", t.replayed_from);
+        }
+        if let Some(note) = &t.cache_note {
+            let _ = writeln!(o, "  {note}");
         }
         let _ = writeln!(
             o,

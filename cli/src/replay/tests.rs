@@ -110,6 +110,7 @@ fn args(trace: &Path, mode: Mode) -> ReplayArgs {
         check: true,
         plot: None,
         preload: false,
+        cache: false,
     }
 }
 
@@ -338,4 +339,122 @@ fn sample_trace_placed_and_policy() {
     assert_eq!(policy.invariants.as_deref(), Some("ok"));
     assert_eq!(policy.counts.live_pages, placed.counts.live_pages);
     assert!(policy.linux_after.is_some(), "the header's buddyinfo_after is read");
+}
+
+/// The report without what differs between two runs of the same events
+/// (timings, rates, the file names and how they were stored).
+fn comparable(report: &super::report::Report) -> serde_json::Value {
+    let mut v = serde_json::to_value(report).unwrap();
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for k in [
+                    "timing",
+                    "events_per_sec",
+                    "loop_events_per_sec",
+                    "seconds",
+                    "path",
+                    "compression",
+                    "replayed_from",
+                    "ratio_vs_mmkit",
+                ] {
+                    m.remove(k);
+                }
+                m.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut v);
+    v
+}
+
+#[test]
+fn binary_copy_replays_exactly_like_the_text() {
+    let g = generate(13, 5000);
+    let path = temp_trace("binary.trace.xz", &g.text);
+    let out = path.with_extension("mmkt");
+    let summary =
+        super::cache::convert(&super::cache::ConvertArgs { trace: path.clone(), out: Some(out.clone()) }).unwrap();
+    assert!(summary.contains(&format!("{} events", g.events)), "{summary}");
+    for preload in [false, true] {
+        let mut a = args(&path, Mode::Policy);
+        a.preload = preload;
+        a.peer = Some("buddy_system_allocator".into());
+        let text = replay(&a, false, |_, _| {}).unwrap();
+        a.trace = out.clone();
+        let binary = replay(&a, false, |_, _| {}).unwrap();
+        assert_eq!(binary.trace.compression, "binary");
+        assert!(binary.trace.scan.seconds < 0.5, "no first pass over a binary file");
+        assert_eq!(comparable(&text), comparable(&binary), "preload {preload}");
+        // With --limit the binary file is read by a first pass too (the
+        // text's line counts stay those of the whole file).
+        a.limit = Some(1000);
+        let cut = comparable(&replay(&a, false, |_, _| {}).unwrap());
+        a.trace = path.clone();
+        let text = comparable(&replay(&a, false, |_, _| {}).unwrap());
+        for key in ["counts", "final", "samples", "unusable_index_order9_mean", "peer"] {
+            assert_eq!(text[key], cut[key], "{key} with a limit");
+        }
+        assert_eq!(text["trace"]["peak_live_pages"], cut["trace"]["peak_live_pages"]);
+    }
+    // Converting the binary copy again gives the same events.
+    let again = out.with_extension("again");
+    super::cache::convert(&super::cache::ConvertArgs { trace: out.clone(), out: Some(again.clone()) }).unwrap();
+    let a = args(&again, Mode::Placed);
+    let b = args(&path, Mode::Placed);
+    assert_eq!(comparable(&replay(&a, false, |_, _| {}).unwrap()), comparable(&replay(&b, false, |_, _| {}).unwrap()));
+}
+
+#[test]
+fn cache_is_written_once_reused_and_renewed_when_the_trace_changes() {
+    let g = generate(17, 3000);
+    let path = temp_trace("cached.trace.xz", &g.text);
+    let cache = super::cache::cache_path(&path);
+    let _ = std::fs::remove_file(&cache);
+    let mut a = args(&path, Mode::Policy);
+    a.cache = true;
+    let first = replay(&a, false, |_, _| {}).unwrap();
+    assert!(cache.exists());
+    assert_eq!(first.trace.replayed_from, cache.display().to_string());
+    assert_eq!(first.trace.compression, "xz", "the first pass read the trace");
+    let second = replay(&a, false, |_, _| {}).unwrap();
+    assert_eq!(second.trace.compression, "binary", "no first pass over the text");
+    assert_eq!(comparable(&first), comparable(&second));
+    // A changed trace (other size) makes the cache stale.
+    let g2 = generate(19, 2000);
+    write_xz(&path, &g2.text);
+    let third = replay(&a, false, |_, _| {}).unwrap();
+    assert_eq!(third.trace.compression, "xz");
+    assert_eq!(third.counts.events, g2.events);
+    // A cache that cannot be written is a note, not an error.
+    std::fs::remove_file(&cache).unwrap();
+    std::fs::create_dir(&cache).unwrap();
+    let fourth = replay(&a, false, |_, _| {}).unwrap();
+    assert!(fourth.trace.cache_note.as_deref().unwrap_or("").contains("cannot write the cache"));
+    assert_eq!(fourth.trace.replayed_from, path.display().to_string());
+    std::fs::remove_dir(&cache).unwrap();
+}
+
+#[test]
+fn broken_binary_files_are_errors_not_panics() {
+    let g = generate(23, 2000);
+    let path = temp_trace("broken.trace.xz", &g.text);
+    let out = path.with_extension("mmkt");
+    super::cache::convert(&super::cache::ConvertArgs { trace: path, out: Some(out.clone()) }).unwrap();
+    let bytes = std::fs::read(&out).unwrap();
+    let dir = out.parent().unwrap().to_path_buf();
+    // Cut at several places, and with a flipped byte in the record stream.
+    let mut variants: Vec<Vec<u8>> =
+        [8usize, 16, 40, bytes.len() / 2, bytes.len() - 1].iter().map(|&n| bytes[..n].to_vec()).collect();
+    let mut flipped = bytes.clone();
+    flipped[20] ^= 0x55;
+    variants.push(flipped);
+    for (i, v) in variants.iter().enumerate() {
+        let p = dir.join(format!("broken-{i}.mmkt"));
+        std::fs::write(&p, v).unwrap();
+        let r = replay(&args(&p, Mode::Policy), false, |_, _| {});
+        assert!(r.is_err(), "variant {i} replayed");
+    }
 }
