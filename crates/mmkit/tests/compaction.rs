@@ -74,8 +74,8 @@ fn compact_zone_makes_a_pageblock_free_and_keeps_every_page() {
 }
 
 #[test]
-fn a_whole_zone_pass_moves_pages_up_until_the_scanners_meet() {
-    let (mm, mut live, moves) = fragmented(PlacementPolicy::TwoEnds);
+fn linux_scanners_move_pages_up_until_they_meet() {
+    let (mm, mut live, moves) = fragmented(PlacementPolicy::Linux);
     let result = mm.compact_zone(0, None);
     assert!(!result.success, "no order asked");
     follow(&mut live, &moves);
@@ -84,6 +84,88 @@ fn a_whole_zone_pass_moves_pages_up_until_the_scanners_meet() {
     let low = live.iter().filter(|p| p.0 < 1024).count();
     assert!(low < live.len() / 8, "{low} of {} pages still low", live.len());
     assert!(mm.zone_snapshots()[0].unusable_index(4) < 500);
+}
+
+#[test]
+fn sparsest_first_empties_equally_used_pageblocks_from_the_top() {
+    for policy in [PlacementPolicy::Lean, PlacementPolicy::TwoEnds, PlacementPolicy::Addr] {
+        let (mm, mut live, moves) = fragmented(policy);
+        let result = mm.compact_zone(0, None);
+        follow(&mut live, &moves);
+        mm.check_invariants().unwrap();
+        // Every pageblock had 4 of 16 pages in use: three of every four
+        // emptied into the lowest ones, which are full now.
+        assert_eq!(result.migrated, 768, "{policy:?}");
+        let high = live.iter().filter(|p| p.0 >= 1024).count();
+        assert_eq!(high, 0, "{policy:?}: {high} pages left above the first quarter");
+        assert_eq!(mm.zone_snapshots()[0].unusable_index(4), 0, "{policy:?}");
+    }
+}
+
+/// 64 pageblocks of 16 pages (blocks up to order 4), per-CPU lists off,
+/// with `used[i]` order-0 movable pages in use at the start of pageblock i.
+fn with_occupancy(policy: PlacementPolicy, used: &[u32]) -> (PageAllocator, BTreeSet<Pfn>, Moves) {
+    let moves: Moves = Arc::default();
+    let log = moves.clone();
+    let mm = MemoryMapBuilder::new()
+        .max_page_order(4)
+        .pageblock_order(4)
+        .section_order(12)
+        .zone(0, ZoneType::Normal, 0..1024)
+        .per_cpu_lists(false)
+        .min_free_kbytes(16)
+        .placement(policy)
+        .migrator(CopyMigrator::new(move |o, n, k| log.lock().unwrap().push((o, n, k))))
+        .build()
+        .unwrap();
+    let mut live = BTreeSet::new();
+    for (pb, &n) in used.iter().enumerate() {
+        for i in 0..u64::from(n) {
+            live.insert(mm.alloc_pages_at(Pfn(pb as u64 * 16 + i), 0, Gfp::HIGHUSER_MOVABLE).unwrap());
+        }
+    }
+    (mm, live, moves)
+}
+
+#[test]
+fn sparsest_first_moves_only_what_frees_a_pageblock() {
+    // Pageblocks 0..4 hold 14, 14, 3 and 2 pages; the rest is free. The
+    // two dense ones have 4 holes: the 2-page pageblock fits and is
+    // emptied; the 3-page one then does not fit the 2 holes left, and a
+    // pageblock is only started when all of it fits.
+    let (mm, mut live, moves) = with_occupancy(PlacementPolicy::Lean, &[14, 14, 3, 2]);
+    let result = mm.compact_zone(0, None);
+    follow(&mut live, &moves);
+    mm.check_invariants().unwrap();
+    assert_eq!(result.migrated, 2, "{result:?}");
+    assert!(live.iter().all(|p| p.0 < 48), "pageblock 3 is empty");
+    assert_eq!(live.iter().filter(|p| p.0 >= 32).count(), 3, "pageblock 2 untouched");
+    assert_eq!(live.iter().filter(|p| p.0 < 32).count(), 30, "the dense ones took them");
+}
+
+#[test]
+fn proactive_compaction_starts_above_its_mark_and_stops_at_the_low_one() {
+    assert_eq!((mmkit::fragmentation_score_wmark(20, false), mmkit::fragmentation_score_wmark(20, true)), (90, 80));
+    assert_eq!((mmkit::fragmentation_score_wmark(100, false), mmkit::fragmentation_score_wmark(100, true)), (15, 5));
+    assert_eq!(mmkit::fragmentation_score_wmark(0, false), 100);
+    let (mm, mut live, moves) = fragmented(PlacementPolicy::Lean);
+    assert_eq!(mm.fragmentation_score(0), 1000, "every free page is in a block below a pageblock");
+    assert!(mm.proactive_compact(0, 0).is_none(), "proactiveness 0: off");
+    assert!(mm.proactive_compact_marks(0, 1000, 0).is_none(), "the score is not above 1000");
+    let before = mm.stats().compact_daemon_wake;
+    let r = mm.proactive_compact_marks(0, 500, 400).expect("above the start mark");
+    assert!(r.success, "{r:?}");
+    assert_eq!(mm.stats().compact_daemon_wake, before + 1);
+    let score = mm.fragmentation_score(0);
+    assert!(score <= 400, "stopped at the low mark: {score}");
+    assert!(score > 0, "and not much further: one move at a time");
+    follow(&mut live, &moves);
+    mm.check_invariants().unwrap();
+    // The policy's own marks (15 and 5 thousandths) go on from there.
+    assert!(mm.kcompactd_check(0).is_some());
+    assert!(mm.fragmentation_score(0) <= 5);
+    assert!(mm.kcompactd_check(0).is_none(), "below the start mark now");
+    assert!(mm.vmstat().contains("compact_daemon_wake 2"));
 }
 
 #[test]
