@@ -24,7 +24,7 @@ pub struct Timing {
     pub parse_seconds: f64,
     /// The replay loop over parsed events, samples excluded.
     pub loop_seconds: f64,
-    /// Taking metric samples (proactive compaction included).
+    /// Taking metric samples and proactive compaction rounds.
     pub sample_seconds: f64,
     /// Proactive compaction passes (with `--compact`).
     pub compact_seconds: f64,

@@ -100,8 +100,10 @@ fn args(trace: &Path, mode: Mode) -> ReplayArgs {
         memory: None,
         no_grouping: false,
         compare: false,
-        compact: false,
-        compact_proactiveness: 20,
+        no_compact: false,
+        compact_proactiveness: None,
+        compact_marks: None,
+        compact_interval: 8192,
         policy: mmkit::PlacementPolicy::default(),
         json: false,
         peer: None,
@@ -182,7 +184,7 @@ fn compare_replays_every_configuration_and_the_peer() {
     let mut a = args(&path, Mode::Policy);
     a.compare = true;
     let rows = super::compare::compare(&a).unwrap();
-    let configurations = super::compare::configurations();
+    let configurations = super::compare::configurations(true);
     assert_eq!(rows.len(), configurations.len() + 1);
     assert!(rows.last().unwrap().name.starts_with("peer "));
     assert_eq!(rows[0].name, "linux");
@@ -219,13 +221,25 @@ fn compaction_moves_blocks_and_later_frees_find_them() {
     let path = temp_trace("compact.trace.xz", &text);
     let mut a = args(&path, Mode::Policy);
     a.memory = Some(8 << 20);
-    a.policy = mmkit::PlacementPolicy::Linux;
+    a.no_compact = true;
     let without = replay(&a, false, |_, _| {}).unwrap();
     assert_eq!(without.counts.failures_by_order[9], 1, "fragmented: the order-9 request fails");
-    a.compact = true;
-    // Direct compaction alone, then with proactive passes at the samples
-    // (the fragmented zone scores above proactiveness 20's mark).
-    for (proactiveness, direct) in [(0, true), (20, false)] {
+    assert!(without.compaction.is_none());
+    a.no_compact = false;
+    a.compact_interval = 64;
+    // Direct compaction alone, then with proactive rounds every 64 events
+    // (the fragmented zone scores above proactiveness 20's mark, and above
+    // the other policies' own marks), with Linux's scanners and with
+    // sparsest-first compaction.
+    let cases = [
+        (mmkit::PlacementPolicy::Linux, Some(0), true),
+        (mmkit::PlacementPolicy::Linux, Some(20), false),
+        (mmkit::PlacementPolicy::Lean, Some(0), true),
+        (mmkit::PlacementPolicy::Lean, None, false),
+        (mmkit::PlacementPolicy::TwoEnds, None, false),
+    ];
+    for (policy, proactiveness, direct) in cases {
+        a.policy = policy;
         a.compact_proactiveness = proactiveness;
         let with = replay(&a, false, |_, _| {}).unwrap();
         assert_eq!(with.counts.failures_by_order[9], 0, "compaction made room");
@@ -266,6 +280,7 @@ fn order9_failures_with_free_memory_are_counted() {
         let mut a = args(&path, Mode::Policy);
         a.memory = Some(8 << 20);
         a.policy = policy;
+        a.no_compact = true;
         let report = replay(&a, false, |_, _| {}).unwrap();
         assert_eq!(report.counts.failures_by_order[9], 1, "{policy:?}");
         assert_eq!(report.order9_failures_with_2x_free, 1, "{policy:?}");
