@@ -5,9 +5,11 @@
 //! beside the intrusive free lists when the map's
 //! [`PlacementPolicy`](crate::types::placement::PlacementPolicy) asks for it
 //! (one bitmap per (order, migratetype) with summary levels, so the lowest
-//! or highest free block is found in a few word scans), and
-//! [`PlacementCounters`]. `buddy::FreeArea` keeps both up to date; the
-//! fallback code asks it for blocks through `FreeArea::pick`.
+//! or highest free block is found in a few word scans),
+//! `PageblockFree` (free pages per pageblock, for sparsest-first
+//! compaction's survey) and [`PlacementCounters`]. `buddy::FreeArea` keeps
+//! them up to date; the fallback code asks it for blocks through
+//! `FreeArea::pick`.
 //!
 //! # Why Linux's placement fragments under pressure (measured)
 //!
@@ -92,6 +94,49 @@ impl PlacementCounters {
     #[must_use]
     pub fn pageblock_breaks(&self) -> u64 {
         self.pageblock_breaks_by_order.iter().sum()
+    }
+}
+
+/// Free pages per pageblock of one zone, kept up to date on every free
+/// list change when the policy compacts sparsest-first: compaction's survey
+/// reads one counter per pageblock instead of walking the free lists.
+pub(crate) struct PageblockFree {
+    /// Free pages per pageblock, from the zone's first pageblock.
+    counts: Vec<u16>,
+    /// `start >> pageblock_order`: the pageblock of `counts[0]`.
+    origin: u32,
+    pageblock_order: u32,
+}
+
+impl PageblockFree {
+    /// Zero counts for the pageblocks touching descriptor indices
+    /// `[start, end)`.
+    pub(crate) fn new(start: PageIdx, end: PageIdx, pageblock_order: u32) -> Self {
+        let origin = start >> pageblock_order;
+        let last = end.saturating_sub(1) >> pageblock_order;
+        Self { counts: vec![0; (last - origin + 1) as usize], origin, pageblock_order }
+    }
+
+    /// Books free block `idx` of `order` in (`add`) or out of the counts.
+    #[inline]
+    pub(crate) fn update(&mut self, idx: PageIdx, order: u32, add: bool) {
+        let first = (idx >> self.pageblock_order) - self.origin;
+        let (blocks, each) = if order >= self.pageblock_order {
+            (1u32 << (order - self.pageblock_order), 1u16 << self.pageblock_order)
+        } else {
+            (1, 1u16 << order)
+        };
+        for pb in first..first + blocks {
+            let c = &mut self.counts[pb as usize];
+            *c = if add { c.wrapping_add(each) } else { c.wrapping_sub(each) };
+        }
+    }
+
+    /// Free pages in the pageblock starting at descriptor index `pb_start`.
+    #[inline]
+    pub(crate) fn free_in(&self, pb_start: PageIdx) -> u32 {
+        let pb = (pb_start >> self.pageblock_order).wrapping_sub(self.origin);
+        self.counts.get(pb as usize).map_or(0, |&c| u32::from(c))
     }
 }
 
@@ -269,6 +314,22 @@ mod tests {
         s.insert(&mut w, 9);
         s.insert(&mut w, 0);
         assert_eq!((s.extreme(&w, false), s.extreme(&w, true)), (Some(0), Some(9)));
+    }
+
+    #[test]
+    fn pageblock_counts_follow_blocks_of_every_order() {
+        let mut c = PageblockFree::new(1000, 5000, 9);
+        c.update(1024, 10, true);
+        assert_eq!((c.free_in(1024), c.free_in(1536)), (512, 512), "an order-10 block fills two");
+        c.update(1024, 10, false);
+        c.update(1030, 1, true);
+        c.update(1032, 3, true);
+        assert_eq!((c.free_in(1024), c.free_in(1536)), (10, 0));
+        c.update(1030, 1, false);
+        assert_eq!(c.free_in(1024), 8);
+        c.update(4999, 0, true);
+        assert_eq!(c.free_in(4608), 1, "the zone's last, partial pageblock");
+        assert_eq!(c.free_in(0), 0, "outside the zone");
     }
 
     #[test]
