@@ -6,9 +6,9 @@
 //! migrate scanner from the bottom, the free scanner from the top. Under an
 //! address-ordered placement the bottom is where the zone is densest, so
 //! they move pages out of nearly full pageblocks into the holes at the top
-//! and free little. This pass instead surveys every movable pageblock
-//! (pages in use, free, parked on per-CPU lists, and whether anything in it
-//! cannot move), then evacuates the sparsest movable-only pageblocks into
+//! and free little. This pass instead surveys the movable pageblocks from
+//! the movable free lists (free pages per pageblock, so pages in use are
+//! the rest), then evacuates the sparsest pageblocks into
 //! the holes of denser ones (ties broken by address), densest first, while
 //! those holes last. A pageblock is only started when the denser
 //! pageblocks have room for all of it, so moves are not spent on a
@@ -36,10 +36,11 @@ struct Block {
     used: u32,
     /// Free pages on the buddy lists.
     free: u32,
-    /// Whether every page in use can move (a source candidate).
-    movable_only: bool,
     /// Where the next hole search starts (targets only).
     cursor: PageIdx,
+    /// The smallest order a hole search found no block of (targets only):
+    /// holes are only taken, never made, during a pass.
+    no_hole_from: u32,
 }
 
 impl PageAllocator {
@@ -57,14 +58,16 @@ impl PageAllocator {
         // pageblocks the highest address first, so that a zone of equally
         // used pageblocks still compacts towards its bottom. A pageblock
         // only ever moves pages to pageblocks ranked after it.
-        let mut order: Vec<usize> = (0..blocks.len()).collect();
-        order.sort_by_key(|&i| (blocks[i].used, core::cmp::Reverse(blocks[i].start)));
+        let mut keyed: Vec<(u32, core::cmp::Reverse<PageIdx>, usize)> =
+            blocks.iter().enumerate().map(|(i, b)| (b.used, core::cmp::Reverse(b.start), i)).collect();
+        // Keys are unique (one start per pageblock), so unstable is exact.
+        keyed.sort_unstable();
+        let order: Vec<usize> = keyed.into_iter().map(|(_, _, i)| i).collect();
         let mut rank = alloc::vec![0usize; blocks.len()];
         for (r, &i) in order.iter().enumerate() {
             rank[i] = r;
         }
-        let sources: Vec<usize> =
-            order.iter().copied().filter(|&i| blocks[i].movable_only && blocks[i].used > 0).collect();
+        let sources: Vec<usize> = order.iter().copied().filter(|&i| blocks[i].used > 0).collect();
         // Holes only: a whole free pageblock is what compaction makes,
         // never a target.
         let targets: Vec<usize> =
@@ -142,14 +145,14 @@ impl PageAllocator {
             moving.push((order, idx, flags.contains(PageFlags::HEAD)));
             idx += 1 << order;
         }
-        moving.sort_by_key(|&(order, idx, _)| (core::cmp::Reverse(order), idx));
+        moving.sort_unstable_by_key(|&(order, idx, _)| (core::cmp::Reverse(order), idx));
         for (order, idx, compound) in moving {
             let mut target = None;
             for &t in targets {
                 if rank[t] <= rank[s] {
                     break;
                 }
-                if is_source[t] || blocks[t].free < 1 << order {
+                if is_source[t] || blocks[t].free < 1 << order || order >= blocks[t].no_hole_from {
                     continue;
                 }
                 if let Some(at) = self.find_hole(&mut blocks[t], order, result) {
@@ -205,44 +208,30 @@ impl PageAllocator {
             }
         }
         t.cursor = first_small.unwrap_or(end);
+        t.no_hole_from = t.no_hole_from.min(order);
         None
     }
 
-    /// Every whole movable pageblock of zone `zi` with its pages in use,
-    /// free and on per-CPU lists (read without the zone lock: a snapshot the
-    /// moves re-check).
+    /// The movable pageblocks of zone `zi` that have free pages but are
+    /// not wholly free, with their free and in-use page counts, from the
+    /// zone's per-pageblock free counts (one read per pageblock under the
+    /// zone lock). Pages on per-CPU lists count as in use; whether
+    /// everything in use can move is checked when a pageblock is emptied.
     fn survey_movable_pageblocks(&self, zi: usize, result: &mut CompactResult) -> Vec<Block> {
         let zone = &self.zones[zi];
-        let pb = 1u32 << self.mem.geometry.pageblock_order;
+        let pb_order = self.mem.geometry.pageblock_order;
+        let pb = 1u32 << pb_order;
         let mut out = Vec::new();
+        let state = zone.state.lock();
+        let Some(counts) = state.area.pageblock_free() else {
+            return out;
+        };
         let mut start = zone.start_idx.next_multiple_of(pb);
         while start + pb <= zone.end_idx {
-            if self.mem.blocks.get(start) == MigrateType::Movable {
-                let mut b = Block { start, used: 0, free: 0, movable_only: true, cursor: start };
-                let mut idx = start;
-                while idx < start + pb {
-                    let page = self.mem.pages.get(idx);
-                    let flags = page.flags();
-                    let size = 1u32 << page.order().min(self.mem.geometry.pageblock_order);
-                    result.migrate_scanned += 1;
-                    if flags.contains(PageFlags::BUDDY) {
-                        b.free += size;
-                    } else if flags.contains(PageFlags::PCP) {
-                        // Free once drained; neither a hole nor in use.
-                    } else if flags.contains(PageFlags::ALLOCATED) {
-                        b.used += size;
-                        b.movable_only &= movable_candidate(flags, page.tag());
-                    } else {
-                        // A tail page or a page in transit: count it as in
-                        // use by something that cannot move.
-                        b.used += 1;
-                        b.movable_only = false;
-                        idx += 1;
-                        continue;
-                    }
-                    idx += size;
-                }
-                out.push(b);
+            result.free_scanned += 1;
+            let free = counts.free_in(start);
+            if free > 0 && free < pb && self.mem.blocks.get(start) == MigrateType::Movable {
+                out.push(Block { start, used: pb - free, free, cursor: start, no_hole_from: pb_order });
             }
             start += pb;
         }
