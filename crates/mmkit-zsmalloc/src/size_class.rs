@@ -288,11 +288,6 @@ impl ClassState {
         wasted / self.shape.objs_per_zspage as u64 * self.shape.pages_per_zspage as u64
     }
 
-    /// Zspages in the class.
-    pub(crate) fn nr_zspages(&self) -> usize {
-        self.groups.iter().map(Vec::len).sum()
-    }
-
     /// Every page of the class, for the pool's teardown.
     pub(crate) fn take_all_pages(&mut self) -> Vec<PageBlock> {
         let mut pages = Vec::new();
