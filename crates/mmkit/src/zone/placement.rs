@@ -11,57 +11,105 @@
 //! them up to date; the fallback code asks it for blocks through
 //! `FreeArea::pick`.
 //!
-//! # Why Linux's placement fragments under pressure (measured)
+//! # What decides order-9 fragmentation under pressure (measured)
 //!
-//! Replay of `../shared/traces/gittar.trace.xz` with `--memory 1225M`
-//! (1.25× its peak of 250922 live pages: 612 pageblocks, about 63000 pages
-//! free at the end), from an empty start, two CPUs; the `mmkit replay`
-//! report's `placement` line and `--json`'s `placement` object give the
-//! counts. Indices are for order 9, final (after draining the per-CPU
-//! lists) / time average; `buddy_system_allocator` gets 0.013 / 0.0021.
+//! Seven whole-machine traces replayed with `--memory` at 1.25× their peak
+//! of live pages, from an empty start, on two CPUs (`BENCHMARKS.md`,
+//! "replay — placement and compaction", has every row and the commands):
+//! `gittar` (`../shared/traces`) and six recorded for this work, `configure`
+//! (an autoconf `configure`), `cbuild` (`make -j2` of a C library),
+//! `rustbuild` (`cargo build` of a small crate), `pytest` (CPython tests),
+//! `thp` (a program churning `MADV_HUGEPAGE` regions) and `filescan`
+//! (reading every small file under `/usr` and `/var`). Indices are the
+//! order-9 unusable free space index, end (per-CPU lists drained) / time
+//! average (per-CPU pages count as in use, as in Linux);
+//! `buddy_system_allocator` (the peer: address-ordered, no migratetypes, no
+//! per-CPU lists) is the bar.
 //!
-//! - *Per-CPU lists are most of it.* `--policy linux` ends at 0.233 /
-//!   0.0123, but the same replay without per-CPU lists ends at 0.021 /
-//!   0.006. Linux auto-tunes each list's `high` up to an eighth of the zone
-//!   per CPU (`nr_pcp_high`), refills in batches of up to 63 << 5 pages
-//!   (1063 refills bring 267988 pages) and spills only past `high` (781
-//!   spills, 114464 pages); at the end 13875 pages sit on the lists. Pages
-//!   parked there cannot merge, and when the drain returns them they lie
-//!   between live pages: almost all of the 0.233 is those pages.
-//! - *Where order-9 blocks break.* 518 free blocks of order ≥ 9 are broken:
-//!   by the order asked 237 for order 0 (per-CPU refills), 134 for order 6,
-//!   76 for order 2, 38 for order 4, the rest scattered; by type 474
-//!   movable, 32 unmovable, 12 reclaimable. Fallbacks are rare (21, claiming
-//!   42 pageblocks, no steals), so grouping keeps 0 mixed pageblocks.
-//! - *List head vs address order.* On this trace Linux's list head is
-//!   already close to address order (the lists start sorted and splits put
-//!   the upper halves at the head); address order alone changes the end
-//!   state by a few blocks.
-//! - *What grouping costs.* With address order and no per-CPU lists,
-//!   grouping off gives exactly the peer's 0.013 / 0.002; grouping on ends
-//!   at 0.021. With `two-ends` (per-CPU lists on) the 3420 free pages in
-//!   blocks below order 9 at the end lie 1942 in unmovable, 545 in
-//!   reclaimable and 933 in movable pageblocks: the holes short-lived
-//!   unmovable pages (probably pipe buffers: `GFP_HIGHUSER|__GFP_ACCOUNT`, 110521
-//!   allocations) leave in their own pageblocks are free memory no movable
-//!   request may use.
+//! - *Linux's per-CPU lists.* `--policy linux` ends `gittar` at 0.233 /
+//!   0.0123 against the peer's 0.013 / 0.0021. Without per-CPU lists the
+//!   same replay ends at 0.021 / 0.006: Linux auto-tunes each list's `high`
+//!   up to an eighth of the zone per CPU (1063 refills bring 267988 pages;
+//!   13875 pages sit on the lists at the end), pages parked there cannot
+//!   merge and come back scattered between live pages. Of the 518 free
+//!   blocks of order ≥ 9 broken, 237 were for order-0 refills; fallbacks are
+//!   rare (21, claiming 42 pageblocks, no steals), so no pageblock is mixed.
+//! - *Placement alone cannot beat the peer.* With per-CPU lists off, every
+//!   policy, grouping on or off, lands within a few percent of the peer on
+//!   every trace (e.g. `cbuild` 0.383–0.400 / 0.105–0.112 against 0.386 /
+//!   0.105, `configure` 0.639–0.670 against 0.639): the workloads free page
+//!   cache and anonymous memory in an order unrelated to where it was put,
+//!   and an address-ordered buddy is already close to what any placement
+//!   that never moves a page can keep whole.
+//! - *Where the unusable free space is.* At the end of five of the six new
+//!   traces 94–99 % of the free pages outside order-9 blocks lie in
+//!   *movable* pageblocks (`cbuild` 81796 of 84136, `rustbuild` 125871 of
+//!   129688, `configure` 31805 of 33290, `thp` 390878 of 394582;
+//!   `filescan` 77 %): holes a migration can fill. `gittar` is the
+//!   exception: 1942 in unmovable and 545 in reclaimable pageblocks against
+//!   933 in movable ones.
+//! - *Compaction is what wins, and Linux's scanners waste it here.* Linux's
+//!   migrate scanner starts at the bottom of the zone, which under address
+//!   order (and often under list-head order) is the densest part: with
+//!   proactive rounds at 1.5 % / 0.5 % marks, Linux's placement and
+//!   scanners leave `cbuild` at 0.432 / 0.080 (94301 moves) and
+//!   `configure` at 0.690 / 0.171, while sparsest-first evacuation
+//!   (`page_alloc::evacuate`) under the same placement and lists reaches
+//!   0.080 / 0.014 and 0.216 / 0.054. It moves a
+//!   pageblock only when denser ones have room for all of it, ranks equally
+//!   used pageblocks by address (a zone of evenly used pageblocks still
+//!   compacts), and reads per-pageblock free counts kept with the free lists
+//!   (`PageblockFree`) instead of scanning descriptors (`cbuild`: 23 s of
+//!   compaction per replay down to about 1 s for the same 727k moves).
+//! - *Grouping is what lets compaction work.* With grouping off every
+//!   request is unmovable and every pageblock ends up unmovable, so nothing
+//!   can move: `lean --no-grouping` stays at the peer's level (e.g. `cbuild`
+//!   0.388 / 0.105) while `lean` reaches 0.088 / 0.022.
+//! - *Per-CPU list size.* Small lists (the low-watermark share) and
+//!   merge-first frees keep the end indices low (`gittar` 0.054 against
+//!   0.168 with Linux's auto-tuned lists; `configure` 0.103 against 0.185;
+//!   `pytest` 0.019 against 0.048), but refill and spill about four times as
+//!   often: on `configure` the replay loop runs 579 instructions per event
+//!   against Linux's 373 (callgrind). Auto-tuned lists halve the pages
+//!   compaction moves (`cbuild` 398727 against 726911; their pages count as
+//!   in use, so fewer rounds start) and cost 460 instructions per event, but
+//!   need compaction to drain them after each round, or the pages parked in
+//!   emptied pageblocks keep them broken (`cbuild` 0.206 / 0.044 without
+//!   that drain, 0.083 / 0.014 with it).
+//! - *Address order adds little once compaction runs.* `two-ends` and
+//!   `addr` (an address index beside the lists) end within a few
+//!   thousandths of `lean` on average (better on `cbuild`, 0.049 against
+//!   0.088; worse on `configure`, 0.123 against 0.103) and cost another 67
+//!   instructions per event on `configure` (the index update on every list
+//!   change).
+//! - *Proactive marks.* Linux's `vm.compaction_proactiveness` can go no
+//!   lower than 5 % / 15 %; on these traces that leaves 0.13–0.19 at the
+//!   end. Marks of 1.5 % / 0.5 % (the default of the policies other than
+//!   `linux`) cost up to 15 % of the trace's allocations in moved blocks
+//!   (`cbuild` 726911 moves for 4755137 allocations, `filescan` 2 %);
+//!   1 % / 0.3 % or lower change little. Only evacuating pageblocks at most
+//!   half used cuts the moves by five to seven times but leaves `cbuild` at
+//!   0.313 / 0.071.
+//! - *`gittar` stays above the peer.* Its unusable space is in unmovable
+//!   and reclaimable pageblocks (short-lived pipe buffers,
+//!   `GFP_HIGHUSER|__GFP_ACCOUNT`, 110521 allocations, leave holes among
+//!   long-lived kernel pages), plus three partly filled pageblocks (one per
+//!   migratetype) where the peer has one. Compaction cannot move those;
+//!   even with unmovable and reclaimable requests kept off the per-CPU
+//!   lists (`two-ends`, a one-off build) the end is 0.029 / 0.005, and
+//!   marks down to 0.3 % / 0.1 % leave `lean` at 0.046 / 0.0068. Tried and
+//!   dropped earlier: letting
+//!   movable requests take holes in unmovable pageblocks (0.021 / 0.0031 on
+//!   `addr`, but unmovable requests then claimed new pageblocks: 206
+//!   unmovable and 255 mixed at the end).
 //!
-//! So the address-ordered policies keep per-CPU lists at their smallest
-//! `high` (the low-watermark share, at least four batches; 2852 refills,
-//! 1331 pages on the lists at the end) and free a block whose buddy is free
-//! straight to the buddy: 0.054 / 0.0068 with grouping, 0.021 / 0.0026
-//! without. Tried and dropped: letting a movable request take a hole in an
-//! unmovable pageblock before breaking a free pageblock (0.021 / 0.0031,
-//! but unmovable requests then claim new pageblocks for the holes they
-//! lost: 206 unmovable pageblocks and 255 mixed ones at the end).
-//! The list size is no free win: on a recorded Python memory-churn trace
-//! (`BENCHMARKS.md`, `pyalloc`) address order with Linux's auto-tuned lists
-//! ends at 0.269 / 0.130 and with the small ones at 0.406 / 0.176.
-//! Compaction (`page_alloc::compaction`) barely moves these numbers: even
-//! forced to run at every sample point it finds few holes in movable
-//! pageblocks to move into (two-ends 0.054 / 0.006 after 138 passes),
-//! because the rest of the small free blocks are in unmovable and
-//! reclaimable pageblocks or on per-CPU lists.
+//! So the default, `lean`, is Linux's list-head placement with small
+//! per-CPU lists, merge-first frees and sparsest-first compaction at
+//! 1.5 % / 0.5 %: below the peer at the end and on average on the six new
+//! traces (e.g. `cbuild` 0.088 / 0.022 against 0.386 / 0.105, `configure`
+//! 0.103 / 0.053 against 0.639 / 0.174), grouping at under a third of no
+//! grouping there, and on `gittar` 0.054 / 0.0071 (Linux's 0.233 /
+//! 0.0123; the peer's 0.013 / 0.0021).
 #![deny(unsafe_code)]
 
 use crate::mem::page::PageIdx;
