@@ -37,12 +37,40 @@ pub struct ConvertArgs {
     /// The binary file to write (default: TRACE.mmkt).
     #[arg(value_name = "OUT")]
     pub out: Option<PathBuf>,
+    /// Store the records as they are instead of zstd-compressed: about
+    /// three times the size, faster to replay (what `replay --cache`
+    /// writes).
+    #[arg(long)]
+    pub uncompressed: bool,
+}
+
+/// Where the records go: through zstd or straight to the file.
+enum Sink {
+    Zstd(zstd::stream::write::Encoder<'static, BufWriter<File>>),
+    Raw(BufWriter<File>),
+}
+
+impl Sink {
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Sink::Zstd(e) => e.write_all(bytes),
+            Sink::Raw(f) => f.write_all(bytes),
+        }
+    }
+
+    /// Ends the record stream; returns the file to append the trailer to.
+    fn finish(self) -> io::Result<BufWriter<File>> {
+        match self {
+            Sink::Zstd(e) => e.finish(),
+            Sink::Raw(f) => Ok(f),
+        }
+    }
 }
 
 /// Writes a binary trace.
 pub struct CacheWriter {
     /// `None` once finished.
-    out: Option<zstd::stream::write::Encoder<'static, BufWriter<File>>>,
+    out: Option<Sink>,
     encoder: RecordEncoder,
     buf: Vec<u8>,
     tmp: PathBuf,
@@ -51,18 +79,19 @@ pub struct CacheWriter {
 }
 
 impl CacheWriter {
-    /// Starts `path` (written as `path.tmp-PID` until [`finish`](Self::finish));
-    /// `extra` pairs are added to the metadata.
+    /// Starts `path` (written as `path.tmp-PID` until [`finish`](Self::finish)),
+    /// zstd-compressed or not; `extra` pairs are added to the metadata.
     ///
     /// # Errors
     /// The temporary file cannot be created or written.
-    pub fn create(path: &Path, extra: BinaryMeta) -> io::Result<Self> {
+    pub fn create(path: &Path, extra: BinaryMeta, compress: bool) -> io::Result<Self> {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(format!(".tmp-{}", std::process::id()));
         let tmp = PathBuf::from(tmp);
         let mut file = BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
-        file.write_all(&preamble(FLAG_ZSTD))?;
-        let out = zstd::stream::write::Encoder::new(file, ZSTD_LEVEL)?;
+        file.write_all(&preamble(if compress { FLAG_ZSTD } else { 0 }))?;
+        let out =
+            if compress { Sink::Zstd(zstd::stream::write::Encoder::new(file, ZSTD_LEVEL)?) } else { Sink::Raw(file) };
         Ok(Self {
             out: Some(out),
             encoder: RecordEncoder::new(),
@@ -172,7 +201,7 @@ pub fn use_cache(trace: &Path) -> (PathBuf, Option<CacheWriter>, Option<String>)
             return (cache, None, None);
         }
     }
-    match CacheWriter::create(&cache, identity) {
+    match CacheWriter::create(&cache, identity, false) {
         Ok(w) => (trace.into(), Some(w), None),
         Err(e) => (trace.into(), None, Some(format!("cannot write the cache {}: {e}", cache.display()))),
     }
@@ -186,7 +215,8 @@ pub fn use_cache(trace: &Path) -> (PathBuf, Option<CacheWriter>, Option<String>)
 pub fn convert(args: &ConvertArgs) -> Result<String, String> {
     let out = args.out.clone().unwrap_or_else(|| cache_path(&args.trace));
     let identity = source_identity(&args.trace).map_err(|e| format!("{}: {e}", args.trace.display()))?;
-    let writer = CacheWriter::create(&out, identity).map_err(|e| format!("{}: {e}", out.display()))?;
+    let writer =
+        CacheWriter::create(&out, identity, !args.uncompressed).map_err(|e| format!("{}: {e}", out.display()))?;
     let s = scan::scan(&args.trace, None, Some(writer))?;
     if let Some(e) = s.cache_error {
         return Err(e);

@@ -297,11 +297,13 @@ pub fn replay(
     // The end state is taken with the per-CPU lists drained and, with
     // compaction, after one more kcompactd check (Linux's would come within
     // its 500 ms); the samples above are the running state.
+    let pcp_pages = mm.nr_pcp_pages();
     mm.drain_all_pages();
     let end_check = pass.compact_check(&mm, &mut engine);
     pass.t_sample += end_check;
     let Pass { samples, t_loop, t_sample, t_peer, t_compact, proactive_runs, .. } = pass;
-    let final_state = metrics::final_state(&mm, engine.pageblock_composition(), &engine.counts);
+    let mut final_state = metrics::final_state(&mm, engine.pageblock_composition(), &engine.counts);
+    final_state.pcp_pages_drained += pcp_pages;
     let placement = metrics::placement_stats(&mm);
     let compaction = move_log.is_some().then(|| metrics::compaction_stats(&mm, &engine.counts, proactive_runs));
     let invariants = if args.check {

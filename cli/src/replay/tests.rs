@@ -390,8 +390,12 @@ fn binary_copy_replays_exactly_like_the_text() {
     let g = generate(13, 5000);
     let path = temp_trace("binary.trace.xz", &g.text);
     let out = path.with_extension("mmkt");
-    let summary =
-        super::cache::convert(&super::cache::ConvertArgs { trace: path.clone(), out: Some(out.clone()) }).unwrap();
+    let summary = super::cache::convert(&super::cache::ConvertArgs {
+        trace: path.clone(),
+        out: Some(out.clone()),
+        uncompressed: false,
+    })
+    .unwrap();
     assert!(summary.contains(&format!("{} events", g.events)), "{summary}");
     for preload in [false, true] {
         let mut a = args(&path, Mode::Policy);
@@ -416,7 +420,12 @@ fn binary_copy_replays_exactly_like_the_text() {
     }
     // Converting the binary copy again gives the same events.
     let again = out.with_extension("again");
-    super::cache::convert(&super::cache::ConvertArgs { trace: out.clone(), out: Some(again.clone()) }).unwrap();
+    super::cache::convert(&super::cache::ConvertArgs {
+        trace: out.clone(),
+        out: Some(again.clone()),
+        uncompressed: true,
+    })
+    .unwrap();
     let a = args(&again, Mode::Placed);
     let b = args(&path, Mode::Placed);
     assert_eq!(comparable(&replay(&a, false, |_, _| {}).unwrap()), comparable(&replay(&b, false, |_, _| {}).unwrap()));
@@ -457,7 +466,8 @@ fn broken_binary_files_are_errors_not_panics() {
     let g = generate(23, 2000);
     let path = temp_trace("broken.trace.xz", &g.text);
     let out = path.with_extension("mmkt");
-    super::cache::convert(&super::cache::ConvertArgs { trace: path, out: Some(out.clone()) }).unwrap();
+    super::cache::convert(&super::cache::ConvertArgs { trace: path, out: Some(out.clone()), uncompressed: false })
+        .unwrap();
     let bytes = std::fs::read(&out).unwrap();
     let dir = out.parent().unwrap().to_path_buf();
     // Cut at several places, and with a flipped byte in the record stream.
