@@ -63,33 +63,37 @@
 //!   compaction per replay down to about 1 s for the same 727k moves).
 //! - *Grouping is what lets compaction work.* With grouping off every
 //!   request is unmovable and every pageblock ends up unmovable, so nothing
-//!   can move: `lean --no-grouping` stays at the peer's level (e.g. `cbuild`
-//!   0.388 / 0.105) while `lean` reaches 0.088 / 0.022.
-//! - *Per-CPU list size.* Small lists (the low-watermark share) and
-//!   merge-first frees keep the end indices low (`gittar` 0.054 against
-//!   0.168 with Linux's auto-tuned lists; `configure` 0.103 against 0.185;
-//!   `pytest` 0.019 against 0.048), but refill and spill about four times as
-//!   often: on `configure` the replay loop runs 579 instructions per event
-//!   against Linux's 373 (callgrind). Auto-tuned lists halve the pages
-//!   compaction moves (`cbuild` 398727 against 726911; their pages count as
-//!   in use, so fewer rounds start) and cost 460 instructions per event, but
-//!   need compaction to drain them after each round, or the pages parked in
-//!   emptied pageblocks keep them broken (`cbuild` 0.206 / 0.044 without
-//!   that drain, 0.083 / 0.014 with it).
-//! - *Address order adds little once compaction runs.* `two-ends` and
-//!   `addr` (an address index beside the lists) end within a few
-//!   thousandths of `lean` on average (better on `cbuild`, 0.049 against
-//!   0.088; worse on `configure`, 0.123 against 0.103) and cost another 67
-//!   instructions per event on `configure` (the index update on every list
-//!   change).
+//!   can move: `lean --no-grouping` stays near Linux's level (e.g. `cbuild`
+//!   0.466 / 0.076) while `lean` reaches 0.083 / 0.014.
+//! - *Per-CPU list size.* Small lists (the low-watermark share, as the
+//!   address-ordered policies keep them) and merge-first frees give the
+//!   lowest end indices (`lean` with small lists, a one-off build: `gittar`
+//!   0.054 / 0.0071, `configure` 0.103 / 0.053, `pytest` 0.019 / 0.019,
+//!   against 0.168 / 0.012, 0.185 / 0.050 and 0.048 / 0.025 with Linux's
+//!   auto-tuned lists), but they refill and spill about four times as
+//!   often: the replay loop ran 14–49 % slower than Linux's (medians per
+//!   trace; 579 against 373 instructions per event on `configure`), where
+//!   Linux's lists stay within 2–14 %. Linux's lists also halve the pages
+//!   compaction moves (`cbuild` 398727 against 726911: pages on the lists
+//!   count as in use, so fewer rounds start) and give lower time averages
+//!   on the large traces (`cbuild` 0.014 against 0.022), provided each
+//!   round that moved pages drains the lists: pages parked there keep the
+//!   emptied pageblocks broken (`cbuild` 0.206 / 0.044 without that drain,
+//!   0.083 / 0.014 with it).
+//! - *Address order adds little once compaction runs.* With the same small
+//!   lists, `two-ends` and `addr` (an address index beside the lists) end
+//!   within a few thousandths of list-head order on average (better on
+//!   `cbuild`, 0.049 against 0.088; worse on `configure`, 0.123 against
+//!   0.103) and cost another 67 instructions per event on `configure` (the
+//!   index update on every list change).
 //! - *Proactive marks.* Linux's `vm.compaction_proactiveness` can go no
 //!   lower than 5 % / 15 %; on these traces that leaves 0.13–0.19 at the
 //!   end. Marks of 1.5 % / 0.5 % (the default of the policies other than
-//!   `linux`) cost up to 15 % of the trace's allocations in moved blocks
-//!   (`cbuild` 726911 moves for 4755137 allocations, `filescan` 2 %);
-//!   1 % / 0.3 % or lower change little. Only evacuating pageblocks at most
-//!   half used cuts the moves by five to seven times but leaves `cbuild` at
-//!   0.313 / 0.071.
+//!   `linux`) cost `lean` 0.3–8.4 % of the trace's allocations in moved
+//!   blocks (`cbuild` 398727 moves for 4755137 allocations, `filescan`
+//!   0.8 %); 1 % / 0.3 % or lower change little. With small lists, only
+//!   evacuating pageblocks at most half used cut the moves by five to seven
+//!   times but left `cbuild` at 0.313 / 0.071 instead of 0.088 / 0.022.
 //! - *`gittar` stays above the peer.* Its unusable space is in unmovable
 //!   and reclaimable pageblocks (short-lived pipe buffers,
 //!   `GFP_HIGHUSER|__GFP_ACCOUNT`, 110521 allocations, leave holes among
@@ -97,19 +101,21 @@
 //!   migratetype) where the peer has one. Compaction cannot move those;
 //!   even with unmovable and reclaimable requests kept off the per-CPU
 //!   lists (`two-ends`, a one-off build) the end is 0.029 / 0.005, and
-//!   marks down to 0.3 % / 0.1 % leave `lean` at 0.046 / 0.0068. Tried and
-//!   dropped earlier: letting
-//!   movable requests take holes in unmovable pageblocks (0.021 / 0.0031 on
-//!   `addr`, but unmovable requests then claimed new pageblocks: 206
-//!   unmovable and 255 mixed at the end).
+//!   marks down to 0.3 % / 0.1 % leave small-list `lean` at 0.046 / 0.0068.
+//!   Tried and dropped earlier: letting movable requests take holes in
+//!   unmovable pageblocks (0.021 / 0.0031 on `addr`, but unmovable requests
+//!   then claimed new pageblocks: 206 unmovable and 255 mixed at the end).
 //!
-//! So the default, `lean`, is Linux's list-head placement with small
-//! per-CPU lists, merge-first frees and sparsest-first compaction at
-//! 1.5 % / 0.5 %: below the peer at the end and on average on the six new
-//! traces (e.g. `cbuild` 0.088 / 0.022 against 0.386 / 0.105, `configure`
-//! 0.103 / 0.053 against 0.639 / 0.174), grouping at under a third of no
-//! grouping there, and on `gittar` 0.054 / 0.0071 (Linux's 0.233 /
-//! 0.0123; the peer's 0.013 / 0.0021).
+//! So the default, `lean`, is Linux's list-head placement and per-CPU
+//! lists with merge-first frees and sparsest-first compaction at 1.5 % /
+//! 0.5 %: below the peer at the end and on average on the six new traces
+//! (e.g. `cbuild` 0.083 / 0.014 against 0.386 / 0.105, `configure` 0.185 /
+//! 0.050 against 0.639 / 0.174), grouping at under half of no grouping
+//! there (`filescan` 0.0018 against 0.0038, the others a third or less),
+//! the replay loop within 2–14 % of Linux's. On `gittar` it ends at
+//! 0.168 / 0.012 (Linux's 0.233 / 0.0123, the peer's 0.013 / 0.0021);
+//! `two-ends` and `addr`, with small lists, keep 0.054 / 0.0068 there at
+//! a third more loop time.
 #![deny(unsafe_code)]
 
 use crate::mem::page::PageIdx;
