@@ -255,13 +255,21 @@ impl<'a> Engine<'a> {
 
     /// Applies the moves compaction reported since the last call: the live
     /// entry of each moved block points at its new place.
+    #[inline]
     pub fn apply_moves(&mut self) {
+        if let Some((log, seen)) = &self.moves {
+            if log.reported.load(Relaxed) != *seen {
+                self.apply_pending_moves();
+            }
+        }
+    }
+
+    /// [`apply_moves`](Self::apply_moves) once there are moves to apply.
+    #[cold]
+    fn apply_pending_moves(&mut self) {
         let Some((log, seen)) = &mut self.moves else {
             return;
         };
-        if log.reported.load(Relaxed) == *seen {
-            return;
-        }
         let moves: Vec<(Pfn, Pfn, u32)> = log.moves.lock().map(|mut m| std::mem::take(&mut *m)).unwrap_or_default();
         *seen += moves.len() as u64;
         for (old, new, order) in moves {

@@ -74,7 +74,8 @@ impl PageAllocator {
             order.iter().rev().copied().filter(|&i| blocks[i].free > 0 && blocks[i].used > 0).collect();
         let mut is_source = alloc::vec![false; blocks.len()];
         let mut first_open = 0usize;
-        let moved_before = result.migrated;
+        // Whether an emptied pageblock still has pages on per-CPU lists.
+        let mut parked = false;
         for &s in &sources {
             if self.compact_goal_met(zi, goal) {
                 result.success = true;
@@ -97,12 +98,13 @@ impl PageAllocator {
                 // Sparser sources came first: none after this fits either.
                 break;
             }
-            self.evacuate_block(s, &mut blocks, (open, &rank), &is_source, migrator, result);
+            parked |= self.evacuate_block(s, &mut blocks, (open, &rank), &is_source, migrator, result) == Some(true);
         }
-        if result.migrated > moved_before {
+        if parked {
             // Pages of the emptied pageblocks parked on per-CPU lists merge
             // only once drained (Linux drains after direct compaction moves
-            // out of an order-aligned block).
+            // out of an order-aligned block). Only then: a drain empties the
+            // lists of every CPU, and refilling them costs.
             self.drain_all_pages();
         }
         if let CompactGoal::Order(_) | CompactGoal::Score(_) = goal {
@@ -112,8 +114,9 @@ impl PageAllocator {
 
     /// Moves every in-use block of source `s` into the holes of the
     /// densest targets, largest blocks first (an order-0 hole fits any
-    /// page, so what cannot be placed shows before most moves are made);
-    /// false when something in it could not move or found no hole.
+    /// page, so what cannot be placed shows before most moves are made).
+    /// `None` when something in it could not move or found no hole, else
+    /// whether pages of it sit on per-CPU lists.
     fn evacuate_block(
         &self,
         s: usize,
@@ -122,9 +125,10 @@ impl PageAllocator {
         is_source: &[bool],
         migrator: &dyn Migrator,
         result: &mut CompactResult,
-    ) -> bool {
+    ) -> Option<bool> {
         let pb = 1u32 << self.mem.geometry.pageblock_order;
         let start = blocks[s].start;
+        let mut parked = false;
         let nid = self.zones[self.zone_index_of(start).unwrap_or(0)].nid;
         // (order, index, compound) of every block to move.
         let mut moving: Vec<(u32, PageIdx, bool)> = Vec::new();
@@ -135,12 +139,13 @@ impl PageAllocator {
             let order = page.order().min(self.mem.geometry.pageblock_order);
             result.migrate_scanned += 1;
             if flags.contains(PageFlags::BUDDY) || flags.contains(PageFlags::PCP) {
+                parked |= flags.contains(PageFlags::PCP);
                 idx += 1 << order;
                 continue;
             }
             if !movable_candidate(flags, page.tag()) || self.page_count(self.idx_to_pfn(idx)) != Ok(1) {
                 // Pinned or changed since the survey: it would stay behind.
-                return false;
+                return None;
             }
             moving.push((order, idx, flags.contains(PageFlags::HEAD)));
             idx += 1 << order;
@@ -161,26 +166,26 @@ impl PageAllocator {
                 }
             }
             let Some((t, at)) = target else {
-                return false;
+                return None;
             };
             let gfp = if compound { Gfp::HIGHUSER_MOVABLE | Gfp::COMP } else { Gfp::HIGHUSER_MOVABLE };
             let target_pfn = self.idx_to_pfn(at);
             let request = MigrateRequest { pfn: self.idx_to_pfn(idx), order, gfp, nid };
             if self.alloc_pages_at(target_pfn, order, gfp).is_err() {
                 result.failed += 1;
-                return false;
+                return None;
             }
             if migrator.migrate_page_to(self, &request, target_pfn).is_err() {
                 result.failed += 1;
                 let _ = self.free_pages(target_pfn, order);
-                return false;
+                return None;
             }
             result.migrated += 1;
             blocks[t].used += 1 << order;
             blocks[t].free = blocks[t].free.saturating_sub(1 << order);
             blocks[s].used = blocks[s].used.saturating_sub(1 << order);
         }
-        true
+        Some(parked)
     }
 
     /// A free block of exactly `order` inside target `t` (the lowest part

@@ -172,15 +172,27 @@ impl PageblockFree {
     }
 
     /// Books free block `idx` of `order` in (`add`) or out of the counts.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn update(&mut self, idx: PageIdx, order: u32, add: bool) {
+        if order >= self.pageblock_order {
+            self.update_pageblocks(idx, order, add);
+            return;
+        }
+        // Inside one pageblock: one counter (the common case, on every
+        // list change).
+        let pb = ((idx >> self.pageblock_order) - self.origin) as usize;
+        if let Some(c) = self.counts.get_mut(pb) {
+            let pages = 1u16 << order;
+            *c = if add { c.wrapping_add(pages) } else { c.wrapping_sub(pages) };
+        }
+    }
+
+    /// A block of pageblock order or more: each pageblock it covers.
+    #[cold]
+    fn update_pageblocks(&mut self, idx: PageIdx, order: u32, add: bool) {
         let first = (idx >> self.pageblock_order) - self.origin;
-        let (blocks, each) = if order >= self.pageblock_order {
-            (1u32 << (order - self.pageblock_order), 1u16 << self.pageblock_order)
-        } else {
-            (1, 1u16 << order)
-        };
-        for pb in first..first + blocks {
+        let each = 1u16 << self.pageblock_order;
+        for pb in first..first + (1u32 << (order - self.pageblock_order)) {
             let c = &mut self.counts[pb as usize];
             *c = if add { c.wrapping_add(each) } else { c.wrapping_sub(each) };
         }
