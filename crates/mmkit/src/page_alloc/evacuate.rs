@@ -165,9 +165,7 @@ impl PageAllocator {
                     break;
                 }
             }
-            let Some((t, at)) = target else {
-                return None;
-            };
+            let (t, at) = target?;
             let gfp = if compound { Gfp::HIGHUSER_MOVABLE | Gfp::COMP } else { Gfp::HIGHUSER_MOVABLE };
             let target_pfn = self.idx_to_pfn(at);
             let request = MigrateRequest { pfn: self.idx_to_pfn(idx), order, gfp, nid };
