@@ -64,22 +64,23 @@
 //! - *Grouping is what lets compaction work.* With grouping off every
 //!   request is unmovable and every pageblock ends up unmovable, so nothing
 //!   can move: `lean --no-grouping` stays near Linux's level (e.g. `cbuild`
-//!   0.466 / 0.076) while `lean` reaches 0.083 / 0.014.
+//!   0.466 / 0.076) while `lean` reaches 0.080 / 0.015.
 //! - *Per-CPU list size.* Small lists (the low-watermark share, as the
 //!   address-ordered policies keep them) and merge-first frees give the
 //!   lowest end indices (`lean` with small lists, a one-off build: `gittar`
 //!   0.054 / 0.0071, `configure` 0.103 / 0.053, `pytest` 0.019 / 0.019,
-//!   against 0.168 / 0.012, 0.185 / 0.050 and 0.048 / 0.025 with Linux's
+//!   against 0.168 / 0.012, 0.185 / 0.050 and 0.055 / 0.023 with Linux's
 //!   auto-tuned lists), but they refill and spill about four times as
 //!   often: the replay loop ran 14–49 % slower than Linux's (medians per
 //!   trace; 579 against 373 instructions per event on `configure`), where
-//!   Linux's lists stay within 2–14 %. Linux's lists also halve the pages
-//!   compaction moves (`cbuild` 398727 against 726911: pages on the lists
+//!   Linux's lists stay within 5–17 %. Linux's lists also halve the pages
+//!   compaction moves (`cbuild` 381096 against 726911: pages on the lists
 //!   count as in use, so fewer rounds start) and give lower time averages
-//!   on the large traces (`cbuild` 0.014 against 0.022), provided each
+//!   on the large traces (`cbuild` 0.015 against 0.022), provided each
 //!   round that moved pages drains the lists: pages parked there keep the
 //!   emptied pageblocks broken (`cbuild` 0.206 / 0.044 without that drain,
-//!   0.083 / 0.014 with it).
+//!   0.083 / 0.014 with it; draining only when an emptied pageblock has
+//!   pages on the lists gives 0.080 / 0.015).
 //! - *Address order adds little once compaction runs.* With the same small
 //!   lists, `two-ends` and `addr` (an address index beside the lists) end
 //!   within a few thousandths of list-head order on average (better on
@@ -89,8 +90,8 @@
 //! - *Proactive marks.* Linux's `vm.compaction_proactiveness` can go no
 //!   lower than 5 % / 15 %; on these traces that leaves 0.13–0.19 at the
 //!   end. Marks of 1.5 % / 0.5 % (the default of the policies other than
-//!   `linux`) cost `lean` 0.3–8.4 % of the trace's allocations in moved
-//!   blocks (`cbuild` 398727 moves for 4755137 allocations, `filescan`
+//!   `linux`) cost `lean` 0.3–8.0 % of the trace's allocations in moved
+//!   blocks (`cbuild` 381096 moves for 4755137 allocations, `filescan`
 //!   0.8 %); 1 % / 0.3 % or lower change little. With small lists, only
 //!   evacuating pageblocks at most half used cut the moves by five to seven
 //!   times but left `cbuild` at 0.313 / 0.071 instead of 0.088 / 0.022.
@@ -109,10 +110,10 @@
 //! So the default, `lean`, is Linux's list-head placement and per-CPU
 //! lists with merge-first frees and sparsest-first compaction at 1.5 % /
 //! 0.5 %: below the peer at the end and on average on the six new traces
-//! (e.g. `cbuild` 0.083 / 0.014 against 0.386 / 0.105, `configure` 0.185 /
+//! (e.g. `cbuild` 0.080 / 0.015 against 0.386 / 0.105, `configure` 0.185 /
 //! 0.050 against 0.639 / 0.174), grouping at under half of no grouping
-//! there (`filescan` 0.0018 against 0.0038, the others a third or less),
-//! the replay loop within 2–14 % of Linux's. On `gittar` it ends at
+//! there (`filescan` 0.0018 against 0.0038, the others 0.35 or less), the
+//! replay loop within 5–17 % of Linux's. On `gittar` it ends at
 //! 0.168 / 0.012 (Linux's 0.233 / 0.0123, the peer's 0.013 / 0.0021);
 //! `two-ends` and `addr`, with small lists, keep 0.054 / 0.0068 there at
 //! a third more loop time.
