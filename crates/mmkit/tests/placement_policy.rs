@@ -47,11 +47,11 @@ fn addr_takes_the_lowest_free_block_not_the_last_freed() {
 }
 
 #[test]
-fn policies_but_linux_free_a_mergeable_page_to_the_buddy() {
+fn address_ordered_policies_free_a_mergeable_page_to_the_buddy() {
     for (policy, bypass) in [
         (PlacementPolicy::TwoEnds, true),
         (PlacementPolicy::Addr, true),
-        (PlacementPolicy::Lean, true),
+        (PlacementPolicy::Lean, false),
         (PlacementPolicy::Linux, false),
     ] {
         let mm = MemoryMapBuilder::new()

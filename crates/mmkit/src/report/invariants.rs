@@ -236,8 +236,8 @@ impl PageAllocator {
 }
 
 impl PageAllocator {
-    /// The per-pageblock free counts (sparsest-first compaction's survey)
-    /// agree with the free lists.
+    /// The per-pageblock free counts (sparsest-first compaction's survey:
+    /// free blocks below pageblock order) agree with the free lists.
     fn check_pageblock_free(
         &self,
         cx: crate::zone::buddy::BuddyCtx<'_>,
@@ -247,12 +247,10 @@ impl PageAllocator {
         let pb = 1u32 << cx.pageblock_order;
         let first = cx.start & !(pb - 1);
         let mut want = alloc::vec![0u32; ((cx.end - first).div_ceil(pb)) as usize];
-        for order in 0..=cx.max_order {
+        for order in 0..cx.pageblock_order.min(cx.max_order + 1) {
             for mt in MigrateType::ALL {
                 for idx in area.iter_list(cx, order, mt) {
-                    for page in (idx..idx + (1 << order)).step_by(pb.min(1 << order) as usize) {
-                        want[((page - first) / pb) as usize] += pb.min(1 << order);
-                    }
+                    want[((idx - first) / pb) as usize] += 1 << order;
                 }
             }
         }

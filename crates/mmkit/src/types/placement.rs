@@ -26,9 +26,8 @@ pub enum PlacementPolicy {
     /// never interleave; free memory stays one run in between.
     TwoEnds,
     /// Linux's choice of block (the list head, no address index) and
-    /// Linux's auto-tuned per-CPU lists, with a freed block whose buddy is
-    /// free merged at once instead of parked on a per-CPU list, and
-    /// sparsest-first compaction at fine proactive marks. The default:
+    /// Linux's per-CPU lists, with sparsest-first compaction at fine
+    /// proactive marks. The default:
     /// against `buddy_system_allocator` it keeps the order-9 unusable
     /// index lower on every recorded workload but `gittar`, and replays
     /// 5–17 % slower than Linux's placement.
@@ -88,7 +87,7 @@ impl PlacementPolicy {
     /// lists (to merge) instead of onto a per-CPU list.
     #[must_use]
     pub const fn merges_before_caching(self) -> bool {
-        !matches!(self, PlacementPolicy::Linux)
+        self.address_ordered()
     }
 
     /// How compaction runs under this policy: Linux's scanners for Linux's
@@ -154,9 +153,10 @@ mod tests {
         assert!(!l.keeps_pcp_small() && !l.merges_before_caching());
         assert_eq!(l.compaction(), CompactionMode::Linear);
         assert_eq!(l.proactive_marks(), (900, 800), "proactiveness 20");
-        assert!(!PlacementPolicy::Lean.keeps_pcp_small(), "lean keeps Linux's list sizing");
+        let lean = PlacementPolicy::Lean;
+        assert!(!lean.keeps_pcp_small() && !lean.merges_before_caching(), "lean keeps Linux's lists");
         for p in [PlacementPolicy::Addr, PlacementPolicy::TwoEnds, PlacementPolicy::Lean] {
-            assert!(p.merges_before_caching(), "{p:?}");
+            assert_eq!(p.merges_before_caching(), p.address_ordered());
             assert_eq!(p.keeps_pcp_small(), p.address_ordered());
             assert_eq!(p.compaction(), CompactionMode::SparsestFirst);
             let (start, stop) = p.proactive_marks();

@@ -152,9 +152,11 @@ impl PlacementCounters {
     }
 }
 
-/// Free pages per pageblock of one zone, kept up to date on every free
-/// list change when the policy compacts sparsest-first: compaction's survey
-/// reads one counter per pageblock instead of walking the free lists.
+/// Free pages per pageblock of one zone in blocks below pageblock order,
+/// kept up to date on every free list change when the policy compacts
+/// sparsest-first: compaction's survey reads one counter per pageblock
+/// instead of walking the free lists. A pageblock inside a larger free
+/// block counts 0, as a full one does; the survey wants neither.
 pub(crate) struct PageblockFree {
     /// Free pages per pageblock, from the zone's first pageblock.
     counts: Vec<u16>,
@@ -176,11 +178,8 @@ impl PageblockFree {
     #[inline(always)]
     pub(crate) fn update(&mut self, idx: PageIdx, order: u32, add: bool) {
         if order >= self.pageblock_order {
-            self.update_pageblocks(idx, order, add);
             return;
         }
-        // Inside one pageblock: one counter (the common case, on every
-        // list change).
         let pb = ((idx >> self.pageblock_order) - self.origin) as usize;
         if let Some(c) = self.counts.get_mut(pb) {
             let pages = 1u16 << order;
@@ -188,18 +187,8 @@ impl PageblockFree {
         }
     }
 
-    /// A block of pageblock order or more: each pageblock it covers.
-    #[cold]
-    fn update_pageblocks(&mut self, idx: PageIdx, order: u32, add: bool) {
-        let first = (idx >> self.pageblock_order) - self.origin;
-        let each = 1u16 << self.pageblock_order;
-        for pb in first..first + (1u32 << (order - self.pageblock_order)) {
-            let c = &mut self.counts[pb as usize];
-            *c = if add { c.wrapping_add(each) } else { c.wrapping_sub(each) };
-        }
-    }
-
-    /// Free pages in the pageblock starting at descriptor index `pb_start`.
+    /// Free pages in blocks below pageblock order in the pageblock starting
+    /// at descriptor index `pb_start`.
     #[inline]
     pub(crate) fn free_in(&self, pb_start: PageIdx) -> u32 {
         let pb = (pb_start >> self.pageblock_order).wrapping_sub(self.origin);
@@ -384,11 +373,11 @@ mod tests {
     }
 
     #[test]
-    fn pageblock_counts_follow_blocks_of_every_order() {
+    fn pageblock_counts_follow_blocks_below_pageblock_order() {
         let mut c = PageblockFree::new(1000, 5000, 9);
         c.update(1024, 10, true);
-        assert_eq!((c.free_in(1024), c.free_in(1536)), (512, 512), "an order-10 block fills two");
-        c.update(1024, 10, false);
+        c.update(1536, 9, true);
+        assert_eq!((c.free_in(1024), c.free_in(1536)), (0, 0), "whole free pageblocks count 0");
         c.update(1030, 1, true);
         c.update(1032, 3, true);
         assert_eq!((c.free_in(1024), c.free_in(1536)), (10, 0));
