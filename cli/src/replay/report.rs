@@ -7,7 +7,7 @@
 use super::engine::{Counts, NR_ORDERS};
 use super::metrics::{self, FinalState, LinuxState, Sample};
 use super::peer::PeerReport;
-use super::scan::Scan;
+use super::scan::{Scan, SourceCounts};
 use super::ReplayArgs;
 use mmkit::MigrateType;
 use serde::Serialize;
@@ -43,22 +43,9 @@ pub struct TraceInfo {
     /// Why `--cache` could not write its file (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_note: Option<String>,
-    /// Lines read in the first pass.
-    pub lines: u64,
-    /// Malformed lines skipped.
-    pub skipped_lines: u64,
-    /// The first skipped lines: `line: reason`.
-    pub first_errors: Vec<String>,
-    /// `perf script` lines of other tracepoints.
-    pub other_events: u64,
-    /// Events naming unknown GFP flags.
-    pub unknown_gfp: u64,
-    /// Allocation events (failed ones included).
-    pub allocs: u64,
-    /// Free events (batched included).
-    pub frees: u64,
-    /// Of those, `mm_page_free_batched`.
-    pub batched_frees: u64,
+    /// The text's line and event counts.
+    #[serde(flatten)]
+    pub source: SourceCounts,
     /// The first-pass summary: events replayed, PFN span, peak live pages.
     #[serde(flatten)]
     pub scan: Scan,
@@ -149,7 +136,6 @@ pub struct Parts<'a> {
 impl Report {
     /// Assembles the report.
     pub fn new(p: Parts<'_>) -> Self {
-        let st = &p.scan.stats;
         Report {
             mode: p.args.mode.name(),
             grouping: !p.args.no_grouping,
@@ -163,14 +149,7 @@ impl Report {
                 compression: p.scan.compression.map_or("none", |c| c.name()),
                 replayed_from: p.replayed_from.display().to_string(),
                 cache_note: p.cache_note,
-                lines: st.lines,
-                skipped_lines: st.skipped,
-                first_errors: st.first_errors.clone(),
-                other_events: st.other_events,
-                unknown_gfp: st.unknown_gfp,
-                allocs: st.allocs,
-                frees: st.frees + st.batched_frees,
-                batched_frees: st.batched_frees,
+                source: p.scan.stats.clone(),
                 scan: p.scan.clone(),
             },
             unusable_index_order9: p.final_state.sample.unusable_index_order9,
@@ -211,9 +190,9 @@ impl Report {
         let _ = writeln!(
             o,
             "trace: {} events replayed ({} allocs, {} frees); {} lines, {} skipped as malformed, {} other events",
-            s.events, t.allocs, t.frees, t.lines, t.skipped_lines, t.other_events
+            s.events, t.source.allocs, t.source.frees, t.source.lines, t.source.skipped, t.source.other_events
         );
-        for e in &t.first_errors {
+        for e in &t.source.first_errors {
             let _ = writeln!(o, "  skipped {e}");
         }
         if t.replayed_from != t.path {

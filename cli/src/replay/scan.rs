@@ -21,12 +21,14 @@ use std::time::Instant;
 const STEP: usize = 1 << 16;
 
 /// What the text of a trace held besides events (the parser's counts), as
-/// read or as a binary file's metadata kept them.
-#[derive(Clone, Debug, Default)]
+/// read or as a binary file's metadata kept them; part of the report's
+/// `trace` object.
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct SourceCounts {
     /// Lines read, including headers, blanks and skipped ones.
     pub lines: u64,
     /// Malformed lines skipped.
+    #[serde(rename = "skipped_lines")]
     pub skipped: u64,
     /// The first skipped lines: `line N: reason`.
     pub first_errors: Vec<String>,
@@ -36,7 +38,7 @@ pub struct SourceCounts {
     pub unknown_gfp: u64,
     /// Allocation events (failed ones included).
     pub allocs: u64,
-    /// Free events (batched included).
+    /// Free events, batched ones included.
     pub frees: u64,
     /// Of those, `mm_page_free_batched`.
     pub batched_frees: u64,
@@ -232,7 +234,7 @@ pub fn scan(path: &Path, limit: Option<u64>, mut cache: Option<CacheWriter>) -> 
             other_events: st.other_events,
             unknown_gfp: st.unknown_gfp,
             allocs: st.allocs,
-            frees: st.frees,
+            frees: st.frees + st.batched_frees,
             batched_frees: st.batched_frees,
         };
         s.header = header.to_vec();

@@ -140,7 +140,7 @@ fn placed_mode_ends_with_the_traces_live_blocks() {
     assert!(c.unseen_frees() > 0 && c.implied_frees > 0);
     assert_eq!(c.trace_failed_by_order[3], 1);
     assert_eq!(c.events, g.events);
-    assert_eq!(report.trace.skipped_lines, 1);
+    assert_eq!(report.trace.source.skipped, 1);
     assert_eq!(report.counts.live_pages, g.live.values().map(|&o| 1u64 << o).sum::<u64>());
 }
 

@@ -7,24 +7,36 @@ use std::sync::{Arc, Mutex};
 
 type Moves = Arc<Mutex<Vec<(Pfn, Pfn, u32)>>>;
 
+/// A map of `pages` pages (pageblocks of 16 pages, blocks up to
+/// `max_order`, per-CPU lists off) whose migrator logs every move.
+fn map_with_migrator(
+    policy: PlacementPolicy,
+    pages: u64,
+    max_order: u32,
+    min_free_kbytes: u64,
+) -> (PageAllocator, Moves) {
+    let moves: Moves = Arc::default();
+    let log = moves.clone();
+    let mm = MemoryMapBuilder::new()
+        .max_page_order(max_order)
+        .pageblock_order(4)
+        .section_order(12)
+        .zone(0, ZoneType::Normal, 0..pages)
+        .per_cpu_lists(false)
+        .min_free_kbytes(min_free_kbytes)
+        .placement(policy)
+        .migrator(CopyMigrator::new(move |o, n, k| log.lock().unwrap().push((o, n, k))))
+        .build()
+        .unwrap();
+    (mm, moves)
+}
+
 /// 4096 pages, pageblocks of 16 pages, blocks up to order 6; every
 /// aligned group of four pages keeps one live movable page, so no free
 /// block is larger than order 1. Returns the map, the live pages and the
 /// move log.
 fn fragmented(policy: PlacementPolicy) -> (PageAllocator, BTreeSet<Pfn>, Moves) {
-    let moves: Moves = Arc::default();
-    let log = moves.clone();
-    let mm = MemoryMapBuilder::new()
-        .max_page_order(6)
-        .pageblock_order(4)
-        .section_order(12)
-        .zone(0, ZoneType::Normal, 0..4096)
-        .per_cpu_lists(false)
-        .min_free_kbytes(64)
-        .placement(policy)
-        .migrator(CopyMigrator::new(move |o, n, k| log.lock().unwrap().push((o, n, k))))
-        .build()
-        .unwrap();
+    let (mm, moves) = map_with_migrator(policy, 4096, 6, 64);
     // Every page, watermarks or not (a block at a PFN ignores them).
     let mut live = BTreeSet::new();
     for pfn in 0..4096 {
@@ -105,19 +117,7 @@ fn sparsest_first_empties_equally_used_pageblocks_from_the_top() {
 /// 64 pageblocks of 16 pages (blocks up to order 4), per-CPU lists off,
 /// with `used[i]` order-0 movable pages in use at the start of pageblock i.
 fn with_occupancy(policy: PlacementPolicy, used: &[u32]) -> (PageAllocator, BTreeSet<Pfn>, Moves) {
-    let moves: Moves = Arc::default();
-    let log = moves.clone();
-    let mm = MemoryMapBuilder::new()
-        .max_page_order(4)
-        .pageblock_order(4)
-        .section_order(12)
-        .zone(0, ZoneType::Normal, 0..1024)
-        .per_cpu_lists(false)
-        .min_free_kbytes(16)
-        .placement(policy)
-        .migrator(CopyMigrator::new(move |o, n, k| log.lock().unwrap().push((o, n, k))))
-        .build()
-        .unwrap();
+    let (mm, moves) = map_with_migrator(policy, 1024, 4, 16);
     let mut live = BTreeSet::new();
     for (pb, &n) in used.iter().enumerate() {
         for i in 0..u64::from(n) {

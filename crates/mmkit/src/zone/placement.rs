@@ -54,8 +54,8 @@
 //!   proactive rounds at 1.5 % / 0.5 % marks, Linux's placement and
 //!   scanners leave `cbuild` at 0.432 / 0.080 (94301 moves) and
 //!   `configure` at 0.690 / 0.171, while sparsest-first evacuation
-//!   (`page_alloc::evacuate`) under the same placement and lists reaches
-//!   0.080 / 0.014 and 0.216 / 0.054. It moves a
+//!   (`page_alloc::evacuate`) under the same placement and lists (`lean`)
+//!   reaches 0.080 / 0.015 and 0.175 / 0.053. It moves a
 //!   pageblock only when denser ones have room for all of it, ranks equally
 //!   used pageblocks by address (a zone of evenly used pageblocks still
 //!   compacts), and reads per-pageblock free counts kept with the free lists
@@ -63,24 +63,25 @@
 //!   compaction per replay down to about 1 s for the same 727k moves).
 //! - *Grouping is what lets compaction work.* With grouping off every
 //!   request is unmovable and every pageblock ends up unmovable, so nothing
-//!   can move: `lean --no-grouping` stays near Linux's level (e.g. `cbuild`
-//!   0.466 / 0.076) while `lean` reaches 0.080 / 0.015.
+//!   can move: `lean --no-grouping` is Linux's `--no-grouping` (e.g.
+//!   `cbuild` 0.480 / 0.079) while `lean` reaches 0.080 / 0.015.
 //! - *Per-CPU list size.* Small lists (the low-watermark share, as the
-//!   address-ordered policies keep them) and merge-first frees give the
-//!   lowest end indices (`lean` with small lists, a one-off build: `gittar`
+//!   address-ordered policies keep them) with merge-first frees give the
+//!   lowest end indices (`lean` with them, a one-off build: `gittar`
 //!   0.054 / 0.0071, `configure` 0.103 / 0.053, `pytest` 0.019 / 0.019,
-//!   against 0.168 / 0.012, 0.185 / 0.050 and 0.055 / 0.023 with Linux's
+//!   against 0.176 / 0.012, 0.175 / 0.053 and 0.041 / 0.018 with Linux's
 //!   auto-tuned lists), but they refill and spill about four times as
 //!   often: the replay loop ran 14–49 % slower than Linux's (medians per
-//!   trace; 579 against 373 instructions per event on `configure`), where
-//!   Linux's lists stay within 5–17 %. Linux's lists also halve the pages
-//!   compaction moves (`cbuild` 381096 against 726911: pages on the lists
-//!   count as in use, so fewer rounds start) and give lower time averages
-//!   on the large traces (`cbuild` 0.015 against 0.022), provided each
-//!   round that moved pages drains the lists: pages parked there keep the
-//!   emptied pageblocks broken (`cbuild` 0.206 / 0.044 without that drain,
-//!   0.083 / 0.014 with it; draining only when an emptied pageblock has
-//!   pages on the lists gives 0.080 / 0.015).
+//!   trace; 579 against 373 instructions per event on `configure`).
+//!   Linux's lists also halve the pages compaction moves (`cbuild` 394659
+//!   against 726911: pages on the lists count as in use, so fewer rounds
+//!   start) and give lower time averages on the large traces (`cbuild`
+//!   0.015 against 0.022), provided a round that empties a pageblock with
+//!   pages on the lists drains them (`cbuild` 0.206 / 0.044 without that
+//!   drain, 0.080 / 0.015 with it). Merge-first frees with Linux's lists
+//!   changed the indices by a few thousandths either way but took the zone
+//!   lock on the per-CPU fast path, so `lean` leaves the lists as Linux
+//!   has them.
 //! - *Address order adds little once compaction runs.* With the same small
 //!   lists, `two-ends` and `addr` (an address index beside the lists) end
 //!   within a few thousandths of list-head order on average (better on
@@ -90,9 +91,9 @@
 //! - *Proactive marks.* Linux's `vm.compaction_proactiveness` can go no
 //!   lower than 5 % / 15 %; on these traces that leaves 0.13–0.19 at the
 //!   end. Marks of 1.5 % / 0.5 % (the default of the policies other than
-//!   `linux`) cost `lean` 0.3–8.0 % of the trace's allocations in moved
-//!   blocks (`cbuild` 381096 moves for 4755137 allocations, `filescan`
-//!   0.8 %); 1 % / 0.3 % or lower change little. With small lists, only
+//!   `linux`) cost `lean` 0.3–8.3 % of the trace's allocations in moved
+//!   blocks (`cbuild` 394659 moves for 4755137 allocations, `filescan`
+//!   0.9 %); 1 % / 0.3 % or lower change little. With small lists, only
 //!   evacuating pageblocks at most half used cut the moves by five to seven
 //!   times but left `cbuild` at 0.313 / 0.071 instead of 0.088 / 0.022.
 //! - *`gittar` stays above the peer.* Its unusable space is in unmovable
@@ -107,16 +108,15 @@
 //!   unmovable pageblocks (0.021 / 0.0031 on `addr`, but unmovable requests
 //!   then claimed new pageblocks: 206 unmovable and 255 mixed at the end).
 //!
-//! So the default, `lean`, is Linux's list-head placement and per-CPU
-//! lists with merge-first frees and sparsest-first compaction at 1.5 % /
-//! 0.5 %: below the peer at the end and on average on the six new traces
-//! (e.g. `cbuild` 0.080 / 0.015 against 0.386 / 0.105, `configure` 0.185 /
-//! 0.050 against 0.639 / 0.174), grouping at under half of no grouping
-//! there (`filescan` 0.0018 against 0.0038, the others 0.35 or less), the
-//! replay loop within 5–17 % of Linux's. On `gittar` it ends at
-//! 0.168 / 0.012 (Linux's 0.233 / 0.0123, the peer's 0.013 / 0.0021);
-//! `two-ends` and `addr`, with small lists, keep 0.054 / 0.0068 there at
-//! a third more loop time.
+//! So the default, `lean`, is Linux's placement and per-CPU lists
+//! unchanged, with sparsest-first compaction at 1.5 % / 0.5 %: below the
+//! peer at the end and on average on the six new traces (e.g. `cbuild`
+//! 0.080 / 0.015 against 0.386 / 0.105, `configure` 0.175 / 0.053 against
+//! 0.639 / 0.174), grouping at under half of no grouping there (`filescan`
+//! 0.0017 against 0.0039, the others 0.36 or less), the replay loop within
+//! a fifth of Linux's. On `gittar` it ends at 0.176 / 0.0123 (Linux's 0.233
+//! / 0.0123, the peer's 0.013 / 0.0021); `two-ends` and `addr`, with small
+//! lists, keep 0.054 / 0.0068 there at a third more loop time.
 #![deny(unsafe_code)]
 
 use crate::mem::page::PageIdx;
