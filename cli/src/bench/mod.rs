@@ -14,6 +14,7 @@ mod buddy;
 mod bulk;
 mod contig;
 pub mod harness;
+mod nbd;
 mod pcp;
 mod quicklist;
 mod zram;
@@ -44,7 +45,7 @@ pub struct Suite {
 
 /// Every suite, in the order `mmkit bench` runs them.
 pub const SUITES: &[Suite] =
-    &[buddy::SUITE, pcp::SUITE, bulk::SUITE, contig::SUITE, quicklist::SUITE, zsmalloc::SUITE, zram::SUITE];
+    &[buddy::SUITE, pcp::SUITE, bulk::SUITE, contig::SUITE, quicklist::SUITE, zsmalloc::SUITE, zram::SUITE, nbd::SUITE];
 
 /// Names of every suite, for argument validation and help.
 pub fn suite_names() -> Vec<&'static str> {

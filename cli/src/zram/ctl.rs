@@ -9,7 +9,7 @@
 use clap::Args;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// `mmkit zram ctl`'s arguments.
@@ -32,16 +32,23 @@ pub struct CtlArgs {
 /// The socket cannot be reached, or the device refused the request (its
 /// message).
 pub fn run(args: &CtlArgs) -> Result<String, String> {
-    let mut stream = UnixStream::connect(&args.socket)
-        .map_err(|e| format!("cannot reach the control socket {}: {e}", args.socket.display()))?;
-    let timeout = Some(Duration::from_secs(600));
-    let _ = stream.set_read_timeout(timeout);
-    let request = format!("{}\n", args.request.join(" "));
+    request(&args.socket, &args.request.join(" "))
+}
+
+/// Sends one request line to the control socket at `socket` and returns
+/// the answer's text.
+///
+/// # Errors
+/// As [`run`].
+pub fn request(socket: &Path, line: &str) -> Result<String, String> {
+    let mut stream = UnixStream::connect(socket)
+        .map_err(|e| format!("cannot reach the control socket {}: {e}", socket.display()))?;
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(600)));
     let mut reply = String::new();
     stream
-        .write_all(request.as_bytes())
+        .write_all(format!("{line}\n").as_bytes())
         .and_then(|()| stream.read_to_string(&mut reply))
-        .map_err(|e| format!("talking to {}: {e}", args.socket.display()))?;
+        .map_err(|e| format!("talking to {}: {e}", socket.display()))?;
     parse_reply(&reply)
 }
 

@@ -81,6 +81,9 @@ pub struct Spec {
     /// Other files the server creates (the control socket), removed when
     /// it stops.
     pub also_remove: Vec<PathBuf>,
+    /// A file for nbdkit's stderr (its debug output under `-v`); none:
+    /// this process's stderr.
+    pub stderr: Option<PathBuf>,
 }
 
 /// A running nbdkit.
@@ -115,6 +118,11 @@ impl Nbdkit {
             }
         }
         command.args(&spec.nbdkit_args).arg(&spec.plugin).args(&spec.plugin_args).stdin(Stdio::null());
+        if let Some(path) = &spec.stderr {
+            let file = std::fs::File::create(path)
+                .map_err(|e| NbdkitError(format!("nbdkit's log {}: {e}", path.display())))?;
+            command.stderr(file);
+        }
         let child = command.spawn().map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => NbdkitError(INSTALL_HINT.into()),
             _ => NbdkitError(format!("starting nbdkit: {e}")),
@@ -144,6 +152,11 @@ impl Nbdkit {
     /// The NBD URI to connect to.
     pub fn uri(&self) -> String {
         self.listen.uri()
+    }
+
+    /// nbdkit's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// The exit status if nbdkit has stopped by itself (its files are then

@@ -127,6 +127,7 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
         listen,
         run_dir: run_dir.path().to_owned(),
         also_remove: vec![control.clone()],
+        stderr: None,
     };
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
