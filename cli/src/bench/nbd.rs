@@ -13,6 +13,10 @@
 //! - Cases `randwrite_4k/half` and `randread_4k/half`: fio's own IOPS per
 //!   timed run (its `time_based` runtime), reported as ns per op, median
 //!   over `--runs`; rounds interleave the servers. `ops_per_sec` extra.
+//! - Case `randread_4k/real`: the same reads after the 256 MiB were
+//!   replaced by real binaries (pages of the system's libraries, loaded
+//!   with `nbdcopy`): where nbdkit's zstd allocator decompresses 32 KiB of
+//!   hard-to-compress data per 4 KiB read. Skipped without `nbdcopy`.
 //! - `ratio/half` rows: `ratio` is each server's own count (mmkit:
 //!   `mm_stat` `orig_data_size / mem_used_total`; nbdkit's zstd allocator:
 //!   the ratio it logs at exit, bytes in / compressed bytes out; sparse:
@@ -39,6 +43,7 @@ pub const SUITE: Suite = Suite {
 
 const WRITE: &str = "randwrite_4k/half";
 const READ: &str = "randread_4k/half";
+const READ_REAL: &str = "randread_4k/real";
 
 /// One server taking part.
 struct Contender {
@@ -148,22 +153,15 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
     }
     let region: u64 = settings.pick(256 << 20, 16 << 20);
     let seconds: u64 = settings.pick(3, 1);
-    progress("starting servers");
-    let mut servers = Vec::new();
-    match plugin_beside_binary() {
-        Ok(plugin) => {
-            let plugin = plugin.display().to_string();
-            servers.push(start(MMKIT, &plugin, &["size=1G", "comp=lz4"], &[], true)?);
-            servers.push(start("mmkit/zstd", &plugin, &["size=1G", "comp=zstd"], &[], true)?);
+    let plugin = match plugin_beside_binary() {
+        Ok(plugin) => Some(plugin.display().to_string()),
+        Err(NbdkitError(why)) => {
+            notes.push(format!("no mmkit rows: {why}"));
+            None
         }
-        Err(NbdkitError(why)) => notes.push(format!("no mmkit rows: {why}")),
-    }
-    let debug = ["-v", "-D", "nbdkit.backend.datapath=0", "-D", "nbdkit.backend.controlpath=0"];
-    let mut zstd_args = vec!["--filter=noextents"];
-    zstd_args.extend(debug);
-    servers.push(start("nbdkit-memory/zstd", "memory", &["size=1G", "allocator=zstd"], &zstd_args, false)?);
-    servers.push(start("nbdkit-memory/sparse", "memory", &["size=1G", "allocator=sparse"], &debug, false)?);
-    progress("fill");
+    };
+    progress("fill with 50 %-compressible data");
+    let servers = start_all(plugin.as_deref())?;
     let fill = vec!["--rw=write".into(), "--bs=1m".into(), "--iodepth=4".into(), format!("--size={region}")];
     for s in &servers {
         fio(&s.server.uri(), &fill).map_err(|e| BenchError(format!("filling {}: {}", s.impl_name, e.0)))?;
@@ -171,52 +169,71 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
     let mut cases = Vec::new();
     for (name, rw) in [(WRITE, "randwrite"), (READ, "randread")] {
         progress(name);
-        let job = random_job(rw, region, seconds);
-        if !settings.quick {
-            for s in &servers {
-                fio(&s.server.uri(), &random_job(rw, region, 1))?;
-            }
-        }
-        let n = servers.len();
-        let mut samples = vec![Vec::new(); n];
-        let mut ios = vec![0u64; n];
-        for round in 0..settings.runs {
-            for k in 0..n {
-                let i = (round + k) % n;
-                let (iops, count) = fio(&servers[i].server.uri(), &job)
-                    .map_err(|e| BenchError(format!("{name} / {}: {}", servers[i].impl_name, e.0)))?;
-                samples[i].push(1e9 / iops);
-                ios[i] += count;
-            }
-        }
-        let mut results: Vec<CaseResult> = servers
-            .iter()
-            .zip(samples)
-            .zip(&ios)
-            .map(|((s, mut ns), &count)| {
-                let (min, max) =
-                    ns.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-                let median_ns = median(&mut ns);
-                CaseResult {
-                    suite: SUITE.name,
-                    name,
-                    impl_name: s.impl_name,
-                    unit: "op",
-                    median_ns,
-                    min_ns: min,
-                    max_ns: max,
-                    runs: settings.runs,
-                    units_per_run: count / settings.runs.max(1) as u64,
-                    ratio_vs_mmkit: None,
-                    extra: vec![("ops_per_sec", 1e9 / median_ns)],
-                }
-            })
-            .collect();
-        fill_ratios(&mut results);
-        cases.extend(results);
+        cases.extend(timed_case(settings, &servers, name, &random_job(rw, region, seconds))?);
     }
-    progress("ratio/half");
-    let mut ratios = Vec::new();
+    let (rows, summary) = ratios(servers, "ratio/half", region)?;
+    cases.extend(rows);
+    notes.push(format!("compression ratio after the writes (own count, resident growth): {summary}"));
+    if on_path("nbdcopy") {
+        progress(READ_REAL);
+        let file = tempfile::NamedTempFile::new().map_err(|e| BenchError::context("tempfile", e))?;
+        let mut data = Vec::with_capacity(region as usize);
+        for page in mmkit_testkit::kernel_zram::real_pages(region as usize / 4096) {
+            data.extend_from_slice(&page);
+        }
+        data.resize(region as usize, 0);
+        std::fs::write(file.path(), &data).map_err(|e| BenchError::context("writing the real data", e))?;
+        let servers = start_all(plugin.as_deref())?;
+        for s in &servers {
+            let out = Command::new("nbdcopy")
+                .arg(file.path())
+                .arg(s.server.uri())
+                .output()
+                .map_err(|e| BenchError::context("running nbdcopy", e))?;
+            if !out.status.success() {
+                let err = String::from_utf8_lossy(&out.stderr);
+                return Err(BenchError(format!("nbdcopy into {}: {err}", s.impl_name)));
+            }
+        }
+        cases.extend(timed_case(settings, &servers, READ_REAL, &random_job("randread", region, seconds))?);
+        let (rows, summary) = ratios(servers, "ratio/real", region)?;
+        cases.extend(rows);
+        notes.push(format!("compression ratio of the real data: {summary}"));
+    } else {
+        notes.push(format!("no {READ_REAL}: nbdcopy not installed (apt-get install libnbd-bin)"));
+    }
+    notes.push(format!(
+        "{} MiB written first (fio, sequential; real binaries: nbdcopy into fresh servers); each timed run is one fio job of {seconds} s (--time_based) on it; ns/op = 1e9 / fio's IOPS",
+        region >> 20
+    ));
+    notes.extend(aims(&cases));
+    Ok(SuiteReport { suite: SUITE.name, description, cases, notes })
+}
+
+/// A fresh server of each impl: mmkit's plugin (lz4, zstd) when built,
+/// nbdkit's memory plugin with its zstd and sparse allocators.
+fn start_all(plugin: Option<&str>) -> Result<Vec<Contender>, BenchError> {
+    let mut servers = Vec::new();
+    if let Some(plugin) = plugin {
+        servers.push(start(MMKIT, plugin, &["size=1G", "comp=lz4"], &[], true)?);
+        servers.push(start("mmkit/zstd", plugin, &["size=1G", "comp=zstd"], &[], true)?);
+    }
+    // Debug output (-v) for the ratio the zstd allocator logs at exit; no
+    // line per request.
+    let debug = ["-v", "-D", "nbdkit.backend.datapath=0", "-D", "nbdkit.backend.controlpath=0"];
+    let mut zstd_args = vec!["--filter=noextents"];
+    zstd_args.extend(debug);
+    servers.push(start("nbdkit-memory/zstd", "memory", &["size=1G", "allocator=zstd"], &zstd_args, false)?);
+    servers.push(start("nbdkit-memory/sparse", "memory", &["size=1G", "allocator=sparse"], &debug, false)?);
+    Ok(servers)
+}
+
+/// Stops the servers and returns one `name` row per server (`ratio`: the
+/// server's own count; `rss_ratio`: `bytes` / resident growth) and a
+/// one-line summary.
+fn ratios(servers: Vec<Contender>, name: &'static str, bytes: u64) -> Result<(Vec<CaseResult>, String), BenchError> {
+    let mut rows = Vec::new();
+    let mut summary = Vec::new();
     for mut s in servers {
         let rss_growth = s.server.pid().map_or(0, rss_bytes).saturating_sub(s.rss_before);
         let own = match &s.control {
@@ -229,11 +246,12 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
             (Some(log), _) if own.is_none() => logged_ratio(log),
             _ => own,
         };
-        let rss_ratio = if rss_growth > 0 { region as f64 / rss_growth as f64 } else { f64::NAN };
-        ratios.push(format!("{} {:.2} (resident: {:.2})", s.impl_name, own.unwrap_or(f64::NAN), rss_ratio));
-        cases.push(CaseResult {
+        let own = own.unwrap_or(f64::NAN);
+        let rss_ratio = if rss_growth > 0 { bytes as f64 / rss_growth as f64 } else { f64::NAN };
+        summary.push(format!("{} {own:.2} ({rss_ratio:.2})", s.impl_name));
+        rows.push(CaseResult {
             suite: SUITE.name,
-            name: "ratio/half",
+            name,
             impl_name: s.impl_name,
             unit: "device",
             median_ns: 0.0,
@@ -242,16 +260,64 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
             runs: 1,
             units_per_run: 1,
             ratio_vs_mmkit: None,
-            extra: vec![("ratio", own.unwrap_or(f64::NAN)), ("rss_ratio", rss_ratio), ("bytes", region as f64)],
+            extra: vec![("ratio", own), ("rss_ratio", rss_ratio), ("bytes", bytes as f64)],
         });
     }
-    notes.push(format!("compression ratio after the runs: {}", ratios.join(", ")));
-    notes.push(format!(
-        "{} MiB written sequentially first; each timed run is one fio job of {seconds} s (--time_based) on it; ns/op = 1e9 / fio's IOPS",
-        region >> 20
-    ));
-    notes.extend(aims(&cases));
-    Ok(SuiteReport { suite: SUITE.name, description, cases, notes })
+    Ok((rows, summary.join(", ")))
+}
+
+/// Warms up (full runs only), then times `settings.runs` interleaved
+/// rounds of `job` on every server: ns per op from fio's IOPS.
+fn timed_case(
+    settings: &Settings,
+    servers: &[Contender],
+    name: &'static str,
+    job: &[String],
+) -> Result<Vec<CaseResult>, BenchError> {
+    let n = servers.len();
+    if !settings.quick {
+        let mut warm = job.to_vec();
+        warm.retain(|a| !a.starts_with("--runtime="));
+        warm.push("--runtime=1".into());
+        for s in servers {
+            fio(&s.server.uri(), &warm)?;
+        }
+    }
+    let mut samples = vec![Vec::new(); n];
+    let mut ios = vec![0u64; n];
+    for round in 0..settings.runs {
+        for k in 0..n {
+            let i = (round + k) % n;
+            let (iops, count) = fio(&servers[i].server.uri(), job)
+                .map_err(|e| BenchError(format!("{name} / {}: {}", servers[i].impl_name, e.0)))?;
+            samples[i].push(1e9 / iops);
+            ios[i] += count;
+        }
+    }
+    let mut results: Vec<CaseResult> = servers
+        .iter()
+        .zip(samples)
+        .zip(&ios)
+        .map(|((s, mut ns), &count)| {
+            let (min, max) = ns.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+            let median_ns = median(&mut ns);
+            CaseResult {
+                suite: SUITE.name,
+                name,
+                impl_name: s.impl_name,
+                unit: "op",
+                median_ns,
+                min_ns: min,
+                max_ns: max,
+                runs: settings.runs,
+                units_per_run: count / settings.runs.max(1) as u64,
+                ratio_vs_mmkit: None,
+                extra: vec![("ops_per_sec", 1e9 / median_ns)],
+            }
+        })
+        .collect();
+    fill_ratios(&mut results);
+    Ok(results)
 }
 
 /// The aims, as notes: mmkit at least sparse's IOPS and 5× zstd's.
@@ -260,7 +326,7 @@ fn aims(cases: &[CaseResult]) -> Vec<String> {
         cases.iter().find(|c| c.name == name && c.impl_name == impl_name).map(|c| 1e9 / c.median_ns)
     };
     let mut out = Vec::new();
-    for name in [WRITE, READ] {
+    for name in [WRITE, READ, READ_REAL] {
         if let (Some(mm), Some(sparse), Some(zstd)) =
             (iops(name, MMKIT), iops(name, "nbdkit-memory/sparse"), iops(name, "nbdkit-memory/zstd"))
         {
