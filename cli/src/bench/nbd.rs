@@ -12,7 +12,10 @@
 //!   are written sequentially first, then fio's random jobs run on them.
 //! - Cases `randwrite_4k/half` and `randread_4k/half`: fio's own IOPS per
 //!   timed run (its `time_based` runtime), reported as ns per op, median
-//!   over `--runs`; rounds interleave the servers. `ops_per_sec` extra.
+//!   over `--runs`; rounds interleave the servers. Extras `ops_per_sec` and
+//!   `server_cpu_us_per_op` (the server process's user + system CPU time
+//!   over all timed runs / their ops: less sensitive to the machine's
+//!   other load than IOPS).
 //! - Case `randread_4k/real`: the same reads after the 256 MiB were
 //!   replaced by real binaries (pages of the system's libraries, loaded
 //!   with `nbdcopy`): where nbdkit's zstd allocator decompresses 32 KiB of
@@ -83,6 +86,26 @@ fn start(
         .map_err(|NbdkitError(e)| BenchError(format!("{impl_name}: {e}")))?;
     let rss_before = server.pid().map_or(0, rss_bytes);
     Ok(Contender { impl_name, server, control, log, rss_before, _dir: dir })
+}
+
+/// CPU time a process has used (user + system), in clock ticks; 0 when
+/// unreadable. Fields 14 and 15 of `/proc/PID/stat`, counted after the
+/// command name, which may hold spaces.
+fn cpu_ticks_of(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
+    let Some((_, fields)) = stat.rsplit_once(')') else { return 0 };
+    fields.split_whitespace().skip(11).take(2).filter_map(|f| f.parse::<u64>().ok()).sum()
+}
+
+/// Clock ticks per second of `/proc/PID/stat` (`getconf CLK_TCK`; 100 on
+/// Linux unless it says otherwise).
+fn clock_ticks_per_second() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
 }
 
 /// Resident bytes of a process (`VmRSS`), 0 when unreadable.
@@ -285,20 +308,25 @@ fn timed_case(
     }
     let mut samples = vec![Vec::new(); n];
     let mut ios = vec![0u64; n];
+    let mut cpu_ticks = vec![0u64; n];
     for round in 0..settings.runs {
         for k in 0..n {
             let i = (round + k) % n;
+            let before = servers[i].server.pid().map_or(0, cpu_ticks_of);
             let (iops, count) = fio(&servers[i].server.uri(), job)
                 .map_err(|e| BenchError(format!("{name} / {}: {}", servers[i].impl_name, e.0)))?;
+            cpu_ticks[i] += servers[i].server.pid().map_or(0, cpu_ticks_of).saturating_sub(before);
             samples[i].push(1e9 / iops);
             ios[i] += count;
         }
     }
+    let tick_us = 1e6 / clock_ticks_per_second();
     let mut results: Vec<CaseResult> = servers
         .iter()
         .zip(samples)
         .zip(&ios)
-        .map(|((s, mut ns), &count)| {
+        .zip(&cpu_ticks)
+        .map(|(((s, mut ns), &count), &ticks)| {
             let (min, max) = ns.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
             let median_ns = median(&mut ns);
             CaseResult {
@@ -312,7 +340,10 @@ fn timed_case(
                 runs: settings.runs,
                 units_per_run: count / settings.runs.max(1) as u64,
                 ratio_vs_mmkit: None,
-                extra: vec![("ops_per_sec", 1e9 / median_ns)],
+                extra: vec![
+                    ("ops_per_sec", 1e9 / median_ns),
+                    ("server_cpu_us_per_op", ticks as f64 * tick_us / count.max(1) as f64),
+                ],
             }
         })
         .collect();
@@ -361,6 +392,17 @@ fn on_path(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_ticks_of_this_process_are_counted() {
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < Duration::from_millis(30) {
+            std::hint::black_box(0);
+        }
+        assert!(cpu_ticks_of(std::process::id()) > 0);
+        assert_eq!(cpu_ticks_of(u32::MAX), 0);
+        assert!(clock_ticks_per_second() > 0.0);
+    }
 
     #[test]
     fn the_zstd_ratio_is_read_from_nbdkits_log() {
