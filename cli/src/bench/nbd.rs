@@ -272,19 +272,8 @@ fn ratios(servers: Vec<Contender>, name: &'static str, bytes: u64) -> Result<(Ve
         let own = own.unwrap_or(f64::NAN);
         let rss_ratio = if rss_growth > 0 { bytes as f64 / rss_growth as f64 } else { f64::NAN };
         summary.push(format!("{} {own:.2} ({rss_ratio:.2})", s.impl_name));
-        rows.push(CaseResult {
-            suite: SUITE.name,
-            name,
-            impl_name: s.impl_name,
-            unit: "device",
-            median_ns: 0.0,
-            min_ns: 0.0,
-            max_ns: 0.0,
-            runs: 1,
-            units_per_run: 1,
-            ratio_vs_mmkit: None,
-            extra: vec![("ratio", own), ("rss_ratio", rss_ratio), ("bytes", bytes as f64)],
-        });
+        let extra = vec![("ratio", own), ("rss_ratio", rss_ratio), ("bytes", bytes as f64)];
+        rows.push(CaseResult::untimed(SUITE.name, name, s.impl_name, extra));
     }
     Ok((rows, summary.join(", ")))
 }
