@@ -406,21 +406,21 @@ impl Zram {
             Content::Same(word) => {
                 slot.set_handle(word);
                 slot.update_flags(flags::SAME, 0);
-                self.counters.same_pages.fetch_add(1, Relaxed);
+                self.counters.hot().same_pages.fetch_add(1, Relaxed);
             }
             Content::Stored { handle, size, huge } => {
                 slot.set_handle(handle.to_raw());
                 slot.set_size(size);
                 if huge {
                     slot.update_flags(flags::HUGE, 0);
-                    self.counters.huge_pages.fetch_add(1, Relaxed);
-                    self.counters.huge_pages_since.fetch_add(1, Relaxed);
+                    self.counters.hot().huge_pages.fetch_add(1, Relaxed);
+                    self.counters.hot().huge_pages_since.fetch_add(1, Relaxed);
                 }
-                self.counters.compr_data_size.fetch_add(size as u64, Relaxed);
+                self.counters.hot().compr_data_size.fetch_add(size as i64, Relaxed);
             }
         }
         slot.touch(self.now());
-        self.counters.pages_stored.fetch_add(1, Relaxed);
+        self.counters.hot().pages_stored.fetch_add(1, Relaxed);
         if let Some(old) = old {
             // Ours: the old contents go once the new are in place.
             let _ = self.pool.zs_free(old);
@@ -462,7 +462,7 @@ impl Zram {
             return None;
         }
         let handle = if slot.has(flags::SAME) {
-            self.counters.same_pages.fetch_sub(1, Relaxed);
+            self.counters.hot().same_pages.fetch_sub(1, Relaxed);
             None
         } else if slot.has(flags::WB) {
             if let Some(backing) = &self.wb.backing {
@@ -472,12 +472,12 @@ impl Zram {
             None
         } else {
             if slot.has(flags::HUGE) {
-                self.counters.huge_pages.fetch_sub(1, Relaxed);
+                self.counters.hot().huge_pages.fetch_sub(1, Relaxed);
             }
-            self.counters.compr_data_size.fetch_sub(slot.size() as u64, Relaxed);
+            self.counters.hot().compr_data_size.fetch_sub(slot.size() as i64, Relaxed);
             Handle::from_raw(slot.handle())
         };
-        self.counters.pages_stored.fetch_sub(1, Relaxed);
+        self.counters.hot().pages_stored.fetch_sub(1, Relaxed);
         slot.update_flags(0, CLEARED_ON_FREE);
         slot.set_size(0);
         slot.set_handle(0);

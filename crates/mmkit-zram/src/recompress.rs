@@ -198,8 +198,8 @@ impl Zram {
                 slot.set_size(size);
                 slot.set_priority(priority);
                 slot.update_flags(idle, 0);
-                self.counters.pages_stored.fetch_add(1, Relaxed);
-                self.counters.compr_data_size.fetch_add(size as u64, Relaxed);
+                self.counters.hot().pages_stored.fetch_add(1, Relaxed);
+                self.counters.hot().compr_data_size.fetch_add(size as i64, Relaxed);
                 if let Some(old) = old {
                     let _ = self.pool.zs_free(old);
                 }

@@ -8,17 +8,47 @@
 use crate::device::{Zram, PAGE_SIZE};
 use crate::slot::flags;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+/// The counters every write and free changes, one set per shard: two
+/// threads writing at once would otherwise pass one cache line back and
+/// forth four times a page (Linux's `zram_stats` are shared atomics; with
+/// two writers here they cost more than the class lock). A shard may go
+/// negative (a page stored by one thread, overwritten by another); only
+/// the sum means anything.
+#[derive(Default)]
+#[repr(align(128))]
+pub(crate) struct HotCounters {
+    pub(crate) compr_data_size: AtomicI64,
+    /// Pages holding data (same-filled included): `orig_data_size` / 4096.
+    pub(crate) pages_stored: AtomicI64,
+    pub(crate) same_pages: AtomicI64,
+    pub(crate) huge_pages: AtomicI64,
+    pub(crate) huge_pages_since: AtomicI64,
+}
+
+impl HotCounters {
+    fn all(&self) -> [&AtomicI64; 5] {
+        [&self.compr_data_size, &self.pages_stored, &self.same_pages, &self.huge_pages, &self.huge_pages_since]
+    }
+}
+
+/// Shards of [`HotCounters`]: enough that threads rarely share one.
+const HOT_SHARDS: usize = 16;
+
+/// This thread's shard, handed out round robin on first use.
+fn hot_shard() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = NEXT.fetch_add(1, Relaxed) % HOT_SHARDS;
+    }
+    SHARD.with(|s| *s)
+}
 
 /// The device's counters (Linux's `struct zram_stats`).
 #[derive(Default)]
 pub(crate) struct Counters {
-    pub(crate) compr_data_size: AtomicU64,
-    /// Pages holding data (same-filled included): `orig_data_size` / 4096.
-    pub(crate) pages_stored: AtomicU64,
-    pub(crate) same_pages: AtomicU64,
-    pub(crate) huge_pages: AtomicU64,
-    pub(crate) huge_pages_since: AtomicU64,
+    hot: [HotCounters; HOT_SHARDS],
     pub(crate) mem_used_max: AtomicU64,
     pub(crate) failed_reads: AtomicU64,
     pub(crate) failed_writes: AtomicU64,
@@ -28,17 +58,31 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
+    /// This thread's shard of the per-page counters.
+    pub(crate) fn hot(&self) -> &HotCounters {
+        &self.hot[hot_shard()]
+    }
+
+    /// One per-page counter summed over the shards.
+    pub(crate) fn total(&self, counter: impl Fn(&HotCounters) -> &AtomicI64) -> u64 {
+        let sum: i64 = self.hot.iter().map(|shard| counter(shard).load(Relaxed)).sum();
+        sum.max(0) as u64
+    }
+
+    /// Raises `mem_used_max` to `bytes` if it is below: a plain load first,
+    /// so the shared line is written only when the pool grew past its
+    /// peak (as Linux's `update_used_max`).
     pub(crate) fn note_memory(&self, bytes: u64) {
-        self.mem_used_max.fetch_max(bytes, Relaxed);
+        if bytes > self.mem_used_max.load(Relaxed) {
+            self.mem_used_max.fetch_max(bytes, Relaxed);
+        }
     }
 
     pub(crate) fn reset(&self) {
+        for c in self.hot.iter().flat_map(HotCounters::all) {
+            c.store(0, Relaxed);
+        }
         for c in [
-            &self.compr_data_size,
-            &self.pages_stored,
-            &self.same_pages,
-            &self.huge_pages,
-            &self.huge_pages_since,
             &self.mem_used_max,
             &self.failed_reads,
             &self.failed_writes,
@@ -79,15 +123,15 @@ impl Zram {
     pub fn mm_stat_values(&self) -> MmStat {
         let c = &self.counters;
         MmStat {
-            orig_data_size: c.pages_stored.load(Relaxed) * PAGE_SIZE as u64,
-            compr_data_size: c.compr_data_size.load(Relaxed),
+            orig_data_size: c.total(|h| &h.pages_stored) * PAGE_SIZE as u64,
+            compr_data_size: c.total(|h| &h.compr_data_size),
             mem_used_total: self.pool.zs_get_total_pages() * PAGE_SIZE as u64,
             mem_limit: self.mem_limit(),
             mem_used_max: c.mem_used_max.load(Relaxed),
-            same_pages: c.same_pages.load(Relaxed),
+            same_pages: c.total(|h| &h.same_pages),
             pages_compacted: self.pool.zs_pool_stats().pages_compacted,
-            huge_pages: c.huge_pages.load(Relaxed),
-            huge_pages_since: c.huge_pages_since.load(Relaxed),
+            huge_pages: c.total(|h| &h.huge_pages),
+            huge_pages_since: c.total(|h| &h.huge_pages_since),
         }
     }
 

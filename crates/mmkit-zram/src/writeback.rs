@@ -238,7 +238,7 @@ impl Zram {
         let old = self.slot_free_extract(slot);
         slot.set_handle(block);
         slot.update_flags(flags::WB | idle, 0);
-        self.counters.pages_stored.fetch_add(1, Relaxed);
+        self.counters.hot().pages_stored.fetch_add(1, Relaxed);
         self.wb.bd_count.fetch_add(1, Relaxed);
         self.wb.bd_writes.fetch_add(1, Relaxed);
         if self.wb.limit_enable.load(Relaxed) {

@@ -1,7 +1,7 @@
 //! The same real data written to mmkit's zram and to a private kernel zram
 //! device with the same algorithm: `orig_data_size`, `same_pages` and
-//! `huge_pages` must agree within 1 %, and mmkit's compressed bytes must be
-//! within 1 % of the kernel's. Skips (with a message) where the kernel
+//! `huge_pages` must agree within 1 %, mmkit's compressed bytes must be
+//! within 1 % of the kernel's and its `mem_used_total` no larger. Skips (with a message) where the kernel
 //! device cannot be made: no zram module, not root, or no
 //! `/sys/class/zram-control`. Never touches `/dev/zram0`.
 
@@ -62,4 +62,7 @@ fn mm_stat_agrees_with_the_kernels_zram_on_the_same_data() {
     assert!(within(s.same_pages, theirs[5], 0.01), "same_pages: {report}");
     assert!(within(s.huge_pages, theirs[7], 0.01), "huge_pages: {report}");
     assert!(within(s.compr_data_size, theirs[1], 0.01), "compr_data_size: {report}");
+    // Same objects in the same size classes, but zspages here take their
+    // pages as objects reach them: never more memory than the kernel's.
+    assert!(s.mem_used_total <= theirs[2], "mem_used_total: {report}");
 }

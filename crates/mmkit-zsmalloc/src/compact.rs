@@ -56,6 +56,7 @@ fn compact_one(mm: &PageAllocator, state: &mut ClassState) -> Option<Vec<PageBlo
     // `isolate_src_zspage` scans from ZS_INUSE_RATIO_10 upward).
     let src = (1..GROUP_FULL).find_map(|g| state.groups[g].first()).map(|&id| id as usize)?;
     let shape = state.shape;
+    let page_size = mm.geometry().page_size() as usize;
     let mut buf = vec![0; shape.size];
     let mut moved = 0;
     for obj in 0..shape.objs_per_zspage as u16 {
@@ -63,11 +64,9 @@ fn compact_one(mm: &PageAllocator, state: &mut ClassState) -> Option<Vec<PageBlo
         let Some(handle) = Handle::from_raw(raw) else { continue };
         // Destination: the fullest zspage with room other than the source
         // (`isolate_dst_zspage` scans from ZS_INUSE_RATIO_99 down).
-        let dst = (1..GROUP_FULL)
-            .rev()
-            .find_map(|g| state.groups[g].iter().rev().find(|&&id| id as usize != src))
-            .map(|&id| id as usize);
-        let Some(dst) = dst else { break };
+        // Only into objects the destination's pages already hold: growing
+        // a chain would take pages, which compaction is there to give back.
+        let Some(dst) = state.zspage_with_backed_room(page_size, Some(src)) else { break };
         state.zspages[src].as_ref()?.read(mm, usize::from(obj) * shape.size, &mut buf);
         let target = state.zspages[dst].as_mut()?;
         let Some(new_obj) = target.alloc_obj(mm, shape, raw) else { break };
@@ -77,7 +76,7 @@ fn compact_one(mm: &PageAllocator, state: &mut ClassState) -> Option<Vec<PageBlo
         state.regroup(dst);
         moved += 1;
     }
-    match state.regroup_or_unlink(src) {
+    match state.regroup_or_unlink(mm, src) {
         Some(pages) => Some(pages),
         None if moved > 0 => Some(Vec::new()),
         None => None,

@@ -15,7 +15,7 @@
 use crate::class::{ClassTable, DEFAULT_CHAIN_SIZE, ZS_HANDLE_SIZE};
 use crate::deferred::{DeferredLayout, DeferredQueue};
 use crate::handle::Handle;
-use crate::size_class::ClassState;
+use crate::size_class::{AllocMiss, ClassState};
 use crate::zspage::Zspage;
 use crate::{ZsError, ZSMALLOC_OWNER};
 use mmkit::{Gfp, PageAllocator, PageBlock};
@@ -128,39 +128,51 @@ impl Inner {
             Some(bytes) => state.write_obj(&self.mm, handle, bytes).map(|()| handle),
             None => Ok(handle),
         };
-        {
+        loop {
+            let miss = {
+                let mut state = self.lock(class);
+                match state.alloc(&self.mm, size) {
+                    Ok(handle) => return fill(&mut state, handle),
+                    Err(miss) => miss,
+                }
+            };
+            // Pages come from the allocator with no class lock held (as
+            // Linux's `alloc_zspage`): its slow path may compact, and
+            // compaction may call back into this pool to migrate a page.
+            let page = self.alloc_page(gfp, nid)?;
             let mut state = self.lock(class);
-            if let Some(handle) = state.alloc(&self.mm, size) {
-                return fill(&mut state, handle);
-            }
-        }
-        let shape = self.table.shape(class);
-        let pages = self.alloc_pages(shape.pages_per_zspage, gfp, nid)?;
-        let zspage = Zspage::new(&self.mm, pages, shape);
-        let mut state = self.lock(class);
-        // The object goes into the new zspage even if another one gained
-        // room meanwhile (as Linux's zs_malloc does): an empty zspage left
-        // behind would never be freed.
-        let id = state.insert_zspage(zspage);
-        let handle = state.alloc_in(&self.mm, id, size).ok_or(ZsError::NoMemory(None))?;
-        fill(&mut state, handle)
-    }
-
-    /// A zspage's chain, allocated with no lock held (Linux's
-    /// `alloc_zspage`); all or nothing.
-    fn alloc_pages(&self, nr: usize, gfp: Gfp, nid: usize) -> Result<Vec<PageBlock>, ZsError> {
-        let mut pages = Vec::with_capacity(nr);
-        for _ in 0..nr {
-            match self.mm.alloc_block_node(nid, ZSMALLOC_OWNER, gfp, 0) {
-                Ok(block) => pages.push(block),
-                Err(e) => {
-                    self.free_pages(pages);
-                    return Err(ZsError::NoMemory(Some(e)));
+            match miss {
+                AllocMiss::NeedsPage(id) => match state.attach_page(&self.mm, id, page) {
+                    Ok(()) => {
+                        if let Some(handle) = state.alloc_in(&self.mm, id, size) {
+                            return fill(&mut state, handle);
+                        }
+                    }
+                    Err(unused) => {
+                        // Another caller grew or emptied that zspage
+                        // meanwhile: give the page back and look again.
+                        drop(state);
+                        self.free_pages(vec![unused]);
+                    }
+                },
+                AllocMiss::NoRoom => {
+                    // The object goes into the new zspage even if another
+                    // one gained room meanwhile (as Linux's zs_malloc
+                    // does): an empty zspage left behind would never be
+                    // freed.
+                    let id = state.insert_zspage(&self.mm, Zspage::new(&self.mm, page, self.table.shape(class)));
+                    let handle = state.alloc_in(&self.mm, id, size).ok_or(ZsError::NoMemory(None))?;
+                    return fill(&mut state, handle);
                 }
             }
         }
-        self.pages_allocated.fetch_add(nr as u64, Relaxed);
-        Ok(pages)
+    }
+
+    /// One page for a zspage, allocated with no lock held.
+    fn alloc_page(&self, gfp: Gfp, nid: usize) -> Result<PageBlock, ZsError> {
+        let block = self.mm.alloc_block_node(nid, ZSMALLOC_OWNER, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
+        self.pages_allocated.fetch_add(1, Relaxed);
+        Ok(block)
     }
 
     /// Returns pages to the page allocator (no class lock may be held).
@@ -230,7 +242,7 @@ impl Inner {
         for class in self.serving_classes() {
             let state = self.lock(class);
             state.check(&self.mm)?;
-            pages += state.nr_zspages() as u64 * state.shape.pages_per_zspage as u64;
+            pages += state.pages;
         }
         let counted = self.pages_allocated.load(Relaxed);
         if pages != counted {

@@ -39,10 +39,22 @@ pub(crate) struct ClassState {
     pub(crate) groups: [Vec<u32>; NR_GROUPS],
     slots: Vec<Slot>,
     free_slots: Vec<u32>,
-    /// Objects the class's zspages can hold (Linux's `ZS_OBJS_ALLOCATED`).
+    /// Objects the class's zspages can hold in the pages they have
+    /// (Linux's `ZS_OBJS_ALLOCATED`, where a zspage always has them all).
     pub(crate) objs_allocated: u64,
+    /// Pages the class's zspages have.
+    pub(crate) pages: u64,
     /// Objects in use (`ZS_OBJS_INUSE`).
     pub(crate) objs_inuse: u64,
+}
+
+/// Why [`ClassState::alloc`] found no object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AllocMiss {
+    /// Every zspage is full: a new one is needed.
+    NoRoom,
+    /// Zspage `.0` has room once it has its next page.
+    NeedsPage(usize),
 }
 
 /// A live object, as resolved from its handle under the class lock.
@@ -64,6 +76,7 @@ impl ClassState {
             slots: Vec::new(),
             free_slots: Vec::new(),
             objs_allocated: 0,
+            pages: 0,
             objs_inuse: 0,
         }
     }
@@ -78,20 +91,58 @@ impl ClassState {
         }
     }
 
-    /// The fullest zspage that has room (Linux scans `ZS_INUSE_RATIO_99`
-    /// down to `ZS_INUSE_RATIO_0`).
-    fn zspage_with_room(&self) -> Option<usize> {
-        (0..GROUP_FULL).rev().find_map(|g| self.groups[g].last()).map(|&id| id as usize)
+    /// Zspages that are not full, fullest first (Linux scans
+    /// `ZS_INUSE_RATIO_99` down to `ZS_INUSE_RATIO_0`).
+    fn zspages_with_room(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..GROUP_FULL).rev().flat_map(move |g| self.groups[g].iter().rev()).map(|&id| id as usize)
     }
 
-    /// Allocates an object of `len` bytes in an existing zspage.
-    pub(crate) fn alloc(&mut self, mm: &PageAllocator, len: usize) -> Option<Handle> {
-        let id = self.zspage_with_room()?;
-        self.alloc_in(mm, id, len)
+    /// The fullest zspage whose next free object is backed, other than
+    /// `except`. Only a zspage still growing its chain can lack one (about
+    /// one per class), so the search rarely looks past the first.
+    pub(crate) fn zspage_with_backed_room(&self, page_size: usize, except: Option<usize>) -> Option<usize> {
+        self.zspages_with_room().find(|&id| {
+            Some(id) != except && self.zspages[id].as_ref().is_some_and(|z| z.has_backed_room(self.shape, page_size))
+        })
     }
 
-    /// Allocates an object of `len` bytes in zspage `id`, which has room.
+    /// Allocates an object of `len` bytes in an existing zspage: the
+    /// fullest with a backed free object, else [`AllocMiss::NeedsPage`] for
+    /// the fullest that has room once it has another page.
+    pub(crate) fn alloc(&mut self, mm: &PageAllocator, len: usize) -> Result<Handle, AllocMiss> {
+        let page_size = mm.geometry().page_size() as usize;
+        if let Some(id) = self.zspage_with_backed_room(page_size, None) {
+            return self.alloc_in(mm, id, len).ok_or(AllocMiss::NoRoom);
+        }
+        match self.zspages_with_room().next() {
+            Some(id) => Err(AllocMiss::NeedsPage(id)),
+            None => Err(AllocMiss::NoRoom),
+        }
+    }
+
+    /// Gives zspage `id` its next page if it still wants one; otherwise
+    /// hands the page back (the zspage went, or another caller grew it).
+    pub(crate) fn attach_page(&mut self, mm: &PageAllocator, id: usize, block: PageBlock) -> Result<(), PageBlock> {
+        let (shape, page_size) = (self.shape, mm.geometry().page_size() as usize);
+        let Some(zspage) = self.zspages.get_mut(id).and_then(Option::as_mut) else { return Err(block) };
+        if !zspage.wants_page(shape, page_size) {
+            return Err(block);
+        }
+        let before = Zspage::backed_objs(shape, page_size, zspage.pages.len());
+        zspage.attach_page(mm, shape, block);
+        let after = Zspage::backed_objs(shape, page_size, zspage.pages.len());
+        self.objs_allocated += (after - before) as u64;
+        self.pages += 1;
+        Ok(())
+    }
+
+    /// Allocates an object of `len` bytes in zspage `id`; `None` (and no
+    /// change) when its next free object is not backed.
     pub(crate) fn alloc_in(&mut self, mm: &PageAllocator, id: usize, len: usize) -> Option<Handle> {
+        let page_size = mm.geometry().page_size() as usize;
+        if !self.zspages.get(id)?.as_ref()?.has_backed_room(self.shape, page_size) {
+            return None;
+        }
         let slot = self.take_slot();
         let handle = Handle::new(slot, self.index, self.slots[slot as usize].generation);
         let shape = self.shape;
@@ -105,7 +156,7 @@ impl ClassState {
     }
 
     /// Adds a new, empty zspage to the class; returns its id.
-    pub(crate) fn insert_zspage(&mut self, zspage: Zspage) -> usize {
+    pub(crate) fn insert_zspage(&mut self, mm: &PageAllocator, zspage: Zspage) -> usize {
         let id = match self.free_ids.pop() {
             Some(id) => id as usize,
             None => {
@@ -113,7 +164,9 @@ impl ClassState {
                 self.zspages.len() - 1
             }
         };
-        self.objs_allocated += self.shape.objs_per_zspage as u64;
+        let page_size = mm.geometry().page_size() as usize;
+        self.objs_allocated += Zspage::backed_objs(self.shape, page_size, zspage.pages.len()) as u64;
+        self.pages += zspage.pages.len() as u64;
         self.zspages[id] = Some(zspage);
         self.link(id, 0);
         id
@@ -152,12 +205,12 @@ impl ClassState {
         zspage.free_obj(mm, shape, at.obj);
         self.objs_inuse -= 1;
         self.release_slot(handle.slot());
-        Ok(self.regroup_or_unlink(at.zspage))
+        Ok(self.regroup_or_unlink(mm, at.zspage))
     }
 
     /// Moves zspage `id` to the group its use now puts it in; unlinks it
     /// and returns its pages if it is empty.
-    pub(crate) fn regroup_or_unlink(&mut self, id: usize) -> Option<Vec<PageBlock>> {
+    pub(crate) fn regroup_or_unlink(&mut self, mm: &PageAllocator, id: usize) -> Option<Vec<PageBlock>> {
         let inuse = self.zspages[id].as_ref().map_or(0, |z| z.inuse);
         if inuse != 0 {
             self.regroup(id);
@@ -166,7 +219,9 @@ impl ClassState {
         self.unlink(id);
         let zspage = self.zspages[id].take()?;
         self.free_ids.push(id as u32);
-        self.objs_allocated -= self.shape.objs_per_zspage as u64;
+        let page_size = mm.geometry().page_size() as usize;
+        self.objs_allocated -= Zspage::backed_objs(self.shape, page_size, zspage.pages.len()) as u64;
+        self.pages -= zspage.pages.len() as u64;
         Some(zspage.pages)
     }
 
@@ -226,15 +281,11 @@ impl ClassState {
         self.free_slots.push(slot as u32);
     }
 
-    /// Linux's `zs_can_compact`: pages a perfect compaction would free.
+    /// Linux's `zs_can_compact`: pages a perfect compaction would free
+    /// (counting only the objects the zspages' pages can hold).
     pub(crate) fn can_compact(&self) -> u64 {
         let wasted = self.objs_allocated - self.objs_inuse;
         wasted / self.shape.objs_per_zspage as u64 * self.shape.pages_per_zspage as u64
-    }
-
-    /// Zspages in the class.
-    pub(crate) fn nr_zspages(&self) -> usize {
-        self.groups.iter().map(Vec::len).sum()
     }
 
     /// Every page of the class, for the pool's teardown.
@@ -244,13 +295,15 @@ impl ClassState {
             pages.extend(zspage.pages);
         }
         self.groups = Default::default();
+        self.pages = 0;
+        self.objs_allocated = 0;
         pages
     }
 
     /// Checks the class's bookkeeping: counts, groups, handles. For tests.
     pub(crate) fn check(&self, mm: &PageAllocator) -> Result<(), String> {
-        let mut inuse = 0u64;
-        let mut zspages = 0u64;
+        let page_size = mm.geometry().page_size() as usize;
+        let (mut inuse, mut zspages, mut backed, mut pages) = (0u64, 0u64, 0u64, 0u64);
         for (g, list) in self.groups.iter().enumerate() {
             for (pos, &id) in list.iter().enumerate() {
                 let z = self.zspages[id as usize]
@@ -259,8 +312,13 @@ impl ClassState {
                 if usize::from(z.group) != g || z.pos as usize != pos || self.group_of(z.inuse) != g {
                     return Err(format!("class {}: zspage {id} in group {g} pos {pos} is wrong", self.index));
                 }
+                if z.pages.is_empty() || z.pages.len() > self.shape.pages_per_zspage {
+                    return Err(format!("class {}: zspage {id} has {} pages", self.index, z.pages.len()));
+                }
                 inuse += u64::from(z.inuse);
                 zspages += 1;
+                backed += Zspage::backed_objs(self.shape, page_size, z.pages.len()) as u64;
+                pages += z.pages.len() as u64;
             }
         }
         if !self.groups[0].is_empty() {
@@ -269,7 +327,7 @@ impl ClassState {
         if zspages as usize != self.zspages.iter().flatten().count() {
             return Err(format!("class {}: a zspage is in no group", self.index));
         }
-        if inuse != self.objs_inuse || zspages * self.shape.objs_per_zspage as u64 != self.objs_allocated {
+        if inuse != self.objs_inuse || backed != self.objs_allocated || pages != self.pages {
             return Err(format!("class {}: counts disagree", self.index));
         }
         let live: Vec<(usize, &Slot)> = self.slots.iter().enumerate().filter(|(_, s)| s.live).collect();
@@ -279,6 +337,9 @@ impl ClassState {
         for (i, slot) in live {
             let handle = Handle::new(i as u32, self.index, slot.generation);
             let z = self.zspages[slot.zspage as usize].as_ref().ok_or(format!("handle {handle} in a freed zspage"))?;
+            if usize::from(slot.obj) >= Zspage::backed_objs(self.shape, page_size, z.pages.len()) {
+                return Err(format!("class {}: object of handle {handle} lies past its zspage's pages", self.index));
+            }
             if z.header(mm, self.shape, slot.obj) != handle.to_raw() {
                 return Err(format!("class {}: object of handle {handle} has another header", self.index));
             }

@@ -27,8 +27,7 @@ impl crate::ZsPool {
         for class in inner.serving_classes() {
             let state = inner.lock(class);
             let shape = state.shape;
-            let zspages = state.nr_zspages() as u64;
-            let class_pages = zspages * shape.pages_per_zspage as u64;
+            let class_pages = state.pages;
             let _ = write!(out, "{:>6} {:>5} ", class, shape.size);
             for (g, total) in totals.iter_mut().enumerate().skip(1) {
                 let n = state.groups[g].len() as u64;

@@ -259,3 +259,38 @@ fn both_deferred_layouts_free_everything() {
         pool.check_invariants().unwrap();
     }
 }
+
+#[test]
+fn a_zspage_takes_its_pages_as_its_objects_reach_them() {
+    let mm = real_map(16 << 20);
+    let pool = ZsPool::zs_create_pool("t", mm).unwrap();
+    let table = mmkit_zsmalloc::class::ClassTable::new(4096, 8);
+    // 1100 bytes plus the header: a class whose zspages chain several pages.
+    let shape = table.shape(table.class_for(1100 + mmkit_zsmalloc::class::ZS_HANDLE_SIZE));
+    assert!(shape.pages_per_zspage > 1, "{shape:?}");
+    let mut handles = Vec::new();
+    for n in 1..=2 * shape.objs_per_zspage {
+        handles.push(pool.zs_malloc_copy(&pattern(n as u64, 1100), gfp(), 0).unwrap());
+        // Full zspages have their whole chain; the newest has the pages its
+        // objects end in, and no more.
+        let full = (n - 1) / shape.objs_per_zspage;
+        let in_newest = n - full * shape.objs_per_zspage;
+        let expected = full * shape.pages_per_zspage + (in_newest * shape.size).div_ceil(4096);
+        assert_eq!(pool.zs_get_total_pages(), expected as u64, "after {n} objects");
+        pool.check_invariants().unwrap();
+    }
+    // Freed objects are reused before the chain grows again.
+    let last = handles.pop().unwrap();
+    pool.zs_free(last).unwrap();
+    let pages = pool.zs_get_total_pages();
+    handles.push(pool.zs_malloc_copy(&pattern(99, 1100), gfp(), 0).unwrap());
+    assert_eq!(pool.zs_get_total_pages(), pages);
+    for (i, h) in handles.iter().enumerate().take(5) {
+        assert_eq!(read(&pool, *h), pattern(i as u64 + 1, 1100));
+    }
+    for h in handles {
+        pool.zs_free(h).unwrap();
+    }
+    assert_eq!(pool.zs_get_total_pages(), 0);
+    pool.check_invariants().unwrap();
+}

@@ -1,0 +1,63 @@
+//! Timing/instruction probe of zram's 4 KiB write and read paths, for
+//! profiling with `perf` or `valgrind --tool=callgrind` (the benchmark of
+//! record is `mmkit bench zram`, which also drives the kernel's zram).
+//!
+//! Usage: `zram_probe [write|read] [real|half|same] [lz4|zstd] [threads] [ops]`
+//! on a 64 MiB device filled with the same data first, as the benchmark does.
+use mmkit_testkit::kernel_zram::real_pages;
+use mmkit_testkit::XorShift64;
+use mmkit_zram::{Algorithm, Zram, ZramConfig, PAGE_SIZE};
+use std::time::Instant;
+
+fn half_pages(n: usize) -> Vec<Vec<u8>> {
+    let mut rng = XorShift64::new(50);
+    (0..n)
+        .map(|i| {
+            let mut page = vec![(i % 251) as u8; PAGE_SIZE];
+            for b in &mut page[..PAGE_SIZE / 2] {
+                *b = rng.next_u64() as u8;
+            }
+            page
+        })
+        .collect()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.to_string());
+    let write = arg(0, "write") == "write";
+    let data = match arg(1, "half").as_str() {
+        "real" => real_pages(16_384),
+        "same" => (0..64u64).map(|i| (i * 0x0101_0101).to_ne_bytes().repeat(PAGE_SIZE / 8)).collect(),
+        _ => half_pages(1024),
+    };
+    let algorithm = if arg(2, "lz4") == "zstd" { Algorithm::Zstd { level: 3 } } else { Algorithm::Lz4 };
+    let threads: u64 = arg(3, "1").parse().unwrap_or(1);
+    let ops: u64 = arg(4, "200000").parse().unwrap_or(200_000);
+    let pages = (64u64 << 20) / PAGE_SIZE as u64;
+    let zram = Zram::with_own_memory(ZramConfig { disksize: 64 << 20, algorithm, ..ZramConfig::default() }).unwrap();
+    for i in 0..pages {
+        zram.write(i * PAGE_SIZE as u64, &data[i as usize % data.len()]).unwrap();
+    }
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (zram, data) = (&zram, &data);
+            s.spawn(move || {
+                let mut rng = XorShift64::new(7 ^ (t << 32));
+                let mut buf = vec![0u8; PAGE_SIZE];
+                for _ in 0..ops / threads {
+                    let at = (rng.next_u64() % pages) * PAGE_SIZE as u64;
+                    if write {
+                        let page = &data[(rng.next_u64() % data.len() as u64) as usize];
+                        zram.write(at, page).unwrap();
+                    } else {
+                        zram.read(at, &mut buf).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    let ns = start.elapsed().as_nanos() as f64 / ops as f64;
+    println!("{ns:.1} ns/op ({threads} threads, {ops} ops)");
+}
