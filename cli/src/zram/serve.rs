@@ -135,14 +135,18 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
             .map_err(|e| ServeError::Failed(format!("installing the signal handler: {e}")))?;
     }
     let stopping = || stop.load(Ordering::Relaxed);
-    let mut server =
-        Nbdkit::start(&spec, Duration::from_secs(60), &stopping).map_err(|NbdkitError(e)| ServeError::Failed(e))?;
+    let mut server = match Nbdkit::start(&spec, Duration::from_secs(60), &stopping) {
+        Ok(server) => server,
+        // Asked to stop before nbdkit was ready: a clean stop all the same.
+        Err(_) if stopping() => return Ok(()),
+        Err(NbdkitError(e)) => return Err(ServeError::Failed(e)),
+    };
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{}", server.uri()).and_then(|()| out.flush());
     }
     eprintln!(
-        "mmkit zram serve: {} bytes, {}; control socket {} (mmkit zram ctl {} mm_stat); SIGINT or SIGTERM stops it",
+        "mmkit zram serve: size {}, {}; control socket {} (mmkit zram ctl {} mm_stat); SIGINT or SIGTERM stops it",
         args.size,
         args.comp,
         control.display(),
