@@ -11,7 +11,9 @@ fn fio_randwrite_qd16_over_four_connections_verifies_with_crc32c() {
         return;
     }
     let server = Server::start("64M", &[]);
-    let out = check(Command::new("fio").args([
+    // fio saves a verify state file per job in its working directory:
+    // none, and in the server's private directory at that.
+    let out = check(Command::new("fio").current_dir(server.dir()).args([
         "--name=verify",
         "--ioengine=nbd",
         &format!("--uri={}", server.uri()),
@@ -24,6 +26,7 @@ fn fio_randwrite_qd16_over_four_connections_verifies_with_crc32c() {
         "--verify=crc32c",
         "--do_verify=1",
         "--verify_fatal=1",
+        "--verify_state_save=0",
         "--buffer_compress_percentage=50",
         "--refill_buffers",
         "--output-format=json",
