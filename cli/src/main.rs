@@ -3,16 +3,18 @@
 //!
 //! Owns the list of commands and the exit codes only: each command's
 //! arguments and work live in its own module (`info`, `bench/`,
-//! `replay/`), `SIZE` parsing in `size`; this file must not grow flags or
-//! command logic. Exit codes: 0 success, 1 a benchmark or replay failed
-//! while running, 2 bad arguments or unusable input (clap's own usage
-//! errors included).
+//! `replay/`, `zram/`), `SIZE` parsing in `size`; this file must not grow
+//! flags or command logic. Exit codes: 0 success (also `zram serve`
+//! stopped by SIGINT or SIGTERM), 1 a benchmark, replay, server or control
+//! request failed while running, 2 bad arguments or unusable input (clap's
+//! own usage errors included).
 #![deny(unsafe_code)]
 
 mod bench;
 mod info;
 mod replay;
 mod size;
+mod zram;
 
 use clap::{Parser, Subcommand};
 use std::io::Write;
@@ -23,7 +25,7 @@ use std::process::ExitCode;
     name = "mmkit",
     version,
     about = "Linux's page allocator as a library: /proc-style views, benchmarks and trace replay",
-    after_help = "Exit status: 0 success, 1 a benchmark or replay failed, 2 bad arguments or input."
+    after_help = "Exit status: 0 success, 1 a benchmark, replay, server or control request failed, 2 bad arguments or input."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -45,6 +47,9 @@ enum Command {
     /// Write a trace in mmkit's binary format (8-byte records with the
     /// first pass's summary), which `mmkit replay` reads without parsing.
     Convert(replay::cache::ConvertArgs),
+    /// mmkit's zram as a block device for other programs: serve it over NBD
+    /// (nbdkit) and control it like the kernel's sysfs attributes.
+    Zram(zram::ZramArgs),
 }
 
 fn main() -> ExitCode {
@@ -65,6 +70,17 @@ fn main() -> ExitCode {
         Command::Convert(args) => match replay::cache::convert(&args) {
             Ok(text) => print(&text),
             Err(msg) => fail(&msg, 2),
+        },
+        Command::Zram(args) => match args.command {
+            zram::ZramCommand::Serve(args) => match zram::serve::run(&args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(zram::serve::ServeError::Usage(msg)) => fail(&msg, 2),
+                Err(zram::serve::ServeError::Failed(msg)) => fail(&msg, 1),
+            },
+            zram::ZramCommand::Ctl(args) => match zram::ctl::run(&args) {
+                Ok(text) => print(&text),
+                Err(msg) => fail(&msg, 1),
+            },
         },
     }
 }

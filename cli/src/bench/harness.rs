@@ -135,6 +135,32 @@ pub struct CaseResult {
     pub extra: Vec<(&'static str, f64)>,
 }
 
+impl CaseResult {
+    /// A row that times nothing (a device filled once, its compression
+    /// ratio): unit `device`, one run of one unit, zero times, the figures
+    /// in `extra`.
+    pub fn untimed(
+        suite: &'static str,
+        name: &'static str,
+        impl_name: &'static str,
+        extra: Vec<(&'static str, f64)>,
+    ) -> Self {
+        Self {
+            suite,
+            name,
+            impl_name,
+            unit: "device",
+            median_ns: 0.0,
+            min_ns: 0.0,
+            max_ns: 0.0,
+            runs: 1,
+            units_per_run: 1,
+            ratio_vs_mmkit: None,
+            extra,
+        }
+    }
+}
+
 fn extra_as_map<S: serde::Serializer>(extra: &[(&'static str, f64)], s: S) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
     let mut map = s.serialize_map(Some(extra.len()))?;

@@ -14,6 +14,7 @@ mod buddy;
 mod bulk;
 mod contig;
 pub mod harness;
+mod nbd;
 mod pcp;
 mod quicklist;
 mod zram;
@@ -44,7 +45,11 @@ pub struct Suite {
 
 /// Every suite, in the order `mmkit bench` runs them.
 pub const SUITES: &[Suite] =
-    &[buddy::SUITE, pcp::SUITE, bulk::SUITE, contig::SUITE, quicklist::SUITE, zsmalloc::SUITE, zram::SUITE];
+    &[buddy::SUITE, pcp::SUITE, bulk::SUITE, contig::SUITE, quicklist::SUITE, zsmalloc::SUITE, zram::SUITE, nbd::SUITE];
+
+/// Suites that run only when named: `nbd` starts servers and clients as
+/// other processes and needs nbdkit, fio and the plugin built.
+pub const NAMED_ONLY: &[&str] = &["nbd"];
 
 /// Names of every suite, for argument validation and help.
 pub fn suite_names() -> Vec<&'static str> {
@@ -54,7 +59,7 @@ pub fn suite_names() -> Vec<&'static str> {
 /// `mmkit bench`'s arguments, exactly as the command line takes them.
 #[derive(Clone, Debug, Args)]
 pub struct BenchArgs {
-    /// Suites to run; all of them when none is given.
+    /// Suites to run; when none is given, all but `nbd` (which runs only when named).
     #[arg(value_name = "SUITE", value_parser = suite_parser())]
     pub suites: Vec<String>,
     /// Print one JSON document instead of tables.
@@ -116,12 +121,20 @@ pub fn run(args: &BenchArgs) -> Result<String, BenchError> {
     })
 }
 
-/// The suites named in `names` (each once, in registry order), or all.
+/// The suites named in `names` (each once, in registry order), or all but
+/// the [`NAMED_ONLY`] ones.
 fn select(names: &[String]) -> Result<Vec<Suite>, BenchError> {
     if let Some(unknown) = names.iter().find(|n| !suite_names().contains(&n.as_str())) {
         return Err(BenchError(format!("unknown suite `{unknown}`; suites: {}", suite_names().join(", "))));
     }
-    Ok(SUITES.iter().filter(|s| names.is_empty() || names.iter().any(|n| n == s.name)).copied().collect())
+    let chosen = |s: &&Suite| {
+        if names.is_empty() {
+            !NAMED_ONLY.contains(&s.name)
+        } else {
+            names.iter().any(|n| n == s.name)
+        }
+    };
+    Ok(SUITES.iter().filter(chosen).copied().collect())
 }
 
 #[cfg(test)]
@@ -130,7 +143,9 @@ mod tests {
 
     #[test]
     fn selection() {
-        assert_eq!(select(&[]).unwrap().len(), SUITES.len());
+        assert_eq!(select(&[]).unwrap().len(), SUITES.len() - NAMED_ONLY.len());
+        assert!(select(&[]).unwrap().iter().all(|s| s.name != "nbd"));
+        assert_eq!(select(&["nbd".into()]).unwrap()[0].name, "nbd");
         let twice = select(&["buddy".into(), "buddy".into()]).unwrap();
         assert_eq!(twice.len(), 1);
         assert!(select(&["nope".into()]).is_err());

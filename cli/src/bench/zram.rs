@@ -207,18 +207,8 @@ fn ratio_case(settings: &Settings, kernel: Option<&KernelZram>) -> Result<Vec<Ca
     let pages = real_pages(settings.pick(65_536, 2_048));
     let bytes = (pages.len() * PAGE_SIZE) as u64;
     let mut out = Vec::new();
-    let row = |impl_name: &'static str, ratio: f64| CaseResult {
-        suite: SUITE.name,
-        name: "ratio/real",
-        impl_name,
-        unit: "device",
-        median_ns: 0.0,
-        min_ns: 0.0,
-        max_ns: 0.0,
-        runs: 1,
-        units_per_run: 1,
-        ratio_vs_mmkit: None,
-        extra: vec![("ratio", ratio), ("bytes", bytes as f64)],
+    let row = |impl_name: &'static str, ratio: f64| {
+        CaseResult::untimed(SUITE.name, "ratio/real", impl_name, vec![("ratio", ratio), ("bytes", bytes as f64)])
     };
     let impls = [
         ("mmkit/lz4", Algorithm::Lz4),

@@ -1,0 +1,231 @@
+//! Running nbdkit: finding mmkit's plugin next to the `mmkit` binary,
+//! starting nbdkit in the foreground on a Unix socket or a TCP address,
+//! waiting until it is ready, its NBD URI, and stopping it so that no
+//! socket or pid file is left behind (nbdkit itself removes neither).
+//!
+//! Owns the nbdkit child process and the files it creates; `serve` and the
+//! `nbd` benchmark both start servers through it. Knows nothing of zram's
+//! parameters beyond passing them on.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// The plugin's file name, as `cargo build` names the `mmkit-nbdkit`
+/// cdylib.
+pub const PLUGIN_FILE: &str = "libmmkit_nbdkit.so";
+
+/// What to install when nbdkit is missing.
+pub const INSTALL_HINT: &str = "nbdkit is not installed: install it with `apt-get install nbdkit` (Debian, Ubuntu) or `dnf install nbdkit` (Fedora); the clients are in libnbd-bin (nbdinfo, nbdcopy, nbdfuse), python3-libnbd (nbdsh), qemu-utils and fio";
+
+/// Why a server could not be started or ran into trouble.
+#[derive(Debug)]
+pub struct NbdkitError(pub String);
+
+/// Where the server listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listen {
+    /// A Unix socket at this path.
+    Unix(PathBuf),
+    /// TCP on this address.
+    Tcp(SocketAddr),
+}
+
+impl Listen {
+    /// The NBD URI a client connects to.
+    pub fn uri(&self) -> String {
+        match self {
+            Self::Unix(path) => format!("nbd+unix:///?socket={}", path.display()),
+            Self::Tcp(addr) => format!("nbd://{addr}"),
+        }
+    }
+}
+
+/// The plugin next to the running `mmkit` binary (`cargo build` puts both
+/// in `target/<profile>/`).
+///
+/// # Errors
+/// The binary's own path is unknown, or the plugin is not there; the
+/// message says how to build it.
+pub fn plugin_beside_binary() -> Result<PathBuf, NbdkitError> {
+    let exe = std::env::current_exe().map_err(|e| NbdkitError(format!("where is mmkit itself? {e}")))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let plugin = dir.join(PLUGIN_FILE);
+    if plugin.is_file() {
+        Ok(plugin)
+    } else {
+        Err(NbdkitError(format!(
+            "the nbdkit plugin {} is not next to mmkit in {}: build it with `cargo build --release` (the whole \
+             workspace) or `cargo build --release -p mmkit-nbdkit`, or name it with --plugin",
+            PLUGIN_FILE,
+            dir.display()
+        )))
+    }
+}
+
+/// A server to start.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    /// The plugin: a path to a `.so` or the name of one of nbdkit's own
+    /// (`memory`).
+    pub plugin: String,
+    /// The plugin's `key=value` arguments.
+    pub plugin_args: Vec<String>,
+    /// nbdkit options placed before the plugin (`--filter=…`, `-t 4`, `-v`).
+    pub nbdkit_args: Vec<String>,
+    /// Where to listen.
+    pub listen: Listen,
+    /// A private directory for the pid file.
+    pub run_dir: PathBuf,
+    /// Other files the server creates (the control socket), removed when
+    /// it stops.
+    pub also_remove: Vec<PathBuf>,
+    /// A file for nbdkit's stderr (its debug output under `-v`); none:
+    /// this process's stderr.
+    pub stderr: Option<PathBuf>,
+}
+
+/// A running nbdkit.
+#[derive(Debug)]
+pub struct Nbdkit {
+    child: Option<Child>,
+    listen: Listen,
+    pid_file: PathBuf,
+    also_remove: Vec<PathBuf>,
+}
+
+impl Nbdkit {
+    /// Starts nbdkit in the foreground (`-f`) and waits until it has
+    /// written its pid file, which nbdkit does once its socket listens and
+    /// the plugin is ready. nbdkit dies with this process
+    /// (`--exit-with-parent`).
+    ///
+    /// # Errors
+    /// nbdkit is missing, exits before it is ready (its own message went to
+    /// stderr), or is not ready within `timeout`.
+    pub fn start(spec: &Spec, timeout: Duration, interrupted: &dyn Fn() -> bool) -> Result<Self, NbdkitError> {
+        let pid_file = spec.run_dir.join("nbdkit.pid");
+        let _ = std::fs::remove_file(&pid_file);
+        let mut command = Command::new("nbdkit");
+        command.args(["-f", "--exit-with-parent", "-P"]).arg(&pid_file);
+        match &spec.listen {
+            Listen::Unix(path) => {
+                command.arg("-U").arg(path);
+            }
+            Listen::Tcp(addr) => {
+                command.args(["-i", &addr.ip().to_string(), "-p", &addr.port().to_string()]);
+            }
+        }
+        command.args(&spec.nbdkit_args).arg(&spec.plugin).args(&spec.plugin_args).stdin(Stdio::null());
+        if let Some(path) = &spec.stderr {
+            let file = std::fs::File::create(path)
+                .map_err(|e| NbdkitError(format!("nbdkit's log {}: {e}", path.display())))?;
+            command.stderr(file);
+        }
+        let child = command.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => NbdkitError(INSTALL_HINT.into()),
+            _ => NbdkitError(format!("starting nbdkit: {e}")),
+        })?;
+        let mut server =
+            Self { child: Some(child), listen: spec.listen.clone(), pid_file, also_remove: spec.also_remove.clone() };
+        let started = Instant::now();
+        loop {
+            if server.pid_file.is_file() {
+                return Ok(server);
+            }
+            if let Some(status) = server.try_wait()? {
+                return Err(NbdkitError(format!("nbdkit stopped before it was ready ({status})")));
+            }
+            if interrupted() {
+                server.stop();
+                return Err(NbdkitError("interrupted before nbdkit was ready".into()));
+            }
+            if started.elapsed() > timeout {
+                server.stop();
+                return Err(NbdkitError(format!("nbdkit was not ready within {} s", timeout.as_secs())));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The NBD URI to connect to.
+    pub fn uri(&self) -> String {
+        self.listen.uri()
+    }
+
+    /// nbdkit's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The exit status if nbdkit has stopped by itself (its files are then
+    /// removed).
+    ///
+    /// # Errors
+    /// Waiting failed.
+    pub fn try_wait(&mut self) -> Result<Option<ExitStatus>, NbdkitError> {
+        let Some(child) = self.child.as_mut() else { return Ok(None) };
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                self.child = None;
+                self.remove_files();
+                Ok(Some(status))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(NbdkitError(format!("waiting for nbdkit: {e}"))),
+        }
+    }
+
+    /// Stops nbdkit as `SIGTERM` does (it finishes the requests in flight),
+    /// kills it if it has not stopped within 10 s, and removes its files.
+    /// Returns how it ended (`None` if it had already been reaped).
+    pub fn stop(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        let pid = i32::try_from(child.id()).ok().and_then(rustix::process::Pid::from_raw);
+        if let Some(pid) = pid {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                _ => {
+                    let _ = child.kill();
+                    break child.wait().ok();
+                }
+            }
+        };
+        self.remove_files();
+        status
+    }
+
+    fn remove_files(&self) {
+        if let Listen::Unix(path) = &self.listen {
+            let _ = std::fs::remove_file(path);
+        }
+        let _ = std::fs::remove_file(&self.pid_file);
+        for path in &self.also_remove {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+impl Drop for Nbdkit {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris() {
+        assert_eq!(Listen::Unix("/run/x/nbd.sock".into()).uri(), "nbd+unix:///?socket=/run/x/nbd.sock");
+        assert_eq!(Listen::Tcp("127.0.0.1:10809".parse().unwrap()).uri(), "nbd://127.0.0.1:10809");
+        assert_eq!(Listen::Tcp("[::1]:10809".parse().unwrap()).uri(), "nbd://[::1]:10809");
+    }
+}

@@ -1,0 +1,178 @@
+//! `mmkit zram serve`: a zram device of mmkit served over NBD by nbdkit
+//! with the `mmkit-nbdkit` plugin, in the foreground until SIGINT or
+//! SIGTERM.
+//!
+//! Owns the command's arguments and the life of one server: the device
+//! parameters are checked here with the parser the plugin uses, the
+//! sockets go in a private directory unless paths are given, the URI is
+//! printed once nbdkit is ready, and a signal stops nbdkit and removes
+//! every file it made (exit 0). Starting nbdkit is `nbdkit`'s.
+
+use super::nbdkit::{plugin_beside_binary, Listen, Nbdkit, NbdkitError, Spec};
+use clap::Args;
+use mmkit_zram::ZramConfig;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `mmkit zram serve`'s arguments.
+#[derive(Clone, Debug, Args)]
+#[command(after_help = "Prints the NBD URI on stdout once the export is ready, and runs until SIGINT or SIGTERM \
+    (then exit 0, socket files removed). Example: mmkit zram serve --size 1G --comp lz4 --control zram.ctl")]
+pub struct ServeArgs {
+    /// Device size (K, M, G, T suffixes).
+    #[arg(long, default_value = "1G", value_parser = device_param("size"))]
+    pub size: String,
+    /// Primary compression algorithm: lz4, zstd or zstd:LEVEL.
+    #[arg(long, default_value = "lz4", value_parser = device_param("comp"))]
+    pub comp: String,
+    /// Up to 3 secondary algorithms for `recompress`, comma-separated, by priority.
+    #[arg(long, value_parser = device_param("recomp"))]
+    pub recomp: Option<String>,
+    /// Most memory the compressed pages may use; writes beyond it fail with ENOSPC.
+    #[arg(long, value_name = "SIZE", value_parser = device_param("mem_limit"))]
+    pub mem_limit: Option<String>,
+    /// An existing file for `writeback` of idle, huge or incompressible pages.
+    #[arg(long, value_name = "FILE", value_parser = device_param("backing_dev"))]
+    pub backing_dev: Option<String>,
+    /// Most pages in one zspage (4..=16).
+    #[arg(long, value_name = "N", value_parser = device_param("chain_size"))]
+    pub chain_size: Option<String>,
+    /// Listen on this Unix socket (default: one in a private temporary directory).
+    #[arg(long, value_name = "PATH", conflicts_with = "listen")]
+    pub unix: Option<PathBuf>,
+    /// Listen on TCP at this address instead (e.g. 127.0.0.1:10809); anything but
+    /// loopback exposes the device to the network without TLS.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<SocketAddr>,
+    /// The control socket for `mmkit zram ctl` (default: ctl.sock beside the private NBD socket).
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// The plugin to load (default: libmmkit_nbdkit.so next to the mmkit binary).
+    #[arg(long, value_name = "PATH")]
+    pub plugin: Option<PathBuf>,
+    /// Options for nbdkit itself, placed before the plugin (e.g. -- -t 8 --filter=log logfile=x).
+    #[arg(last = true, value_name = "NBDKIT-ARGS")]
+    pub nbdkit_args: Vec<String>,
+}
+
+/// A clap value parser that checks a device parameter with the parser the
+/// plugin uses, so a bad value is refused before nbdkit starts.
+fn device_param(key: &'static str) -> impl Fn(&str) -> Result<String, String> + Clone + Send + Sync + 'static {
+    move |value: &str| ZramConfig::default().set(key, value).map(|()| value.to_owned()).map_err(|e| e.to_string())
+}
+
+/// Why `serve` failed.
+#[derive(Debug)]
+pub enum ServeError {
+    /// Bad arguments (exit 2).
+    Usage(String),
+    /// The server could not be started or stopped by itself (exit 1).
+    Failed(String),
+}
+
+impl ServeArgs {
+    /// The plugin's `key=value` arguments for the device.
+    pub fn plugin_args(&self) -> Vec<String> {
+        let mut args = vec![format!("size={}", self.size), format!("comp={}", self.comp)];
+        let optional = [
+            ("recomp", &self.recomp),
+            ("mem_limit", &self.mem_limit),
+            ("backing_dev", &self.backing_dev),
+            ("chain_size", &self.chain_size),
+        ];
+        args.extend(optional.iter().filter_map(|(key, value)| value.as_ref().map(|v| format!("{key}={v}"))));
+        args
+    }
+}
+
+/// Serves until a signal; prints the URI when ready.
+///
+/// # Errors
+/// [`ServeError::Usage`] for a path that already exists;
+/// [`ServeError::Failed`] when the plugin or nbdkit is missing, nbdkit
+/// fails to start, or it stops by itself.
+pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
+    let plugin = match &args.plugin {
+        Some(path) if path.is_file() => path.clone(),
+        Some(path) => return Err(ServeError::Usage(format!("--plugin {}: no such file", path.display()))),
+        None => plugin_beside_binary().map_err(|NbdkitError(e)| ServeError::Failed(e))?,
+    };
+    let run_dir = tempfile::Builder::new()
+        .prefix("mmkit-zram-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .map_err(|e| ServeError::Failed(format!("making a private directory: {e}")))?;
+    let listen = match (&args.unix, args.listen) {
+        (_, Some(addr)) => Listen::Tcp(addr),
+        (Some(path), None) => Listen::Unix(path.clone()),
+        (None, None) => Listen::Unix(run_dir.path().join("nbd.sock")),
+    };
+    let control = args.control.clone().unwrap_or_else(|| run_dir.path().join("ctl.sock"));
+    for path in [Some(&control), args.unix.as_ref()].into_iter().flatten() {
+        if path.symlink_metadata().is_ok() {
+            return Err(ServeError::Usage(format!("{} exists; remove it or choose another path", path.display())));
+        }
+    }
+    let mut plugin_args = args.plugin_args();
+    plugin_args.push(format!("control={}", control.display()));
+    let spec = Spec {
+        plugin: plugin.display().to_string(),
+        plugin_args,
+        nbdkit_args: args.nbdkit_args.clone(),
+        listen,
+        run_dir: run_dir.path().to_owned(),
+        also_remove: vec![control.clone()],
+        stderr: None,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .map_err(|e| ServeError::Failed(format!("installing the signal handler: {e}")))?;
+    }
+    let stopping = || stop.load(Ordering::Relaxed);
+    let mut server = match Nbdkit::start(&spec, Duration::from_secs(60), &stopping) {
+        Ok(server) => server,
+        // Asked to stop before nbdkit was ready: a clean stop all the same.
+        Err(_) if stopping() => return Ok(()),
+        Err(NbdkitError(e)) => return Err(ServeError::Failed(e)),
+    };
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{}", server.uri()).and_then(|()| out.flush());
+    }
+    eprintln!(
+        "mmkit zram serve: size {}, {}; control socket {} (mmkit zram ctl {} mm_stat); SIGINT or SIGTERM stops it",
+        args.size,
+        args.comp,
+        control.display(),
+        control.display()
+    );
+    loop {
+        if stopping() {
+            server.stop();
+            return Ok(());
+        }
+        if let Some(status) = server.try_wait().map_err(|NbdkitError(e)| ServeError::Failed(e))? {
+            return Err(ServeError::Failed(format!("nbdkit stopped by itself ({status})")));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_parameters_are_checked_as_the_plugin_checks_them() {
+        assert_eq!(device_param("size")("64M").unwrap(), "64M");
+        assert!(device_param("size")("lots").unwrap_err().contains("size=lots"));
+        assert!(device_param("comp")("lzma").is_err());
+        assert!(device_param("chain_size")("3").is_err());
+    }
+}
