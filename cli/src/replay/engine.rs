@@ -110,7 +110,7 @@ pub struct Counts {
     pub order_mismatch_frees: u64,
     /// Allocations mmkit could not serve, by order.
     pub failures_by_order: [u64; NR_ORDERS],
-    /// Blocks compaction moved (with `--compact`); their live-table
+    /// Blocks compaction moved (unless `--no-compact`); their live-table
     /// entries now point at the new place.
     pub compaction_moves: u64,
     /// Failed allocations of order 9 or more while at least twice the

@@ -26,7 +26,7 @@ pub struct Timing {
     pub loop_seconds: f64,
     /// Taking metric samples and proactive compaction rounds.
     pub sample_seconds: f64,
-    /// Proactive compaction passes (with `--compact`).
+    /// Proactive compaction rounds (unless `--no-compact`).
     pub compact_seconds: f64,
 }
 
@@ -97,7 +97,7 @@ pub struct Report {
     pub invariants: Option<String>,
     /// Pageblock breaks, fallbacks and per-CPU list traffic.
     pub placement: metrics::PlacementStats,
-    /// Compaction counters (with `--compact`).
+    /// Compaction counters (`null` with `--no-compact` or in placed mode).
     pub compaction: Option<metrics::CompactionStats>,
     /// End state after draining per-CPU lists.
     #[serde(rename = "final")]
@@ -301,7 +301,7 @@ impl Report {
         if let Some(c) = &self.compaction {
             let _ = writeln!(
                 o,
-                "compaction: {} stalls ({} success, {} fail), {} proactive passes; scanned {} (migrate) {} (free); \
+                "compaction: {} stalls ({} success, {} fail), {} proactive rounds; scanned {} (migrate) {} (free); \
                  {} blocks moved, {} not",
                 c.compact_stall,
                 c.compact_success,
