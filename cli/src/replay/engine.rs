@@ -272,16 +272,26 @@ impl<'a> Engine<'a> {
         };
         let moves: Vec<(Pfn, Pfn, u32)> = log.moves.lock().map(|mut m| std::mem::take(&mut *m)).unwrap_or_default();
         *seen += moves.len() as u64;
+        // A block may have moved more than once since the last call (direct
+        // compaction retries): follow each to where it is now, in the order
+        // the moves happened, keyed by where it was when last booked.
+        let mut now_at: std::collections::HashMap<u64, (u64, u32)> = std::collections::HashMap::new();
         for (old, new, order) in moves {
-            let Ok(k) = self.mm.page_private(new) else {
+            let origin = now_at.remove(&old.0).map_or(old.0, |(origin, _)| origin);
+            now_at.insert(new.0, (origin, order));
+        }
+        for (new, (origin, order)) in now_at {
+            let Ok(k) = self.mm.page_private(Pfn(new)) else {
                 continue;
             };
             let k = k as usize;
-            let live = self.live[k];
-            if !live.is_live() || u64::from(live.off()) != old.0 - self.base {
+            let Some(&live) = self.live.get(k) else {
+                continue;
+            };
+            if !live.is_live() || u64::from(live.off()) != origin - self.base {
                 continue;
             }
-            let new_off = (new.0 - self.base) as u32;
+            let new_off = (new - self.base) as u32;
             self.account(live.off(), order as u8, live.mt(), false);
             self.live[k] = Live::new(new_off, live.order(), live.mt());
             self.account(new_off, order as u8, live.mt(), true);

@@ -214,3 +214,62 @@ fn without_migrate_page_to_nothing_moves() {
     assert_eq!(mm.nr_free_pages(), free, "every target was given back");
     mm.check_invariants().unwrap();
 }
+
+#[test]
+fn sparsest_first_moves_contents_with_real_memory() {
+    let moves: Moves = Arc::default();
+    let log = moves.clone();
+    let mm = MemoryMapBuilder::new()
+        .max_page_order(6)
+        .pageblock_order(4)
+        .section_order(12)
+        .zone(0, ZoneType::Normal, 0..1024)
+        .per_cpu_lists(false)
+        .min_free_kbytes(16)
+        .backing(mmkit::Backing::RealMemory(Default::default()))
+        .migrator(CopyMigrator::new(move |o, n, k| log.lock().unwrap().push((o, n, k))))
+        .build()
+        .unwrap();
+    assert_eq!(mm.placement_policy(), PlacementPolicy::Lean);
+    // Order-0 and order-1 blocks; every block's bytes say which it is.
+    let mut live: Vec<(Pfn, u32, u8)> = Vec::new();
+    for i in 0..600u32 {
+        let order = u32::from(i % 5 == 0);
+        let Ok(pfn) = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, order) else { break };
+        let tag = (i % 251) as u8;
+        for p in 0..1u64 << order {
+            let ptr = mm.page_address(Pfn(pfn.0 + p)).unwrap().as_ptr();
+            // SAFETY: the block is ours and each pointer covers one page.
+            unsafe { ptr.write_bytes(tag, 4096) };
+        }
+        live.push((pfn, order, tag));
+    }
+    // Free two of every three blocks: every pageblock keeps a few.
+    let mut kept = Vec::new();
+    for (i, b) in live.into_iter().enumerate() {
+        if i % 3 == 0 {
+            kept.push(b);
+        } else {
+            mm.free_pages(b.0, b.1).unwrap();
+        }
+    }
+    let result = mm.compact_zone(0, None);
+    assert!(result.migrated > 0, "{result:?}");
+    let mut moved: std::collections::BTreeMap<Pfn, Pfn> = std::collections::BTreeMap::new();
+    for (old, new, _) in moves.lock().unwrap().drain(..) {
+        // A block moves at most once per pass: a pageblock that received
+        // pages is not emptied in the same pass.
+        assert!(moved.insert(old, new).is_none(), "{old:?} moved twice");
+    }
+    for (pfn, order, tag) in kept {
+        let now = moved.get(&pfn).copied().unwrap_or(pfn);
+        assert_eq!(mm.page_count(now), Ok(1), "{now:?} still allocated");
+        for p in 0..1u64 << order {
+            let ptr = mm.page_address(Pfn(now.0 + p)).unwrap().as_ptr();
+            // SAFETY: the (moved) block is allocated to us; reading one page.
+            let bytes = unsafe { core::slice::from_raw_parts(ptr, 4096) };
+            assert!(bytes.iter().all(|&b| b == tag), "{pfn:?} -> {now:?}: contents lost");
+        }
+    }
+    mm.check_invariants().unwrap();
+}

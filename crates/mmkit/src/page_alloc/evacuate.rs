@@ -12,7 +12,8 @@
 //! the holes of denser ones (ties broken by address), densest first, while
 //! those holes last. A pageblock is only started when the denser
 //! pageblocks have room for all of it, so moves are not spent on a
-//! pageblock that stays in use.
+//! pageblock that stays in use; a pageblock that received pages is not
+//! emptied in the same pass, so no page moves twice.
 //!
 //! Owns the survey and the choice of source and target; the moves are the
 //! same as Linux's scanners make (`alloc_pages_at` for the target, then the
@@ -41,6 +42,9 @@ struct Block {
     /// The smallest order a hole search found no block of (targets only):
     /// holes are only taken, never made, during a pass.
     no_hole_from: u32,
+    /// Whether pages were moved into it this pass: it is never emptied in
+    /// the same pass (no page moves twice).
+    received: bool,
 }
 
 impl PageAllocator {
@@ -80,6 +84,10 @@ impl PageAllocator {
             if self.compact_goal_met(zi, goal) {
                 result.success = true;
                 break;
+            }
+            if blocks[s].received {
+                // Emptying it would move its new pages again.
+                continue;
             }
             is_source[s] = true;
             while first_open < targets.len()
@@ -179,6 +187,7 @@ impl PageAllocator {
                 return None;
             }
             result.migrated += 1;
+            blocks[t].received = true;
             blocks[t].used += 1 << order;
             blocks[t].free = blocks[t].free.saturating_sub(1 << order);
             blocks[s].used = blocks[s].used.saturating_sub(1 << order);
@@ -234,7 +243,14 @@ impl PageAllocator {
             result.free_scanned += 1;
             let free = counts.free_in(start);
             if free > 0 && free < pb && self.mem.blocks.get(start) == MigrateType::Movable {
-                out.push(Block { start, used: pb - free, free, cursor: start, no_hole_from: pb_order });
+                out.push(Block {
+                    start,
+                    used: pb - free,
+                    free,
+                    cursor: start,
+                    no_hole_from: pb_order,
+                    received: false,
+                });
             }
             start += pb;
         }
