@@ -483,3 +483,43 @@ fn broken_binary_files_are_errors_not_panics() {
         assert!(r.is_err(), "variant {i} replayed");
     }
 }
+
+#[test]
+fn a_block_moved_twice_before_the_moves_are_applied_is_followed() {
+    use super::engine::{Engine, Ev, MoveLog, Op};
+    use mmkit::{CopyMigrator, Gfp, MemoryMapBuilder, MigrateRequest, Migrator, Pfn, ZoneType};
+    use std::sync::Arc;
+    let log = Arc::new(MoveLog::default());
+    let mm = MemoryMapBuilder::new()
+        .zone(0, ZoneType::Normal, 0x100000..0x102000)
+        .nr_cpus(1)
+        .per_cpu_lists(false)
+        .build()
+        .unwrap();
+    let mut engine = Engine::new(&mm, Mode::Policy, 0x100000..0x102000, true).unwrap();
+    engine.follow_moves(log.clone());
+    let gfp = Gfp::HIGHUSER_MOVABLE;
+    engine.apply(&Ev { pfn: 0x100010, gfp: gfp.bits(), cpu: 0, order: 0, op: Op::Alloc });
+    let at = |engine: &Engine<'_>| engine.live_mmkit_blocks().next().unwrap().0;
+    let first = at(&engine);
+    // Two moves (first -> b -> c) logged before the engine looks.
+    let recorder = log.clone();
+    let migrator = CopyMigrator::new(move |o, n, k| recorder.record(o, n, k));
+    let mut from = Pfn(first);
+    for target in [Pfn(0x101000), Pfn(0x101800)] {
+        mm.alloc_pages_at(target, 0, gfp).unwrap();
+        let request = MigrateRequest { pfn: from, order: 0, gfp, nid: 0 };
+        migrator.migrate_page_to(&mm, &request, target).unwrap();
+        from = target;
+    }
+    engine.apply_moves();
+    assert_eq!(at(&engine), 0x101800, "the live entry follows both moves");
+    assert_eq!(engine.counts.compaction_moves, 1, "one block, booked once");
+    // The trace's free of its PFN now frees the block where it is.
+    engine.apply(&Ev { pfn: 0x100010, gfp: 0, cpu: 0, order: 0, op: Op::Free });
+    assert_eq!(engine.counts.free_errors, 0);
+    assert_eq!(engine.double_handouts, 0);
+    engine.finish();
+    mm.check_invariants().unwrap();
+    assert_eq!(mm.nr_free_pages(), 0x2000, "every page is free again");
+}
