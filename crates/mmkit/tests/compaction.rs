@@ -7,25 +7,36 @@ use std::sync::{Arc, Mutex};
 
 type Moves = Arc<Mutex<Vec<(Pfn, Pfn, u32)>>>;
 
-/// A map of `pages` pages (pageblocks of 16 pages, blocks up to
-/// `max_order`, per-CPU lists off) whose migrator logs every move.
+/// A map of `pages` pages: pageblocks of 16 pages, blocks up to
+/// `max_order`, per-CPU lists off.
+fn small_map(pages: u64, max_order: u32) -> MemoryMapBuilder {
+    MemoryMapBuilder::new()
+        .max_page_order(max_order)
+        .pageblock_order(4)
+        .section_order(12)
+        .zone(0, ZoneType::Normal, 0..pages)
+        .per_cpu_lists(false)
+}
+
+/// A migrator that logs every move into the returned log.
+fn logging_migrator() -> (CopyMigrator<impl Fn(Pfn, Pfn, u32) + Send + Sync>, Moves) {
+    let moves: Moves = Arc::default();
+    let log = moves.clone();
+    (CopyMigrator::new(move |o, n, k| log.lock().unwrap().push((o, n, k))), moves)
+}
+
+/// [`small_map`] under `policy` with a logging migrator.
 fn map_with_migrator(
     policy: PlacementPolicy,
     pages: u64,
     max_order: u32,
     min_free_kbytes: u64,
 ) -> (PageAllocator, Moves) {
-    let moves: Moves = Arc::default();
-    let log = moves.clone();
-    let mm = MemoryMapBuilder::new()
-        .max_page_order(max_order)
-        .pageblock_order(4)
-        .section_order(12)
-        .zone(0, ZoneType::Normal, 0..pages)
-        .per_cpu_lists(false)
+    let (migrator, moves) = logging_migrator();
+    let mm = small_map(pages, max_order)
         .min_free_kbytes(min_free_kbytes)
         .placement(policy)
-        .migrator(CopyMigrator::new(move |o, n, k| log.lock().unwrap().push((o, n, k))))
+        .migrator(migrator)
         .build()
         .unwrap();
     (mm, moves)
@@ -194,15 +205,7 @@ fn without_migrate_page_to_nothing_moves() {
             Err(mmkit::error::MigrateError::Refused(r.pfn))
         }
     }
-    let mm = MemoryMapBuilder::new()
-        .max_page_order(6)
-        .pageblock_order(4)
-        .section_order(12)
-        .zone(0, ZoneType::Normal, 0..1024)
-        .per_cpu_lists(false)
-        .migrator(OnlyRangeMigrator)
-        .build()
-        .unwrap();
+    let mm = small_map(1024, 6).migrator(OnlyRangeMigrator).build().unwrap();
     let pages: Vec<Pfn> = (0..64).map(|_| mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap()).collect();
     for p in pages.iter().filter(|p| p.0 % 2 == 1) {
         mm.free_pages(*p, 0).unwrap();
@@ -217,17 +220,11 @@ fn without_migrate_page_to_nothing_moves() {
 
 #[test]
 fn sparsest_first_moves_contents_with_real_memory() {
-    let moves: Moves = Arc::default();
-    let log = moves.clone();
-    let mm = MemoryMapBuilder::new()
-        .max_page_order(6)
-        .pageblock_order(4)
-        .section_order(12)
-        .zone(0, ZoneType::Normal, 0..1024)
-        .per_cpu_lists(false)
+    let (migrator, moves) = logging_migrator();
+    let mm = small_map(1024, 6)
         .min_free_kbytes(16)
         .backing(mmkit::Backing::RealMemory(Default::default()))
-        .migrator(CopyMigrator::new(move |o, n, k| log.lock().unwrap().push((o, n, k))))
+        .migrator(migrator)
         .build()
         .unwrap();
     assert_eq!(mm.placement_policy(), PlacementPolicy::Lean);
