@@ -44,6 +44,9 @@ enum Command {
     /// or the compact format; plain, xz or zstd) and report placement
     /// quality, fragmentation and events per second.
     Replay(replay::ReplayArgs),
+    /// Write a trace in mmkit's binary format (8-byte records with the
+    /// first pass's summary), which `mmkit replay` reads without parsing.
+    Convert(replay::cache::ConvertArgs),
     /// mmkit's zram as a block device for other programs: serve it over NBD
     /// (nbdkit) and control it like the kernel's sysfs attributes.
     Zram(zram::ZramArgs),
@@ -63,6 +66,10 @@ fn main() -> ExitCode {
             Ok(text) => print(&text),
             Err(replay::ReplayError::Usage(msg)) => fail(&msg, 2),
             Err(replay::ReplayError::Failed(msg)) => fail(&msg, 1),
+        },
+        Command::Convert(args) => match replay::cache::convert(&args) {
+            Ok(text) => print(&text),
+            Err(msg) => fail(&msg, 2),
         },
         Command::Zram(args) => match args.command {
             zram::ZramCommand::Serve(args) => match zram::serve::run(&args) {

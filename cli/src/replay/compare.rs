@@ -1,7 +1,8 @@
 //! `mmkit replay --compare`: one trace replayed under every placement
 //! policy (grouping on), Linux's and the default policy with grouping off,
-//! and the peer, printed as one table and drawn as one plot of the order-9
-//! unusable index over the replay.
+//! the default policy without compaction, and the peer, printed as one
+//! table and drawn as one plot of the order-9 unusable index over the
+//! replay.
 //!
 //! Owns the list of configurations, the table and the plot; each replay is
 //! an ordinary [`replay`](super::replay) with other arguments, so nothing
@@ -19,7 +20,8 @@ use std::path::{Path, PathBuf};
 /// One row of the comparison.
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
-    /// `policy` or `policy --no-grouping`, or the peer's name.
+    /// `policy`, `policy --no-grouping`, `policy --no-compact`, or the
+    /// peer's name.
     pub name: String,
     /// Order-9 unusable index at the end.
     pub unusable_index_order9: f64,
@@ -31,6 +33,9 @@ pub struct Row {
     pub order9_failures_with_2x_free: Option<u64>,
     /// Mixed pageblocks at the end (`null` for the peer: no migratetypes).
     pub mixed_pageblocks: Option<u64>,
+    /// Blocks compaction moved (`pgmigrate_success`; `null` without
+    /// compaction and for the peer).
+    pub migrated_blocks: Option<u64>,
     /// Replay loop, events per second.
     pub loop_events_per_sec: f64,
     /// (events, index) through the replay, for the plot.
@@ -38,19 +43,41 @@ pub struct Row {
     pub series: Vec<(u64, f64)>,
 }
 
+/// One configuration of the comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Configuration {
+    /// Placement policy.
+    pub policy: PlacementPolicy,
+    /// Mobility grouping on.
+    pub grouping: bool,
+    /// Compaction on.
+    pub compact: bool,
+}
+
 /// The configurations compared, in table order: every policy with grouping,
-/// then Linux's and the default policy without.
-pub fn configurations() -> Vec<(PlacementPolicy, bool)> {
-    let mut out: Vec<(PlacementPolicy, bool)> = PlacementPolicy::ALL.iter().map(|&p| (p, true)).collect();
-    out.push((PlacementPolicy::Linux, false));
+/// then Linux's and the default policy without grouping, then (when
+/// compaction is on) the default policy without compaction.
+pub fn configurations(compact: bool) -> Vec<Configuration> {
+    let c = |policy, grouping, compact| Configuration { policy, grouping, compact };
+    let mut out: Vec<Configuration> = PlacementPolicy::ALL.iter().map(|&p| c(p, true, compact)).collect();
+    out.push(c(PlacementPolicy::Linux, false, compact));
     if PlacementPolicy::default() != PlacementPolicy::Linux {
-        out.push((PlacementPolicy::default(), false));
+        out.push(c(PlacementPolicy::default(), false, compact));
+    }
+    if compact {
+        out.push(c(PlacementPolicy::default(), true, false));
     }
     out
 }
 
-fn row_of(report: &Report) -> Row {
-    let name = if report.grouping { report.policy.to_string() } else { format!("{} --no-grouping", report.policy) };
+fn row_of(report: &Report, config: Configuration) -> Row {
+    let mut name = report.policy.to_string();
+    if !config.grouping {
+        name.push_str(" --no-grouping");
+    }
+    if !config.compact {
+        name.push_str(" --no-compact");
+    }
     Row {
         name,
         unusable_index_order9: report.unusable_index_order9,
@@ -58,6 +85,7 @@ fn row_of(report: &Report) -> Row {
         failures: report.failures,
         order9_failures_with_2x_free: Some(report.order9_failures_with_2x_free),
         mixed_pageblocks: Some(report.final_state.sample.mixed_pageblocks),
+        migrated_blocks: report.compaction.as_ref().map(|c| c.pgmigrate_success),
         loop_events_per_sec: report.loop_events_per_sec,
         series: series(&report.samples),
     }
@@ -75,10 +103,13 @@ fn series(samples: &[Sample]) -> Vec<(u64, f64)> {
 pub fn compare(args: &ReplayArgs) -> Result<Vec<Row>, ReplayError> {
     let mut rows = Vec::new();
     let mut peer_row = None;
-    for (i, (policy, grouping)) in configurations().into_iter().enumerate() {
+    // The rows without compaction are only added when compaction is on,
+    // so `--no-compact` shows every policy without it.
+    for (i, config) in configurations(!args.no_compact).into_iter().enumerate() {
         let mut one = args.clone();
-        one.policy = policy;
-        one.no_grouping = !grouping;
+        one.policy = config.policy;
+        one.no_grouping = !config.grouping;
+        one.no_compact = !config.compact;
         one.plot = None;
         one.peer = (i == 0).then(|| "buddy_system_allocator".to_string());
         let report = replay(&one, false, |_, _| {})?;
@@ -93,11 +124,12 @@ pub fn compare(args: &ReplayArgs) -> Result<Vec<Row>, ReplayError> {
                 failures: p.failures,
                 order9_failures_with_2x_free: None,
                 mixed_pageblocks: None,
+                migrated_blocks: None,
                 loop_events_per_sec: p.loop_events_per_sec,
                 series: p.index_samples.iter().copied().filter(|s| s.0 > 0).collect(),
             });
         }
-        rows.push(row_of(&report));
+        rows.push(row_of(&report, config));
     }
     rows.extend(peer_row);
     if let Some(prefix) = &args.plot {
@@ -114,20 +146,21 @@ pub fn table(args: &ReplayArgs, rows: &[Row]) -> String {
     let _ = writeln!(o, "mmkit replay {} --compare (memory {memory})", args.trace.display());
     let _ = writeln!(
         o,
-        "{:<28} {:>12} {:>12} {:>9} {:>14} {:>7} {:>10}",
-        "configuration", "unusable o9", "time avg", "failures", "o9 fail 2x", "mixed", "M ev/s"
+        "{:<28} {:>12} {:>12} {:>9} {:>14} {:>7} {:>10} {:>10}",
+        "configuration", "unusable o9", "time avg", "failures", "o9 fail 2x", "mixed", "migrated", "M ev/s"
     );
     let opt = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |n| n.to_string());
     for r in rows {
         let _ = writeln!(
             o,
-            "{:<28} {:>12.3} {:>12.4} {:>9} {:>14} {:>7} {:>10.2}",
+            "{:<28} {:>12.3} {:>12.4} {:>9} {:>14} {:>7} {:>10} {:>10.2}",
             r.name,
             r.unusable_index_order9,
             r.unusable_index_order9_mean,
             r.failures,
             opt(r.order9_failures_with_2x_free),
             opt(r.mixed_pageblocks),
+            opt(r.migrated_blocks),
             r.loop_events_per_sec / 1e6
         );
     }
@@ -142,13 +175,15 @@ fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
 
 /// One line per row: the order-9 unusable index over the replay.
 fn plot(path: &Path, rows: &[Row]) -> Result<(), Box<dyn std::error::Error>> {
-    const COLOURS: [RGBColor; 7] = [
+    const COLOURS: [RGBColor; 9] = [
         RGBColor(214, 39, 40),
         RGBColor(31, 119, 180),
         RGBColor(44, 160, 44),
         RGBColor(255, 127, 14),
         RGBColor(148, 103, 189),
         RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(188, 189, 34),
         RGBColor(40, 40, 40),
     ];
     let root = BitMapBackend::new(path, (900, 480)).into_drawing_area();

@@ -110,7 +110,7 @@ pub struct Counts {
     pub order_mismatch_frees: u64,
     /// Allocations mmkit could not serve, by order.
     pub failures_by_order: [u64; NR_ORDERS],
-    /// Blocks compaction moved (with `--compact`); their live-table
+    /// Blocks compaction moved (unless `--no-compact`); their live-table
     /// entries now point at the new place.
     pub compaction_moves: u64,
     /// Failed allocations of order 9 or more while at least twice the
@@ -255,25 +255,43 @@ impl<'a> Engine<'a> {
 
     /// Applies the moves compaction reported since the last call: the live
     /// entry of each moved block points at its new place.
+    #[inline]
     pub fn apply_moves(&mut self) {
+        if let Some((log, seen)) = &self.moves {
+            if log.reported.load(Relaxed) != *seen {
+                self.apply_pending_moves();
+            }
+        }
+    }
+
+    /// [`apply_moves`](Self::apply_moves) once there are moves to apply.
+    #[cold]
+    fn apply_pending_moves(&mut self) {
         let Some((log, seen)) = &mut self.moves else {
             return;
         };
-        if log.reported.load(Relaxed) == *seen {
-            return;
-        }
         let moves: Vec<(Pfn, Pfn, u32)> = log.moves.lock().map(|mut m| std::mem::take(&mut *m)).unwrap_or_default();
         *seen += moves.len() as u64;
+        // A block may have moved more than once since the last call (direct
+        // compaction retries): follow each to where it is now, in the order
+        // the moves happened, keyed by where it was when last booked.
+        let mut now_at: std::collections::HashMap<u64, (u64, u32)> = std::collections::HashMap::new();
         for (old, new, order) in moves {
-            let Ok(k) = self.mm.page_private(new) else {
+            let origin = now_at.remove(&old.0).map_or(old.0, |(origin, _)| origin);
+            now_at.insert(new.0, (origin, order));
+        }
+        for (new, (origin, order)) in now_at {
+            let Ok(k) = self.mm.page_private(Pfn(new)) else {
                 continue;
             };
             let k = k as usize;
-            let live = self.live[k];
-            if !live.is_live() || u64::from(live.off()) != old.0 - self.base {
+            let Some(&live) = self.live.get(k) else {
+                continue;
+            };
+            if !live.is_live() || u64::from(live.off()) != origin - self.base {
                 continue;
             }
-            let new_off = (new.0 - self.base) as u32;
+            let new_off = (new - self.base) as u32;
             self.account(live.off(), order as u8, live.mt(), false);
             self.live[k] = Live::new(new_off, live.order(), live.mt());
             self.account(new_off, order as u8, live.mt(), true);

@@ -112,7 +112,7 @@ pub fn placement_stats(mm: &PageAllocator) -> PlacementStats {
     s
 }
 
-/// Compaction's vmstat counters after a replay with `--compact`.
+/// Compaction's vmstat counters after a replay with compaction on.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct CompactionStats {
     /// Direct compaction attempts.
@@ -129,7 +129,7 @@ pub struct CompactionStats {
     pub pgmigrate_success: u64,
     /// Blocks that could not be moved.
     pub pgmigrate_fail: u64,
-    /// Proactive whole-zone passes run at sample points.
+    /// kcompactd checks that started a proactive round.
     pub proactive_runs: u64,
     /// Moves the replay followed (live entries repointed).
     pub followed_moves: u64,

@@ -15,6 +15,7 @@
 //! (decompress + parse + replay + samples) and the loop-only rate over
 //! already parsed events, with memory bounded by the chunk size.
 
+pub mod cache;
 pub mod compare;
 pub mod engine;
 pub mod metrics;
@@ -23,13 +24,13 @@ pub mod plot;
 pub mod report;
 pub mod scan;
 pub mod source;
+pub mod stream;
 
 use crate::size;
 use clap::Args;
 use engine::{Engine, Ev, Mode};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use mmkit::{CopyMigrator, MemoryMapBuilder, PageAllocator, PlacementPolicy, QuietHooks, ZoneType};
-use mmkit_trace::TraceReader;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -77,18 +78,29 @@ pub struct ReplayArgs {
     /// and count only) and compare speed and order-9 fragmentation.
     #[arg(long, value_name = "PEER", value_parser = ["buddy_system_allocator"])]
     pub peer: Option<String>,
-    /// Compaction (policy mode): the map gets a migrator, so an order ≥ 9
-    /// allocation that fails compacts first (direct compaction), and at
-    /// every sample point a whole-zone pass runs when the order-9
-    /// fragmentation score is above the proactiveness mark; moved blocks
-    /// are followed, so later frees of their trace PFN find them.
+    /// Turn compaction off. By default (policy mode) the map has a
+    /// migrator, as Linux always can migrate: an order ≥ 9 allocation that
+    /// would fail compacts first (direct compaction), and kcompactd checks
+    /// every --compact-interval events whether the order-9 fragmentation
+    /// score is above the policy's start mark; moved blocks are followed,
+    /// so later frees of their trace PFN find them.
     #[arg(long)]
-    pub compact: bool,
-    /// Linux's `vm.compaction_proactiveness` (0..=100) for `--compact`: a
-    /// pass starts when 100 × the order-9 unusable index exceeds
-    /// min(max(100 - N, 5) + 10, 100). 0 turns proactive passes off.
-    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=100))]
-    pub compact_proactiveness: u32,
+    pub no_compact: bool,
+    /// Linux's `vm.compaction_proactiveness` (0..=100) instead of the
+    /// policy's own marks: a proactive round starts when 100 × the order-9
+    /// unusable index exceeds min(max(100 - N, 5) + 10, 100) and compacts
+    /// down to max(100 - N, 5). 0 turns proactive compaction off.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub compact_proactiveness: Option<u32>,
+    /// Proactive compaction's marks in thousandths of the fragmentation
+    /// score, START,STOP (default: the policy's, `linux` 900,800 from
+    /// proactiveness 20, the others 15,5).
+    #[arg(long, value_name = "START,STOP", value_parser = parse_marks)]
+    pub compact_marks: Option<(u32, u32)>,
+    /// Events between two kcompactd checks (Linux checks every 500 ms; the
+    /// recorded traces run 12 000 to 60 000 events per second).
+    #[arg(long, value_name = "EVENTS", default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..))]
+    pub compact_interval: u64,
     /// Replay under every placement policy, Linux's and the default policy
     /// without grouping, and the peer; print one table (with `--plot`, also
     /// PREFIX-compare.png). `--policy`, `--no-grouping` and `--peer` are
@@ -110,6 +122,38 @@ pub struct ReplayArgs {
     /// (default: stream in chunks of 65536 events, constant memory).
     #[arg(long)]
     pub preload: bool,
+    /// Replay from a binary copy of the trace beside it (TRACE.mmkt):
+    /// written by the first pass when missing or out of date (the trace's
+    /// size or modification time changed), read without a first pass
+    /// afterwards. Ignored with --limit.
+    #[arg(long)]
+    pub cache: bool,
+}
+
+/// `--compact-marks`' parser: `START,STOP` in thousandths, STOP ≤ START ≤ 1000.
+fn parse_marks(text: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("{text:?}: want START,STOP in thousandths (0..=1000, STOP <= START), e.g. 15,5");
+    let (a, b) = text.split_once(',').ok_or_else(bad)?;
+    let (start, stop) = (a.trim().parse::<u32>().map_err(|_| bad())?, b.trim().parse::<u32>().map_err(|_| bad())?);
+    if start > 1000 || stop > start {
+        return Err(bad());
+    }
+    Ok((start, stop))
+}
+
+impl ReplayArgs {
+    /// The proactive marks in force: `--compact-marks`, else those of
+    /// `--compact-proactiveness`, else the policy's (start 1000 = off).
+    pub fn proactive_marks(&self) -> (u32, u32) {
+        match (self.compact_marks, self.compact_proactiveness) {
+            (Some(marks), _) => marks,
+            (None, Some(0)) => (1000, 1000),
+            (None, Some(p)) => {
+                (mmkit::fragmentation_score_wmark(p, false) * 10, mmkit::fragmentation_score_wmark(p, true) * 10)
+            }
+            (None, None) => self.policy.proactive_marks(),
+        }
+    }
 }
 
 /// `--policy`'s parser: a [`PlacementPolicy`] by name.
@@ -140,7 +184,17 @@ pub fn replay(
     progress: bool,
     inspect: impl FnOnce(&Engine<'_>, &PageAllocator),
 ) -> Result<report::Report, ReplayError> {
-    let scan = scan::scan(&args.trace, args.limit).map_err(ReplayError::Usage)?;
+    // With --cache: a valid cache replaces the trace; otherwise the first
+    // pass writes one and the second pass reads it.
+    let (input, writer, cache_note) = if args.cache && args.limit.is_none() {
+        cache::use_cache(&args.trace)
+    } else {
+        (args.trace.clone(), None, None)
+    };
+    let writing = writer.is_some();
+    let scan = scan::scan(&input, args.limit, writer).map_err(ReplayError::Usage)?;
+    let cache_note = cache_note.or_else(|| scan.cache_error.clone());
+    let input = if writing && scan.cache_error.is_none() { cache::cache_path(&args.trace) } else { input };
     if scan.events == 0 {
         return Err(ReplayError::Usage(format!(
             "{}: no events to replay ({} lines read, {} skipped as malformed)",
@@ -187,7 +241,7 @@ pub fn replay(
         .placement(args.policy)
         .populate_descriptors(true)
         .hooks(QuietHooks);
-    let move_log = (args.compact && args.mode == Mode::Policy).then(|| Arc::new(engine::MoveLog::default()));
+    let move_log = (!args.no_compact && args.mode == Mode::Policy).then(|| Arc::new(engine::MoveLog::default()));
     if let Some(log) = &move_log {
         let log = log.clone();
         builder = builder.migrator(CopyMigrator::new(move |old, new, order| log.record(old, new, order)));
@@ -208,15 +262,16 @@ pub fn replay(
         t_sample: Duration::ZERO,
         t_peer: Duration::ZERO,
         t_compact: Duration::ZERO,
-        proactive: move_log.as_ref().and_then(|_| proactive_mark(args.compact_proactiveness)),
+        compaction: move_log.is_some() && args.proactive_marks().0 < 1000,
+        marks: args.proactive_marks(),
+        compact_every: args.compact_interval,
+        next_compact: args.compact_interval,
         proactive_runs: 0,
         bar: progress_bar(progress, scan.events),
     };
     let mut t_parse = Duration::ZERO;
     let started = Instant::now();
-    let (input, _) =
-        source::open(&args.trace).map_err(|e| ReplayError::Failed(format!("{}: {e}", args.trace.display())))?;
-    let mut reader = TraceReader::new(input);
+    let mut stream = stream::EventStream::open(&input).map_err(ReplayError::Failed)?;
     // Streaming: bounded chunks. Preloading: one chunk of the whole trace.
     let chunk_len = if args.preload { scan.events as usize } else { CHUNK };
     let mut chunk: Vec<Ev> = Vec::with_capacity(chunk_len);
@@ -224,12 +279,8 @@ pub fn replay(
     while left > 0 {
         let t0 = Instant::now();
         chunk.clear();
-        while chunk.len() < chunk_len && (chunk.len() as u64) < left {
-            let Some(ev) = reader.next() else { break };
-            if let Some(e) = scan::convert(&ev) {
-                chunk.push(e);
-            }
-        }
+        let want = (chunk_len as u64).min(left) as usize;
+        stream.fill(&mut chunk, want).map_err(|e| ReplayError::Failed(format!("{}: {e}", input.display())))?;
         t_parse += t0.elapsed();
         if chunk.is_empty() {
             break;
@@ -238,16 +289,21 @@ pub fn replay(
         pass.replay_chunk(&chunk, &mm, &mut engine, peer.as_mut());
     }
     pass.bar.finish_and_clear();
-    if let Some(e) = reader.io_error() {
-        return Err(ReplayError::Failed(format!("{}: {e}", args.trace.display())));
+    if pass.samples.last().is_some_and(|s| s.event != engine.counts.events) {
+        pass.samples.push(metrics::sample(&mm, engine.pageblock_composition(), &engine.counts));
     }
-    let Pass { mut samples, t_loop, t_sample, t_peer, t_compact, proactive_runs, .. } = pass;
-    let wall = started.elapsed().saturating_sub(t_peer);
+    let wall = started.elapsed().saturating_sub(pass.t_peer);
     engine.finish();
-    if samples.last().is_some_and(|s| s.event != engine.counts.events) {
-        samples.push(metrics::sample(&mm, engine.pageblock_composition(), &engine.counts));
-    }
-    let final_state = metrics::final_state(&mm, engine.pageblock_composition(), &engine.counts);
+    // The end state is taken with the per-CPU lists drained and, with
+    // compaction, after one more kcompactd check (Linux's would come within
+    // its 500 ms); the samples above are the running state.
+    let pcp_pages = mm.nr_pcp_pages();
+    mm.drain_all_pages();
+    let end_check = pass.compact_check(&mm, &mut engine);
+    pass.t_sample += end_check;
+    let Pass { samples, t_loop, t_sample, t_peer, t_compact, proactive_runs, .. } = pass;
+    let mut final_state = metrics::final_state(&mm, engine.pageblock_composition(), &engine.counts);
+    final_state.pcp_pages_drained += pcp_pages;
     let placement = metrics::placement_stats(&mm);
     let compaction = move_log.is_some().then(|| metrics::compaction_stats(&mm, &engine.counts, proactive_runs));
     let invariants = if args.check {
@@ -268,6 +324,8 @@ pub fn replay(
     let peer_report = peer.as_ref().map(|p| p.report(events, t_peer.as_secs_f64(), t_loop.as_secs_f64()));
     let report = report::Report::new(report::Parts {
         args,
+        replayed_from: &input,
+        cache_note,
         scan: &scan,
         zone: (zbase, pages),
         nr_cpus,
@@ -298,22 +356,35 @@ struct Pass {
     t_loop: Duration,
     t_sample: Duration,
     t_peer: Duration,
-    /// Proactive compaction passes (timed apart from the loop and samples).
+    /// Proactive compaction rounds (timed apart from the loop and samples).
     t_compact: Duration,
-    /// Score above which a proactive pass runs, with `--compact`.
-    proactive: Option<f64>,
+    /// Whether proactive compaction runs, and its marks (thousandths).
+    compaction: bool,
+    marks: (u32, u32),
+    /// Events between proactive checks, and the next check.
+    compact_every: u64,
+    next_compact: u64,
     proactive_runs: u64,
     bar: ProgressBar,
 }
 
-/// The order-9 unusable index above which a proactive pass runs, for a
-/// proactiveness (Linux's `fragmentation_score_wmark(false)`, as an index:
-/// a one-zone node's score is 100 × the zone's unusable index); `None` for 0.
-fn proactive_mark(proactiveness: u32) -> Option<f64> {
-    (proactiveness > 0).then(|| f64::from((100u32.saturating_sub(proactiveness)).max(5) + 10).min(100.0) / 100.0)
-}
-
 impl Pass {
+    /// kcompactd's periodic check (with compaction): a proactive round when
+    /// the score is above the start mark; returns the time it took.
+    fn compact_check(&mut self, mm: &PageAllocator, engine: &mut Engine<'_>) -> Duration {
+        if !self.compaction {
+            return Duration::ZERO;
+        }
+        let tc = Instant::now();
+        if mm.proactive_compact_marks(0, self.marks.0, self.marks.1).is_some() {
+            engine.apply_moves();
+            self.proactive_runs += 1;
+        }
+        let took = tc.elapsed();
+        self.t_compact += took;
+        took
+    }
+
     /// Replays parsed events into the engine (timed without the samples it
     /// takes on the way), then into the peer (timed apart).
     fn replay_chunk(
@@ -337,22 +408,15 @@ impl Pass {
                 engine.prefetch_block(near);
             }
             engine.apply(ev);
+            if engine.counts.events == self.next_compact {
+                self.next_compact += self.compact_every;
+                sampling += self.compact_check(mm, engine);
+            }
             if engine.counts.events == self.next_sample {
                 let ts = Instant::now();
                 let sample = metrics::sample(mm, engine.pageblock_composition(), &engine.counts);
-                let over = self.proactive.is_some_and(|mark| sample.unusable_index_order9 > mark);
                 self.samples.push(sample);
                 self.next_sample += self.every;
-                if over {
-                    // kcompactd's proactive pass, between events.
-                    let tc = Instant::now();
-                    for zi in 0..mm.zones().len() {
-                        mm.compact_zone(zi, None);
-                    }
-                    engine.apply_moves();
-                    self.proactive_runs += 1;
-                    self.t_compact += tc.elapsed();
-                }
                 sampling += ts.elapsed();
             }
         }

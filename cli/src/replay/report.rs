@@ -7,7 +7,7 @@
 use super::engine::{Counts, NR_ORDERS};
 use super::metrics::{self, FinalState, LinuxState, Sample};
 use super::peer::PeerReport;
-use super::scan::Scan;
+use super::scan::{Scan, SourceCounts};
 use super::ReplayArgs;
 use mmkit::MigrateType;
 use serde::Serialize;
@@ -24,9 +24,9 @@ pub struct Timing {
     pub parse_seconds: f64,
     /// The replay loop over parsed events, samples excluded.
     pub loop_seconds: f64,
-    /// Taking metric samples (proactive compaction included).
+    /// Taking metric samples and proactive compaction rounds.
     pub sample_seconds: f64,
-    /// Proactive compaction passes (with `--compact`).
+    /// Proactive compaction rounds (unless `--no-compact`).
     pub compact_seconds: f64,
 }
 
@@ -35,24 +35,17 @@ pub struct Timing {
 pub struct TraceInfo {
     /// Path as given.
     pub path: String,
-    /// `none`, `xz` or `zstd` (from the magic bytes).
+    /// `none`, `xz`, `zstd` or `binary` (from the magic bytes).
     pub compression: &'static str,
-    /// Lines read in the first pass.
-    pub lines: u64,
-    /// Malformed lines skipped.
-    pub skipped_lines: u64,
-    /// The first skipped lines: `line: reason`.
-    pub first_errors: Vec<String>,
-    /// `perf script` lines of other tracepoints.
-    pub other_events: u64,
-    /// Events naming unknown GFP flags.
-    pub unknown_gfp: u64,
-    /// Allocation events (failed ones included).
-    pub allocs: u64,
-    /// Free events (batched included).
-    pub frees: u64,
-    /// Of those, `mm_page_free_batched`.
-    pub batched_frees: u64,
+    /// The file the events were read from: `path`, or with `--cache` the
+    /// binary copy beside it.
+    pub replayed_from: String,
+    /// Why `--cache` could not write its file (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_note: Option<String>,
+    /// The text's line and event counts.
+    #[serde(flatten)]
+    pub source: SourceCounts,
     /// The first-pass summary: events replayed, PFN span, peak live pages.
     #[serde(flatten)]
     pub scan: Scan,
@@ -104,7 +97,7 @@ pub struct Report {
     pub invariants: Option<String>,
     /// Pageblock breaks, fallbacks and per-CPU list traffic.
     pub placement: metrics::PlacementStats,
-    /// Compaction counters (with `--compact`).
+    /// Compaction counters (`null` with `--no-compact` or in placed mode).
     pub compaction: Option<metrics::CompactionStats>,
     /// End state after draining per-CPU lists.
     #[serde(rename = "final")]
@@ -122,6 +115,8 @@ pub struct Report {
 /// What [`Report::new`] is built from.
 pub struct Parts<'a> {
     pub args: &'a ReplayArgs,
+    pub replayed_from: &'a std::path::Path,
+    pub cache_note: Option<String>,
     pub scan: &'a Scan,
     pub zone: (u64, u64),
     pub nr_cpus: usize,
@@ -141,7 +136,6 @@ pub struct Parts<'a> {
 impl Report {
     /// Assembles the report.
     pub fn new(p: Parts<'_>) -> Self {
-        let st = &p.scan.stats;
         Report {
             mode: p.args.mode.name(),
             grouping: !p.args.no_grouping,
@@ -153,14 +147,9 @@ impl Report {
             trace: TraceInfo {
                 path: p.args.trace.display().to_string(),
                 compression: p.scan.compression.map_or("none", |c| c.name()),
-                lines: st.lines,
-                skipped_lines: st.skipped,
-                first_errors: st.first_errors.iter().map(|e| e.to_string()).collect(),
-                other_events: st.other_events,
-                unknown_gfp: st.unknown_gfp,
-                allocs: st.allocs,
-                frees: st.frees + st.batched_frees,
-                batched_frees: st.batched_frees,
+                replayed_from: p.replayed_from.display().to_string(),
+                cache_note: p.cache_note,
+                source: p.scan.stats.clone(),
                 scan: p.scan.clone(),
             },
             unusable_index_order9: p.final_state.sample.unusable_index_order9,
@@ -201,10 +190,16 @@ impl Report {
         let _ = writeln!(
             o,
             "trace: {} events replayed ({} allocs, {} frees); {} lines, {} skipped as malformed, {} other events",
-            s.events, t.allocs, t.frees, t.lines, t.skipped_lines, t.other_events
+            s.events, t.source.allocs, t.source.frees, t.source.lines, t.source.skipped, t.source.other_events
         );
-        for e in &t.first_errors {
+        for e in &t.source.first_errors {
             let _ = writeln!(o, "  skipped {e}");
+        }
+        if t.replayed_from != t.path {
+            let _ = writeln!(o, "  replayed from {} (binary copy)", t.replayed_from);
+        }
+        if let Some(note) = &t.cache_note {
+            let _ = writeln!(o, "  {note}");
         }
         let _ = writeln!(
             o,
@@ -306,7 +301,7 @@ impl Report {
         if let Some(c) = &self.compaction {
             let _ = writeln!(
                 o,
-                "compaction: {} stalls ({} success, {} fail), {} proactive passes; scanned {} (migrate) {} (free); \
+                "compaction: {} stalls ({} success, {} fail), {} proactive rounds; scanned {} (migrate) {} (free); \
                  {} blocks moved, {} not",
                 c.compact_stall,
                 c.compact_success,

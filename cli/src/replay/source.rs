@@ -1,5 +1,6 @@
 //! Opening a trace file: plain text, xz or zstd, recognised by the first
-//! bytes (magic numbers), not by the file name.
+//! bytes (magic numbers), not by the file name; the binary format is
+//! recognised here too, and read by `stream`.
 //!
 //! Owns decompression and nothing else: the line format is
 //! `mmkit_trace`'s, what happens to events is the engine's.
@@ -22,6 +23,8 @@ pub enum Compression {
     Xz,
     /// Zstandard.
     Zstd,
+    /// mmkit's binary format (`mmkit_trace::binary`), not text at all.
+    Binary,
 }
 
 impl Compression {
@@ -31,13 +34,16 @@ impl Compression {
             Compression::None => "none",
             Compression::Xz => "xz",
             Compression::Zstd => "zstd",
+            Compression::Binary => "binary",
         }
     }
 }
 
 /// Which compression the first bytes of a file announce.
 pub fn detect(head: &[u8]) -> Compression {
-    if head.starts_with(XZ_MAGIC) {
+    if head.starts_with(&mmkit_trace::binary::BINARY_MAGIC) {
+        Compression::Binary
+    } else if head.starts_with(XZ_MAGIC) {
         Compression::Xz
     } else if head.starts_with(ZSTD_MAGIC) {
         Compression::Zstd
@@ -46,7 +52,8 @@ pub fn detect(head: &[u8]) -> Compression {
     }
 }
 
-/// Opens `path` and returns a buffered reader of its decompressed text.
+/// Opens `path` and returns a buffered reader of its decompressed text (of
+/// the raw bytes for the binary format).
 ///
 /// # Errors
 /// The file cannot be opened or read, or the zstd decoder cannot start.
@@ -54,7 +61,7 @@ pub fn open(path: &Path) -> io::Result<(Box<dyn BufRead>, Compression)> {
     let mut file = BufReader::with_capacity(1 << 16, File::open(path)?);
     let kind = detect(file.fill_buf()?);
     let reader: Box<dyn BufRead> = match kind {
-        Compression::None => Box::new(file),
+        Compression::None | Compression::Binary => Box::new(file),
         Compression::Xz => {
             Box::new(BufReader::with_capacity(1 << 16, xz2::bufread::XzDecoder::new_multi_decoder(file)))
         }

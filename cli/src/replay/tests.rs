@@ -100,8 +100,10 @@ fn args(trace: &Path, mode: Mode) -> ReplayArgs {
         memory: None,
         no_grouping: false,
         compare: false,
-        compact: false,
-        compact_proactiveness: 20,
+        no_compact: false,
+        compact_proactiveness: None,
+        compact_marks: None,
+        compact_interval: 8192,
         policy: mmkit::PlacementPolicy::default(),
         json: false,
         peer: None,
@@ -110,6 +112,7 @@ fn args(trace: &Path, mode: Mode) -> ReplayArgs {
         check: true,
         plot: None,
         preload: false,
+        cache: false,
     }
 }
 
@@ -137,7 +140,7 @@ fn placed_mode_ends_with_the_traces_live_blocks() {
     assert!(c.unseen_frees() > 0 && c.implied_frees > 0);
     assert_eq!(c.trace_failed_by_order[3], 1);
     assert_eq!(c.events, g.events);
-    assert_eq!(report.trace.skipped_lines, 1);
+    assert_eq!(report.trace.source.skipped, 1);
     assert_eq!(report.counts.live_pages, g.live.values().map(|&o| 1u64 << o).sum::<u64>());
 }
 
@@ -181,7 +184,7 @@ fn compare_replays_every_configuration_and_the_peer() {
     let mut a = args(&path, Mode::Policy);
     a.compare = true;
     let rows = super::compare::compare(&a).unwrap();
-    let configurations = super::compare::configurations();
+    let configurations = super::compare::configurations(true);
     assert_eq!(rows.len(), configurations.len() + 1);
     assert!(rows.last().unwrap().name.starts_with("peer "));
     assert_eq!(rows[0].name, "linux");
@@ -218,13 +221,25 @@ fn compaction_moves_blocks_and_later_frees_find_them() {
     let path = temp_trace("compact.trace.xz", &text);
     let mut a = args(&path, Mode::Policy);
     a.memory = Some(8 << 20);
-    a.policy = mmkit::PlacementPolicy::Linux;
+    a.no_compact = true;
     let without = replay(&a, false, |_, _| {}).unwrap();
     assert_eq!(without.counts.failures_by_order[9], 1, "fragmented: the order-9 request fails");
-    a.compact = true;
-    // Direct compaction alone, then with proactive passes at the samples
-    // (the fragmented zone scores above proactiveness 20's mark).
-    for (proactiveness, direct) in [(0, true), (20, false)] {
+    assert!(without.compaction.is_none());
+    a.no_compact = false;
+    a.compact_interval = 64;
+    // Direct compaction alone, then with proactive rounds every 64 events
+    // (the fragmented zone scores above proactiveness 20's mark, and above
+    // the other policies' own marks), with Linux's scanners and with
+    // sparsest-first compaction.
+    let cases = [
+        (mmkit::PlacementPolicy::Linux, Some(0), true),
+        (mmkit::PlacementPolicy::Linux, Some(20), false),
+        (mmkit::PlacementPolicy::Lean, Some(0), true),
+        (mmkit::PlacementPolicy::Lean, None, false),
+        (mmkit::PlacementPolicy::TwoEnds, None, false),
+    ];
+    for (policy, proactiveness, direct) in cases {
+        a.policy = policy;
         a.compact_proactiveness = proactiveness;
         let with = replay(&a, false, |_, _| {}).unwrap();
         assert_eq!(with.counts.failures_by_order[9], 0, "compaction made room");
@@ -265,6 +280,7 @@ fn order9_failures_with_free_memory_are_counted() {
         let mut a = args(&path, Mode::Policy);
         a.memory = Some(8 << 20);
         a.policy = policy;
+        a.no_compact = true;
         let report = replay(&a, false, |_, _| {}).unwrap();
         assert_eq!(report.counts.failures_by_order[9], 1, "{policy:?}");
         assert_eq!(report.order9_failures_with_2x_free, 1, "{policy:?}");
@@ -338,4 +354,172 @@ fn sample_trace_placed_and_policy() {
     assert_eq!(policy.invariants.as_deref(), Some("ok"));
     assert_eq!(policy.counts.live_pages, placed.counts.live_pages);
     assert!(policy.linux_after.is_some(), "the header's buddyinfo_after is read");
+}
+
+/// The report without what differs between two runs of the same events
+/// (timings, rates, the file names and how they were stored).
+fn comparable(report: &super::report::Report) -> serde_json::Value {
+    let mut v = serde_json::to_value(report).unwrap();
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for k in [
+                    "timing",
+                    "events_per_sec",
+                    "loop_events_per_sec",
+                    "seconds",
+                    "path",
+                    "compression",
+                    "replayed_from",
+                    "ratio_vs_mmkit",
+                ] {
+                    m.remove(k);
+                }
+                m.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut v);
+    v
+}
+
+#[test]
+fn binary_copy_replays_exactly_like_the_text() {
+    let g = generate(13, 5000);
+    let path = temp_trace("binary.trace.xz", &g.text);
+    let out = path.with_extension("mmkt");
+    let summary = super::cache::convert(&super::cache::ConvertArgs {
+        trace: path.clone(),
+        out: Some(out.clone()),
+        uncompressed: false,
+    })
+    .unwrap();
+    assert!(summary.contains(&format!("{} events", g.events)), "{summary}");
+    for preload in [false, true] {
+        let mut a = args(&path, Mode::Policy);
+        a.preload = preload;
+        a.peer = Some("buddy_system_allocator".into());
+        let text = replay(&a, false, |_, _| {}).unwrap();
+        a.trace = out.clone();
+        let binary = replay(&a, false, |_, _| {}).unwrap();
+        assert_eq!(binary.trace.compression, "binary");
+        assert!(binary.trace.scan.seconds < 0.5, "no first pass over a binary file");
+        assert_eq!(comparable(&text), comparable(&binary), "preload {preload}");
+        // With --limit the binary file is read by a first pass too (the
+        // text's line counts stay those of the whole file).
+        a.limit = Some(1000);
+        let cut = comparable(&replay(&a, false, |_, _| {}).unwrap());
+        a.trace = path.clone();
+        let text = comparable(&replay(&a, false, |_, _| {}).unwrap());
+        for key in ["counts", "final", "samples", "unusable_index_order9_mean", "peer"] {
+            assert_eq!(text[key], cut[key], "{key} with a limit");
+        }
+        assert_eq!(text["trace"]["peak_live_pages"], cut["trace"]["peak_live_pages"]);
+    }
+    // Converting the binary copy again gives the same events.
+    let again = out.with_extension("again");
+    super::cache::convert(&super::cache::ConvertArgs {
+        trace: out.clone(),
+        out: Some(again.clone()),
+        uncompressed: true,
+    })
+    .unwrap();
+    let a = args(&again, Mode::Placed);
+    let b = args(&path, Mode::Placed);
+    assert_eq!(comparable(&replay(&a, false, |_, _| {}).unwrap()), comparable(&replay(&b, false, |_, _| {}).unwrap()));
+}
+
+#[test]
+fn cache_is_written_once_reused_and_renewed_when_the_trace_changes() {
+    let g = generate(17, 3000);
+    let path = temp_trace("cached.trace.xz", &g.text);
+    let cache = super::cache::cache_path(&path);
+    let _ = std::fs::remove_file(&cache);
+    let mut a = args(&path, Mode::Policy);
+    a.cache = true;
+    let first = replay(&a, false, |_, _| {}).unwrap();
+    assert!(cache.exists());
+    assert_eq!(first.trace.replayed_from, cache.display().to_string());
+    assert_eq!(first.trace.compression, "xz", "the first pass read the trace");
+    let second = replay(&a, false, |_, _| {}).unwrap();
+    assert_eq!(second.trace.compression, "binary", "no first pass over the text");
+    assert_eq!(comparable(&first), comparable(&second));
+    // A changed trace (other size) makes the cache stale.
+    let g2 = generate(19, 2000);
+    write_xz(&path, &g2.text);
+    let third = replay(&a, false, |_, _| {}).unwrap();
+    assert_eq!(third.trace.compression, "xz");
+    assert_eq!(third.counts.events, g2.events);
+    // A cache that cannot be written is a note, not an error.
+    std::fs::remove_file(&cache).unwrap();
+    std::fs::create_dir(&cache).unwrap();
+    let fourth = replay(&a, false, |_, _| {}).unwrap();
+    assert!(fourth.trace.cache_note.as_deref().unwrap_or("").contains("cannot write the cache"));
+    assert_eq!(fourth.trace.replayed_from, path.display().to_string());
+    std::fs::remove_dir(&cache).unwrap();
+}
+
+#[test]
+fn broken_binary_files_are_errors_not_panics() {
+    let g = generate(23, 2000);
+    let path = temp_trace("broken.trace.xz", &g.text);
+    let out = path.with_extension("mmkt");
+    super::cache::convert(&super::cache::ConvertArgs { trace: path, out: Some(out.clone()), uncompressed: false })
+        .unwrap();
+    let bytes = std::fs::read(&out).unwrap();
+    let dir = out.parent().unwrap().to_path_buf();
+    // Cut at several places, and with a flipped byte in the record stream.
+    let mut variants: Vec<Vec<u8>> =
+        [8usize, 16, 40, bytes.len() / 2, bytes.len() - 1].iter().map(|&n| bytes[..n].to_vec()).collect();
+    let mut flipped = bytes.clone();
+    flipped[20] ^= 0x55;
+    variants.push(flipped);
+    for (i, v) in variants.iter().enumerate() {
+        let p = dir.join(format!("broken-{i}.mmkt"));
+        std::fs::write(&p, v).unwrap();
+        let r = replay(&args(&p, Mode::Policy), false, |_, _| {});
+        assert!(r.is_err(), "variant {i} replayed");
+    }
+}
+
+#[test]
+fn a_block_moved_twice_before_the_moves_are_applied_is_followed() {
+    use super::engine::{Engine, Ev, MoveLog, Op};
+    use mmkit::{CopyMigrator, Gfp, MemoryMapBuilder, MigrateRequest, Migrator, Pfn, ZoneType};
+    use std::sync::Arc;
+    let log = Arc::new(MoveLog::default());
+    let mm = MemoryMapBuilder::new()
+        .zone(0, ZoneType::Normal, 0x100000..0x102000)
+        .nr_cpus(1)
+        .per_cpu_lists(false)
+        .build()
+        .unwrap();
+    let mut engine = Engine::new(&mm, Mode::Policy, 0x100000..0x102000, true).unwrap();
+    engine.follow_moves(log.clone());
+    let gfp = Gfp::HIGHUSER_MOVABLE;
+    engine.apply(&Ev { pfn: 0x100010, gfp: gfp.bits(), cpu: 0, order: 0, op: Op::Alloc });
+    let at = |engine: &Engine<'_>| engine.live_mmkit_blocks().next().unwrap().0;
+    let first = at(&engine);
+    // Two moves (first -> b -> c) logged before the engine looks.
+    let recorder = log.clone();
+    let migrator = CopyMigrator::new(move |o, n, k| recorder.record(o, n, k));
+    let mut from = Pfn(first);
+    for target in [Pfn(0x101000), Pfn(0x101800)] {
+        mm.alloc_pages_at(target, 0, gfp).unwrap();
+        let request = MigrateRequest { pfn: from, order: 0, gfp, nid: 0 };
+        migrator.migrate_page_to(&mm, &request, target).unwrap();
+        from = target;
+    }
+    engine.apply_moves();
+    assert_eq!(at(&engine), 0x101800, "the live entry follows both moves");
+    assert_eq!(engine.counts.compaction_moves, 1, "one block, booked once");
+    // The trace's free of its PFN now frees the block where it is.
+    engine.apply(&Ev { pfn: 0x100010, gfp: 0, cpu: 0, order: 0, op: Op::Free });
+    assert_eq!(engine.counts.free_errors, 0);
+    assert_eq!(engine.double_handouts, 0);
+    engine.finish();
+    mm.check_invariants().unwrap();
+    assert_eq!(mm.nr_free_pages(), 0x2000, "every page is free again");
 }

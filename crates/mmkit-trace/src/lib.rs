@@ -32,6 +32,12 @@
 //! e.g. `0 0 1 a 199258 0 0 0x500cc2` and `1 81562 1 f 199271 0 - -`. A
 //! failed allocation has pfn `-`; frees have `-` for migratetype and GFP.
 //! Lines starting with `#` are header lines.
+//!
+//! # The binary format
+//!
+//! [`binary`] keeps a trace as 8-byte words (one per event in the common
+//! case) with its summary in a trailer, so a replay reads it without
+//! parsing text: the codec, framing and metadata, `no_std` like the rest.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -41,6 +47,7 @@ extern crate alloc;
 use core::fmt;
 use mmkit::gfp::{Gfp, GfpParseErrorKind};
 
+pub mod binary;
 mod perf;
 #[cfg(feature = "std")]
 mod reader;

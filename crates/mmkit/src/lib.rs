@@ -76,7 +76,7 @@ pub use mem::rawmem::HugePages;
 pub use memmap::{Backing, MemoryMapBuilder};
 pub use page_alloc::block::BlockError;
 pub use page_alloc::bulk::BulkFreeError;
-pub use page_alloc::compaction::CompactResult;
+pub use page_alloc::compaction::{fragmentation_score_wmark, CompactResult, COMPACTION_HPAGE_ORDER};
 pub use page_alloc::cpu::{BadHighFraction, CpuHandle, NoSuchCpu, PcpInfo};
 pub use page_alloc::free::MemoryFailure;
 pub use page_alloc::hooks::{Hooks, NoHooks, QuietHooks};
@@ -93,7 +93,7 @@ pub use types::error::{
 pub use types::geometry::{Geometry, ZoneSpec};
 pub use types::gfp::{AllocFlags, Gfp, MigrateType, Watermark, ZoneType};
 pub use types::page_flags::{PageFlags, PageOwner};
-pub use types::placement::PlacementPolicy;
+pub use types::placement::{CompactionMode, PlacementPolicy};
 pub use types::{CmaId, PAGE_ALLOC_COSTLY_ORDER};
 pub use zone::placement::PlacementCounters;
 

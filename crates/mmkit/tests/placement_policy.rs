@@ -12,6 +12,17 @@ fn map(policy: PlacementPolicy) -> mmkit::PageAllocator {
 }
 
 #[test]
+fn the_default_is_lean_without_an_address_index() {
+    let mm = MemoryMapBuilder::new().zone(0, ZoneType::Normal, 0x10000..0x14000).per_cpu_lists(false).build().unwrap();
+    assert_eq!(mm.placement_policy(), PlacementPolicy::Lean);
+    // The list head, as Linux: the block freed last comes back first.
+    let pages: Vec<_> = (0..64).map(|_| mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap()).collect();
+    mm.free_pages(pages[2], 0).unwrap();
+    mm.free_pages(pages[40], 0).unwrap();
+    assert_eq!(mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap(), pages[40]);
+}
+
+#[test]
 fn two_ends_places_unmovable_at_the_top_and_movable_at_the_bottom() {
     let mm = map(PlacementPolicy::TwoEnds);
     assert_eq!(mm.placement_policy(), PlacementPolicy::TwoEnds);
@@ -37,9 +48,12 @@ fn addr_takes_the_lowest_free_block_not_the_last_freed() {
 
 #[test]
 fn address_ordered_policies_free_a_mergeable_page_to_the_buddy() {
-    for (policy, bypass) in
-        [(PlacementPolicy::TwoEnds, true), (PlacementPolicy::Addr, true), (PlacementPolicy::Linux, false)]
-    {
+    for (policy, bypass) in [
+        (PlacementPolicy::TwoEnds, true),
+        (PlacementPolicy::Addr, true),
+        (PlacementPolicy::Lean, false),
+        (PlacementPolicy::Linux, false),
+    ] {
         let mm = MemoryMapBuilder::new()
             .zone(0, ZoneType::Normal, 0x10000..0x14000)
             .nr_cpus(1)
@@ -74,6 +88,7 @@ fn address_ordered_policies_keep_per_cpu_lists_small() {
     };
     let (min, max) = high(PlacementPolicy::TwoEnds);
     assert_eq!(min, max, "no auto-tuning");
+    assert_eq!(high(PlacementPolicy::Lean), high(PlacementPolicy::Linux), "lean tunes them as Linux does");
     let (linux_min, linux_max) = high(PlacementPolicy::Linux);
     assert_eq!(min, linux_min);
     assert!(linux_max > linux_min);

@@ -410,7 +410,7 @@ impl MemoryMapBuilder {
         for (zone, runs) in zones.iter().zip(&free_runs) {
             let cx = zone.cx(&mem);
             let mut state = zone.state.lock();
-            state.area.set_policy(self.placement, zone.start_idx, zone.end_idx);
+            state.area.set_policy(self.placement, zone.start_idx, zone.end_idx, geo.pageblock_order);
             for run in runs {
                 for (start, end) in split_at_sections(run.clone(), geo.section_order) {
                     state.area.free_range(cx, idx(start), idx(end) - idx(start), Placement::Tail);

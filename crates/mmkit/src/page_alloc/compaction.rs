@@ -14,15 +14,53 @@
 //! when the scanners meet or, for a given order, as soon as a free block of
 //! that order exists (`__compact_finished`).
 //!
-//! Owns only the scanners and the counters of a pass; free lists change
-//! through the ordinary allocation and free paths.
+//! Which pass runs is the map's [`CompactionMode`]: Linux's scanners
+//! (`--policy linux`), or sparsest-first evacuation (`evacuate`), which the
+//! address-ordered policies use because their densest pageblocks are the
+//! ones Linux's migrate scanner meets first. Either pass stops at its goal:
+//! a free block of the requested order (direct compaction), a fragmentation
+//! score at or below a mark (proactive compaction, Linux's kcompactd with
+//! `vm.compaction_proactiveness`), or the end of the zone.
+//!
+//! Owns the scanners, the goals, the fragmentation score and the counters of
+//! a pass; free lists change through the ordinary allocation and free paths.
 #![deny(unsafe_code)]
 
 use crate::mem::page::{PageFlags, PageIdx};
-use crate::page_alloc::migrate::MigrateRequest;
+use crate::page_alloc::migrate::{MigrateRequest, Migrator};
 use crate::types::gfp::{Gfp, MigrateType};
+use crate::types::placement::CompactionMode;
 use crate::PageAllocator;
 use core::sync::atomic::Ordering::Relaxed;
+
+/// Order whose unusable free space the fragmentation score measures
+/// (Linux's `COMPACTION_HPAGE_ORDER`, a 2 MiB huge page with 4 KiB pages).
+pub const COMPACTION_HPAGE_ORDER: u32 = 9;
+
+/// Where a pass stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CompactGoal {
+    /// A free block of at least this order exists.
+    Order(u32),
+    /// The zone's fragmentation score, in thousandths, is at most this.
+    Score(u32),
+    /// The whole zone (`/proc/sys/vm/compact_memory`).
+    Whole,
+}
+
+/// Linux's `fragmentation_score_wmark`: the score (0..=100) proactive
+/// compaction brings a zone down to (`low`), and the node score above which
+/// it starts (`!low`, ten points higher). `proactiveness` is
+/// `vm.compaction_proactiveness` (0..=100; values above 100 count as 100).
+#[must_use]
+pub fn fragmentation_score_wmark(proactiveness: u32, low: bool) -> u32 {
+    let wmark_low = 100u32.saturating_sub(proactiveness.min(100)).max(5);
+    if low {
+        wmark_low
+    } else {
+        (wmark_low + 10).min(100)
+    }
+}
 
 /// What one compaction pass did (the vmstat `compact_*` counters of it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -43,15 +81,132 @@ pub struct CompactResult {
 impl PageAllocator {
     /// Compacts zone `zone_index` (Linux's `compact_zone`): until a free
     /// block of `order` exists, or with `None` over the whole zone (as
-    /// proactive compaction and `/proc/sys/vm/compact_memory` do). Needs a
-    /// migrator that implements
+    /// `/proc/sys/vm/compact_memory` does). Which pass runs is the map's
+    /// [`CompactionMode`]. Needs a migrator that implements
     /// [`migrate_page_to`](crate::Migrator::migrate_page_to); without one
     /// it does nothing. Call with no allocator lock held.
     pub fn compact_zone(&self, zone_index: usize, order: Option<u32>) -> CompactResult {
+        self.compact_zone_to(zone_index, order.map_or(CompactGoal::Whole, CompactGoal::Order))
+    }
+
+    /// One pass of zone `zi` towards `goal`, counted in vmstat.
+    pub(crate) fn compact_zone_to(&self, zi: usize, goal: CompactGoal) -> CompactResult {
         let mut result = CompactResult::default();
-        let (Some(migrator), Some(zone)) = (self.migrator.as_deref(), self.zones.get(zone_index)) else {
+        let (Some(migrator), Some(zone)) = (self.migrator.as_deref(), self.zones.get(zi)) else {
             return result;
         };
+        match zone.placement.compaction() {
+            CompactionMode::Linear => self.compact_linear(zi, goal, migrator, &mut result),
+            CompactionMode::SparsestFirst => self.evacuate_sparse(zi, goal, migrator, &mut result),
+        }
+        let s = &self.stats;
+        s.compact_migrate_scanned.fetch_add(result.migrate_scanned, Relaxed);
+        s.compact_free_scanned.fetch_add(result.free_scanned, Relaxed);
+        s.pgmigrate_success.fetch_add(result.migrated, Relaxed);
+        s.pgmigrate_fail.fetch_add(result.failed, Relaxed);
+        result
+    }
+
+    /// Proactive compaction of node `nid` at `proactiveness` (Linux's
+    /// kcompactd: `should_proactive_compact_node`, then
+    /// `proactive_compact_node`): when the node's fragmentation score is
+    /// above [`fragmentation_score_wmark`]`(proactiveness, false)`, each
+    /// zone is compacted until its own score is at most the low mark.
+    /// Returns `None` when the score was below the mark (nothing ran), else
+    /// the summed result; `success` says the low mark was reached. An
+    /// embedder calls this from a timer (Linux checks every 500 ms).
+    pub fn proactive_compact(&self, nid: usize, proactiveness: u32) -> Option<CompactResult> {
+        if proactiveness == 0 {
+            return None;
+        }
+        let high = fragmentation_score_wmark(proactiveness, false) * 10;
+        self.proactive_compact_marks(nid, high, fragmentation_score_wmark(proactiveness, true) * 10)
+    }
+
+    /// One periodic check of kcompactd for node `nid` with the map's
+    /// placement policy's marks
+    /// ([`PlacementPolicy::proactive_marks`](crate::PlacementPolicy::proactive_marks)):
+    /// what an embedder calls from a timer to get the policy's background
+    /// compaction. `None` when nothing ran.
+    pub fn kcompactd_check(&self, nid: usize) -> Option<CompactResult> {
+        let policy = self.zones.iter().find(|z| z.nid == nid)?.placement;
+        let (start, stop) = policy.proactive_marks();
+        self.proactive_compact_marks(nid, start, stop)
+    }
+
+    /// [`proactive_compact`](Self::proactive_compact) with the marks given
+    /// directly, in thousandths of the score: a round starts when node
+    /// `nid`'s score is above `start_above` and compacts each zone down to
+    /// `stop_at` (Linux's marks are whole points, at least 5, i.e. 50
+    /// here).
+    pub fn proactive_compact_marks(&self, nid: usize, start_above: u32, stop_at: u32) -> Option<CompactResult> {
+        if self.migrator.is_none() || self.fragmentation_score(nid) <= start_above {
+            return None;
+        }
+        self.stats.compact_daemon_wake.fetch_add(1, Relaxed);
+        let low = stop_at;
+        let mut sum = CompactResult { success: true, ..CompactResult::default() };
+        for zi in 0..self.zones.len() {
+            if self.zones[zi].nid != nid || self.zone_fragmentation_score(zi) <= low {
+                continue;
+            }
+            let r = self.compact_zone_to(zi, CompactGoal::Score(low));
+            sum.migrate_scanned += r.migrate_scanned;
+            sum.free_scanned += r.free_scanned;
+            sum.migrated += r.migrated;
+            sum.failed += r.failed;
+            sum.success &= r.success;
+        }
+        let s = &self.stats;
+        s.compact_daemon_migrate_scanned.fetch_add(sum.migrate_scanned, Relaxed);
+        s.compact_daemon_free_scanned.fetch_add(sum.free_scanned, Relaxed);
+        Some(sum)
+    }
+
+    /// Node `nid`'s fragmentation score in thousandths (Linux's
+    /// `fragmentation_score_node` in tenths of its points): each zone's
+    /// order-9 unusable free space index weighted by its share of the
+    /// node's managed pages.
+    #[must_use]
+    pub fn fragmentation_score(&self, nid: usize) -> u32 {
+        let node_pages: u64 = self.zones.iter().filter(|z| z.nid == nid).map(|z| z.managed_pages()).sum();
+        if node_pages == 0 {
+            return 0;
+        }
+        let weighted: u64 = (0..self.zones.len())
+            .filter(|&zi| self.zones[zi].nid == nid)
+            .map(|zi| u64::from(self.zone_fragmentation_score(zi)) * self.zones[zi].managed_pages())
+            .sum();
+        (weighted / node_pages) as u32
+    }
+
+    /// Zone `zi`'s score in thousandths (Linux's `extfrag_for_order` for
+    /// [`COMPACTION_HPAGE_ORDER`]): free pages outside blocks of that
+    /// order, per thousand free pages; 0 with nothing free.
+    pub(crate) fn zone_fragmentation_score(&self, zi: usize) -> u32 {
+        let state = self.zones[zi].state.lock();
+        let area = &state.area;
+        let free = area.free_pages();
+        if free == 0 {
+            return 0;
+        }
+        let order = COMPACTION_HPAGE_ORDER.min(area.max_order());
+        let suitable: u64 = (order..=area.max_order()).map(|o| area.nr_free(o) << o).sum();
+        ((free - suitable.min(free)) * 1000 / free) as u32
+    }
+
+    /// Whether `goal` holds for zone `zi` now.
+    pub(crate) fn compact_goal_met(&self, zi: usize, goal: CompactGoal) -> bool {
+        match goal {
+            CompactGoal::Order(order) => self.zone_has_free_block(zi, order),
+            CompactGoal::Score(low) => self.zone_fragmentation_score(zi) <= low,
+            CompactGoal::Whole => false,
+        }
+    }
+
+    /// Linux's two scanners over zone `zi` towards `goal` (see the module doc).
+    fn compact_linear(&self, zi: usize, goal: CompactGoal, migrator: &dyn Migrator, result: &mut CompactResult) {
+        let zone = &self.zones[zi];
         let pb = 1u32 << self.mem.geometry.pageblock_order;
         let mut migrate_pb = zone.start_idx.next_multiple_of(pb);
         // The free scanner starts at the last whole pageblock.
@@ -59,11 +214,9 @@ impl PageAllocator {
         // Where the free scanner resumes inside its pageblock.
         let mut free_at = free_pb;
         'pass: while migrate_pb < free_pb {
-            if let Some(order) = order {
-                if self.zone_has_free_block(zone_index, order) {
-                    result.success = true;
-                    break;
-                }
+            if goal != CompactGoal::Whole && self.compact_goal_met(zi, goal) {
+                result.success = true;
+                break;
             }
             if self.mem.blocks.get(migrate_pb) == MigrateType::Movable {
                 let mut idx = migrate_pb;
@@ -82,7 +235,7 @@ impl PageAllocator {
                     }
                     let block_order = page.order();
                     let Some(target) =
-                        self.isolate_free_block(migrate_pb, &mut free_pb, &mut free_at, block_order, &mut result)
+                        self.isolate_free_block(migrate_pb, &mut free_pb, &mut free_at, block_order, result)
                     else {
                         break 'pass;
                     };
@@ -105,19 +258,13 @@ impl PageAllocator {
             }
             migrate_pb += pb;
         }
-        if let Some(order) = order {
+        if goal != CompactGoal::Whole {
             if !result.success && result.migrated > 0 {
                 // Sources freed onto per-CPU lists merge only in the buddy.
                 self.drain_all_pages();
             }
-            result.success = result.success || self.zone_has_free_block(zone_index, order);
+            result.success = result.success || self.compact_goal_met(zi, goal);
         }
-        let s = &self.stats;
-        s.compact_migrate_scanned.fetch_add(result.migrate_scanned, Relaxed);
-        s.compact_free_scanned.fetch_add(result.free_scanned, Relaxed);
-        s.pgmigrate_success.fetch_add(result.migrated, Relaxed);
-        s.pgmigrate_fail.fetch_add(result.failed, Relaxed);
-        result
     }
 
     /// Direct compaction for a failing request of `order` on node `nid`
@@ -133,7 +280,7 @@ impl PageAllocator {
             if self.zones[zi].nid != nid {
                 continue;
             }
-            let result = self.compact_zone(zi, Some(order));
+            let result = self.compact_zone_to(zi, CompactGoal::Order(order));
             moved |= result.migrated > 0;
             if result.success {
                 break;
@@ -187,7 +334,7 @@ impl PageAllocator {
     }
 
     /// Whether zone `zone_index` has a free block of at least `order`.
-    fn zone_has_free_block(&self, zone_index: usize, order: u32) -> bool {
+    pub(crate) fn zone_has_free_block(&self, zone_index: usize, order: u32) -> bool {
         let state = self.zones[zone_index].state.lock();
         (order..=state.area.max_order()).any(|o| state.area.nr_free(o) > 0)
     }
@@ -195,7 +342,7 @@ impl PageAllocator {
 
 /// Whether a page with `flags` and migratetype tag `tag` heads an in-use
 /// block compaction may move: allocated as movable, not owned by a layer.
-fn movable_candidate(flags: PageFlags, tag: u8) -> bool {
+pub(crate) fn movable_candidate(flags: PageFlags, tag: u8) -> bool {
     flags.contains(PageFlags::ALLOCATED)
         && !flags.contains(PageFlags::OWNED)
         && !flags.contains(PageFlags::HWPOISON)

@@ -15,6 +15,7 @@ pub(crate) mod block;
 pub(crate) mod bulk;
 pub(crate) mod compaction;
 pub mod cpu;
+pub(crate) mod evacuate;
 pub(crate) mod free;
 pub mod hooks;
 pub mod migrate;

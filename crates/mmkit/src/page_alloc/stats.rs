@@ -53,6 +53,14 @@ counters! {
     compact_migrate_scanned,
     /// Pages the free scanner looked at (`compact_free_scanned`).
     compact_free_scanned,
+    /// Proactive compaction rounds that ran (`compact_daemon_wake`).
+    compact_daemon_wake,
+    /// Pages proactive compaction's migrate scanner looked at
+    /// (`compact_daemon_migrate_scanned`).
+    compact_daemon_migrate_scanned,
+    /// Pages proactive compaction's free scanner looked at
+    /// (`compact_daemon_free_scanned`).
+    compact_daemon_free_scanned,
     /// Blocks compaction moved (`pgmigrate_success`, in blocks).
     pgmigrate_success,
     /// Blocks compaction could not move (`pgmigrate_fail`, in blocks).

@@ -205,6 +205,9 @@ impl PageAllocator {
                 | "compact_fail"
                 | "compact_migrate_scanned"
                 | "compact_free_scanned"
+                | "compact_daemon_wake"
+                | "compact_daemon_migrate_scanned"
+                | "compact_daemon_free_scanned"
                 | "pgmigrate_success"
                 | "pgmigrate_fail" => String::from(name),
                 _ => format!("mmkit_{name}"),

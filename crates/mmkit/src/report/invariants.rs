@@ -98,6 +98,9 @@ impl PageAllocator {
             for mt in MigrateType::ALL {
                 ensure!(by_type[mt as usize] == area.free_pages_of(mt), None, "free count of {mt:?} wrong");
             }
+            if let Some(counts) = area.pageblock_free() {
+                self.check_pageblock_free(cx, area, counts)?;
+            }
             let zi = self.zone_index_of(zone.start_idx).unwrap_or(0);
             let pcp_heads = self.check_pcp_lists(zi, cx)?;
             // Walk the span: every BUDDY head must be one we listed, and
@@ -233,6 +236,36 @@ impl PageAllocator {
 }
 
 impl PageAllocator {
+    /// The per-pageblock free counts (sparsest-first compaction's survey:
+    /// free blocks below pageblock order) agree with the free lists.
+    fn check_pageblock_free(
+        &self,
+        cx: crate::zone::buddy::BuddyCtx<'_>,
+        area: &crate::zone::buddy::FreeArea,
+        counts: &crate::zone::placement::PageblockFree,
+    ) -> Result<(), InvariantViolation> {
+        let pb = 1u32 << cx.pageblock_order;
+        let first = cx.start & !(pb - 1);
+        let mut want = alloc::vec![0u32; ((cx.end - first).div_ceil(pb)) as usize];
+        for order in 0..cx.pageblock_order.min(cx.max_order + 1) {
+            for mt in MigrateType::ALL {
+                for idx in area.iter_list(cx, order, mt) {
+                    want[((idx - first) / pb) as usize] += 1 << order;
+                }
+            }
+        }
+        for (i, &w) in want.iter().enumerate() {
+            let pb_start = first + i as u32 * pb;
+            ensure!(
+                counts.free_in(pb_start) == w,
+                Some(self.idx_to_pfn(pb_start.max(cx.start))),
+                "pageblock free count {} but its free blocks hold {w} pages",
+                counts.free_in(pb_start)
+            );
+        }
+        Ok(())
+    }
+
     /// Checks every per-CPU list of zone `zi`; returns the blocks listed.
     fn check_pcp_lists(&self, zi: usize, cx: BuddyCtx<'_>) -> Result<u64, InvariantViolation> {
         let mut result = Ok(0u64);

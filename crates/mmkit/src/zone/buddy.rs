@@ -30,8 +30,8 @@ use crate::mem::list::PageList;
 use crate::mem::page::{PageFlags, PageIdx, PageTable};
 use crate::mem::pageblock::PageblockMap;
 use crate::types::gfp::{MigrateType, MIGRATE_TYPES};
-use crate::types::placement::PlacementPolicy;
-use crate::zone::placement::{AddrIndex, PlacementCounters};
+use crate::types::placement::{CompactionMode, PlacementPolicy};
+use crate::zone::placement::{AddrIndex, PageblockFree, PlacementCounters};
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -71,6 +71,8 @@ pub(crate) struct FreeArea {
     policy: PlacementPolicy,
     /// The free blocks by address, for address-ordered policies.
     index: Option<AddrIndex>,
+    /// Free pages per pageblock, for sparsest-first compaction.
+    pageblock_free: Option<PageblockFree>,
     /// Where pageblock-sized blocks were broken (instrumentation).
     pub(crate) placement: PlacementCounters,
 }
@@ -92,16 +94,25 @@ impl FreeArea {
             max_order,
             policy: PlacementPolicy::Linux,
             index: None,
+            pageblock_free: None,
             placement: PlacementCounters::default(),
         }
     }
 
     /// Sets the placement policy for a zone over descriptor indices
     /// `[start, end)`; call while the lists are still empty.
-    pub(crate) fn set_policy(&mut self, policy: PlacementPolicy, start: PageIdx, end: PageIdx) {
+    pub(crate) fn set_policy(&mut self, policy: PlacementPolicy, start: PageIdx, end: PageIdx, pageblock_order: u32) {
         debug_assert_eq!(self.free_pages, 0, "set the policy before freeing memory");
         self.policy = policy;
         self.index = policy.address_ordered().then(|| AddrIndex::new(start, end, self.max_order));
+        self.pageblock_free = (policy.compaction() == CompactionMode::SparsestFirst)
+            .then(|| PageblockFree::new(start, end, pageblock_order));
+    }
+
+    /// The free pages per pageblock, when the policy keeps them
+    /// (sparsest-first compaction).
+    pub(crate) fn pageblock_free(&self) -> Option<&PageblockFree> {
+        self.pageblock_free.as_ref()
     }
 
     /// The placement policy in force.
@@ -179,6 +190,9 @@ impl FreeArea {
         if let Some(index) = &mut self.index {
             index.insert(s, idx, order);
         }
+        if let Some(counts) = &mut self.pageblock_free {
+            counts.update(idx, order, true);
+        }
         self.nr_blocks[s] += 1;
         self.free_pages += 1 << order;
         self.free_pages_by_type[mt as usize] += 1 << order;
@@ -194,6 +208,9 @@ impl FreeArea {
         self.lists[s].unlink(cx.pages, page);
         if let Some(index) = &mut self.index {
             index.remove(s, idx, order);
+        }
+        if let Some(counts) = &mut self.pageblock_free {
+            counts.update(idx, order, false);
         }
         page.set_state(PageFlags::EMPTY, 0, 0);
         self.nr_blocks[s] -= 1;

@@ -5,61 +5,118 @@
 //! beside the intrusive free lists when the map's
 //! [`PlacementPolicy`](crate::types::placement::PlacementPolicy) asks for it
 //! (one bitmap per (order, migratetype) with summary levels, so the lowest
-//! or highest free block is found in a few word scans), and
-//! [`PlacementCounters`]. `buddy::FreeArea` keeps both up to date; the
-//! fallback code asks it for blocks through `FreeArea::pick`.
+//! or highest free block is found in a few word scans),
+//! `PageblockFree` (free pages per pageblock, for sparsest-first
+//! compaction's survey) and [`PlacementCounters`]. `buddy::FreeArea` keeps
+//! them up to date; the fallback code asks it for blocks through
+//! `FreeArea::pick`.
 //!
-//! # Why Linux's placement fragments under pressure (measured)
+//! # What decides order-9 fragmentation under pressure (measured)
 //!
-//! Replay of `../shared/traces/gittar.trace.xz` with `--memory 1225M`
-//! (1.25× its peak of 250922 live pages: 612 pageblocks, about 63000 pages
-//! free at the end), from an empty start, two CPUs; the `mmkit replay`
-//! report's `placement` line and `--json`'s `placement` object give the
-//! counts. Indices are for order 9, final (after draining the per-CPU
-//! lists) / time average; `buddy_system_allocator` gets 0.013 / 0.0021.
+//! Seven whole-machine traces replayed with `--memory` at 1.25× their peak
+//! of live pages, from an empty start, on two CPUs (`BENCHMARKS.md`,
+//! "replay — placement and compaction", has every row and the commands):
+//! `gittar` (`../shared/traces`) and six recorded for this work, `configure`
+//! (an autoconf `configure`), `cbuild` (`make -j2` of a C library),
+//! `rustbuild` (`cargo build` of a small crate), `pytest` (CPython tests),
+//! `thp` (a program churning `MADV_HUGEPAGE` regions) and `filescan`
+//! (reading every small file under `/usr` and `/var`). Indices are the
+//! order-9 unusable free space index, end (per-CPU lists drained) / time
+//! average (per-CPU pages count as in use, as in Linux);
+//! `buddy_system_allocator` (the peer: address-ordered, no migratetypes, no
+//! per-CPU lists) is the bar.
 //!
-//! - *Per-CPU lists are most of it.* `--policy linux` ends at 0.233 /
-//!   0.0123, but the same replay without per-CPU lists ends at 0.021 /
-//!   0.006. Linux auto-tunes each list's `high` up to an eighth of the zone
-//!   per CPU (`nr_pcp_high`), refills in batches of up to 63 << 5 pages
-//!   (1063 refills bring 267988 pages) and spills only past `high` (781
-//!   spills, 114464 pages); at the end 13875 pages sit on the lists. Pages
-//!   parked there cannot merge, and when the drain returns them they lie
-//!   between live pages: almost all of the 0.233 is those pages.
-//! - *Where order-9 blocks break.* 518 free blocks of order ≥ 9 are broken:
-//!   by the order asked 237 for order 0 (per-CPU refills), 134 for order 6,
-//!   76 for order 2, 38 for order 4, the rest scattered; by type 474
-//!   movable, 32 unmovable, 12 reclaimable. Fallbacks are rare (21, claiming
-//!   42 pageblocks, no steals), so grouping keeps 0 mixed pageblocks.
-//! - *List head vs address order.* On this trace Linux's list head is
-//!   already close to address order (the lists start sorted and splits put
-//!   the upper halves at the head); address order alone changes the end
-//!   state by a few blocks.
-//! - *What grouping costs.* With address order and no per-CPU lists,
-//!   grouping off gives exactly the peer's 0.013 / 0.002; grouping on ends
-//!   at 0.021. With `two-ends` (per-CPU lists on) the 3420 free pages in
-//!   blocks below order 9 at the end lie 1942 in unmovable, 545 in
-//!   reclaimable and 933 in movable pageblocks: the holes short-lived
-//!   unmovable pages (probably pipe buffers: `GFP_HIGHUSER|__GFP_ACCOUNT`, 110521
-//!   allocations) leave in their own pageblocks are free memory no movable
-//!   request may use.
+//! - *Linux's per-CPU lists.* `--policy linux` ends `gittar` at 0.233 /
+//!   0.0123 against the peer's 0.013 / 0.0021. Without per-CPU lists the
+//!   same replay ends at 0.021 / 0.006: Linux auto-tunes each list's `high`
+//!   up to an eighth of the zone per CPU (1063 refills bring 267988 pages;
+//!   13875 pages sit on the lists at the end), pages parked there cannot
+//!   merge and come back scattered between live pages. Of the 518 free
+//!   blocks of order ≥ 9 broken, 237 were for order-0 refills; fallbacks are
+//!   rare (21, claiming 42 pageblocks, no steals), so no pageblock is mixed.
+//! - *Placement alone cannot beat the peer.* With per-CPU lists off, every
+//!   policy, grouping on or off, lands within a few percent of the peer on
+//!   every trace (e.g. `cbuild` 0.383–0.400 / 0.105–0.112 against 0.386 /
+//!   0.105, `configure` 0.639–0.670 against 0.639): the workloads free page
+//!   cache and anonymous memory in an order unrelated to where it was put,
+//!   and an address-ordered buddy is already close to what any placement
+//!   that never moves a page can keep whole.
+//! - *Where the unusable free space is.* At the end of five of the six new
+//!   traces 94–99 % of the free pages outside order-9 blocks lie in
+//!   *movable* pageblocks (`cbuild` 81796 of 84136, `rustbuild` 125871 of
+//!   129688, `configure` 31805 of 33290, `thp` 390878 of 394582;
+//!   `filescan` 77 %): holes a migration can fill. `gittar` is the
+//!   exception: 1942 in unmovable and 545 in reclaimable pageblocks against
+//!   933 in movable ones.
+//! - *Compaction is what wins, and Linux's scanners waste it here.* Linux's
+//!   migrate scanner starts at the bottom of the zone, which under address
+//!   order (and often under list-head order) is the densest part: with
+//!   proactive rounds at 1.5 % / 0.5 % marks, Linux's placement and
+//!   scanners leave `cbuild` at 0.432 / 0.080 (94301 moves) and
+//!   `configure` at 0.690 / 0.171, while sparsest-first evacuation
+//!   (`page_alloc::evacuate`) under the same placement and lists (`lean`)
+//!   reaches 0.080 / 0.015 and 0.175 / 0.053. It moves a
+//!   pageblock only when denser ones have room for all of it, ranks equally
+//!   used pageblocks by address (a zone of evenly used pageblocks still
+//!   compacts), and reads per-pageblock free counts kept with the free lists
+//!   (`PageblockFree`) instead of scanning descriptors (`cbuild`: 23 s of
+//!   compaction per replay down to about 1 s for the same 727k moves).
+//! - *Grouping is what lets compaction work.* With grouping off every
+//!   request is unmovable and every pageblock ends up unmovable, so nothing
+//!   can move: `lean --no-grouping` is Linux's `--no-grouping` (e.g.
+//!   `cbuild` 0.480 / 0.079) while `lean` reaches 0.080 / 0.015.
+//! - *Per-CPU list size.* Small lists (the low-watermark share, as the
+//!   address-ordered policies keep them) with merge-first frees give the
+//!   lowest end indices (`lean` with them, a one-off build: `gittar`
+//!   0.054 / 0.0071, `configure` 0.103 / 0.053, `pytest` 0.019 / 0.019,
+//!   against 0.176 / 0.012, 0.175 / 0.053 and 0.041 / 0.018 with Linux's
+//!   auto-tuned lists), but they refill and spill about four times as
+//!   often: the replay loop ran 14–49 % slower than Linux's (medians per
+//!   trace; 579 against 373 instructions per event on `configure`).
+//!   Linux's lists also halve the pages compaction moves (`cbuild` 394659
+//!   against 726911: pages on the lists count as in use, so fewer rounds
+//!   start) and give lower time averages on the large traces (`cbuild`
+//!   0.015 against 0.022), provided a round that empties a pageblock with
+//!   pages on the lists drains them (`cbuild` 0.206 / 0.044 without that
+//!   drain, 0.080 / 0.015 with it). Merge-first frees with Linux's lists
+//!   changed the indices by a few thousandths either way but took the zone
+//!   lock on the per-CPU fast path, so `lean` leaves the lists as Linux
+//!   has them.
+//! - *Address order adds little once compaction runs.* With the same small
+//!   lists, `two-ends` and `addr` (an address index beside the lists) end
+//!   within a few thousandths of list-head order on average (better on
+//!   `cbuild`, 0.049 against 0.088; worse on `configure`, 0.123 against
+//!   0.103) and cost another 67 instructions per event on `configure` (the
+//!   index update on every list change).
+//! - *Proactive marks.* Linux's `vm.compaction_proactiveness` can go no
+//!   lower than 5 % / 15 %; on these traces that leaves 0.13–0.19 at the
+//!   end. Marks of 1.5 % / 0.5 % (the default of the policies other than
+//!   `linux`) cost `lean` 0.3–8.3 % of the trace's allocations in moved
+//!   blocks (`cbuild` 394659 moves for 4755137 allocations, `filescan`
+//!   0.9 %); 1 % / 0.3 % or lower change little. With small lists, only
+//!   evacuating pageblocks at most half used cut the moves by five to seven
+//!   times but left `cbuild` at 0.313 / 0.071 instead of 0.088 / 0.022.
+//! - *`gittar` stays above the peer.* Its unusable space is in unmovable
+//!   and reclaimable pageblocks (short-lived pipe buffers,
+//!   `GFP_HIGHUSER|__GFP_ACCOUNT`, 110521 allocations, leave holes among
+//!   long-lived kernel pages), plus three partly filled pageblocks (one per
+//!   migratetype) where the peer has one. Compaction cannot move those;
+//!   even with unmovable and reclaimable requests kept off the per-CPU
+//!   lists (`two-ends`, a one-off build) the end is 0.029 / 0.005, and
+//!   marks down to 0.3 % / 0.1 % leave small-list `lean` at 0.046 / 0.0068.
+//!   Tried and dropped earlier: letting movable requests take holes in
+//!   unmovable pageblocks (0.021 / 0.0031 on `addr`, but unmovable requests
+//!   then claimed new pageblocks: 206 unmovable and 255 mixed at the end).
 //!
-//! So the address-ordered policies keep per-CPU lists at their smallest
-//! `high` (the low-watermark share, at least four batches; 2852 refills,
-//! 1331 pages on the lists at the end) and free a block whose buddy is free
-//! straight to the buddy: 0.054 / 0.0068 with grouping, 0.021 / 0.0026
-//! without. Tried and dropped: letting a movable request take a hole in an
-//! unmovable pageblock before breaking a free pageblock (0.021 / 0.0031,
-//! but unmovable requests then claim new pageblocks for the holes they
-//! lost: 206 unmovable pageblocks and 255 mixed ones at the end).
-//! The list size is no free win: on a recorded Python memory-churn trace
-//! (`BENCHMARKS.md`, `pyalloc`) address order with Linux's auto-tuned lists
-//! ends at 0.269 / 0.130 and with the small ones at 0.406 / 0.176.
-//! Compaction (`page_alloc::compaction`) barely moves these numbers: even
-//! forced to run at every sample point it finds few holes in movable
-//! pageblocks to move into (two-ends 0.054 / 0.006 after 138 passes),
-//! because the rest of the small free blocks are in unmovable and
-//! reclaimable pageblocks or on per-CPU lists.
+//! So the default, `lean`, is Linux's placement and per-CPU lists
+//! unchanged, with sparsest-first compaction at 1.5 % / 0.5 %: below the
+//! peer at the end and on average on the six new traces (e.g. `cbuild`
+//! 0.080 / 0.015 against 0.386 / 0.105, `configure` 0.175 / 0.053 against
+//! 0.639 / 0.174), grouping at under half of no grouping there (`filescan`
+//! 0.0017 against 0.0039, the others 0.36 or less), the replay loop within
+//! a fifth of Linux's. On `gittar` it ends at 0.176 / 0.0123 (Linux's 0.233
+//! / 0.0123, the peer's 0.013 / 0.0021); `two-ends` and `addr`, with small
+//! lists, keep 0.054 / 0.0068 there at a third more loop time.
 #![deny(unsafe_code)]
 
 use crate::mem::page::PageIdx;
@@ -92,6 +149,50 @@ impl PlacementCounters {
     #[must_use]
     pub fn pageblock_breaks(&self) -> u64 {
         self.pageblock_breaks_by_order.iter().sum()
+    }
+}
+
+/// Free pages per pageblock of one zone in blocks below pageblock order,
+/// kept up to date on every free list change when the policy compacts
+/// sparsest-first: compaction's survey reads one counter per pageblock
+/// instead of walking the free lists. A pageblock inside a larger free
+/// block counts 0, as a full one does; the survey wants neither.
+pub(crate) struct PageblockFree {
+    /// Free pages per pageblock, from the zone's first pageblock.
+    counts: Vec<u16>,
+    /// `start >> pageblock_order`: the pageblock of `counts[0]`.
+    origin: u32,
+    pageblock_order: u32,
+}
+
+impl PageblockFree {
+    /// Zero counts for the pageblocks touching descriptor indices
+    /// `[start, end)`.
+    pub(crate) fn new(start: PageIdx, end: PageIdx, pageblock_order: u32) -> Self {
+        let origin = start >> pageblock_order;
+        let last = end.saturating_sub(1) >> pageblock_order;
+        Self { counts: vec![0; (last - origin + 1) as usize], origin, pageblock_order }
+    }
+
+    /// Books free block `idx` of `order` in (`add`) or out of the counts.
+    #[inline(always)]
+    pub(crate) fn update(&mut self, idx: PageIdx, order: u32, add: bool) {
+        if order >= self.pageblock_order {
+            return;
+        }
+        let pb = ((idx >> self.pageblock_order) - self.origin) as usize;
+        if let Some(c) = self.counts.get_mut(pb) {
+            let pages = 1u16 << order;
+            *c = if add { c.wrapping_add(pages) } else { c.wrapping_sub(pages) };
+        }
+    }
+
+    /// Free pages in blocks below pageblock order in the pageblock starting
+    /// at descriptor index `pb_start`.
+    #[inline]
+    pub(crate) fn free_in(&self, pb_start: PageIdx) -> u32 {
+        let pb = (pb_start >> self.pageblock_order).wrapping_sub(self.origin);
+        self.counts.get(pb as usize).map_or(0, |&c| u32::from(c))
     }
 }
 
@@ -269,6 +370,22 @@ mod tests {
         s.insert(&mut w, 9);
         s.insert(&mut w, 0);
         assert_eq!((s.extreme(&w, false), s.extreme(&w, true)), (Some(0), Some(9)));
+    }
+
+    #[test]
+    fn pageblock_counts_follow_blocks_below_pageblock_order() {
+        let mut c = PageblockFree::new(1000, 5000, 9);
+        c.update(1024, 10, true);
+        c.update(1536, 9, true);
+        assert_eq!((c.free_in(1024), c.free_in(1536)), (0, 0), "whole free pageblocks count 0");
+        c.update(1030, 1, true);
+        c.update(1032, 3, true);
+        assert_eq!((c.free_in(1024), c.free_in(1536)), (10, 0));
+        c.update(1030, 1, false);
+        assert_eq!(c.free_in(1024), 8);
+        c.update(4999, 0, true);
+        assert_eq!(c.free_in(4608), 1, "the zone's last, partial pageblock");
+        assert_eq!(c.free_in(0), 0, "outside the zone");
     }
 
     #[test]
