@@ -8,7 +8,7 @@
 //! lock per batch, refills and spills through one zone-lock hold each.
 #![deny(unsafe_code)]
 
-use crate::mem::page::{PageFlags, PageIdx};
+use crate::mem::page::PageIdx;
 use crate::mem::sync::LockGuard;
 use crate::page_alloc::free::Claim;
 use crate::pcp::order_to_pindex;
@@ -137,7 +137,7 @@ impl PageAllocator {
         let mut taken = 0;
         while taken < wanted {
             let idx = match pcp.pop(&self.mem.pages, pindex, 0) {
-                Some(idx) if self.desc(idx).has(PageFlags::HWPOISON) => {
+                Some(idx) if self.is_hwpoisoned(idx) => {
                     self.drop_poisoned(idx);
                     continue;
                 }

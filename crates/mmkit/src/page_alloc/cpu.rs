@@ -126,7 +126,7 @@ impl PageAllocator {
         let pindex = order_to_pindex(mt, order);
         loop {
             if let Some(idx) = pcp.pop(&self.mem.pages, pindex, order) {
-                if self.desc(idx).has(PageFlags::HWPOISON) {
+                if self.is_hwpoisoned(idx) {
                     // Poisoned while cached: drop it for good.
                     self.drop_poisoned(idx);
                     continue;
@@ -201,7 +201,7 @@ impl PageAllocator {
     ) -> bool {
         // Checked under the pageset lock: memory_failure raises the count and
         // then drains every pageset, so it cannot miss this page.
-        if self.hwpoison_pending.load(Relaxed) != 0 {
+        if self.hwpoison.any() {
             return false;
         }
         let zone = &self.zones[zi];
@@ -420,13 +420,6 @@ impl PageAllocator {
                 f(&pcp);
             }
         }
-    }
-
-    /// Drops a poisoned page found on a free path for good.
-    pub(crate) fn drop_poisoned(&self, idx: PageIdx) {
-        self.desc(idx).set_state(PageFlags::HWPOISON.union(PageFlags::RESERVED), 0, 0);
-        self.hwpoison_pending.fetch_sub(1, Relaxed);
-        self.stats.hwpoison_offlined.fetch_add(1, Relaxed);
     }
 
     /// Reserves a highatomic pageblock after a pcp allocation that asked

@@ -22,22 +22,6 @@ use crate::zone::{Zone, ZoneState};
 use crate::{PageAllocator, Pfn};
 use core::sync::atomic::Ordering::Relaxed;
 
-/// What `memory_failure` did with the page.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MemoryFailure {
-    /// The page was free; it is now off the free lists for good.
-    TakenOffFreeList,
-    /// The page is in use (or cached on a pinned CPU's list); it will be
-    /// dropped instead of freed.
-    InUse,
-    /// The page is reserved; it was never going to be handed out.
-    Reserved,
-    /// The page had been leaked as a bad page; it is out of circulation.
-    Leaked,
-    /// The page was already poisoned.
-    AlreadyPoisoned,
-}
-
 /// How a free path became the one caller entitled to free a block.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Claim {
@@ -302,6 +286,8 @@ impl PageAllocator {
         if flags.contains(PageFlags::HEAD) {
             self.free_tail_pages_prepare(idx, order)?;
         }
+        #[cfg(all(test, feature = "std"))]
+        crate::page_alloc::hwpoison::race_hook::run(idx);
         head.set_state(flags.intersection(PageFlags::HWPOISON), 0, 0);
         Ok(())
     }
@@ -363,9 +349,10 @@ impl PageAllocator {
         count: u32,
         placement: Placement,
     ) -> u32 {
-        // memory_failure raises the pending count before taking the zone
-        // lock, so a page poisoned while we prepared it is seen here.
-        if self.hwpoison_pending.load(Relaxed) == 0 {
+        // memory_failure makes a page pending before taking the zone lock,
+        // so a page poisoned while we prepared it is seen here, even if a
+        // plain store of its state word lost the flag (page_alloc::hwpoison).
+        if !self.hwpoison.any() {
             if count.is_power_of_two() && idx & (count - 1) == 0 {
                 state.area.free_one(cx, idx, count.trailing_zeros(), placement);
             } else {
@@ -376,7 +363,7 @@ impl PageAllocator {
         let mut freed = count;
         let mut run_start = idx;
         for i in idx..idx + count {
-            if self.desc(i).has(PageFlags::HWPOISON) {
+            if self.is_hwpoisoned(i) {
                 if i > run_start {
                     state.area.free_range(cx, run_start, i - run_start, placement);
                 }
@@ -389,69 +376,6 @@ impl PageAllocator {
             state.area.free_range(cx, run_start, idx + count - run_start, placement);
         }
         freed
-    }
-
-    /// Marks `pfn` as hardware-poisoned (Linux's `memory_failure`, for the
-    /// page-allocator side): a free page leaves the free lists at once; an
-    /// in-use page is dropped when it is freed. Either way it never returns.
-    ///
-    /// # Errors
-    /// [`PageError::OutOfRange`] or [`PageError::Hole`].
-    pub fn memory_failure(&self, pfn: Pfn) -> Result<MemoryFailure, PageError> {
-        let idx = self.pfn_to_idx(pfn).ok_or(PageError::OutOfRange(pfn))?;
-        let page = self.desc(idx);
-        if page.has(PageFlags::HOLE) {
-            return Err(PageError::Hole(pfn));
-        }
-        if !page.set_flag_once(PageFlags::HWPOISON) {
-            return Ok(MemoryFailure::AlreadyPoisoned);
-        }
-        self.stats.hwpoison_marked.fetch_add(1, Relaxed);
-        if page.has(PageFlags::RESERVED) {
-            return Ok(MemoryFailure::Reserved);
-        }
-        self.hwpoison_pending.fetch_add(1, Relaxed);
-        // A page cached on a per-CPU list is free but not on the buddy
-        // lists: drain, which drops it (marking it reserved) on the way.
-        self.drain_all_pages();
-        if page.has(PageFlags::RESERVED) {
-            return Ok(MemoryFailure::TakenOffFreeList);
-        }
-        let Some(zone) = self.zone_of(idx) else {
-            return Ok(MemoryFailure::InUse);
-        };
-        let cx = zone.cx(&self.mem);
-        let mut state = zone.state.lock();
-        if state.area.take_page(cx, idx) {
-            // Offline for good: poisoned and reserved.
-            page.set_state(PageFlags::HWPOISON.union(PageFlags::RESERVED), 0, 0);
-            self.hwpoison_pending.fetch_sub(1, Relaxed);
-            self.stats.hwpoison_offlined.fetch_add(1, Relaxed);
-            zone.publish(&state);
-            return Ok(MemoryFailure::TakenOffFreeList);
-        }
-        drop(state);
-        if self.inside_block_with(idx, PageFlags::ALLOCATED.union(PageFlags::PCP)) {
-            return Ok(MemoryFailure::InUse);
-        }
-        // Neither free nor in use: leaked earlier as a bad page. It never
-        // comes back, so no free path will look for it.
-        self.hwpoison_pending.fetch_sub(1, Relaxed);
-        Ok(MemoryFailure::Leaked)
-    }
-
-    /// Whether page `idx` is a tail or lies in a block whose head carries
-    /// one of `heads` (allocated, or cached on a pinned CPU's list).
-    fn inside_block_with(&self, idx: PageIdx, heads: PageFlags) -> bool {
-        let page = self.desc(idx);
-        if page.has(PageFlags::TAIL) {
-            return self.desc(page.next()).flags().intersects(heads);
-        }
-        (0..=self.mem.geometry.merge_order()).any(|order| {
-            let head = idx & !((1u32 << order) - 1);
-            let page = self.desc(head);
-            page.flags().intersects(heads) && page.order() >= order
-        })
     }
 
     /// Head of the compound page containing `pfn` (the page itself if it is

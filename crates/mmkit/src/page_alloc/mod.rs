@@ -18,6 +18,7 @@ pub mod cpu;
 pub(crate) mod evacuate;
 pub(crate) mod free;
 pub mod hooks;
+pub(crate) mod hwpoison;
 pub mod migrate;
 pub(crate) mod pinned;
 pub(crate) mod slowpath;
@@ -27,6 +28,7 @@ use crate::mem::map::MemMap;
 use crate::mem::page::{PageDesc, PageIdx};
 use crate::mem::sync::Lock;
 use crate::page_alloc::hooks::{Hooks, RateLimit};
+use crate::page_alloc::hwpoison::PendingPoison;
 use crate::page_alloc::migrate::Migrator;
 use crate::page_alloc::stats::{Stats, StatsSnapshot};
 use crate::pcp::cpus::PerCpu;
@@ -39,7 +41,7 @@ use crate::zone::Zone;
 use crate::Pfn;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::Ordering::Relaxed;
 
 /// Retries of reclaim without progress before giving up (Linux's
 /// `MAX_RECLAIM_RETRIES`).
@@ -75,8 +77,9 @@ pub struct PageAllocator {
     pub(crate) hooks: Box<dyn Hooks>,
     pub(crate) stats: Stats,
     pub(crate) bad_page_log: Lock<RateLimit>,
-    /// Poisoned pages still allocated; while non-zero, frees scan for them.
-    pub(crate) hwpoison_pending: AtomicU64,
+    /// Poisoned pages not yet out of circulation; while any is, frees
+    /// bypass the per-CPU lists and releases ask for them.
+    pub(crate) hwpoison: PendingPoison,
     min_free_kbytes: u64,
     /// The per-CPU layer: pagesets, CPU ids and nodes, pinning.
     pub(crate) pcp: PerCpu,
@@ -121,7 +124,7 @@ impl PageAllocator {
             hooks: p.hooks,
             stats: Stats::default(),
             bad_page_log: Lock::new(RateLimit::bad_pages()),
-            hwpoison_pending: AtomicU64::new(0),
+            hwpoison: PendingPoison::default(),
             min_free_kbytes: p.min_free_kbytes,
             pcp: PerCpu::new(nr_cpus, pagesets, p.cpu_id, &p.cpu_nodes, p.pcp_high_fraction, p.pcp_enabled),
             map_id: NEXT_MAP_ID.fetch_add(1, Relaxed),
