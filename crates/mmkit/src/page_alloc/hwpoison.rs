@@ -213,8 +213,10 @@ pub(crate) mod race_hook {
     use std::boxed::Box;
     use std::cell::RefCell;
 
+    type Hook = Box<dyn FnOnce(PageIdx)>;
+
     std::thread_local! {
-        static HOOK: RefCell<Option<Box<dyn FnOnce(PageIdx)>>> = RefCell::new(None);
+        static HOOK: RefCell<Option<Hook>> = RefCell::new(None);
     }
 
     /// Runs `f` (once) at the next preparation on this thread.
