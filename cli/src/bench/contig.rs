@@ -27,6 +27,8 @@ pub const SUITE: Suite = Suite {
 /// Case names, as reported.
 const PER_PAGE: &str = "free_contig_range/per_page";
 const BATCHED: &str = "free_contig_range/batched";
+const FROZEN: &str = "free_contig_range/frozen";
+const OWNED: &str = "free_contig_range/owned";
 const ALLOC: &str = "alloc_contig_range";
 const CMA: &str = "cma_alloc";
 
@@ -35,7 +37,8 @@ const CMA: &str = "cma_alloc";
 type Staging = for<'a> fn(&'a ContigBench) -> StagedContender<'a>;
 
 /// Every case, in the order run and reported.
-const CASES: [(&str, Staging); 4] = [(PER_PAGE, per_page), (BATCHED, batched), (ALLOC, alloc), (CMA, cma)];
+const CASES: [(&str, Staging); 6] =
+    [(PER_PAGE, per_page), (BATCHED, batched), (FROZEN, frozen), (OWNED, owned), (ALLOC, alloc), (CMA, cma)];
 
 fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, BenchError> {
     let iters: u64 = settings.pick(200, 5);
@@ -55,6 +58,15 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
             "Before: {before:.1} usec per iteration / After: {after:.1} usec per iteration (ratio {:.1}x; \
              Linux's change: 1406 / 402 usec, 3.5x)",
             before / after
+        ),
+        format!(
+            "Frozen pages (an atomic clear of ALLOCATED per page instead of the reference drop): \
+             free_contig_frozen_range {:.1} usec ({:.1}x per page). An owned range (no atomic per page: the \
+             ContigRange handle is the claim): free_contig_block {:.1} usec ({:.1}x per page).",
+            usec(FROZEN),
+            before / usec(FROZEN),
+            usec(OWNED),
+            before / usec(OWNED)
         ),
         format!(
             "Allocating the same {RANGE_PAGES} pages: alloc_contig_range {:.1} usec, cma_alloc {:.1} usec per \
@@ -103,6 +115,24 @@ fn batched(bench: &ContigBench) -> StagedContender<'_> {
     StagedContender::new(names::MMKIT, || alloc_range(bench), |pfn| free_batched(bench, pfn), |()| Ok(()))
 }
 
+fn frozen(bench: &ContigBench) -> StagedContender<'_> {
+    StagedContender::new(
+        names::MMKIT,
+        || bench.alloc_frozen_range().map_err(|e| BenchError::context("alloc_contig_frozen_range", e)),
+        |pfn| bench.free_frozen(pfn).map_err(|e| BenchError::context("free_contig_frozen_range", e)),
+        |()| Ok(()),
+    )
+}
+
+fn owned(bench: &ContigBench) -> StagedContender<'_> {
+    StagedContender::new(
+        names::MMKIT,
+        || bench.alloc_owned_range().map_err(|e| BenchError::context("alloc_contig_block", e)),
+        |range| bench.free_owned(range).map_err(|e| BenchError::context("free_contig_block", e)),
+        |()| Ok(()),
+    )
+}
+
 fn alloc(bench: &ContigBench) -> StagedContender<'_> {
     StagedContender::new(names::MMKIT, || Ok(()), |()| alloc_range(bench), |pfn| free_batched(bench, pfn))
 }
@@ -124,7 +154,7 @@ mod tests {
     fn quick_suite_reports_every_case_and_the_seed_comparison() {
         let report = run(&Settings { runs: 1, quick: true }, &mut |_| {}).unwrap();
         let names: Vec<_> = report.cases.iter().map(|c| c.name).collect();
-        assert_eq!(names, [PER_PAGE, BATCHED, ALLOC, CMA]);
+        assert_eq!(names, [PER_PAGE, BATCHED, FROZEN, OWNED, ALLOC, CMA]);
         for c in &report.cases {
             assert_eq!((c.impl_name, c.unit, c.units_per_run), (names::MMKIT, "iteration", 5), "{c:?}");
             assert!(c.median_ns > 0.0, "{c:?}");

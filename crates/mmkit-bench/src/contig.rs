@@ -20,18 +20,26 @@
 //! |------------------------------|------------------------|--------------------------|
 //! | `free_contig_range/per_page` | [`ContigBench::alloc_range`] | [`ContigBench::free_per_page`] |
 //! | `free_contig_range/batched`  | [`ContigBench::alloc_range`] | [`ContigBench::free_batched`]  |
+//! | `free_contig_range/frozen`   | [`ContigBench::alloc_frozen_range`] | [`ContigBench::free_frozen`] |
+//! | `free_contig_range/owned`    | [`ContigBench::alloc_owned_range`] | [`ContigBench::free_owned`] |
 //! | `alloc_contig_range`         | —                      | [`ContigBench::alloc_range`], then untimed [`ContigBench::free_batched`] |
 //! | `cma_alloc`                  | —                      | [`ContigBench::cma_alloc`], then untimed [`ContigBench::cma_release`] |
 
 use mmkit::{
-    BuildError, CmaError, CmaId, ContigError, FreeError, Gfp, MemoryMapBuilder, MigrateType, PageAllocator, Pfn,
-    ZoneType,
+    BuildError, CmaError, CmaId, ContigError, ContigRange, ContigRangeError, FreeError, Gfp, MemoryMapBuilder,
+    MigrateType, PageAllocator, PageOwner, Pfn, ZoneType,
 };
 use std::fmt;
 
 /// Pages per iteration: 64 MiB of 4 KiB pages, 16 of Linux's x86-64
 /// `MAX_PAGE_ORDER` blocks (`include/linux/mmzone.h`).
 pub const RANGE_PAGES: u64 = 16384;
+
+/// The owner tag of the bench's owned ranges.
+const BENCH_OWNER: PageOwner = match PageOwner::new(PageOwner::MAX) {
+    Some(owner) => owner,
+    None => PageOwner::MIN,
+};
 
 /// Name of the CMA area [`ContigBench::new`] declares.
 const CMA_AREA: &str = "bench";
@@ -140,6 +148,41 @@ impl ContigBench {
         self.mm.free_contig_range(pfn, self.nr_pages).map(|_| ())
     }
 
+    /// `alloc_contig_frozen_range` of the range (refcount 0 pages).
+    ///
+    /// # Errors
+    /// As [`PageAllocator::alloc_contig_frozen_range`] (none expected).
+    pub fn alloc_frozen_range(&self) -> Result<Pfn, ContigError> {
+        let end = Pfn(self.start.0 + self.nr_pages);
+        self.mm.alloc_contig_frozen_range(self.start, end, MigrateType::Movable, Gfp::KERNEL)?;
+        Ok(self.start)
+    }
+
+    /// The batched free of a frozen range: one `free_contig_frozen_range`.
+    ///
+    /// # Errors
+    /// As [`PageAllocator::free_contig_frozen_range`] (none expected).
+    pub fn free_frozen(&self, pfn: Pfn) -> Result<(), FreeError> {
+        self.mm.free_contig_frozen_range(pfn, self.nr_pages).map(|_| ())
+    }
+
+    /// `alloc_contig_block` of the range: one owned handle.
+    ///
+    /// # Errors
+    /// As [`PageAllocator::alloc_contig_block`] (none expected).
+    pub fn alloc_owned_range(&self) -> Result<ContigRange, ContigError> {
+        let end = Pfn(self.start.0 + self.nr_pages);
+        self.mm.alloc_contig_block(BENCH_OWNER, self.start, end, MigrateType::Movable, Gfp::KERNEL)
+    }
+
+    /// The free of an owned range: one `free_contig_block`.
+    ///
+    /// # Errors
+    /// As [`PageAllocator::free_contig_block`] (none expected).
+    pub fn free_owned(&self, range: ContigRange) -> Result<(), ContigRangeError> {
+        self.mm.free_contig_block(range).map(|_| ())
+    }
+
     /// `cma_alloc` of the whole range from the CMA area.
     ///
     /// # Errors
@@ -169,6 +212,10 @@ mod tests {
         b.free_per_page(pfn).unwrap();
         let pfn = b.alloc_range().unwrap();
         b.free_batched(pfn).unwrap();
+        let pfn = b.alloc_frozen_range().unwrap();
+        b.free_frozen(pfn).unwrap();
+        let range = b.alloc_owned_range().unwrap();
+        b.free_owned(range).unwrap();
         let pfn = b.cma_alloc().unwrap();
         b.cma_release(pfn).unwrap();
         assert_eq!(b.allocator().nr_free_pages(), free);

@@ -69,6 +69,7 @@ pub use types::{error, gfp};
 
 pub use contig::cma::{CmaAreaInfo, CmaStats};
 pub use contig::free_contig::ContigFreeSummary;
+pub use contig::owned::{ContigRange, ContigRangeError};
 pub use mem::owned::PageBlock;
 pub use mem::rawmem::prefetch;
 #[cfg(feature = "std")]

@@ -53,7 +53,9 @@ impl PageAllocator {
     /// [`still_in_use`](ContigFreeSummary::still_in_use)). A page that fails
     /// the free-time checks is reported as a bad page and leaked; a
     /// hardware-poisoned page is taken out of service (stats
-    /// `hwpoison_offlined`). Neither is freed; the rest of the range is.
+    /// `hwpoison_offlined`). Neither is freed; the rest of the range is. A
+    /// page a layer owns is left to it (counted in `still_in_use`); an
+    /// owned range is freed with [`free_contig_block`](Self::free_contig_block).
     ///
     /// # Errors
     /// The whole range is validated before anything changes: a page outside
@@ -91,7 +93,7 @@ impl PageAllocator {
         let last = Pfn(pfn.0.saturating_add(nr_pages - 1));
         let end = self.pfn_to_idx(last).ok_or(FreeError::OutOfRange(last))? + 1;
         self.validate_contig_pages(start, end, frozen)?;
-        Ok(self.free_contig_pages(start, end, frozen))
+        Ok(self.free_contig_pages(start, end, |idx, summary| self.prepare_contig_page(idx, frozen, summary)))
     }
 
     /// Input checks for every page, before any is touched: a tight scan for
@@ -118,8 +120,15 @@ impl PageAllocator {
         Err(FreeError::RefcountMismatch { pfn, refcount: page.refcount() })
     }
 
-    /// Prepares each page of `[start, end)` and releases the runs.
-    fn free_contig_pages(&self, start: PageIdx, end: PageIdx, frozen: bool) -> ContigFreeSummary {
+    /// Prepares each page of `[start, end)` with `prepare` (true: the page
+    /// may join a run) and releases the runs.
+    #[inline(always)]
+    pub(crate) fn free_contig_pages(
+        &self,
+        start: PageIdx,
+        end: PageIdx,
+        mut prepare: impl FnMut(PageIdx, &mut ContigFreeSummary) -> bool,
+    ) -> ContigFreeSummary {
         let mut summary = ContigFreeSummary::default();
         let cpu = self.current_cpu();
         let section_mask = (1u32 << self.mem.geometry.section_order) - 1;
@@ -133,7 +142,7 @@ impl PageAllocator {
                     run = None;
                 }
             }
-            if !self.prepare_contig_page(idx, frozen, &mut summary) {
+            if !prepare(idx, &mut summary) {
                 if let Some((zone, run_start, _)) = run.take() {
                     summary.freed += self.free_prepared_run(cpu, zone, run_start, idx);
                 }

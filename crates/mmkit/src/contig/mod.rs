@@ -17,6 +17,7 @@
 pub mod cma;
 pub(crate) mod free_contig;
 pub(crate) mod isolation;
+pub(crate) mod owned;
 
 use crate::contig::isolation::Unit;
 use crate::mem::page::{PageFlags, PageIdx};
@@ -26,6 +27,17 @@ use crate::types::gfp::{gfp_zone, Gfp, MigrateType};
 use crate::zone::Zone;
 use crate::{PageAllocator, Pfn};
 use alloc::vec::Vec;
+
+/// How a collected range's pages are handed out.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Prep {
+    /// Each page (or the compound head) with one reference.
+    Referenced,
+    /// Frozen: no references.
+    Frozen,
+    /// Frozen and owned by a layer, held through a [`ContigRange`](owned::ContigRange).
+    Owned(crate::PageOwner),
+}
 
 /// Linux's `__alloc_contig_verify_gfp_mask`: placement hints (zone bits,
 /// mobility, hardwall, this-node, write) are ignored since the range is
@@ -182,6 +194,18 @@ impl PageAllocator {
         gfp: Gfp,
         frozen: bool,
     ) -> Result<(), ContigError> {
+        self.collect_contig_range(start, end, mt, gfp, if frozen { Prep::Frozen } else { Prep::Referenced })
+    }
+
+    /// Collects `[start, end)` and hands its pages out as `prep` says.
+    pub(crate) fn collect_contig_range(
+        &self,
+        start: Pfn,
+        end: Pfn,
+        mt: MigrateType,
+        gfp: Gfp,
+        prep: Prep,
+    ) -> Result<(), ContigError> {
         let migration_gfp = contig_migration_gfp(gfp)?;
         if !matches!(mt, MigrateType::Movable | MigrateType::Cma) {
             return Err(ContigError::InvalidMigrateType(mt));
@@ -194,6 +218,9 @@ impl PageAllocator {
         let e = self.pfn_to_idx(last).ok_or(ContigError::OutOfRange(last))? + 1;
         let nr_pages = end.0 - start.0;
         let compound_order = if gfp.contains(Gfp::COMP) {
+            if matches!(prep, Prep::Owned(_)) {
+                return Err(ContigError::InvalidGfp(Gfp::COMP));
+            }
             let max_folio_order = 30u32.saturating_sub(self.mem.geometry.page_shift).max(1);
             if !nr_pages.is_power_of_two()
                 || start.0 & (nr_pages - 1) != 0
@@ -237,7 +264,7 @@ impl PageAllocator {
             self.undo_isolate_page_range(zone, &isolated);
             return Err(ContigError::Busy { pfn: self.idx_to_pfn(idx) });
         }
-        self.prep_contig_pages(s, e, compound_order, frozen);
+        self.prep_contig_pages(s, e, compound_order, prep);
         #[cfg(feature = "std")]
         if gfp.contains(Gfp::ZERO) {
             if let Some(mem) = &self.mem.memory {
@@ -286,8 +313,8 @@ impl PageAllocator {
     /// `ALLOCATED`, or one compound head with tails. They are tagged
     /// unmovable: nothing but their owner can move them, so a later
     /// contiguous request over them is refused as busy.
-    fn prep_contig_pages(&self, s: PageIdx, e: PageIdx, compound_order: Option<u32>, frozen: bool) {
-        let refcount = u32::from(!frozen);
+    fn prep_contig_pages(&self, s: PageIdx, e: PageIdx, compound_order: Option<u32>, prep: Prep) {
+        let refcount = u32::from(prep == Prep::Referenced);
         let tag = MigrateType::Unmovable as u8;
         match compound_order {
             Some(order) => {
@@ -306,7 +333,10 @@ impl PageAllocator {
                     let page = self.desc(idx);
                     page.set_private(0);
                     page.set_refcount(refcount);
-                    page.set_state(PageFlags::ALLOCATED, 0, tag);
+                    match prep {
+                        Prep::Owned(owner) => page.set_state_owned(PageFlags::ALLOCATED, 0, tag, owner.id()),
+                        _ => page.set_state(PageFlags::ALLOCATED, 0, tag),
+                    }
                 }
             }
         }

@@ -128,6 +128,25 @@ impl PageDesc {
         debug_assert!(order < 32 && tag < 8);
         self.state.store(flags.bits() | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT), Relaxed);
     }
+    /// Replaces flags, order and tag in one store and marks the page as
+    /// `owner`'s (`OWNED` is added to `flags`).
+    #[inline]
+    pub(crate) fn set_state_owned(&self, flags: PageFlags, order: u32, tag: u8, owner: u8) {
+        debug_assert!(order < 32 && tag < 8 && owner < 16);
+        let s = flags.bits() | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT);
+        self.state.store(owned_state(s, owner), Relaxed);
+    }
+    /// The whole state word (flags, order, tag, owner), for a check of
+    /// every field at once against [`PageDesc::owned_state_word`].
+    #[inline]
+    pub(crate) fn state_word(&self) -> u32 {
+        self.state.load(Relaxed)
+    }
+    /// The state word [`set_state_owned`](Self::set_state_owned) stores.
+    #[inline]
+    pub(crate) fn owned_state_word(flags: PageFlags, order: u32, tag: u8, owner: u8) -> u32 {
+        owned_state(flags.bits() | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT), owner)
+    }
     #[inline]
     pub(crate) fn next(&self) -> PageIdx {
         self.link_next.load(Relaxed)

@@ -1,0 +1,132 @@
+//! Owned contiguous ranges (`alloc_contig_block` / `free_contig_block`):
+//! - an owned range frees to exactly the state the frozen-range free leaves
+//!   (twin allocators, ranges at aligned and unaligned starts);
+//! - every other free path refuses its pages with a typed error or leaves
+//!   them to their owner (counted), and `get_page` cannot take a reference;
+//! - another allocator's range is handed back unchanged;
+//! - a poisoned page is taken out of service and the rest is freed;
+//! - a page whose embedder flags were set meanwhile is reported and leaked.
+
+use mmkit::{
+    ContigError, ContigRangeError, FreeError, Gfp, MemoryFailure, MemoryMapBuilder, MigrateType, PageAllocator,
+    PageError, PageFlags, PageOwner, Pfn, QuietHooks, ZoneType,
+};
+
+mod common;
+use common::{first_difference, observe};
+
+const POOL: PageOwner = match PageOwner::new(11) {
+    Some(owner) => owner,
+    None => panic!("tag in range"),
+};
+
+fn map() -> PageAllocator {
+    MemoryMapBuilder::new().zone(0, ZoneType::Normal, 0..0x8000).hooks(QuietHooks).cpu_id_fn(|| 0).build().unwrap()
+}
+
+#[test]
+fn owned_free_leaves_what_the_frozen_free_leaves() {
+    let (owned, frozen) = (map(), map());
+    for (start, end) in [(0x1000, 0x2000), (0x2003, 0x2a11), (0x4001, 0x4002), (0x5000, 0x7fff)] {
+        let (start, end) = (Pfn(start), Pfn(end));
+        let range = owned.alloc_contig_block(POOL, start, end, MigrateType::Movable, Gfp::KERNEL).unwrap();
+        assert_eq!((range.start(), range.end(), range.nr_pages()), (start, end, end.0 - start.0));
+        frozen.alloc_contig_frozen_range(start, end, MigrateType::Movable, Gfp::KERNEL).unwrap();
+        let a = owned.free_contig_block(range).unwrap();
+        let b = frozen.free_contig_frozen_range(start, end.0 - start.0).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.freed, end.0 - start.0);
+        owned.drain_all_pages();
+        frozen.drain_all_pages();
+        if let Some(diff) = first_difference(&observe(&owned), &observe(&frozen)) {
+            panic!("owned and frozen frees differ after {start}..{end}: {diff}");
+        }
+        owned.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn other_paths_refuse_owned_pages() {
+    let mm = map();
+    let range = mm.alloc_contig_block(POOL, Pfn(0x1000), Pfn(0x1010), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    let free_before = mm.nr_free_pages();
+    let owned = FreeError::Owned { pfn: Pfn(0x1004), owner: POOL };
+    assert_eq!(mm.free_pages(Pfn(0x1004), 0), Err(owned));
+    assert_eq!(mm.free_frozen_pages(Pfn(0x1004), 0), Err(owned));
+    assert_eq!(mm.put_page(Pfn(0x1004)), Err(owned));
+    // Frozen: the referenced range free refuses them; the frozen one
+    // leaves each to its owner and says so.
+    assert_eq!(
+        mm.free_contig_range(Pfn(0x1000), 16),
+        Err(FreeError::RefcountMismatch { pfn: Pfn(0x1000), refcount: 0 })
+    );
+    assert_eq!(mm.free_contig_frozen_range(Pfn(0x1000), 16).unwrap().still_in_use, 16);
+    assert_eq!(mm.get_page(Pfn(0x1004)), Err(PageError::NotInUse(Pfn(0x1004))), "frozen: no references");
+    assert!(mm.take_back_block(POOL, Pfn(0x1004), 0).is_err());
+    assert_eq!(mm.nr_free_pages(), free_before, "nothing changed");
+    assert_eq!(
+        mm.alloc_contig_block(POOL, Pfn(0x1008), Pfn(0x1020), MigrateType::Movable, Gfp::KERNEL),
+        Err(ContigError::Busy { pfn: Pfn(0x1008) }),
+        "an owned range is not collected again"
+    );
+    assert_eq!(mm.free_contig_block(range).unwrap().freed, 16);
+    mm.drain_all_pages();
+    mm.check_invariants().unwrap();
+}
+
+#[test]
+fn compound_owned_ranges_are_refused() {
+    let mm = map();
+    let got = mm.alloc_contig_block(POOL, Pfn(0x1000), Pfn(0x1010), MigrateType::Movable, Gfp::KERNEL | Gfp::COMP);
+    assert_eq!(got, Err(ContigError::InvalidGfp(Gfp::COMP)));
+    mm.check_invariants().unwrap();
+}
+
+#[test]
+fn a_foreign_range_is_handed_back() {
+    let (a, b) = (map(), map());
+    let range = a.alloc_contig_block(POOL, Pfn(0x1000), Pfn(0x1100), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    let free_b = b.nr_free_pages();
+    let Err(ContigRangeError::Foreign(range)) = b.free_contig_block(range) else {
+        panic!("another allocator's range must be refused");
+    };
+    assert_eq!(b.nr_free_pages(), free_b);
+    assert_eq!(a.free_contig_block(range).unwrap().freed, 0x100);
+    a.check_invariants().unwrap();
+}
+
+#[test]
+fn poisoned_pages_leave_service_and_the_rest_is_freed() {
+    let mm = map();
+    let free_before = mm.nr_free_pages();
+    let range = mm.alloc_contig_block(POOL, Pfn(0x2000), Pfn(0x2400), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    assert_eq!(mm.memory_failure(Pfn(0x2123)), Ok(MemoryFailure::InUse));
+    let summary = mm.free_contig_block(range).unwrap();
+    assert_eq!((summary.freed, summary.hwpoisoned, summary.bad), (0x3ff, 1, 0));
+    mm.drain_all_pages();
+    assert_eq!(mm.nr_free_pages(), free_before - 1);
+    let mut all = Vec::new();
+    while let Ok(pfn) = mm.alloc_pages(Gfp::KERNEL, 0) {
+        assert_ne!(pfn, Pfn(0x2123), "a poisoned page came back");
+        all.push(pfn);
+    }
+    for pfn in all {
+        mm.free_pages(pfn, 0).unwrap();
+    }
+    mm.drain_all_pages();
+    mm.check_invariants().unwrap();
+}
+
+#[test]
+fn pages_changed_behind_the_handle_are_reported_and_leaked() {
+    let mm = map();
+    let free_before = mm.nr_free_pages();
+    let range = mm.alloc_contig_block(POOL, Pfn(0x3000), Pfn(0x3040), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    mm.set_page_flags(Pfn(0x3007), PageFlags::LRU).unwrap();
+    let summary = mm.free_contig_block(range).unwrap();
+    assert_eq!((summary.freed, summary.bad), (0x3f, 1));
+    assert_eq!(mm.stats().bad_pages, 1);
+    mm.drain_all_pages();
+    assert_eq!(mm.nr_free_pages(), free_before - 1, "the bad page is leaked, the rest freed");
+    mm.check_invariants().unwrap();
+}
