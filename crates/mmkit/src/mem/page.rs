@@ -142,6 +142,11 @@ impl PageDesc {
     pub(crate) fn state_word(&self) -> u32 {
         self.state.load(Relaxed)
     }
+    /// The state word [`set_state`](Self::set_state) stores.
+    #[inline]
+    pub(crate) fn state_word_of(flags: PageFlags, order: u32, tag: u8) -> u32 {
+        flags.bits() | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT)
+    }
     /// The state word [`set_state_owned`](Self::set_state_owned) stores.
     #[inline]
     pub(crate) fn owned_state_word(flags: PageFlags, order: u32, tag: u8, owner: u8) -> u32 {
@@ -165,9 +170,11 @@ impl PageDesc {
     }
     /// The embedder's private word; shares storage with the list links, so it
     /// is meaningful only while the page is allocated.
+    #[inline]
     pub(crate) fn private(&self) -> u64 {
         self.link_next.load(Relaxed) as u64 | (self.link_prev.load(Relaxed) as u64) << 32
     }
+    #[inline]
     pub(crate) fn set_private(&self, value: u64) {
         self.link_next.store(value as u32, Relaxed);
         self.link_prev.store((value >> 32) as u32, Relaxed);

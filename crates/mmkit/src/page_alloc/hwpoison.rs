@@ -204,9 +204,10 @@ impl PageAllocator {
     }
 }
 
-/// A test-only hook inside `free_pages_prepare`, between the load of the
-/// state word and the store computed from it: the window in which a
-/// concurrent `memory_failure` used to be lost.
+/// A test-only hook inside `free_pages_prepare` (and the pinned
+/// magazine's free), between the load of the state word and the store
+/// computed from it: the window in which a concurrent `memory_failure`
+/// used to be lost.
 #[cfg(all(test, feature = "std"))]
 pub(crate) mod race_hook {
     use crate::mem::page::PageIdx;

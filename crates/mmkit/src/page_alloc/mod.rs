@@ -19,6 +19,7 @@ pub(crate) mod evacuate;
 pub(crate) mod free;
 pub mod hooks;
 pub(crate) mod hwpoison;
+pub(crate) mod magazine;
 pub mod migrate;
 pub(crate) mod pinned;
 pub(crate) mod slowpath;

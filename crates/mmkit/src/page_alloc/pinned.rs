@@ -20,6 +20,7 @@
 
 use crate::mem::sync::LockGuard;
 use crate::page_alloc::free::Claim;
+use crate::page_alloc::magazine::Magazine;
 use crate::pcp::cpus::{REQUEST_DRAIN, REQUEST_RESIZE};
 use crate::pcp::{pcp_allowed_order, PcpState};
 use crate::types::gfp::Gfp;
@@ -62,12 +63,14 @@ impl std::error::Error for PinError {}
 /// mm.check_invariants().unwrap();
 /// ```
 pub struct PinnedCpu<'a> {
-    alloc: &'a PageAllocator,
-    cpu: usize,
+    pub(super) alloc: &'a PageAllocator,
+    pub(super) cpu: usize,
     /// The CPU's node, looked up once.
-    nid: usize,
+    pub(super) nid: usize,
     /// One held pageset per zone, indexed like `PageAllocator::zones`.
-    lists: Vec<LockGuard<'a, PcpState>>,
+    pub(super) lists: Vec<LockGuard<'a, PcpState>>,
+    /// Order-0 pages ahead of the lists (`page_alloc::magazine`).
+    pub(super) mag: Magazine<'a>,
 }
 
 impl PageAllocator {
@@ -84,7 +87,7 @@ impl PageAllocator {
         }
         // Other holders keep a pageset only for one operation.
         let lists = (0..self.zones.len()).map(|zi| self.pageset(cpu, zi).lock.lock()).collect();
-        Ok(PinnedCpu { alloc: self, cpu, nid: self.cpu_to_node(cpu), lists })
+        Ok(PinnedCpu { alloc: self, cpu, nid: self.cpu_to_node(cpu), lists, mag: Magazine::new() })
     }
 }
 
@@ -118,6 +121,7 @@ impl<'a> PinnedCpu<'a> {
 
     /// Empties this CPU's lists into the buddy.
     pub fn drain_local_pages(&mut self) {
+        self.mag_flush_all();
         for (zi, pcp) in self.lists.iter_mut().enumerate() {
             self.alloc.drain_locked(zi, pcp);
         }
@@ -130,7 +134,26 @@ impl<'a> PinnedCpu<'a> {
     /// As [`PageAllocator::alloc_pages_node`].
     #[inline]
     pub fn alloc_pages(&mut self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
+        if order == 0 {
+            if let Some(pfn) = self.mag_alloc(gfp) {
+                return Ok(pfn);
+            }
+            return self.alloc_order0_slow(gfp);
+        }
         self.alloc_inner(gfp, order, false)
+    }
+
+    /// An order-0 allocation the magazine did not serve: aim it at this
+    /// mask and try again, else the general path.
+    #[cold]
+    fn alloc_order0_slow(&mut self, gfp: Gfp) -> Result<Pfn, AllocError> {
+        self.serve_drain_request();
+        if self.mag_retarget(gfp) {
+            if let Some(pfn) = self.mag_alloc(gfp) {
+                return Ok(pfn);
+            }
+        }
+        self.alloc_inner(gfp, 0, false)
     }
 
     /// Frozen allocation (refcount 0) from this CPU's lists.
@@ -171,6 +194,14 @@ impl<'a> PinnedCpu<'a> {
     /// As [`PageAllocator::free_pages`].
     #[inline]
     pub fn free_pages(&mut self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        if order == 0 && self.mag_free(pfn) {
+            return Ok(());
+        }
+        self.free_pages_general(pfn, order)
+    }
+
+    /// Every free the magazine does not take.
+    fn free_pages_general(&mut self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         self.serve_drain_request();
         let idx = self.alloc.validate_block(pfn, order)?;
         if self.alloc.drop_block_ref(self.cpu, pfn, idx, order)? {
@@ -232,6 +263,7 @@ impl<'a> PinnedCpu<'a> {
 
 impl Drop for PinnedCpu<'_> {
     fn drop(&mut self) {
+        self.mag_flush_all();
         let requests = self.alloc.pcp.slots[self.cpu].take_requests();
         if requests != 0 {
             self.serve(requests);

@@ -115,6 +115,12 @@ impl CpuSlot {
         self.requests.fetch_or(bits, Release);
     }
 
+    /// Whether any request is pending (one relaxed load).
+    #[inline(always)]
+    pub(crate) fn has_requests(&self) -> bool {
+        self.requests.load(Relaxed) != 0
+    }
+
     /// Takes the pending requests (one load when there are none).
     #[inline]
     pub(crate) fn take_requests(&self) -> u8 {

@@ -1,0 +1,278 @@
+//! The pinned handle's magazine (`page_alloc::magazine`) under a long-lived
+//! [`PinnedCpu`](mmkit::PinnedCpu): random sequences of order-0 and higher
+//! allocations with several GFP masks, frees through the handle and through
+//! the shared API, double frees, extra references, embedder flags left set,
+//! hardware poison, drain requests and re-pinning, against a model of the
+//! live blocks.
+//!
+//! Properties:
+//! 1. no page is handed out twice, and a poisoned page never again;
+//! 2. every bad free (double, wrong order, extra reference still held,
+//!    flags set) is the typed error the general path gives, and changes
+//!    nothing the model can see;
+//! 3. conservation and `check_invariants()` whenever the handle is dropped
+//!    (a pinned CPU's lists cannot be inspected while it is held).
+
+use mmkit::{FreeError, Gfp, MemoryFailure, MemoryMapBuilder, PageAllocator, PageFlags, Pfn, PinnedCpu, ZoneType};
+use proptest::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc { gfp: usize, order: u32 },
+    Free { pick: usize, shared: bool },
+    FreeTwice { pick: usize },
+    WrongOrder { pick: usize },
+    ExtraReference { pick: usize },
+    FlagsLeftSet { pick: usize },
+    Poison { pick: usize },
+    DrainRequest,
+    Repin { cpu: usize },
+}
+
+const GFPS: [Gfp; 4] = [Gfp::KERNEL, Gfp::HIGHUSER_MOVABLE, Gfp::ATOMIC, Gfp::DMA32];
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => (0..GFPS.len(), prop_oneof![4 => Just(0u32), 1 => Just(1), 1 => Just(3)])
+            .prop_map(|(gfp, order)| Op::Alloc { gfp, order }),
+        6 => (any::<usize>(), prop::bool::weighted(0.2)).prop_map(|(pick, shared)| Op::Free { pick, shared }),
+        1 => any::<usize>().prop_map(|pick| Op::FreeTwice { pick }),
+        1 => any::<usize>().prop_map(|pick| Op::WrongOrder { pick }),
+        1 => any::<usize>().prop_map(|pick| Op::ExtraReference { pick }),
+        1 => any::<usize>().prop_map(|pick| Op::FlagsLeftSet { pick }),
+        1 => any::<usize>().prop_map(|pick| Op::Poison { pick }),
+        1 => Just(Op::DrainRequest),
+        1 => (0..2usize).prop_map(|cpu| Op::Repin { cpu }),
+    ]
+}
+
+fn map() -> PageAllocator {
+    MemoryMapBuilder::new()
+        .max_page_order(6)
+        .pageblock_order(4)
+        .section_order(8)
+        .zone(0, ZoneType::Dma32, 16..1024)
+        .zone(0, ZoneType::Normal, 1024..2048)
+        .nr_cpus(2)
+        .min_free_kbytes(64)
+        .build()
+        .unwrap()
+}
+
+#[derive(Default)]
+struct Model {
+    /// pfn → order of every live block.
+    live: BTreeMap<u64, u32>,
+    /// Pages taken out of service by poison or leaked as bad pages.
+    gone: BTreeSet<u64>,
+}
+
+impl Model {
+    fn insert(&mut self, pfn: Pfn, order: u32) {
+        let size = 1u64 << order;
+        assert_eq!(pfn.0 % size, 0, "block {pfn} of order {order} misaligned");
+        if let Some((&prev, &prev_order)) = self.live.range(..=pfn.0).next_back() {
+            assert!(prev + (1 << prev_order) <= pfn.0, "block {pfn} overlaps live block {prev:#x}");
+        }
+        if let Some((&next, _)) = self.live.range(pfn.0 + 1..).next() {
+            assert!(pfn.0 + size <= next, "block {pfn} overlaps live block {next:#x}");
+        }
+        assert!(self.gone.range(pfn.0..pfn.0 + size).next().is_none(), "block {pfn} holds a page out of service");
+        self.live.insert(pfn.0, order);
+    }
+
+    fn pick(&self, pick: usize) -> Option<(Pfn, u32)> {
+        let (&pfn, &order) = self.live.iter().nth(pick % self.live.len().max(1))?;
+        Some((Pfn(pfn), order))
+    }
+}
+
+fn check(mm: &PageAllocator, model: &Model) {
+    assert_eq!(mm.drain_all_pages(), 0);
+    mm.check_invariants().unwrap();
+    let live: u64 = model.live.values().map(|&order| 1u64 << order).sum();
+    let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
+    assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages() + live + model.gone.len() as u64, managed);
+}
+
+fn run(ops: Vec<Op>) {
+    let mm = map();
+    let mut model = Model::default();
+    let mut pinned: Option<PinnedCpu<'_>> = Some(mm.pin_cpu(0).unwrap());
+    for op in ops {
+        let cpu = pinned.as_mut().expect("held between steps");
+        match op {
+            Op::Alloc { gfp, order } => {
+                if let Ok(pfn) = cpu.alloc_pages(GFPS[gfp], order) {
+                    model.insert(pfn, order);
+                }
+            }
+            Op::Free { pick, shared } => {
+                if let Some((pfn, order)) = model.pick(pick) {
+                    // The shared API on another CPU stands for a free from
+                    // another thread.
+                    let freed =
+                        if shared { mm.cpu(1).unwrap().free_pages(pfn, order) } else { cpu.free_pages(pfn, order) };
+                    freed.unwrap();
+                    model.live.remove(&pfn.0);
+                }
+            }
+            Op::FreeTwice { pick } => {
+                if let Some((pfn, order)) = model.pick(pick) {
+                    cpu.free_pages(pfn, order).unwrap();
+                    model.live.remove(&pfn.0);
+                    assert!(cpu.free_pages(pfn, order).is_err(), "second free of {pfn} through the handle");
+                    assert!(mm.free_pages(pfn, order).is_err(), "second free of {pfn} through the shared API");
+                }
+            }
+            Op::WrongOrder { pick } => {
+                if let Some((pfn, order)) = model.pick(pick) {
+                    let given = order + 1;
+                    assert_eq!(cpu.free_pages(pfn, given), Err(FreeError::WrongOrder { pfn, allocated: order, given }));
+                }
+            }
+            Op::ExtraReference { pick } => {
+                if let Some((pfn, order)) = model.pick(pick) {
+                    assert_eq!(mm.get_page(pfn), Ok(2));
+                    // Drops ours; the block lives on with the other reference.
+                    cpu.free_pages(pfn, order).unwrap();
+                    if order == 0 {
+                        assert_eq!(mm.get_page(pfn), Ok(2), "still in use after the first free");
+                        mm.put_page(pfn).unwrap();
+                    } else {
+                        // A non-compound block keeps only its first page;
+                        // the rest went back (Linux's __free_pages).
+                        model.live.insert(pfn.0, 0);
+                    }
+                }
+            }
+            Op::FlagsLeftSet { pick } => {
+                if let Some((pfn, order)) = model.pick(pick) {
+                    mm.set_page_flags(pfn, PageFlags::LRU).unwrap();
+                    assert!(matches!(cpu.free_pages(pfn, order), Err(FreeError::BadPage { .. })));
+                    model.live.remove(&pfn.0);
+                    model.gone.extend(pfn.0..pfn.0 + (1 << order));
+                }
+            }
+            Op::Poison { pick } => {
+                if let Some((pfn, order)) = model.pick(pick) {
+                    assert_eq!(mm.memory_failure(pfn), Ok(MemoryFailure::InUse));
+                    cpu.free_pages(pfn, order).unwrap();
+                    model.live.remove(&pfn.0);
+                    // Only the poisoned page leaves service; the rest of a
+                    // larger block is freed.
+                    model.gone.insert(pfn.0);
+                }
+            }
+            Op::DrainRequest => assert_eq!(mm.drain_all_pages(), 1, "the pinned CPU defers its drain"),
+            Op::Repin { cpu } => {
+                drop(pinned.take());
+                check(&mm, &model);
+                pinned = Some(mm.pin_cpu(cpu).unwrap());
+            }
+        }
+    }
+    drop(pinned);
+    check(&mm, &model);
+    for (pfn, order) in std::mem::take(&mut model.live) {
+        mm.free_pages(Pfn(pfn), order).unwrap();
+    }
+    check(&mm, &model);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    #[test]
+    fn a_long_lived_pinned_handle_matches_the_model(ops in prop::collection::vec(op(), 1..300)) {
+        run(ops);
+    }
+}
+
+/// Two pinned workers hand pages to each other: each writes a pattern
+/// into the pages it allocates and sends some to the other, which checks
+/// the pattern and frees them through its own handle (a cross-CPU free on
+/// the magazine's path), while a third thread requests drains.
+#[test]
+fn pinned_workers_exchange_pages_and_keep_their_bytes() {
+    use std::sync::mpsc;
+    let mm = MemoryMapBuilder::with_memory(64 << 20)
+        .backing(mmkit::Backing::RealMemory(mmkit::HugePages::None))
+        .nr_cpus(2)
+        .build()
+        .unwrap();
+    let page_size = 4096;
+    let (to_b, from_a) = mpsc::sync_channel::<(Pfn, u64)>(256);
+    let (to_a, from_b) = mpsc::sync_channel::<(Pfn, u64)>(256);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let write = |pfn: Pfn, stamp: u64| {
+        let addr = mm.page_address(pfn).unwrap();
+        // SAFETY: the page is allocated and held by this thread only.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(addr.as_ptr(), page_size) };
+        for (i, chunk) in bytes.chunks_exact_mut(8).enumerate() {
+            chunk.copy_from_slice(&(stamp ^ i as u64).to_le_bytes());
+        }
+    };
+    let verify = |pfn: Pfn, stamp: u64| {
+        let addr = mm.page_address(pfn).unwrap();
+        // SAFETY: the page was handed to this thread and nobody else holds it.
+        let bytes = unsafe { std::slice::from_raw_parts(addr.as_ptr(), page_size) };
+        for (i, chunk) in bytes.chunks_exact(8).enumerate() {
+            assert_eq!(u64::from_le_bytes(chunk.try_into().unwrap()), stamp ^ i as u64, "page {pfn} torn");
+        }
+    };
+    let worker = |cpu_id: usize, send: mpsc::SyncSender<(Pfn, u64)>, recv: mpsc::Receiver<(Pfn, u64)>| {
+        let mut cpu = mm.pin_cpu(cpu_id).unwrap();
+        let mut mine = Vec::new();
+        for round in 0..20_000u64 {
+            let stamp = (cpu_id as u64) << 56 | round;
+            let pfn = cpu.alloc_pages(Gfp::KERNEL, 0).unwrap();
+            write(pfn, stamp);
+            if round % 3 == 0 {
+                send.send((pfn, stamp)).unwrap();
+            } else {
+                mine.push((pfn, stamp));
+            }
+            while let Ok((pfn, stamp)) = recv.try_recv() {
+                verify(pfn, stamp);
+                cpu.free_pages(pfn, 0).unwrap();
+            }
+            if mine.len() > 48 {
+                for (pfn, stamp) in mine.drain(..40) {
+                    verify(pfn, stamp);
+                    cpu.free_pages(pfn, 0).unwrap();
+                }
+            }
+        }
+        drop(send);
+        for (pfn, stamp) in mine {
+            verify(pfn, stamp);
+            cpu.free_pages(pfn, 0).unwrap();
+        }
+        for (pfn, stamp) in recv {
+            verify(pfn, stamp);
+            cpu.free_pages(pfn, 0).unwrap();
+        }
+    };
+    std::thread::scope(|s| {
+        let a = s.spawn(|| worker(0, to_b, from_b));
+        let b = s.spawn(|| worker(1, to_a, from_a));
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                mm.drain_all_pages();
+                std::thread::yield_now();
+            }
+        });
+        let results = [a.join(), b.join()];
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for r in results {
+            if let Err(panic) = r {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    });
+    assert_eq!(mm.drain_all_pages(), 0);
+    mm.check_invariants().unwrap();
+    let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
+    assert_eq!(mm.nr_free_pages(), managed);
+}
