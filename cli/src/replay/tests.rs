@@ -104,6 +104,7 @@ fn args(trace: &Path, mode: Mode) -> ReplayArgs {
         compact_proactiveness: None,
         compact_marks: None,
         compact_interval: 8192,
+        pcp_upkeep: super::PcpUpkeep::None,
         policy: mmkit::PlacementPolicy::default(),
         json: false,
         peer: None,
