@@ -115,8 +115,8 @@
 //! - *No policy that keeps pageblocks pure can meet the aim on `gittar`.*
 //!   With each mobility's live pages packed into whole pageblocks and one
 //!   partly filled pageblock per mobility, the free pages below order 9
-//!   are the sum over the three of (−live) mod 512. At the end that is 406
-//!   + 421 + 33 = 860 of 62812 free pages, an index of 0.0137, printed
+//!   are the sum over the three of (−live) mod 512. At the end that is
+//!   406, 421 and 33: 860 of 62812 free pages, an index of 0.0137, printed
 //!   0.013: the peer's figure, so at best equal. Averaged over the samples
 //!   it is 0.0047 (per-CPU pages counted as free), more than twice the
 //!   peer's 0.0021 (whose own floor, one partly filled pageblock, is
