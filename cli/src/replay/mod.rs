@@ -64,8 +64,10 @@ pub struct ReplayArgs {
     pub no_grouping: bool,
     /// Placement policy (policy mode): which free block serves a request.
     /// `linux` is Linux's own choice (the free list's head); `addr` takes
-    /// the lowest PFN; `two-ends` (default) the lowest for movable
-    /// requests and the highest for the others.
+    /// the lowest PFN; `two-ends` the lowest for movable requests and the
+    /// highest for the others; `lean` (default) Linux's choice and lists
+    /// with sparsest-first compaction; `lean-movable-pcp` the same with
+    /// per-CPU lists for movable pages only.
     #[arg(long, value_name = "POLICY", default_value = PlacementPolicy::default().name(), value_parser = parse_policy)]
     pub policy: PlacementPolicy,
     /// Print one JSON object instead of the table.
