@@ -489,6 +489,20 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Linux's periodic per-CPU list upkeep on every pinned CPU: `high`
+    /// decays (`decay_pcp_high`), or with `drain` the lists are emptied.
+    pub fn pcp_upkeep(&mut self, drain: bool) {
+        if let Backend::Policy(cpus) = &mut self.backend {
+            for cpu in cpus {
+                if drain {
+                    cpu.drain_local_pages();
+                } else {
+                    cpu.decay_pcp_high();
+                }
+            }
+        }
+    }
+
     /// Ends the replay: unpins the CPUs (their lists stay filled).
     pub fn finish(&mut self) {
         self.backend = Backend::Placed;

@@ -31,6 +31,11 @@ pub struct Sample {
     pub free_pages_by_type: Vec<u64>,
     /// Pageblocks per migratetype.
     pub pageblocks_by_type: Vec<u64>,
+    /// Free pages in blocks below order 9 per migratetype: the unusable
+    /// part of `free_pages`, by the list it sits on.
+    pub unusable_pages_by_type: Vec<u64>,
+    /// Live pages per request mobility (unmovable, movable, reclaimable).
+    pub live_pages_by_mobility: Vec<u64>,
     /// Pageblocks holding live pages whose GFP mobility differs from the
     /// pageblock's type.
     pub mixed_pageblocks: u64,
@@ -169,8 +174,14 @@ pub fn sample(mm: &PageAllocator, composition: &[[u32; 3]], counts: &Counts) -> 
     let mut blocks_by_order = vec![0u64; NR_ORDERS];
     let mut free_by_type = vec![0u64; MIGRATE_TYPES];
     let mut pageblocks_by_type = vec![0u64; MIGRATE_TYPES];
+    let mut unusable_by_type = vec![0u64; MIGRATE_TYPES];
     let mut free_pages = 0;
     for z in &zones {
+        for row in z.free_pages_by_order_and_type().iter().take(INDEX_ORDER as usize) {
+            for (mt, n) in row.iter().enumerate() {
+                unusable_by_type[mt] += n;
+            }
+        }
         for (o, n) in z.free.free_blocks_per_order.iter().enumerate().take(NR_ORDERS) {
             blocks_by_order[o] += n;
         }
@@ -189,6 +200,8 @@ pub fn sample(mm: &PageAllocator, composition: &[[u32; 3]], counts: &Counts) -> 
         free_pages_by_order: blocks_by_order.iter().enumerate().map(|(o, n)| n << o).collect(),
         free_pages_by_type: free_by_type,
         pageblocks_by_type,
+        unusable_pages_by_type: unusable_by_type,
+        live_pages_by_mobility: (0..3).map(|mt| composition.iter().map(|live| u64::from(live[mt])).sum()).collect(),
         mixed_pageblocks: mixed_pageblocks(mm, composition),
         unusable_index_order9: f64::from(procfs::unusable_index(&blocks_by_order, INDEX_ORDER)) / 1000.0,
         fragmentation_index_order9: f64::from(procfs::fragmentation_index(&blocks_by_order, INDEX_ORDER)) / 1000.0,

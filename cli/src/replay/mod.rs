@@ -64,8 +64,10 @@ pub struct ReplayArgs {
     pub no_grouping: bool,
     /// Placement policy (policy mode): which free block serves a request.
     /// `linux` is Linux's own choice (the free list's head); `addr` takes
-    /// the lowest PFN; `two-ends` (default) the lowest for movable
-    /// requests and the highest for the others.
+    /// the lowest PFN; `two-ends` the lowest for movable requests and the
+    /// highest for the others; `lean` (default) Linux's choice and lists
+    /// with sparsest-first compaction; `lean-movable-pcp` the same with
+    /// per-CPU lists for movable pages only.
     #[arg(long, value_name = "POLICY", default_value = PlacementPolicy::default().name(), value_parser = parse_policy)]
     pub policy: PlacementPolicy,
     /// Print one JSON object instead of the table.
@@ -101,6 +103,13 @@ pub struct ReplayArgs {
     /// recorded traces run 12 000 to 60 000 events per second).
     #[arg(long, value_name = "EVENTS", default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..))]
     pub compact_interval: u64,
+    /// Per-CPU list upkeep every --compact-interval events (policy mode),
+    /// with or without compaction: `decay` shrinks each list's `high` by an
+    /// eighth and spills at most a batch (Linux's `decay_pcp_high`, run by
+    /// the vmstat worker every second); `drain` empties the lists. Default
+    /// none: the lists change only on allocations and frees.
+    #[arg(long, value_name = "UPKEEP", value_enum, default_value_t = PcpUpkeep::None)]
+    pub pcp_upkeep: PcpUpkeep,
     /// Replay under every placement policy, Linux's and the default policy
     /// without grouping, and the peer; print one table (with `--plot`, also
     /// PREFIX-compare.png). `--policy`, `--no-grouping` and `--peer` are
@@ -128,6 +137,17 @@ pub struct ReplayArgs {
     /// afterwards. Ignored with --limit.
     #[arg(long)]
     pub cache: bool,
+}
+
+/// `--pcp-upkeep`: what happens to the per-CPU lists between events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PcpUpkeep {
+    /// Nothing.
+    None,
+    /// Linux's `decay_pcp_high`.
+    Decay,
+    /// `drain_local_pages` on every CPU.
+    Drain,
 }
 
 /// `--compact-marks`' parser: `START,STOP` in thousandths, STOP ≤ START ≤ 1000.
@@ -265,6 +285,7 @@ pub fn replay(
         compaction: move_log.is_some() && args.proactive_marks().0 < 1000,
         marks: args.proactive_marks(),
         compact_every: args.compact_interval,
+        pcp_upkeep: args.pcp_upkeep,
         next_compact: args.compact_interval,
         proactive_runs: 0,
         bar: progress_bar(progress, scan.events),
@@ -364,6 +385,7 @@ struct Pass {
     /// Events between proactive checks, and the next check.
     compact_every: u64,
     next_compact: u64,
+    pcp_upkeep: PcpUpkeep,
     proactive_runs: u64,
     bar: ProgressBar,
 }
@@ -410,6 +432,9 @@ impl Pass {
             engine.apply(ev);
             if engine.counts.events == self.next_compact {
                 self.next_compact += self.compact_every;
+                if self.pcp_upkeep != PcpUpkeep::None {
+                    engine.pcp_upkeep(self.pcp_upkeep == PcpUpkeep::Drain);
+                }
                 sampling += self.compact_check(mm, engine);
             }
             if engine.counts.events == self.next_sample {

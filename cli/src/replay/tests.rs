@@ -104,6 +104,7 @@ fn args(trace: &Path, mode: Mode) -> ReplayArgs {
         compact_proactiveness: None,
         compact_marks: None,
         compact_interval: 8192,
+        pcp_upkeep: super::PcpUpkeep::None,
         policy: mmkit::PlacementPolicy::default(),
         json: false,
         peer: None,
@@ -522,4 +523,26 @@ fn a_block_moved_twice_before_the_moves_are_applied_is_followed() {
     engine.finish();
     mm.check_invariants().unwrap();
     assert_eq!(mm.nr_free_pages(), 0x2000, "every page is free again");
+}
+
+#[test]
+fn pcp_upkeep_empties_the_pinned_lists_between_events() {
+    let g = generate(11, 4000);
+    let path = temp_trace("upkeep.trace.xz", &g.text);
+    let mut a = args(&path, Mode::Policy);
+    a.compact_interval = 64;
+    let refills = |a: &ReplayArgs| {
+        let r = replay(a, false, |_, _| {}).unwrap();
+        assert_eq!(r.double_handouts, Some(0));
+        assert_eq!(r.invariants.as_deref(), Some("ok"));
+        r.placement.pcp_refills
+    };
+    let none = refills(&a);
+    a.pcp_upkeep = super::PcpUpkeep::Drain;
+    let drained = refills(&a);
+    // Every drain leaves the lists empty: the next request on each CPU
+    // refills.
+    assert!(drained > none + 10, "a drain every 64 events: {drained} refills vs {none}");
+    a.pcp_upkeep = super::PcpUpkeep::Decay;
+    assert!(refills(&a) >= none, "decay only takes pages off the lists");
 }

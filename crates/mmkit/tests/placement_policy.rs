@@ -93,3 +93,63 @@ fn address_ordered_policies_keep_per_cpu_lists_small() {
     assert_eq!(min, linux_min);
     assert!(linux_max > linux_min);
 }
+
+#[test]
+fn lean_movable_pcp_keeps_unmovable_pages_off_the_per_cpu_lists() {
+    // (policy, grouping, whether an unmovable request fills the lists)
+    for (policy, grouping, cached) in [
+        (PlacementPolicy::Lean, true, true),
+        (PlacementPolicy::LeanMovablePcp, true, false),
+        // Grouping off: every request is unmovable, and all use the lists.
+        (PlacementPolicy::LeanMovablePcp, false, true),
+    ] {
+        let mm = MemoryMapBuilder::new()
+            .zone(0, ZoneType::Normal, 0x10000..0x14000)
+            .nr_cpus(1)
+            .cpu_id_fn(|| 0)
+            .group_by_mobility(grouping)
+            .placement(policy)
+            .build()
+            .unwrap();
+        let kernel = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
+        assert_eq!(mm.nr_pcp_pages() > 0, cached, "{policy:?} grouping {grouping}: a refill brought a batch");
+        mm.drain_all_pages();
+        let free = mm.nr_free_pages();
+        mm.free_pages(kernel, 0).unwrap();
+        assert_eq!(mm.nr_free_pages() == free, cached, "{policy:?} grouping {grouping}: the free went to the buddy");
+        // Movable requests use the lists under every policy.
+        mm.drain_all_pages();
+        let movable = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap();
+        assert!(mm.nr_pcp_pages() > 0, "{policy:?} grouping {grouping}");
+        mm.free_pages(movable, 0).unwrap();
+        mm.drain_all_pages();
+        mm.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn a_pinned_cpu_decays_its_high_and_spills() {
+    // Free as many pages as `high` may grow to on a pinned CPU, then run
+    // Linux's periodic decay `decays` times: (free pages, high) after.
+    let run = |decays: usize| {
+        let mm = MemoryMapBuilder::new().zone(0, ZoneType::Normal, 0x10000..0x50000).nr_cpus(1).build().unwrap();
+        let max = mm.pcp_info(0, 0).unwrap().high_max;
+        let mut cpu = mm.pin_cpu(0).unwrap();
+        let pages: Vec<_> = (0..max).map(|_| cpu.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap()).collect();
+        for p in pages {
+            cpu.free_pages(p, 0).unwrap();
+        }
+        for _ in 0..decays {
+            cpu.decay_pcp_high();
+        }
+        drop(cpu);
+        let out = (mm.nr_free_pages(), mm.pcp_info(0, 0).unwrap().high);
+        mm.drain_all_pages();
+        mm.check_invariants().unwrap();
+        out
+    };
+    let (free, high) = run(0);
+    let (free_decayed, high_decayed) = run(50);
+    assert!(free_decayed > free, "decay spilled pages of the pinned lists: {free_decayed} vs {free}");
+    assert!(high_decayed < high, "high shrank: {high_decayed} vs {high}");
+}

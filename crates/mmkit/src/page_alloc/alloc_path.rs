@@ -93,7 +93,7 @@ impl PageAllocator {
         order: u32,
         frozen: bool,
     ) -> Result<Pfn, AllocError> {
-        if order <= PAGE_ALLOC_COSTLY_ORDER && self.pcp.enabled {
+        if order <= PAGE_ALLOC_COSTLY_ORDER && self.pcp_serves(gfp) {
             if let Some(pfn) = self.alloc_fast(cpu, nid, gfp, order, frozen) {
                 return Ok(pfn);
             }
@@ -257,7 +257,7 @@ impl PageAllocator {
         if !self.zone_allows(zone, order, alloc_flags, ac.highest) {
             return None;
         }
-        if self.pcp.enabled && pcp_allowed_order(order, self.mem.geometry.pageblock_order) {
+        if self.pcp_serves(ac.gfp) && pcp_allowed_order(order, self.mem.geometry.pageblock_order) {
             if let Some(idx) = self.rmqueue_pcplist(ac.cpu, zi, order, ac.migratetype, alloc_flags) {
                 if alloc_flags.contains(AllocFlags::HIGHATOMIC) {
                     self.reserve_highatomic_after_pcp(zi, idx, order);

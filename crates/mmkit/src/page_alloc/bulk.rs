@@ -98,7 +98,7 @@ impl PageAllocator {
         if wanted == 0 {
             return 0;
         }
-        let taken = if wanted > 1 && self.pcp.enabled { self.bulk_take_pcp(cpu, gfp, wanted, &mut put) } else { 0 };
+        let taken = if wanted > 1 && self.pcp_serves(gfp) { self.bulk_take_pcp(cpu, gfp, wanted, &mut put) } else { 0 };
         if taken > 0 {
             return taken;
         }

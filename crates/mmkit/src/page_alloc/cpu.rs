@@ -172,7 +172,8 @@ impl PageAllocator {
     }
 
     /// The pcp list type a freed block would go on, or `None` when it must
-    /// bypass the lists (order not cached, pageblock isolated).
+    /// bypass the lists (order not cached, pageblock isolated, or not
+    /// movable under a policy that caches movable pages only).
     #[inline]
     pub(crate) fn pcp_list_type(&self, idx: PageIdx, order: u32) -> Option<MigrateType> {
         if !self.pcp.enabled || !pcp_allowed_order(order, self.mem.geometry.pageblock_order) {
@@ -180,7 +181,7 @@ impl PageAllocator {
         }
         match self.mem.blocks.get(idx) {
             MigrateType::Isolate => None,
-            mt if mt.is_pcp_type() => Some(mt),
+            mt if mt.is_pcp_type() => (mt == MigrateType::Movable || !self.pcp.movable_only).then_some(mt),
             // CMA and highatomic pages ride on the movable list; a spill puts
             // them back on their pageblock's buddy list.
             _ => Some(MigrateType::Movable),
@@ -330,11 +331,17 @@ impl PageAllocator {
                 let Some(mut pcp) = self.lock_pcp_unless_pinned(cpu, zi) else {
                     continue;
                 };
-                let excess = pcp.decay_high();
-                if excess > 0 {
-                    self.spill(&self.zones[zi], &mut pcp, excess, 0);
-                }
+                self.decay_locked(zi, &mut pcp);
             }
+        }
+    }
+
+    /// [`decay_pcp_high`](Self::decay_pcp_high) for one locked pageset of
+    /// zone `zi`.
+    pub(crate) fn decay_locked(&self, zi: usize, pcp: &mut PcpState) {
+        let excess = pcp.decay_high();
+        if excess > 0 {
+            self.spill(&self.zones[zi], pcp, excess, 0);
         }
     }
 

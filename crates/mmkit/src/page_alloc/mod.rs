@@ -119,6 +119,10 @@ impl PageAllocator {
                 pagesets.push(Pageset::new(pcp_sizing(zone, p.mem.geometry.page_size(), nr_cpus, p.pcp_high_fraction)));
             }
         }
+        let mut pcp = PerCpu::new(nr_cpus, pagesets, p.cpu_id, &p.cpu_nodes, p.pcp_high_fraction, p.pcp_enabled);
+        // With grouping off every request is unmovable: the lists then serve
+        // everything, as under the policy's other settings.
+        pcp.movable_only = !p.mobility_disabled && zones.iter().next().is_some_and(|z| z.placement.pcp_movable_only());
         Self {
             mem: p.mem,
             zones,
@@ -127,7 +131,7 @@ impl PageAllocator {
             bad_page_log: Lock::new(RateLimit::bad_pages()),
             hwpoison: PendingPoison::default(),
             min_free_kbytes: p.min_free_kbytes,
-            pcp: PerCpu::new(nr_cpus, pagesets, p.cpu_id, &p.cpu_nodes, p.pcp_high_fraction, p.pcp_enabled),
+            pcp,
             map_id: NEXT_MAP_ID.fetch_add(1, Relaxed),
             mobility_disabled: p.mobility_disabled,
             migrator: p.migrator,
@@ -193,6 +197,13 @@ impl PageAllocator {
         } else {
             gfp_migratetype(gfp)
         }
+    }
+
+    /// Whether a request with `gfp` may use the per-CPU lists: they are on,
+    /// and the request is movable or the policy caches every migratetype.
+    #[inline(always)]
+    pub(crate) fn pcp_serves(&self, gfp: Gfp) -> bool {
+        self.pcp.enabled && (!self.pcp.movable_only || self.request_migratetype(gfp) == MigrateType::Movable)
     }
 
     /// Number of nodes (highest node id + 1).

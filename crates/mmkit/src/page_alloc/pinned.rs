@@ -127,6 +127,17 @@ impl<'a> PinnedCpu<'a> {
         }
     }
 
+    /// Shrinks this CPU's `high` by an eighth towards its minimum and spills
+    /// what no longer fits, at most a batch (Linux's `decay_pcp_high`, which
+    /// the vmstat worker runs every second from `refresh_cpu_vm_stats`):
+    /// [`PageAllocator::decay_pcp_high`] cannot reach a pinned CPU's lists,
+    /// so their owner calls this on its own timer.
+    pub fn decay_pcp_high(&mut self) {
+        for (zi, pcp) in self.lists.iter_mut().enumerate() {
+            self.alloc.decay_locked(zi, pcp);
+        }
+    }
+
     /// Allocates like [`PageAllocator::alloc_pages`], from this CPU's lists
     /// without locking them.
     ///
@@ -168,7 +179,7 @@ impl<'a> PinnedCpu<'a> {
     fn alloc_inner(&mut self, gfp: Gfp, order: u32, frozen: bool) -> Result<Pfn, AllocError> {
         self.serve_drain_request();
         let alloc = self.alloc;
-        if alloc.pcp.enabled && pcp_allowed_order(order, alloc.mem.geometry.pageblock_order) {
+        if alloc.pcp_serves(gfp) && pcp_allowed_order(order, alloc.mem.geometry.pageblock_order) {
             if let Some(pfn) = self.try_fast_alloc(gfp, order, frozen) {
                 return Ok(pfn);
             }

@@ -28,6 +28,9 @@ pub(crate) struct PerCpu {
     pub(crate) cpu_nodes: Vec<usize>,
     /// False when built with `per_cpu_lists(false)`.
     pub(crate) enabled: bool,
+    /// Only movable pages use the lists (the placement policy's
+    /// `pcp_movable_only`, with grouping by mobility on).
+    pub(crate) movable_only: bool,
 }
 
 impl PerCpu {
@@ -50,6 +53,7 @@ impl PerCpu {
             cpu_id,
             cpu_nodes: (0..nr_cpus).map(|cpu| cpu_nodes.get(cpu).copied().unwrap_or(0)).collect(),
             enabled,
+            movable_only: false,
         }
     }
 }

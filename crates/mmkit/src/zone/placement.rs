@@ -96,17 +96,71 @@
 //!   0.9 %); 1 % / 0.3 % or lower change little. With small lists, only
 //!   evacuating pageblocks at most half used cut the moves by five to seven
 //!   times but left `cbuild` at 0.313 / 0.071 instead of 0.088 / 0.022.
-//! - *`gittar` stays above the peer.* Its unusable space is in unmovable
-//!   and reclaimable pageblocks (short-lived pipe buffers,
-//!   `GFP_HIGHUSER|__GFP_ACCOUNT`, 110521 allocations, leave holes among
-//!   long-lived kernel pages), plus three partly filled pageblocks (one per
-//!   migratetype) where the peer has one. Compaction cannot move those;
-//!   even with unmovable and reclaimable requests kept off the per-CPU
-//!   lists (`two-ends`, a one-off build) the end is 0.029 / 0.005, and
-//!   marks down to 0.3 % / 0.1 % leave small-list `lean` at 0.046 / 0.0068.
-//!   Tried and dropped earlier: letting movable requests take holes in
-//!   unmovable pageblocks (0.021 / 0.0031 on `addr`, but unmovable requests
-//!   then claimed new pageblocks: 206 unmovable and 255 mixed at the end).
+//! - *What `gittar`'s index is made of* (the replay's samples give free
+//!   pages below order 9 per migratetype and live pages per mobility).
+//!   Under `lean`, after the final drain, 11100 of the 62812 free pages lie
+//!   outside order-9 blocks: 9622 in unmovable pageblocks (30 of them, for
+//!   5738 live unmovable pages, 11.2 pageblocks' worth), 1057 in
+//!   reclaimable and 421 in movable ones. 8405 of those unmovable pages
+//!   were on per-CPU lists until the drain (15740 in all). The cause is the
+//!   workload: 94 % of the unmovable blocks (pipe buffers,
+//!   `GFP_HIGHUSER|__GFP_ACCOUNT`) are freed on the other CPU than the one
+//!   that allocated them (14 % of movable ones). The freeing CPU's list
+//!   grows under Linux's auto-tuned `high` (`nr_pcp_high`,
+//!   mm/page_alloc.c) while the allocating CPU refills from the buddy and,
+//!   when the unmovable lists run dry, claims another pageblock: 30
+//!   unmovable pageblocks instead of 12. Over the replay the free pages
+//!   below order 9 average 1053 unmovable, 255 movable and 252
+//!   reclaimable, with 11338 pages on the lists.
+//! - *No policy that keeps pageblocks pure can meet the aim on `gittar`.*
+//!   With each mobility's live pages packed into whole pageblocks and one
+//!   partly filled pageblock per mobility, the free pages below order 9
+//!   are the sum over the three of (−live) mod 512. At the end that is
+//!   406, 421 and 33: 860 of 62812 free pages, an index of 0.0137, printed
+//!   0.013: the peer's figure, so at best equal. Averaged over the samples
+//!   it is 0.0047 (per-CPU pages counted as free), more than twice the
+//!   peer's 0.0021 (whose own floor, one partly filled pageblock, is
+//!   0.0015), and above half of `--no-grouping`'s 0.0037. Only movable
+//!   pages in the holes of unmovable pageblocks could go lower, which was
+//!   tried: on `addr` that gave 0.021 / 0.0031, but unmovable requests then
+//!   claimed new pageblocks (206 unmovable and 255 mixed at the end).
+//!   Again here (a one-off build): a movable request that would break a
+//!   pageblock took the smallest unmovable or reclaimable hole that fits
+//!   first; `lean-movable-pcp` then ends at 0.029 / 0.0041 with 258 mixed
+//!   pageblocks (116 unmovable, 144 reclaimable), `lean` at 0.111 / 0.0042
+//!   with 184 unmovable ones. Compaction cannot help either: it moves only
+//!   movable pages out of movable pageblocks.
+//! - *Unmovable and reclaimable pages off the per-CPU lists*
+//!   (`lean-movable-pcp`). Every free of such a page is then a hole that the
+//!   next unmovable request fills (`__rmqueue_smallest` takes the smallest
+//!   block first), so the cross-CPU frees no longer force claims: `gittar`
+//!   ends at 0.021 / 0.0047 (0.176 / 0.0123 for `lean`), at the floor
+//!   above on average, with 14 unmovable pageblocks at the end (12 at
+//!   least) and 825 blocks moved. It costs every unmovable request and
+//!   free a zone-lock hold: 737 instructions per replayed event against
+//!   710 for `lean` and 671 for `linux --no-compact` (callgrind, the
+//!   replay loop with its samples and compaction). Half measures do not
+//!   work: unmovable frees to the buddy while their allocations still
+//!   refill a list, 0.087 / 0.0118; the reverse, 0.184 / 0.0119. Not the
+//!   default: it could not be measured on the six other traces, where the
+//!   lists also hide short-lived kernel pages from the index (pages on a
+//!   list count as in use) and where unmovable requests are as frequent
+//!   (page tables, pipes of the builds).
+//! - *Linux decays the lists; the replay did not.* Linux's vmstat worker
+//!   shrinks each list's `high` by an eighth every second and spills at
+//!   most a batch (`decay_pcp_high`, mm/page_alloc.c, from
+//!   `refresh_cpu_vm_stats`, mm/vmstat.c). The replay's CPUs are pinned,
+//!   which `PageAllocator::decay_pcp_high` skips; `PinnedCpu::decay_pcp_high`
+//!   and `mmkit replay --pcp-upkeep decay` run it at every kcompactd check.
+//!   On `gittar`: `lean` 0.095 / 0.0128, `linux` 0.111 / 0.0128,
+//!   `lean-movable-pcp` 0.021 / 0.0049; draining the lists at every check
+//!   (`--pcp-upkeep drain`) `lean` 0.103 / 0.0138. It halves the end but
+//!   not the average, and changes every configuration of every trace, so
+//!   it stays off by default.
+//! - Earlier one-off builds on `gittar`: unmovable and reclaimable
+//!   requests kept off small per-CPU lists under `two-ends` end at 0.029 /
+//!   0.005, and marks down to 0.3 % / 0.1 % leave small-list `lean` at
+//!   0.046 / 0.0068.
 //!
 //! So the default, `lean`, is Linux's placement and per-CPU lists
 //! unchanged, with sparsest-first compaction at 1.5 % / 0.5 %: below the
@@ -115,8 +169,9 @@
 //! 0.639 / 0.174), grouping at under half of no grouping there (`filescan`
 //! 0.0017 against 0.0039, the others 0.36 or less), the replay loop within
 //! a fifth of Linux's. On `gittar` it ends at 0.176 / 0.0123 (Linux's 0.233
-//! / 0.0123, the peer's 0.013 / 0.0021); `two-ends` and `addr`, with small
-//! lists, keep 0.054 / 0.0068 there at a third more loop time.
+//! / 0.0123, the peer's 0.013 / 0.0021); `lean-movable-pcp` reaches 0.021 /
+//! 0.0047 there, as low as pure pageblocks allow on average, and `two-ends`
+//! and `addr`, with small lists, 0.054 / 0.0068.
 #![deny(unsafe_code)]
 
 use crate::mem::page::PageIdx;
