@@ -168,7 +168,7 @@ impl<'a> PinnedCpu<'a> {
         let (Some(target), Ok(highest)) = (alloc.fast_target(self.nid, gfp, 0), gfp_zone(gfp)) else {
             return false;
         };
-        if !alloc.pcp.enabled || target.zone.placement.merges_before_caching() {
+        if !alloc.pcp_serves(gfp) || target.zone.placement.merges_before_caching() {
             return false;
         }
         if self.mag.gfp.is_some() && (self.mag.zi, self.mag.mt) != (target.zi, target.mt) {
