@@ -247,6 +247,12 @@ impl PageTable {
     pub(crate) fn try_get(&self, idx: u64) -> Option<&PageDesc> {
         self.descs.get(usize::try_from(idx).ok()?)
     }
+    /// Every descriptor, for a hot path that keeps the slice in registers
+    /// (see `page_alloc::magazine`).
+    #[inline]
+    pub(crate) fn all(&self) -> &[PageDesc] {
+        &self.descs
+    }
     /// Descriptors `[start, end)`, for loops over a range.
     #[inline]
     pub(crate) fn slice(&self, start: PageIdx, end: PageIdx) -> &[PageDesc] {

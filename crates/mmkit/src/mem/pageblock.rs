@@ -33,6 +33,13 @@ impl PageblockMap {
         self.types.len()
     }
 
+    /// The raw type bytes and the pageblock order, for a hot path that
+    /// keeps them in registers (see `page_alloc::magazine`).
+    #[inline]
+    pub(crate) fn raw(&self) -> (&[AtomicU8], u32) {
+        (&self.types, self.order)
+    }
+
     /// Type of the pageblock holding page `idx`.
     #[inline]
     pub(crate) fn get(&self, idx: PageIdx) -> MigrateType {

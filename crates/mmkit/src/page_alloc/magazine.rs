@@ -36,10 +36,13 @@
 
 use crate::mem::page::{PageDesc, PageFlags, PageIdx};
 use crate::page_alloc::pinned::PinnedCpu;
+use crate::pcp::cpus::CpuSlot;
 use crate::types::gfp::{gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType};
 use crate::zone::buddy::Placement;
 use crate::zone::Zone;
+use crate::PageAllocator;
 use crate::Pfn;
+use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 /// Pages the magazine holds at most.
 pub(crate) const MAG_SLOTS: usize = 64;
@@ -53,6 +56,16 @@ pub(crate) struct Magazine<'a> {
     gfp: Option<Gfp>,
     /// The target zone (`zones[zi]`), held to skip the lookup.
     zone: Option<&'a Zone>,
+    /// The descriptor table, pageblock types and this CPU's request slot,
+    /// copied here once: the handle is `&mut`, so the compiler keeps them
+    /// in registers instead of reloading the table's pointer and length
+    /// after every store to a descriptor (the allocator's atomics make
+    /// `&PageAllocator` no promise that they stay put).
+    descs: &'a [PageDesc],
+    block_types: &'a [AtomicU8],
+    pageblock_order: u32,
+    base_pfn: u64,
+    slot: &'a CpuSlot,
     zi: usize,
     mt: MigrateType,
     flags: AllocFlags,
@@ -66,12 +79,18 @@ pub(crate) struct Magazine<'a> {
     slots: [PageIdx; MAG_SLOTS],
 }
 
-impl Magazine<'_> {
-    /// An empty magazine with no target.
-    pub(crate) fn new() -> Self {
+impl<'a> Magazine<'a> {
+    /// An empty magazine with no target, for CPU `cpu` of `alloc`.
+    pub(crate) fn new(alloc: &'a PageAllocator, cpu: usize) -> Self {
+        let (block_types, pageblock_order) = alloc.mem.blocks.raw();
         Self {
             gfp: None,
             zone: None,
+            descs: alloc.mem.pages.all(),
+            block_types,
+            pageblock_order,
+            base_pfn: alloc.mem.base_pfn,
+            slot: &alloc.pcp.slots[cpu],
             zi: 0,
             mt: MigrateType::Unmovable,
             flags: AllocFlags::EMPTY,
@@ -93,7 +112,7 @@ impl<'a> PinnedCpu<'a> {
     pub(super) fn mag_alloc(&mut self, gfp: Gfp) -> Option<Pfn> {
         let alloc = self.alloc;
         let zone = self.mag.zone?;
-        if self.mag.gfp != Some(gfp) || alloc.pcp.slots[self.cpu].has_requests() {
+        if self.mag.gfp != Some(gfp) || self.mag.slot.has_requests() {
             return None;
         }
         if !alloc.zone_allows(zone, 0, self.mag.flags, self.mag.highest) {
@@ -104,7 +123,7 @@ impl<'a> PinnedCpu<'a> {
         }
         self.mag.len -= 1;
         let idx = self.mag.slots[self.mag.len];
-        let page = alloc.desc(idx);
+        let page = self.mag.descs.get(idx as usize)?;
         if page.has(PageFlags::HWPOISON) || (alloc.hwpoison.any() && alloc.hwpoison.contains(idx)) {
             alloc.drop_poisoned(idx);
             return None;
@@ -119,24 +138,26 @@ impl<'a> PinnedCpu<'a> {
             page.set_refcount(1);
             page.set_state(PageFlags::ALLOCATED, 0, self.mag.mt as u8);
         }
-        Some(alloc.idx_to_pfn(idx))
+        Some(Pfn(self.mag.base_pfn + u64::from(idx)))
     }
 
     /// The magazine's free of an order-0 page: true when done, false (and
     /// nothing changed) for anything but the common case.
     #[inline(always)]
     pub(super) fn mag_free(&mut self, pfn: Pfn) -> bool {
-        let alloc = self.alloc;
-        let offset = pfn.0.wrapping_sub(alloc.mem.base_pfn);
+        let offset = pfn.0.wrapping_sub(self.mag.base_pfn);
         if offset < u64::from(self.mag.zone_start) || offset >= u64::from(self.mag.zone_end) {
             return false;
         }
         let idx = offset as PageIdx;
-        let page = alloc.desc(idx);
+        let Some(page) = self.mag.descs.get(offset as usize) else {
+            return false;
+        };
+        let block_type = self.mag.block_types.get((idx >> self.mag.pageblock_order) as usize);
         if page.state_word() != self.mag.allocated_word
-            || alloc.hwpoison.any()
-            || alloc.pcp.slots[self.cpu].has_requests()
-            || alloc.mem.blocks.get(idx) != self.mag.mt
+            || self.alloc.hwpoison.any()
+            || self.mag.slot.has_requests()
+            || block_type.map(|t| t.load(Relaxed)) != Some(self.mag.mt as u8)
         {
             return false;
         }
