@@ -216,7 +216,14 @@ impl<'a> Engine<'a> {
     ) -> Result<Self, String> {
         let backend = match mode {
             Mode::Policy => Backend::Policy(
-                (0..mm.nr_cpus()).map(|cpu| mm.pin_cpu(cpu).map_err(|e| e.to_string())).collect::<Result<_, _>>()?,
+                (0..mm.nr_cpus())
+                    .map(|cpu| {
+                        let mut pinned = mm.pin_cpu(cpu).map_err(|e| e.to_string())?;
+                        // The replay models Linux's per-CPU lists page by page.
+                        pinned.set_magazine(false);
+                        Ok(pinned)
+                    })
+                    .collect::<Result<_, String>>()?,
             ),
             Mode::Placed => Backend::Placed,
         };

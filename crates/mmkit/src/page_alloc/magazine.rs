@@ -51,6 +51,8 @@ pub(crate) const MAG_BATCH: usize = MAG_SLOTS / 2;
 
 /// See the module doc.
 pub(crate) struct Magazine<'a> {
+    /// Off for callers that must see exactly Linux's per-CPU lists.
+    enabled: bool,
     /// The request mask the cached target was resolved for; `None` until
     /// the first order-0 allocation (or when the magazine is off).
     gfp: Option<Gfp>,
@@ -84,6 +86,7 @@ impl<'a> Magazine<'a> {
     pub(crate) fn new(alloc: &'a PageAllocator, cpu: usize) -> Self {
         let (block_types, pageblock_order) = alloc.mem.blocks.raw();
         Self {
+            enabled: true,
             gfp: None,
             zone: None,
             descs: alloc.mem.pages.all(),
@@ -186,6 +189,9 @@ impl<'a> PinnedCpu<'a> {
     #[cold]
     pub(super) fn mag_retarget(&mut self, gfp: Gfp) -> bool {
         let alloc = self.alloc;
+        if !self.mag.enabled {
+            return false;
+        }
         let (Some(target), Ok(highest)) = (alloc.fast_target(self.nid, gfp, 0), gfp_zone(gfp)) else {
             return false;
         };
@@ -241,6 +247,19 @@ impl<'a> PinnedCpu<'a> {
         }
         self.mag.slots.copy_within(count..self.mag.len, 0);
         self.mag.len -= count;
+    }
+
+    /// Turns the magazine on (the default) or off. Off, order-0 requests
+    /// take the per-CPU lists page by page exactly as Linux's
+    /// `rmqueue_pcplist` and `free_frozen_page_commit` do, which a trace
+    /// replay that models Linux's lists needs: the magazine hands out the
+    /// same pages but not in the same order, and moves pages to and from
+    /// the lists in batches, so `high` and spills see them later.
+    pub fn set_magazine(&mut self, enabled: bool) {
+        self.mag_flush_all();
+        self.mag.enabled = enabled;
+        self.mag.gfp = None;
+        self.mag.zone = None;
     }
 
     /// Empties the magazine into the per-CPU list.
