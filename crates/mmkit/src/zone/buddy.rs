@@ -102,6 +102,10 @@ pub(crate) struct FreeArea {
     index: Option<AddrIndex>,
     /// Free pages per pageblock, for sparsest-first compaction.
     pageblock_free: Option<PageblockFree>,
+    /// Blocks below this order count in `pageblock_free`: the pageblock
+    /// order when it is kept, else 0 (a compare instead of an `Option`
+    /// test on every split and merge).
+    counted_below: u32,
     /// Where pageblock-sized blocks were broken (instrumentation).
     pub(crate) placement: PlacementCounters,
 }
@@ -131,6 +135,7 @@ impl FreeArea {
             policy: PlacementPolicy::Linux,
             index: None,
             pageblock_free: None,
+            counted_below: 0,
             placement: PlacementCounters::default(),
         }
     }
@@ -143,6 +148,7 @@ impl FreeArea {
         self.index = policy.address_ordered().then(|| AddrIndex::new(start, end, self.max_order));
         self.pageblock_free = (policy.compaction() == CompactionMode::SparsestFirst)
             .then(|| PageblockFree::new(start, end, pageblock_order));
+        self.counted_below = if self.pageblock_free.is_some() { pageblock_order } else { 0 };
     }
 
     /// The free pages per pageblock, when the policy keeps them
@@ -213,7 +219,7 @@ impl FreeArea {
     /// The block of list (`order`, `list`) the policy gives a request of
     /// type `requester`: the list head (Linux), else the lowest PFN, or the
     /// highest for requests the policy places top-down.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn pick(&self, order: u32, list: MigrateType, requester: MigrateType) -> Option<PageIdx> {
         match &self.index {
             None => self.lists[list as usize][(order & ORDER_MASK) as usize].first(),
@@ -235,6 +241,16 @@ impl FreeArea {
     /// touching the page counters (the caller books the net change).
     #[inline(always)]
     fn link(&mut self, cx: BuddyCtx<'_>, idx: PageIdx, order: u32, mt: MigrateType, at_tail: bool) {
+        self.link_list(cx, idx, order, mt, at_tail);
+        if let Some(counts) = &mut self.pageblock_free {
+            counts.update(idx, order, true);
+        }
+    }
+
+    /// [`link`](Self::link) without the pageblock count, for splits and
+    /// merges that book their net change once (see [`Self::pb_weight`]).
+    #[inline(always)]
+    fn link_list(&mut self, cx: BuddyCtx<'_>, idx: PageIdx, order: u32, mt: MigrateType, at_tail: bool) {
         debug_assert!(order <= self.max_order);
         let o = (order & ORDER_MASK) as usize;
         let page = cx.pages.get(idx);
@@ -250,19 +266,35 @@ impl FreeArea {
         if let Some(index) = &mut self.index {
             index.insert(slot(order, mt), idx, order);
         }
-        if let Some(counts) = &mut self.pageblock_free {
-            counts.update(idx, order, true);
-        }
     }
 
     /// Takes free block `idx` off its list and clears its free marking,
     /// without touching the page counters; returns its order and list type.
     #[inline(always)]
     fn unlink(&mut self, cx: BuddyCtx<'_>, idx: PageIdx) -> (u32, MigrateType) {
+        let (order, mt) = self.unlink_list(cx, idx);
+        if let Some(counts) = &mut self.pageblock_free {
+            counts.update(idx, order, false);
+        }
+        (order, mt)
+    }
+
+    /// [`unlink`](Self::unlink) without the pageblock count.
+    #[inline(always)]
+    fn unlink_list(&mut self, cx: BuddyCtx<'_>, idx: PageIdx) -> (u32, MigrateType) {
         let page = cx.pages.get(idx);
-        debug_assert!(page.has(PageFlags::BUDDY));
-        let order = page.order();
-        let mt = tag_type(page.tag());
+        let (order, mt) = (page.order(), tag_type(page.tag()));
+        self.unlink_known(cx, idx, order, mt);
+        (order, mt)
+    }
+
+    /// [`unlink_list`](Self::unlink_list) of a block whose order and list
+    /// the caller has just read (merging) or chosen (`rmqueue_smallest`):
+    /// saves decoding them again.
+    #[inline(always)]
+    fn unlink_known(&mut self, cx: BuddyCtx<'_>, idx: PageIdx, order: u32, mt: MigrateType) {
+        let page = cx.pages.get(idx);
+        debug_assert!(page.has(PageFlags::BUDDY) && page.order() == order && page.tag() == mt as u8);
         let o = (order & ORDER_MASK) as usize;
         let list = &mut self.lists[mt as usize][o];
         list.unlink(cx.pages, page);
@@ -273,11 +305,7 @@ impl FreeArea {
         if let Some(index) = &mut self.index {
             index.remove(slot(order, mt), idx, order);
         }
-        if let Some(counts) = &mut self.pageblock_free {
-            counts.update(idx, order, false);
-        }
         page.set_state(PageFlags::EMPTY, 0, 0);
-        (order, mt)
     }
 
     /// Puts block `idx` of `order` on list `mt` and marks it free.
@@ -290,6 +318,29 @@ impl FreeArea {
     pub(crate) fn del(&mut self, cx: BuddyCtx<'_>, idx: PageIdx) {
         let (order, mt) = self.unlink(cx, idx);
         self.free_pages_by_type[mt as usize] -= 1 << order;
+    }
+
+    /// Pages a free block of `order` counts in its pageblock's free count
+    /// (0 when the policy keeps no counts, or from pageblock order up).
+    #[inline(always)]
+    fn pb_weight(&self, order: u32) -> i32 {
+        if order < self.counted_below {
+            1 << order
+        } else {
+            0
+        }
+    }
+
+    /// Books a split's or merge's net change of the pageblock count once:
+    /// every block below pageblock order that it links or unlinks lies in
+    /// the pageblock holding `idx`.
+    #[inline(always)]
+    fn pb_adjust(&mut self, idx: PageIdx, delta: i32) {
+        if delta != 0 {
+            if let Some(counts) = &mut self.pageblock_free {
+                counts.adjust(idx, delta);
+            }
+        }
     }
 
     /// Moves free block `idx` to the list of `mt`, keeping its order.
@@ -313,22 +364,23 @@ impl FreeArea {
         requester: MigrateType,
     ) -> PageIdx {
         let top_down = self.policy.top_down(requester as usize);
-        let got = self.split(cx, idx, (low, high), mt, top_down);
+        let got = self.split(cx, idx, (low, high), (mt, top_down), 0);
         self.free_pages_by_type[mt as usize] += (1 << high) - (1 << low);
         got
     }
 
     /// The list edits of a split (Linux's `expand`): links the halves not
     /// kept to list `mt` and returns the kept part's head. Page counters are
-    /// the caller's.
+    /// the caller's; the pageblock count gets the halves' pages plus
+    /// `pb_delta` (the caller's own unlink) in one update.
     #[inline(always)]
     fn split(
         &mut self,
         cx: BuddyCtx<'_>,
         idx: PageIdx,
         (low, high): (u32, u32),
-        mt: MigrateType,
-        top_down: bool,
+        (mt, top_down): (MigrateType, bool),
+        pb_delta: i32,
     ) -> PageIdx {
         if high >= cx.pageblock_order && low < cx.pageblock_order {
             self.placement.note_break(low, mt as usize);
@@ -338,12 +390,17 @@ impl FreeArea {
         while order > low {
             order -= 1;
             if top_down {
-                self.link(cx, head, order, mt, false);
+                self.link_list(cx, head, order, mt, false);
                 head += 1 << order;
             } else {
-                self.link(cx, head + (1 << order), order, mt, false);
+                self.link_list(cx, head + (1 << order), order, mt, false);
             }
         }
+        // The halves below pageblock order (orders `low..min(high, pb)`)
+        // all lie in the kept part's pageblock.
+        let top = high.min(self.counted_below);
+        let halves = if low < top { (1i32 << top) - (1i32 << low) } else { 0 };
+        self.pb_adjust(head, pb_delta + halves);
         head
     }
 
@@ -358,9 +415,9 @@ impl FreeArea {
         }
         let current = usable.trailing_zeros();
         let idx = self.pick(current, mt, mt)?;
-        self.unlink(cx, idx);
+        self.unlink_known(cx, idx, current, mt);
         let top_down = self.policy.top_down(mt as usize);
-        let got = self.split(cx, idx, (order, current), mt, top_down);
+        let got = self.split(cx, idx, (order, current), (mt, top_down), -self.pb_weight(current));
         self.free_pages_by_type[mt as usize] -= 1 << order;
         Some(got)
     }
@@ -385,6 +442,10 @@ impl FreeArea {
         // The freed pages join `mt`'s count once; merged buddies only move
         // between lists (and between counts when their type differs).
         self.free_pages_by_type[mt as usize] += 1 << order;
+        // Buddies below pageblock order lie in the freed block's pageblock:
+        // their pages leave its count, the merged block's join it, once.
+        let first = idx;
+        let mut pb_delta = 0;
         while order < cx.max_order {
             let buddy = idx ^ (1 << order);
             if buddy < cx.start || buddy + (1 << order) > cx.end {
@@ -398,7 +459,8 @@ impl FreeArea {
             if !types_may_merge(order, cx.pageblock_order, mt, buddy_mt) {
                 break;
             }
-            self.unlink(cx, buddy);
+            self.unlink_known(cx, buddy, order, buddy_mt);
+            pb_delta -= self.pb_weight(order);
             if buddy_mt != mt {
                 // The buddy adopts our type so that the merged block's
                 // pageblocks all match its list.
@@ -413,7 +475,8 @@ impl FreeArea {
             Placement::Tail => true,
             Placement::Auto => self.merge_likely(cx, idx, order),
         };
-        self.link(cx, idx, order, mt, at_tail);
+        self.link_list(cx, idx, order, mt, at_tail);
+        self.pb_adjust(first, pb_delta + self.pb_weight(order));
     }
 
     /// Whether the block's parent has a free buddy, so that one more free
