@@ -2,15 +2,8 @@
 //! `perf` or `valgrind --tool=callgrind` (the benchmarks of record are
 //! `mmkit bench pcp` and the criterion benches).
 //!
-//! Usage: `pcp_probe [shared|shared2|handle|pinned|frozen|buddy|buddy-frag0|buddy-frag9|bulk64] [pairs]`
-//!
-//! `buddy-frag0` and `buddy-frag9` fragment the map first with the recipes of
-//! `mmkit-bench`'s `fragment` module (scatter: 90% of the pages taken one by
-//! one, a xorshift half freed; alternate: order-9 blocks until refused, every
-//! other one freed), so the pairs measure the buddy path without splits or
-//! merges, as `mmkit bench buddy`'s fragmented cases do.
+//! Usage: `pcp_probe [shared|shared2|handle|pinned|frozen|buddy|bulk64] [pairs]`
 use mmkit::{Gfp, MemoryMapBuilder};
-use mmkit_testkit::XorShift64;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -18,37 +11,13 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let mode = args.next().unwrap_or_else(|| "shared".into());
     let n: u32 = args.next().and_then(|v| v.parse().ok()).unwrap_or(5_000_000);
-    let buddy_only = mode.starts_with("buddy");
-    let mm = MemoryMapBuilder::with_memory(4 << 30).per_cpu_lists(!buddy_only).build().unwrap();
-    let mut held = Vec::new();
-    if mode == "buddy-frag0" {
-        let count = mm.nr_free_pages() * 9 / 10;
-        let all: Vec<_> = (0..count).map(|_| mm.alloc_pages(Gfp::KERNEL, 0).unwrap()).collect();
-        let mut rng = XorShift64::new(0x6d6d_6b69_745f_6d6d);
-        for p in all {
-            if rng.coin() {
-                mm.free_pages(p, 0).unwrap();
-            } else {
-                held.push(p);
-            }
-        }
-    } else if mode == "buddy-frag9" {
-        let all: Vec<_> = core::iter::from_fn(|| mm.alloc_pages(Gfp::KERNEL | Gfp::NOWARN, 9).ok()).collect();
-        for (i, p) in all.into_iter().enumerate() {
-            if i % 2 == 0 {
-                mm.free_pages(p, 9).unwrap();
-            } else {
-                held.push(p);
-            }
-        }
-    }
+    let mm = MemoryMapBuilder::with_memory(4 << 30).per_cpu_lists(mode != "buddy").build().unwrap();
     let t = Instant::now();
     match mode.as_str() {
-        "shared" | "buddy" | "buddy-frag0" | "buddy-frag9" => {
-            let order = if mode == "buddy-frag9" { 9 } else { 0 };
+        "shared" | "buddy" => {
             for _ in 0..n {
-                let p = mm.alloc_pages(Gfp::KERNEL, order).unwrap();
-                mm.free_pages(black_box(p), order).unwrap();
+                let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
+                mm.free_pages(black_box(p), 0).unwrap();
             }
         }
         "handle" => {
