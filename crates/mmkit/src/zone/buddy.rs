@@ -2,7 +2,7 @@
 //!
 //! Owns `FreeArea` — one intrusive, index-linked list per (order, migratetype)
 //! with O(1) insert and remove — and the operations that keep it a valid buddy
-//! system: `free_one` (merge upward), `expand` (split downward),
+//! system: `free_one` (merge upward), `expand_for` (split downward),
 //! `rmqueue_smallest`, moving a pageblock's free pages between lists, and
 //! taking one page (hardware poison) or a PFN range (contiguous allocation)
 //! out of the free blocks; for isolation, splitting a free block into
@@ -19,7 +19,7 @@
 //! # Invariants (checked by `PageAllocator::check_invariants`)
 //! - A page heads a free block iff it has `BUDDY`; its order and list
 //!   migratetype are in its descriptor; it is on exactly that list.
-//! - `free_pages == Σ over lists of (blocks × 2^order)`, likewise per type.
+//! - Free pages of a type `== Σ over its lists of (blocks × 2^order)`.
 //! - A free block is naturally aligned, lies inside the zone, never crosses a
 //!   memory section, and every pageblock it touches has its list's type.
 //! - Two free buddies of equal order are never left unmerged when merging is
@@ -40,9 +40,10 @@
 //! loop over orders; its `free_area` has no such mask).
 //!
 //! A list edit (`link`/`unlink`) updates the list, its block count and the
-//! bit; the pages-per-type counters change once per operation by the net
-//! amount (a merge of k levels, or a split, is one update, not 2k), and the
-//! zone total is their sum, read where it is needed instead of kept.
+//! bit. The pages-per-type counters, and the per-pageblock free counts of
+//! sparsest-first compaction, change once per operation by the net amount
+//! (a merge of k levels or a split is one update, not 2k); the zone total
+//! is the sum of the per-type counts, read where needed instead of kept.
 #![deny(unsafe_code)]
 
 use crate::mem::list::PageList;
