@@ -4,11 +4,13 @@
 //! case is `pcp_probe buddy`). A separate binary from `pcp_probe` so that a
 //! second call site does not change how the allocator inlines there.
 //!
-//! Usage: `buddy_probe [frag0|frag9] [pairs]`. The map is fragmented first
-//! with the recipes of `mmkit-bench`'s `fragment` module: `frag0` takes 90%
-//! of the pages one by one and frees a xorshift half; `frag9` takes order-9
-//! blocks until refused and frees every other one. The timed loop then
-//! allocates and frees one block of that order at a time.
+//! Usage: `buddy_probe [frag0|frag9|fresh9|batch] [pairs]`. For `frag*` the
+//! map is fragmented first with the recipes of `mmkit-bench`'s `fragment`
+//! module: `frag0` takes 90% of the pages one by one and frees a xorshift
+//! half; `frag9` takes order-9 blocks until refused and frees every other
+//! one. The timed loop then allocates and frees one block of that order at
+//! a time; `fresh9` does so on a fresh map, and `batch` allocates 4096
+//! order-0 pages before freeing them all (counts are per page).
 use mmkit::{Gfp, MemoryMapBuilder};
 use mmkit_testkit::XorShift64;
 use std::hint::black_box;
@@ -25,12 +27,24 @@ fn main() {
 fn buddy_fragmented(mode: &str, n: u32) {
     let mm = MemoryMapBuilder::with_memory(4 << 30).per_cpu_lists(false).build().unwrap();
     let order = match mode {
-        "frag0" => 0,
-        "frag9" => 9,
+        "frag0" | "batch" => 0,
+        "frag9" | "fresh9" => 9,
         other => panic!("unknown mode {other}"),
     };
+    if mode == "batch" {
+        let mut held = Vec::with_capacity(4096);
+        let t = Instant::now();
+        for _ in 0..n / 4096 {
+            held.extend((0..4096).map(|_| black_box(mm.alloc_pages(Gfp::KERNEL, 0).unwrap())));
+            for p in held.drain(..) {
+                mm.free_pages(p, 0).unwrap();
+            }
+        }
+        println!("batch: {:.2} ns/page", t.elapsed().as_nanos() as f64 / n as f64);
+        return;
+    }
     let mut held = Vec::new();
-    if order == 0 {
+    if mode == "frag0" {
         let count = mm.nr_free_pages() * 9 / 10;
         let all: Vec<_> = (0..count).map(|_| mm.alloc_pages(Gfp::KERNEL, 0).unwrap()).collect();
         let mut rng = XorShift64::new(0x6d6d_6b69_745f_6d6d);
@@ -41,7 +55,7 @@ fn buddy_fragmented(mode: &str, n: u32) {
                 held.push(p);
             }
         }
-    } else {
+    } else if mode == "frag9" {
         let all: Vec<_> = core::iter::from_fn(|| mm.alloc_pages(Gfp::KERNEL | Gfp::NOWARN, 9).ok()).collect();
         for (i, p) in all.into_iter().enumerate() {
             if i % 2 == 0 {
