@@ -144,9 +144,9 @@ fn rmqueue_claim(zone: &Zone, state: &mut ZoneState, cx: BuddyCtx<'_>, req: Rmqu
     } else {
         order
     };
-    // Linux's `__rmqueue_claim` walks the orders from the top down and
-    // stops at the first one with any free block; the mask visits only
-    // those orders.
+    // Linux's `__rmqueue_claim` walks the orders from the top down,
+    // skipping those with no block of a fallback type; the mask visits
+    // only orders with some free block (the others have nothing to claim).
     let mut orders = state.area.orders_any() & (u32::MAX << min_order.min(31));
     while orders != 0 {
         let current = 31 - orders.leading_zeros();
