@@ -336,7 +336,7 @@ impl PageAllocator {
     /// Whether zone `zone_index` has a free block of at least `order`.
     pub(crate) fn zone_has_free_block(&self, zone_index: usize, order: u32) -> bool {
         let state = self.zones[zone_index].state.lock();
-        (order..=state.area.max_order()).any(|o| state.area.nr_free(o) > 0)
+        state.area.orders_any() >> order != 0
     }
 }
 

@@ -83,6 +83,12 @@ impl PageAllocator {
                         zone.zone_type,
                         area.nr_blocks(order, mt)
                     );
+                    ensure!(
+                        (blocks > 0) == area.has_blocks(order, mt),
+                        None,
+                        "zone {:?}: list ({order}, {mt:?}) holds {blocks} blocks, non-empty mask disagrees",
+                        zone.zone_type
+                    );
                     listed_heads += blocks;
                     listed_pages += blocks << order;
                     by_type[mt as usize] += blocks << order;

@@ -6,6 +6,10 @@ use crate::types::error::BuildError;
 use crate::types::gfp::ZoneType;
 use core::ops::Range;
 
+/// Largest `max_page_order` a geometry may have (the buddy's fixed
+/// per-order arrays are sized by it).
+pub(crate) const MAX_PAGE_ORDER_LIMIT: u32 = 20;
+
 /// Sizes that shape the map. Defaults are x86-64 Linux's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
@@ -53,7 +57,7 @@ impl Geometry {
 
     pub(crate) fn validate(&self) -> Result<(), BuildError> {
         let ok = (9..=30).contains(&self.page_shift)
-            && self.max_page_order <= 20
+            && self.max_page_order <= MAX_PAGE_ORDER_LIMIT
             && self.pageblock_order <= self.max_page_order
             && self.section_order <= 30;
         if ok {

@@ -2,7 +2,7 @@
 //!
 //! Owns `FreeArea` — one intrusive, index-linked list per (order, migratetype)
 //! with O(1) insert and remove — and the operations that keep it a valid buddy
-//! system: `free_one` (merge upward), `expand` (split downward),
+//! system: `free_one` (merge upward), `expand_for` (split downward),
 //! `rmqueue_smallest`, moving a pageblock's free pages between lists, and
 //! taking one page (hardware poison) or a PFN range (contiguous allocation)
 //! out of the free blocks; for isolation, splitting a free block into
@@ -19,21 +19,47 @@
 //! # Invariants (checked by `PageAllocator::check_invariants`)
 //! - A page heads a free block iff it has `BUDDY`; its order and list
 //!   migratetype are in its descriptor; it is on exactly that list.
-//! - `free_pages == Σ over lists of (blocks × 2^order)`, likewise per type.
+//! - Free pages of a type `== Σ over its lists of (blocks × 2^order)`.
 //! - A free block is naturally aligned, lies inside the zone, never crosses a
 //!   memory section, and every pageblock it touches has its list's type.
 //! - Two free buddies of equal order are never left unmerged when merging is
 //!   allowed (same zone, below the merge limit, compatible types).
+//! - Bit `order` of `nonempty[mt]` is set iff list (`order`, `mt`) is
+//!   non-empty.
+//!
+//! # Layout, and why
+//! The lists and their block counts are fixed arrays indexed
+//! `[migratetype][order & ORDER_MASK]`: `ORDER_SLOTS` is a power of two above
+//! any order a geometry allows, so the masked index is provably in range and
+//! the compiler drops the bounds check a `Vec` would need on every edit (and
+//! the reload of its pointer after each descriptor store). Beside them, one
+//! word per migratetype has a bit per non-empty order, so
+//! `rmqueue_smallest`, the fallback searches and the watermark's order check
+//! find the first usable order with one `trailing_zeros` instead of probing
+//! each order's list (Linux's `__rmqueue_smallest` and `__rmqueue_claim`
+//! loop over orders; its `free_area` has no such mask).
+//!
+//! A list edit (`link`/`unlink`) updates the list, its block count and the
+//! bit. The pages-per-type counters, and the per-pageblock free counts of
+//! sparsest-first compaction, change once per operation by the net amount
+//! (a merge of k levels or a split is one update, not 2k); the zone total
+//! is the sum of the per-type counts, read where needed instead of kept.
 #![deny(unsafe_code)]
 
 use crate::mem::list::PageList;
 use crate::mem::page::{PageFlags, PageIdx, PageTable};
 use crate::mem::pageblock::PageblockMap;
+use crate::types::geometry::MAX_PAGE_ORDER_LIMIT;
 use crate::types::gfp::{MigrateType, MIGRATE_TYPES};
 use crate::types::placement::{CompactionMode, PlacementPolicy};
 use crate::zone::placement::{AddrIndex, PageblockFree, PlacementCounters};
-use alloc::vec;
-use alloc::vec::Vec;
+
+/// Order slots of the fixed arrays: a power of two above any order
+/// (`Geometry::validate` caps `max_page_order`), so `order & ORDER_MASK`
+/// indexes without a bounds check and one `u32` holds an order mask.
+const ORDER_SLOTS: usize = 32;
+const ORDER_MASK: u32 = ORDER_SLOTS as u32 - 1;
+const _: () = assert!(MAX_PAGE_ORDER_LIMIT < ORDER_SLOTS as u32);
 
 /// Read-only view of what the buddy algorithm needs besides its lists.
 #[derive(Clone, Copy)]
@@ -61,10 +87,14 @@ pub(crate) enum Placement {
 
 /// Lists of free blocks of one zone. See the module doc for its invariants.
 pub(crate) struct FreeArea {
-    lists: Vec<PageList>,
-    /// Blocks per list, indexed like `heads`.
-    nr_blocks: Vec<u64>,
-    free_pages: u64,
+    /// The free lists, `[migratetype][order]`; orders above `max_order`
+    /// stay empty.
+    lists: [[PageList; ORDER_SLOTS]; MIGRATE_TYPES],
+    /// Blocks per list, indexed like `lists`.
+    nr_blocks: [[u64; ORDER_SLOTS]; MIGRATE_TYPES],
+    /// Per migratetype, bit `order` set iff that list is non-empty.
+    nonempty: [u32; MIGRATE_TYPES],
+    /// Free pages per list type; the zone's total is their sum.
     free_pages_by_type: [u64; MIGRATE_TYPES],
     max_order: u32,
     /// How [`pick`](Self::pick) chooses among a list's blocks.
@@ -73,28 +103,40 @@ pub(crate) struct FreeArea {
     index: Option<AddrIndex>,
     /// Free pages per pageblock, for sparsest-first compaction.
     pageblock_free: Option<PageblockFree>,
+    /// Blocks below this order count in `pageblock_free`: the pageblock
+    /// order when it is kept, else 0 (a compare instead of an `Option`
+    /// test on every split and merge).
+    counted_below: u32,
     /// Where pageblock-sized blocks were broken (instrumentation).
     pub(crate) placement: PlacementCounters,
 }
 
+/// The address index's number for list (`order`, `mt`).
 #[inline]
 fn slot(order: u32, mt: MigrateType) -> usize {
     order as usize * MIGRATE_TYPES + mt as usize
 }
 
+/// The migratetype a free block's descriptor tag names.
+#[inline(always)]
+fn tag_type(tag: u8) -> MigrateType {
+    MigrateType::from_index(tag as usize).unwrap_or(MigrateType::Unmovable)
+}
+
 impl FreeArea {
     /// Empty lists for orders `0..=max_order`.
     pub(crate) fn new(max_order: u32) -> Self {
-        let n = (max_order as usize + 1) * MIGRATE_TYPES;
+        assert!(max_order <= MAX_PAGE_ORDER_LIMIT, "order {max_order} above the limit");
         Self {
-            lists: vec![PageList::EMPTY; n],
-            nr_blocks: vec![0; n],
-            free_pages: 0,
+            lists: [[PageList::EMPTY; ORDER_SLOTS]; MIGRATE_TYPES],
+            nr_blocks: [[0; ORDER_SLOTS]; MIGRATE_TYPES],
+            nonempty: [0; MIGRATE_TYPES],
             free_pages_by_type: [0; MIGRATE_TYPES],
             max_order,
             policy: PlacementPolicy::Linux,
             index: None,
             pageblock_free: None,
+            counted_below: 0,
             placement: PlacementCounters::default(),
         }
     }
@@ -102,11 +144,12 @@ impl FreeArea {
     /// Sets the placement policy for a zone over descriptor indices
     /// `[start, end)`; call while the lists are still empty.
     pub(crate) fn set_policy(&mut self, policy: PlacementPolicy, start: PageIdx, end: PageIdx, pageblock_order: u32) {
-        debug_assert_eq!(self.free_pages, 0, "set the policy before freeing memory");
+        debug_assert_eq!(self.free_pages(), 0, "set the policy before freeing memory");
         self.policy = policy;
         self.index = policy.address_ordered().then(|| AddrIndex::new(start, end, self.max_order));
         self.pageblock_free = (policy.compaction() == CompactionMode::SparsestFirst)
             .then(|| PageblockFree::new(start, end, pageblock_order));
+        self.counted_below = if self.pageblock_free.is_some() { pageblock_order } else { 0 };
     }
 
     /// The free pages per pageblock, when the policy keeps them
@@ -129,7 +172,7 @@ impl FreeArea {
     /// Free pages in the zone.
     #[inline]
     pub(crate) fn free_pages(&self) -> u64 {
-        self.free_pages
+        self.free_pages_by_type.iter().sum()
     }
 
     /// Free pages on lists of one migratetype.
@@ -141,12 +184,30 @@ impl FreeArea {
     /// Free blocks of `order` on list `mt`.
     #[inline]
     pub(crate) fn nr_blocks(&self, order: u32, mt: MigrateType) -> u64 {
-        self.nr_blocks[slot(order, mt)]
+        self.nr_blocks[mt as usize][(order & ORDER_MASK) as usize]
     }
 
     /// Free blocks of `order`, all types (Linux's `free_area[order].nr_free`).
     pub(crate) fn nr_free(&self, order: u32) -> u64 {
         MigrateType::ALL.iter().map(|&mt| self.nr_blocks(order, mt)).sum()
+    }
+
+    /// Orders whose list of `mt` is non-empty, as a bit mask.
+    #[inline(always)]
+    pub(crate) fn orders_of(&self, mt: MigrateType) -> u32 {
+        self.nonempty[mt as usize]
+    }
+
+    /// Orders with a free block of any type, as a bit mask.
+    #[inline]
+    pub(crate) fn orders_any(&self) -> u32 {
+        self.nonempty.iter().fold(0, |acc, &m| acc | m)
+    }
+
+    /// Whether list (`order`, `mt`) has a block.
+    #[inline(always)]
+    pub(crate) fn has_blocks(&self, order: u32, mt: MigrateType) -> bool {
+        self.orders_of(mt) & (1 << (order & ORDER_MASK)) != 0
     }
 
     /// The block of list (`order`, `mt`) a request of type `mt` gets: see
@@ -159,10 +220,10 @@ impl FreeArea {
     /// The block of list (`order`, `list`) the policy gives a request of
     /// type `requester`: the list head (Linux), else the lowest PFN, or the
     /// highest for requests the policy places top-down.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn pick(&self, order: u32, list: MigrateType, requester: MigrateType) -> Option<PageIdx> {
         match &self.index {
-            None => self.lists[slot(order, list)].first(),
+            None => self.lists[list as usize][(order & ORDER_MASK) as usize].first(),
             Some(index) => index.pick(slot(order, list), order, self.policy.top_down(requester as usize)),
         }
     }
@@ -174,68 +235,121 @@ impl FreeArea {
         order: u32,
         mt: MigrateType,
     ) -> impl Iterator<Item = PageIdx> + 'a {
-        self.lists[slot(order, mt)].iter(cx.pages)
+        self.lists[mt as usize][(order & ORDER_MASK) as usize].iter(cx.pages)
+    }
+
+    /// Puts block `idx` of `order` on list `mt` and marks it free, without
+    /// touching the page counters (the caller books the net change).
+    #[inline(always)]
+    fn link(&mut self, cx: BuddyCtx<'_>, idx: PageIdx, order: u32, mt: MigrateType, at_tail: bool) {
+        self.link_list(cx, idx, order, mt, at_tail);
+        if let Some(counts) = &mut self.pageblock_free {
+            counts.update(idx, order, true);
+        }
+    }
+
+    /// [`link`](Self::link) without the pageblock count, for splits and
+    /// merges that book their net change once (see [`Self::pb_weight`]).
+    #[inline(always)]
+    fn link_list(&mut self, cx: BuddyCtx<'_>, idx: PageIdx, order: u32, mt: MigrateType, at_tail: bool) {
+        debug_assert!(order <= self.max_order);
+        let o = (order & ORDER_MASK) as usize;
+        let page = cx.pages.get(idx);
+        page.set_state(PageFlags::BUDDY, order, mt as u8);
+        let list = &mut self.lists[mt as usize][o];
+        if at_tail {
+            list.push_tail(cx.pages, idx, page);
+        } else {
+            list.push_head(cx.pages, idx, page);
+        }
+        self.nr_blocks[mt as usize][o] += 1;
+        self.nonempty[mt as usize] |= 1 << o;
+        if let Some(index) = &mut self.index {
+            index.insert(slot(order, mt), idx, order);
+        }
+    }
+
+    /// Takes free block `idx` off its list and clears its free marking,
+    /// without touching the page counters; returns its order and list type.
+    #[inline(always)]
+    fn unlink(&mut self, cx: BuddyCtx<'_>, idx: PageIdx) -> (u32, MigrateType) {
+        let (order, mt) = self.unlink_list(cx, idx);
+        if let Some(counts) = &mut self.pageblock_free {
+            counts.update(idx, order, false);
+        }
+        (order, mt)
+    }
+
+    /// [`unlink`](Self::unlink) without the pageblock count.
+    #[inline(always)]
+    fn unlink_list(&mut self, cx: BuddyCtx<'_>, idx: PageIdx) -> (u32, MigrateType) {
+        let page = cx.pages.get(idx);
+        let (order, mt) = (page.order(), tag_type(page.tag()));
+        self.unlink_known(cx, idx, order, mt);
+        (order, mt)
+    }
+
+    /// [`unlink_list`](Self::unlink_list) of a block whose order and list
+    /// the caller has just read (merging) or chosen (`rmqueue_smallest`):
+    /// saves decoding them again.
+    #[inline(always)]
+    fn unlink_known(&mut self, cx: BuddyCtx<'_>, idx: PageIdx, order: u32, mt: MigrateType) {
+        let page = cx.pages.get(idx);
+        debug_assert!(page.has(PageFlags::BUDDY) && page.order() == order && page.tag() == mt as u8);
+        let o = (order & ORDER_MASK) as usize;
+        let list = &mut self.lists[mt as usize][o];
+        list.unlink(cx.pages, page);
+        if list.is_empty() {
+            self.nonempty[mt as usize] &= !(1 << o);
+        }
+        self.nr_blocks[mt as usize][o] -= 1;
+        if let Some(index) = &mut self.index {
+            index.remove(slot(order, mt), idx, order);
+        }
+        page.set_state(PageFlags::EMPTY, 0, 0);
     }
 
     /// Puts block `idx` of `order` on list `mt` and marks it free.
     pub(crate) fn add(&mut self, cx: BuddyCtx<'_>, idx: PageIdx, order: u32, mt: MigrateType, at_tail: bool) {
-        let s = slot(order, mt);
-        let page = cx.pages.get(idx);
-        page.set_state(PageFlags::BUDDY, order, mt as u8);
-        if at_tail {
-            self.lists[s].push_tail(cx.pages, idx, page);
-        } else {
-            self.lists[s].push_head(cx.pages, idx, page);
-        }
-        if let Some(index) = &mut self.index {
-            index.insert(s, idx, order);
-        }
-        if let Some(counts) = &mut self.pageblock_free {
-            counts.update(idx, order, true);
-        }
-        self.nr_blocks[s] += 1;
-        self.free_pages += 1 << order;
+        self.link(cx, idx, order, mt, at_tail);
         self.free_pages_by_type[mt as usize] += 1 << order;
     }
 
     /// Takes free block `idx` off its list and clears its free marking.
     pub(crate) fn del(&mut self, cx: BuddyCtx<'_>, idx: PageIdx) {
-        let page = cx.pages.get(idx);
-        debug_assert!(page.has(PageFlags::BUDDY));
-        let order = page.order();
-        let mt = MigrateType::from_index(page.tag() as usize).unwrap_or(MigrateType::Unmovable);
-        let s = slot(order, mt);
-        self.lists[s].unlink(cx.pages, page);
-        if let Some(index) = &mut self.index {
-            index.remove(s, idx, order);
-        }
-        if let Some(counts) = &mut self.pageblock_free {
-            counts.update(idx, order, false);
-        }
-        page.set_state(PageFlags::EMPTY, 0, 0);
-        self.nr_blocks[s] -= 1;
-        self.free_pages -= 1 << order;
+        let (order, mt) = self.unlink(cx, idx);
         self.free_pages_by_type[mt as usize] -= 1 << order;
+    }
+
+    /// Pages a free block of `order` counts in its pageblock's free count
+    /// (0 when the policy keeps no counts, or from pageblock order up).
+    #[inline(always)]
+    fn pb_weight(&self, order: u32) -> i32 {
+        if order < self.counted_below {
+            1 << order
+        } else {
+            0
+        }
+    }
+
+    /// Books a split's or merge's net change of the pageblock count once:
+    /// every block below pageblock order that it links or unlinks lies in
+    /// the pageblock holding `idx`.
+    #[inline(always)]
+    fn pb_adjust(&mut self, idx: PageIdx, delta: i32) {
+        if delta != 0 {
+            if let Some(counts) = &mut self.pageblock_free {
+                counts.adjust(idx, delta);
+            }
+        }
     }
 
     /// Moves free block `idx` to the list of `mt`, keeping its order.
     pub(crate) fn move_to(&mut self, cx: BuddyCtx<'_>, idx: PageIdx, mt: MigrateType) {
-        let order = cx.pages.get(idx).order();
-        self.del(cx, idx);
-        self.add(cx, idx, order, mt, true);
-    }
-
-    /// Splits block `idx` of order `high` down to order `low`, returning the
-    /// upper halves to list `mt`. The caller owns `[idx, idx + 2^low)`.
-    pub(crate) fn expand(&mut self, cx: BuddyCtx<'_>, idx: PageIdx, low: u32, high: u32, mt: MigrateType) {
-        if high >= cx.pageblock_order && low < cx.pageblock_order {
-            self.placement.note_break(low, mt as usize);
-        }
-        let mut order = high;
-        while order > low {
-            order -= 1;
-            self.add(cx, idx + (1 << order), order, mt, false);
-        }
+        let (order, from) = self.unlink(cx, idx);
+        self.link(cx, idx, order, mt, true);
+        self.free_pages_by_type[from as usize] -= 1 << order;
+        self.free_pages_by_type[mt as usize] += 1 << order;
     }
 
     /// Splits block `idx` of order `high` down to `low` for a request of
@@ -250,10 +364,25 @@ impl FreeArea {
         mt: MigrateType,
         requester: MigrateType,
     ) -> PageIdx {
-        if !self.policy.top_down(requester as usize) {
-            self.expand(cx, idx, low, high, mt);
-            return idx;
-        }
+        let top_down = self.policy.top_down(requester as usize);
+        let got = self.split(cx, idx, (low, high), (mt, top_down), 0);
+        self.free_pages_by_type[mt as usize] += (1 << high) - (1 << low);
+        got
+    }
+
+    /// The list edits of a split (Linux's `expand`): links the halves not
+    /// kept to list `mt` and returns the kept part's head. Page counters are
+    /// the caller's; the pageblock count gets the halves' pages plus
+    /// `pb_delta` (the caller's own unlink) in one update.
+    #[inline(always)]
+    fn split(
+        &mut self,
+        cx: BuddyCtx<'_>,
+        idx: PageIdx,
+        (low, high): (u32, u32),
+        (mt, top_down): (MigrateType, bool),
+        pb_delta: i32,
+    ) -> PageIdx {
         if high >= cx.pageblock_order && low < cx.pageblock_order {
             self.placement.note_break(low, mt as usize);
         }
@@ -261,23 +390,37 @@ impl FreeArea {
         let mut head = idx;
         while order > low {
             order -= 1;
-            self.add(cx, head, order, mt, false);
-            head += 1 << order;
+            if top_down {
+                self.link_list(cx, head, order, mt, false);
+                head += 1 << order;
+            } else {
+                self.link_list(cx, head + (1 << order), order, mt, false);
+            }
         }
+        // The halves below pageblock order (orders `low..min(high, pb)`)
+        // all lie in the kept part's pageblock.
+        let top = high.min(self.counted_below);
+        let halves = if low < top { (1i32 << top) - (1i32 << low) } else { 0 };
+        self.pb_adjust(head, pb_delta + halves);
         head
     }
 
     /// Takes the smallest block of at least `order` from list `mt` and splits
-    /// it to `order` (Linux's `__rmqueue_smallest`); which block and which
-    /// part of it is the placement policy's.
+    /// it to `order` (Linux's `__rmqueue_smallest`, with the order loop
+    /// replaced by the non-empty mask); which block and which part of it is
+    /// the placement policy's.
     pub(crate) fn rmqueue_smallest(&mut self, cx: BuddyCtx<'_>, order: u32, mt: MigrateType) -> Option<PageIdx> {
-        for current in order..=cx.max_order {
-            if let Some(idx) = self.first(current, mt) {
-                self.del(cx, idx);
-                return Some(self.expand_for(cx, idx, (order, current), mt, mt));
-            }
+        let usable = self.orders_of(mt) & (u32::MAX << (order & ORDER_MASK));
+        if usable == 0 {
+            return None;
         }
-        None
+        let current = usable.trailing_zeros();
+        let idx = self.pick(current, mt, mt)?;
+        self.unlink_known(cx, idx, current, mt);
+        let top_down = self.policy.top_down(mt as usize);
+        let got = self.split(cx, idx, (order, current), (mt, top_down), -self.pb_weight(current));
+        self.free_pages_by_type[mt as usize] -= 1 << order;
+        Some(got)
     }
 
     /// Returns block `idx` of `order` to the free lists, merging with free
@@ -297,6 +440,13 @@ impl FreeArea {
         let mut idx = idx;
         let mut order = order;
         let mt = cx.blocks.get(idx);
+        // The freed pages join `mt`'s count once; merged buddies only move
+        // between lists (and between counts when their type differs).
+        self.free_pages_by_type[mt as usize] += 1 << order;
+        // Buddies below pageblock order lie in the freed block's pageblock:
+        // their pages leave its count, the merged block's join it, once.
+        let first = idx;
+        let mut pb_delta = 0;
         while order < cx.max_order {
             let buddy = idx ^ (1 << order);
             if buddy < cx.start || buddy + (1 << order) > cx.end {
@@ -306,15 +456,18 @@ impl FreeArea {
             if !b.has(PageFlags::BUDDY) || b.order() != order {
                 break;
             }
-            let buddy_mt = MigrateType::from_index(b.tag() as usize).unwrap_or(MigrateType::Unmovable);
+            let buddy_mt = tag_type(b.tag());
             if !types_may_merge(order, cx.pageblock_order, mt, buddy_mt) {
                 break;
             }
-            self.del(cx, buddy);
+            self.unlink_known(cx, buddy, order, buddy_mt);
+            pb_delta -= self.pb_weight(order);
             if buddy_mt != mt {
                 // The buddy adopts our type so that the merged block's
                 // pageblocks all match its list.
                 set_range_type(cx, buddy, order, mt);
+                self.free_pages_by_type[buddy_mt as usize] -= 1 << order;
+                self.free_pages_by_type[mt as usize] += 1 << order;
             }
             idx = idx.min(buddy);
             order += 1;
@@ -323,7 +476,8 @@ impl FreeArea {
             Placement::Tail => true,
             Placement::Auto => self.merge_likely(cx, idx, order),
         };
-        self.add(cx, idx, order, mt, at_tail);
+        self.link_list(cx, idx, order, mt, at_tail);
+        self.pb_adjust(first, pb_delta + self.pb_weight(order));
     }
 
     /// Whether the block's parent has a free buddy, so that one more free
@@ -379,7 +533,7 @@ impl FreeArea {
         let Some((mut head, mut order)) = self.enclosing_free_block(cx, idx) else {
             return false;
         };
-        let mt = MigrateType::from_index(cx.pages.get(head).tag() as usize).unwrap_or(MigrateType::Unmovable);
+        let mt = tag_type(cx.pages.get(head).tag());
         self.del(cx, head);
         while order > 0 {
             order -= 1;
@@ -437,7 +591,7 @@ impl FreeArea {
         if order <= cx.pageblock_order {
             return false;
         }
-        let mt = MigrateType::from_index(cx.pages.get(head).tag() as usize).unwrap_or(MigrateType::Unmovable);
+        let mt = tag_type(cx.pages.get(head).tag());
         self.del(cx, head);
         while order > cx.pageblock_order {
             order -= 1;
@@ -484,7 +638,7 @@ impl FreeArea {
                 idx += 1;
                 continue;
             };
-            let mt = MigrateType::from_index(cx.pages.get(head).tag() as usize).unwrap_or(MigrateType::Unmovable);
+            let mt = tag_type(cx.pages.get(head).tag());
             let block_end = head + (1 << order);
             self.del(cx, head);
             self.add_aligned(cx, head, idx - head, mt);
@@ -541,148 +695,4 @@ pub(crate) fn set_range_type(cx: BuddyCtx<'_>, idx: PageIdx, order: u32, mt: Mig
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    struct Fixture {
-        pages: PageTable,
-        blocks: PageblockMap,
-    }
-
-    impl Fixture {
-        fn new(n: usize) -> Self {
-            Self { pages: PageTable::new_zeroed(n), blocks: PageblockMap::new(n, 2, MigrateType::Movable) }
-        }
-        fn cx(&self, max_order: u32) -> BuddyCtx<'_> {
-            BuddyCtx {
-                pages: &self.pages,
-                blocks: &self.blocks,
-                start: 0,
-                end: self.pages.len() as u32,
-                max_order,
-                pageblock_order: 2,
-            }
-        }
-    }
-
-    #[test]
-    fn chunk_orders_follow_alignment_and_size() {
-        assert_eq!(chunk_order(0, 16, 10), 4);
-        assert_eq!(chunk_order(4, 16, 10), 2);
-        assert_eq!(chunk_order(8, 3, 10), 1);
-        assert_eq!(chunk_order(1 << 12, 1 << 12, 10), 10);
-        assert_eq!(chunk_order(7, 100, 10), 0);
-    }
-
-    #[test]
-    fn freeing_every_page_merges_to_max_order() {
-        let f = Fixture::new(64);
-        let cx = f.cx(4);
-        let mut area = FreeArea::new(4);
-        for i in 0..64 {
-            area.free_one(cx, i, 0, Placement::Auto);
-        }
-        assert_eq!(area.free_pages(), 64);
-        assert_eq!(area.nr_free(4), 4);
-        for o in 0..4 {
-            assert_eq!(area.nr_free(o), 0, "order {o} left unmerged");
-        }
-    }
-
-    #[test]
-    fn split_and_take_back() {
-        let f = Fixture::new(16);
-        let cx = f.cx(4);
-        let mut area = FreeArea::new(4);
-        area.free_range(cx, 0, 16, Placement::Tail);
-        let a = area.rmqueue_smallest(cx, 0, MigrateType::Movable).unwrap();
-        assert_eq!(a, 0);
-        assert_eq!(area.free_pages(), 15);
-        assert_eq!((0..4).map(|o| area.nr_free(o)).collect::<Vec<_>>(), vec![1, 1, 1, 1]);
-        area.free_one(cx, a, 0, Placement::Auto);
-        assert_eq!(area.nr_free(4), 1);
-        assert!(area.rmqueue_smallest(cx, 0, MigrateType::Unmovable).is_none());
-    }
-
-    #[test]
-    fn take_page_leaves_the_rest_free() {
-        let f = Fixture::new(16);
-        let cx = f.cx(4);
-        let mut area = FreeArea::new(4);
-        area.free_range(cx, 0, 16, Placement::Tail);
-        assert!(area.take_page(cx, 5));
-        assert!(!area.take_page(cx, 5), "already taken");
-        assert_eq!(area.free_pages(), 15);
-        assert_eq!(area.enclosing_free_block(cx, 5), None);
-        assert_eq!(area.enclosing_free_block(cx, 4), Some((4, 0)));
-        assert_eq!(area.enclosing_free_block(cx, 12), Some((8, 3)));
-    }
-
-    #[test]
-    fn isolated_blocks_do_not_merge_with_other_types() {
-        let f = Fixture::new(16);
-        let cx = f.cx(4);
-        f.blocks.set(4, MigrateType::Isolate);
-        let mut area = FreeArea::new(4);
-        area.free_range(cx, 0, 8, Placement::Tail);
-        assert_eq!(area.nr_blocks(2, MigrateType::Movable), 1);
-        assert_eq!(area.nr_blocks(2, MigrateType::Isolate), 1);
-        let f = Fixture::new(16);
-        let cx = f.cx(4);
-        f.blocks.set(4, MigrateType::Unmovable);
-        let mut area = FreeArea::new(4);
-        area.free_range(cx, 0, 8, Placement::Tail);
-        // Page 4's pageblock is freed second, so its buddy adopts its type.
-        assert_eq!(area.nr_blocks(3, MigrateType::Unmovable), 1, "pcp types merge");
-        assert_eq!(f.blocks.get(0), MigrateType::Unmovable, "buddy adopted the type");
-    }
-
-    #[test]
-    fn split_isolate_and_remerge_pageblocks() {
-        let f = Fixture::new(16);
-        let cx = f.cx(4);
-        let mut area = FreeArea::new(4);
-        area.free_range(cx, 0, 16, Placement::Tail);
-        assert!(area.split_to_pageblocks(cx, 8));
-        assert_eq!(area.nr_blocks(2, MigrateType::Movable), 2);
-        assert_eq!(area.nr_blocks(3, MigrateType::Movable), 1);
-        assert!(!area.split_to_pageblocks(cx, 8), "already pageblock-sized");
-        f.blocks.set(8, MigrateType::Isolate);
-        assert_eq!(area.move_freepages_block(cx, 8, MigrateType::Isolate), 4);
-        f.blocks.set(8, MigrateType::Movable);
-        area.move_freepages_block(cx, 8, MigrateType::Movable);
-        for pb in [0, 4, 8, 12] {
-            area.remerge_pageblock(cx, pb);
-        }
-        assert_eq!(area.nr_free(4), 1, "one block again");
-        assert_eq!(area.free_pages(), 16);
-    }
-
-    #[test]
-    fn take_range_returns_the_outside_parts() {
-        let f = Fixture::new(16);
-        let cx = f.cx(4);
-        let mut area = FreeArea::new(4);
-        area.free_range(cx, 0, 16, Placement::Tail);
-        area.take_range(cx, 3, 6);
-        assert_eq!(area.free_pages(), 13);
-        assert_eq!(area.enclosing_free_block(cx, 0), Some((0, 1)));
-        assert_eq!(area.enclosing_free_block(cx, 2), Some((2, 0)));
-        assert_eq!(area.enclosing_free_block(cx, 3), None);
-        assert_eq!(area.enclosing_free_block(cx, 5), None);
-        assert_eq!(area.enclosing_free_block(cx, 6), Some((6, 1)));
-        assert_eq!(area.enclosing_free_block(cx, 9), Some((8, 3)));
-    }
-
-    #[test]
-    fn merge_stops_at_zone_edge() {
-        let f = Fixture::new(16);
-        let mut cx = f.cx(4);
-        cx.start = 4;
-        let mut area = FreeArea::new(4);
-        area.free_range(cx, 4, 12, Placement::Tail);
-        assert_eq!(area.nr_free(2), 1);
-        assert_eq!(area.nr_free(3), 1);
-        assert_eq!(area.free_pages(), 12);
-    }
-}
+mod tests;

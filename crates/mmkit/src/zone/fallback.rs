@@ -129,7 +129,12 @@ fn should_try_claim_block(block_order: u32, mt: MigrateType, pageblock_order: u3
 
 /// First fallback type with a free block of `order`.
 fn find_fallback(state: &ZoneState, order: u32, mt: MigrateType) -> Option<MigrateType> {
-    mt.fallbacks().iter().copied().find(|&f| state.area.nr_blocks(order, f) > 0)
+    mt.fallbacks().iter().copied().find(|&f| state.area.has_blocks(order, f))
+}
+
+/// Orders where some fallback type of `mt` has a free block, as a mask.
+fn fallback_orders(state: &ZoneState, mt: MigrateType) -> u32 {
+    mt.fallbacks().iter().fold(0, |acc, &f| acc | state.area.orders_of(f))
 }
 
 fn rmqueue_claim(zone: &Zone, state: &mut ZoneState, cx: BuddyCtx<'_>, req: RmqueueRequest) -> Option<PageIdx> {
@@ -139,29 +144,26 @@ fn rmqueue_claim(zone: &Zone, state: &mut ZoneState, cx: BuddyCtx<'_>, req: Rmqu
     } else {
         order
     };
-    let mut current = cx.max_order;
-    loop {
-        if current < min_order {
+    // Linux's `__rmqueue_claim` walks the orders from the top down,
+    // skipping those with no block of a fallback type; the mask visits
+    // only orders with some free block (the others have nothing to claim).
+    let mut orders = state.area.orders_any() & (u32::MAX << min_order.min(31));
+    while orders != 0 {
+        let current = 31 - orders.leading_zeros();
+        orders &= !(1 << current);
+        if !should_try_claim_block(current, mt, cx.pageblock_order, zone.mobility_disabled) {
             return None;
         }
-        if state.area.nr_free(current) > 0 {
-            if !should_try_claim_block(current, mt, cx.pageblock_order, zone.mobility_disabled) {
-                return None;
-            }
-            if let Some(fallback) = find_fallback(state, current, mt) {
-                // The policy's end of the list for the requester: under
-                // `TwoEnds` an unmovable claim comes from the top.
-                let block = state.area.pick(current, fallback, mt)?;
-                if let Some(idx) = try_to_claim_block(zone, state, cx, (block, current, fallback), req) {
-                    return Some(idx);
-                }
+        if let Some(fallback) = find_fallback(state, current, mt) {
+            // The policy's end of the list for the requester: under
+            // `TwoEnds` an unmovable claim comes from the top.
+            let block = state.area.pick(current, fallback, mt)?;
+            if let Some(idx) = try_to_claim_block(zone, state, cx, (block, current, fallback), req) {
+                return Some(idx);
             }
         }
-        if current == 0 {
-            return None;
-        }
-        current -= 1;
     }
+    None
 }
 
 /// Claims for `req` the free `block` of `block_order` found on the lists
@@ -255,16 +257,18 @@ fn scan_pageblock(cx: BuddyCtx<'_>, pb_start: PageIdx) -> (u64, u64) {
 }
 
 fn rmqueue_steal(state: &mut ZoneState, cx: BuddyCtx<'_>, order: u32, mt: MigrateType) -> Option<PageIdx> {
-    for current in order..=cx.max_order {
-        if let Some(fallback) = find_fallback(state, current, mt) {
-            let block = state.area.pick(current, fallback, mt)?;
-            state.area.del(cx, block);
-            let got = state.area.expand_for(cx, block, (order, current), fallback, mt);
-            state.area.placement.steals += 1;
-            return Some(got);
-        }
+    // Linux's `__rmqueue_steal`: the smallest order any fallback type has.
+    let orders = fallback_orders(state, mt) & (u32::MAX << order.min(31));
+    if orders == 0 {
+        return None;
     }
-    None
+    let current = orders.trailing_zeros();
+    let fallback = find_fallback(state, current, mt)?;
+    let block = state.area.pick(current, fallback, mt)?;
+    state.area.del(cx, block);
+    let got = state.area.expand_for(cx, block, (order, current), fallback, mt);
+    state.area.placement.steals += 1;
+    Some(got)
 }
 
 /// After a successful high-order atomic allocation, turns its pageblock
@@ -314,24 +318,27 @@ pub(crate) fn unreserve_highatomic_pageblock(
     if !force && state.nr_reserved_highatomic <= pb_pages {
         return false;
     }
-    for order in 0..=cx.max_order {
-        let Some(block) = state.area.first(order, MigrateType::HighAtomic) else {
-            continue;
-        };
-        let size = pb_pages.max(1 << order).min(state.nr_reserved_highatomic);
-        state.nr_reserved_highatomic -= size;
-        if order < cx.pageblock_order {
-            let pb_start = block & !((pb_pages as u32) - 1);
-            state.area.move_freepages_block(cx, pb_start, mt);
-            cx.blocks.set(pb_start, mt);
-        } else {
-            state.area.move_to(cx, block, mt);
-            set_range_type(cx, block, order, mt);
-        }
-        state.counters.highatomic_released += 1;
-        return true;
+    // The lowest order with a highatomic block, as Linux's order loop finds.
+    let orders = state.area.orders_of(MigrateType::HighAtomic);
+    if orders == 0 {
+        return false;
     }
-    false
+    let order = orders.trailing_zeros();
+    let Some(block) = state.area.first(order, MigrateType::HighAtomic) else {
+        return false;
+    };
+    let size = pb_pages.max(1 << order).min(state.nr_reserved_highatomic);
+    state.nr_reserved_highatomic -= size;
+    if order < cx.pageblock_order {
+        let pb_start = block & !((pb_pages as u32) - 1);
+        state.area.move_freepages_block(cx, pb_start, mt);
+        cx.blocks.set(pb_start, mt);
+    } else {
+        state.area.move_to(cx, block, mt);
+        set_range_type(cx, block, order, mt);
+    }
+    state.counters.highatomic_released += 1;
+    true
 }
 
 #[cfg(test)]

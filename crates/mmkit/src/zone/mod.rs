@@ -318,24 +318,18 @@ impl Zone {
         if order == 0 {
             return true;
         }
-        for o in order..=area.max_order() {
-            if area.nr_free(o) == 0 {
-                continue;
-            }
-            let pcp = [MigrateType::Unmovable, MigrateType::Movable, MigrateType::Reclaimable];
-            if pcp.iter().any(|&mt| area.nr_blocks(o, mt) > 0) {
-                return true;
-            }
-            if alloc_flags.contains(AllocFlags::CMA) && area.nr_blocks(o, MigrateType::Cma) > 0 {
-                return true;
-            }
-            if alloc_flags.intersects(AllocFlags::HIGHATOMIC.union(AllocFlags::OOM))
-                && area.nr_blocks(o, MigrateType::HighAtomic) > 0
-            {
-                return true;
-            }
+        // Linux's per-order loop over the free areas, as one mask test: is
+        // there a block of at least `order` on a list this request may use?
+        let mut usable = area.orders_of(MigrateType::Unmovable)
+            | area.orders_of(MigrateType::Movable)
+            | area.orders_of(MigrateType::Reclaimable);
+        if alloc_flags.contains(AllocFlags::CMA) {
+            usable |= area.orders_of(MigrateType::Cma);
         }
-        false
+        if alloc_flags.intersects(AllocFlags::HIGHATOMIC.union(AllocFlags::OOM)) {
+            usable |= area.orders_of(MigrateType::HighAtomic);
+        }
+        usable >> order != 0
     }
 }
 

@@ -242,6 +242,16 @@ impl PageblockFree {
         }
     }
 
+    /// Adds `delta` pages to the count of the pageblock holding `idx`: the
+    /// net change of a whole split or merge, booked once.
+    #[inline(always)]
+    pub(crate) fn adjust(&mut self, idx: PageIdx, delta: i32) {
+        let pb = ((idx >> self.pageblock_order) - self.origin) as usize;
+        if let Some(c) = self.counts.get_mut(pb) {
+            *c = c.wrapping_add(delta as u16);
+        }
+    }
+
     /// Free pages in blocks below pageblock order in the pageblock starting
     /// at descriptor index `pb_start`.
     #[inline]
