@@ -1,19 +1,22 @@
 //! The pinned handle's magazine (`page_alloc::magazine`) under a long-lived
 //! [`PinnedCpu`](mmkit::PinnedCpu): random sequences of order-0 and higher
-//! allocations with several GFP masks, frees through the handle and through
-//! the shared API, double frees, extra references, embedder flags left set,
-//! hardware poison, drain requests and re-pinning, against a model of the
-//! live blocks.
+//! allocations with several GFP masks, frees through the handle and (after
+//! a hand-over) through the shared API, frees and references refused for
+//! pages still local to the CPU, double frees, extra references, embedder
+//! flags left set, hardware poison, drain requests and re-pinning (which
+//! hands over what is still out), against a model of the live blocks.
 //!
 //! Properties:
 //! 1. no page is handed out twice, and a poisoned page never again;
-//! 2. every bad free (double, wrong order, extra reference still held,
-//!    flags set) is the typed error the general path gives, and changes
+//! 2. every bad free (double, wrong order, a foreign free of a local page,
+//!    flags set) is a typed error, and a refused free or reference changes
 //!    nothing the model can see;
 //! 3. conservation and `check_invariants()` whenever the handle is dropped
 //!    (a pinned CPU's lists cannot be inspected while it is held).
 
-use mmkit::{FreeError, Gfp, MemoryFailure, MemoryMapBuilder, PageAllocator, PageFlags, Pfn, PinnedCpu, ZoneType};
+use mmkit::{
+    FreeError, Gfp, MemoryFailure, MemoryMapBuilder, PageAllocator, PageError, PageFlags, Pfn, PinnedCpu, ZoneType,
+};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -111,9 +114,21 @@ fn run(ops: Vec<Op>) {
             Op::Free { pick, shared } => {
                 if let Some((pfn, order)) = model.pick(pick) {
                     // The shared API on another CPU stands for a free from
-                    // another thread.
-                    let freed =
-                        if shared { mm.cpu(1).unwrap().free_pages(pfn, order) } else { cpu.free_pages(pfn, order) };
+                    // another thread: refused while the page is this CPU's,
+                    // fine once handed over.
+                    let freed = if shared {
+                        let foreign = mm.cpu(1).unwrap().free_pages(pfn, order);
+                        if let Err(FreeError::CpuLocal { pfn: refused, cpu: owner }) = foreign {
+                            assert_eq!((refused, owner, order), (pfn, cpu.cpu_id(), 0));
+                            assert_eq!(mm.get_page(pfn), Err(PageError::CpuLocal(pfn)));
+                            cpu.hand_over(pfn).unwrap();
+                            mm.cpu(1).unwrap().free_pages(pfn, order)
+                        } else {
+                            foreign
+                        }
+                    } else {
+                        cpu.free_pages(pfn, order)
+                    };
                     freed.unwrap();
                     model.live.remove(&pfn.0);
                 }
@@ -134,6 +149,13 @@ fn run(ops: Vec<Op>) {
             }
             Op::ExtraReference { pick } => {
                 if let Some((pfn, order)) = model.pick(pick) {
+                    // A page local to the CPU takes no reference until the
+                    // handle hands it over.
+                    if mm.get_page(pfn) == Err(PageError::CpuLocal(pfn)) {
+                        cpu.hand_over(pfn).unwrap();
+                    } else {
+                        mm.put_page(pfn).unwrap();
+                    }
                     assert_eq!(mm.get_page(pfn), Ok(2));
                     // Drops ours; the block lives on with the other reference.
                     cpu.free_pages(pfn, order).unwrap();
@@ -229,6 +251,8 @@ fn pinned_workers_exchange_pages_and_keep_their_bytes() {
             let pfn = cpu.alloc_pages(Gfp::KERNEL, 0).unwrap();
             write(pfn, stamp);
             if round % 3 == 0 {
+                // Leaving this CPU: one atomic, then any thread may free it.
+                cpu.hand_over(pfn).unwrap();
                 send.send((pfn, stamp)).unwrap();
             } else {
                 mine.push((pfn, stamp));
@@ -275,4 +299,67 @@ fn pinned_workers_exchange_pages_and_keep_their_bytes() {
     mm.check_invariants().unwrap();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     assert_eq!(mm.nr_free_pages(), managed);
+}
+
+/// The `LOCAL` protocol under a speculative reference-taker: one pinned
+/// owner allocates and frees with plain stores (handing every fourth page
+/// over first), while another thread calls `get_page` / `put_page` on
+/// PFNs all over the zone. A reference taken on a page the owner was
+/// freeing with a plain store would be lost and show up as a refcount
+/// error, a bad page or a broken invariant.
+#[test]
+fn speculative_references_never_race_the_owners_plain_free() {
+    let mm = MemoryMapBuilder::with_memory(16 << 20).nr_cpus(2).build().unwrap();
+    let zone = mm.zones().iter().find(|z| z.managed_pages() > 0).unwrap().span();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let taken = std::sync::atomic::AtomicU64::new(0);
+    // The owner publishes its latest page so the other thread aims there.
+    let latest = std::sync::atomic::AtomicU64::new(zone.start);
+    std::thread::scope(|s| {
+        let owner = s.spawn(|| {
+            let mut cpu = mm.pin_cpu(0).unwrap();
+            let mut held = std::collections::VecDeque::new();
+            for round in 0..2_000_000u64 {
+                let pfn = cpu.alloc_pages(Gfp::KERNEL, 0).unwrap();
+                latest.store(pfn.0, std::sync::atomic::Ordering::Relaxed);
+                if round % 4 == 0 {
+                    cpu.hand_over(pfn).unwrap();
+                }
+                held.push_back(pfn);
+                if held.len() > 16 {
+                    let old = held.pop_front().unwrap();
+                    cpu.free_pages(old, 0).unwrap();
+                }
+            }
+            for pfn in held {
+                cpu.free_pages(pfn, 0).unwrap();
+            }
+        });
+        s.spawn(|| {
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let near = latest.load(std::sync::atomic::Ordering::Relaxed) + x % 64;
+                let pfn = Pfn(if x & 1 == 0 && near < zone.end {
+                    near.saturating_sub(32).max(zone.start)
+                } else {
+                    zone.start + x % (zone.end - zone.start)
+                });
+                if mm.get_page(pfn).is_ok() {
+                    taken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    mm.put_page(pfn).unwrap();
+                }
+            }
+        });
+        owner.join().unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert_eq!(mm.stats().bad_pages, 0);
+    assert_eq!(mm.drain_all_pages(), 0);
+    mm.check_invariants().unwrap();
+    let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
+    assert_eq!(mm.nr_free_pages(), managed);
+    eprintln!("speculative references taken: {}", taken.into_inner());
 }

@@ -102,9 +102,11 @@ impl PageAllocator {
         let page = self.desc(head);
         // An owned movable block is a candidate too: the embedder's migrator
         // hands it to its owner (zsmalloc moves its own zspage pages, as
-        // Linux's `movable_operations` do); `CopyMigrator` refuses it.
-        let movable =
-            page.tag() == MigrateType::Movable as u8 && !page.has(PageFlags::HWPOISON) && self.migrator.is_some();
+        // Linux's `movable_operations` do); `CopyMigrator` refuses it. A
+        // page local to a pinned CPU is not: only that CPU may free it.
+        let movable = page.tag() == MigrateType::Movable as u8
+            && !page.has(PageFlags::HWPOISON.union(PageFlags::LOCAL))
+            && self.migrator.is_some();
         Unit::InUse { head, order: page.order(), movable }
     }
 

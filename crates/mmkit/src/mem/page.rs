@@ -8,11 +8,12 @@
 //! # Layout
 //!
 //! ```text
-//! word 0  link_next  free-list successor (index) | tail: head index | private (low)
-//! word 1  link_prev  free-list predecessor       |                    private (high)
-//! word 2  refcount
-//! word 3  state      bits 0..18 PageFlags, 18..23 order, 24..27 migratetype tag,
-//!                    28..32 owner tag (with `OWNED`)
+//! word 0    link_next  free-list successor (index) | tail: head index | private (low)
+//! word 1    link_prev  free-list predecessor       |                    private (high)
+//! words 2-3 rc_state   bits 0..32 the state word, 32..64 the refcount
+//!
+//! state     bits 0..18 PageFlags, 18..23 order, 23 LOCAL, 24..27 migratetype tag,
+//!           28..32 owner tag (with `OWNED`); with `LOCAL`, 27..32 the CPU
 //! ```
 //!
 //! Linux spends 64 bytes per page; mmkit spends 16 (checked by a test), so a
@@ -23,10 +24,23 @@
 //! so this costs nothing, and it lets the table be shared between threads
 //! without `unsafe`: the zone lock (or a per-CPU lock) that protects a page's
 //! list membership provides the ordering, and the refcount is a true atomic.
+//!
+//! # Why the refcount and the state share one word
+//! A page a pinned CPU hands out from its magazine carries `LOCAL` and that
+//! CPU's number; its owner frees it with a plain load and store of this
+//! word, no atomic read-modify-write (`page_alloc::magazine`). That is sound
+//! because every read-modify-write that could take a page away from its
+//! owner — a reference taken ([`try_get`](PageDesc::try_get)), dropped
+//! ([`try_put`](PageDesc::try_put)), exchanged, or a frozen page's claim —
+//! is one compare-and-swap of the whole word that refuses a `LOCAL` word:
+//! none can succeed between the owner's load and its store. (Flag updates
+//! by `memory_failure` or the embedder can still be overwritten by that
+//! store; hardware poison is kept in `page_alloc::hwpoison`'s pending set
+//! for that reason.)
 #![deny(unsafe_code)]
 
 pub use crate::types::page_flags::PageFlags;
-use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
 /// Index of a descriptor in the table (PFN minus the map's first PFN).
 pub(crate) type PageIdx = u32;
@@ -34,13 +48,41 @@ pub(crate) type PageIdx = u32;
 /// "No page" in an index-linked list.
 pub(crate) const NIL: PageIdx = u32::MAX;
 
-const FLAGS_MASK: u32 = 0x3ffff;
+const FLAGS_MASK: u32 = 0x3ffff | LOCAL_BIT;
 const ORDER_SHIFT: u32 = 18;
 const ORDER_MASK: u32 = 0x1f << ORDER_SHIFT;
+const LOCAL_BIT: u32 = 1 << 23;
 const TAG_SHIFT: u32 = 24;
 const TAG_MASK: u32 = 0x7 << TAG_SHIFT;
 const OWNER_SHIFT: u32 = 28;
 const OWNER_MASK: u32 = 0xf << OWNER_SHIFT;
+const LOCAL_CPU_SHIFT: u32 = 27;
+const LOCAL_CPU_MASK: u32 = 0x1f << LOCAL_CPU_SHIFT;
+/// CPUs whose pinned handles can mark pages `LOCAL` (the field's width).
+pub(crate) const MAX_LOCAL_CPUS: usize = 32;
+const RC_SHIFT: u32 = 32;
+const STATE_MASK: u64 = u32::MAX as u64;
+
+/// The word of `state` and `refcount`.
+#[inline(always)]
+const fn word(state: u32, refcount: u32) -> u64 {
+    state as u64 | (refcount as u64) << RC_SHIFT
+}
+
+#[inline(always)]
+const fn state_of(w: u64) -> u32 {
+    w as u32
+}
+
+#[inline(always)]
+const fn refcount_of(w: u64) -> u32 {
+    (w >> RC_SHIFT) as u32
+}
+
+#[inline(always)]
+const fn is_local(w: u64) -> bool {
+    state_of(w) & LOCAL_BIT != 0
+}
 
 /// One page frame's descriptor. See the module doc for the layout.
 #[derive(Default)]
@@ -48,16 +90,32 @@ const OWNER_MASK: u32 = 0xf << OWNER_SHIFT;
 pub(crate) struct PageDesc {
     link_next: AtomicU32,
     link_prev: AtomicU32,
-    refcount: AtomicU32,
-    state: AtomicU32,
+    rc_state: AtomicU64,
 }
 
 const _: () = assert!(core::mem::size_of::<PageDesc>() == 16);
 
 impl PageDesc {
+    #[inline(always)]
+    fn state(&self) -> u32 {
+        state_of(self.rc_state.load(Relaxed))
+    }
+    /// Replaces the state word, keeping the refcount. A plain load and
+    /// store: callers own the page's state (it is free, being prepared or
+    /// being freed, so no reference can be taken or dropped meanwhile).
+    #[inline(always)]
+    fn store_state(&self, state: u32) {
+        let w = self.rc_state.load(Relaxed);
+        self.rc_state.store((w & !STATE_MASK) | state as u64, Relaxed);
+    }
+    /// Atomically applies `f` to the state word, keeping the refcount.
+    #[inline]
+    fn update_state(&self, order: core::sync::atomic::Ordering, f: impl Fn(u32) -> Option<u32>) -> bool {
+        self.rc_state.fetch_update(order, Relaxed, |w| f(state_of(w)).map(|s| (w & !STATE_MASK) | s as u64)).is_ok()
+    }
     #[inline]
     pub(crate) fn flags(&self) -> PageFlags {
-        PageFlags::from_bits(self.state.load(Relaxed) & FLAGS_MASK)
+        PageFlags::from_bits(self.state() & FLAGS_MASK)
     }
     #[inline]
     pub(crate) fn has(&self, flag: PageFlags) -> bool {
@@ -66,86 +124,137 @@ impl PageDesc {
     /// Sets or clears flags with an atomic read-modify-write, for state the
     /// embedder changes while other threads may touch the same descriptor.
     pub(crate) fn update_flags_atomic(&self, set: PageFlags, clear: PageFlags) {
-        let _ = self.state.fetch_update(Relaxed, Relaxed, |s| Some((s | set.bits()) & !clear.bits()));
+        let _ = self.update_state(Relaxed, |s| Some((s | set.bits()) & !clear.bits()));
     }
     /// Atomically clears `ALLOCATED`; true for the one caller that saw it
-    /// set. This is what makes two racing frees of one block safe.
+    /// set. This is what makes two racing frees of one block safe. A
+    /// `LOCAL` page is refused: only its CPU frees it.
     pub(crate) fn clear_allocated(&self) -> bool {
         let bit = PageFlags::ALLOCATED.bits();
-        self.state.fetch_and(!bit, core::sync::atomic::Ordering::AcqRel) & bit != 0
+        self.update_state(core::sync::atomic::Ordering::AcqRel, |s| {
+            (s & bit != 0 && s & LOCAL_BIT == 0).then_some(s & !bit)
+        })
     }
     /// Atomically sets `flag`; true if it was clear before.
     pub(crate) fn set_flag_once(&self, flag: PageFlags) -> bool {
         let bit = flag.bits();
-        self.state.fetch_or(bit, core::sync::atomic::Ordering::AcqRel) & bit == 0
+        self.update_state(core::sync::atomic::Ordering::AcqRel, |s| (s & bit == 0).then_some(s | bit))
     }
     /// The owner tag (0 when no layer owns the page).
     #[inline]
     pub(crate) fn owner(&self) -> u8 {
-        ((self.state.load(Relaxed) & OWNER_MASK) >> OWNER_SHIFT) as u8
+        let s = self.state();
+        if s & PageFlags::OWNED.bits() == 0 {
+            return 0;
+        }
+        ((s & OWNER_MASK) >> OWNER_SHIFT) as u8
     }
     /// Marks the page as owned by `owner` (one atomic update).
     pub(crate) fn set_owner(&self, owner: u8) {
-        let _ = self.state.fetch_update(Relaxed, Relaxed, |s| Some(owned_state(s, owner)));
+        let _ = self.update_state(Relaxed, |s| Some(owned_state(s, owner)));
     }
     /// Marks the page as owned by `owner` unless it already is owned; true
     /// for the one caller that marked it.
     pub(crate) fn try_set_owner(&self, owner: u8) -> bool {
-        self.state
-            .fetch_update(core::sync::atomic::Ordering::AcqRel, Relaxed, |s| {
-                (s & PageFlags::OWNED.bits() == 0).then(|| owned_state(s, owner))
-            })
-            .is_ok()
+        self.update_state(core::sync::atomic::Ordering::AcqRel, |s| {
+            (s & (PageFlags::OWNED.bits() | LOCAL_BIT) == 0).then(|| owned_state(s, owner))
+        })
     }
     /// Clears the owner mark and tag.
     pub(crate) fn clear_owner(&self) {
-        let _ = self.state.fetch_and(!(PageFlags::OWNED.bits() | OWNER_MASK), Relaxed);
+        let _ = self.update_state(Relaxed, |s| Some(s & !(PageFlags::OWNED.bits() | OWNER_MASK)));
     }
     /// Atomically replaces the order, keeping flags and tag.
     pub(crate) fn set_order_atomic(&self, order: u32) {
-        let _ = self.state.fetch_update(Relaxed, Relaxed, |s| Some((s & !ORDER_MASK) | (order << ORDER_SHIFT)));
+        let _ = self.update_state(Relaxed, |s| Some((s & !ORDER_MASK) | (order << ORDER_SHIFT)));
     }
     /// Flags and order from a single load of the state word.
     #[inline]
     pub(crate) fn flags_and_order(&self) -> (PageFlags, u32) {
-        let s = self.state.load(Relaxed);
+        let s = self.state();
         (PageFlags::from_bits(s & FLAGS_MASK), (s & ORDER_MASK) >> ORDER_SHIFT)
     }
     /// Order of the block this page heads (free or allocated).
     #[inline]
     pub(crate) fn order(&self) -> u32 {
-        (self.state.load(Relaxed) & ORDER_MASK) >> ORDER_SHIFT
+        (self.state() & ORDER_MASK) >> ORDER_SHIFT
     }
     /// Migratetype tag: for a free block the list it is on, for an allocated
     /// block the type it was requested as.
     #[inline]
     pub(crate) fn tag(&self) -> u8 {
-        ((self.state.load(Relaxed) & TAG_MASK) >> TAG_SHIFT) as u8
+        ((self.state() & TAG_MASK) >> TAG_SHIFT) as u8
     }
-    /// Replaces flags, order and tag in one store.
+    /// The CPU a `LOCAL` page belongs to.
+    #[inline]
+    pub(crate) fn local_cpu(&self) -> Option<usize> {
+        let s = self.state();
+        (s & LOCAL_BIT != 0).then_some(((s & LOCAL_CPU_MASK) >> LOCAL_CPU_SHIFT) as usize)
+    }
+    /// Replaces flags, order and tag in one store (the refcount stays).
     #[inline]
     pub(crate) fn set_state(&self, flags: PageFlags, order: u32, tag: u8) {
         debug_assert!(order < 32 && tag < 8);
-        self.state.store(flags.bits() | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT), Relaxed);
+        self.store_state(Self::state_word_of(flags, order, tag));
     }
-    /// Replaces flags, order and tag in one store and marks the page as
-    /// `owner`'s (`OWNED` is added to `flags`).
+    /// Replaces flags, order and tag of a free page (refcount 0, which this
+    /// stores too): one store, where [`set_state`](Self::set_state) must
+    /// load the refcount to keep it.
+    #[inline]
+    pub(crate) fn set_free_state(&self, flags: PageFlags, order: u32, tag: u8) {
+        debug_assert!(order < 32 && tag < 8);
+        debug_assert_eq!(self.refcount(), 0, "a free page has no references");
+        self.rc_state.store(Self::state_word_of(flags, order, tag) as u64, Relaxed);
+    }
+    /// Replaces flags, order and tag and marks the page as `owner`'s
+    /// (`OWNED` is added to `flags`); the refcount stays.
     #[inline]
     pub(crate) fn set_state_owned(&self, flags: PageFlags, order: u32, tag: u8, owner: u8) {
         debug_assert!(order < 32 && tag < 8 && owner < 16);
-        let s = flags.bits() | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT);
-        self.state.store(owned_state(s, owner), Relaxed);
+        self.store_state(Self::owned_state_word(flags, order, tag, owner));
+    }
+    /// Replaces the whole word: state and refcount in one store.
+    #[inline(always)]
+    pub(crate) fn set_word(&self, state: u32, refcount: u32) {
+        self.rc_state.store(word(state, refcount), Relaxed);
+    }
+    /// State and refcount from one load.
+    #[inline(always)]
+    pub(crate) fn load_word(&self) -> u64 {
+        self.rc_state.load(Relaxed)
     }
     /// The whole state word (flags, order, tag, owner), for a check of
     /// every field at once against [`PageDesc::owned_state_word`].
     #[inline]
     pub(crate) fn state_word(&self) -> u32 {
-        self.state.load(Relaxed)
+        self.state()
     }
     /// The state word [`set_state`](Self::set_state) stores.
     #[inline]
     pub(crate) fn state_word_of(flags: PageFlags, order: u32, tag: u8) -> u32 {
         flags.bits() | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT)
+    }
+    /// The state word of an order-0 page of migratetype `tag` handed out
+    /// by CPU `cpu`'s magazine: `ALLOCATED`, `LOCAL` and the CPU.
+    #[inline]
+    pub(crate) fn local_state_word(tag: u8, cpu: usize) -> u32 {
+        debug_assert!(cpu < MAX_LOCAL_CPUS);
+        Self::state_word_of(PageFlags::ALLOCATED, 0, tag) | LOCAL_BIT | ((cpu as u32) << LOCAL_CPU_SHIFT)
+    }
+    /// The whole word (state and refcount) for `state` and `refcount`.
+    #[inline(always)]
+    pub(crate) fn word_of(state: u32, refcount: u32) -> u64 {
+        word(state, refcount)
+    }
+    /// Clears `LOCAL` (and the CPU) from a page of CPU `cpu`: the page
+    /// leaves its CPU and becomes an ordinary allocated page. One
+    /// compare-and-swap, so a flag set meanwhile is kept. False if the
+    /// page is not `LOCAL` to `cpu`.
+    pub(crate) fn clear_local(&self, cpu: usize) -> bool {
+        self.update_state(core::sync::atomic::Ordering::AcqRel, |s| {
+            (s & LOCAL_BIT != 0 && ((s & LOCAL_CPU_MASK) >> LOCAL_CPU_SHIFT) as usize == cpu)
+                .then_some(s & !(LOCAL_BIT | LOCAL_CPU_MASK))
+        })
     }
     /// The state word [`set_state_owned`](Self::set_state_owned) stores.
     #[inline]
@@ -181,40 +290,54 @@ impl PageDesc {
     }
     #[inline]
     pub(crate) fn refcount(&self) -> u32 {
-        self.refcount.load(Relaxed)
+        refcount_of(self.rc_state.load(Relaxed))
     }
+    /// Replaces the refcount, keeping the state. A plain load and store:
+    /// for pages nobody else can reference (just allocated, owned and
+    /// frozen).
     #[inline]
     pub(crate) fn set_refcount(&self, count: u32) {
-        self.refcount.store(count, Relaxed)
+        let w = self.rc_state.load(Relaxed);
+        self.rc_state.store((w & STATE_MASK) | (count as u64) << RC_SHIFT, Relaxed);
     }
-    /// Adds a reference unless the count is zero; returns the new count.
+    /// Adds a reference unless the count is zero or the page is `LOCAL`;
+    /// returns the new count.
     pub(crate) fn try_get(&self) -> Option<u32> {
-        self.refcount
-            .fetch_update(core::sync::atomic::Ordering::Acquire, Relaxed, |c| {
-                if c == 0 || c == u32::MAX {
+        self.rc_state
+            .fetch_update(core::sync::atomic::Ordering::Acquire, Relaxed, |w| {
+                let c = refcount_of(w);
+                if c == 0 || c == u32::MAX || is_local(w) {
                     None
                 } else {
-                    Some(c + 1)
+                    Some(w + (1 << RC_SHIFT))
                 }
             })
             .ok()
-            .map(|c| c + 1)
+            .map(|w| refcount_of(w) + 1)
     }
     /// Moves the refcount from exactly `from` to `to`; false (and no change)
-    /// if it held anything else. Taking back a handed-out block uses it, so
-    /// that of two racing give-backs of one page exactly one wins.
+    /// if it held anything else or the page is `LOCAL`. Taking back a
+    /// handed-out block uses it, so that of two racing give-backs of one
+    /// page exactly one wins.
     #[inline]
     pub(crate) fn refcount_exchange(&self, from: u32, to: u32) -> bool {
-        self.refcount.compare_exchange(from, to, core::sync::atomic::Ordering::AcqRel, Relaxed).is_ok()
+        self.rc_state
+            .fetch_update(core::sync::atomic::Ordering::AcqRel, Relaxed, |w| {
+                (refcount_of(w) == from && !is_local(w)).then_some((w & STATE_MASK) | (to as u64) << RC_SHIFT)
+            })
+            .is_ok()
     }
-    /// Drops a reference; `None` if the count was already zero. The release
-    /// ordering publishes the dropping thread's writes to whoever frees.
+    /// Drops a reference; `None` if the count was already zero or the page
+    /// is `LOCAL` (only its CPU drops that one). The release ordering
+    /// publishes the dropping thread's writes to whoever frees.
     #[inline]
     pub(crate) fn try_put(&self) -> Option<u32> {
-        self.refcount
-            .fetch_update(core::sync::atomic::Ordering::AcqRel, Relaxed, |c| c.checked_sub(1))
+        self.rc_state
+            .fetch_update(core::sync::atomic::Ordering::AcqRel, Relaxed, |w| {
+                (refcount_of(w) != 0 && !is_local(w)).then(|| w - (1 << RC_SHIFT))
+            })
             .ok()
-            .map(|c| c - 1)
+            .map(|w| refcount_of(w) - 1)
     }
 }
 

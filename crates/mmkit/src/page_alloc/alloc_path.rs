@@ -13,7 +13,7 @@
 //! (`pcp`) or, under the zone lock, off the buddy lists (`zone`).
 #![deny(unsafe_code)]
 
-use crate::mem::page::{PageFlags, PageIdx};
+use crate::mem::page::{PageDesc, PageFlags, PageIdx};
 use crate::page_alloc::hooks::AllocFailure;
 use crate::page_alloc::{AllocContext, PageAllocator};
 use crate::pcp::pcp_allowed_order;
@@ -355,10 +355,9 @@ impl PageAllocator {
             }
         }
         head.set_private(0);
-        head.set_refcount(if frozen { 0 } else { 1 });
-        // The state store comes last: a concurrent reader that sees ALLOCATED
-        // sees a finished page.
-        head.set_state(flags, order, mt as u8);
+        // State and refcount in one store, after the tails: a concurrent
+        // reader that sees ALLOCATED sees a finished page.
+        head.set_word(PageDesc::state_word_of(flags, order, mt as u8), u32::from(!frozen));
         #[cfg(feature = "std")]
         if gfp.contains(Gfp::ZERO) {
             if let Some(mem) = &self.mem.memory {

@@ -341,10 +341,11 @@ impl PageAllocator {
 }
 
 /// Whether a page with `flags` and migratetype tag `tag` heads an in-use
-/// block compaction may move: allocated as movable, not owned by a layer.
+/// block compaction may move: allocated as movable, not owned by a layer,
+/// not local to a pinned CPU.
 pub(crate) fn movable_candidate(flags: PageFlags, tag: u8) -> bool {
     flags.contains(PageFlags::ALLOCATED)
-        && !flags.contains(PageFlags::OWNED)
+        && !flags.intersects(PageFlags::OWNED.union(PageFlags::LOCAL))
         && !flags.contains(PageFlags::HWPOISON)
         && tag == MigrateType::Movable as u8
 }

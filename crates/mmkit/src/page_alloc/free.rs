@@ -160,7 +160,13 @@ impl PageAllocator {
         if !page.has(PageFlags::ALLOCATED) {
             return Err(PageError::NotInUse(head));
         }
-        page.try_get().ok_or(PageError::NotInUse(head))
+        // try_get refuses a LOCAL page in the same compare-and-swap that
+        // takes the reference; the load here only names the error.
+        page.try_get().ok_or(if page.has(PageFlags::LOCAL) {
+            PageError::CpuLocal(head)
+        } else {
+            PageError::NotInUse(head)
+        })
     }
 
     #[inline]
@@ -181,7 +187,9 @@ impl PageAllocator {
     pub(crate) fn validate_allocated(&self, pfn: Pfn) -> Result<PageIdx, FreeError> {
         let idx = self.pfn_to_idx(pfn).ok_or(FreeError::OutOfRange(pfn))?;
         let flags = self.desc(idx).flags();
-        if flags.intersection(PageFlags::ALLOCATED.union(PageFlags::OWNED)) == PageFlags::ALLOCATED {
+        if flags.intersection(PageFlags::ALLOCATED.union(PageFlags::OWNED).union(PageFlags::LOCAL))
+            == PageFlags::ALLOCATED
+        {
             return Ok(idx);
         }
         Err(self.not_allocated_error(pfn, idx))
@@ -192,6 +200,9 @@ impl PageAllocator {
     fn not_allocated_error(&self, pfn: Pfn, idx: PageIdx) -> FreeError {
         let page = self.desc(idx);
         let flags = page.flags();
+        if let Some(cpu) = page.local_cpu() {
+            return FreeError::CpuLocal { pfn, cpu };
+        }
         if flags.contains(PageFlags::OWNED) {
             return self.owned_error(pfn, idx);
         }
@@ -288,7 +299,7 @@ impl PageAllocator {
         }
         #[cfg(all(test, feature = "std"))]
         crate::page_alloc::hwpoison::race_hook::run(idx);
-        head.set_state(flags.intersection(PageFlags::HWPOISON), 0, 0);
+        head.set_free_state(flags.intersection(PageFlags::HWPOISON), 0, 0);
         Ok(())
     }
 

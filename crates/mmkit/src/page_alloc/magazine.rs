@@ -34,14 +34,14 @@
 //! the owner) and dropping the handle flush them to the lists first.
 #![deny(unsafe_code)]
 
-use crate::mem::page::{PageDesc, PageFlags, PageIdx};
+use crate::mem::page::{PageDesc, PageFlags, PageIdx, MAX_LOCAL_CPUS};
 use crate::page_alloc::pinned::PinnedCpu;
 use crate::pcp::cpus::CpuSlot;
 use crate::types::gfp::{gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType};
 use crate::zone::buddy::Placement;
 use crate::zone::Zone;
 use crate::PageAllocator;
-use crate::Pfn;
+use crate::{FreeError, Pfn};
 use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 /// Pages the magazine holds at most.
@@ -75,8 +75,15 @@ pub(crate) struct Magazine<'a> {
     /// The zone's descriptor range.
     zone_start: PageIdx,
     zone_end: PageIdx,
-    /// The state word an order-0 allocation of `mt` leaves in a page.
-    allocated_word: u32,
+    /// Whether this CPU's pages are handed out `LOCAL` (CPUs below
+    /// `MAX_LOCAL_CPUS`; the others pay the refcount's compare-and-swap).
+    local: bool,
+    /// `LOCAL` pages handed out and not yet freed or handed over.
+    outstanding: u64,
+    /// The state an order-0 allocation of `mt` leaves in a page.
+    allocated_state: u32,
+    /// The whole word (state and refcount 1) the free expects.
+    allocated_word: u64,
     len: usize,
     slots: [PageIdx; MAG_SLOTS],
 }
@@ -100,6 +107,9 @@ impl<'a> Magazine<'a> {
             highest: ZoneType::Normal,
             zone_start: 0,
             zone_end: 0,
+            local: cpu < MAX_LOCAL_CPUS,
+            outstanding: 0,
+            allocated_state: 0,
             allocated_word: 0,
             len: 0,
             slots: [0; MAG_SLOTS],
@@ -137,9 +147,13 @@ impl<'a> PinnedCpu<'a> {
         } else {
             // prep_new_page for an order-0, non-zeroed page, on the
             // descriptor in hand.
+            // The page is free and on no list: nobody else can touch its
+            // word, so state and refcount go in one store.
             page.set_private(0);
-            page.set_refcount(1);
-            page.set_state(PageFlags::ALLOCATED, 0, self.mag.mt as u8);
+            page.set_word(self.mag.allocated_state, 1);
+            if self.mag.local {
+                self.mag.outstanding += 1;
+            }
         }
         Some(Pfn(self.mag.base_pfn + u64::from(idx)))
     }
@@ -157,7 +171,7 @@ impl<'a> PinnedCpu<'a> {
             return false;
         };
         let block_type = self.mag.block_types.get((idx >> self.mag.pageblock_order) as usize);
-        if page.state_word() != self.mag.allocated_word
+        if page.load_word() != self.mag.allocated_word
             || self.alloc.hwpoison.any()
             || self.mag.slot.has_requests()
             || block_type.map(|t| t.load(Relaxed)) != Some(self.mag.mt as u8)
@@ -167,17 +181,30 @@ impl<'a> PinnedCpu<'a> {
         if self.mag.len == MAG_SLOTS {
             self.mag_flush(MAG_BATCH);
         }
-        // The one atomic of the pair: dropping the last reference makes
-        // this call the page's only freer (others holding references, or a
-        // racing free, fail it and take the general path).
-        if !page.refcount_exchange(1, 0) {
-            return false;
+        // The word compare was free_pages_prepare's checks: exactly one
+        // reference, no check-at-free flag, not compound, not owned, not
+        // poisoned.
+        let pcp_state = PageDesc::state_word_of(PageFlags::PCP, 0, self.mag.mt as u8);
+        if self.mag.local {
+            // A LOCAL page: every read-modify-write that could take,
+            // drop or exchange a reference refuses its word (mem::page),
+            // so between the load above and this store nobody else can
+            // have claimed it. No atomic operation.
+            #[cfg(all(test, feature = "std"))]
+            crate::page_alloc::hwpoison::race_hook::run(idx);
+            page.set_word(pcp_state, 0);
+            self.mag.outstanding -= 1;
+        } else {
+            // Dropping the last reference makes this call the page's only
+            // freer (others holding references, or a racing free, fail it
+            // and take the general path).
+            if !page.refcount_exchange(1, 0) {
+                return false;
+            }
+            #[cfg(all(test, feature = "std"))]
+            crate::page_alloc::hwpoison::race_hook::run(idx);
+            page.set_word(pcp_state, 0);
         }
-        // free_pages_prepare's checks were the state-word compare: no
-        // check-at-free flag, not compound, not owned, not poisoned.
-        #[cfg(all(test, feature = "std"))]
-        crate::page_alloc::hwpoison::race_hook::run(idx);
-        page.set_state(PageFlags::PCP, 0, self.mag.mt as u8);
         self.mag.slots[self.mag.len] = idx;
         self.mag.len += 1;
         true
@@ -209,7 +236,12 @@ impl<'a> PinnedCpu<'a> {
         self.mag.highest = highest;
         self.mag.zone_start = target.zone.start_idx;
         self.mag.zone_end = target.zone.end_idx;
-        self.mag.allocated_word = PageDesc::state_word_of(PageFlags::ALLOCATED, 0, target.mt as u8);
+        self.mag.allocated_state = if self.mag.local {
+            PageDesc::local_state_word(target.mt as u8, self.cpu)
+        } else {
+            PageDesc::state_word_of(PageFlags::ALLOCATED, 0, target.mt as u8)
+        };
+        self.mag.allocated_word = PageDesc::word_of(self.mag.allocated_state, 1);
         true
     }
 
@@ -260,6 +292,66 @@ impl<'a> PinnedCpu<'a> {
         self.mag.enabled = enabled;
         self.mag.gfp = None;
         self.mag.zone = None;
+    }
+
+    /// Makes page `pfn`, handed out by this handle, an ordinary allocated
+    /// page that any thread or path may free or reference (the one atomic a
+    /// page pays to leave its CPU). A page that is not this CPU's is left
+    /// as it is.
+    ///
+    /// # Errors
+    /// [`FreeError::OutOfRange`], or [`FreeError::CpuLocal`] for a page
+    /// local to another CPU.
+    pub fn hand_over(&mut self, pfn: Pfn) -> Result<(), FreeError> {
+        let idx = self.alloc.pfn_to_idx(pfn).ok_or(FreeError::OutOfRange(pfn))?;
+        let page = self.alloc.desc(idx);
+        if page.clear_local(self.cpu) {
+            self.mag.outstanding -= 1;
+            return Ok(());
+        }
+        match page.local_cpu() {
+            Some(cpu) if cpu != self.cpu => Err(FreeError::CpuLocal { pfn, cpu }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Before the general free path: a page local to this CPU becomes an
+    /// ordinary one (that path's atomics then apply); one local to another
+    /// CPU is left for the validation to refuse. `Err` for a LOCAL page
+    /// freed with an order other than 0.
+    pub(super) fn unlocal_for_free(&mut self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        let Some(idx) = self.alloc.pfn_to_idx(pfn) else {
+            return Ok(());
+        };
+        let page = self.alloc.desc(idx);
+        if page.local_cpu() != Some(self.cpu) {
+            return Ok(());
+        }
+        if order != 0 {
+            return Err(FreeError::WrongOrder { pfn, allocated: 0, given: order });
+        }
+        if page.clear_local(self.cpu) {
+            self.mag.outstanding -= 1;
+        }
+        Ok(())
+    }
+
+    /// Hands over every page this handle still has out (dropping the
+    /// handle): a scan of the descriptor table, paid only when pages are
+    /// still out.
+    #[cold]
+    pub(super) fn hand_over_all(&mut self) {
+        if self.mag.outstanding == 0 {
+            return;
+        }
+        for page in self.mag.descs {
+            if page.clear_local(self.cpu) {
+                self.mag.outstanding -= 1;
+                if self.mag.outstanding == 0 {
+                    break;
+                }
+            }
+        }
     }
 
     /// Empties the magazine into the per-CPU list.

@@ -214,6 +214,7 @@ impl<'a> PinnedCpu<'a> {
     /// Every free the magazine does not take.
     fn free_pages_general(&mut self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         self.serve_drain_request();
+        self.unlocal_for_free(pfn, order)?;
         let idx = self.alloc.validate_block(pfn, order)?;
         if self.alloc.drop_block_ref(self.cpu, pfn, idx, order)? {
             self.free_claimed(idx, order, Claim::ByRefcount)
@@ -274,6 +275,7 @@ impl<'a> PinnedCpu<'a> {
 
 impl Drop for PinnedCpu<'_> {
     fn drop(&mut self) {
+        self.hand_over_all();
         self.mag_flush_all();
         let requests = self.alloc.pcp.slots[self.cpu].take_requests();
         if requests != 0 {

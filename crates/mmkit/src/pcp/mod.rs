@@ -181,7 +181,7 @@ impl PcpState {
     #[inline]
     pub(crate) fn push(&mut self, pages: &PageTable, idx: PageIdx, order: u32, mt: MigrateType, pindex: usize) {
         let page = pages.get(idx);
-        page.set_state(PageFlags::PCP, order, mt as u8);
+        page.set_free_state(PageFlags::PCP, order, mt as u8);
         self.lists[pindex].push_head(pages, idx, page);
         self.count += 1 << order;
     }
@@ -190,7 +190,7 @@ impl PcpState {
     /// physical order this way).
     fn push_tail(&mut self, pages: &PageTable, idx: PageIdx, order: u32, mt: MigrateType, pindex: usize) {
         let page = pages.get(idx);
-        page.set_state(PageFlags::PCP, order, mt as u8);
+        page.set_free_state(PageFlags::PCP, order, mt as u8);
         self.lists[pindex].push_tail(pages, idx, page);
         self.count += 1 << order;
     }
@@ -388,7 +388,7 @@ pub(crate) fn free_pcppages_bulk(
             // head, so no list marking may stay behind (poison does stay, so
             // the release skips the page).
             let page = pages.get(idx);
-            page.set_state(page.flags().intersection(PageFlags::HWPOISON), 0, 0);
+            page.set_free_state(page.flags().intersection(PageFlags::HWPOISON), 0, 0);
             release(idx, order);
             left -= 1 << order;
             freed += 1 << order;

@@ -149,6 +149,16 @@ pub enum FreeError {
         /// Its owner.
         owner: crate::PageOwner,
     },
+    /// The page was handed out by a pinned CPU's magazine and is still
+    /// that CPU's ([`PageFlags::LOCAL`](crate::PageFlags::LOCAL)): free it
+    /// through that CPU's [`PinnedCpu`](crate::PinnedCpu), or have the
+    /// handle [`hand_over`](crate::PinnedCpu::hand_over) it first.
+    CpuLocal {
+        /// The page.
+        pfn: Pfn,
+        /// The CPU it belongs to.
+        cpu: usize,
+    },
     /// Taking back a block that still has embedder flags (LRU, mapped, …).
     FlagsSet {
         /// Block start.
@@ -172,6 +182,9 @@ impl fmt::Display for FreeError {
             Self::Hole(p) => write!(f, "pfn {p} is in a hole"),
             Self::Owned { pfn, owner } => {
                 write!(f, "pfn {pfn} is owned by layer {}; give it back through that layer", owner.id())
+            }
+            Self::CpuLocal { pfn, cpu } => {
+                write!(f, "pfn {pfn} belongs to pinned cpu {cpu}; free it there or hand it over first")
             }
             Self::FlagsSet { pfn, flags } => write!(f, "pfn {pfn} still has flags {flags:?}"),
             Self::Reserved(p) => write!(f, "pfn {p} is reserved"),
@@ -265,6 +278,9 @@ pub enum PageError {
     NotInUse(Pfn),
     /// Only embedder-owned flags may be changed.
     FlagNotSettable(crate::PageFlags),
+    /// The page belongs to a pinned CPU ([`FreeError::CpuLocal`]); no
+    /// reference can be taken until its handle hands it over.
+    CpuLocal(Pfn),
 }
 
 impl fmt::Display for PageError {
@@ -274,6 +290,7 @@ impl fmt::Display for PageError {
             Self::Hole(p) => write!(f, "pfn {p} is in a hole"),
             Self::NotInUse(p) => write!(f, "pfn {p} is not in use"),
             Self::FlagNotSettable(flags) => write!(f, "flags {flags:?} are owned by the allocator"),
+            Self::CpuLocal(p) => write!(f, "pfn {p} belongs to a pinned cpu; it must hand the page over first"),
         }
     }
 }

@@ -57,6 +57,12 @@ impl PageFlags {
     /// that layer (refcount 0) or handed out by it (refcount 1). Only the
     /// owner takes it back; the ordinary free paths refuse it.
     pub const OWNED: Self = Self(1 << 17);
+    /// An order-0 page a [`PinnedCpu`](crate::PinnedCpu)'s magazine handed
+    /// out: only that CPU's handle frees it (with plain stores, no atomic);
+    /// every other path refuses it until the handle hands it over
+    /// ([`PinnedCpu::hand_over`](crate::PinnedCpu::hand_over)). (Bit 23: the
+    /// bits between are the descriptor's order field.)
+    pub const LOCAL: Self = Self(1 << 23);
 
     /// Flags that must all be clear when a page is freed.
     pub const CHECK_AT_FREE: Self = Self(
@@ -143,6 +149,13 @@ impl core::fmt::Debug for PageFlags {
                 f.write_str(name)?;
                 first = false;
             }
+        }
+        if self.intersects(Self::LOCAL) {
+            if !first {
+                f.write_str("|")?;
+            }
+            f.write_str("local")?;
+            first = false;
         }
         if first {
             f.write_str("(none)")?;

@@ -255,7 +255,7 @@ impl FreeArea {
         debug_assert!(order <= self.max_order);
         let o = (order & ORDER_MASK) as usize;
         let page = cx.pages.get(idx);
-        page.set_state(PageFlags::BUDDY, order, mt as u8);
+        page.set_free_state(PageFlags::BUDDY, order, mt as u8);
         let list = &mut self.lists[mt as usize][o];
         if at_tail {
             list.push_tail(cx.pages, idx, page);
@@ -306,7 +306,7 @@ impl FreeArea {
         if let Some(index) = &mut self.index {
             index.remove(slot(order, mt), idx, order);
         }
-        page.set_state(PageFlags::EMPTY, 0, 0);
+        page.set_free_state(PageFlags::EMPTY, 0, 0);
     }
 
     /// Puts block `idx` of `order` on list `mt` and marks it free.
