@@ -19,6 +19,41 @@ pub const PLUGIN_FILE: &str = "libmmkit_nbdkit.so";
 /// What to install when nbdkit is missing.
 pub const INSTALL_HINT: &str = "nbdkit is not installed: install it with `apt-get install nbdkit` (Debian, Ubuntu) or `dnf install nbdkit` (Fedora); the clients are in libnbd-bin (nbdinfo, nbdcopy, nbdfuse), python3-libnbd (nbdsh), qemu-utils and fio";
 
+/// The nbdkit option that works around releases which abort when a client
+/// hangs up with several requests in flight, or `None` when this nbdkit
+/// is not one of them or `nbdkit_args` already choose the thread count.
+///
+/// nbdkit 1.32.4–1.32.5 and 1.33.3–1.33.9 (the versions with upstream
+/// commit daef505e, "server: Give client EOF when we are done writing",
+/// and without its fix 9d82aa4f, "server: Don't assert on send if client
+/// hangs up early") abort on `raw_send_socket: Assertion 'sock >= 0'` when
+/// one worker thread closes the socket of a client that vanished while
+/// another still has a reply to send: a killed client takes the server,
+/// and every byte the device holds, with it. One worker thread per
+/// connection (`--threads=1`) avoids it, at the price of serving each
+/// connection's requests one at a time.
+pub fn hangup_workaround(nbdkit_args: &[String]) -> Option<&'static str> {
+    let chooses_threads = nbdkit_args.iter().any(|a| a == "-t" || a.starts_with("--threads") || a.starts_with("-t"));
+    if chooses_threads {
+        return None;
+    }
+    let out = Command::new("nbdkit").arg("--version").stdin(Stdio::null()).output().ok()?;
+    let version = parse_version(&String::from_utf8_lossy(&out.stdout))?;
+    aborts_on_early_hangup(version).then_some("--threads=1")
+}
+
+/// `(major, minor, patch)` from `nbdkit --version` ("nbdkit 1.32.5").
+fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
+    let word = text.split_whitespace().find(|w| w.starts_with(|c: char| c.is_ascii_digit()))?;
+    let mut parts = word.split('.').map(|p| p.trim_end_matches(|c: char| !c.is_ascii_digit()).parse::<u32>());
+    Some((parts.next()?.ok()?, parts.next()?.ok()?, parts.next().and_then(Result::ok).unwrap_or(0)))
+}
+
+/// See [`hangup_workaround`].
+fn aborts_on_early_hangup((major, minor, patch): (u32, u32, u32)) -> bool {
+    major == 1 && ((minor == 32 && (4..=5).contains(&patch)) || (minor == 33 && (3..=9).contains(&patch)))
+}
+
 /// Why a server could not be started or ran into trouble.
 #[derive(Debug)]
 pub struct NbdkitError(pub String);

@@ -8,7 +8,7 @@
 //! printed once nbdkit is ready, and a signal stops nbdkit and removes
 //! every file it made (exit 0). Starting nbdkit is `nbdkit`'s.
 
-use super::nbdkit::{plugin_beside_binary, Listen, Nbdkit, NbdkitError, Spec};
+use super::nbdkit::{hangup_workaround, plugin_beside_binary, Listen, Nbdkit, NbdkitError, Spec};
 use clap::Args;
 use mmkit_zram::ZramConfig;
 use std::io::Write;
@@ -120,10 +120,19 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
     }
     let mut plugin_args = args.plugin_args();
     plugin_args.push(format!("control={}", control.display()));
+    let mut nbdkit_args = args.nbdkit_args.clone();
+    if let Some(option) = hangup_workaround(&nbdkit_args) {
+        eprintln!(
+            "mmkit zram serve: this nbdkit aborts when a client hangs up with requests in flight (fixed in \
+             nbdkit 1.33.10), which would lose the device's contents; serving each connection's requests one \
+             at a time ({option}; `-- -t 16` overrides)"
+        );
+        nbdkit_args.insert(0, option.to_owned());
+    }
     let spec = Spec {
         plugin: plugin.display().to_string(),
         plugin_args,
-        nbdkit_args: args.nbdkit_args.clone(),
+        nbdkit_args,
         listen,
         run_dir: run_dir.path().to_owned(),
         also_remove: vec![control.clone()],
