@@ -55,7 +55,7 @@ impl PageAllocator {
         self.free_pages_on(self.current_cpu(), pfn, order)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn free_pages_on(&self, cpu: usize, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         let idx = self.validate_block(pfn, order)?;
         if self.drop_block_ref(cpu, pfn, idx, order)? {
