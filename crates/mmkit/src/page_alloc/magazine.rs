@@ -104,6 +104,9 @@ pub(crate) struct Magazine<'a> {
     /// The whole word (state and refcount 1) the free expects.
     allocated_word: u64,
     len: usize,
+    /// Pages held before a flush: [`MAG_SLOTS`], or the list's `high`
+    /// when that is smaller (a small zone).
+    capacity: usize,
     slots: [PageIdx; MAG_SLOTS],
 }
 
@@ -131,6 +134,7 @@ impl<'a> Magazine<'a> {
             allocated_state: 0,
             allocated_word: 0,
             len: 0,
+            capacity: MAG_SLOTS,
             slots: [0; MAG_SLOTS],
         }
     }
@@ -197,8 +201,8 @@ impl<'a> PinnedCpu<'a> {
         {
             return false;
         }
-        if self.mag.len == MAG_SLOTS {
-            self.mag_flush(MAG_BATCH);
+        if self.mag.len >= self.mag.capacity {
+            self.mag_flush(self.mag.capacity / 2);
         }
         // The word compare was free_pages_prepare's checks: exactly one
         // reference, no check-at-free flag, not compound, not owned, not
@@ -253,6 +257,7 @@ impl<'a> PinnedCpu<'a> {
         self.mag.mt = target.mt;
         self.mag.flags = target.flags;
         self.mag.highest = highest;
+        self.mag.capacity = MAG_SLOTS.min(self.lists[target.zi].sizing.high_min.max(2) as usize);
         self.mag.zone_start = target.zone.start_idx;
         self.mag.zone_end = target.zone.end_idx;
         self.mag.allocated_state = if self.mag.local {
@@ -269,7 +274,11 @@ impl<'a> PinnedCpu<'a> {
     #[cold]
     fn mag_refill(&mut self) -> bool {
         let (zi, mt, flags) = (self.mag.zi, self.mag.mt, self.mag.flags);
-        while self.mag.len < MAG_BATCH {
+        // No more than one of the list's own refills would bring: a small
+        // zone's batch is a page or two, and a magazine that took 32 of
+        // them could hold the whole zone.
+        let want = MAG_BATCH.min(self.lists[zi].sizing.batch.max(1) as usize);
+        while self.mag.len < want {
             match self.alloc.pcp_take_locked(&mut self.lists[zi], zi, 0, mt, flags) {
                 Some(idx) => {
                     self.mag.slots[self.mag.len] = idx;
@@ -381,6 +390,11 @@ impl<'a> PinnedCpu<'a> {
                 }
             }
         }
+    }
+
+    /// Pages in the magazine.
+    pub(super) fn mag_len(&self) -> usize {
+        self.mag.len
     }
 
     /// Empties the magazine into the per-CPU list.

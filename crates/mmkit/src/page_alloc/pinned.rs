@@ -193,7 +193,21 @@ impl<'a> PinnedCpu<'a> {
         }
         // Everything else (other zones, the slow path) as usual; our own
         // lists are held, so that path goes to the buddy.
-        alloc.alloc_on(self.cpu, self.nid, gfp, order, frozen)
+        match alloc.alloc_on(self.cpu, self.nid, gfp, order, frozen) {
+            Err(AllocError::NoMemory { .. }) if self.holds_pages() => {
+                // The slow path's drain cannot reach this CPU's own lists
+                // (they are held here): give them back and try once more,
+                // as Linux's drain before failing would have.
+                self.drain_local_pages();
+                alloc.alloc_on(self.cpu, self.nid, gfp, order, frozen)
+            }
+            other => other,
+        }
+    }
+
+    /// Whether this CPU caches any page (lists or magazine).
+    fn holds_pages(&self) -> bool {
+        self.mag_len() > 0 || self.lists.iter().any(|pcp| pcp.count > 0)
     }
 
     /// The preferred zone only, above its watermark, from the held list.
