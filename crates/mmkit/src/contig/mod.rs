@@ -20,7 +20,7 @@ pub(crate) mod isolation;
 pub(crate) mod owned;
 
 use crate::contig::isolation::Unit;
-use crate::mem::page::{PageFlags, PageIdx};
+use crate::mem::page::{PageDesc, PageFlags, PageIdx};
 use crate::page_alloc::migrate::MigrateRequest;
 use crate::types::error::ContigError;
 use crate::types::gfp::{gfp_zone, Gfp, MigrateType};
@@ -329,14 +329,16 @@ impl PageAllocator {
                 head.set_state(PageFlags::ALLOCATED | PageFlags::HEAD, order, tag);
             }
             None => {
-                for idx in s..e {
-                    let page = self.desc(idx);
+                // Every page's state and refcount in one store: the pages
+                // were just taken off the free lists and nobody else knows
+                // them yet.
+                let state = match prep {
+                    Prep::Owned(owner) => PageDesc::owned_state_word(PageFlags::ALLOCATED, 0, tag, owner.id()),
+                    _ => PageDesc::state_word_of(PageFlags::ALLOCATED, 0, tag),
+                };
+                for page in self.mem.pages.slice(s, e) {
                     page.set_private(0);
-                    page.set_refcount(refcount);
-                    match prep {
-                        Prep::Owned(owner) => page.set_state_owned(PageFlags::ALLOCATED, 0, tag, owner.id()),
-                        _ => page.set_state(PageFlags::ALLOCATED, 0, tag),
-                    }
+                    page.set_word(state, refcount);
                 }
             }
         }

@@ -206,13 +206,6 @@ impl PageDesc {
         debug_assert_eq!(self.refcount(), 0, "a free page has no references");
         self.rc_state.store(Self::state_word_of(flags, order, tag) as u64, Relaxed);
     }
-    /// Replaces flags, order and tag and marks the page as `owner`'s
-    /// (`OWNED` is added to `flags`); the refcount stays.
-    #[inline]
-    pub(crate) fn set_state_owned(&self, flags: PageFlags, order: u32, tag: u8, owner: u8) {
-        debug_assert!(order < 32 && tag < 8 && owner < 16);
-        self.store_state(Self::owned_state_word(flags, order, tag, owner));
-    }
     /// Replaces the whole word: state and refcount in one store.
     #[inline(always)]
     pub(crate) fn set_word(&self, state: u32, refcount: u32) {
@@ -256,7 +249,8 @@ impl PageDesc {
                 .then_some(s & !(LOCAL_BIT | LOCAL_CPU_MASK))
         })
     }
-    /// The state word [`set_state_owned`](Self::set_state_owned) stores.
+    /// The state word of a page marked as `owner`'s (`OWNED` added to
+    /// `flags`).
     #[inline]
     pub(crate) fn owned_state_word(flags: PageFlags, order: u32, tag: u8, owner: u8) -> u32 {
         owned_state(flags.bits() | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT), owner)
