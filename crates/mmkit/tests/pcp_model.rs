@@ -11,9 +11,11 @@
 //! 4. `check_invariants()` holds (lists, counters, merging, pcp lists);
 //! 5. bulk allocation fills a prefix of the array and never more than asked.
 
-use mmkit::{Gfp, MemoryMapBuilder, PageAllocator, Pfn, ZoneType};
+use mmkit::{Gfp, PageAllocator, Pfn};
+
+mod live_blocks;
+use live_blocks::{two_zone_map, LiveBlocks};
 use proptest::prelude::*;
-use std::collections::BTreeMap;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -44,47 +46,10 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn map() -> PageAllocator {
-    MemoryMapBuilder::new()
-        .max_page_order(6)
-        .pageblock_order(4)
-        .section_order(8)
-        .zone(0, ZoneType::Dma32, 16..1024)
-        .zone(0, ZoneType::Normal, 1024..2048)
-        .reserved(1500..1503)
-        .nr_cpus(3)
-        .min_free_kbytes(64)
-        .build()
-        .unwrap()
+    two_zone_map().reserved(1500..1503).nr_cpus(3).build().unwrap()
 }
 
-struct Model {
-    /// pfn → order of every live block.
-    live: BTreeMap<u64, u32>,
-}
-
-impl Model {
-    fn insert(&mut self, mm: &PageAllocator, pfn: Pfn, order: u32) {
-        let size = 1u64 << order;
-        assert_eq!(pfn.0 % size, 0, "block {pfn} of order {order} misaligned");
-        if let Some((&prev, &prev_order)) = self.live.range(..=pfn.0).next_back() {
-            assert!(prev + (1 << prev_order) <= pfn.0, "block {pfn} overlaps live block {prev:#x}");
-        }
-        if let Some((&next, _)) = self.live.range(pfn.0 + 1..).next() {
-            assert!(pfn.0 + size <= next, "block {pfn} overlaps live block {next:#x}");
-        }
-        let zone = mm.zones().iter().find(|z| z.span().contains(&pfn.0)).expect("in a zone");
-        assert!(zone.span().contains(&(pfn.0 + size - 1)), "block {pfn} leaves its zone");
-        self.live.insert(pfn.0, order);
-    }
-
-    fn take(&mut self, pick: usize) -> Option<(Pfn, u32)> {
-        if self.live.is_empty() {
-            return None;
-        }
-        let key = *self.live.keys().nth(pick % self.live.len())?;
-        self.live.remove(&key).map(|order| (Pfn(key), order))
-    }
-}
+type Model = LiveBlocks;
 
 fn check(mm: &PageAllocator, model: &Model) {
     mm.check_invariants().unwrap();
@@ -105,7 +70,7 @@ fn check(mm: &PageAllocator, model: &Model) {
 
 fn run(ops: Vec<Op>) {
     let mm = map();
-    let mut model = Model { live: BTreeMap::new() };
+    let mut model = Model::default();
     for op in ops {
         match op {
             Op::Alloc { cpu, order, gfp } => {

@@ -14,11 +14,12 @@
 //! 3. conservation and `check_invariants()` whenever the handle is dropped
 //!    (a pinned CPU's lists cannot be inspected while it is held).
 
-use mmkit::{
-    FreeError, Gfp, MemoryFailure, MemoryMapBuilder, PageAllocator, PageError, PageFlags, Pfn, PinnedCpu, ZoneType,
-};
+use mmkit::{FreeError, Gfp, MemoryFailure, MemoryMapBuilder, PageAllocator, PageError, PageFlags, Pfn, PinnedCpu};
 use proptest::prelude::*;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+
+mod live_blocks;
+use live_blocks::{two_zone_map, LiveBlocks};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -51,50 +52,31 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn map() -> PageAllocator {
-    MemoryMapBuilder::new()
-        .max_page_order(6)
-        .pageblock_order(4)
-        .section_order(8)
-        .zone(0, ZoneType::Dma32, 16..1024)
-        .zone(0, ZoneType::Normal, 1024..2048)
-        .nr_cpus(2)
-        .min_free_kbytes(64)
-        .build()
-        .unwrap()
+    two_zone_map().nr_cpus(2).build().unwrap()
 }
 
+/// The live blocks, and the pages taken out of service by poison or leaked
+/// as bad pages (no block may hold one again).
 #[derive(Default)]
 struct Model {
-    /// pfn → order of every live block.
-    live: BTreeMap<u64, u32>,
-    /// Pages taken out of service by poison or leaked as bad pages.
+    blocks: LiveBlocks,
     gone: BTreeSet<u64>,
 }
 
 impl Model {
-    fn insert(&mut self, pfn: Pfn, order: u32) {
-        let size = 1u64 << order;
-        assert_eq!(pfn.0 % size, 0, "block {pfn} of order {order} misaligned");
-        if let Some((&prev, &prev_order)) = self.live.range(..=pfn.0).next_back() {
-            assert!(prev + (1 << prev_order) <= pfn.0, "block {pfn} overlaps live block {prev:#x}");
-        }
-        if let Some((&next, _)) = self.live.range(pfn.0 + 1..).next() {
-            assert!(pfn.0 + size <= next, "block {pfn} overlaps live block {next:#x}");
-        }
-        assert!(self.gone.range(pfn.0..pfn.0 + size).next().is_none(), "block {pfn} holds a page out of service");
-        self.live.insert(pfn.0, order);
-    }
-
-    fn pick(&self, pick: usize) -> Option<(Pfn, u32)> {
-        let (&pfn, &order) = self.live.iter().nth(pick % self.live.len().max(1))?;
-        Some((Pfn(pfn), order))
+    fn insert(&mut self, mm: &PageAllocator, pfn: Pfn, order: u32) {
+        assert!(
+            self.gone.range(pfn.0..pfn.0 + (1 << order)).next().is_none(),
+            "block {pfn} holds a page out of service"
+        );
+        self.blocks.insert(mm, pfn, order);
     }
 }
 
 fn check(mm: &PageAllocator, model: &Model) {
     assert_eq!(mm.drain_all_pages(), 0);
     mm.check_invariants().unwrap();
-    let live: u64 = model.live.values().map(|&order| 1u64 << order).sum();
+    let live: u64 = model.blocks.live.values().map(|&order| 1u64 << order).sum();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages() + live + model.gone.len() as u64, managed);
 }
@@ -108,11 +90,11 @@ fn run(ops: Vec<Op>) {
         match op {
             Op::Alloc { gfp, order } => {
                 if let Ok(pfn) = cpu.alloc_pages(GFPS[gfp], order) {
-                    model.insert(pfn, order);
+                    model.insert(&mm, pfn, order);
                 }
             }
             Op::Free { pick, shared } => {
-                if let Some((pfn, order)) = model.pick(pick) {
+                if let Some((pfn, order)) = model.blocks.pick(pick) {
                     // The shared API on another CPU stands for a free from
                     // another thread: refused while the page is this CPU's,
                     // fine once handed over.
@@ -130,25 +112,25 @@ fn run(ops: Vec<Op>) {
                         cpu.free_pages(pfn, order)
                     };
                     freed.unwrap();
-                    model.live.remove(&pfn.0);
+                    model.blocks.live.remove(&pfn.0);
                 }
             }
             Op::FreeTwice { pick } => {
-                if let Some((pfn, order)) = model.pick(pick) {
+                if let Some((pfn, order)) = model.blocks.pick(pick) {
                     cpu.free_pages(pfn, order).unwrap();
-                    model.live.remove(&pfn.0);
+                    model.blocks.live.remove(&pfn.0);
                     assert!(cpu.free_pages(pfn, order).is_err(), "second free of {pfn} through the handle");
                     assert!(mm.free_pages(pfn, order).is_err(), "second free of {pfn} through the shared API");
                 }
             }
             Op::WrongOrder { pick } => {
-                if let Some((pfn, order)) = model.pick(pick) {
+                if let Some((pfn, order)) = model.blocks.pick(pick) {
                     let given = order + 1;
                     assert_eq!(cpu.free_pages(pfn, given), Err(FreeError::WrongOrder { pfn, allocated: order, given }));
                 }
             }
             Op::ExtraReference { pick } => {
-                if let Some((pfn, order)) = model.pick(pick) {
+                if let Some((pfn, order)) = model.blocks.pick(pick) {
                     // A page local to the CPU takes no reference until the
                     // handle hands it over.
                     if mm.get_page(pfn) == Err(PageError::CpuLocal(pfn)) {
@@ -165,23 +147,23 @@ fn run(ops: Vec<Op>) {
                     } else {
                         // A non-compound block keeps only its first page;
                         // the rest went back (Linux's __free_pages).
-                        model.live.insert(pfn.0, 0);
+                        model.blocks.live.insert(pfn.0, 0);
                     }
                 }
             }
             Op::FlagsLeftSet { pick } => {
-                if let Some((pfn, order)) = model.pick(pick) {
+                if let Some((pfn, order)) = model.blocks.pick(pick) {
                     mm.set_page_flags(pfn, PageFlags::LRU).unwrap();
                     assert!(matches!(cpu.free_pages(pfn, order), Err(FreeError::BadPage { .. })));
-                    model.live.remove(&pfn.0);
+                    model.blocks.live.remove(&pfn.0);
                     model.gone.extend(pfn.0..pfn.0 + (1 << order));
                 }
             }
             Op::Poison { pick } => {
-                if let Some((pfn, order)) = model.pick(pick) {
+                if let Some((pfn, order)) = model.blocks.pick(pick) {
                     assert_eq!(mm.memory_failure(pfn), Ok(MemoryFailure::InUse));
                     cpu.free_pages(pfn, order).unwrap();
-                    model.live.remove(&pfn.0);
+                    model.blocks.live.remove(&pfn.0);
                     // Only the poisoned page leaves service; the rest of a
                     // larger block is freed.
                     model.gone.insert(pfn.0);
@@ -197,7 +179,7 @@ fn run(ops: Vec<Op>) {
     }
     drop(pinned);
     check(&mm, &model);
-    for (pfn, order) in std::mem::take(&mut model.live) {
+    for (pfn, order) in std::mem::take(&mut model.blocks.live) {
         mm.free_pages(Pfn(pfn), order).unwrap();
     }
     check(&mm, &model);

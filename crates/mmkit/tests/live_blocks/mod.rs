@@ -1,0 +1,61 @@
+//! The reference model of the per-CPU property tests: the live blocks,
+//! with the checks every allocation must pass (aligned, in one zone, no
+//! overlap with a live block), and the small two-zone map they run on.
+#![allow(dead_code)] // each test crate uses the part it needs
+
+use mmkit::{MemoryMapBuilder, PageAllocator, Pfn, ZoneType};
+use std::collections::BTreeMap;
+
+/// A map with a DMA32 and a Normal zone, small orders and pageblocks, so
+/// that short operation sequences reach refills, spills and fallbacks.
+pub fn two_zone_map() -> MemoryMapBuilder {
+    MemoryMapBuilder::new()
+        .max_page_order(6)
+        .pageblock_order(4)
+        .section_order(8)
+        .zone(0, ZoneType::Dma32, 16..1024)
+        .zone(0, ZoneType::Normal, 1024..2048)
+        .min_free_kbytes(64)
+}
+
+/// pfn → order of every live block.
+#[derive(Default)]
+pub struct LiveBlocks {
+    pub live: BTreeMap<u64, u32>,
+}
+
+impl LiveBlocks {
+    /// Records a block the allocator handed out, checking that it is
+    /// aligned, inside one zone and overlaps no live block.
+    pub fn insert(&mut self, mm: &PageAllocator, pfn: Pfn, order: u32) {
+        let size = 1u64 << order;
+        assert_eq!(pfn.0 % size, 0, "block {pfn} of order {order} misaligned");
+        if let Some((&prev, &prev_order)) = self.live.range(..=pfn.0).next_back() {
+            assert!(prev + (1 << prev_order) <= pfn.0, "block {pfn} overlaps live block {prev:#x}");
+        }
+        if let Some((&next, _)) = self.live.range(pfn.0 + 1..).next() {
+            assert!(pfn.0 + size <= next, "block {pfn} overlaps live block {next:#x}");
+        }
+        let zone = mm.zones().iter().find(|z| z.span().contains(&pfn.0)).expect("in a zone");
+        assert!(zone.span().contains(&(pfn.0 + size - 1)), "block {pfn} leaves its zone");
+        self.live.insert(pfn.0, order);
+    }
+
+    /// The `pick`-th live block (modulo their number), if any.
+    pub fn pick(&self, pick: usize) -> Option<(Pfn, u32)> {
+        let (&pfn, &order) = self.live.iter().nth(pick % self.live.len().max(1))?;
+        Some((Pfn(pfn), order))
+    }
+
+    /// Removes and returns the `pick`-th live block.
+    pub fn take(&mut self, pick: usize) -> Option<(Pfn, u32)> {
+        let (pfn, order) = self.pick(pick)?;
+        self.live.remove(&pfn.0);
+        Some((pfn, order))
+    }
+
+    /// Pages in live blocks.
+    pub fn pages(&self) -> u64 {
+        self.live.values().map(|&order| 1u64 << order).sum()
+    }
+}
