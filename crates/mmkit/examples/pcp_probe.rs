@@ -2,7 +2,7 @@
 //! `perf` or `valgrind --tool=callgrind` (the benchmarks of record are
 //! `mmkit bench pcp` and the criterion benches).
 //!
-//! Usage: `pcp_probe [shared|shared2|handle|pinned|frozen|buddy|bulk64] [pairs]`
+//! Usage: `pcp_probe [shared|shared2|handle|pinned|pinned2|frozen|buddy|bulk64] [pairs]`
 use mmkit::{Gfp, MemoryMapBuilder};
 use std::hint::black_box;
 use std::time::Instant;
@@ -32,6 +32,32 @@ fn main() {
             for _ in 0..n {
                 let p = cpu.alloc_pages(Gfp::KERNEL, 0).unwrap();
                 cpu.free_pages(black_box(p), 0).unwrap();
+            }
+        }
+        "pinned2" => {
+            // Two pinned workers, one per CPU of the map; prints each
+            // worker's hot page (a shared descriptor cache line between
+            // them would show as poor scaling).
+            for round in 0..4 {
+                let t = Instant::now();
+                std::thread::scope(|s| {
+                    for cpu in 0..2 {
+                        let mm = &mm;
+                        s.spawn(move || {
+                            let mut pinned = mm.pin_cpu(cpu).unwrap();
+                            let mut last = mmkit::Pfn(0);
+                            for _ in 0..n {
+                                let p = pinned.alloc_pages(Gfp::KERNEL, 0).unwrap();
+                                last = p;
+                                pinned.free_pages(black_box(p), 0).unwrap();
+                            }
+                            if round == 0 {
+                                println!("cpu {cpu}: hot page {last}");
+                            }
+                        });
+                    }
+                });
+                println!("round {round}: {:.2} ns/pair aggregate", t.elapsed().as_nanos() as f64 / (2 * n) as f64);
             }
         }
         "frozen" => {
