@@ -33,7 +33,7 @@ pub const INSTALL_HINT: &str = "nbdkit is not installed: install it with `apt-ge
 /// connection (`--threads=1`) avoids it, at the price of serving each
 /// connection's requests one at a time.
 pub fn hangup_workaround(nbdkit_args: &[String]) -> Option<&'static str> {
-    let chooses_threads = nbdkit_args.iter().any(|a| a == "-t" || a.starts_with("--threads") || a.starts_with("-t"));
+    let chooses_threads = nbdkit_args.iter().any(|a| a.starts_with("-t") || a.starts_with("--threads"));
     if chooses_threads {
         return None;
     }

@@ -336,9 +336,10 @@ impl PageAllocator {
                     Prep::Owned(owner) => PageDesc::owned_state_word(PageFlags::ALLOCATED, 0, tag, owner.id()),
                     _ => PageDesc::state_word_of(PageFlags::ALLOCATED, 0, tag),
                 };
+                let word = PageDesc::word_of(state, refcount);
                 for page in self.mem.pages.slice(s, e) {
                     page.set_private(0);
-                    page.set_word(state, refcount);
+                    page.store_word(word);
                 }
             }
         }

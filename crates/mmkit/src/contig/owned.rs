@@ -139,26 +139,28 @@ impl PageAllocator {
         // This allocator made the handle from PFNs of its map.
         let start = range.start.0.wrapping_sub(self.mem.base_pfn) as PageIdx;
         let end = start + range.nr_pages as PageIdx;
-        let expected =
-            PageDesc::owned_state_word(PageFlags::ALLOCATED, 0, MigrateType::Unmovable as u8, range.owner.id());
+        let expected = PageDesc::word_of(
+            PageDesc::owned_state_word(PageFlags::ALLOCATED, 0, MigrateType::Unmovable as u8, range.owner.id()),
+            0,
+        );
         Ok(self.free_contig_pages(start, end, |idx, summary| self.prepare_owned_page(idx, expected, summary)))
     }
 
     /// `free_pages_prepare` for one page of an owned range: one load of the
-    /// state word against what `alloc_contig_block` stored, the refcount
-    /// (which nobody can raise on a frozen page), and a plain store of the
-    /// clean state. True if the page may join a run.
+    /// descriptor's word (state and refcount, which nobody can raise on a
+    /// frozen page) against what `alloc_contig_block` stored, and one store
+    /// of the free state. True if the page may join a run.
     #[inline(always)]
-    fn prepare_owned_page(&self, idx: PageIdx, expected: u32, summary: &mut ContigFreeSummary) -> bool {
+    fn prepare_owned_page(&self, idx: PageIdx, expected: u64, summary: &mut ContigFreeSummary) -> bool {
         let page = self.desc(idx);
-        let word = page.state_word();
-        let poison = PageFlags::HWPOISON.bits();
-        if word & !poison != expected || page.refcount() != 0 {
+        let word = page.load_word();
+        let poison = u64::from(PageFlags::HWPOISON.bits());
+        if word & !poison != expected {
             self.owned_page_went_bad(idx, summary);
             return false;
         }
-        page.set_state(PageFlags::EMPTY, 0, 0);
-        if word & poison != 0 || self.is_hwpoisoned(idx) {
+        page.set_free_state(PageFlags::EMPTY, 0, 0);
+        if self.hwpoisoned_with_flag(word & poison != 0, idx) {
             self.drop_poisoned(idx);
             summary.hwpoisoned += 1;
             return false;

@@ -63,12 +63,6 @@ pub(crate) const MAX_LOCAL_CPUS: usize = 32;
 const RC_SHIFT: u32 = 32;
 const STATE_MASK: u64 = u32::MAX as u64;
 
-/// The word of `state` and `refcount`.
-#[inline(always)]
-const fn word(state: u32, refcount: u32) -> u64 {
-    state as u64 | (refcount as u64) << RC_SHIFT
-}
-
 #[inline(always)]
 const fn state_of(w: u64) -> u32 {
     w as u32
@@ -206,21 +200,16 @@ impl PageDesc {
         debug_assert_eq!(self.refcount(), 0, "a free page has no references");
         self.rc_state.store(Self::state_word_of(flags, order, tag) as u64, Relaxed);
     }
-    /// Replaces the whole word: state and refcount in one store.
+    /// Replaces the whole word (see [`word_of`](Self::word_of)): state and
+    /// refcount in one store.
     #[inline(always)]
-    pub(crate) fn set_word(&self, state: u32, refcount: u32) {
-        self.rc_state.store(word(state, refcount), Relaxed);
+    pub(crate) fn store_word(&self, word: u64) {
+        self.rc_state.store(word, Relaxed);
     }
     /// State and refcount from one load.
     #[inline(always)]
     pub(crate) fn load_word(&self) -> u64 {
         self.rc_state.load(Relaxed)
-    }
-    /// The whole state word (flags, order, tag, owner), for a check of
-    /// every field at once against [`PageDesc::owned_state_word`].
-    #[inline]
-    pub(crate) fn state_word(&self) -> u32 {
-        self.state()
     }
     /// The state word [`set_state`](Self::set_state) stores.
     #[inline]
@@ -236,8 +225,8 @@ impl PageDesc {
     }
     /// The whole word (state and refcount) for `state` and `refcount`.
     #[inline(always)]
-    pub(crate) fn word_of(state: u32, refcount: u32) -> u64 {
-        word(state, refcount)
+    pub(crate) const fn word_of(state: u32, refcount: u32) -> u64 {
+        state as u64 | (refcount as u64) << RC_SHIFT
     }
     /// Clears `LOCAL` (and the CPU) from a page of CPU `cpu`: the page
     /// leaves its CPU and becomes an ordinary allocated page. One
@@ -253,7 +242,7 @@ impl PageDesc {
     /// `flags`).
     #[inline]
     pub(crate) fn owned_state_word(flags: PageFlags, order: u32, tag: u8, owner: u8) -> u32 {
-        owned_state(flags.bits() | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT), owner)
+        owned_state(Self::state_word_of(flags, order, tag), owner)
     }
     #[inline]
     pub(crate) fn next(&self) -> PageIdx {

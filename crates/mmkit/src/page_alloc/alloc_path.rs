@@ -359,7 +359,7 @@ impl PageAllocator {
         head.set_private(0);
         // State and refcount in one store, after the tails: a concurrent
         // reader that sees ALLOCATED sees a finished page.
-        head.set_word(PageDesc::state_word_of(flags, order, mt as u8), u32::from(!frozen));
+        head.store_word(PageDesc::word_of(PageDesc::state_word_of(flags, order, mt as u8), u32::from(!frozen)));
         #[cfg(feature = "std")]
         if gfp.contains(Gfp::ZERO) {
             if let Some(mem) = &self.mem.memory {

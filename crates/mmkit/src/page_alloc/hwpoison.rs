@@ -164,7 +164,14 @@ impl PageAllocator {
     /// pending) the pending set, which a racing plain store cannot undo.
     #[inline(always)]
     pub(crate) fn is_hwpoisoned(&self, idx: PageIdx) -> bool {
-        self.desc(idx).has(PageFlags::HWPOISON) || (self.hwpoison.any() && self.hwpoison.contains(idx))
+        self.hwpoisoned_with_flag(self.desc(idx).has(PageFlags::HWPOISON), idx)
+    }
+
+    /// [`is_hwpoisoned`](Self::is_hwpoisoned) for a caller that has already
+    /// read the page's `HWPOISON` flag (`flag`) from its own load.
+    #[inline(always)]
+    pub(crate) fn hwpoisoned_with_flag(&self, flag: bool, idx: PageIdx) -> bool {
+        flag || (self.hwpoison.any() && self.hwpoison.contains(idx))
     }
 
     /// Drops a poisoned page found on a free path for good.

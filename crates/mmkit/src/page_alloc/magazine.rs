@@ -72,11 +72,12 @@ pub(crate) const MAG_BATCH: usize = MAG_SLOTS / 2;
 pub(crate) struct Magazine<'a> {
     /// Off for callers that must see exactly Linux's per-CPU lists.
     enabled: bool,
-    /// The request mask the cached target was resolved for; `None` until
-    /// the first order-0 allocation (or when the magazine is off).
+    /// The request mask the target below was resolved for; `None` until
+    /// the first order-0 allocation (or when the magazine is off), and
+    /// then the target fields mean nothing.
     gfp: Option<Gfp>,
     /// The target zone (`zones[zi]`), held to skip the lookup.
-    zone: Option<&'a Zone>,
+    zone: &'a Zone,
     /// The descriptor table, pageblock types and this CPU's request slot,
     /// copied here once: the handle is `&mut`, so the compiler keeps them
     /// in registers instead of reloading the table's pointer and length
@@ -99,9 +100,8 @@ pub(crate) struct Magazine<'a> {
     local: bool,
     /// `LOCAL` pages handed out and not yet freed or handed over.
     outstanding: u64,
-    /// The state an order-0 allocation of `mt` leaves in a page.
-    allocated_state: u32,
-    /// The whole word (state and refcount 1) the free expects.
+    /// The whole word (state and refcount 1) an order-0 allocation of `mt`
+    /// leaves in a page, and so the one the free expects.
     allocated_word: u64,
     len: usize,
     /// Pages held before a flush: [`MAG_SLOTS`], or the list's `high`
@@ -117,7 +117,7 @@ impl<'a> Magazine<'a> {
         Self {
             enabled: true,
             gfp: None,
-            zone: None,
+            zone: &alloc.zones[0],
             descs: alloc.mem.pages.all(),
             block_types,
             pageblock_order,
@@ -131,7 +131,6 @@ impl<'a> Magazine<'a> {
             zone_end: 0,
             local: cpu < MAX_LOCAL_CPUS,
             outstanding: 0,
-            allocated_state: 0,
             allocated_word: 0,
             len: 0,
             capacity: MAG_SLOTS,
@@ -147,10 +146,10 @@ impl<'a> PinnedCpu<'a> {
     #[inline(always)]
     pub(super) fn mag_alloc(&mut self, gfp: Gfp) -> Option<Pfn> {
         let alloc = self.alloc;
-        let zone = self.mag.zone?;
         if self.mag.gfp != Some(gfp) || self.mag.slot.has_requests() {
             return None;
         }
+        let zone = self.mag.zone;
         if !alloc.zone_allows(zone, 0, self.mag.flags, self.mag.highest) {
             return None;
         }
@@ -160,7 +159,7 @@ impl<'a> PinnedCpu<'a> {
         self.mag.len -= 1;
         let idx = self.mag.slots[self.mag.len];
         let page = self.mag.descs.get(idx as usize)?;
-        if page.has(PageFlags::HWPOISON) || (alloc.hwpoison.any() && alloc.hwpoison.contains(idx)) {
+        if alloc.hwpoisoned_with_flag(page.has(PageFlags::HWPOISON), idx) {
             alloc.drop_poisoned(idx);
             return None;
         }
@@ -173,7 +172,7 @@ impl<'a> PinnedCpu<'a> {
             // The page is free and on no list: nobody else can touch its
             // word, so state and refcount go in one store.
             page.set_private(0);
-            page.set_word(self.mag.allocated_state, 1);
+            page.store_word(self.mag.allocated_word);
             if self.mag.local {
                 self.mag.outstanding += 1;
             }
@@ -207,7 +206,7 @@ impl<'a> PinnedCpu<'a> {
         // The word compare was free_pages_prepare's checks: exactly one
         // reference, no check-at-free flag, not compound, not owned, not
         // poisoned.
-        let pcp_state = PageDesc::state_word_of(PageFlags::PCP, 0, self.mag.mt as u8);
+        let free_word = PageDesc::word_of(PageDesc::state_word_of(PageFlags::PCP, 0, self.mag.mt as u8), 0);
         if self.mag.local {
             // A LOCAL page: every read-modify-write that could take,
             // drop or exchange a reference refuses its word (mem::page),
@@ -215,7 +214,7 @@ impl<'a> PinnedCpu<'a> {
             // have claimed it. No atomic operation.
             #[cfg(all(test, feature = "std"))]
             crate::page_alloc::hwpoison::race_hook::run(idx);
-            page.set_word(pcp_state, 0);
+            page.store_word(free_word);
             self.mag.outstanding -= 1;
         } else {
             // Dropping the last reference makes this call the page's only
@@ -226,7 +225,7 @@ impl<'a> PinnedCpu<'a> {
             }
             #[cfg(all(test, feature = "std"))]
             crate::page_alloc::hwpoison::race_hook::run(idx);
-            page.set_word(pcp_state, 0);
+            page.store_word(free_word);
         }
         self.mag.slots[self.mag.len] = idx;
         self.mag.len += 1;
@@ -252,7 +251,7 @@ impl<'a> PinnedCpu<'a> {
             self.mag_flush(self.mag.len);
         }
         self.mag.gfp = Some(gfp);
-        self.mag.zone = Some(&alloc.zones[target.zi]);
+        self.mag.zone = target.zone;
         self.mag.zi = target.zi;
         self.mag.mt = target.mt;
         self.mag.flags = target.flags;
@@ -260,12 +259,12 @@ impl<'a> PinnedCpu<'a> {
         self.mag.capacity = MAG_SLOTS.min(self.lists[target.zi].sizing.high_min.max(2) as usize);
         self.mag.zone_start = target.zone.start_idx;
         self.mag.zone_end = target.zone.end_idx;
-        self.mag.allocated_state = if self.mag.local {
+        let allocated_state = if self.mag.local {
             PageDesc::local_state_word(target.mt as u8, self.cpu)
         } else {
             PageDesc::state_word_of(PageFlags::ALLOCATED, 0, target.mt as u8)
         };
-        self.mag.allocated_word = PageDesc::word_of(self.mag.allocated_state, 1);
+        self.mag.allocated_word = PageDesc::word_of(allocated_state, 1);
         true
     }
 
@@ -300,7 +299,7 @@ impl<'a> PinnedCpu<'a> {
         for &idx in &self.mag.slots[..count] {
             // Back to a prepared page, as the general free leaves it.
             let page = alloc.desc(idx);
-            page.set_state(page.flags().intersection(PageFlags::HWPOISON), 0, 0);
+            page.set_free_state(page.flags().intersection(PageFlags::HWPOISON), 0, 0);
             if !alloc.pcp_free_locked(&mut self.lists[zi], zi, idx, 0, self.mag.mt) {
                 alloc.release_prepared(&alloc.zones[zi], idx, 1, Placement::Auto);
             }
@@ -319,7 +318,6 @@ impl<'a> PinnedCpu<'a> {
         self.mag_flush_all();
         self.mag.enabled = enabled;
         self.mag.gfp = None;
-        self.mag.zone = None;
     }
 
     /// Makes page `pfn`, handed out by this handle, an ordinary allocated
