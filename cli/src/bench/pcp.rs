@@ -24,9 +24,27 @@ pub const SUITE: Suite =
 
 /// Name of the pinned-handle variant in results.
 pub const MMKIT_PINNED: &str = "mmkit_pinned";
+/// Name of the shared API with per-thread caches in results.
+pub const MMKIT_THREAD_CACHES: &str = "mmkit_thread_caches";
 
 fn map(bytes: u64) -> Result<PageAllocator, BenchError> {
     MemoryMapBuilder::with_memory(bytes).build().map_err(|e| BenchError::context("building the mmkit map", e))
+}
+
+fn map_with_thread_caches(bytes: u64) -> Result<PageAllocator, BenchError> {
+    MemoryMapBuilder::with_memory(bytes)
+        .thread_caches(true)
+        .build()
+        .map_err(|e| BenchError::context("building the mmkit map", e))
+}
+
+/// `iters` shared-API pairs on `mm` from the calling thread.
+fn shared_pairs(mm: &PageAllocator, iters: u64) -> Result<(), BenchError> {
+    for _ in 0..iters {
+        let pfn = mm.alloc_pages(Gfp::KERNEL, 0).map_err(|e| BenchError::context("alloc_pages", e))?;
+        mm.free_pages(black_box(pfn), 0).map_err(|e| BenchError::context("free_pages", e))?;
+    }
+    Ok(())
 }
 
 fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, BenchError> {
@@ -43,7 +61,7 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
     let two = CaseSpec { units_per_iter: 2, ..spec("pcp_order0_alloc_free_2threads") };
     cases.extend(two_threads(bytes, two, settings)?);
 
-    let scaling: Vec<String> = [names::MMKIT, MMKIT_PINNED, names::MIMALLOC, names::SYSTEM]
+    let scaling: Vec<String> = [names::MMKIT, MMKIT_THREAD_CACHES, MMKIT_PINNED, names::MIMALLOC, names::SYSTEM]
         .iter()
         .filter_map(|&imp| {
             let one = cases.iter().find(|c| c.name == "pcp_order0_alloc_free" && c.impl_name == imp)?;
@@ -53,8 +71,10 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
         .collect();
     let notes = vec![
         "mmkit uses the shared API (CPU from sched_getcpu, cached per thread; pageset lock tried per \
-         operation); mmkit_pinned holds the CPU's lists through a PinnedCpu handle (no lock per \
-         operation). Both allocate with Gfp::KERNEL from a fresh metadata-only map."
+         operation); mmkit_thread_caches is the same API on a map built with thread_caches(true) \
+         (a cache per thread ahead of the lists: no lock, the reference drop is the one atomic); \
+         mmkit_pinned holds the CPU's lists through a PinnedCpu handle (no lock, no atomic per \
+         operation). All allocate with Gfp::KERNEL from a fresh metadata-only map."
             .to_string(),
         "mimalloc and system: 4 KiB blocks aligned to 4 KiB through GlobalAlloc, never touched. \
          buddy_system_allocator: FrameAllocator over the same PFN spans (one instance; behind a \
@@ -73,17 +93,13 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
 
 fn one_thread(bytes: u64, spec: CaseSpec, settings: &Settings) -> Result<Vec<CaseResult>, BenchError> {
     let mm = map(bytes)?;
+    let cached_mm = map_with_thread_caches(bytes)?;
     let pinned_mm = map(bytes)?;
     let mut bsa = Bsa::like(&mm);
     let mut mi = Heap::<MiMalloc>::new();
     let mut sys = Heap::<System>::new();
-    let shared = |iters: u64| -> Result<(), BenchError> {
-        for _ in 0..iters {
-            let pfn = mm.alloc_pages(Gfp::KERNEL, 0).map_err(|e| BenchError::context("alloc_pages", e))?;
-            mm.free_pages(black_box(pfn), 0).map_err(|e| BenchError::context("free_pages", e))?;
-        }
-        Ok(())
-    };
+    let shared = |iters: u64| shared_pairs(&mm, iters);
+    let cached = |iters: u64| shared_pairs(&cached_mm, iters);
     let pinned = |iters: u64| -> Result<(), BenchError> {
         let mut cpu = pinned_mm.pin_cpu(0).map_err(|e| BenchError::context("pin_cpu", e))?;
         for _ in 0..iters {
@@ -94,6 +110,7 @@ fn one_thread(bytes: u64, spec: CaseSpec, settings: &Settings) -> Result<Vec<Cas
     };
     let mut contenders = [
         Contender::new(names::MMKIT, shared),
+        Contender::new(MMKIT_THREAD_CACHES, cached),
         Contender::new(MMKIT_PINNED, pinned),
         Contender::new(names::MIMALLOC, pair_loop(&mut mi, 0)),
         Contender::new(names::SYSTEM, pair_loop(&mut sys, 0)),
@@ -132,17 +149,11 @@ fn heap_pairs<A: StatelessAlloc>(iters: u64) -> Result<(), BenchError> {
 
 fn two_threads(bytes: u64, spec: CaseSpec, settings: &Settings) -> Result<Vec<CaseResult>, BenchError> {
     let mm = map(bytes)?;
+    let cached_mm = map_with_thread_caches(bytes)?;
     let pinned_mm = map(bytes)?;
     let bsa = Mutex::new(Bsa::like(&mm));
-    let shared = |iters: u64| {
-        on_two_threads(iters, |_, n| {
-            for _ in 0..n {
-                let pfn = mm.alloc_pages(Gfp::KERNEL, 0).map_err(|e| BenchError::context("alloc_pages", e))?;
-                mm.free_pages(black_box(pfn), 0).map_err(|e| BenchError::context("free_pages", e))?;
-            }
-            Ok(())
-        })
-    };
+    let shared = |iters: u64| on_two_threads(iters, |_, n| shared_pairs(&mm, n));
+    let cached = |iters: u64| on_two_threads(iters, |_, n| shared_pairs(&cached_mm, n));
     let pinned = |iters: u64| {
         on_two_threads(iters, |t, n| {
             let mut cpu = pinned_mm.pin_cpu(t).map_err(|e| BenchError::context("pin_cpu", e))?;
@@ -165,6 +176,7 @@ fn two_threads(bytes: u64, spec: CaseSpec, settings: &Settings) -> Result<Vec<Ca
     };
     let mut contenders = [
         Contender::new(names::MMKIT, shared),
+        Contender::new(MMKIT_THREAD_CACHES, cached),
         Contender::new(MMKIT_PINNED, pinned),
         Contender::new(names::MIMALLOC, |iters| on_two_threads(iters, |_, n| heap_pairs::<MiMalloc>(n))),
         Contender::new(names::SYSTEM, |iters| on_two_threads(iters, |_, n| heap_pairs::<System>(n))),
@@ -182,8 +194,9 @@ mod tests {
         let report = run(&Settings { runs: 1, quick: true }, &mut |_| {}).unwrap();
         for case in ["pcp_order0_alloc_free", "pcp_order0_alloc_free_2threads"] {
             let impls: Vec<_> = report.cases.iter().filter(|c| c.name == case).map(|c| c.impl_name).collect();
-            assert_eq!(impls.len(), 5, "{case}: {impls:?}");
+            assert_eq!(impls.len(), 6, "{case}: {impls:?}");
             assert!(impls.contains(&names::MMKIT) && impls.contains(&MMKIT_PINNED));
+            assert!(impls.contains(&MMKIT_THREAD_CACHES));
         }
         assert!(report.cases.iter().all(|c| c.median_ns > 0.0));
     }

@@ -2,7 +2,7 @@
 //! `perf` or `valgrind --tool=callgrind` (the benchmarks of record are
 //! `mmkit bench pcp` and the criterion benches).
 //!
-//! Usage: `pcp_probe [shared|shared2|handle|pinned|pinned2|frozen|buddy|bulk64] [pairs]`
+//! Usage: `pcp_probe [shared|tcache|shared2|handle|pinned|pinned2|frozen|buddy|bulk64] [pairs]`
 use mmkit::{Gfp, MemoryMapBuilder};
 use std::hint::black_box;
 use std::time::Instant;
@@ -11,10 +11,14 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let mode = args.next().unwrap_or_else(|| "shared".into());
     let n: u32 = args.next().and_then(|v| v.parse().ok()).unwrap_or(5_000_000);
-    let mm = MemoryMapBuilder::with_memory(4 << 30).per_cpu_lists(mode != "buddy").build().unwrap();
+    let mm = MemoryMapBuilder::with_memory(4 << 30)
+        .per_cpu_lists(mode != "buddy")
+        .thread_caches(mode == "tcache")
+        .build()
+        .unwrap();
     let t = Instant::now();
     match mode.as_str() {
-        "shared" | "buddy" => {
+        "shared" | "tcache" | "buddy" => {
             for _ in 0..n {
                 let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
                 mm.free_pages(black_box(p), 0).unwrap();

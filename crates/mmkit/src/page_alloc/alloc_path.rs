@@ -33,6 +33,12 @@ impl PageAllocator {
     /// As [`alloc_pages_node`](Self::alloc_pages_node).
     #[inline]
     pub fn alloc_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
+        #[cfg(all(feature = "std", not(loom)))]
+        if order == 0 {
+            if let Some(pfn) = self.thread_cache_alloc(gfp) {
+                return Ok(pfn);
+            }
+        }
         let cpu = self.current_cpu();
         self.alloc_on(cpu, self.cpu_to_node(cpu), gfp, order, false)
     }

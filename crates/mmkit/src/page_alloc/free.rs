@@ -52,6 +52,10 @@ impl PageAllocator {
     /// `free_pages_prepare` and was reported and leaked.
     #[inline]
     pub fn free_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        #[cfg(all(feature = "std", not(loom)))]
+        if order == 0 && self.thread_cache_free(pfn) {
+            return Ok(());
+        }
         self.free_pages_on(self.current_cpu(), pfn, order)
     }
 

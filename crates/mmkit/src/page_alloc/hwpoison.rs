@@ -249,6 +249,10 @@ mod tests {
         Arc::new(MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap())
     }
 
+    fn allocator_with_thread_caches() -> Arc<PageAllocator> {
+        Arc::new(MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).thread_caches(true).build().unwrap())
+    }
+
     /// Every page the allocator can still hand out, taken and kept.
     fn drain_everything(mm: &PageAllocator) -> Vec<Pfn> {
         let mut got = Vec::new();
@@ -260,11 +264,12 @@ mod tests {
 
     /// `memory_failure` lands between `free_pages_prepare`'s load and its
     /// store (the hook puts it exactly there); the page must still never
-    /// be handed out again, on the pinned and on the shared path.
+    /// be handed out again, on the pinned and on the shared path, with and
+    /// without thread caches.
     #[test]
     fn poison_set_inside_the_free_window_is_not_lost() {
-        for pinned in [true, false] {
-            let mm = allocator();
+        for (pinned, cached) in [(true, false), (false, false), (false, true)] {
+            let mm = if cached { allocator_with_thread_caches() } else { allocator() };
             let pfn = if pinned {
                 let mut cpu = mm.pin_cpu(1).unwrap();
                 let pfn = cpu.alloc_pages(Gfp::KERNEL, 0).unwrap();
@@ -286,11 +291,17 @@ mod tests {
                     assert_eq!(inner.memory_failure(pfn), Ok(MemoryFailure::InUse));
                 });
                 mm.free_pages(pfn, 0).unwrap();
+                // A thread cache serves this thread before any drain.
+                let again: Vec<Pfn> = (0..64).map(|_| mm.alloc_pages(Gfp::KERNEL, 0).unwrap()).collect();
+                assert!(!again.contains(&pfn), "the thread's cache handed out the poisoned page");
+                for p in again {
+                    mm.free_pages(p, 0).unwrap();
+                }
                 pfn
             };
             mm.drain_all_pages();
             let all = drain_everything(&mm);
-            assert!(!all.contains(&pfn), "poisoned page handed out again (pinned: {pinned})");
+            assert!(!all.contains(&pfn), "poisoned page handed out again (pinned: {pinned}, cached: {cached})");
             assert_eq!(mm.hwpoison.len(), 0, "the page left the pending set when dropped");
             assert_eq!(mm.stats().hwpoison_offlined, 1);
             for p in all {

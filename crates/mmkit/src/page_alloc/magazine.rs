@@ -57,7 +57,6 @@ use crate::mem::page::{PageDesc, PageFlags, PageIdx, MAX_LOCAL_CPUS};
 use crate::page_alloc::pinned::PinnedCpu;
 use crate::pcp::cpus::CpuSlot;
 use crate::types::gfp::{gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType};
-use crate::zone::buddy::Placement;
 use crate::zone::Zone;
 use crate::PageAllocator;
 use crate::{FreeError, Pfn};
@@ -296,14 +295,7 @@ impl<'a> PinnedCpu<'a> {
         let alloc = self.alloc;
         let zi = self.mag.zi;
         let count = count.min(self.mag.len);
-        for &idx in &self.mag.slots[..count] {
-            // Back to a prepared page, as the general free leaves it.
-            let page = alloc.desc(idx);
-            page.set_free_state(page.flags().intersection(PageFlags::HWPOISON), 0, 0);
-            if !alloc.pcp_free_locked(&mut self.lists[zi], zi, idx, 0, self.mag.mt) {
-                alloc.release_prepared(&alloc.zones[zi], idx, 1, Placement::Auto);
-            }
-        }
+        alloc.uncache_pages(Some(&mut self.lists[zi]), zi, self.mag.mt, &self.mag.slots[..count]);
         self.mag.slots.copy_within(count..self.mag.len, 0);
         self.mag.len -= count;
     }

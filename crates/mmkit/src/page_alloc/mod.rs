@@ -24,6 +24,8 @@ pub mod migrate;
 pub(crate) mod pinned;
 pub(crate) mod slowpath;
 pub(crate) mod stats;
+#[cfg(all(feature = "std", not(loom)))]
+pub(crate) mod thread_cache;
 
 use crate::mem::map::MemMap;
 use crate::mem::page::{PageDesc, PageIdx};
@@ -64,6 +66,7 @@ pub(crate) struct Parts {
     pub mobility_disabled: bool,
     pub migrator: Option<Box<dyn Migrator>>,
     pub cma: Vec<CmaArea>,
+    pub thread_caches: bool,
 }
 
 /// A page allocator over one memory map: nodes, zones, buddy free lists.
@@ -92,6 +95,10 @@ pub struct PageAllocator {
     pub(crate) cma: Vec<CmaArea>,
     /// Tells this allocator's [`PageBlock`](crate::PageBlock)s from others'.
     map_id: u32,
+    /// The per-thread caches of the shared API (`page_alloc::thread_cache`);
+    /// `None` when built without them.
+    #[cfg(all(feature = "std", not(loom)))]
+    pub(crate) thread_caches: Option<alloc::sync::Arc<thread_cache::ThreadCaches>>,
 }
 
 /// Source of [`PageAllocator::map_id`]s.
@@ -136,6 +143,9 @@ impl PageAllocator {
             mobility_disabled: p.mobility_disabled,
             migrator: p.migrator,
             cma: p.cma,
+            #[cfg(all(feature = "std", not(loom)))]
+            thread_caches: (p.thread_caches && p.pcp_enabled)
+                .then(|| alloc::sync::Arc::new(thread_cache::ThreadCaches::new())),
         }
     }
 
@@ -176,8 +186,20 @@ impl PageAllocator {
     /// Pages cached on every CPU's lists (free, but not in
     /// [`nr_free_pages`](Self::nr_free_pages)). Pinned CPUs are not counted.
     pub fn nr_pcp_pages(&self) -> u64 {
-        (0..self.zones.len()).map(|zi| self.pcp_totals(zi).1).sum()
+        (0..self.zones.len()).map(|zi| self.pcp_totals(zi).1 + self.thread_cached(zi)).sum()
     }
+    /// Pages the shared API's per-thread caches hold in zone `zi`.
+    #[inline]
+    pub(crate) fn thread_cached(&self, zi: usize) -> u64 {
+        #[cfg(all(feature = "std", not(loom)))]
+        return self.thread_cached_pages(zi);
+        #[cfg(not(all(feature = "std", not(loom))))]
+        {
+            let _ = zi;
+            0
+        }
+    }
+
     /// Allocator-wide counters.
     pub fn stats(&self) -> StatsSnapshot {
         self.stats.snapshot()
