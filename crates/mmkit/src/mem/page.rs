@@ -40,7 +40,13 @@
 #![deny(unsafe_code)]
 
 pub use crate::types::page_flags::PageFlags;
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::Ordering::Relaxed;
+#[cfg(not(loom_desc))]
+use core::sync::atomic::{AtomicU32, AtomicU64};
+// The descriptor protocol's loom model (`--cfg loom --cfg loom_desc`, see
+// the tests at the end) swaps in loom's atomics; nothing else changes.
+#[cfg(loom_desc)]
+use loom::sync::atomic::{AtomicU32, AtomicU64};
 
 /// Index of a descriptor in the table (PFN minus the map's first PFN).
 pub(crate) type PageIdx = u32;
@@ -87,6 +93,7 @@ pub(crate) struct PageDesc {
     rc_state: AtomicU64,
 }
 
+#[cfg(not(loom_desc))]
 const _: () = assert!(core::mem::size_of::<PageDesc>() == 16);
 
 impl PageDesc {
@@ -422,5 +429,131 @@ mod tests {
         assert_eq!(t.len(), 4096);
         assert_eq!(t.get(4095).flags(), PageFlags::EMPTY);
         assert_eq!(t.get(17).refcount(), 0);
+    }
+}
+
+/// Loom models of the `LOCAL` protocol (run with
+/// `RUSTFLAGS="--cfg loom --cfg loom_desc"`): every interleaving of an
+/// owner's free with another thread's speculative reference.
+#[cfg(all(test, loom_desc))]
+mod loom_hand_over {
+    use super::*;
+    use loom::sync::atomic::AtomicUsize;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    const CPU: usize = 3;
+    const TAG: u8 = 1;
+
+    fn local_page() -> Arc<PageDesc> {
+        let page = Arc::new(PageDesc::default());
+        page.store_word(PageDesc::word_of(PageDesc::local_state_word(TAG, CPU), 1));
+        page
+    }
+
+    fn free_word() -> u64 {
+        PageDesc::word_of(PageDesc::state_word_of(PageFlags::PCP, 0, TAG), 0)
+    }
+
+    /// A speculative `get_page`: take a reference if the word allows it,
+    /// drop it again, and free the page if that was the last one. Returns
+    /// whether this thread freed it.
+    fn speculate(page: &PageDesc, freed: &AtomicUsize) {
+        if page.try_get().is_some() {
+            match page.try_put() {
+                Some(0) => {
+                    freed.fetch_add(1, Relaxed);
+                    page.set_free_state(PageFlags::PCP, 0, TAG);
+                }
+                Some(_) => {}
+                None => panic!("a reference we hold could not be dropped"),
+            }
+        }
+    }
+
+    /// The magazine's free: one load, one plain store, while another thread
+    /// tries every read-modify-write that could take the page. None may
+    /// succeed, and the store must be the page's last word.
+    #[test]
+    fn owner_plain_free_is_never_overtaken() {
+        loom::model(|| {
+            let page = local_page();
+            let other = {
+                let page = Arc::clone(&page);
+                thread::spawn(move || {
+                    assert!(page.try_get().is_none(), "reference taken on a LOCAL page");
+                    assert!(page.try_put().is_none(), "reference dropped on a LOCAL page");
+                    assert!(!page.refcount_exchange(1, 0), "refcount exchanged on a LOCAL page");
+                })
+            };
+            let word = page.load_word();
+            assert_eq!(word, PageDesc::word_of(PageDesc::local_state_word(TAG, CPU), 1));
+            page.store_word(free_word());
+            other.join().unwrap();
+            assert_eq!(page.load_word(), free_word());
+        });
+    }
+
+    /// The hand-over: the owner clears `LOCAL` (one compare-and-swap), then
+    /// frees through the general path's reference drop, racing a
+    /// speculative reference. Exactly one of the two frees the page.
+    #[test]
+    fn hand_over_then_free_frees_exactly_once() {
+        loom::model(|| {
+            let page = local_page();
+            let freed = Arc::new(AtomicUsize::new(0));
+            let other = {
+                let (page, freed) = (Arc::clone(&page), Arc::clone(&freed));
+                thread::spawn(move || speculate(&page, &freed))
+            };
+            assert!(page.clear_local(CPU), "the owner's page");
+            assert_eq!(page.local_cpu(), None);
+            match page.try_put() {
+                Some(0) => {
+                    freed.fetch_add(1, Relaxed);
+                    page.set_free_state(PageFlags::PCP, 0, TAG);
+                }
+                Some(_) => {}
+                None => panic!("the owner's reference could not be dropped"),
+            }
+            other.join().unwrap();
+            assert_eq!(freed.load(Relaxed), 1, "freed exactly once");
+            assert_eq!(page.load_word(), free_word());
+        });
+    }
+
+    /// A thread cache's free of an ordinary page: the reference drop is a
+    /// compare-and-swap from 1 to 0, then the cached state is stored. A
+    /// speculative reference either comes first (the cache's exchange
+    /// fails and the general path takes over) or is refused.
+    #[test]
+    fn thread_cache_free_races_a_speculative_reference() {
+        loom::model(|| {
+            let page = Arc::new(PageDesc::default());
+            let allocated = PageDesc::word_of(PageDesc::state_word_of(PageFlags::ALLOCATED, 0, TAG), 1);
+            page.store_word(allocated);
+            let freed = Arc::new(AtomicUsize::new(0));
+            let other = {
+                let (page, freed) = (Arc::clone(&page), Arc::clone(&freed));
+                thread::spawn(move || speculate(&page, &freed))
+            };
+            if page.load_word() == allocated && page.refcount_exchange(1, 0) {
+                freed.fetch_add(1, Relaxed);
+                page.store_word(free_word());
+            } else {
+                // The general path: drop our reference; the last one frees.
+                match page.try_put() {
+                    Some(0) => {
+                        freed.fetch_add(1, Relaxed);
+                        page.set_free_state(PageFlags::PCP, 0, TAG);
+                    }
+                    Some(_) => {}
+                    None => panic!("the owner's reference could not be dropped"),
+                }
+            }
+            other.join().unwrap();
+            assert_eq!(freed.load(Relaxed), 1, "freed exactly once");
+            assert_eq!(page.load_word(), free_word());
+        });
     }
 }

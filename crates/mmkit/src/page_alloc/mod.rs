@@ -66,6 +66,7 @@ pub(crate) struct Parts {
     pub mobility_disabled: bool,
     pub migrator: Option<Box<dyn Migrator>>,
     pub cma: Vec<CmaArea>,
+    #[cfg_attr(any(loom, not(feature = "std")), allow(dead_code))]
     pub thread_caches: bool,
 }
 
