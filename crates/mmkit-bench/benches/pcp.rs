@@ -1,9 +1,11 @@
 //! Criterion benchmarks of the per-CPU lists: one order-0
 //! `alloc_pages(Gfp::KERNEL, 0)` + `free_pages` pair per iteration on a
 //! fresh 4 GiB metadata-only map (per-CPU lists on), through each of the
-//! three ways in:
+//! four ways in:
 //! - `pcp_order0_alloc_free/shared`: `PageAllocator`, the CPU from
 //!   `sched_getcpu` and the pageset lock tried per operation;
+//! - `pcp_order0_alloc_free/thread_caches`: the same calls on a map built
+//!   with `thread_caches(true)`, served from the thread's cache, no lock;
 //! - `pcp_order0_alloc_free/pinned`: a `PinnedCpu` handle for CPU 0, the
 //!   lists held by the thread, no lock per operation;
 //! - `pcp_order0_alloc_free/cpu_handle`: a `CpuHandle` for CPU 0, the lists
@@ -33,6 +35,15 @@ fn pcp(c: &mut Criterion) {
 
     let mm = fresh_map();
     group.bench_function("shared", |b| {
+        b.iter(|| {
+            let pfn = black_box(mm.alloc_pages(Gfp::KERNEL, 0).expect("alloc"));
+            mm.free_pages(pfn, 0).expect("free");
+        });
+    });
+    drop(mm);
+
+    let mm = MemoryMapBuilder::with_memory(MAP_BYTES).thread_caches(true).build().expect("a 4 GiB PC map builds");
+    group.bench_function("thread_caches", |b| {
         b.iter(|| {
             let pfn = black_box(mm.alloc_pages(Gfp::KERNEL, 0).expect("alloc"));
             mm.free_pages(pfn, 0).expect("free");
