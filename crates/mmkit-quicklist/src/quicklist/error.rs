@@ -32,6 +32,13 @@ pub enum QuicklistError {
         /// The flags left set.
         flags: PageFlags,
     },
+    /// The page is held out by a pinned [`QuicklistCpu`](super::QuicklistCpu)
+    /// (only that handle takes it back, until it hands the page over) or
+    /// cached on a pinned CPU's list.
+    PinnedCpu(Pfn),
+    /// [`QuicklistCpu::hand_over`](super::QuicklistCpu::hand_over) of a
+    /// page that handle does not hold out.
+    NotHeld(Pfn),
     /// Debug builds: the page was not in the list's state. It was reported
     /// as a bad page and returned to the page allocator instead of cached.
     WrongState {
@@ -52,6 +59,8 @@ impl core::fmt::Display for QuicklistError {
             Self::Alloc(e) => write!(f, "quicklist refill failed: {e}"),
             Self::Free(e) => write!(f, "{e}"),
             Self::FlagsSet { pfn, flags } => write!(f, "pfn {pfn} still has flags {flags:?}"),
+            Self::PinnedCpu(pfn) => write!(f, "pfn {pfn} belongs to a pinned cpu's quicklists; free it there"),
+            Self::NotHeld(pfn) => write!(f, "pfn {pfn} is not held out by this quicklist handle"),
             Self::WrongState { pfn, offset } => {
                 write!(f, "pfn {pfn} is not in the quicklist's state (byte {offset} differs)")
             }
