@@ -3,7 +3,8 @@
 //!
 //! The layer's other files each own one path: `alloc_path` (allocation and
 //! the zonelist walk), `slowpath`, `free`, `bulk`, per-CPU handles (`cpu`,
-//! `pinned`), `alloc_at` (placed allocation for replay), `block` (owned
+//! `pinned` with its `magazine`), the shared API's per-thread caches
+//! (`thread_cache`), hardware poison (`hwpoison`), `alloc_at` (placed allocation for replay), `block` (owned
 //! blocks for the layers above), `hooks` and `migrate` (the embedder's
 //! side). All of them go through zones (which lock) to buddy (which edits
 //! lists) to page descriptors; nothing here edits a free list directly.

@@ -55,7 +55,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8};
 
 /// Threads that can have a cache on one allocator at once; later threads
 /// use the per-CPU lists.
-pub const MAX_THREAD_CACHES: usize = 64;
+pub(crate) const MAX_THREAD_CACHES: usize = 64;
 
 /// Ask the owner to flush its cache.
 const REQUEST_FLUSH: u8 = 1;
