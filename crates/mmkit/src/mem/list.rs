@@ -120,42 +120,55 @@ impl PageList {
         want: usize,
         mut take: impl FnMut(PageIdx, &PageDesc) -> bool,
     ) -> (usize, u32) {
+        // The table's slice in registers: the relaxed stores `take` makes
+        // would otherwise make the compiler reload it for every block.
+        let descs = pages.all();
         let mut idx = self.head;
-        let mut taken = 0;
-        let mut popped = 0;
-        while taken < want && idx != NIL {
-            let page = pages.get(idx);
+        let mut left = want;
+        let mut refused = 0;
+        while left > 0 && idx != NIL {
+            let page = &descs[idx as usize];
             let next = page.next();
-            popped += 1;
-            taken += usize::from(take(idx, page));
+            if take(idx, page) {
+                left -= 1;
+            } else {
+                refused += 1;
+            }
             idx = next;
         }
         self.head = idx;
         if idx == NIL {
             self.tail = NIL;
         } else {
-            pages.get(idx).set_prev(NIL);
+            descs[idx as usize].set_prev(NIL);
         }
-        (taken, popped)
+        (want - left, (want - left + refused) as u32)
     }
 
-    /// Moves every block of `run` in front of this list's first, keeping
-    /// their order, and empties `run`: a batch built on a private list is
-    /// published with one write to this list's old first block (the batched
-    /// counterpart of `push_head`, for Linux's `free_unref_folios`).
+    /// Pushes blocks `idxs` first, one after the other, as that many
+    /// `push_head` calls would (the last one ends up first), writing each
+    /// block's links once: the batch's neighbours are each other, so only
+    /// the old first block's back link is written outside it. The batched
+    /// counterpart of `push_head`, for Linux's `free_unref_folios`.
     #[inline]
-    pub(crate) fn splice_head(&mut self, pages: &PageTable, run: &mut PageList) {
-        if run.head == NIL {
+    pub(crate) fn push_head_all(&mut self, pages: &PageTable, idxs: &[PageIdx]) {
+        let (Some(&first), Some(&last)) = (idxs.first(), idxs.last()) else {
             return;
+        };
+        let descs = pages.all();
+        let mut next = self.head;
+        for (k, &idx) in idxs.iter().enumerate() {
+            let page = &descs[idx as usize];
+            page.set_next(next);
+            page.set_prev(idxs.get(k + 1).copied().unwrap_or(NIL));
+            next = idx;
         }
         if self.head == NIL {
-            self.tail = run.tail;
+            self.tail = first;
         } else {
-            pages.get(run.tail).set_next(self.head);
-            pages.get(self.head).set_prev(run.tail);
+            descs[self.head as usize].set_prev(first);
         }
-        self.head = run.head;
-        *run = Self::EMPTY;
+        self.head = last;
     }
 
     /// Takes the block whose descriptor is `page`, which is on this list,
@@ -261,9 +274,8 @@ mod tests {
             want: usize,
             refuse_every: u32,
         },
-        /// Build a private run of `len` fresh blocks with `push_head` and
-        /// splice it in front.
-        SpliceRun {
+        /// Push `len` fresh blocks in front in one call.
+        PushAll {
             len: u32,
         },
     }
@@ -275,12 +287,12 @@ mod tests {
             Just(Op::PopHead),
             Just(Op::PopTail),
             (0usize..16, 2u32..6).prop_map(|(want, refuse_every)| Op::PopRun { want, refuse_every }),
-            (0u32..12).prop_map(|len| Op::SpliceRun { len }),
+            (0u32..12).prop_map(|len| Op::PushAll { len }),
         ]
     }
 
     proptest! {
-        /// Runs popped and spliced whole behave as the same blocks popped
+        /// Runs popped and pushed whole behave as the same blocks popped
         /// and pushed one at a time (a deque model), and leave every link
         /// consistent.
         #[test]
@@ -322,17 +334,10 @@ mod tests {
                         prop_assert_eq!((taken, popped as usize), (accepted, expect.len()));
                         prop_assert_eq!(seen, expect);
                     }
-                    Op::SpliceRun { len } => {
-                        let mut run = PageList::EMPTY;
-                        let mut added = Vec::new();
-                        for _ in 0..len {
-                            let idx = fresh.next().unwrap();
-                            run.push_head(&pages, idx, pages.get(idx));
-                            added.push(idx);
-                        }
-                        list.splice_head(&pages, &mut run);
-                        prop_assert_eq!(run, PageList::EMPTY);
-                        for idx in added {
+                    Op::PushAll { len } => {
+                        let idxs: Vec<PageIdx> = (0..len).map(|_| fresh.next().unwrap()).collect();
+                        list.push_head_all(&pages, &idxs);
+                        for &idx in &idxs {
                             model.push_front(idx);
                         }
                     }

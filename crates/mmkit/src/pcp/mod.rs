@@ -219,12 +219,12 @@ impl PcpState {
         taken
     }
 
-    /// Puts `run`, `nr_pages` order-0 pages already marked as on list
-    /// `pindex`, at the hot end of that list in one splice, and empties it.
+    /// Pushes order-0 pages `idxs`, already marked as on list `pindex`, at
+    /// its hot end in one go (see `PageList::push_head_all`).
     #[inline]
-    pub(crate) fn splice_run(&mut self, pages: &PageTable, pindex: usize, run: &mut PageList, nr_pages: u32) {
-        self.lists[pindex].splice_head(pages, run);
-        self.count += nr_pages;
+    pub(crate) fn push_run(&mut self, pages: &PageTable, pindex: usize, idxs: &[PageIdx]) {
+        self.lists[pindex].push_head_all(pages, idxs);
+        self.count += idxs.len() as u32;
     }
 
     /// Pops the coldest block of list `pindex`.
