@@ -114,7 +114,7 @@ impl PageAllocator {
             // Every slot from the first empty one on is empty (the usual
             // call): fill them in order without looking.
             let mut slots = rest.iter_mut();
-            let filled = self.bulk_take(cpu, gfp, wanted, |pfn| {
+            let filled = self.bulk_take(cpu, gfp, wanted, move |pfn| {
                 if let Some(slot) = slots.next() {
                     *slot = Some(pfn);
                 }
@@ -122,7 +122,7 @@ impl PageAllocator {
             return first_empty + filled;
         } else {
             let mut slots = rest.iter_mut().filter(|slot| slot.is_none());
-            self.bulk_take(cpu, gfp, wanted, |pfn| {
+            self.bulk_take(cpu, gfp, wanted, move |pfn| {
                 if let Some(slot) = slots.next() {
                     *slot = Some(pfn);
                 }
@@ -133,17 +133,22 @@ impl PageAllocator {
 
     pub(crate) fn alloc_pages_bulk_vec_on(&self, cpu: usize, gfp: Gfp, nr_pages: usize, out: &mut Vec<Pfn>) -> usize {
         out.reserve(nr_pages);
-        self.bulk_take(cpu, gfp, nr_pages, |pfn| out.push(pfn))
+        self.bulk_take(cpu, gfp, nr_pages, move |pfn| out.push(pfn))
     }
 
     /// Allocates up to `wanted` order-0 pages, handing each to `put`.
-    fn bulk_take(&self, cpu: usize, gfp: Gfp, wanted: usize, mut put: impl FnMut(Pfn)) -> usize {
+    /// (`put` travels by value, and back, so that the walk keeps its state,
+    /// such as a slot iterator, in registers.)
+    fn bulk_take<P: FnMut(Pfn)>(&self, cpu: usize, gfp: Gfp, wanted: usize, mut put: P) -> usize {
         if wanted == 0 {
             return 0;
         }
-        let taken = if wanted > 1 && self.pcp_serves(gfp) { self.bulk_take_pcp(cpu, gfp, wanted, &mut put) } else { 0 };
-        if taken > 0 {
-            return taken;
+        if wanted > 1 && self.pcp_serves(gfp) {
+            let taken;
+            (taken, put) = self.bulk_take_pcp(cpu, gfp, wanted, put);
+            if taken > 0 {
+                return taken;
+            }
         }
         match self.alloc_on(cpu, self.cpu_to_node(cpu), gfp, 0, false) {
             Ok(pfn) => {
@@ -156,9 +161,9 @@ impl PageAllocator {
 
     /// The batched part: pick the first zone whose LOW watermark covers the
     /// whole request, then pop pages under one pageset-lock hold.
-    fn bulk_take_pcp(&self, cpu: usize, gfp: Gfp, wanted: usize, put: &mut impl FnMut(Pfn)) -> usize {
+    fn bulk_take_pcp<P: FnMut(Pfn)>(&self, cpu: usize, gfp: Gfp, wanted: usize, mut put: P) -> (usize, P) {
         let Ok(highest) = gfp_zone(gfp) else {
-            return 0;
+            return (0, put);
         };
         let mt = self.request_migratetype(gfp);
         let flags = fast_path_alloc_flags(gfp, false).with_watermark(Watermark::Low);
@@ -170,22 +175,24 @@ impl PageAllocator {
                 && (!this_node || z.nid == nid)
                 && z.watermark_fast(0, z.watermark(Watermark::Low) + wanted as u64, highest, flags)
         }) else {
-            return 0;
+            return (0, put);
         };
         let Some(mut pcp) = self.try_lock_pcp(cpu, zi) else {
-            return 0;
+            return (0, put);
         };
         pcp.note_alloc();
         let mut taken = 0;
         loop {
-            taken += self.take_run(&mut pcp, gfp, mt, wanted - taken, put);
+            let n;
+            (n, put) = self.take_run(&mut pcp, gfp, mt, wanted - taken, put);
+            taken += n;
             // Linux's rmqueue_bulk: refill under one zone-lock hold.
             if taken == wanted || self.pcp_refill(&mut pcp, zi, 0, mt, flags).is_none() {
                 break;
             }
         }
         pcp.counters.alloc_pages += taken as u64;
-        taken
+        (taken, put)
     }
 
     /// Pops up to `want` order-0 pages of `mt` off a locked pageset's list
@@ -193,14 +200,21 @@ impl PageAllocator {
     /// how many. Out of line so that the walk keeps its few values in
     /// registers: the list link it follows is the loop's critical path.
     #[inline(never)]
-    fn take_run(&self, pcp: &mut PcpState, gfp: Gfp, mt: MigrateType, want: usize, put: &mut impl FnMut(Pfn)) -> usize {
+    fn take_run<P: FnMut(Pfn)>(
+        &self,
+        pcp: &mut PcpState,
+        gfp: Gfp,
+        mt: MigrateType,
+        want: usize,
+        mut put: P,
+    ) -> (usize, P) {
         // `prep_new_page` for an order-0 page is two stores: the private
         // word, then state and refcount in one.
         let allocated = PageDesc::word_of(PageDesc::state_word_of(PageFlags::ALLOCATED, 0, mt as u8), 1);
         let zero = gfp.contains(Gfp::ZERO);
         let pending = &self.hwpoison;
         let base = self.mem.base_pfn;
-        pcp.pop_run(&self.mem.pages, order_to_pindex(mt, 0), want, |idx, page| {
+        let taken = pcp.pop_run(&self.mem.pages, order_to_pindex(mt, 0), want, |idx, page| {
             // Poisoned while cached: drop it for good, as every pop does.
             // One predictable branch while nothing is poisoned.
             if (page.has(PageFlags::HWPOISON) || pending.any()) && self.drop_if_poisoned(idx) {
@@ -213,7 +227,8 @@ impl PageAllocator {
             }
             put(Pfn(base + u64::from(idx)));
             true
-        })
+        });
+        (taken, put)
     }
 
     /// Drops page `idx`, just popped, if it is poisoned (see
