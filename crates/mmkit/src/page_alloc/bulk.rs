@@ -2,10 +2,66 @@
 //! and the matching bulk frees.
 //!
 //! Owns `alloc_pages_bulk` (fill the empty slots of an array), its `Vec`
-//! variant, `free_pages_bulk` and `release_pages`. Per-page work is the same
-//! as the single-page paths (validation, `prep_new_page`,
-//! `free_pages_prepare`); what bulk saves is the lock traffic: one pageset
-//! lock per batch, refills and spills through one zone-lock hold each.
+//! variant, `free_pages_bulk` and `release_pages`. Besides the lock traffic
+//! (one pageset lock per batch, refills and spills through one zone-lock
+//! hold each, as Linux's `rmqueue_bulk` and `free_pcppages_bulk`), the
+//! per-page work is cut to what the page itself needs.
+//!
+//! # Allocation
+//! The zone (first with its LOW watermark above the whole request) and the
+//! pageset are chosen once. The list is walked once (`pop_head_run`): each
+//! page gets the pop's poison check (its flag, or the pending set while it
+//! is non-empty), then `prep_new_page`'s two stores (private word; state
+//! and refcount in one), and goes to the caller's slot; the list is cut
+//! once at the end instead of each pop writing its successor's back link.
+//! An empty list is refilled under one zone-lock hold (`rmqueue_bulk`).
+//! Statistics and the refill scale are booked once per call. The walk is a
+//! chain of dependent loads, so it runs out of line with its few values in
+//! registers, and prefetches the descriptor a few blocks ahead along the
+//! list's direction (lists are mostly runs of neighbouring pages).
+//!
+//! # Free
+//! Entries are taken in stretches of up to 64 order-0 pages of one
+//! pageblock (whose zone and pcp list are looked up once). Per page: one
+//! load of the descriptor word checks everything `free_pages_prepare` would
+//! (allocated, order 0, exactly one reference, no other flag), and one
+//! compare-and-swap from exactly that word drops the last reference and
+//! marks the page as cached. That stays an atomic read-modify-write per
+//! page, as Linux's `put_page_testzero` does: another thread may hold or be
+//! taking a speculative reference (`get_page` on a page it found), and a
+//! plain store would lose it. A word that moved meanwhile fails the
+//! exchange and the entry takes the per-entry path. The stretch goes on the
+//! list in one push (`push_head_all`: each descriptor's links written once,
+//! one write outside the stretch), and counting, `high` tuning and the
+//! spill decision run once per stretch (`pages_to_spill_batch`; Linux's
+//! `free_unref_folios` commits folio by folio). Everything else — shared
+//! references, compound and higher-order blocks, tails for
+//! `release_pages`, pending poison, a busy pageset, isolated pageblocks, a
+//! placement policy that merges before caching, and every invalid entry —
+//! goes through the single-page path one entry at a time, so double frees,
+//! foreign, wrong-order and poisoned pages stay typed errors that change
+//! nothing ([`BulkFreeError`]).
+//!
+//! # Cost
+//! Batch 64, 4096-page window (`examples/bulk_probe.rs`; a 2-vCPU 2.3 GHz
+//! Xeon shared with other jobs; instructions are callgrind's, per page):
+//!
+//! | | before | after |
+//! |---|---|---|
+//! | `alloc_pages_bulk`, instructions | 87 | 41 |
+//! | `free_pages_bulk`, instructions | 204 | 52 |
+//! | `pcp_probe bulk64` (alloc + free), instructions | 308 | 110 |
+//! | `alloc_pages_bulk` alone, ns | 7.7 | 2.9–3.0 |
+//! | bench `bulk/64` allocation step, ns (median of 3 × 5 runs) | 9.4 | 4.7 |
+//! | bench `bulk_free/64`, ns | 19.7 | 8.9 |
+//! | `pcp_probe bulk64` (alloc + free, hot), ns | 28 | 12.7 |
+//!
+//! The bench's timed allocation step also builds the slot array and
+//! collects it into a `Vec` (about 1.5 ns per page of the 4.7, measured by
+//! the probe's bench-shaped step). What is left of the allocation is the
+//! walk: about 7 cycles per page, the latency of one descriptor load and
+//! its address. Of the free, a lone `lock cmpxchg` per page costs 7.2 ns
+//! on this machine, the floor while the reference drop stays atomic.
 #![deny(unsafe_code)]
 
 use crate::mem::page::{PageDesc, PageFlags, PageIdx};
