@@ -235,6 +235,26 @@ impl PageDesc {
     pub(crate) const fn word_of(state: u32, refcount: u32) -> u64 {
         state as u64 | (refcount as u64) << RC_SHIFT
     }
+    /// Whether `word` is that of an order-0 page with exactly one
+    /// reference and no flag but `ALLOCATED` (so not `LOCAL`, owned,
+    /// compound, poisoned or carrying a check-at-free flag); the tag may be
+    /// anything. One mask and compare: the batched free's test for a page
+    /// that needs none of `free_pages_prepare`'s diagnosis.
+    #[inline(always)]
+    pub(crate) const fn is_sole_plain_order0(word: u64) -> bool {
+        const MASK: u64 = PageDesc::word_of(FLAGS_MASK | ORDER_MASK, u32::MAX);
+        word & MASK == PageDesc::word_of(PageFlags::ALLOCATED.bits(), 1)
+    }
+    /// Replaces the whole word with `to` if it still is `from` (one
+    /// compare-and-swap, acquire-release like [`try_put`](Self::try_put)).
+    /// The batched free drops a page's last reference and writes its free
+    /// state in this one read-modify-write: a speculative
+    /// [`try_get`](Self::try_get) or a flag update racing it makes it fail
+    /// and change nothing, where a plain store would lose them.
+    #[inline(always)]
+    pub(crate) fn replace_word(&self, from: u64, to: u64) -> bool {
+        self.rc_state.compare_exchange(from, to, core::sync::atomic::Ordering::AcqRel, Relaxed).is_ok()
+    }
     /// Clears `LOCAL` (and the CPU) from a page of CPU `cpu`: the page
     /// leaves its CPU and becomes an ordinary allocated page. One
     /// compare-and-swap, so a flag set meanwhile is kept. False if the

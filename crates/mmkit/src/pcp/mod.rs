@@ -22,7 +22,7 @@
 pub(crate) mod cpus;
 
 use crate::mem::list::PageList;
-use crate::mem::page::{PageFlags, PageIdx, PageTable};
+use crate::mem::page::{PageDesc, PageFlags, PageIdx, PageTable};
 use crate::mem::sync::Lock;
 use crate::types::gfp::MigrateType;
 use crate::zone::buddy::BuddyCtx;
@@ -203,6 +203,30 @@ impl PcpState {
         Some(idx)
     }
 
+    /// Pops order-0 blocks off the hot end of list `pindex` until `take`
+    /// has accepted `want` (see `PageList::pop_head_run`); returns how many
+    /// it accepted.
+    #[inline(always)]
+    pub(crate) fn pop_run(
+        &mut self,
+        pages: &PageTable,
+        pindex: usize,
+        want: usize,
+        take: impl FnMut(PageIdx, &PageDesc) -> bool,
+    ) -> usize {
+        let (taken, popped) = self.lists[pindex].pop_head_run(pages, want, take);
+        self.count -= popped;
+        taken
+    }
+
+    /// Pushes order-0 pages `idxs`, already marked as on list `pindex`, at
+    /// its hot end in one go (see `PageList::push_head_all`).
+    #[inline]
+    pub(crate) fn push_run(&mut self, pages: &PageTable, pindex: usize, idxs: &[PageIdx]) {
+        self.lists[pindex].push_head_all(pages, idxs);
+        self.count += idxs.len() as u32;
+    }
+
     /// Pops the coldest block of list `pindex`.
     fn pop_tail(&mut self, pages: &PageTable, pindex: usize, order: u32) -> Option<PageIdx> {
         let idx = self.lists[pindex].pop_tail(pages)?;
@@ -269,6 +293,30 @@ impl PcpState {
             return 0;
         }
         self.pages_to_spill_slow(free_high, zone_below_high)
+    }
+
+    /// [`pages_to_spill`](Self::pages_to_spill) for `nr` order-0 frees at
+    /// once, booked after the batch is on the list: the tuning ends where
+    /// `nr` calls would leave it (`alloc_factor` halved `nr` times,
+    /// `free_count` raised by `nr` up to its cap), and the spill is decided
+    /// once on the final count. Linux's `free_unref_folios` runs
+    /// `free_unref_page_commit` per folio; one decision per batch may spill
+    /// one larger batch where that would spill twice.
+    #[inline]
+    pub(crate) fn pages_to_spill_batch(&mut self, nr: u32, zone_below_high: bool) -> u32 {
+        if nr == 0 {
+            return 0;
+        }
+        let cap = self.sizing.batch << PCP_BATCH_SCALE_MAX;
+        self.alloc_factor = self.alloc_factor.checked_shr(nr).unwrap_or(0);
+        self.prev_free_high_order = false;
+        if self.free_count < cap {
+            self.free_count = self.free_count.saturating_add(nr).min(cap);
+        }
+        if !zone_below_high && self.count < self.high {
+            return 0;
+        }
+        self.pages_to_spill_slow(false, zone_below_high)
     }
 
     #[cold]
@@ -438,6 +486,39 @@ mod tests {
         assert!(second >= first, "repeated refills never shrink ({first} then {second})");
         assert!(pcp.high > 252, "high grows while the zone is above its high mark");
         assert_eq!(pcp.nr_pcp_alloc(3, false), 63 >> 3);
+    }
+
+    #[test]
+    fn batch_booking_tunes_like_page_by_page() {
+        for (nr, free_count, alloc_factor) in
+            [(1, 0, 5), (3, 0, 5), (64, 10, 2), (64, 63 << 5, 0), (40, (63 << 5) - 7, 1)]
+        {
+            let mut one = state(63, 252, 4000);
+            one.count = 10;
+            one.free_count = free_count;
+            one.alloc_factor = alloc_factor;
+            one.prev_free_high_order = true;
+            let mut batched = state(63, 252, 4000);
+            batched.count = 10;
+            batched.free_count = free_count;
+            batched.alloc_factor = alloc_factor;
+            batched.prev_free_high_order = true;
+            for _ in 0..nr {
+                assert_eq!(one.pages_to_spill(0, false), 0);
+            }
+            assert_eq!(batched.pages_to_spill_batch(nr, false), 0);
+            assert_eq!(
+                (batched.free_count, batched.alloc_factor, batched.prev_free_high_order, batched.high),
+                (one.free_count, one.alloc_factor, one.prev_free_high_order, one.high),
+                "{nr} frees"
+            );
+        }
+        // Past `high` the batch spills once, at least a batch.
+        let mut pcp = state(63, 252, 252);
+        pcp.count = 300;
+        let n = pcp.pages_to_spill_batch(64, false);
+        assert!(n >= 63, "spill {n} pages");
+        assert_eq!(pcp.pages_to_spill_batch(0, true), 0, "an empty batch books nothing");
     }
 
     #[test]
