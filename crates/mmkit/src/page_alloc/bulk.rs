@@ -69,9 +69,8 @@ use crate::mem::sync::LockGuard;
 use crate::page_alloc::free::Claim;
 use crate::pcp::{order_to_pindex, PcpState};
 use crate::types::error::FreeError;
-use crate::types::gfp::{fast_path_alloc_flags, gfp_zone, AllocFlags, Gfp, MigrateType, Watermark};
+use crate::types::gfp::{fast_path_alloc_flags, gfp_zone, Gfp, MigrateType, Watermark};
 use crate::zone::buddy::Placement;
-use crate::zone::Zone;
 use crate::{PageAllocator, Pfn};
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering::Relaxed;
@@ -452,7 +451,7 @@ impl PageAllocator {
             pcp.counters.free_pages += n as u64;
             let spill = pcp.pages_to_spill_batch(n as u32, zone.below_high.load(Relaxed));
             if spill > 0 {
-                self.spill_batch(zone, pcp, spill, stretch.pindex);
+                self.spill(zone, pcp, spill, stretch.pindex);
             }
         }
         n
@@ -472,25 +471,6 @@ impl PageAllocator {
         match self.pcp_list_type(idx, 0) {
             Some(mt) => BlockTarget::Pcp { zi, mt },
             None => BlockTarget::Generic,
-        }
-    }
-
-    /// Returns `count` pages of a pageset to the buddy under one zone-lock
-    /// hold (Linux's `free_pcppages_bulk`), as the single-page free's spill
-    /// does, and clears the zone's below-high mark once it is back above.
-    #[cold]
-    fn spill_batch(&self, zone: &Zone, pcp: &mut PcpState, count: u32, pindex: usize) {
-        let cx = zone.cx(&self.mem);
-        let mut state = zone.state.lock();
-        crate::pcp::free_pcppages_bulk(pcp, &self.mem.pages, cx.pageblock_order, count, pindex, |idx, order| {
-            self.release_locked(&mut state, cx, idx, 1 << order, Placement::Auto);
-        });
-        zone.publish(&state);
-        if zone.below_high.load(Relaxed) {
-            let high = zone.watermark(Watermark::High);
-            if zone.watermark_ok(&state, 0, high, crate::ZoneType::Movable, AllocFlags::EMPTY) {
-                zone.below_high.store(false, Relaxed);
-            }
         }
     }
 

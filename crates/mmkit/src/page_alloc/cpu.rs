@@ -292,7 +292,7 @@ impl PageAllocator {
     }
 
     /// Returns `count` pages of a pageset to the buddy under one zone lock.
-    fn spill(&self, zone: &Zone, pcp: &mut PcpState, count: u32, pindex: usize) {
+    pub(crate) fn spill(&self, zone: &Zone, pcp: &mut PcpState, count: u32, pindex: usize) {
         let cx = zone.cx(&self.mem);
         let mut state = zone.state.lock();
         pcp::free_pcppages_bulk(pcp, &self.mem.pages, cx.pageblock_order, count, pindex, |idx, order| {
