@@ -17,7 +17,7 @@
 //! has one function per variant, as the review of Linux's batched `free_contig_frozen_range` change asked.
 #![deny(unsafe_code)]
 
-use crate::mem::page::{PageFlags, PageIdx};
+use crate::mem::page::{PageDesc, PageFlags, PageIdx};
 use crate::page_alloc::free::Claim;
 use crate::types::error::FreeError;
 use crate::zone::buddy::chunk_order;
@@ -167,6 +167,20 @@ impl PageAllocator {
     #[inline(always)]
     fn prepare_contig_page(&self, idx: PageIdx, frozen: bool, summary: &mut ContigFreeSummary) -> bool {
         let page = self.desc(idx);
+        // The common page (order 0, one reference, or none if frozen, and
+        // no flag but ALLOCATED) needs none of free_pages_prepare's
+        // diagnosis: it is claimed (its last reference dropped, or the
+        // frozen page's ALLOCATED cleared) and its free state written by one
+        // compare-and-swap from the word just loaded, as the bulk free does.
+        // A reference or flag that lands meanwhile fails it, and the page
+        // takes the general steps below.
+        let word = page.load_word();
+        if PageDesc::is_plain_order0_with(word, u32::from(!frozen))
+            && !self.hwpoison.any()
+            && page.replace_word(word, PageDesc::word_of(0, 0))
+        {
+            return true;
+        }
         if page.has(PageFlags::OWNED) {
             // A layer above owns it; only that layer may give it back.
             summary.still_in_use += 1;

@@ -242,8 +242,15 @@ impl PageDesc {
     /// that needs none of `free_pages_prepare`'s diagnosis.
     #[inline(always)]
     pub(crate) const fn is_sole_plain_order0(word: u64) -> bool {
+        Self::is_plain_order0_with(word, 1)
+    }
+    /// Whether `word` is that of an order-0 page with `refcount`
+    /// references and no flag but `ALLOCATED` (refcount 0: a plain frozen
+    /// page).
+    #[inline(always)]
+    pub(crate) const fn is_plain_order0_with(word: u64, refcount: u32) -> bool {
         const MASK: u64 = PageDesc::word_of(FLAGS_MASK | ORDER_MASK, u32::MAX);
-        word & MASK == PageDesc::word_of(PageFlags::ALLOCATED.bits(), 1)
+        word & MASK == PageDesc::word_of(PageFlags::ALLOCATED.bits(), refcount)
     }
     /// Replaces the whole word with `to` if it still is `from` (one
     /// compare-and-swap, acquire-release like [`try_put`](Self::try_put)).
