@@ -51,23 +51,6 @@ fn map() -> PageAllocator {
 
 type Model = LiveBlocks;
 
-fn check(mm: &PageAllocator, model: &Model) {
-    mm.check_invariants().unwrap();
-    for (zone, snap) in mm.zones().iter().zip(mm.zone_snapshots()) {
-        let live: u64 =
-            model.live.iter().filter(|(&pfn, _)| zone.span().contains(&pfn)).map(|(_, &order)| 1u64 << order).sum();
-        assert_eq!(
-            snap.free_pages + snap.pcp_pages + live,
-            zone.managed_pages(),
-            "zone {:?}: free {} + cached {} + live {live} != managed {}",
-            zone.zone_type(),
-            snap.free_pages,
-            snap.pcp_pages,
-            zone.managed_pages()
-        );
-    }
-}
-
 fn run(ops: Vec<Op>) {
     let mm = map();
     let mut model = Model::default();
@@ -129,12 +112,12 @@ fn run(ops: Vec<Op>) {
             Op::HighFraction { fraction } => mm.set_percpu_pagelist_high_fraction(fraction).unwrap(),
             Op::Decay => mm.decay_pcp_high(),
         }
-        check(&mm, &model);
+        model.check(&mm);
     }
     for (pfn, order) in std::mem::take(&mut model.live) {
         mm.free_pages(Pfn(pfn), order).unwrap();
     }
-    check(&mm, &model);
+    model.check(&mm);
     assert_eq!(mm.drain_all_pages(), 0);
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     assert_eq!(mm.nr_free_pages(), managed);

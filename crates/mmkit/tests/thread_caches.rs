@@ -31,22 +31,6 @@ fn map() -> PageAllocator {
     two_zone_map().nr_cpus(2).thread_caches(true).build().unwrap()
 }
 
-fn check(mm: &PageAllocator, model: &LiveBlocks) {
-    mm.check_invariants().unwrap();
-    for (zone, snap) in mm.zones().iter().zip(mm.zone_snapshots()) {
-        let live: u64 =
-            model.live.iter().filter(|(&pfn, _)| zone.span().contains(&pfn)).map(|(_, &order)| 1u64 << order).sum();
-        assert_eq!(
-            snap.free_pages + snap.pcp_pages + live,
-            zone.managed_pages(),
-            "zone {:?}: free {} + cached {} + live {live} != managed",
-            zone.zone_type(),
-            snap.free_pages,
-            snap.pcp_pages
-        );
-    }
-}
-
 /// What the helper thread is asked to do; it answers every command.
 enum Cmd {
     Alloc(Gfp, usize),
@@ -157,7 +141,7 @@ fn run(ops: Vec<Op>) {
                     mm.free_pages(pfn, order).unwrap();
                     let mut still = LiveBlocks { live: model.live.clone() };
                     still.live.insert(pfn.0, 0);
-                    check(&mm, &still);
+                    still.check(&mm);
                     mm.put_page(pfn).unwrap();
                 }
             }
@@ -183,13 +167,13 @@ fn run(ops: Vec<Op>) {
             }
             Op::Drain => assert_eq!(mm.drain_all_pages(), 0, "no CPU is pinned"),
         }
-        check(&mm, &model);
+        model.check(&mm);
     }
     for (pfn, order) in std::mem::take(&mut model.live) {
         mm.free_pages(Pfn(pfn), order).unwrap();
     }
     worker.stop();
-    check(&mm, &model);
+    model.check(&mm);
     mm.drain_all_pages();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     assert_eq!(mm.nr_free_pages(), managed, "every page came back");

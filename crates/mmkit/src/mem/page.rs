@@ -482,19 +482,24 @@ mod loom_hand_over {
         PageDesc::word_of(PageDesc::state_word_of(PageFlags::PCP, 0, TAG), 0)
     }
 
+    /// The general free's reference drop: the caller holds a reference;
+    /// if it was the last, the caller frees the page (and counts it).
+    fn put_reference(page: &PageDesc, freed: &AtomicUsize) {
+        match page.try_put() {
+            Some(0) => {
+                freed.fetch_add(1, Relaxed);
+                page.set_free_state(PageFlags::PCP, 0, TAG);
+            }
+            Some(_) => {}
+            None => panic!("a reference held could not be dropped"),
+        }
+    }
+
     /// A speculative `get_page`: take a reference if the word allows it,
-    /// drop it again, and free the page if that was the last one. Returns
-    /// whether this thread freed it.
+    /// then drop it again.
     fn speculate(page: &PageDesc, freed: &AtomicUsize) {
         if page.try_get().is_some() {
-            match page.try_put() {
-                Some(0) => {
-                    freed.fetch_add(1, Relaxed);
-                    page.set_free_state(PageFlags::PCP, 0, TAG);
-                }
-                Some(_) => {}
-                None => panic!("a reference we hold could not be dropped"),
-            }
+            put_reference(page, freed);
         }
     }
 
@@ -535,14 +540,7 @@ mod loom_hand_over {
             };
             assert!(page.clear_local(CPU), "the owner's page");
             assert_eq!(page.local_cpu(), None);
-            match page.try_put() {
-                Some(0) => {
-                    freed.fetch_add(1, Relaxed);
-                    page.set_free_state(PageFlags::PCP, 0, TAG);
-                }
-                Some(_) => {}
-                None => panic!("the owner's reference could not be dropped"),
-            }
+            put_reference(&page, &freed);
             other.join().unwrap();
             assert_eq!(freed.load(Relaxed), 1, "freed exactly once");
             assert_eq!(page.load_word(), free_word());
@@ -569,14 +567,7 @@ mod loom_hand_over {
                 page.store_word(free_word());
             } else {
                 // The general path: drop our reference; the last one frees.
-                match page.try_put() {
-                    Some(0) => {
-                        freed.fetch_add(1, Relaxed);
-                        page.set_free_state(PageFlags::PCP, 0, TAG);
-                    }
-                    Some(_) => {}
-                    None => panic!("the owner's reference could not be dropped"),
-                }
+                put_reference(&page, &freed);
             }
             other.join().unwrap();
             assert_eq!(freed.load(Relaxed), 1, "freed exactly once");

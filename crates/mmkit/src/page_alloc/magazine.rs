@@ -67,6 +67,62 @@ pub(crate) const MAG_SLOTS: usize = 64;
 /// Pages moved per refill or flush.
 pub(crate) const MAG_BATCH: usize = MAG_SLOTS / 2;
 
+/// What an order-0 cache (this magazine, a thread cache) serves: one
+/// request mask's preferred zone and migratetype, resolved once so that a
+/// hit is a compare of the mask.
+#[derive(Clone, Copy)]
+pub(crate) struct Order0Target {
+    pub(crate) zi: usize,
+    pub(crate) mt: MigrateType,
+    pub(crate) flags: AllocFlags,
+    pub(crate) highest: ZoneType,
+    /// The zone's descriptor range.
+    pub(crate) zone_start: PageIdx,
+    pub(crate) zone_end: PageIdx,
+}
+
+impl Order0Target {
+    /// No target yet (the cache's mask is `None`).
+    pub(crate) const NONE: Self = Self {
+        zi: 0,
+        mt: MigrateType::Unmovable,
+        flags: AllocFlags::EMPTY,
+        highest: ZoneType::Normal,
+        zone_start: 0,
+        zone_end: 0,
+    };
+
+    /// Pages a cache of this target holds before it flushes: never more
+    /// than the per-CPU list it refills from keeps (`high_min`), so a small
+    /// zone is not hoarded.
+    pub(crate) fn capacity(&self, high_min: u32) -> usize {
+        MAG_SLOTS.min(high_min.max(2) as usize)
+    }
+}
+
+impl PageAllocator {
+    /// The order-0 target of `gfp` on node `nid` and its zone, if a cache
+    /// may serve it: the preferred zone above its watermark, a migratetype
+    /// the per-CPU lists take, a placement that does not merge before
+    /// caching.
+    pub(crate) fn order0_target(&self, nid: usize, gfp: Gfp) -> Option<(Order0Target, &Zone)> {
+        let (target, highest) = (self.fast_target(nid, gfp, 0)?, gfp_zone(gfp).ok()?);
+        if !self.pcp_serves(gfp) || target.zone.placement.merges_before_caching() {
+            return None;
+        }
+        let zone = target.zone;
+        let order0 = Order0Target {
+            zi: target.zi,
+            mt: target.mt,
+            flags: target.flags,
+            highest,
+            zone_start: zone.start_idx,
+            zone_end: zone.end_idx,
+        };
+        Some((order0, zone))
+    }
+}
+
 /// See the module doc.
 pub(crate) struct Magazine<'a> {
     /// Off for callers that must see exactly Linux's per-CPU lists.
@@ -87,13 +143,7 @@ pub(crate) struct Magazine<'a> {
     pageblock_order: u32,
     base_pfn: u64,
     slot: &'a CpuSlot,
-    zi: usize,
-    mt: MigrateType,
-    flags: AllocFlags,
-    highest: ZoneType,
-    /// The zone's descriptor range.
-    zone_start: PageIdx,
-    zone_end: PageIdx,
+    target: Order0Target,
     /// Whether this CPU's pages are handed out `LOCAL` (CPUs below
     /// `MAX_LOCAL_CPUS`; the others pay the refcount's compare-and-swap).
     local: bool,
@@ -122,12 +172,7 @@ impl<'a> Magazine<'a> {
             pageblock_order,
             base_pfn: alloc.mem.base_pfn,
             slot: &alloc.pcp.slots[cpu],
-            zi: 0,
-            mt: MigrateType::Unmovable,
-            flags: AllocFlags::EMPTY,
-            highest: ZoneType::Normal,
-            zone_start: 0,
-            zone_end: 0,
+            target: Order0Target::NONE,
             local: cpu < MAX_LOCAL_CPUS,
             outstanding: 0,
             allocated_word: 0,
@@ -149,7 +194,7 @@ impl<'a> PinnedCpu<'a> {
             return None;
         }
         let zone = self.mag.zone;
-        if !alloc.zone_allows(zone, 0, self.mag.flags, self.mag.highest) {
+        if !alloc.zone_allows(zone, 0, self.mag.target.flags, self.mag.target.highest) {
             return None;
         }
         if self.mag.len == 0 && !self.mag_refill() {
@@ -162,9 +207,9 @@ impl<'a> PinnedCpu<'a> {
             alloc.drop_poisoned(idx);
             return None;
         }
-        alloc.wake_kswapd_if_boosted(zone, gfp, self.mag.flags);
+        alloc.wake_kswapd_if_boosted(zone, gfp, self.mag.target.flags);
         if gfp.contains(Gfp::ZERO) {
-            alloc.prep_new_page(idx, 0, gfp, self.mag.mt, false);
+            alloc.prep_new_page(idx, 0, gfp, self.mag.target.mt, false);
         } else {
             // prep_new_page for an order-0, non-zeroed page, on the
             // descriptor in hand.
@@ -184,7 +229,7 @@ impl<'a> PinnedCpu<'a> {
     #[inline(always)]
     pub(super) fn mag_free(&mut self, pfn: Pfn) -> bool {
         let offset = pfn.0.wrapping_sub(self.mag.base_pfn);
-        if offset < u64::from(self.mag.zone_start) || offset >= u64::from(self.mag.zone_end) {
+        if offset < u64::from(self.mag.target.zone_start) || offset >= u64::from(self.mag.target.zone_end) {
             return false;
         }
         let idx = offset as PageIdx;
@@ -195,7 +240,7 @@ impl<'a> PinnedCpu<'a> {
         if page.load_word() != self.mag.allocated_word
             || self.alloc.hwpoison.any()
             || self.mag.slot.has_requests()
-            || block_type.map(|t| t.load(Relaxed)) != Some(self.mag.mt as u8)
+            || block_type.map(|t| t.load(Relaxed)) != Some(self.mag.target.mt as u8)
         {
             return false;
         }
@@ -205,7 +250,7 @@ impl<'a> PinnedCpu<'a> {
         // The word compare was free_pages_prepare's checks: exactly one
         // reference, no check-at-free flag, not compound, not owned, not
         // poisoned.
-        let free_word = PageDesc::word_of(PageDesc::state_word_of(PageFlags::PCP, 0, self.mag.mt as u8), 0);
+        let free_word = PageDesc::word_of(PageDesc::state_word_of(PageFlags::PCP, 0, self.mag.target.mt as u8), 0);
         if self.mag.local {
             // A LOCAL page: every read-modify-write that could take,
             // drop or exchange a reference refuses its word (mem::page),
@@ -240,24 +285,16 @@ impl<'a> PinnedCpu<'a> {
         if !self.mag.enabled {
             return false;
         }
-        let (Some(target), Ok(highest)) = (alloc.fast_target(self.nid, gfp, 0), gfp_zone(gfp)) else {
+        let Some((target, zone)) = alloc.order0_target(self.nid, gfp) else {
             return false;
         };
-        if !alloc.pcp_serves(gfp) || target.zone.placement.merges_before_caching() {
-            return false;
-        }
-        if self.mag.gfp.is_some() && (self.mag.zi, self.mag.mt) != (target.zi, target.mt) {
+        if self.mag.gfp.is_some() && (self.mag.target.zi, self.mag.target.mt) != (target.zi, target.mt) {
             self.mag_flush(self.mag.len);
         }
         self.mag.gfp = Some(gfp);
-        self.mag.zone = target.zone;
-        self.mag.zi = target.zi;
-        self.mag.mt = target.mt;
-        self.mag.flags = target.flags;
-        self.mag.highest = highest;
-        self.mag.capacity = MAG_SLOTS.min(self.lists[target.zi].sizing.high_min.max(2) as usize);
-        self.mag.zone_start = target.zone.start_idx;
-        self.mag.zone_end = target.zone.end_idx;
+        self.mag.zone = zone;
+        self.mag.target = target;
+        self.mag.capacity = target.capacity(self.lists[target.zi].sizing.high_min);
         let allocated_state = if self.mag.local {
             PageDesc::local_state_word(target.mt as u8, self.cpu)
         } else {
@@ -271,7 +308,7 @@ impl<'a> PinnedCpu<'a> {
     /// refills from the buddy as usual); false if none came.
     #[cold]
     fn mag_refill(&mut self) -> bool {
-        let (zi, mt, flags) = (self.mag.zi, self.mag.mt, self.mag.flags);
+        let (zi, mt, flags) = (self.mag.target.zi, self.mag.target.mt, self.mag.target.flags);
         // No more than one of the list's own refills would bring: a small
         // zone's batch is a page or two, and a magazine that took 32 of
         // them could hold the whole zone.
@@ -293,9 +330,9 @@ impl<'a> PinnedCpu<'a> {
     #[cold]
     pub(super) fn mag_flush(&mut self, count: usize) {
         let alloc = self.alloc;
-        let zi = self.mag.zi;
+        let zi = self.mag.target.zi;
         let count = count.min(self.mag.len);
-        alloc.uncache_pages(Some(&mut self.lists[zi]), zi, self.mag.mt, &self.mag.slots[..count]);
+        alloc.uncache_pages(Some(&mut self.lists[zi]), zi, self.mag.target.mt, &self.mag.slots[..count]);
         self.mag.slots.copy_within(count..self.mag.len, 0);
         self.mag.len -= count;
     }

@@ -44,8 +44,8 @@
 
 use crate::mem::page::{PageDesc, PageFlags, PageIdx};
 use crate::mem::sync::Lock;
-use crate::page_alloc::magazine::{MAG_BATCH, MAG_SLOTS};
-use crate::types::gfp::{gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType};
+use crate::page_alloc::magazine::{Order0Target, MAG_BATCH, MAG_SLOTS};
+use crate::types::gfp::Gfp;
 use crate::{PageAllocator, Pfn};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -118,12 +118,7 @@ struct ThreadCache {
     /// The request mask the target was resolved for; `None` until the
     /// first order-0 allocation, and then the target fields mean nothing.
     gfp: Option<Gfp>,
-    zi: usize,
-    mt: MigrateType,
-    flags: AllocFlags,
-    highest: ZoneType,
-    zone_start: PageIdx,
-    zone_end: PageIdx,
+    target: Order0Target,
     /// The whole word (state and refcount 1) an order-0 allocation of `mt`
     /// leaves in a page, and so the one the free expects.
     allocated_word: u64,
@@ -143,7 +138,7 @@ impl ThreadCache {
 
     #[inline(always)]
     fn publish(&self) {
-        self.slot().held.store(((self.zi as u64) << 32) | self.len as u64, Release);
+        self.slot().held.store(((self.target.zi as u64) << 32) | self.len as u64, Release);
     }
 }
 
@@ -152,7 +147,7 @@ impl Drop for ThreadCache {
     /// the table for the next drain.
     fn drop(&mut self) {
         if self.len > 0 {
-            let zi = self.zi;
+            let zi = self.target.zi;
             self.table.orphans.lock().extend(self.pages[..self.len].iter().map(|&idx| (zi, idx)));
             self.len = 0;
         }
@@ -201,8 +196,8 @@ impl PageAllocator {
             if tc.slot().requests.load(Relaxed) != 0 {
                 self.tc_serve(tc);
             }
-            let zone = &self.zones[tc.zi];
-            if !self.zone_allows(zone, 0, tc.flags, tc.highest) {
+            let zone = &self.zones[tc.target.zi];
+            if !self.zone_allows(zone, 0, tc.target.flags, tc.target.highest) {
                 return None;
             }
             if tc.len == 0 && !self.tc_refill(tc) {
@@ -216,9 +211,9 @@ impl PageAllocator {
                 tc.publish();
                 return None;
             }
-            self.wake_kswapd_if_boosted(zone, gfp, tc.flags);
+            self.wake_kswapd_if_boosted(zone, gfp, tc.target.flags);
             if gfp.contains(Gfp::ZERO) {
-                self.prep_new_page(idx, 0, gfp, tc.mt, false);
+                self.prep_new_page(idx, 0, gfp, tc.target.mt, false);
             } else {
                 // prep_new_page for an order-0, non-zeroed page: the page is
                 // free and in no list, so state and refcount go in one store.
@@ -236,7 +231,7 @@ impl PageAllocator {
     pub(crate) fn thread_cache_free(&self, pfn: Pfn) -> bool {
         self.with_thread_cache(false, |tc| {
             let offset = pfn.0.wrapping_sub(self.mem.base_pfn);
-            if tc.gfp.is_none() || offset < u64::from(tc.zone_start) || offset >= u64::from(tc.zone_end) {
+            if tc.gfp.is_none() || offset < u64::from(tc.target.zone_start) || offset >= u64::from(tc.target.zone_end) {
                 return None;
             }
             let idx = offset as PageIdx;
@@ -244,7 +239,8 @@ impl PageAllocator {
             // The word compare is free_pages_prepare's checks: exactly one
             // reference, no check-at-free flag, not compound, not owned, not
             // local to a pinned CPU, not poisoned.
-            if page.load_word() != tc.allocated_word || self.hwpoison.any() || self.mem.blocks.get(idx) != tc.mt {
+            if page.load_word() != tc.allocated_word || self.hwpoison.any() || self.mem.blocks.get(idx) != tc.target.mt
+            {
                 return None;
             }
             if tc.slot().requests.load(Relaxed) != 0 {
@@ -276,28 +272,18 @@ impl PageAllocator {
     #[cold]
     fn tc_retarget(&self, tc: &mut ThreadCache, gfp: Gfp) -> bool {
         let cpu = self.current_cpu();
-        let (Some(target), Ok(highest)) = (self.fast_target(self.cpu_to_node(cpu), gfp, 0), gfp_zone(gfp)) else {
+        let Some((target, _)) = self.order0_target(self.cpu_to_node(cpu), gfp) else {
             return false;
         };
-        if !self.pcp_serves(gfp) || target.zone.placement.merges_before_caching() {
-            return false;
-        }
-        if tc.gfp.is_some() && (tc.zi, tc.mt) != (target.zi, target.mt) {
+        if tc.gfp.is_some() && (tc.target.zi, tc.target.mt) != (target.zi, target.mt) {
             self.tc_flush(tc, tc.len);
         }
         let Some(sizing) = self.pcp_info(cpu, target.zi) else {
             return false;
         };
         tc.gfp = Some(gfp);
-        tc.zi = target.zi;
-        tc.mt = target.mt;
-        tc.flags = target.flags;
-        tc.highest = highest;
-        tc.zone_start = target.zone.start_idx;
-        tc.zone_end = target.zone.end_idx;
-        // Like the pinned magazine: never more than the list itself would
-        // keep, so a small zone is not hoarded by threads.
-        tc.capacity = MAG_SLOTS.min(sizing.high_min.max(2) as usize);
+        tc.target = target;
+        tc.capacity = target.capacity(sizing.high_min);
         tc.batch = MAG_BATCH.min(sizing.batch.max(1) as usize);
         let allocated = PageDesc::state_word_of(PageFlags::ALLOCATED, 0, target.mt as u8);
         tc.allocated_word = PageDesc::word_of(allocated, 1);
@@ -311,11 +297,11 @@ impl PageAllocator {
     /// busy.
     #[cold]
     fn tc_refill(&self, tc: &mut ThreadCache) -> bool {
-        let Some(mut pcp) = self.try_lock_pcp(self.current_cpu(), tc.zi) else {
+        let Some(mut pcp) = self.try_lock_pcp(self.current_cpu(), tc.target.zi) else {
             return false;
         };
         while tc.len < tc.batch {
-            match self.pcp_take_locked(&mut pcp, tc.zi, 0, tc.mt, tc.flags) {
+            match self.pcp_take_locked(&mut pcp, tc.target.zi, 0, tc.target.mt, tc.target.flags) {
                 Some(idx) => {
                     tc.pages[tc.len] = idx;
                     tc.len += 1;
@@ -333,8 +319,8 @@ impl PageAllocator {
     #[cold]
     fn tc_flush(&self, tc: &mut ThreadCache, count: usize) {
         let count = count.min(tc.len);
-        let mut pcp = self.lock_pcp_unless_pinned(self.current_cpu(), tc.zi);
-        self.uncache_pages(pcp.as_deref_mut(), tc.zi, tc.mt, &tc.pages[..count]);
+        let mut pcp = self.lock_pcp_unless_pinned(self.current_cpu(), tc.target.zi);
+        self.uncache_pages(pcp.as_deref_mut(), tc.target.zi, tc.target.mt, &tc.pages[..count]);
         tc.pages.copy_within(count..tc.len, 0);
         tc.len -= count;
         tc.publish();
@@ -398,12 +384,7 @@ fn locate(caches: &mut Vec<ThreadCache>, table: &Arc<ThreadCaches>, create: bool
         table: Arc::clone(table),
         slot,
         gfp: None,
-        zi: 0,
-        mt: MigrateType::Unmovable,
-        flags: AllocFlags::EMPTY,
-        highest: ZoneType::Normal,
-        zone_start: 0,
-        zone_end: 0,
+        target: Order0Target::NONE,
         allocated_word: 0,
         cached_word: 0,
         capacity: 0,

@@ -58,4 +58,23 @@ impl LiveBlocks {
     pub fn pages(&self) -> u64 {
         self.live.values().map(|&order| 1u64 << order).sum()
     }
+
+    /// The invariant checker, then conservation per zone: buddy-free +
+    /// cached (per-CPU lists and thread caches) + live pages == managed.
+    pub fn check(&self, mm: &PageAllocator) {
+        mm.check_invariants().unwrap();
+        for (zone, snap) in mm.zones().iter().zip(mm.zone_snapshots()) {
+            let live: u64 =
+                self.live.iter().filter(|(&pfn, _)| zone.span().contains(&pfn)).map(|(_, &order)| 1u64 << order).sum();
+            assert_eq!(
+                snap.free_pages + snap.pcp_pages + live,
+                zone.managed_pages(),
+                "zone {:?}: free {} + cached {} + live {live} != managed {}",
+                zone.zone_type(),
+                snap.free_pages,
+                snap.pcp_pages,
+                zone.managed_pages()
+            );
+        }
+    }
 }
