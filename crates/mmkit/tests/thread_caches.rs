@@ -422,3 +422,45 @@ fn speculative_references_never_race_the_cached_free() {
     assert_eq!(mm.nr_free_pages(), managed);
     eprintln!("speculative references taken: {taken}");
 }
+
+std::thread_local! {
+    static CPU: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// A thread's cache follows it to another node at its next refill, and a
+/// request that must stay on the current node never takes a cached page.
+#[test]
+fn a_thread_that_changes_node_refills_from_the_new_one() {
+    const NODE_PAGES: u64 = 4096;
+    let mm = MemoryMapBuilder::new()
+        .zone(0, mmkit::ZoneType::Normal, 0..NODE_PAGES)
+        .zone(1, mmkit::ZoneType::Normal, NODE_PAGES..2 * NODE_PAGES)
+        .nr_cpus(2)
+        .cpu_node(0, 0)
+        .cpu_node(1, 1)
+        .cpu_id_fn(|| CPU.with(|c| c.get()))
+        .min_free_kbytes(128)
+        .thread_caches(true)
+        .build()
+        .unwrap();
+    let node_of = |pfn: Pfn| pfn.0 / NODE_PAGES;
+    CPU.with(|c| c.set(0));
+    let first = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
+    assert_eq!(node_of(first), 0);
+    mm.free_pages(first, 0).unwrap();
+    assert!(mm.nr_pcp_pages() > 0, "node 0 pages cached");
+    // The thread now runs on node 1.
+    CPU.with(|c| c.set(1));
+    let here = mm.alloc_pages(Gfp::KERNEL | Gfp::THISNODE, 0).unwrap();
+    assert_eq!(node_of(here), 1, "THISNODE bypasses the cache");
+    let mut held = vec![here];
+    for _ in 0..200 {
+        held.push(mm.alloc_pages(Gfp::KERNEL, 0).unwrap());
+    }
+    assert!(held[100..].iter().all(|&p| node_of(p) == 1), "after the cached pages ran out, node 1's");
+    for p in held {
+        mm.free_pages(p, 0).unwrap();
+    }
+    mm.drain_all_pages();
+    mm.check_invariants().unwrap();
+}

@@ -189,6 +189,12 @@ impl PageAllocator {
     /// watermark, an empty cache that could not refill, a poisoned page).
     #[inline(always)]
     pub(crate) fn thread_cache_alloc(&self, gfp: Gfp) -> Option<Pfn> {
+        if gfp.contains(Gfp::THISNODE) {
+            // The cache holds pages of the node its thread ran on at the
+            // last refill; a request that must not leave the current node
+            // takes the lists.
+            return None;
+        }
         self.with_thread_cache(true, |tc| {
             if tc.gfp != Some(gfp) && !self.tc_retarget(tc, gfp) {
                 return None;
@@ -200,7 +206,7 @@ impl PageAllocator {
             if !self.zone_allows(zone, 0, tc.target.flags, tc.target.highest) {
                 return None;
             }
-            if tc.len == 0 && !self.tc_refill(tc) {
+            if tc.len == 0 && !self.tc_refill(tc, gfp) {
                 return None;
             }
             tc.len -= 1;
@@ -296,8 +302,15 @@ impl PageAllocator {
     /// refills from the buddy as usual); false if none came or the list is
     /// busy.
     #[cold]
-    fn tc_refill(&self, tc: &mut ThreadCache) -> bool {
-        let Some(mut pcp) = self.try_lock_pcp(self.current_cpu(), tc.target.zi) else {
+    fn tc_refill(&self, tc: &mut ThreadCache, gfp: Gfp) -> bool {
+        let cpu = self.current_cpu();
+        // A thread that moved to another node's CPU refills from its new
+        // node (the pages still cached came from the old one; preferring
+        // the local node is a hint, as for a task Linux migrates).
+        if self.zones[tc.target.zi].nid != self.cpu_to_node(cpu) && !self.tc_retarget(tc, gfp) {
+            return false;
+        }
+        let Some(mut pcp) = self.try_lock_pcp(cpu, tc.target.zi) else {
             return false;
         };
         while tc.len < tc.batch {
