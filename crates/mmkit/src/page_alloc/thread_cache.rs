@@ -38,6 +38,12 @@
 //! refills from, so what an idle thread keeps is bounded by
 //! `MAX_THREAD_CACHES` × 64 pages.
 //!
+//! A cache serves one request mask's preferred zone and migratetype on the
+//! node of the CPU its thread ran on at the last refill; a thread that
+//! moves to another node's CPU switches at its next refill, and requests
+//! with `__GFP_THISNODE` always take the lists. Other orders, frozen
+//! pages and everything a cache cannot serve take the usual paths.
+//!
 //! Requires `std` (thread-local storage); without it, and in loom models,
 //! the shared API takes the per-CPU lists as before.
 #![deny(unsafe_code)]
