@@ -464,3 +464,31 @@ fn a_thread_that_changes_node_refills_from_the_new_one() {
     mm.drain_all_pages();
     mm.check_invariants().unwrap();
 }
+
+/// A thread that only frees (the consumer of pages another thread
+/// allocates) caches what it frees, in its first page's zone and type;
+/// its first allocation of another type flushes them.
+#[test]
+fn a_consumer_thread_caches_what_it_frees() {
+    let mm = Arc::new(map());
+    let pages: Vec<Pfn> = (0..16).map(|_| mm.alloc_pages(Gfp::KERNEL, 0).unwrap()).collect();
+    let movable = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap();
+    let consumer = Worker::start(Arc::clone(&mm));
+    consumer.ask(Cmd::Free(pages));
+    // A drain from here empties every list and this thread's cache, not
+    // the idle consumer's.
+    mm.drain_all_pages();
+    assert!(mm.nr_pcp_pages() > 0, "the consumer's cache holds what it freed");
+    mm.check_invariants().unwrap();
+    // A page of another type is not mixed in: it takes the lists.
+    consumer.ask(Cmd::Free(vec![movable]));
+    mm.check_invariants().unwrap();
+    // Its first allocation of another type flushes the cache to the lists.
+    let got = consumer.ask(Cmd::Alloc(Gfp::HIGHUSER_MOVABLE, 1));
+    consumer.ask(Cmd::Free(got));
+    consumer.stop();
+    mm.drain_all_pages();
+    mm.check_invariants().unwrap();
+    let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
+    assert_eq!(mm.nr_free_pages(), managed);
+}

@@ -24,7 +24,10 @@
 //! per-CPU list, so every other path already treats them as cached:
 //! compaction and isolation skip them, `memory_failure` leaves them pending
 //! and the pop drops them. A page allocated from one thread's cache may be
-//! freed by any thread; it goes to the freeing thread's cache.
+//! freed by any thread; it goes to the freeing thread's cache (a thread
+//! that has only freed so far caches pages of the zone and type of the
+//! first one, so a consumer of pages another thread allocates skips the
+//! lock too).
 //!
 //! # Reaching another thread's cache
 //! No other thread may touch a cache, so the rest of the allocator reaches
@@ -241,9 +244,11 @@ impl PageAllocator {
     /// (and nothing changed) for anything but the common case.
     #[inline(always)]
     pub(crate) fn thread_cache_free(&self, pfn: Pfn) -> bool {
-        self.with_thread_cache(false, |tc| {
+        self.with_thread_cache(true, |tc| {
             let offset = pfn.0.wrapping_sub(self.mem.base_pfn);
-            if tc.gfp.is_none() || offset < u64::from(tc.target.zone_start) || offset >= u64::from(tc.target.zone_end) {
+            if (offset < u64::from(tc.target.zone_start) || offset >= u64::from(tc.target.zone_end))
+                && !self.tc_adopt(tc, offset)
+            {
                 return None;
             }
             let idx = offset as PageIdx;
@@ -287,7 +292,7 @@ impl PageAllocator {
         let Some((target, _)) = self.order0_target(self.cpu_to_node(cpu), gfp) else {
             return false;
         };
-        if tc.gfp.is_some() && (tc.target.zi, tc.target.mt) != (target.zi, target.mt) {
+        if tc.len > 0 && (tc.target.zi, tc.target.mt) != (target.zi, target.mt) {
             self.tc_flush(tc, tc.len);
         }
         let Some(sizing) = self.pcp_info(cpu, target.zi) else {
@@ -295,13 +300,45 @@ impl PageAllocator {
         };
         tc.gfp = Some(gfp);
         tc.target = target;
-        tc.capacity = target.capacity(sizing.high_min);
-        tc.batch = MAG_BATCH.min(sizing.batch.max(1) as usize);
-        let allocated = PageDesc::state_word_of(PageFlags::ALLOCATED, 0, target.mt as u8);
-        tc.allocated_word = PageDesc::word_of(allocated, 1);
-        tc.cached_word = PageDesc::word_of(PageDesc::state_word_of(PageFlags::PCP, 0, target.mt as u8), 0);
-        tc.publish();
+        self.tc_set_words(tc, sizing);
         true
+    }
+
+    /// Points an empty cache at the zone and pageblock type of the page at
+    /// `offset` being freed, so that a thread that only frees (the consumer
+    /// of pages another thread allocates) caches them too; false when it
+    /// holds pages of another target or that page cannot be cached. The
+    /// mask stays unset: the thread's first allocation resolves its own.
+    #[cold]
+    fn tc_adopt(&self, tc: &mut ThreadCache, offset: u64) -> bool {
+        if tc.len > 0 || offset >= self.mem.pages.len() as u64 {
+            return false;
+        }
+        let idx = offset as PageIdx;
+        let (Some(zi), Some(mt)) = (self.zone_index_of(idx), self.pcp_list_type(idx, 0)) else {
+            return false;
+        };
+        let zone = &self.zones[zi];
+        if mt != self.mem.blocks.get(idx) || zone.placement.merges_before_caching() {
+            return false;
+        }
+        let Some(sizing) = self.pcp_info(self.current_cpu(), zi) else {
+            return false;
+        };
+        tc.gfp = None;
+        tc.target = Order0Target { zi, mt, zone_start: zone.start_idx, zone_end: zone.end_idx, ..Order0Target::NONE };
+        self.tc_set_words(tc, sizing);
+        true
+    }
+
+    /// The cache's sizes and descriptor words for its target.
+    fn tc_set_words(&self, tc: &mut ThreadCache, sizing: crate::PcpInfo) {
+        let mt = tc.target.mt as u8;
+        tc.capacity = tc.target.capacity(sizing.high_min);
+        tc.batch = MAG_BATCH.min(sizing.batch.max(1) as usize);
+        tc.allocated_word = PageDesc::word_of(PageDesc::state_word_of(PageFlags::ALLOCATED, 0, mt), 1);
+        tc.cached_word = PageDesc::word_of(PageDesc::state_word_of(PageFlags::PCP, 0, mt), 0);
+        tc.publish();
     }
 
     /// Brings up to a batch of pages from the calling CPU's list (which
