@@ -292,7 +292,15 @@ impl PageAllocator {
         let Some((target, _)) = self.order0_target(self.cpu_to_node(cpu), gfp) else {
             return false;
         };
-        if tc.len > 0 && (tc.target.zi, tc.target.mt) != (target.zi, target.mt) {
+        let same_list = (tc.target.zi, tc.target.mt) == (target.zi, target.mt);
+        if same_list && tc.capacity > 0 {
+            // Another mask for the same list (say with and without
+            // __GFP_ZERO): the cached pages, sizes and words all stay.
+            tc.gfp = Some(gfp);
+            tc.target = target;
+            return true;
+        }
+        if tc.len > 0 && !same_list {
             self.tc_flush(tc, tc.len);
         }
         let Some(sizing) = self.pcp_info(cpu, target.zi) else {
