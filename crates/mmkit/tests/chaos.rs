@@ -104,7 +104,10 @@ struct Held {
 impl Held {
     /// Whether `pfn` lies in a block or CMA range the test holds.
     fn owns(&self, pfn: u64) -> bool {
-        self.in_cma(pfn) || self.blocks.range(pfn.saturating_sub(1 << 7)..=pfn).any(|(&b, &(o, _))| b + (1 << o) > pfn)
+        // Held blocks never overlap, so only the nearest one starting at or
+        // below `pfn` can contain it (a compound range from
+        // alloc_contig_pages can be larger than the buddy's largest order).
+        self.in_cma(pfn) || self.blocks.range(..=pfn).next_back().is_some_and(|(&b, &(o, _))| b + (1 << o) > pfn)
     }
 
     fn in_cma(&self, pfn: u64) -> bool {
