@@ -179,7 +179,7 @@ impl PageAllocator {
         // A reference or flag that lands meanwhile fails it, and the page
         // takes the general steps below.
         let word = page.load_word();
-        if PageDesc::is_plain_order0_with(word, u32::from(!frozen))
+        if PageDesc::is_plain_order0(word, u32::from(!frozen))
             && !self.hwpoison.any()
             && page.replace_word(word, PageDesc::word_of(0, 0))
         {

@@ -235,20 +235,13 @@ impl PageDesc {
     pub(crate) const fn word_of(state: u32, refcount: u32) -> u64 {
         state as u64 | (refcount as u64) << RC_SHIFT
     }
-    /// Whether `word` is that of an order-0 page with exactly one
-    /// reference and no flag but `ALLOCATED` (so not `LOCAL`, owned,
-    /// compound, poisoned or carrying a check-at-free flag); the tag may be
-    /// anything. One mask and compare: the batched free's test for a page
-    /// that needs none of `free_pages_prepare`'s diagnosis.
-    #[inline(always)]
-    pub(crate) const fn is_sole_plain_order0(word: u64) -> bool {
-        Self::is_plain_order0_with(word, 1)
-    }
     /// Whether `word` is that of an order-0 page with `refcount`
-    /// references and no flag but `ALLOCATED` (refcount 0: a plain frozen
-    /// page).
+    /// references (0: frozen) and no flag but `ALLOCATED` (so not `LOCAL`,
+    /// owned, compound, poisoned or carrying a check-at-free flag); the tag
+    /// may be anything. One mask and compare: the batched frees' test for a
+    /// page that needs none of `free_pages_prepare`'s diagnosis.
     #[inline(always)]
-    pub(crate) const fn is_plain_order0_with(word: u64, refcount: u32) -> bool {
+    pub(crate) const fn is_plain_order0(word: u64, refcount: u32) -> bool {
         const MASK: u64 = PageDesc::word_of(FLAGS_MASK | ORDER_MASK, u32::MAX);
         word & MASK == PageDesc::word_of(PageFlags::ALLOCATED.bits(), refcount)
     }
@@ -547,10 +540,11 @@ mod loom_hand_over {
         });
     }
 
-    /// A thread cache's free of an ordinary page: the reference drop is a
-    /// compare-and-swap from 1 to 0, then the cached state is stored. A
-    /// speculative reference either comes first (the cache's exchange
-    /// fails and the general path takes over) or is refused.
+    /// A thread cache's free of an ordinary page: one compare-and-swap
+    /// from the allocated word (refcount 1) to the cached word drops the
+    /// reference and writes the state. A speculative reference either
+    /// comes first (the exchange fails and the general path takes over) or
+    /// is refused (refcount 0).
     #[test]
     fn thread_cache_free_races_a_speculative_reference() {
         loom::model(|| {
@@ -562,9 +556,8 @@ mod loom_hand_over {
                 let (page, freed) = (Arc::clone(&page), Arc::clone(&freed));
                 thread::spawn(move || speculate(&page, &freed))
             };
-            if page.load_word() == allocated && page.refcount_exchange(1, 0) {
+            if page.load_word() == allocated && page.replace_word(allocated, free_word()) {
                 freed.fetch_add(1, Relaxed);
-                page.store_word(free_word());
             } else {
                 // The general path: drop our reference; the last one frees.
                 put_reference(&page, &freed);

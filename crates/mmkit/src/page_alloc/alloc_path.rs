@@ -348,6 +348,23 @@ impl PageAllocator {
         Some(idx)
     }
 
+    /// `prep_new_page` for an order-0 page a cache or a list walk has in
+    /// hand: without `__GFP_ZERO` the page is free and on no list, so nobody
+    /// else can touch its word, and its private word and `word` (state and
+    /// refcount, which the caller computed once) are two stores. Returns
+    /// whether `word` was stored; with `__GFP_ZERO` the general preparation
+    /// runs instead.
+    #[inline(always)]
+    pub(crate) fn prep_order0(&self, page: &PageDesc, idx: PageIdx, gfp: Gfp, mt: MigrateType, word: u64) -> bool {
+        if gfp.contains(Gfp::ZERO) {
+            self.prep_new_page(idx, 0, gfp, mt, false);
+            return false;
+        }
+        page.set_private(0);
+        page.store_word(word);
+        true
+    }
+
     /// Turns a block just taken off the free lists into an allocated block.
     #[inline(always)]
     pub(crate) fn prep_new_page(&self, idx: PageIdx, order: u32, gfp: Gfp, mt: MigrateType, frozen: bool) {

@@ -52,14 +52,13 @@
 //! | `free_pages_bulk`, instructions | 204 | 52 |
 //! | `pcp_probe bulk64` (alloc + free), instructions | 308 | 110 |
 //! | `alloc_pages_bulk` alone, ns | 7.7 | 2.9–3.0 |
-//! | bench `bulk/64` allocation step, ns (median of 3 × 5 runs) | 9.4 | 4.7 |
-//! | bench `bulk_free/64`, ns | 19.7 | 8.9 |
+//! | bench `bulk/64`, ns (median of 3 × 5 runs) | 9.4 | 3.1 |
+//! | bench `bulk_free/64`, ns | 19.7 | 8.8 |
 //! | `pcp_probe bulk64` (alloc + free, hot), ns | 28 | 12.7 |
 //!
-//! The bench's timed allocation step also builds the slot array and
-//! collects it into a `Vec` (about 1.5 ns per page of the 4.7, measured by
-//! the probe's bench-shaped step). What is left of the allocation is the
-//! walk: about 7 cycles per page, the latency of one descriptor load and
+//! (The bench made its page array on the clock until this change, about
+//! 1.5 ns per page: 4.7 ns for `bulk/64` then.) What is left of the
+//! allocation is the walk: about 7 cycles per page, the latency of one descriptor load and
 //! its address. Of the free, a lone `lock cmpxchg` per page costs 7.2 ns
 //! on this machine, the floor while the reference drop stays atomic.
 #![deny(unsafe_code)]
@@ -92,15 +91,6 @@ struct Stretch {
     /// The word a page takes on the list: `PCP`, order 0, the list's type,
     /// no references.
     cached: u64,
-}
-
-/// Where a batched free sends order-0 pages of one pageblock.
-#[derive(Clone, Copy)]
-enum BlockTarget {
-    /// Zone `zi`'s pcp list for `mt`.
-    Pcp { zi: usize, mt: MigrateType },
-    /// The per-entry path (`free_prepared_batched`).
-    Generic,
 }
 
 /// Some pages of a bulk free could not be freed; the rest were.
@@ -175,14 +165,13 @@ impl PageAllocator {
                 }
             });
             return first_empty + filled;
-        } else {
-            let mut slots = rest.iter_mut().filter(|slot| slot.is_none());
-            self.bulk_take(cpu, gfp, wanted, move |pfn| {
-                if let Some(slot) = slots.next() {
-                    *slot = Some(pfn);
-                }
-            });
         }
+        let mut slots = rest.iter_mut().filter(|slot| slot.is_none());
+        self.bulk_take(cpu, gfp, wanted, move |pfn| {
+            if let Some(slot) = slots.next() {
+                *slot = Some(pfn);
+            }
+        });
         page_array.iter().position(Option::is_none).unwrap_or(page_array.len())
     }
 
@@ -266,36 +255,18 @@ impl PageAllocator {
         // `prep_new_page` for an order-0 page is two stores: the private
         // word, then state and refcount in one.
         let allocated = PageDesc::word_of(PageDesc::state_word_of(PageFlags::ALLOCATED, 0, mt as u8), 1);
-        let zero = gfp.contains(Gfp::ZERO);
-        let pending = &self.hwpoison;
         let base = self.mem.base_pfn;
         let taken = pcp.pop_run(&self.mem.pages, order_to_pindex(mt, 0), want, |idx, page| {
             // Poisoned while cached: drop it for good, as every pop does.
-            // One predictable branch while nothing is poisoned.
-            if (page.has(PageFlags::HWPOISON) || pending.any()) && self.drop_if_poisoned(idx) {
+            if self.hwpoisoned_with_flag(page.has(PageFlags::HWPOISON), idx) {
+                self.drop_poisoned(idx);
                 return false;
             }
-            page.set_private(0);
-            page.store_word(allocated);
-            if zero {
-                self.prep_new_page(idx, 0, gfp, mt, false);
-            }
+            self.prep_order0(page, idx, gfp, mt, allocated);
             put(Pfn(base + u64::from(idx)));
             true
         });
         (taken, put)
-    }
-
-    /// Drops page `idx`, just popped, if it is poisoned (see
-    /// `page_alloc::hwpoison`); true if it was.
-    #[cold]
-    #[inline(never)]
-    fn drop_if_poisoned(&self, idx: PageIdx) -> bool {
-        let poisoned = self.is_hwpoisoned(idx);
-        if poisoned {
-            self.drop_poisoned(idx);
-        }
-        poisoned
     }
 
     /// Frees blocks allocated with refcount 1 (any order, each freed with
@@ -379,12 +350,10 @@ impl PageAllocator {
         held: &mut Option<(usize, LockGuard<'a, PcpState>)>,
     ) -> Option<Stretch> {
         let (idx, page) = self.pfn_to_desc(pfn)?;
-        if !PageDesc::is_sole_plain_order0(page.load_word()) {
+        if !PageDesc::is_plain_order0(page.load_word(), 1) {
             return None;
         }
-        let BlockTarget::Pcp { zi, mt } = self.block_target(idx) else {
-            return None;
-        };
+        let (zi, mt) = self.block_list(idx)?;
         if held.as_ref().is_none_or(|(z, _)| *z != zi) {
             // One pageset lock at a time.
             drop(held.take());
@@ -435,7 +404,7 @@ impl PageAllocator {
             // In range of the table, so the offset fits an index.
             let idx = (pfn.0 - base) as PageIdx;
             let word = page.load_word();
-            if !PageDesc::is_sole_plain_order0(word)
+            if !PageDesc::is_plain_order0(word, 1)
                 || idx >> stretch.pageblock_order != stretch.block
                 || pending.any()
                 || !page.replace_word(word, stretch.cached)
@@ -457,21 +426,16 @@ impl PageAllocator {
         n
     }
 
-    /// Where order-0 pages of the pageblock holding `idx` go when freed:
-    /// the pcp list `pcp_free_locked` would pick, or the general path
-    /// (isolated block, order not cached, a policy that merges before
-    /// caching, a hole between zones).
-    fn block_target(&self, idx: PageIdx) -> BlockTarget {
-        let Some(zi) = self.zone_index_of(idx) else {
-            return BlockTarget::Generic;
-        };
+    /// The zone and pcp list that order-0 pages of the pageblock holding
+    /// `idx` go to when freed (the list `pcp_free_locked` would pick);
+    /// `None` sends them down the general path (isolated block, order not
+    /// cached, a policy that merges before caching, a hole between zones).
+    fn block_list(&self, idx: PageIdx) -> Option<(usize, MigrateType)> {
+        let zi = self.zone_index_of(idx)?;
         if self.zones[zi].placement.merges_before_caching() {
-            return BlockTarget::Generic;
+            return None;
         }
-        match self.pcp_list_type(idx, 0) {
-            Some(mt) => BlockTarget::Pcp { zi, mt },
-            None => BlockTarget::Generic,
-        }
+        Some((zi, self.pcp_list_type(idx, 0)?))
     }
 
     /// Validates, drops the reference and prepares one entry; returns the

@@ -208,18 +208,8 @@ impl<'a> PinnedCpu<'a> {
             return None;
         }
         alloc.wake_kswapd_if_boosted(zone, gfp, self.mag.target.flags);
-        if gfp.contains(Gfp::ZERO) {
-            alloc.prep_new_page(idx, 0, gfp, self.mag.target.mt, false);
-        } else {
-            // prep_new_page for an order-0, non-zeroed page, on the
-            // descriptor in hand.
-            // The page is free and on no list: nobody else can touch its
-            // word, so state and refcount go in one store.
-            page.set_private(0);
-            page.store_word(self.mag.allocated_word);
-            if self.mag.local {
-                self.mag.outstanding += 1;
-            }
+        if alloc.prep_order0(page, idx, gfp, self.mag.target.mt, self.mag.allocated_word) && self.mag.local {
+            self.mag.outstanding += 1;
         }
         Some(Pfn(self.mag.base_pfn + u64::from(idx)))
     }
@@ -261,15 +251,15 @@ impl<'a> PinnedCpu<'a> {
             page.store_word(free_word);
             self.mag.outstanding -= 1;
         } else {
-            // Dropping the last reference makes this call the page's only
-            // freer (others holding references, or a racing free, fail it
-            // and take the general path).
-            if !page.refcount_exchange(1, 0) {
-                return false;
-            }
+            // One compare-and-swap from exactly the word just checked drops
+            // the last reference and writes the free state: a reference
+            // taken or a flag set meanwhile fails it, and the general path
+            // takes over.
             #[cfg(all(test, feature = "std"))]
             crate::page_alloc::hwpoison::race_hook::run(idx);
-            page.store_word(free_word);
+            if !page.replace_word(self.mag.allocated_word, free_word) {
+                return false;
+            }
         }
         self.mag.slots[self.mag.len] = idx;
         self.mag.len += 1;

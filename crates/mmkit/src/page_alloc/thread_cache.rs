@@ -227,14 +227,7 @@ impl PageAllocator {
                 return None;
             }
             self.wake_kswapd_if_boosted(zone, gfp, tc.target.flags);
-            if gfp.contains(Gfp::ZERO) {
-                self.prep_new_page(idx, 0, gfp, tc.target.mt, false);
-            } else {
-                // prep_new_page for an order-0, non-zeroed page: the page is
-                // free and in no list, so state and refcount go in one store.
-                page.set_private(0);
-                page.store_word(tc.allocated_word);
-            }
+            self.prep_order0(page, idx, gfp, tc.target.mt, tc.allocated_word);
             tc.publish();
             Some(self.idx_to_pfn(idx))
         })
@@ -266,15 +259,15 @@ impl PageAllocator {
             if tc.len >= tc.capacity {
                 self.tc_flush(tc, tc.capacity / 2);
             }
-            // Dropping the last reference makes this call the page's only
-            // freer (others holding references, or a racing free, fail it
-            // and take the general path).
-            if !page.refcount_exchange(1, 0) {
-                return None;
-            }
+            // One compare-and-swap from exactly the word just checked drops
+            // the last reference and writes the cached state (others
+            // holding references, a racing free or a flag set meanwhile fail
+            // it, and the general path takes over).
             #[cfg(test)]
             crate::page_alloc::hwpoison::race_hook::run(idx);
-            page.store_word(tc.cached_word);
+            if !page.replace_word(tc.allocated_word, tc.cached_word) {
+                return None;
+            }
             tc.pages[tc.len] = idx;
             tc.len += 1;
             tc.publish();
