@@ -141,13 +141,8 @@ struct ThreadCache {
 
 impl ThreadCache {
     #[inline(always)]
-    fn slot(&self) -> &CacheSlot {
-        &self.slot
-    }
-
-    #[inline(always)]
     fn publish(&self) {
-        self.slot().held.store(((self.target.zi as u64) << 32) | self.len as u64, Release);
+        self.slot.held.store(((self.target.zi as u64) << 32) | self.len as u64, Release);
     }
 }
 
@@ -160,7 +155,7 @@ impl Drop for ThreadCache {
             self.table.orphans.lock().extend(self.pages[..self.len].iter().map(|&idx| (zi, idx)));
             self.len = 0;
         }
-        let slot = self.slot();
+        let slot = &self.slot;
         slot.held.store(0, Release);
         slot.requests.store(0, Relaxed);
         slot.claimed.store(false, Release);
@@ -208,7 +203,7 @@ impl PageAllocator {
             if tc.gfp != Some(gfp) && !self.tc_retarget(tc, gfp) {
                 return None;
             }
-            if tc.slot().requests.load(Relaxed) != 0 {
+            if tc.slot.requests.load(Relaxed) != 0 {
                 self.tc_serve(tc);
             }
             let zone = &self.zones[tc.target.zi];
@@ -253,7 +248,7 @@ impl PageAllocator {
             {
                 return None;
             }
-            if tc.slot().requests.load(Relaxed) != 0 {
+            if tc.slot.requests.load(Relaxed) != 0 {
                 self.tc_serve(tc);
             }
             if tc.len >= tc.capacity {
@@ -386,7 +381,7 @@ impl PageAllocator {
     /// Serves a drain request left by another thread.
     #[cold]
     fn tc_serve(&self, tc: &mut ThreadCache) {
-        if tc.slot().requests.swap(0, AcqRel) & REQUEST_FLUSH != 0 {
+        if tc.slot.requests.swap(0, AcqRel) & REQUEST_FLUSH != 0 {
             self.tc_flush(tc, tc.len);
         }
     }
