@@ -15,7 +15,7 @@
 //! the unlock: about 360 instructions for the pair (BENCHMARKS.md). A
 //! pinned handle's magazine does the same pair in about 120, with no
 //! atomic (`page_alloc::magazine`); a map built with thread caches serves
-//! the shared API from a cache per thread in about 180, with the reference
+//! the shared API from a cache per thread in about 170, with the reference
 //! drop as its one atomic (`page_alloc::thread_cache`).
 #![deny(unsafe_code)]
 
