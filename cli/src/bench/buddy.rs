@@ -1,6 +1,8 @@
 //! Suite `buddy`: single-block allocation and freeing straight through the
 //! buddy allocator (maps built with per-CPU lists off), order 0 and order 9,
-//! on fresh and on fragmented memory, plus a 4096-page batch.
+//! on fresh and on fragmented memory, plus a 4096-page batch. mmkit runs
+//! twice: through the shared API (`mmkit`, a zone lock per call) and
+//! through a pinned CPU holding the zone locked (`mmkit_locked_zone`).
 //!
 //! Owns the case list, each case's setup (fresh or fragmented maps and peer
 //! allocators) and the suite's footnotes. Timing and output are the
@@ -13,7 +15,9 @@ use super::{Progress, Suite};
 use crate::size::format_size;
 use mmkit_bench::fragment::{self, SEED};
 use mmkit_bench::heap::MiMalloc;
-use mmkit_bench::subjects::{batch_loop, buddy_only_map, names, pair_loop, Bsa, Heap, Mmkit, BSA_ORDER, PAGE_SIZE};
+use mmkit_bench::subjects::{
+    batch_loop, buddy_only_map, locked_zone_loop, names, pair_loop, Bsa, Heap, Mmkit, BSA_ORDER, PAGE_SIZE,
+};
 use std::alloc::System;
 
 /// The suite as the registry lists it.
@@ -86,6 +90,10 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
          order-9 numbers depend on what ran before (in a full run the fragmented cases' \
          bookkeeping vectors raise it; in --quick they are too small to)."
             .to_string(),
+        "mmkit_locked_zone is the same map through CPU 0's PinnedCpu holding the zone locked \
+         (lock_zone, taken at the start of each timed run and dropped at its end): no lock and \
+         no atomic per call; its blocks are LOCAL to the CPU."
+            .to_string(),
         format!(
             "*_fragmented cases run only for mmkit and buddy_system_allocator: both are \
              fragmented by the same recipe (order 0: allocate 90% of the pages one by one, \
@@ -103,6 +111,12 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
         ),
     ];
     Ok(SuiteReport { suite: SUITE.name, description, cases, notes })
+}
+
+/// CPU 0's pinned handle, for the `mmkit_locked_zone` contender (its
+/// lists are unused: the maps have none).
+fn pin(mm: &mmkit::PageAllocator) -> Result<mmkit::PinnedCpu<'_>, BenchError> {
+    mm.pin_cpu(0).map_err(|e| BenchError::context("pinning CPU 0", e))
 }
 
 /// A case: its name (as reported), the suite's sizes and settings.
@@ -127,11 +141,13 @@ fn pairs_fresh(
 ) -> Result<Vec<CaseResult>, BenchError> {
     let mm = buddy_only_map(plan.map_bytes)?;
     let mut mmkit = Mmkit::new(&mm);
+    let mut cpu = pin(&mm)?;
     let mut bsa = Bsa::like(&mm);
     let mut mi = Heap::<MiMalloc>::new();
     let mut sys = Heap::<System>::new();
     let mut contenders = [
         Contender::new(names::MMKIT, pair_loop(&mut mmkit, order)),
+        Contender::new(names::MMKIT_LOCKED_ZONE, locked_zone_loop(&mut cpu, |z, n| pair_loop(z, order)(n))),
         Contender::new(names::BSA, pair_loop(&mut bsa, order)),
         Contender::new(names::MIMALLOC, pair_loop(&mut mi, order)),
         Contender::new(names::SYSTEM, pair_loop(&mut sys, order)),
@@ -152,10 +168,14 @@ fn order0_fragmented(name: &'static str, plan: &Plan, settings: &Settings) -> Re
     let mut mmkit = Mmkit::new(&mm);
     let count = mmkit.map().nr_free_pages() * 9 / 10;
     let _mmkit_held = fragment::scatter(&mut mmkit, count, SEED)?;
+    let mut cpu = pin(&mm)?;
     let mut bsa = Bsa::like(&mm);
     let _bsa_held = fragment::scatter(&mut bsa, count, SEED)?;
-    let mut contenders =
-        [Contender::new(names::MMKIT, pair_loop(&mut mmkit, 0)), Contender::new(names::BSA, pair_loop(&mut bsa, 0))];
+    let mut contenders = [
+        Contender::new(names::MMKIT, pair_loop(&mut mmkit, 0)),
+        Contender::new(names::MMKIT_LOCKED_ZONE, locked_zone_loop(&mut cpu, |z, n| pair_loop(z, 0)(n))),
+        Contender::new(names::BSA, pair_loop(&mut bsa, 0)),
+    ];
     measure(SUITE.name, spec(name, "pair", 1, plan.order0_iters), &mut contenders, settings.runs)
 }
 
@@ -164,21 +184,27 @@ fn order9_fragmented(name: &'static str, plan: &Plan, settings: &Settings) -> Re
     let mut mmkit = Mmkit::new(&mm);
     let limit = plan.pages() >> 9;
     let _mmkit_held = fragment::alternate(&mut mmkit, 9, limit)?;
+    let mut cpu = pin(&mm)?;
     let mut bsa = Bsa::like(&mm);
     let _bsa_held = fragment::alternate(&mut bsa, 9, limit)?;
-    let mut contenders =
-        [Contender::new(names::MMKIT, pair_loop(&mut mmkit, 9)), Contender::new(names::BSA, pair_loop(&mut bsa, 9))];
+    let mut contenders = [
+        Contender::new(names::MMKIT, pair_loop(&mut mmkit, 9)),
+        Contender::new(names::MMKIT_LOCKED_ZONE, locked_zone_loop(&mut cpu, |z, n| pair_loop(z, 9)(n))),
+        Contender::new(names::BSA, pair_loop(&mut bsa, 9)),
+    ];
     measure(SUITE.name, spec(name, "pair", 1, plan.order9_iters), &mut contenders, settings.runs)
 }
 
 fn order0_batch(name: &'static str, plan: &Plan, settings: &Settings) -> Result<Vec<CaseResult>, BenchError> {
     let mm = buddy_only_map(plan.map_bytes)?;
     let mut mmkit = Mmkit::new(&mm);
+    let mut cpu = pin(&mm)?;
     let mut bsa = Bsa::like(&mm);
     let mut mi = Heap::<MiMalloc>::new();
     let mut sys = Heap::<System>::new();
     let mut contenders = [
         Contender::new(names::MMKIT, batch_loop(&mut mmkit, 0, BATCH)),
+        Contender::new(names::MMKIT_LOCKED_ZONE, locked_zone_loop(&mut cpu, |z, n| batch_loop(z, 0, BATCH)(n))),
         Contender::new(names::BSA, batch_loop(&mut bsa, 0, BATCH)),
         Contender::new(names::MIMALLOC, batch_loop(&mut mi, 0, BATCH)),
         Contender::new(names::SYSTEM, batch_loop(&mut sys, 0, BATCH)),
@@ -194,10 +220,11 @@ mod tests {
     fn quick_suite_reports_every_case_and_impl() {
         let settings = Settings { runs: 1, quick: true };
         let report = run(&settings, &mut |_| {}).unwrap();
-        assert_eq!(report.cases.len(), 4 + 2 + 4 + 2 + 4);
+        assert_eq!(report.cases.len(), 5 + 3 + 5 + 3 + 5);
         for (name, _) in CASES {
             let impls: Vec<_> = report.cases.iter().filter(|c| c.name == name).map(|c| c.impl_name).collect();
             assert!(impls.contains(&names::MMKIT), "{name}: {impls:?}");
+            assert!(impls.contains(&names::MMKIT_LOCKED_ZONE), "{name}: {impls:?}");
             assert!(impls.contains(&names::BSA), "{name}: {impls:?}");
         }
         for c in &report.cases {

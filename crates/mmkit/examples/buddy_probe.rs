@@ -10,7 +10,10 @@
 //! half; `frag9` takes order-9 blocks until refused and frees every other
 //! one. The timed loop then allocates and frees one block of that order at
 //! a time; `fresh9` does so on a fresh map, and `batch` allocates 4096
-//! order-0 pages before freeing them all (counts are per page).
+//! order-0 pages before freeing them all (counts are per page). With a
+//! second word `locked` (e.g. `buddy_probe frag9 locked`), the timed loop
+//! runs through CPU 0's pinned handle holding the zone locked
+//! (`PinnedCpu::lock_zone`) instead of the shared API.
 use mmkit::{Gfp, MemoryMapBuilder};
 use mmkit_testkit::XorShift64;
 use std::hint::black_box;
@@ -19,19 +22,26 @@ use std::time::Instant;
 fn main() {
     let mut args = std::env::args().skip(1);
     let mode = args.next().unwrap_or_else(|| "frag9".into());
-    let n: u32 = args.next().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
-    buddy_fragmented(&mode, n);
+    let (mut n, mut locked) = (1_000_000u32, false);
+    for arg in args {
+        match arg.parse() {
+            Ok(v) => n = v,
+            Err(_) => locked = arg == "locked",
+        }
+    }
+    buddy_fragmented(&mode, n, locked);
 }
 
-/// Fragments a 4 GiB buddy-only map as `mode` says, then times `n` pairs.
-fn buddy_fragmented(mode: &str, n: u32) {
+/// Fragments a 4 GiB buddy-only map as `mode` says, then times `n` pairs
+/// (through a locked zone when `locked`).
+fn buddy_fragmented(mode: &str, n: u32, locked: bool) {
     let mm = MemoryMapBuilder::with_memory(4 << 30).per_cpu_lists(false).build().unwrap();
     let order = match mode {
         "frag0" | "batch" => 0,
         "frag9" | "fresh9" => 9,
         other => panic!("unknown mode {other}"),
     };
-    if mode == "batch" {
+    if mode == "batch" && !locked {
         let mut held = Vec::with_capacity(4096);
         let t = Instant::now();
         for _ in 0..n / 4096 {
@@ -65,10 +75,36 @@ fn buddy_fragmented(mode: &str, n: u32) {
             }
         }
     }
+    if locked {
+        return timed_locked(&mm, mode, order, n, held.len());
+    }
     let t = Instant::now();
     for _ in 0..n {
         let p = mm.alloc_pages(Gfp::KERNEL, order).unwrap();
         mm.free_pages(black_box(p), order).unwrap();
     }
     println!("{mode}: {:.2} ns/pair ({} blocks held)", t.elapsed().as_nanos() as f64 / n as f64, held.len());
+}
+
+/// The timed loop through CPU 0's pinned handle with the zone held locked.
+fn timed_locked(mm: &mmkit::PageAllocator, mode: &str, order: u32, n: u32, held: usize) {
+    let mut cpu = mm.pin_cpu(0).unwrap();
+    let mut zone = cpu.lock_zone(Gfp::KERNEL).unwrap();
+    let t = Instant::now();
+    if mode == "batch" {
+        let mut batch = Vec::with_capacity(4096);
+        for _ in 0..n / 4096 {
+            batch.extend((0..4096).map(|_| black_box(zone.alloc_pages(Gfp::KERNEL, 0).unwrap())));
+            for p in batch.drain(..) {
+                zone.free_pages(p, 0).unwrap();
+            }
+        }
+        println!("batch locked: {:.2} ns/page", t.elapsed().as_nanos() as f64 / n as f64);
+        return;
+    }
+    for _ in 0..n {
+        let p = zone.alloc_pages(Gfp::KERNEL, order).unwrap();
+        zone.free_pages(black_box(p), order).unwrap();
+    }
+    println!("{mode} locked: {:.2} ns/pair ({held} blocks held)", t.elapsed().as_nanos() as f64 / n as f64);
 }

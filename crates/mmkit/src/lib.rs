@@ -81,6 +81,7 @@ pub use page_alloc::compaction::{fragmentation_score_wmark, CompactResult, COMPA
 pub use page_alloc::cpu::{BadHighFraction, CpuHandle, NoSuchCpu, PcpInfo};
 pub use page_alloc::hooks::{Hooks, NoHooks, QuietHooks};
 pub use page_alloc::hwpoison::MemoryFailure;
+pub use page_alloc::locked_zone::LockedZone;
 pub use page_alloc::migrate::{CopyMigrator, MigrateRequest, Migrator};
 pub use page_alloc::pinned::{PinError, PinnedCpu};
 pub use page_alloc::stats::StatsSnapshot;

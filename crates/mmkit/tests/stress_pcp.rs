@@ -173,3 +173,53 @@ fn four_threads() {
 fn eight_threads() {
     stress(8, 8_000);
 }
+
+/// A speculative reference on the first page of a non-compound block
+/// while its owner frees it: the owner frees the rest of the block and the
+/// reference's drop frees the first page alone (Linux's `__free_pages`).
+/// The drop must never see the block's old order: it would free the whole
+/// block a second time. One thread allocates and frees order 1–4 blocks,
+/// another takes and drops references on their first pages.
+#[test]
+fn a_speculative_reference_on_a_freed_block_frees_one_page_once() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
+    let mm = Arc::new(MemoryMapBuilder::with_memory(32 << 20).nr_cpus(2).build().unwrap());
+    let current = Arc::new(AtomicU64::new(u64::MAX));
+    let stop = Arc::new(AtomicBool::new(false));
+    let speculator = {
+        let (mm, current, stop) = (Arc::clone(&mm), Arc::clone(&current), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !stop.load(Relaxed) {
+                let pfn = Pfn(current.load(Relaxed));
+                if mm.get_page(pfn).is_ok() {
+                    std::hint::spin_loop();
+                    mm.put_page(pfn).unwrap();
+                }
+            }
+        })
+    };
+    // A corrupted list can make an allocation loop forever: the owner
+    // runs in its own thread and the test fails after a deadline.
+    let (done_tx, done_rx) = mpsc::channel();
+    let owner = {
+        let (mm, current) = (Arc::clone(&mm), Arc::clone(&current));
+        std::thread::spawn(move || {
+            let mut rng = XorShift64::new(5);
+            for _ in 0..200_000 {
+                let order = 1 + rng.below(4) as u32;
+                let pfn = mm.alloc_pages(Gfp::KERNEL, order).unwrap();
+                current.store(pfn.0, Relaxed);
+                mm.free_pages(pfn, order).unwrap();
+            }
+            done_tx.send(()).unwrap();
+        })
+    };
+    done_rx.recv_timeout(std::time::Duration::from_secs(120)).expect("the owner thread is stuck");
+    owner.join().unwrap();
+    stop.store(true, Relaxed);
+    speculator.join().unwrap();
+    mm.drain_all_pages();
+    mm.check_invariants().unwrap();
+    assert_eq!(mm.nr_free_pages(), mm.zones().iter().map(|z| z.managed_pages()).sum::<u64>());
+}

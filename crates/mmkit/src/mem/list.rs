@@ -8,7 +8,7 @@
 //! The caller serialises access (zone lock or pageset lock).
 #![deny(unsafe_code)]
 
-use crate::mem::page::{PageDesc, PageIdx, PageTable, NIL};
+use crate::mem::page::{Descs, PageDesc, PageIdx, NIL};
 
 /// Head and tail of one list of blocks (`NIL` when empty).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,7 +44,7 @@ impl PageList {
     /// after the caller's store to it, the table's bounds would be
     /// reloaded and checked again.)
     #[inline(always)]
-    pub(crate) fn push_head(&mut self, pages: &PageTable, idx: PageIdx, page: &PageDesc) {
+    pub(crate) fn push_head(&mut self, pages: Descs<'_>, idx: PageIdx, page: &PageDesc) {
         let head = self.head;
         page.set_prev(NIL);
         page.set_next(head);
@@ -58,7 +58,7 @@ impl PageList {
 
     /// Puts block `idx` (descriptor `page`) last.
     #[inline(always)]
-    pub(crate) fn push_tail(&mut self, pages: &PageTable, idx: PageIdx, page: &PageDesc) {
+    pub(crate) fn push_tail(&mut self, pages: Descs<'_>, idx: PageIdx, page: &PageDesc) {
         let tail = self.tail;
         page.set_next(NIL);
         page.set_prev(tail);
@@ -72,7 +72,7 @@ impl PageList {
 
     /// Takes the first block off.
     #[inline(always)]
-    pub(crate) fn pop_head(&mut self, pages: &PageTable) -> Option<PageIdx> {
+    pub(crate) fn pop_head(&mut self, pages: Descs<'_>) -> Option<PageIdx> {
         let idx = self.head;
         if idx == NIL {
             return None;
@@ -89,7 +89,7 @@ impl PageList {
 
     /// Takes the last block off.
     #[inline(always)]
-    pub(crate) fn pop_tail(&mut self, pages: &PageTable) -> Option<PageIdx> {
+    pub(crate) fn pop_tail(&mut self, pages: Descs<'_>) -> Option<PageIdx> {
         let idx = self.tail;
         if idx == NIL {
             return None;
@@ -116,7 +116,7 @@ impl PageList {
     #[inline(always)]
     pub(crate) fn pop_head_run(
         &mut self,
-        pages: &PageTable,
+        pages: Descs<'_>,
         want: usize,
         mut take: impl FnMut(PageIdx, &PageDesc) -> bool,
     ) -> (usize, u32) {
@@ -159,7 +159,7 @@ impl PageList {
     /// the old first block's back link is written outside it. The batched
     /// counterpart of `push_head`, for Linux's `free_unref_folios`.
     #[inline]
-    pub(crate) fn push_head_all(&mut self, pages: &PageTable, idxs: &[PageIdx]) {
+    pub(crate) fn push_head_all(&mut self, pages: Descs<'_>, idxs: &[PageIdx]) {
         let (Some(&first), Some(&last)) = (idxs.first(), idxs.last()) else {
             return;
         };
@@ -182,7 +182,7 @@ impl PageList {
     /// Takes the block whose descriptor is `page`, which is on this list,
     /// off it and clears its links.
     #[inline(always)]
-    pub(crate) fn unlink(&mut self, pages: &PageTable, page: &PageDesc) {
+    pub(crate) fn unlink(&mut self, pages: Descs<'_>, page: &PageDesc) {
         let (prev, next) = (page.prev(), page.next());
         if prev == NIL {
             self.head = next;
@@ -199,7 +199,7 @@ impl PageList {
     }
 
     /// Blocks head to tail.
-    pub(crate) fn iter<'a>(&self, pages: &'a PageTable) -> impl Iterator<Item = PageIdx> + 'a {
+    pub(crate) fn iter<'a>(&self, pages: Descs<'a>) -> impl Iterator<Item = PageIdx> + 'a {
         let mut cur = self.head;
         core::iter::from_fn(move || {
             if cur == NIL {
@@ -217,41 +217,43 @@ mod tests {
     extern crate std;
 
     use super::*;
+    use crate::mem::page::PageTable;
     use alloc::collections::VecDeque;
     use alloc::vec::Vec;
     use proptest::prelude::*;
 
-    fn collect(list: &PageList, pages: &PageTable) -> Vec<PageIdx> {
+    fn collect(list: &PageList, pages: Descs<'_>) -> Vec<PageIdx> {
         list.iter(pages).collect()
     }
 
     #[test]
     fn pushes_pops_and_unlinks_keep_both_ends_right() {
-        let pages = PageTable::new_zeroed(16);
+        let table = PageTable::new_zeroed(16);
+        let pages = table.descs();
         let mut list = PageList::EMPTY;
         assert!(list.is_empty());
-        list.push_head(&pages, 3, pages.get(3));
-        list.push_tail(&pages, 5, pages.get(5));
-        list.push_head(&pages, 1, pages.get(1));
-        list.push_tail(&pages, 7, pages.get(7));
-        assert_eq!(collect(&list, &pages), [1, 3, 5, 7]);
+        list.push_head(pages, 3, pages.get(3));
+        list.push_tail(pages, 5, pages.get(5));
+        list.push_head(pages, 1, pages.get(1));
+        list.push_tail(pages, 7, pages.get(7));
+        assert_eq!(collect(&list, pages), [1, 3, 5, 7]);
         assert_eq!(list.first(), Some(1));
-        list.unlink(&pages, pages.get(5));
-        assert_eq!(collect(&list, &pages), [1, 3, 7]);
-        list.unlink(&pages, pages.get(1));
+        list.unlink(pages, pages.get(5));
+        assert_eq!(collect(&list, pages), [1, 3, 7]);
+        list.unlink(pages, pages.get(1));
         assert_eq!(list.first(), Some(3));
-        assert_eq!(list.pop_tail(&pages), Some(7));
+        assert_eq!(list.pop_tail(pages), Some(7));
         assert_eq!(list.first(), Some(3));
-        assert_eq!(list.pop_head(&pages), Some(3));
+        assert_eq!(list.pop_head(pages), Some(3));
         assert!(list.is_empty());
-        assert_eq!((list.pop_head(&pages), list.pop_tail(&pages)), (None, None));
-        list.push_tail(&pages, 9, pages.get(9));
-        list.unlink(&pages, pages.get(9));
+        assert_eq!((list.pop_head(pages), list.pop_tail(pages)), (None, None));
+        list.push_tail(pages, 9, pages.get(9));
+        list.unlink(pages, pages.get(9));
         assert_eq!(list, PageList::EMPTY);
     }
 
     /// Both directions of the list against the model, and the ends.
-    fn check(list: &PageList, pages: &PageTable, model: &VecDeque<PageIdx>) {
+    fn check(list: &PageList, pages: Descs<'_>, model: &VecDeque<PageIdx>) {
         assert_eq!(collect(list, pages), model.iter().copied().collect::<Vec<_>>());
         let mut back = Vec::new();
         let mut cur = list.tail;
@@ -305,7 +307,8 @@ mod tests {
         /// consistent.
         #[test]
         fn runs_match_a_deque(ops in prop::collection::vec(op(), 1..80)) {
-            let pages = PageTable::new_zeroed(1024);
+            let table = PageTable::new_zeroed(1024);
+            let pages = table.descs();
             let mut list = PageList::EMPTY;
             let mut model = VecDeque::new();
             let mut fresh = 0..1024u32;
@@ -313,19 +316,19 @@ mod tests {
                 match op {
                     Op::PushHead => {
                         let idx = fresh.next().unwrap();
-                        list.push_head(&pages, idx, pages.get(idx));
+                        list.push_head(pages, idx, pages.get(idx));
                         model.push_front(idx);
                     }
                     Op::PushTail => {
                         let idx = fresh.next().unwrap();
-                        list.push_tail(&pages, idx, pages.get(idx));
+                        list.push_tail(pages, idx, pages.get(idx));
                         model.push_back(idx);
                     }
-                    Op::PopHead => prop_assert_eq!(list.pop_head(&pages), model.pop_front()),
-                    Op::PopTail => prop_assert_eq!(list.pop_tail(&pages), model.pop_back()),
+                    Op::PopHead => prop_assert_eq!(list.pop_head(pages), model.pop_front()),
+                    Op::PopTail => prop_assert_eq!(list.pop_tail(pages), model.pop_back()),
                     Op::PopRun { want, refuse_every } => {
                         let mut seen = Vec::new();
-                        let (taken, popped) = list.pop_head_run(&pages, want, |idx, page| {
+                        let (taken, popped) = list.pop_head_run(pages, want, |idx, page| {
                             // The successor has been read: the link words
                             // are the caller's (the allocator zeroes them).
                             page.set_private(u64::MAX);
@@ -344,13 +347,13 @@ mod tests {
                     }
                     Op::PushAll { len } => {
                         let idxs: Vec<PageIdx> = (0..len).map(|_| fresh.next().unwrap()).collect();
-                        list.push_head_all(&pages, &idxs);
+                        list.push_head_all(pages, &idxs);
                         for &idx in &idxs {
                             model.push_front(idx);
                         }
                     }
                 }
-                check(&list, &pages, &model);
+                check(&list, pages, &model);
             }
         }
     }

@@ -368,6 +368,23 @@ impl PageAllocator {
     /// Turns a block just taken off the free lists into an allocated block.
     #[inline(always)]
     pub(crate) fn prep_new_page(&self, idx: PageIdx, order: u32, gfp: Gfp, mt: MigrateType, frozen: bool) {
+        self.prep_new_page_marked(idx, order, gfp, mt, u32::from(!frozen), 0);
+    }
+
+    /// [`prep_new_page`](Self::prep_new_page) with `refcount` references
+    /// and `mark` (the `LOCAL` bits of a locked zone's owner, or 0) or-ed
+    /// into the head's state, all in the head's one store: a mark stored
+    /// later could overwrite a reference taken in between.
+    #[inline(always)]
+    pub(crate) fn prep_new_page_marked(
+        &self,
+        idx: PageIdx,
+        order: u32,
+        gfp: Gfp,
+        mt: MigrateType,
+        refcount: u32,
+        mark: u32,
+    ) {
         let head = self.desc(idx);
         let compound = gfp.contains(Gfp::COMP) && order > 0;
         let mut flags = PageFlags::ALLOCATED;
@@ -382,7 +399,7 @@ impl PageAllocator {
         head.set_private(0);
         // State and refcount in one store, after the tails: a concurrent
         // reader that sees ALLOCATED sees a finished page.
-        head.store_word(PageDesc::word_of(PageDesc::state_word_of(flags, order, mt as u8), u32::from(!frozen)));
+        head.store_word(PageDesc::word_of(PageDesc::state_word_of(flags, order, mt as u8) | mark, refcount));
         #[cfg(feature = "std")]
         if gfp.contains(Gfp::ZERO) {
             if let Some(mem) = &self.mem.memory {

@@ -256,7 +256,7 @@ impl PageAllocator {
         // word, then state and refcount in one.
         let allocated = PageDesc::word_of(PageDesc::state_word_of(PageFlags::ALLOCATED, 0, mt as u8), 1);
         let base = self.mem.base_pfn;
-        let taken = pcp.pop_run(&self.mem.pages, order_to_pindex(mt, 0), want, |idx, page| {
+        let taken = pcp.pop_run(self.mem.pages.descs(), order_to_pindex(mt, 0), want, |idx, page| {
             // Poisoned while cached: drop it for good, as every pop does.
             if self.hwpoisoned_with_flag(page.has(PageFlags::HWPOISON), idx) {
                 self.drop_poisoned(idx);
@@ -416,7 +416,7 @@ impl PageAllocator {
         }
         if n > 0 {
             let zone = &self.zones[stretch.zi];
-            pcp.push_run(&self.mem.pages, stretch.pindex, &idxs[..n]);
+            pcp.push_run(self.mem.pages.descs(), stretch.pindex, &idxs[..n]);
             pcp.counters.free_pages += n as u64;
             let spill = pcp.pages_to_spill_batch(n as u32, zone.below_high.load(Relaxed));
             if spill > 0 {

@@ -129,7 +129,7 @@ impl PageAllocator {
         pcp.note_alloc();
         let pindex = order_to_pindex(mt, order);
         loop {
-            if let Some(idx) = pcp.pop(&self.mem.pages, pindex, order) {
+            if let Some(idx) = pcp.pop(self.mem.pages.descs(), pindex, order) {
                 if self.is_hwpoisoned(idx) {
                     // Poisoned while cached: drop it for good.
                     self.drop_poisoned(idx);
@@ -217,7 +217,7 @@ impl PageAllocator {
             return false;
         }
         let pindex = order_to_pindex(mt, order);
-        pcp.push(&self.mem.pages, idx, order, mt, pindex);
+        pcp.push(self.mem.pages.descs(), idx, order, mt, pindex);
         pcp.counters.free_pages += 1 << order;
         let spill = pcp.pages_to_spill(order, zone.below_high.load(Relaxed));
         if spill > 0 {
@@ -295,7 +295,7 @@ impl PageAllocator {
     pub(crate) fn spill(&self, zone: &Zone, pcp: &mut PcpState, count: u32, pindex: usize) {
         let cx = zone.cx(&self.mem);
         let mut state = zone.state.lock();
-        pcp::free_pcppages_bulk(pcp, &self.mem.pages, cx.pageblock_order, count, pindex, |idx, order| {
+        pcp::free_pcppages_bulk(pcp, self.mem.pages.descs(), cx.pageblock_order, count, pindex, |idx, order| {
             self.release_locked(&mut state, cx, idx, 1 << order, crate::zone::buddy::Placement::Auto);
         });
         zone.publish(&state);

@@ -76,13 +76,15 @@ impl PageAllocator {
     #[inline]
     pub(crate) fn drop_block_ref(&self, cpu: usize, pfn: Pfn, idx: PageIdx, order: u32) -> Result<bool, FreeError> {
         let page = self.desc(idx);
-        let compound = page.has(PageFlags::HEAD);
-        match page.try_put() {
+        let split = order > 0 && !page.has(PageFlags::HEAD);
+        let dropped = if split { page.try_put_splitting() } else { page.try_put() };
+        match dropped {
             None => Err(FreeError::RefcountMismatch { pfn, refcount: 0 }),
             Some(0) => Ok(true),
             Some(_) => {
-                if order > 0 && !compound {
-                    page.set_order_atomic(0);
+                if split {
+                    // The first page is order 0 now (in the same atomic as
+                    // the drop); the rest of the block is free.
                     for o in (0..order).rev() {
                         self.free_prepared_block(cpu, idx + (1 << o), o);
                     }

@@ -147,8 +147,9 @@ pub(crate) struct Magazine<'a> {
     /// Whether this CPU's pages are handed out `LOCAL` (CPUs below
     /// `MAX_LOCAL_CPUS`; the others pay the refcount's compare-and-swap).
     local: bool,
-    /// `LOCAL` pages handed out and not yet freed or handed over.
-    outstanding: u64,
+    /// `LOCAL` pages handed out (by the magazine or a zone the handle holds
+    /// locked) and not yet freed or handed over.
+    pub(super) outstanding: u64,
     /// The whole word (state and refcount 1) an order-0 allocation of `mt`
     /// leaves in a page, and so the one the free expects.
     allocated_word: u64,
@@ -286,7 +287,7 @@ impl<'a> PinnedCpu<'a> {
         self.mag.target = target;
         self.mag.capacity = target.capacity(self.lists[target.zi].sizing.high_min);
         let allocated_state = if self.mag.local {
-            PageDesc::local_state_word(target.mt as u8, self.cpu)
+            PageDesc::local_state_word(0, target.mt as u8, self.cpu)
         } else {
             PageDesc::state_word_of(PageFlags::ALLOCATED, 0, target.mt as u8)
         };
@@ -372,8 +373,9 @@ impl<'a> PinnedCpu<'a> {
 
     /// Before the general free path: a page local to this CPU becomes an
     /// ordinary one (that path's atomics then apply); one local to another
-    /// CPU is left for the validation to refuse. `Err` for a LOCAL page
-    /// freed with an order other than 0.
+    /// CPU is left for the validation to refuse. `Err` (and the page stays
+    /// `LOCAL`) for a block freed with another order than it was
+    /// allocated with.
     pub(super) fn unlocal_for_free(&mut self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         let Some(idx) = self.alloc.pfn_to_idx(pfn) else {
             return Ok(());
@@ -382,8 +384,9 @@ impl<'a> PinnedCpu<'a> {
         if page.local_cpu() != Some(self.cpu) {
             return Ok(());
         }
-        if order != 0 {
-            return Err(FreeError::WrongOrder { pfn, allocated: 0, given: order });
+        let allocated = page.order();
+        if order != allocated {
+            return Err(FreeError::WrongOrder { pfn, allocated, given: order });
         }
         if page.clear_local(self.cpu) {
             self.mag.outstanding -= 1;

@@ -20,6 +20,7 @@ pub(crate) mod evacuate;
 pub(crate) mod free;
 pub mod hooks;
 pub(crate) mod hwpoison;
+pub(crate) mod locked_zone;
 pub(crate) mod magazine;
 pub mod migrate;
 pub(crate) mod pinned;

@@ -18,6 +18,10 @@
 //! validation loads, the single atomic that makes this caller the page's
 //! only freer, and a list push.
 //!
+//! Blocks of any order: [`PinnedCpu::lock_zone`] holds a zone's lock
+//! across calls and serves the buddy's free lists directly, with the same
+//! `LOCAL` marking (`page_alloc::locked_zone`).
+//!
 //! Drains: while a CPU is pinned, `drain_all_pages` cannot take its lists;
 //! it raises a flag instead, and the owner drains itself at its next call
 //! (or when the handle is dropped). Callers that need the pages back now

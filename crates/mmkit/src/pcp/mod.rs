@@ -22,7 +22,7 @@
 pub(crate) mod cpus;
 
 use crate::mem::list::PageList;
-use crate::mem::page::{PageDesc, PageFlags, PageIdx, PageTable};
+use crate::mem::page::{Descs, PageDesc, PageFlags, PageIdx};
 use crate::mem::sync::Lock;
 use crate::types::gfp::MigrateType;
 use crate::zone::buddy::BuddyCtx;
@@ -179,7 +179,7 @@ pub(crate) fn pcp_sizing(zone: &Zone, page_size: u64, nr_cpus: usize, fraction: 
 impl PcpState {
     /// Pushes block `idx` at the head of list `pindex` (hot end).
     #[inline]
-    pub(crate) fn push(&mut self, pages: &PageTable, idx: PageIdx, order: u32, mt: MigrateType, pindex: usize) {
+    pub(crate) fn push(&mut self, pages: Descs<'_>, idx: PageIdx, order: u32, mt: MigrateType, pindex: usize) {
         let page = pages.get(idx);
         page.set_free_state(PageFlags::PCP, order, mt as u8);
         self.lists[pindex].push_head(pages, idx, page);
@@ -188,7 +188,7 @@ impl PcpState {
 
     /// Appends block `idx` at the tail of list `pindex` (refills keep
     /// physical order this way).
-    fn push_tail(&mut self, pages: &PageTable, idx: PageIdx, order: u32, mt: MigrateType, pindex: usize) {
+    fn push_tail(&mut self, pages: Descs<'_>, idx: PageIdx, order: u32, mt: MigrateType, pindex: usize) {
         let page = pages.get(idx);
         page.set_free_state(PageFlags::PCP, order, mt as u8);
         self.lists[pindex].push_tail(pages, idx, page);
@@ -197,7 +197,7 @@ impl PcpState {
 
     /// Pops the hottest block of list `pindex`.
     #[inline]
-    pub(crate) fn pop(&mut self, pages: &PageTable, pindex: usize, order: u32) -> Option<PageIdx> {
+    pub(crate) fn pop(&mut self, pages: Descs<'_>, pindex: usize, order: u32) -> Option<PageIdx> {
         let idx = self.lists[pindex].pop_head(pages)?;
         self.count -= 1 << order;
         Some(idx)
@@ -209,7 +209,7 @@ impl PcpState {
     #[inline(always)]
     pub(crate) fn pop_run(
         &mut self,
-        pages: &PageTable,
+        pages: Descs<'_>,
         pindex: usize,
         want: usize,
         take: impl FnMut(PageIdx, &PageDesc) -> bool,
@@ -222,20 +222,20 @@ impl PcpState {
     /// Pushes order-0 pages `idxs`, already marked as on list `pindex`, at
     /// its hot end in one go (see `PageList::push_head_all`).
     #[inline]
-    pub(crate) fn push_run(&mut self, pages: &PageTable, pindex: usize, idxs: &[PageIdx]) {
+    pub(crate) fn push_run(&mut self, pages: Descs<'_>, pindex: usize, idxs: &[PageIdx]) {
         self.lists[pindex].push_head_all(pages, idxs);
         self.count += idxs.len() as u32;
     }
 
     /// Pops the coldest block of list `pindex`.
-    fn pop_tail(&mut self, pages: &PageTable, pindex: usize, order: u32) -> Option<PageIdx> {
+    fn pop_tail(&mut self, pages: Descs<'_>, pindex: usize, order: u32) -> Option<PageIdx> {
         let idx = self.lists[pindex].pop_tail(pages)?;
         self.count -= 1 << order;
         Some(idx)
     }
 
     /// Blocks on list `pindex`, head to tail (invariant checks).
-    pub(crate) fn iter_list<'a>(&self, pages: &'a PageTable, pindex: usize) -> impl Iterator<Item = PageIdx> + 'a {
+    pub(crate) fn iter_list<'a>(&self, pages: Descs<'a>, pindex: usize) -> impl Iterator<Item = PageIdx> + 'a {
         self.lists[pindex].iter(pages)
     }
 
@@ -411,7 +411,7 @@ pub(crate) fn rmqueue_bulk(
 /// (it knows about hardware poison).
 pub(crate) fn free_pcppages_bulk(
     pcp: &mut PcpState,
-    pages: &PageTable,
+    pages: Descs<'_>,
     pageblock_order: u32,
     count: u32,
     pindex: usize,

@@ -39,6 +39,11 @@
 //! each order's list (Linux's `__rmqueue_smallest` and `__rmqueue_claim`
 //! loop over orders; its `free_area` has no such mask).
 //!
+//! `rmqueue_smallest` and `free_one` are always inlined: as calls, their
+//! prologues and register spills were a fifth of a zone holder's pair
+//! (`page_alloc::locked_zone`). A merge reads its buddy's flags, order and
+//! tag from one load of the word, not three.
+//!
 //! A list edit (`link`/`unlink`) updates the list, its block count and the
 //! bit. The pages-per-type counters, and the per-pageblock free counts of
 //! sparsest-first compaction, change once per operation by the net amount
@@ -47,7 +52,7 @@
 #![deny(unsafe_code)]
 
 use crate::mem::list::PageList;
-use crate::mem::page::{PageFlags, PageIdx, PageTable};
+use crate::mem::page::{Descs, PageFlags, PageIdx};
 use crate::mem::pageblock::PageblockMap;
 use crate::types::geometry::MAX_PAGE_ORDER_LIMIT;
 use crate::types::gfp::{MigrateType, MIGRATE_TYPES};
@@ -64,7 +69,7 @@ const _: () = assert!(MAX_PAGE_ORDER_LIMIT < ORDER_SLOTS as u32);
 /// Read-only view of what the buddy algorithm needs besides its lists.
 #[derive(Clone, Copy)]
 pub(crate) struct BuddyCtx<'a> {
-    pub pages: &'a PageTable,
+    pub pages: Descs<'a>,
     pub blocks: &'a PageblockMap,
     /// First descriptor index of the zone.
     pub start: PageIdx,
@@ -409,6 +414,7 @@ impl FreeArea {
     /// it to `order` (Linux's `__rmqueue_smallest`, with the order loop
     /// replaced by the non-empty mask); which block and which part of it is
     /// the placement policy's.
+    #[inline(always)]
     pub(crate) fn rmqueue_smallest(&mut self, cx: BuddyCtx<'_>, order: u32, mt: MigrateType) -> Option<PageIdx> {
         let usable = self.orders_of(mt) & (u32::MAX << (order & ORDER_MASK));
         if usable == 0 {
@@ -417,24 +423,24 @@ impl FreeArea {
         let current = usable.trailing_zeros();
         let idx = self.pick(current, mt, mt)?;
         self.unlink_known(cx, idx, current, mt);
-        let top_down = self.policy.top_down(mt as usize);
-        let got = self.split(cx, idx, (order, current), (mt, top_down), -self.pb_weight(current));
         self.free_pages_by_type[mt as usize] -= 1 << order;
-        Some(got)
+        if current == order {
+            // An exact fit (the common case on a busy zone): nothing to
+            // split, and the pageblock count loses just this block.
+            self.pb_adjust(idx, -self.pb_weight(order));
+            return Some(idx);
+        }
+        let top_down = self.policy.top_down(mt as usize);
+        Some(self.split(cx, idx, (order, current), (mt, top_down), -self.pb_weight(current)))
     }
 
     /// Returns block `idx` of `order` to the free lists, merging with free
     /// buddies as far as allowed (Linux's `__free_one_page`). The descriptors
     /// must already be prepared (flags clear, refcount zero).
+    #[inline(always)]
     pub(crate) fn free_one(&mut self, cx: BuddyCtx<'_>, idx: PageIdx, order: u32, placement: Placement) {
-        // A block larger than a pageblock may span pageblocks of different
-        // types: free it a pageblock at a time so each piece lands on its own
-        // type's list, then let merging rebuild the large block.
         if order > cx.pageblock_order {
-            let step = 1u32 << cx.pageblock_order;
-            for piece in 0..(1u32 << (order - cx.pageblock_order)) {
-                self.free_one(cx, idx + piece * step, cx.pageblock_order, placement);
-            }
+            self.free_by_pageblock(cx, idx, order, placement);
             return;
         }
         let mut idx = idx;
@@ -453,10 +459,10 @@ impl FreeArea {
                 break;
             }
             let b = cx.pages.get(buddy);
-            if !b.has(PageFlags::BUDDY) || b.order() != order {
-                break;
-            }
-            let buddy_mt = tag_type(b.tag());
+            let buddy_mt = match b.free_block() {
+                Some((buddy_order, tag)) if buddy_order == order => tag_type(tag),
+                _ => break,
+            };
             if !types_may_merge(order, cx.pageblock_order, mt, buddy_mt) {
                 break;
             }
@@ -480,8 +486,20 @@ impl FreeArea {
         self.pb_adjust(first, pb_delta + self.pb_weight(order));
     }
 
+    /// A block larger than a pageblock may span pageblocks of different
+    /// types: free it a pageblock at a time so each piece lands on its own
+    /// type's list, then let merging rebuild the large block.
+    #[cold]
+    fn free_by_pageblock(&mut self, cx: BuddyCtx<'_>, idx: PageIdx, order: u32, placement: Placement) {
+        let step = 1u32 << cx.pageblock_order;
+        for piece in 0..(1u32 << (order - cx.pageblock_order)) {
+            self.free_one(cx, idx + piece * step, cx.pageblock_order, placement);
+        }
+    }
+
     /// Whether the block's parent has a free buddy, so that one more free
     /// page would merge two orders up; such blocks go to the list tail.
+    #[inline(always)]
     fn merge_likely(&self, cx: BuddyCtx<'_>, idx: PageIdx, order: u32) -> bool {
         if order + 2 > cx.max_order {
             return false;
@@ -492,7 +510,7 @@ impl FreeArea {
             return false;
         }
         let u = cx.pages.get(uncle);
-        u.has(PageFlags::BUDDY) && u.order() == order + 1
+        matches!(u.free_block(), Some((uncle_order, _)) if uncle_order == order + 1)
     }
 
     /// Frees `[idx, idx + count)` as the largest naturally aligned chunks

@@ -152,7 +152,7 @@ impl Zone {
     #[inline]
     pub(crate) fn cx<'a>(&self, mem: &'a MemMap) -> BuddyCtx<'a> {
         BuddyCtx {
-            pages: &mem.pages,
+            pages: mem.pages.descs(),
             blocks: &mem.blocks,
             start: self.start_idx,
             end: self.end_idx,
@@ -235,6 +235,14 @@ impl Zone {
     #[inline(always)]
     pub(crate) fn comfortably_free(&self) -> bool {
         self.usable_by_all_hint.load(Relaxed) > self.comfortably_above
+    }
+
+    /// Usable free pages beyond the margin above which every request of a
+    /// cached order passes every check (0 below it): what a zone's holder
+    /// may allocate before checking its watermark again.
+    #[inline]
+    pub(crate) fn usable_above_margin(&self) -> u64 {
+        self.usable_by_all_hint.load(Relaxed).saturating_sub(self.comfortably_above)
     }
 
     /// Lockless part of the watermark check (Linux's `zone_watermark_fast`

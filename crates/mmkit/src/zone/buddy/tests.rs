@@ -1,6 +1,7 @@
 //! Unit tests of the buddy free area: splits, merges, isolation, and the
 //! non-empty mask against the lists it summarises.
 use super::*;
+use crate::mem::page::PageTable;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -15,7 +16,7 @@ impl Fixture {
     }
     fn cx(&self, max_order: u32) -> BuddyCtx<'_> {
         BuddyCtx {
-            pages: &self.pages,
+            pages: self.pages.descs(),
             blocks: &self.blocks,
             start: 0,
             end: self.pages.len() as u32,
