@@ -1,7 +1,8 @@
 //! Property test of the public API under arbitrary input: any PFN, any
 //! order, any GFP bits, any counts and alignments, any page flags, thrown at
 //! every entry point (allocation, every free path, references, flags,
-//! `memory_failure`, contiguous ranges, CMA, bulk, drains, pinned CPUs).
+//! `memory_failure`, contiguous ranges, CMA, bulk, drains, pinned CPUs and
+//! the zones they hold locked).
 //!
 //! Properties:
 //! 1. no call panics, whatever the input;
@@ -17,22 +18,81 @@ use std::collections::BTreeMap;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Alloc { gfp: u32, order: u32, frozen: bool, nid: usize },
-    Free { pick: usize, order_delta: i8, frozen_path: bool },
-    FreeAny { pfn: u64, order: u32 },
-    Put { pfn: u64 },
-    Get { pfn: u64 },
-    Flags { pfn: u64, bits: u32, set: bool },
-    Poison { pfn: u64 },
-    ContigRange { start: u64, len: u64, gfp: u32 },
-    ContigPages { nr: u64, gfp: u32, nid: usize },
-    FreeContig { pfn: u64, nr: u64 },
-    Cma { count: u64, align: u32 },
-    CmaRelease { pick: usize, pfn: u64, count: u64 },
-    Bulk { n: usize, gfp: u32 },
-    BulkFreeAny { pfns: Vec<u64> },
-    Drain { cpu: usize },
-    Pinned { cpu: usize, order: u32 },
+    Alloc {
+        gfp: u32,
+        order: u32,
+        frozen: bool,
+        nid: usize,
+    },
+    Free {
+        pick: usize,
+        order_delta: i8,
+        frozen_path: bool,
+    },
+    FreeAny {
+        pfn: u64,
+        order: u32,
+    },
+    Put {
+        pfn: u64,
+    },
+    Get {
+        pfn: u64,
+    },
+    Flags {
+        pfn: u64,
+        bits: u32,
+        set: bool,
+    },
+    Poison {
+        pfn: u64,
+    },
+    ContigRange {
+        start: u64,
+        len: u64,
+        gfp: u32,
+    },
+    ContigPages {
+        nr: u64,
+        gfp: u32,
+        nid: usize,
+    },
+    FreeContig {
+        pfn: u64,
+        nr: u64,
+    },
+    Cma {
+        count: u64,
+        align: u32,
+    },
+    CmaRelease {
+        pick: usize,
+        pfn: u64,
+        count: u64,
+    },
+    Bulk {
+        n: usize,
+        gfp: u32,
+    },
+    BulkFreeAny {
+        pfns: Vec<u64>,
+    },
+    Drain {
+        cpu: usize,
+    },
+    Pinned {
+        cpu: usize,
+        order: u32,
+    },
+    /// A pinned CPU holds the zone of `gfp` locked: allocates `orders`,
+    /// frees every other block at once, tries to free `bad` (a PFN nobody
+    /// holds) and keeps the rest (handed over when the handle drops).
+    Locked {
+        cpu: usize,
+        gfp: u32,
+        orders: Vec<u32>,
+        bad: (u64, u32),
+    },
 }
 
 const PAGES: u64 = 8192;
@@ -68,10 +128,12 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(count, align)| Op::Cma { count, align }),
         1 => (any::<usize>(), pfn(), prop_oneof![0..300u64, any::<u64>()])
             .prop_map(|(pick, pfn, count)| Op::CmaRelease { pick, pfn, count }),
-        1 => (0..80usize, gfp).prop_map(|(n, gfp)| Op::Bulk { n, gfp }),
+        1 => (0..80usize, gfp.clone()).prop_map(|(n, gfp)| Op::Bulk { n, gfp }),
         1 => prop::collection::vec(pfn(), 0..6).prop_map(|pfns| Op::BulkFreeAny { pfns }),
         1 => (0..4usize).prop_map(|cpu| Op::Drain { cpu }),
         1 => (0..4usize, prop_oneof![0..6u32, any::<u32>()]).prop_map(|(cpu, order)| Op::Pinned { cpu, order }),
+        1 => (0..4usize, gfp.clone(), prop::collection::vec(prop_oneof![0..11u32, any::<u32>()], 0..8), (pfn(), any::<u32>()))
+            .prop_map(|(cpu, gfp, orders, bad)| Op::Locked { cpu, gfp, orders, bad }),
     ]
 }
 
@@ -271,6 +333,33 @@ fn step(mm: &PageAllocator, held: &mut Held, op: Op) {
                 if let Ok(pfn) = pinned.alloc_pages(Gfp::KERNEL, order) {
                     pinned.free_pages(pfn, order).unwrap();
                 }
+            }
+        }
+        Op::Locked { cpu, gfp, orders, bad } => {
+            let gfp = Gfp::from_bits(gfp);
+            let Ok(mut pinned) = mm.pin_cpu(cpu) else { return };
+            let Ok(mut zone) = pinned.lock_zone(gfp) else { return };
+            let mut kept = Vec::new();
+            for (i, order) in orders.into_iter().enumerate() {
+                let Ok(pfn) = zone.alloc_pages(gfp, order) else { continue };
+                assert!(!held.owns(pfn.0), "{pfn} handed out twice");
+                if i % 2 == 0 {
+                    zone.free_pages(pfn, order).unwrap();
+                } else {
+                    kept.push((pfn, order));
+                }
+            }
+            let mut kept_model = Held::default();
+            for &(pfn, order) in &kept {
+                assert!(kept_model.blocks.insert(pfn.0, (order, false)).is_none(), "{pfn} handed out twice");
+            }
+            if !held.owns(bad.0) && !kept_model.owns(bad.0) {
+                assert!(zone.free_pages(Pfn(bad.0), bad.1).is_err(), "freed {:#x}, which nobody held", bad.0);
+            }
+            drop(zone);
+            drop(pinned);
+            for (pfn, order) in kept {
+                assert!(held.blocks.insert(pfn.0, (order, false)).is_none(), "{pfn} handed out twice");
             }
         }
     }
