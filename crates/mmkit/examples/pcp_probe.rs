@@ -2,7 +2,10 @@
 //! `perf` or `valgrind --tool=callgrind` (the benchmarks of record are
 //! `mmkit bench pcp` and the criterion benches).
 //!
-//! Usage: `pcp_probe [shared|tcache|shared2|handle|pinned|pinned2|frozen|buddy|bulk64] [pairs]`
+//! Usage: `pcp_probe [shared|tcache|shared2|shared2x|handle|pinned|pinned2|frozen|buddy|bulk64] [pairs]`
+//! (`shared2x`: `shared2` after one page moved from CPU 0's list to CPU 1's,
+//! so that the two CPUs' hot pages are neighbours: their descriptors share
+//! a cache line)
 use mmkit::{Gfp, MemoryMapBuilder};
 use std::hint::black_box;
 use std::time::Instant;
@@ -82,7 +85,17 @@ fn main() {
                 mm.free_pages_bulk(black_box(&pfns)).unwrap();
             }
         }
-        "shared2" => {
+        "shared2" | "shared2x" => {
+            if mode == "shared2x" {
+                // A page allocated on CPU 0 and freed on CPU 1 becomes CPU
+                // 1's hot page, next to CPU 0's: four 16-byte descriptors
+                // share a cache line, which both CPUs then write per pair.
+                let (c0, c1) = (mm.cpu(0).unwrap(), mm.cpu(1).unwrap());
+                let warm = c1.alloc_pages(Gfp::KERNEL, 0).unwrap();
+                c1.free_pages(warm, 0).unwrap();
+                let moved = c0.alloc_pages(Gfp::KERNEL, 0).unwrap();
+                c1.free_pages(moved, 0).unwrap();
+            }
             for round in 0..8 {
                 let busy = mm.stats().pcp_contended;
                 let t = Instant::now();
