@@ -46,6 +46,45 @@ mod rseq {
         fn dlsym(handle: *mut std::ffi::c_void, symbol: *const std::ffi::c_char) -> *mut std::ffi::c_void;
     }
 
+    /// The start of both sequences: publish the descriptor (label 3) in
+    /// the area's `rseq_cs` (label 8, where an abort restarts), then, from
+    /// the sequence's start (label 2), find the current CPU's stack.
+    macro_rules! rseq_enter {
+        () => {
+            concat!(
+                "8:\n",
+                "lea {tmp}, [rip + 3f]\n",
+                "mov qword ptr [{area} + 8], {tmp}\n",
+                "2:\n",
+                "mov {stack:e}, dword ptr [{area} + 4]\n",
+                "shl {stack}, 8\n",
+                "add {stack}, {stacks}\n",
+            )
+        };
+    }
+
+    /// The sequence's descriptor (start 2, commit 4, abort 5) and its abort
+    /// handler, preceded by the signature the C library registered, which
+    /// retries from label 8.
+    macro_rules! rseq_descriptor_and_abort {
+        () => {
+            concat!(
+                ".pushsection __rseq_cs, \"aw\"\n",
+                ".balign 32\n",
+                "3:\n",
+                ".long 0, 0\n",
+                ".quad 2b, 4b - 2b, 5f\n",
+                ".popsection\n",
+                ".pushsection __rseq_failure, \"ax\"\n",
+                ".byte 0x0f, 0xb9, 0x3d\n",
+                ".long 0x53053053\n",
+                "5:\n",
+                "jmp 8b\n",
+                ".popsection",
+            )
+        };
+    }
+
     /// The kernel-shared area: `cpu_id_start`, `cpu_id`, `rseq_cs`.
     #[repr(C)]
     pub struct Area {
@@ -123,13 +162,7 @@ mod rseq {
         // one committing store is the length.
         unsafe {
             asm!(
-                "8:",
-                "lea {tmp}, [rip + 3f]",
-                "mov qword ptr [{area} + 8], {tmp}",
-                "2:",
-                "mov {stack:e}, dword ptr [{area} + 4]",
-                "shl {stack}, 8",
-                "add {stack}, {stacks}",
+                rseq_enter!(),
                 "mov {len:e}, dword ptr [{stack}]",
                 "test {len:e}, {len:e}",
                 "jz 6f",
@@ -142,18 +175,7 @@ mod rseq {
                 "6:",
                 "xor {found:e}, {found:e}",
                 "7:",
-                ".pushsection __rseq_cs, \"aw\"",
-                ".balign 32",
-                "3:",
-                ".long 0, 0",
-                ".quad 2b, 4b - 2b, 5f",
-                ".popsection",
-                ".pushsection __rseq_failure, \"ax\"",
-                ".byte 0x0f, 0xb9, 0x3d",
-                ".long 0x53053053",
-                "5:",
-                "jmp 8b",
-                ".popsection",
+                rseq_descriptor_and_abort!(),
                 area = in(reg) area,
                 stacks = in(reg) stacks,
                 tmp = out(reg) _,
@@ -179,13 +201,7 @@ mod rseq {
         // the committing store of the length, so an abort leaves nothing.
         unsafe {
             asm!(
-                "8:",
-                "lea {tmp}, [rip + 3f]",
-                "mov qword ptr [{area} + 8], {tmp}",
-                "2:",
-                "mov {stack:e}, dword ptr [{area} + 4]",
-                "shl {stack}, 8",
-                "add {stack}, {stacks}",
+                rseq_enter!(),
                 "mov {len:e}, dword ptr [{stack}]",
                 "cmp {len:e}, {slots}",
                 "jae 6f",
@@ -198,18 +214,7 @@ mod rseq {
                 "6:",
                 "xor {pushed:e}, {pushed:e}",
                 "7:",
-                ".pushsection __rseq_cs, \"aw\"",
-                ".balign 32",
-                "3:",
-                ".long 0, 0",
-                ".quad 2b, 4b - 2b, 5f",
-                ".popsection",
-                ".pushsection __rseq_failure, \"ax\"",
-                ".byte 0x0f, 0xb9, 0x3d",
-                ".long 0x53053053",
-                "5:",
-                "jmp 8b",
-                ".popsection",
+                rseq_descriptor_and_abort!(),
                 area = in(reg) area,
                 stacks = in(reg) stacks,
                 item = in(reg) item,

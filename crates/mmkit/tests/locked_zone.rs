@@ -26,7 +26,7 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 
 mod live_blocks;
-use live_blocks::{two_zone_map, LiveBlocks};
+use live_blocks::{pattern, two_zone_map, LiveBlocks};
 
 const GFPS: [Gfp; 4] = [Gfp::KERNEL, Gfp::HIGHUSER_MOVABLE, Gfp::KERNEL.union(Gfp::COMP), Gfp::DMA32];
 
@@ -325,28 +325,6 @@ fn a_page_poisoned_while_out_is_dropped_at_the_locked_free() {
     drop(cpu);
     assert_eq!(mm.stats().hwpoison_offlined, offlined + 1);
     mm.check_invariants().unwrap();
-}
-
-fn word(pfn: u64, j: usize, seed: u64) -> u64 {
-    (pfn << 20) ^ (j as u64).rotate_left(40) ^ seed
-}
-
-/// Writes (`check` false) or checks the pattern of `seed` in `pages` pages
-/// from `pfn`.
-fn pattern(mm: &PageAllocator, pfn: Pfn, pages: u64, seed: u64, check: bool) {
-    let words = (mm.geometry().page_size() * pages) as usize / 8;
-    let ptr = mm.page_address(pfn).expect("real memory").as_ptr().cast::<u64>();
-    // SAFETY: the block is inside the mapping, page-aligned, allocated to
-    // this test and touched by one thread at a time (a channel hands it
-    // over) until it is freed.
-    let block = unsafe { std::slice::from_raw_parts_mut(ptr, words) };
-    for (j, w) in block.iter_mut().enumerate() {
-        if check {
-            assert_eq!(*w, word(pfn.0, j, seed), "block {pfn} word {j} changed while allocated");
-        } else {
-            *w = word(pfn.0, j, seed);
-        }
-    }
 }
 
 /// The holder allocates blocks of orders 0–4 in bursts with the zone

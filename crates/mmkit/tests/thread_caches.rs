@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::thread;
 
 mod live_blocks;
-use live_blocks::{two_zone_map, LiveBlocks};
+use live_blocks::{pattern, two_zone_map, LiveBlocks};
 
 const GFPS: [Gfp; 5] = [Gfp::KERNEL, Gfp::HIGHUSER_MOVABLE, Gfp::ATOMIC, Gfp::KERNEL.union(Gfp::ZERO), Gfp::DMA32];
 
@@ -268,27 +268,6 @@ fn a_poisoned_page_in_a_cache_is_never_handed_out() {
     mm.check_invariants().unwrap();
 }
 
-fn word(pfn: u64, j: usize, seed: u64) -> u64 {
-    (pfn << 20) ^ (j as u64).rotate_left(40) ^ seed
-}
-
-/// Writes (`check` false) or checks the pattern of `seed` in page `pfn`.
-fn pattern(mm: &PageAllocator, pfn: Pfn, seed: u64, check: bool) {
-    let words = mm.geometry().page_size() as usize / 8;
-    let ptr = mm.page_address(pfn).expect("real memory").as_ptr().cast::<u64>();
-    // SAFETY: the page is inside the mapping, page-aligned, allocated to
-    // this test and touched by one thread at a time (the channel hands it
-    // over) until it is freed.
-    let page = unsafe { std::slice::from_raw_parts_mut(ptr, words) };
-    for (j, w) in page.iter_mut().enumerate() {
-        if check {
-            assert_eq!(*w, word(pfn.0, j, seed), "page {pfn} word {j} changed while allocated");
-        } else {
-            *w = word(pfn.0, j, seed);
-        }
-    }
-}
-
 /// Four threads allocate through their caches, write a pattern, pass half
 /// of their pages to the next thread (which checks and frees them: a free
 /// into the other thread's cache) and free the rest themselves.
@@ -319,13 +298,13 @@ fn stress_cross_thread_frees_keep_every_page_intact() {
                         let gfp = if rng.next_u64() % 2 == 0 { Gfp::KERNEL } else { Gfp::HIGHUSER_MOVABLE };
                         if let Ok(pfn) = mm.alloc_pages(gfp, 0) {
                             let seed = rng.next_u64() ^ round;
-                            pattern(&mm, pfn, seed, false);
+                            pattern(&mm, pfn, 1, seed, false);
                             held.push((pfn, seed));
                         }
                     } else {
                         let i = (rng.next_u64() % held.len() as u64) as usize;
                         let (pfn, seed) = held.swap_remove(i);
-                        pattern(&mm, pfn, seed, true);
+                        pattern(&mm, pfn, 1, seed, true);
                         if rng.next_u64() % 2 == 0 {
                             next.send((pfn, seed)).unwrap();
                         } else {
@@ -333,13 +312,13 @@ fn stress_cross_thread_frees_keep_every_page_intact() {
                         }
                     }
                     while let Ok((pfn, seed)) = inbox.try_recv() {
-                        pattern(&mm, pfn, seed, true);
+                        pattern(&mm, pfn, 1, seed, true);
                         mm.free_pages(pfn, 0).unwrap();
                     }
                 }
                 drop(next);
                 for (pfn, seed) in held {
-                    pattern(&mm, pfn, seed, true);
+                    pattern(&mm, pfn, 1, seed, true);
                     mm.free_pages(pfn, 0).unwrap();
                 }
                 inbox
@@ -351,7 +330,7 @@ fn stress_cross_thread_frees_keep_every_page_intact() {
     // Pages still in flight when their receiver finished.
     for inbox in inboxes {
         while let Ok((pfn, seed)) = inbox.try_recv() {
-            pattern(&mm, pfn, seed, true);
+            pattern(&mm, pfn, 1, seed, true);
             mm.free_pages(pfn, 0).unwrap();
         }
     }

@@ -1,6 +1,7 @@
 //! The reference model of the per-CPU property tests: the live blocks,
 //! with the checks every allocation must pass (aligned, in one zone, no
-//! overlap with a live block), and the small two-zone map they run on.
+//! overlap with a live block), the small two-zone map they run on, and the
+//! pattern their stress tests write into real memory and check.
 #![allow(dead_code)] // each test crate uses the part it needs
 
 use mmkit::{MemoryMapBuilder, PageAllocator, Pfn, ZoneType};
@@ -75,6 +76,29 @@ impl LiveBlocks {
                 snap.pcp_pages,
                 zone.managed_pages()
             );
+        }
+    }
+}
+
+/// Word `j` of the pattern of `seed` in a block starting at `pfn`.
+fn pattern_word(pfn: u64, j: usize, seed: u64) -> u64 {
+    (pfn << 20) ^ (j as u64).rotate_left(40) ^ seed
+}
+
+/// Writes (`check` false) or checks the pattern of `seed` in the `pages`
+/// pages from `pfn` of a map with real memory.
+pub fn pattern(mm: &PageAllocator, pfn: Pfn, pages: u64, seed: u64, check: bool) {
+    let words = (mm.geometry().page_size() * pages) as usize / 8;
+    let ptr = mm.page_address(pfn).expect("real memory").as_ptr().cast::<u64>();
+    // SAFETY: the block is inside the mapping, page-aligned, allocated to
+    // the calling test and touched by one thread at a time (the tests hand
+    // blocks over through channels) until it is freed.
+    let block = unsafe { std::slice::from_raw_parts_mut(ptr, words) };
+    for (j, w) in block.iter_mut().enumerate() {
+        if check {
+            assert_eq!(*w, pattern_word(pfn.0, j, seed), "block {pfn} word {j} changed while allocated");
+        } else {
+            *w = pattern_word(pfn.0, j, seed);
         }
     }
 }
