@@ -55,7 +55,7 @@
 //! runs: a fragmented order-0 pair 21–22 ns (the peer 47–49 ns), a
 //! fragmented order-9 pair 20 ns (36 ns), a fresh order-9 pair 29–30 ns,
 //! the 4096-page batch 36 ns a page (56 ns); through the shared API the
-//! same cases are 74–85 ns. Callgrind: 369 / 326 / 487 instructions per
+//! same cases are 74–85 ns. Callgrind: 369 / 326 / 489 instructions per
 //! pair or page (`buddy_probe frag0|frag9|batch locked`), against about
 //! 950 / 920 / 1100 through the shared API. Two changes to the buddy made
 //! the difference beyond the lock: `rmqueue_smallest` and `free_one`
