@@ -1,7 +1,9 @@
 //! Criterion benchmarks of the buddy allocator alone (maps built without
 //! per-CPU lists): one order-0 or order-9 `alloc_pages(Gfp::KERNEL, ..)` +
 //! `free_pages` pair per iteration, on a fresh 4 GiB metadata-only map and on
-//! one fragmented first.
+//! one fragmented first; each through the shared API and, as
+//! `<case>/locked_zone`, through CPU 0's pinned handle holding the zone
+//! locked (`PinnedCpu::lock_zone`).
 //!
 //! Owns only the criterion wiring of these cases. The same cases, with peers
 //! and a JSON report, are `mmkit bench buddy` (`cli/src/bench/buddy.rs`);
@@ -30,6 +32,14 @@ fn pair(c: &mut Criterion, name: &str, mm: &PageAllocator, order: u32) {
         b.iter(|| {
             let pfn = black_box(mm.alloc_pages(Gfp::KERNEL, order).expect("alloc"));
             mm.free_pages(pfn, order).expect("free");
+        });
+    });
+    let mut cpu = mm.pin_cpu(0).expect("CPU 0 is free to pin");
+    let mut zone = cpu.lock_zone(Gfp::KERNEL).expect("the map has a zone for GFP_KERNEL");
+    c.bench_function(&format!("{name}/locked_zone"), |b| {
+        b.iter(|| {
+            let pfn = black_box(zone.alloc_pages(Gfp::KERNEL, order).expect("alloc"));
+            zone.free_pages(pfn, order).expect("free");
         });
     });
 }
