@@ -238,7 +238,7 @@ impl PageDesc {
     }
     /// The bits that make a state word `LOCAL` to CPU `cpu`.
     #[inline(always)]
-    pub(crate) fn local_mark(cpu: usize) -> u32 {
+    pub(crate) const fn local_mark(cpu: usize) -> u32 {
         debug_assert!(cpu < MAX_LOCAL_CPUS);
         LOCAL_BIT | ((cpu as u32) << LOCAL_CPU_SHIFT)
     }
@@ -249,8 +249,7 @@ impl PageDesc {
     #[inline(always)]
     pub(crate) const fn is_local_block(word: u64, order: u32, cpu: usize) -> bool {
         const MASK: u64 = !(TAG_MASK as u64);
-        let state =
-            PageFlags::ALLOCATED.bits() | (order << ORDER_SHIFT) | LOCAL_BIT | ((cpu as u32) << LOCAL_CPU_SHIFT);
+        let state = PageFlags::ALLOCATED.bits() | (order << ORDER_SHIFT) | PageDesc::local_mark(cpu);
         word & MASK == PageDesc::word_of(state, 1)
     }
     /// Whether `word` is that of a non-compound block of `order` with
@@ -378,6 +377,20 @@ impl PageDesc {
     /// whole block a second time.)
     #[inline]
     pub(crate) fn try_put_splitting(&self) -> Option<u32> {
+        self.drop_reference(true)
+    }
+    /// Drops a reference; `None` if the count was already zero or the page
+    /// is `LOCAL` (only its CPU drops that one). The release ordering
+    /// publishes the dropping thread's writes to whoever frees.
+    #[inline]
+    pub(crate) fn try_put(&self) -> Option<u32> {
+        self.drop_reference(false)
+    }
+    /// The one reference drop behind [`try_put`](Self::try_put) and
+    /// [`try_put_splitting`](Self::try_put_splitting); returns the new
+    /// count.
+    #[inline(always)]
+    fn drop_reference(&self, split: bool) -> Option<u32> {
         self.rc_state
             .fetch_update(core::sync::atomic::Ordering::AcqRel, Relaxed, |w| {
                 let count = refcount_of(w);
@@ -385,19 +398,7 @@ impl PageDesc {
                     return None;
                 }
                 let dropped = w - (1 << RC_SHIFT);
-                Some(if count > 1 { dropped & !(ORDER_MASK as u64) } else { dropped })
-            })
-            .ok()
-            .map(|w| refcount_of(w) - 1)
-    }
-    /// Drops a reference; `None` if the count was already zero or the page
-    /// is `LOCAL` (only its CPU drops that one). The release ordering
-    /// publishes the dropping thread's writes to whoever frees.
-    #[inline]
-    pub(crate) fn try_put(&self) -> Option<u32> {
-        self.rc_state
-            .fetch_update(core::sync::atomic::Ordering::AcqRel, Relaxed, |w| {
-                (refcount_of(w) != 0 && !is_local(w)).then(|| w - (1 << RC_SHIFT))
+                Some(if split && count > 1 { dropped & !(ORDER_MASK as u64) } else { dropped })
             })
             .ok()
             .map(|w| refcount_of(w) - 1)

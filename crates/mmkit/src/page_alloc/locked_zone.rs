@@ -55,7 +55,7 @@
 //! runs: a fragmented order-0 pair 21–22 ns (the peer 47–49 ns), a
 //! fragmented order-9 pair 20 ns (36 ns), a fresh order-9 pair 29–30 ns,
 //! the 4096-page batch 36 ns a page (56 ns); through the shared API the
-//! same cases are 74–85 ns. Callgrind: 369 / 326 / 489 instructions per
+//! same cases are 74–85 ns. Callgrind: 374 / 334 / 488 instructions per
 //! pair or page (`buddy_probe frag0|frag9|batch locked`), against about
 //! 950 / 920 / 1100 through the shared API. Two changes to the buddy made
 //! the difference beyond the lock: `rmqueue_smallest` and `free_one`
@@ -73,7 +73,7 @@
 //! of a `std::sync::Mutex` on one thread may.
 #![deny(unsafe_code)]
 
-use crate::mem::page::{PageDesc, PageFlags, PageIdx, MAX_LOCAL_CPUS};
+use crate::mem::page::{PageDesc, PageIdx, MAX_LOCAL_CPUS};
 use crate::mem::sync::LockGuard;
 use crate::page_alloc::hwpoison::PendingPoison;
 use crate::page_alloc::pinned::PinnedCpu;
@@ -102,7 +102,6 @@ use crate::{AllocError, FreeError, Pfn};
 pub struct LockedZone<'h, 'a> {
     cpu: &'h mut PinnedCpu<'a>,
     held: Held<'a>,
-    zone: &'a Zone,
     zi: usize,
     cx: BuddyCtx<'a>,
     base_pfn: u64,
@@ -110,9 +109,6 @@ pub struct LockedZone<'h, 'a> {
     /// pair does not chase pointers to them.
     cpu_id: usize,
     hwpoison: &'a PendingPoison,
-    /// The mask wants neither zeroing nor a compound page: the head's
-    /// two stores are all the preparation a block needs.
-    plain: bool,
     /// The mask the fast allocation serves, and what it resolved to.
     gfp: Gfp,
     mt: MigrateType,
@@ -153,13 +149,11 @@ impl<'a> PinnedCpu<'a> {
         let mark = if self.cpu < MAX_LOCAL_CPUS { PageDesc::local_mark(self.cpu) } else { 0 };
         let mut locked = LockedZone {
             held: Held { state: Some(zone.state.lock()), zone },
-            zone,
             zi,
             cx: zone.cx(&alloc.mem),
             base_pfn: alloc.mem.base_pfn,
             cpu_id: self.cpu,
             hwpoison: &alloc.hwpoison,
-            plain: !gfp.intersects(Gfp::ZERO.union(Gfp::COMP)),
             gfp,
             mt: alloc.request_migratetype(gfp),
             flags: fast_path_alloc_flags(gfp, nofragment),
@@ -185,7 +179,7 @@ impl<'h, 'a> LockedZone<'h, 'a> {
     /// trail the holder's work by up to a pageblock's pages; see
     /// [`nr_free_pages`](Self::nr_free_pages).
     pub fn zone(&self) -> &Zone {
-        self.zone
+        self.held.zone
     }
 
     /// The held zone's free pages, exact (from its free lists).
@@ -216,7 +210,7 @@ impl<'h, 'a> LockedZone<'h, 'a> {
     #[inline(always)]
     fn alloc_locked(&mut self, order: u32) -> Option<Pfn> {
         let alloc = self.cpu.alloc;
-        let (zone, cx) = (self.zone, self.cx);
+        let (zone, cx) = (self.held.zone, self.cx);
         let pages = 1u64 << order;
         if pages > self.budget {
             self.recount();
@@ -250,19 +244,7 @@ impl<'h, 'a> LockedZone<'h, 'a> {
             self.recount();
         }
         alloc.wake_kswapd_if_boosted(zone, self.gfp, self.flags);
-        let head = cx.pages.get(idx);
-        if self.plain {
-            // prep_new_page for a plain block: no tails to mark, nothing
-            // to zero; the head is free and on no list, so nobody else
-            // writes its word.
-            head.set_private(0);
-            head.store_word(PageDesc::word_of(
-                PageDesc::state_word_of(PageFlags::ALLOCATED, order, self.mt as u8) | self.mark,
-                1,
-            ));
-        } else {
-            alloc.prep_new_page_marked(idx, order, self.gfp, self.mt, 1, self.mark);
-        }
+        alloc.prep_new_page_marked(idx, order, self.gfp, self.mt, 1, self.mark);
         if self.mark != 0 {
             self.cpu.mag.outstanding += 1;
         }
@@ -273,7 +255,7 @@ impl<'h, 'a> LockedZone<'h, 'a> {
     /// lock.
     #[cold]
     fn rmqueue_fallback(&mut self, order: u32) -> Option<PageIdx> {
-        let (zone, cx) = (self.zone, self.cx);
+        let (zone, cx) = (self.held.zone, self.cx);
         let state = self.held.state.as_mut()?;
         let req = RmqueueRequest { order, mt: self.mt, alloc_flags: self.flags };
         let idx = fallback::rmqueue(zone, state, cx, req, &mut RmqueueMode::Normal)?;
@@ -346,9 +328,9 @@ impl<'h, 'a> LockedZone<'h, 'a> {
         let Some(state) = self.held.state.as_ref() else {
             return;
         };
-        self.zone.publish(state);
+        self.held.zone.publish(state);
         self.drift = 0;
-        self.budget = self.zone.usable_above_margin();
+        self.budget = self.held.zone.usable_above_margin();
     }
 
     /// Runs `f` on the pinned handle with the zone unlocked, then locks it
@@ -358,7 +340,7 @@ impl<'h, 'a> LockedZone<'h, 'a> {
         self.recount();
         self.held.state = None;
         let out = f(self.cpu);
-        self.held.state = Some(self.zone.state.lock());
+        self.held.state = Some(self.held.zone.state.lock());
         self.recount();
         out
     }
