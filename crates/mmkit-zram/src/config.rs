@@ -5,8 +5,8 @@
 //! Owns the configuration's text forms (sizes with K/M/G suffixes, as the
 //! kernel's `memparse`). Knows nothing of slots, pools or files.
 
-use crate::comp::Algorithm;
 use crate::ZramError;
+use mmkit_compress::Algorithm;
 use std::path::PathBuf;
 
 /// Most secondary algorithms (Linux's `ZRAM_MAX_COMPS` is 4, one primary).

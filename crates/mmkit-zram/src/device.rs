@@ -10,13 +10,13 @@
 //! across its read-modify-write so that writes to other bytes of the page
 //! are never lost. Statistics are `stats`' to print.
 
-use crate::comp::Algorithm;
 use crate::config::ZramConfig;
 use crate::slot::{flags, Slot, SlotGuard};
 use crate::stats::Counters;
 use crate::writeback::{BackingDev, Writeback};
 use crate::ZramError;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator};
+use mmkit_compress::Algorithm;
 use mmkit_zsmalloc::{Handle, ZsConfig, ZsPool};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;

@@ -16,7 +16,6 @@
 #![warn(missing_docs)]
 
 mod attrs;
-mod comp;
 mod config;
 mod device;
 mod recompress;
@@ -25,9 +24,9 @@ mod stats;
 mod writeback;
 
 pub use attrs::{Extent, ExtentKind, SHOW_ATTRS, STORE_ATTRS};
-pub use comp::Algorithm;
 pub use config::{parse_size, ZramConfig, MAX_RECOMP_ALGORITHMS};
 pub use device::{Zram, PAGE_SIZE};
+pub use mmkit_compress::Algorithm;
 pub use recompress::{RecompressParams, RecompressType};
 pub use stats::MmStat;
 pub use writeback::WritebackMode;

@@ -1,4 +1,5 @@
-//! Compression backends: lz4 (the C library through the `lz4` crate), the
+//! The compressors zram and zswap share (Linux's `crypto_comp` backends as
+//! `zcomp` and zswap pick them): lz4 (the C library through the `lz4` crate), the
 //! pure-Rust `lz4_flex` as a second lz4 to compare with, and zstd (the C
 //! library, level settable), as zram's own backends since Linux 6.12.
 //!
@@ -10,11 +11,12 @@
 //! pages.
 //!
 //! Owns the choice of algorithm and, per thread, a scratch buffer and the
-//! zstd contexts (zram's per-CPU compression streams). Knows nothing of slots or the pool.
+//! zstd contexts (zram's per-CPU compression streams). Knows nothing of slots, pools or
+//! devices.
 
 use std::cell::RefCell;
 
-/// A compression algorithm of the device.
+/// A compression algorithm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Algorithm {
     /// LZ4 (the default of most distributions' zram), the C library.
@@ -53,7 +55,7 @@ impl Algorithm {
 
     /// Compresses `page` and passes the compressed bytes to `f`; `None`
     /// when it did not fit in a page (store it raw).
-    pub(crate) fn compress<R>(self, page: &[u8], f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+    pub fn compress<R>(self, page: &[u8], f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         SCRATCH.with(|scratch| {
             let mut out = scratch.borrow_mut();
             out.resize(page.len() * 2 + 64, 0);
@@ -74,7 +76,7 @@ impl Algorithm {
     }
 
     /// Decompresses `data` into `page`, which it must fill exactly.
-    pub(crate) fn decompress(self, data: &[u8], page: &mut [u8]) -> bool {
+    pub fn decompress(self, data: &[u8], page: &mut [u8]) -> bool {
         match self {
             Self::Lz4 => {
                 lz4::block::decompress_to_buffer(data, Some(page.len() as i32), page).is_ok_and(|n| n == page.len())
