@@ -97,15 +97,25 @@ impl Dictionary {
     ///
     /// # Errors
     /// [`CompressError::DictionaryFile`] when it cannot be read (missing,
-    /// unreadable, or longer than [`MAX_DICT_SIZE`]);
+    /// not a regular file, unreadable, or longer than [`MAX_DICT_SIZE`]);
     /// [`CompressError::CorruptDictionary`] as [`from_bytes`](Self::from_bytes).
     pub fn load(path: &Path) -> Result<Self, CompressError> {
+        use std::io::Read;
         let file_error = |error: String| CompressError::DictionaryFile { path: path.to_owned(), error };
-        let len = std::fs::metadata(path).map_err(|e| file_error(e.to_string()))?.len();
-        if len > MAX_DICT_SIZE as u64 {
-            return Err(file_error(format!("{len} bytes, more than the 16 MiB a dictionary may have")));
+        // Only regular files, as Linux's `kernel_read_file` takes: a FIFO
+        // would block and a device such as /dev/zero never ends.
+        let meta = std::fs::metadata(path).map_err(|e| file_error(e.to_string()))?;
+        if !meta.is_file() {
+            return Err(file_error("not a regular file".into()));
         }
-        Self::from_bytes(std::fs::read(path).map_err(|e| file_error(e.to_string()))?)
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_DICT_SIZE as u64 + 1).read_to_end(&mut bytes))
+            .map_err(|e| file_error(e.to_string()))?;
+        if bytes.len() > MAX_DICT_SIZE {
+            return Err(file_error("more than the 16 MiB a dictionary may have".into()));
+        }
+        Self::from_bytes(bytes)
     }
 
     /// Trains a dictionary of at most `max_size` bytes on `pages`, skipping
@@ -222,6 +232,8 @@ mod tests {
         assert!(matches!(Dictionary::from_bytes(magic_only), Err(CompressError::CorruptDictionary(_))));
         let missing = Path::new("no/such/dictionary");
         assert!(matches!(Dictionary::load(missing), Err(CompressError::DictionaryFile { .. })));
+        assert!(matches!(Dictionary::load(Path::new("/dev/zero")), Err(CompressError::DictionaryFile { .. })));
+        assert!(matches!(Dictionary::load(Path::new(".")), Err(CompressError::DictionaryFile { .. })));
     }
 
     #[test]
