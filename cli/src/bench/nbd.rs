@@ -51,13 +51,17 @@ const WRITE: &str = "randwrite_4k/half";
 const READ: &str = "randread_4k/half";
 const READ_REAL: &str = "randread_4k/real";
 
-/// The dictionary of `mmkit/zstd+dict`: zstd's default size, trained on
-/// every `DICT_STRIDE`-th page after the stored ones (`real_pages_from`),
-/// `DICT_SAMPLES` pages in all; the level its zstd runs at.
-const DICT_SIZE: usize = mmkit_compress::DEFAULT_DICT_SIZE;
-const DICT_STRIDE: usize = 8;
-const DICT_SAMPLES: usize = 4096;
-const DICT_LEVEL: i32 = 3;
+/// The dictionary of `mmkit/zstd+dict`: 1 MiB, trained on every
+/// `DICT_STRIDE`-th page after the stored ones (`real_pages_from`),
+/// `DICT_SAMPLES` pages in all, used at level 9. Of the designs measured
+/// (BENCHMARKS.md) the smallest level and dictionary with a ratio of 3 on
+/// real binaries; below level 6 a dictionary made pages larger (zstd's
+/// fast strategies reuse the dictionary's entropy tables unpriced on small
+/// blocks: `ZSTD_selectEncodingType` in `zstd_compress_sequences.c`).
+const DICT_SIZE: usize = 1 << 20;
+const DICT_STRIDE: usize = 4;
+const DICT_SAMPLES: usize = 16_384;
+const DICT_LEVEL: i32 = 9;
 
 /// One server taking part.
 struct Contender {
@@ -262,7 +266,8 @@ fn train_dictionary(settings: &Settings, region: u64, dir: &Path) -> Result<(Pat
     let count = settings.pick(DICT_SAMPLES, 512);
     let pages = mmkit_testkit::kernel_zram::real_pages_from(stored, DICT_STRIDE, count);
     let started = std::time::Instant::now();
-    let dict = mmkit_compress::Dictionary::train(pages.iter().map(Vec::as_slice), DICT_SIZE)
+    let size = settings.pick(DICT_SIZE, 64 << 10);
+    let dict = mmkit_compress::Dictionary::train(pages.iter().map(Vec::as_slice), size)
         .map_err(|e| BenchError(format!("training the dictionary: {e}")))?;
     let seconds = started.elapsed().as_secs_f64();
     let path = dir.join("zstd.dict");
