@@ -214,7 +214,8 @@ mod tests {
         config.set("comp", "zstd").unwrap();
         config.set("recomp", "lz4hc,zstd:15").unwrap();
         let before = config.clone();
-        let cases: [(&str, fn(&ZramError) -> bool); 7] = [
+        type Expected = fn(&ZramError) -> bool;
+        let cases: [(&str, Expected); 7] = [
             ("algo=deflate level=3", |e| matches!(e, ZramError::Invalid(_))),
             ("priority=3 level=1", |e| matches!(e, ZramError::Invalid(_))),
             ("algo=zstd level=0", |e| {

@@ -24,7 +24,13 @@ fn dictionary_file(name: &str) -> (PathBuf, Dictionary) {
     (path, dict)
 }
 
-fn device(settings: &[(&str, &str)]) -> Result<Zram, ZramError> {
+/// `ZramConfig::set` calls, in order.
+type Settings<'a> = &'a [(&'a str, &'a str)];
+
+/// Which error a refused case expects.
+type Expected = fn(&ZramError) -> bool;
+
+fn device(settings: Settings<'_>) -> Result<Zram, ZramError> {
     let mut config = ZramConfig { disksize: 256 * PAGE_SIZE as u64, ..ZramConfig::default() };
     for (key, value) in settings {
         config.set(key, value)?;
@@ -121,7 +127,7 @@ fn recompression_into_a_dictionary_algorithm_reads_back() {
 fn refused_parameters_are_typed_and_change_nothing() {
     let (path, _) = dictionary_file("refused");
     let dict = format!("dict={}", path.display());
-    let refused: [(&[(&str, &str)], fn(&ZramError) -> bool); 5] = [
+    let refused: [(Settings, Expected); 5] = [
         (&[("comp", "lz4"), ("algorithm_params", "algo=zstd level=3")], |e| matches!(e, ZramError::Invalid(_))),
         (&[("comp", "lz4hc"), ("algorithm_params", "level=0")], |e| {
             matches!(e, ZramError::Compress(CompressError::LevelOutOfRange { .. }))
