@@ -163,3 +163,20 @@ fn train_dict_writes_a_dictionary_the_device_takes_and_refuses_bad_input() {
         assert!(!stderr(&run).contains("panicked"));
     }
 }
+
+#[test]
+fn serve_refuses_algorithm_params_the_device_would_refuse_before_starting() {
+    for (params, why) in [
+        (vec!["--comp", "lz4", "--algorithm-params", "algo=zstd level=3"], "no algorithm"),
+        (vec!["--comp", "zstd", "--algorithm-params", "level=23"], "levels 1..=22"),
+        (vec!["--comp", "zstd", "--algorithm-params", "dict=no/such/dict"], "no/such/dict"),
+        (vec!["--comp", "lz4hc", "--algorithm-params", "level=x"], "not a number"),
+    ] {
+        let mut args = vec!["zram", "serve", "--size", "16M"];
+        args.extend(&params);
+        let out = mmkit(&args);
+        assert_eq!(out.status.code(), Some(2), "{params:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(why), "{params:?}: {}", stderr(&out));
+        assert!(stdout(&out).is_empty(), "no URI printed");
+    }
+}

@@ -119,16 +119,19 @@ impl ServeArgs {
 /// Serves until a signal; prints the URI when ready.
 ///
 /// # Errors
-/// [`ServeError::Usage`] for a path that already exists;
+/// [`ServeError::Usage`] for a path that already exists or a device
+/// configuration the plugin would refuse;
 /// [`ServeError::Failed`] when the plugin or nbdkit is missing, nbdkit
 /// fails to start, or it stops by itself.
 pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
+    // First, so that a bad dictionary or level is a usage error even where
+    // nbdkit or the plugin is missing.
+    args.check_config().map_err(ServeError::Usage)?;
     let plugin = match &args.plugin {
         Some(path) if path.is_file() => path.clone(),
         Some(path) => return Err(ServeError::Usage(format!("--plugin {}: no such file", path.display()))),
         None => plugin_beside_binary().map_err(|NbdkitError(e)| ServeError::Failed(e))?,
     };
-    args.check_config().map_err(ServeError::Usage)?;
     let run_dir = tempfile::Builder::new()
         .prefix("mmkit-zram-")
         .permissions(std::fs::Permissions::from_mode(0o700))
