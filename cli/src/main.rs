@@ -81,6 +81,11 @@ fn main() -> ExitCode {
                 Ok(text) => print(&text),
                 Err(msg) => fail(&msg, 1),
             },
+            zram::ZramCommand::TrainDict(args) => match zram::train::run(&args) {
+                Ok(text) => print(&text),
+                Err(zram::train::TrainError::Usage(msg)) => fail(&msg, 2),
+                Err(zram::train::TrainError::Failed(msg)) => fail(&msg, 1),
+            },
         },
     }
 }

@@ -115,3 +115,68 @@ fn quick_bench_table() {
     assert!(text.contains("vs mmkit"), "{text}");
     assert!(text.contains("buddy_order0_batch (page)"), "{text}");
 }
+
+#[test]
+fn train_dict_writes_a_dictionary_the_device_takes_and_refuses_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    // Files sharing a vocabulary, with a same-filled page in each.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let vocab: Vec<[u8; 8]> = (0..200)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state.to_le_bytes()
+        })
+        .collect();
+    for f in 0..8 {
+        let mut data = Vec::new();
+        while data.len() < 64 * 4096 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            data.extend_from_slice(&vocab[state as usize % vocab.len()][..1 + (state >> 40) as usize % 8]);
+        }
+        data.truncate(64 * 4096);
+        data[..4096].fill(0);
+        std::fs::write(dir.path().join(format!("f{f}")), data).unwrap();
+    }
+    let out = dir.path().join("zram.dict");
+    let out_arg = out.to_str().unwrap();
+    let input = dir.path().to_str().unwrap();
+    let run = mmkit(&["zram", "train-dict", "--out", out_arg, "--size", "16K", input]);
+    assert!(run.status.success(), "stderr: {}", stderr(&run));
+    let text = stdout(&run);
+    assert!(text.contains("same-filled skipped") && text.contains("held-out pages"), "{text}");
+    let dict = mmkit_zram::Dictionary::load(&out).unwrap();
+    assert!(dict.len() <= 16 << 10);
+    let mut config = mmkit_zram::ZramConfig::default();
+    config.set("comp", "zstd:9").unwrap();
+    config.set("algorithm_params", &format!("algo=zstd dict={out_arg}")).unwrap();
+    for bad in [
+        vec!["zram", "train-dict", "--out", out_arg, input, "no/such/input"],
+        vec!["zram", "train-dict", "--out", out_arg, "--size", "100", input],
+        vec!["zram", "train-dict", "--out", out_arg, "--level", "30", input],
+    ] {
+        let run = mmkit(&bad);
+        assert_eq!(run.status.code(), Some(2), "{bad:?}: {}", stderr(&run));
+        assert!(!stderr(&run).contains("panicked"));
+    }
+}
+
+#[test]
+fn serve_refuses_algorithm_params_the_device_would_refuse_before_starting() {
+    for (params, why) in [
+        (vec!["--comp", "lz4", "--algorithm-params", "algo=zstd level=3"], "no algorithm"),
+        (vec!["--comp", "zstd", "--algorithm-params", "level=23"], "levels 1..=22"),
+        (vec!["--comp", "zstd", "--algorithm-params", "dict=no/such/dict"], "no/such/dict"),
+        (vec!["--comp", "lz4hc", "--algorithm-params", "level=x"], "not a number"),
+    ] {
+        let mut args = vec!["zram", "serve", "--size", "16M"];
+        args.extend(&params);
+        let out = mmkit(&args);
+        assert_eq!(out.status.code(), Some(2), "{params:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(why), "{params:?}: {}", stderr(&out));
+        assert!(stdout(&out).is_empty(), "no URI printed");
+    }
+}

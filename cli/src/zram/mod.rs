@@ -1,6 +1,7 @@
 //! `mmkit zram`: mmkit's zram device outside the process — `serve` runs
 //! nbdkit with the `mmkit-nbdkit` plugin, `ctl` talks to a served device's
-//! control socket.
+//! control socket, `train-dict` trains a zstd dictionary for
+//! `algorithm_params`.
 //!
 //! Owns the subcommand list only; each subcommand is its own module, and
 //! `nbdkit` (starting and stopping the server) is shared with the `nbd`
@@ -9,6 +10,7 @@
 pub mod ctl;
 pub mod nbdkit;
 pub mod serve;
+pub mod train;
 
 use clap::{Args, Subcommand};
 
@@ -29,4 +31,7 @@ pub enum ZramCommand {
     /// Show or set an attribute of a served device through its control
     /// socket (mm_stat, io_stat, compact, idle all, writeback huge, …).
     Ctl(ctl::CtlArgs),
+    /// Train a zstd dictionary on 4 KiB pages of files or directories, for
+    /// `--algorithm-params "algo=zstd dict=PATH"`.
+    TrainDict(train::TrainArgs),
 }

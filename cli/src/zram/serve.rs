@@ -33,6 +33,10 @@ pub struct ServeArgs {
     /// Up to 3 secondary algorithms for `recompress`, comma-separated, by priority.
     #[arg(long, value_parser = device_param("recomp"))]
     pub recomp: Option<String>,
+    /// Level and zstd dictionary of an algorithm above, as zram's attribute:
+    /// "algo=zstd level=9 dict=PATH" (repeatable; `mmkit zram train-dict` makes dictionaries).
+    #[arg(long, value_name = "PARAMS", value_parser = algorithm_params)]
+    pub algorithm_params: Vec<String>,
     /// Most memory the compressed pages may use; writes beyond it fail with ENOSPC.
     #[arg(long, value_name = "SIZE", value_parser = device_param("mem_limit"))]
     pub mem_limit: Option<String>,
@@ -66,6 +70,12 @@ fn device_param(key: &'static str) -> impl Fn(&str) -> Result<String, String> + 
     move |value: &str| ZramConfig::default().set(key, value).map(|()| value.to_owned()).map_err(|e| e.to_string())
 }
 
+/// A clap value parser for `--algorithm-params`: the words only; which
+/// algorithm they name is checked with the whole configuration in `run`.
+fn algorithm_params(value: &str) -> Result<String, String> {
+    mmkit_zram::AlgorithmParams::parse(value).map(|_| value.to_owned()).map_err(|e| e.to_string())
+}
+
 /// Why `serve` failed.
 #[derive(Debug)]
 pub enum ServeError {
@@ -86,17 +96,37 @@ impl ServeArgs {
             ("chain_size", &self.chain_size),
         ];
         args.extend(optional.iter().filter_map(|(key, value)| value.as_ref().map(|v| format!("{key}={v}"))));
+        args.extend(self.algorithm_params.iter().map(|p| format!("algorithm_params={p}")));
         args
+    }
+
+    /// The device's configuration as the plugin will build it, checked
+    /// whole (an `algorithm_params` naming an algorithm not chosen, a
+    /// dictionary file that is missing or not one).
+    ///
+    /// # Errors
+    /// The first parameter refused, by name.
+    pub fn check_config(&self) -> Result<ZramConfig, String> {
+        let mut config = ZramConfig::default();
+        for arg in self.plugin_args() {
+            let (key, value) = arg.split_once('=').unwrap_or((arg.as_str(), ""));
+            config.set(key, value).map_err(|e| e.to_string())?;
+        }
+        Ok(config)
     }
 }
 
 /// Serves until a signal; prints the URI when ready.
 ///
 /// # Errors
-/// [`ServeError::Usage`] for a path that already exists;
+/// [`ServeError::Usage`] for a path that already exists or a device
+/// configuration the plugin would refuse;
 /// [`ServeError::Failed`] when the plugin or nbdkit is missing, nbdkit
 /// fails to start, or it stops by itself.
 pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
+    // First, so that a bad dictionary or level is a usage error even where
+    // nbdkit or the plugin is missing.
+    args.check_config().map_err(ServeError::Usage)?;
     let plugin = match &args.plugin {
         Some(path) if path.is_file() => path.clone(),
         Some(path) => return Err(ServeError::Usage(format!("--plugin {}: no such file", path.display()))),
@@ -183,5 +213,7 @@ mod tests {
         assert!(device_param("size")("lots").unwrap_err().contains("size=lots"));
         assert!(device_param("comp")("lzma").is_err());
         assert!(device_param("chain_size")("3").is_err());
+        assert!(algorithm_params("algo=zstd level=x").is_err());
+        assert_eq!(algorithm_params("algo=zstd level=9").unwrap(), "algo=zstd level=9");
     }
 }

@@ -37,7 +37,7 @@ pub struct Run {
 /// file is `EIO`, anything the request itself got wrong is `EINVAL`.
 pub fn errno(error: &ZramError) -> i32 {
     match error {
-        ZramError::OutOfRange { .. } | ZramError::Invalid(_) => libc::EINVAL,
+        ZramError::OutOfRange { .. } | ZramError::Invalid(_) | ZramError::Compress(_) => libc::EINVAL,
         ZramError::NoSpace | ZramError::BackingFull => libc::ENOSPC,
         ZramError::Pool(_) => libc::ENOMEM,
         ZramError::Corrupt { .. } | ZramError::Backing(_) | ZramError::NoBackingDev | ZramError::WritebackLimit => {

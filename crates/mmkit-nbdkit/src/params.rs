@@ -1,5 +1,6 @@
 //! The plugin's `key=value` parameters: every `ZramConfig` key (`size`,
-//! `comp`, `recomp`, `mem_limit`, `backing_dev`, `chain_size` and their
+//! `comp`, `recomp`, `algorithm_params`, `mem_limit`, `backing_dev`,
+//! `chain_size` and their
 //! sysfs-style aliases) plus `control`, the path of the control socket, and
 //! the `--help` text that lists them.
 //!
@@ -78,6 +79,11 @@ mod tests {
         assert_eq!(params.config.backing_dev, Some(PathBuf::from("wb.img")));
         assert_eq!(params.config.chain_size, 4);
         assert_eq!(params.control, Some(PathBuf::from("ctl.sock")));
+        params.set("algorithm_params", "algo=zstd:12 level=19").unwrap();
+        assert_eq!(params.config.recomp_algorithms, vec![Algorithm::Zstd { level: 19 }]);
+        params.set("comp", "lz4hc").unwrap();
+        params.set("algorithm_params", "priority=0 level=12").unwrap();
+        assert_eq!(params.config.algorithm, Algorithm::Lz4Hc { level: 12 });
     }
 
     #[test]
@@ -89,6 +95,9 @@ mod tests {
         assert!(params.set("size", "lots").unwrap_err().contains("size=lots"));
         assert!(params.set("comp", "lzma").is_err());
         assert!(params.set("control", "").is_err());
+        assert!(params.set("algorithm_params", "algo=zstd level=3").unwrap_err().contains("no algorithm"));
+        assert!(params.set("algorithm_params", "level=3").unwrap_err().contains("lz4 takes no level"));
+        assert!(params.set("algorithm_params", "priority=0 dict=no/such/file").unwrap_err().contains("no/such/file"));
         assert_eq!(params, before);
     }
 

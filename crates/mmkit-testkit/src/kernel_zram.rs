@@ -115,6 +115,14 @@ impl Drop for KernelZram {
 /// and programs, in name order (this program's own file when none can be
 /// read), so two runs see the same bytes.
 pub fn real_pages(max: usize) -> Vec<Vec<u8>> {
+    real_pages_from(0, 1, max)
+}
+
+/// Up to `max` pages of the same sequence as [`real_pages`], from page
+/// `skip` on, every `stride`-th: a sample disjoint from `real_pages(skip)`
+/// (to train a dictionary on pages other than those it is measured on).
+pub fn real_pages_from(skip: usize, stride: usize, max: usize) -> Vec<Vec<u8>> {
+    let stride = stride.max(1);
     let mut files: Vec<std::path::PathBuf> = Vec::new();
     for dir in ["/usr/lib/x86_64-linux-gnu", "/usr/lib", "/usr/bin"] {
         if let Ok(entries) = std::fs::read_dir(dir) {
@@ -125,13 +133,27 @@ pub fn real_pages(max: usize) -> Vec<Vec<u8>> {
     }
     files.extend(std::env::current_exe());
     let mut pages = Vec::new();
+    let mut index = 0usize;
     for file in files {
+        if pages.len() >= max {
+            break;
+        }
+        let Ok(meta) = std::fs::metadata(&file) else { continue };
+        let whole = (meta.len() / 4096) as usize;
+        if index + whole <= skip {
+            // Not read: a file wholly before the sample is only counted.
+            index += whole;
+            continue;
+        }
         let Ok(data) = std::fs::read(&file) else { continue };
         for page in data.chunks_exact(4096) {
-            pages.push(page.to_vec());
-            if pages.len() >= max {
-                return pages;
+            if index >= skip && (index - skip) % stride == 0 {
+                pages.push(page.to_vec());
+                if pages.len() >= max {
+                    return pages;
+                }
             }
+            index += 1;
         }
     }
     pages

@@ -59,6 +59,7 @@ pub const STORE_ATTRS: &[&str] = &[
     "idle",
     "writeback",
     "recompress",
+    "algorithm_params",
     "mem_limit",
     "mem_used_max",
     "writeback_limit",
@@ -152,6 +153,7 @@ impl Zram {
             },
             "writeback" => return self.writeback(WritebackMode::parse(value)?).map(|n| format!("{n}\n")),
             "recompress" => return self.recompress(&RecompressParams::parse(value)?).map(|n| format!("{n}\n")),
+            "algorithm_params" => self.store_algorithm_params(value)?,
             "mem_limit" => {
                 let bytes = crate::config::parse_size(value)
                     .ok_or_else(|| ZramError::Invalid(format!("mem_limit: {value:?} is not a size")))?;

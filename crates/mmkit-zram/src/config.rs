@@ -1,12 +1,14 @@
 //! How a device is set up: zram's `disksize`, `comp_algorithm`,
-//! `recomp_algorithm`, `mem_limit` and `backing_dev`, plus zsmalloc's chain
+//! `recomp_algorithm`, `algorithm_params` (`params.rs`'s), `mem_limit` and
+//! `backing_dev`, plus zsmalloc's chain
 //! size, with a `key=value` parser for command lines and plugin arguments.
 //!
 //! Owns the configuration's text forms (sizes with K/M/G suffixes, as the
 //! kernel's `memparse`). Knows nothing of slots, pools or files.
 
 use crate::ZramError;
-use mmkit_compress::Algorithm;
+use mmkit_compress::{Algorithm, Dictionary};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Most secondary algorithms (Linux's `ZRAM_MAX_COMPS` is 4, one primary).
@@ -39,6 +41,9 @@ pub struct ZramConfig {
     pub backing_dev: Option<PathBuf>,
     /// Most pages in one zspage (4 ..= 16).
     pub chain_size: usize,
+    /// The zstd dictionary of each priority that has one (0 the primary),
+    /// from `algorithm_params dict=PATH`.
+    pub dictionaries: BTreeMap<usize, Dictionary>,
 }
 
 impl Default for ZramConfig {
@@ -50,6 +55,7 @@ impl Default for ZramConfig {
             mem_limit: 0,
             backing_dev: None,
             chain_size: 8,
+            dictionaries: BTreeMap::new(),
         }
     }
 }
@@ -58,8 +64,12 @@ impl ZramConfig {
     /// The keys [`set`](Self::set) knows, with what each means.
     pub const KEYS: &'static [(&'static str, &'static str)] = &[
         ("size", "device size in bytes, K/M/G/T suffixes allowed (alias: disksize)"),
-        ("comp", "primary algorithm: lz4, zstd or zstd:LEVEL (alias: comp_algorithm)"),
+        ("comp", "primary algorithm: lz4, lz4hc, zstd, or lz4hc:LEVEL, zstd:LEVEL (alias: comp_algorithm)"),
         ("recomp", "up to 3 secondary algorithms, comma-separated, by priority (alias: recomp_algorithm)"),
+        (
+            "algorithm_params",
+            "\"algo=NAME [priority=N] [level=N] [dict=PATH]\": level and zstd dictionary of an algorithm set above",
+        ),
         ("mem_limit", "most memory the compressed pages may use, K/M/G suffixes; 0 for none"),
         ("backing_dev", "an existing file for writeback of idle and huge pages"),
         ("chain_size", "most pages in one zspage, 4..=16"),
@@ -81,19 +91,23 @@ impl ZramConfig {
                 self.disksize = size;
             }
             "comp" | "comp_algorithm" => {
-                self.algorithm =
-                    Algorithm::parse(value).ok_or_else(|| bad("unknown algorithm (lz4, zstd, zstd:1..22)"))?;
+                self.algorithm = Algorithm::parse(value)
+                    .ok_or_else(|| bad("unknown algorithm (lz4, lz4hc, lz4hc:1..12, zstd, zstd:1..22)"))?;
             }
             "recomp" | "recomp_algorithm" => {
                 let mut list = Vec::new();
                 for name in value.split(',').filter(|n| !n.is_empty()) {
-                    list.push(Algorithm::parse(name).ok_or_else(|| bad("unknown algorithm (lz4, zstd, zstd:1..22)"))?);
+                    list.push(
+                        Algorithm::parse(name)
+                            .ok_or_else(|| bad("unknown algorithm (lz4, lz4hc, lz4hc:1..12, zstd, zstd:1..22)"))?,
+                    );
                 }
                 if list.len() > MAX_RECOMP_ALGORITHMS {
                     return Err(bad("at most 3 secondary algorithms"));
                 }
                 self.recomp_algorithms = list;
             }
+            "algorithm_params" => crate::params::apply(self, value)?,
             "mem_limit" => self.mem_limit = parse_size(value).ok_or_else(|| bad("not a size"))?,
             "backing_dev" => {
                 self.backing_dev = (!value.is_empty() && value != "none").then(|| PathBuf::from(value));

@@ -16,7 +16,7 @@ use crate::stats::Counters;
 use crate::writeback::{BackingDev, Writeback};
 use crate::ZramError;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator};
-use mmkit_compress::Algorithm;
+use mmkit_compress::{Algorithm, Compressor};
 use mmkit_zsmalloc::{Handle, ZsConfig, ZsPool};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -67,8 +67,8 @@ pub struct Zram {
     pub(crate) pool: ZsPool,
     pub(crate) slots: Box<[Slot]>,
     pub(crate) config: ZramConfig,
-    /// The algorithm of each priority: 0 the primary, then the secondaries.
-    pub(crate) comps: Vec<Algorithm>,
+    /// The compressor of each priority: 0 the primary, then the secondaries.
+    pub(crate) comps: Vec<Compressor>,
     mem_limit: AtomicU64,
     pub(crate) huge_size: usize,
     started: Instant,
@@ -99,7 +99,7 @@ impl Zram {
         Ok(Self {
             pool,
             slots: (0..nr).map(|_| Slot::default()).collect(),
-            comps: config.algorithms(),
+            comps: crate::params::compressors(&config)?,
             mem_limit: AtomicU64::new(config.mem_limit),
             config: ZramConfig { disksize: nr as u64 * PAGE_SIZE as u64, ..config },
             huge_size,
@@ -141,7 +141,7 @@ impl Zram {
 
     /// The secondary algorithms, by priority.
     pub fn recomp_algorithms(&self) -> &[Algorithm] {
-        &self.comps[1..]
+        &self.config.recomp_algorithms
     }
 
     /// The memory limit in bytes (0: none).
@@ -382,7 +382,7 @@ impl Zram {
             self.pool.zs_obj_read(handle, out).map_err(corrupt)?;
             return Ok(());
         }
-        let algorithm = self.comps[slot.priority()];
+        let algorithm = &self.comps[slot.priority()];
         // The bounce buffer for objects that span two pages is the
         // thread's, not a fresh (zeroed) one per read.
         let ok = BOUNCE

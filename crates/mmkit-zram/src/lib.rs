@@ -3,7 +3,7 @@
 //! Linux's zram (`drivers/block/zram/`): a block device whose pages are
 //! kept compressed in RAM. Each 4 KiB page has a 16-byte slot; a page of
 //! one repeated word is kept as that word, other pages are compressed (lz4
-//! or zstd) into a zsmalloc pool, and pages that do not compress below
+//! lz4hc or zstd, optionally with a trained dictionary) into a zsmalloc pool, and pages that do not compress below
 //! zsmalloc's huge size are stored raw. Reads and writes are byte-granular;
 //! discard and write-zeroes free whole pages; statistics come in the
 //! kernel's formats (`mm_stat`, `io_stat`, `debug_stat`, `block_state`).
@@ -18,6 +18,7 @@
 mod attrs;
 mod config;
 mod device;
+mod params;
 mod recompress;
 pub mod slot;
 mod stats;
@@ -26,7 +27,8 @@ mod writeback;
 pub use attrs::{Extent, ExtentKind, SHOW_ATTRS, STORE_ATTRS};
 pub use config::{parse_size, ZramConfig, MAX_RECOMP_ALGORITHMS};
 pub use device::{Zram, PAGE_SIZE};
-pub use mmkit_compress::Algorithm;
+pub use mmkit_compress::{Algorithm, CompressError, Compressor, Dictionary};
+pub use params::AlgorithmParams;
 pub use recompress::{RecompressParams, RecompressType};
 pub use stats::MmStat;
 pub use writeback::WritebackMode;
@@ -66,6 +68,9 @@ pub enum ZramError {
     WritebackLimit,
     /// The backing file has no free block.
     BackingFull,
+    /// An algorithm, level or dictionary was refused
+    /// (`algorithm_params`); nothing was changed.
+    Compress(CompressError),
 }
 
 impl core::fmt::Display for ZramError {
@@ -82,6 +87,7 @@ impl core::fmt::Display for ZramError {
             Self::NoBackingDev => f.write_str("no backing_dev: writeback needs a backing file"),
             Self::WritebackLimit => f.write_str("writeback_limit used up"),
             Self::BackingFull => f.write_str("the backing file has no free block"),
+            Self::Compress(e) => write!(f, "algorithm_params: {e}"),
         }
     }
 }
