@@ -13,8 +13,8 @@ use clap::Args;
 use mmkit_zram::ZramConfig;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::fs::FileTypeExt;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -128,9 +128,8 @@ const SLOT_BYTES: u64 = 16;
 fn check_size(text: &str) -> Result<u64, ServeError> {
     let asked = mmkit_zram::parse_size(text).ok_or_else(|| ServeError::Usage(format!("--size {text}: not a size")))?;
     let page = mmkit_zram::PAGE_SIZE as u64;
-    let size = asked
-        .checked_next_multiple_of(page)
-        .ok_or_else(|| ServeError::Usage(format!("--size {text}: too large")))?;
+    let size =
+        asked.checked_next_multiple_of(page).ok_or_else(|| ServeError::Usage(format!("--size {text}: too large")))?;
     if let Some(memory) = mmkit_zram::machine_memory() {
         let table = (size / page).saturating_mul(SLOT_BYTES);
         if table > memory {

@@ -163,7 +163,13 @@ fn a_rounded_size_is_reported_and_ctl_refuses_nonsense() {
     let random: Vec<u8> = (0..3 * 4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     let file = dir.path().join("r.bin");
     std::fs::write(&file, &random).unwrap();
-    check(Command::new("qemu-io").args(["-f", "raw", server.uri(), "-c", &format!("write -s {} 0 12k", file.display())]));
+    check(Command::new("qemu-io").args([
+        "-f",
+        "raw",
+        server.uri(),
+        "-c",
+        &format!("write -s {} 0 12k", file.display()),
+    ]));
     server.ctl(&["idle", "all"]).unwrap();
     let err = server.ctl(&["writeback", "idle"]).unwrap_err();
     assert!(err.contains("2 pages"), "how many were written: {err}");
@@ -189,10 +195,13 @@ fn sigterm_with_an_idle_client_stops_at_once_and_a_dead_servers_socket_is_replac
         return;
     }
     let mut server = Server::start("4M", &[]);
-    let mut idle = python("import nbd, sys, time\nh = nbd.NBD()\nh.connect_uri(sys.argv[1])\nprint('up', flush=True)\ntime.sleep(60)\n", &[server.uri()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut idle = python(
+        "import nbd, sys, time\nh = nbd.NBD()\nh.connect_uri(sys.argv[1])\nprint('up', flush=True)\ntime.sleep(60)\n",
+        &[server.uri()],
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(idle.stdout.as_mut().unwrap()), &mut line).unwrap();
     let started = Instant::now();

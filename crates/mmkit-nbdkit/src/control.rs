@@ -267,9 +267,20 @@ mod tests {
         let zram = device();
         zram.write(0, &page()).unwrap();
         let before = zram.mm_stat();
-        for request in
-            ["", "  \n", "colour", "colour blue", "idle sometimes", "writeback huge", "reset 0", "recompress type=nope", "recompress", "mem_limit 1", "mem_limit 18446744073709551615", "comp_algorithm zstd"]
-        {
+        for request in [
+            "",
+            "  \n",
+            "colour",
+            "colour blue",
+            "idle sometimes",
+            "writeback huge",
+            "reset 0",
+            "recompress type=nope",
+            "recompress",
+            "mem_limit 1",
+            "mem_limit 18446744073709551615",
+            "comp_algorithm zstd",
+        ] {
             assert!(answer(&zram, request).is_err(), "{request:?} was taken");
         }
         assert_eq!(zram.mm_stat(), before);

@@ -59,7 +59,9 @@ impl Params {
             text.push_str(&format!("{key}=...\n    {what}\n"));
         }
         text.push_str("control=PATH\n    a Unix socket (mode 0600) answering zram's sysfs attributes: mm_stat, io_stat,\n    bd_stat, debug_stat, compact, reset, idle all, recompress ..., writeback ...\n");
-        text.push_str("cleanup=PATH\n    a file to remove when nbdkit exits, then its directory if empty (repeatable)\n");
+        text.push_str(
+            "cleanup=PATH\n    a file to remove when nbdkit exits, then its directory if empty (repeatable)\n",
+        );
         text.push_str("A bare value is the size (size=1G). Defaults: size=1G comp=lz4 chain_size=8, no limit.");
         text
     }

@@ -6,12 +6,12 @@
 //! calls the device's typed API, which does the work.
 
 use crate::device::{Device, PAGE_SIZE};
-use crate::table::CHUNK_PAGES;
-use mmkit_compress::Algorithm;
 use crate::recompress::RecompressParams;
 use crate::slot::flags;
+use crate::table::CHUNK_PAGES;
 use crate::writeback::WritebackMode;
 use crate::ZramError;
+use mmkit_compress::Algorithm;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// What a run of pages holds, for block status.

@@ -12,8 +12,8 @@
 
 use crate::config::ZramConfig;
 use crate::slot::{flags, SlotGuard};
-use crate::table::{SlotTable, CHUNK_PAGES};
 use crate::stats::Counters;
+use crate::table::{SlotTable, CHUNK_PAGES};
 use crate::writeback::{BackingDev, Writeback};
 use crate::ZramError;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator};

@@ -50,10 +50,7 @@ impl BackingDev {
         match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
             Err(rustix::io::Errno::WOULDBLOCK) => {
-                return Err(ZramError::Busy(format!(
-                    "backing_dev {}: another device holds this file",
-                    path.display()
-                )))
+                return Err(ZramError::Busy(format!("backing_dev {}: another device holds this file", path.display())))
             }
             Err(e) => return Err(fail(format!("locking it: {e}"))),
         }
@@ -208,7 +205,8 @@ impl Device {
             _ => 0..self.slots.len(),
         };
         let mut chosen = Vec::new();
-        for (index, slot) in self.slots.iter().skip_while(|(i, _)| *i < range.start).take_while(|(i, _)| *i < range.end) {
+        for (index, slot) in self.slots.iter().skip_while(|(i, _)| *i < range.start).take_while(|(i, _)| *i < range.end)
+        {
             let slot = slot.lock();
             if slot.allocated() && !slot.has(flags::WB | flags::SAME) && mode.wants(slot.flags()) {
                 slot.update_flags(flags::PP_SLOT, 0);

@@ -66,9 +66,13 @@ fn reset_is_busy_while_open_and_otherwise_returns_to_uninitialised_with_zeroed_s
     zram.write(0, &text(3)).unwrap();
     zram.read(0, &mut back).unwrap();
     assert_eq!(back, text(3));
-    for (name, value) in
-        [("disksize", "1M"), ("comp_algorithm", "lz4"), ("recomp_algorithm", "zstd"), ("backing_dev", "x"), ("max_comp_streams", "1")]
-    {
+    for (name, value) in [
+        ("disksize", "1M"),
+        ("comp_algorithm", "lz4"),
+        ("recomp_algorithm", "zstd"),
+        ("backing_dev", "x"),
+        ("max_comp_streams", "1"),
+    ] {
         match zram.attr_store(name, value) {
             Err(ZramError::Busy(what)) => assert!(what.contains(name), "{what}"),
             other => panic!("{name} on an initialised device: {other:?}"),
@@ -97,7 +101,8 @@ fn a_backing_file_serves_one_device_and_bad_limits_are_refused() {
         other => panic!("a second device on one file: {:?}", other.map(|_| ())),
     }
     // Also when set through the attribute of an uninitialised device.
-    let second = Zram::with_own_memory(ZramConfig { disksize: 16 * PAGE_SIZE as u64, ..ZramConfig::default() }).unwrap();
+    let second =
+        Zram::with_own_memory(ZramConfig { disksize: 16 * PAGE_SIZE as u64, ..ZramConfig::default() }).unwrap();
     second.reset().unwrap();
     assert!(matches!(second.attr_store("backing_dev", &link.display().to_string()), Err(ZramError::Busy(_))));
     first.reset().unwrap();

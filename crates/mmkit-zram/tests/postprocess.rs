@@ -65,8 +65,14 @@ fn recompression_shrinks_idle_pages_and_marks_what_it_cannot() {
     }
     zram.write(40 * PAGE_SIZE as u64, &noise(1)).unwrap();
     let before = zram.mm_stat_values();
-    assert!(matches!(zram.recompress(&RecompressParams::parse("type=idle algo=lzma").unwrap()), Err(ZramError::Invalid(_))));
-    assert!(matches!(zram.recompress(&RecompressParams::parse("type=idle priority=2").unwrap()), Err(ZramError::Invalid(_))));
+    assert!(matches!(
+        zram.recompress(&RecompressParams::parse("type=idle algo=lzma").unwrap()),
+        Err(ZramError::Invalid(_))
+    ));
+    assert!(matches!(
+        zram.recompress(&RecompressParams::parse("type=idle priority=2").unwrap()),
+        Err(ZramError::Invalid(_))
+    ));
     assert_eq!(zram.mm_stat_values(), before, "a refused request changes nothing");
     assert_eq!(zram.recompress(&RecompressParams::parse("type=idle").unwrap()), Ok(0), "nothing is idle yet");
     zram.idle_all().unwrap();
