@@ -66,7 +66,7 @@ impl SlotTable {
             .chunks
             .get(index / CHUNK_PAGES)
             .ok_or_else(|| ZramError::Invalid(format!("page {index} is past the slot table")))?;
-        let chunk = match cell.get() {
+        let chunk: &[Slot] = match cell.get() {
             Some(chunk) => chunk,
             None => Self::alloc_chunk(cell)?,
         };
@@ -74,9 +74,10 @@ impl SlotTable {
     }
 
     #[cold]
-    fn alloc_chunk(cell: &OnceLock<Box<[Slot]>>) -> Result<&Box<[Slot]>, ZramError> {
+    fn alloc_chunk(cell: &OnceLock<Box<[Slot]>>) -> Result<&[Slot], ZramError> {
         let mut slots: Vec<Slot> = Vec::new();
-        slots.try_reserve_exact(CHUNK_PAGES).map_err(|_| no_memory("chunk", CHUNK_PAGES * size_of::<Slot>()))?;
+        // No memory for the chunk: the write fails as at mem_limit (ENOSPC).
+        slots.try_reserve_exact(CHUNK_PAGES).map_err(|_| ZramError::NoSpace)?;
         slots.resize_with(CHUNK_PAGES, Slot::default);
         let fresh = slots.into_boxed_slice();
         // Two first writers may race: one chunk is kept, the other dropped
