@@ -37,7 +37,8 @@ pub struct ServeArgs {
     /// Most memory the compressed pages may use; writes beyond it fail with ENOSPC.
     #[arg(long, value_name = "SIZE", value_parser = device_param("mem_limit"))]
     pub mem_limit: Option<String>,
-    /// An existing file for `writeback` of idle, huge or incompressible pages.
+    /// An existing file for `writeback` of idle, huge or incompressible pages; its contents
+    /// are overwritten, and it is locked: no other device may use it while this one runs.
     #[arg(long, value_name = "FILE", value_parser = device_param("backing_dev"))]
     pub backing_dev: Option<String>,
     /// Most pages in one zspage (4..=16).
