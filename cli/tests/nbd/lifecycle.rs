@@ -247,3 +247,31 @@ fn sigterm_with_an_idle_client_stops_at_once_and_a_dead_servers_socket_is_replac
     let out = third.wait_with_output().unwrap();
     assert!(uri.starts_with("nbd"), "restart over a dead server's sockets: {}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn a_killed_serve_leaves_no_private_directory_behind() {
+    if !require(&["nbdkit"]) {
+        return;
+    }
+    plugin();
+    let mut serve = Command::new(mmkit())
+        .args(["zram", "serve", "--size", "1M"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(serve.stdout.as_mut().unwrap()), &mut line).unwrap();
+    let socket = line.trim().strip_prefix("nbd+unix:///?socket=").expect("a private Unix socket").to_owned();
+    let dir = std::path::Path::new(&socket).parent().unwrap().to_owned();
+    assert!(dir.is_dir());
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+    // nbdkit exits with its parent and the plugin removes the directory.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while dir.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!dir.exists(), "{} left behind", dir.display());
+}
