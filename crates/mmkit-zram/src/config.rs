@@ -96,7 +96,7 @@ impl ZramConfig {
             }
             "mem_limit" => {
                 let bytes = parse_size(value).ok_or_else(|| bad("not a size"))?;
-                check_mem_limit(bytes).map_err(|e| bad(&e.to_string()))?;
+                check_mem_limit(bytes)?;
                 self.mem_limit = bytes;
             }
             "backing_dev" => {
