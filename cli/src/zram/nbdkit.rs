@@ -54,6 +54,12 @@ fn aborts_on_early_hangup((major, minor, patch): (u32, u32, u32)) -> bool {
     major == 1 && ((minor == 32 && (4..=5).contains(&patch)) || (minor == 33 && (3..=9).contains(&patch)))
 }
 
+/// How long nbdkit has to stop after `SIGTERM` before it is killed. nbdkit
+/// waits for connected clients to hang up, and an idle client never does;
+/// a device in RAM has nothing to write out, so waiting longer than the
+/// requests in flight take only delays the stop.
+pub const STOP_GRACE: Duration = Duration::from_millis(600);
+
 /// Why a server could not be started or ran into trouble.
 #[derive(Debug)]
 pub struct NbdkitError(pub String);
@@ -213,15 +219,16 @@ impl Nbdkit {
     }
 
     /// Stops nbdkit as `SIGTERM` does (it finishes the requests in flight),
-    /// kills it if it has not stopped within 10 s, and removes its files.
-    /// Returns how it ended (`None` if it had already been reaped).
+    /// kills it if it has not stopped within [`STOP_GRACE`], and removes
+    /// its files. Returns how it ended (`None` if it had already been
+    /// reaped).
     pub fn stop(&mut self) -> Option<ExitStatus> {
         let mut child = self.child.take()?;
         let pid = i32::try_from(child.id()).ok().and_then(rustix::process::Pid::from_raw);
         if let Some(pid) = pid {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         }
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + STOP_GRACE;
         let status = loop {
             match child.try_wait() {
                 Ok(Some(status)) => break Some(status),

@@ -13,8 +13,9 @@ use clap::Args;
 use mmkit_zram::ZramConfig;
 use std::io::Write;
 use std::net::SocketAddr;
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,7 +41,8 @@ pub struct ServeArgs {
     /// Most memory the compressed pages may use; writes beyond it fail with ENOSPC.
     #[arg(long, value_name = "SIZE", value_parser = device_param("mem_limit"))]
     pub mem_limit: Option<String>,
-    /// An existing file for `writeback` of idle, huge or incompressible pages.
+    /// An existing file for `writeback` of idle, huge or incompressible pages; its contents
+    /// are overwritten, and it is locked: no other device may use it while this one runs.
     #[arg(long, value_name = "FILE", value_parser = device_param("backing_dev"))]
     pub backing_dev: Option<String>,
     /// Most pages in one zspage (4..=16).
@@ -116,6 +118,71 @@ impl ServeArgs {
     }
 }
 
+/// Whether two paths name one file (compared as absolute paths: neither
+/// needs to exist).
+fn same_path(a: &Path, b: &Path) -> bool {
+    match (std::path::absolute(a), std::path::absolute(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+/// Clears the way for a socket: a dead server's (connect refused) is
+/// removed, a live one or anything else is refused. The plugin's control
+/// socket does the same check (`mmkit_nbdkit::control::clear_dead_socket`).
+fn clear_dead_socket(path: &Path) -> Result<(), String> {
+    let Ok(meta) = path.symlink_metadata() else { return Ok(()) };
+    if !meta.file_type().is_socket() {
+        return Err(format!("{} exists and is not a socket; remove it or choose another path", path.display()));
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => Err(format!("{}: a running server listens on it; choose another path", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            eprintln!("mmkit zram serve: replacing {}, left by a server that is gone", path.display());
+            std::fs::remove_file(path).map_err(|e| format!("removing the dead socket {}: {e}", path.display()))
+        }
+        Err(e) => Err(format!("{} exists and cannot be checked: {e}", path.display())),
+    }
+}
+
+/// Bytes per slot of the device's table (Linux's `zram_table_entry`).
+const SLOT_BYTES: u64 = 16;
+
+/// `--size` in bytes, rounded up to whole pages (said so on stderr when
+/// it was not), and checked against the machine: a device every page of
+/// which would need more slot table than the machine has memory is refused
+/// in the user's units.
+fn check_size(text: &str) -> Result<u64, ServeError> {
+    let asked = mmkit_zram::parse_size(text).ok_or_else(|| ServeError::Usage(format!("--size {text}: not a size")))?;
+    let page = mmkit_zram::PAGE_SIZE as u64;
+    let size =
+        asked.checked_next_multiple_of(page).ok_or_else(|| ServeError::Usage(format!("--size {text}: too large")))?;
+    if let Some(memory) = mmkit_zram::machine_memory() {
+        let table = (size / page).saturating_mul(SLOT_BYTES);
+        if table > memory {
+            return Err(ServeError::Usage(format!(
+                "--size {text}: the slot table alone would need {}, this machine has {}",
+                gib(table),
+                gib(memory)
+            )));
+        }
+    }
+    if size != asked {
+        eprintln!("mmkit zram serve: --size {text} rounded up to {size} bytes (whole {page}-byte pages)");
+    }
+    Ok(size)
+}
+
+/// Bytes in GiB, as a person reads them.
+fn gib(bytes: u64) -> String {
+    let g = bytes as f64 / f64::from(1u32 << 30);
+    if g >= 10.0 {
+        format!("{g:.0} GiB")
+    } else {
+        format!("{g:.1} GiB")
+    }
+}
+
 /// Serves until a signal; prints the URI when ready.
 ///
 /// # Errors
@@ -143,13 +210,24 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
         (None, None) => Listen::Unix(run_dir.path().join("nbd.sock")),
     };
     let control = args.control.clone().unwrap_or_else(|| run_dir.path().join("ctl.sock"));
-    for path in [Some(&control), args.unix.as_ref()].into_iter().flatten() {
-        if path.symlink_metadata().is_ok() {
-            return Err(ServeError::Usage(format!("{} exists; remove it or choose another path", path.display())));
+    if let Some(unix) = &args.unix {
+        if same_path(unix, &control) {
+            return Err(ServeError::Usage(format!(
+                "--unix and --control are both {}: the NBD socket and the control socket need a path each",
+                unix.display()
+            )));
         }
     }
+    for path in [Some(&control), args.unix.as_ref()].into_iter().flatten() {
+        clear_dead_socket(path).map_err(ServeError::Usage)?;
+    }
+    let size = check_size(&args.size)?;
     let mut plugin_args = args.plugin_args();
     plugin_args.push(format!("control={}", control.display()));
+    // Removed by the plugin when nbdkit exits, should this process be
+    // killed before it can remove its private directory itself.
+    let private = [run_dir.path().join("nbd.sock"), run_dir.path().join("ctl.sock"), run_dir.path().join("nbdkit.pid")];
+    plugin_args.extend(private.iter().map(|p| format!("cleanup={}", p.display())));
     let mut nbdkit_args = args.nbdkit_args.clone();
     if let Some(option) = hangup_workaround(&nbdkit_args) {
         eprintln!(
@@ -185,8 +263,7 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
         let _ = writeln!(out, "{}", server.uri()).and_then(|()| out.flush());
     }
     eprintln!(
-        "mmkit zram serve: size {}, {}; control socket {} (mmkit zram ctl {} mm_stat); SIGINT or SIGTERM stops it",
-        args.size,
+        "mmkit zram serve: size {size} bytes, {}; control socket {} (mmkit zram ctl {} mm_stat); SIGINT or SIGTERM stops it",
         args.comp,
         control.display(),
         control.display()
@@ -215,5 +292,32 @@ mod tests {
         assert!(device_param("chain_size")("3").is_err());
         assert!(algorithm_params("algo=zstd level=x").is_err());
         assert_eq!(algorithm_params("algo=zstd level=9").unwrap(), "algo=zstd level=9");
+        assert!(device_param("mem_limit")("1").is_err(), "below one page");
+    }
+
+    #[test]
+    fn sizes_round_up_and_sizes_beyond_the_machine_say_so_in_gib() {
+        assert_eq!(check_size("17").unwrap(), 4096);
+        assert_eq!(check_size("1M").unwrap(), 1 << 20);
+        if let Some(memory) = mmkit_zram::machine_memory() {
+            // A device whose slot table is twice the machine's memory.
+            let pages = memory / SLOT_BYTES * 2;
+            let text = format!("{}", pages * 4096);
+            match check_size(&text) {
+                Err(ServeError::Usage(message)) => {
+                    assert!(message.starts_with(&format!("--size {text}: the slot table alone")), "{message}");
+                    assert!(message.contains("GiB"), "{message}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(gib(40 << 30), "40 GiB");
+        assert_eq!(gib(3 << 29), "1.5 GiB");
+    }
+
+    #[test]
+    fn the_same_path_twice_is_caught_however_it_is_written() {
+        assert!(same_path(Path::new("a.sock"), Path::new("./a.sock")));
+        assert!(!same_path(Path::new("a.sock"), Path::new("b.sock")));
     }
 }

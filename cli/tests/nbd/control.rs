@@ -37,8 +37,8 @@ fn ctl_answers_like_sysfs_and_drives_recompression_writeback_and_reset() {
     assert_eq!(mm[0], (2 << 20) + 65536, "orig_data_size: {mm:?}");
     assert_eq!(mm[5], 256 + 16, "same_pages: {mm:?}");
     assert_eq!(mm[7], 256, "the random megabyte is stored raw (huge_pages): {mm:?}");
-    assert_eq!(server.ctl(&["comp_algorithm"]).unwrap(), "[lz4]\n");
-    assert_eq!(server.ctl(&["recomp_algorithm"]).unwrap(), "#1: [zstd:9]\n");
+    assert_eq!(server.ctl(&["comp_algorithm"]).unwrap(), "[lz4] lz4_flex zstd\n");
+    assert_eq!(server.ctl(&["recomp_algorithm"]).unwrap(), "#1: lz4 lz4_flex [zstd:9]\n");
     assert!(server.ctl(&["debug_stat"]).unwrap().starts_with("version:"));
     server.ctl(&["idle", "all"]).unwrap();
     let recompressed: u64 = server.ctl(&["recompress", "type=huge"]).unwrap().trim().parse().unwrap();
@@ -66,6 +66,8 @@ fn ctl_answers_like_sysfs_and_drives_recompression_writeback_and_reset() {
     assert_eq!(server.ctl(&["mem_limit"]).unwrap(), format!("{}\n", 8 << 20));
     server.ctl(&["reset"]).unwrap();
     assert_eq!(server.mm_stat()[0], 0);
+    assert_eq!(server.ctl(&["initstate"]).unwrap(), "0\n");
+    server.ctl(&["disksize", "16M"]).unwrap();
     check(Command::new("qemu-io").args(["-f", "raw", server.uri(), "-c", "read -P 0 0 4M"]));
     // Refusals: exit 1 with the device's message, nothing changed.
     assert!(server.ctl(&["colour"]).unwrap_err().contains("no attribute"));

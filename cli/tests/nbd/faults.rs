@@ -105,8 +105,12 @@ fn mem_limit_reached_mid_copy_is_enospc_and_keeps_what_was_written() {
     assert!(mm[2] <= (4 << 20) + 65536, "mem_used_total {} beyond the limit", mm[2]);
     let failed_writes: u64 = server.ctl(&["io_stat"]).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
     assert!(failed_writes >= 1);
-    // nbdcopy of incompressible data into the emptied device fails the same way.
+    // nbdcopy of incompressible data into the emptied device fails the same
+    // way. A reset forgets the limit and the size, as the kernel's does.
     server.ctl(&["reset"]).expect("reset");
+    assert_eq!(server.ctl(&["mem_limit"]).unwrap(), "0\n");
+    server.ctl(&["mem_limit", "4M"]).expect("mem_limit while uninitialised");
+    server.ctl(&["disksize", "64M"]).expect("initialised again");
     let source = server.dir().join("random.img");
     std::fs::write(&source, random_bytes(3, 16 << 20)).unwrap();
     let copy = run(Command::new("nbdcopy").arg(&source).arg(server.uri()));

@@ -9,4 +9,5 @@ mod control;
 mod faults;
 mod fio;
 mod libnbd;
+mod lifecycle;
 mod qemu;

@@ -11,19 +11,55 @@
 //! `attr_store` do the work.
 //!
 //! Owns the socket's life (bound under a temporary name, made 0600, then
-//! renamed into place so no other user can ever connect) and the request
+//! renamed into place so no other user can ever connect; a socket left by
+//! a dead server — nothing listening, connect refused — is replaced, a
+//! live one never), the peers (each on a thread of its own, at most
+//! [`MAX_PEERS`] at once, each with [`PEER_TIMEOUT`] to send its line and
+//! take its answer, so a slow peer holds up nobody else) and the request
 //! format; knows nothing of nbdkit.
 
 use mmkit_zram::{Zram, SHOW_ATTRS};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::io::{Read, Write};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering::AcqRel};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Longest request line taken.
-const MAX_REQUEST: u64 = 4096;
+const MAX_REQUEST: usize = 4096;
+
+/// Most peers answered at once; one more is told so and closed.
+pub const MAX_PEERS: usize = 16;
+
+/// How long a peer has to send its request line, and again to take the
+/// answer.
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Clears the way for a socket at `path`: nothing there, or a socket no
+/// server listens on any more (connecting is refused), which is removed.
+///
+/// # Errors
+/// `AddrInUse` when a server answers on it; `AlreadyExists` for anything
+/// that is not a socket.
+pub fn clear_dead_socket(path: &Path) -> std::io::Result<()> {
+    let Ok(meta) = path.symlink_metadata() else { return Ok(()) };
+    if !meta.file_type().is_socket() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("{} exists and is not a socket; remove it or choose another path", path.display()),
+        ));
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            format!("{}: a running server listens on it", path.display()),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => std::fs::remove_file(path),
+        Err(e) => Err(std::io::Error::new(e.kind(), format!("{} exists and cannot be checked: {e}", path.display()))),
+    }
+}
 
 /// A bound control socket, not yet serving.
 #[derive(Debug)]
@@ -33,18 +69,14 @@ pub struct ControlSocket {
 }
 
 impl ControlSocket {
-    /// Binds `path` with mode 0600. An existing file at `path` is an
-    /// error, never replaced.
+    /// Binds `path` with mode 0600. A dead server's socket at `path` is
+    /// replaced; anything else there is an error, never replaced.
     ///
     /// # Errors
-    /// The path exists, or binding, `chmod` or `rename` failed.
+    /// A server listens on `path`, or it is not a socket
+    /// ([`clear_dead_socket`]); binding, `chmod` or `rename` failed.
     pub fn bind(path: &Path) -> std::io::Result<Self> {
-        if path.symlink_metadata().is_ok() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                format!("{} exists; remove it or choose another control path", path.display()),
-            ));
-        }
+        clear_dead_socket(path)?;
         let mut staging = path.as_os_str().to_owned();
         staging.push(format!(".{}.tmp", std::process::id()));
         let staging = PathBuf::from(staging);
@@ -64,16 +96,17 @@ impl ControlSocket {
         &self.path
     }
 
-    /// Answers requests on a thread of its own, one connection at a time,
-    /// for as long as the process lives.
+    /// Answers requests for as long as the process lives: a thread
+    /// accepts, and each peer gets a thread of its own.
     ///
     /// # Errors
-    /// The thread could not be started.
+    /// The accepting thread could not be started.
     pub fn serve(self, zram: Arc<Zram>) -> std::io::Result<std::thread::JoinHandle<()>> {
         std::thread::Builder::new().name("mmkit-zram-control".into()).spawn(move || {
+            let peers = Arc::new(AtomicUsize::new(0));
             for stream in self.listener.incoming() {
                 match stream {
-                    Ok(stream) => handle(stream, &zram),
+                    Ok(stream) => accept(stream, &zram, &peers),
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(_) => std::thread::sleep(Duration::from_millis(10)),
                 }
@@ -82,28 +115,75 @@ impl ControlSocket {
     }
 }
 
-/// One connection: a request line in, the answer out. A client that sends
-/// nothing for 10 s is dropped, so it cannot hold the socket. What follows
-/// the request line is read and dropped after the answer: closing a Unix
+/// Hands a peer to a thread of its own, or tells it the server is busy.
+fn accept(mut stream: UnixStream, zram: &Arc<Zram>, peers: &Arc<AtomicUsize>) {
+    if peers.fetch_add(1, AcqRel) >= MAX_PEERS {
+        peers.fetch_sub(1, AcqRel);
+        let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+        let _ = stream.write_all(format!("error busy: {MAX_PEERS} control requests at once; try again\n").as_bytes());
+        return;
+    }
+    let (zram, done) = (Arc::clone(zram), Arc::clone(peers));
+    let spawned = std::thread::Builder::new().name("mmkit-zram-control-peer".into()).spawn(move || {
+        handle(stream, &zram);
+        done.fetch_sub(1, AcqRel);
+    });
+    if spawned.is_err() {
+        // The peer went with the closure: closed unanswered.
+        peers.fetch_sub(1, AcqRel);
+    }
+}
+
+/// Reads one request line within [`PEER_TIMEOUT`] (however slowly the peer
+/// trickles it in), at most [`MAX_REQUEST`] bytes.
+fn read_request(stream: &mut UnixStream) -> Result<String, String> {
+    let deadline = Instant::now() + PEER_TIMEOUT;
+    let mut line = Vec::new();
+    let mut chunk = [0u8; 512];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!("no request line within {} s", PEER_TIMEOUT.as_secs()));
+        }
+        let _ = stream.set_read_timeout(Some(left));
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                line.extend_from_slice(&chunk[..n]);
+                if line.contains(&b'\n') || line.len() >= MAX_REQUEST {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return Err(format!("no request line within {} s", PEER_TIMEOUT.as_secs()));
+            }
+            Err(e) => return Err(format!("reading the request: {e}")),
+        }
+    }
+    let end = line.iter().position(|&b| b == b'\n').unwrap_or(line.len());
+    if end >= MAX_REQUEST {
+        return Err(format!("the request is longer than {MAX_REQUEST} bytes"));
+    }
+    String::from_utf8(line[..end].to_vec()).map_err(|_| "the request is not UTF-8".to_owned())
+}
+
+/// One connection: a request line in, the answer out. What follows the
+/// request line is read and dropped after the answer: closing a Unix
 /// socket with unread input would reset the connection and lose the
 /// answer.
-fn handle(stream: UnixStream, zram: &Zram) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
-    let Ok(reader) = stream.try_clone() else { return };
-    let mut reader = BufReader::new(reader);
-    let mut line = String::new();
-    let reply = match (&mut reader).take(MAX_REQUEST).read_line(&mut line) {
-        Ok(_) => match answer(zram, &line) {
+fn handle(mut stream: UnixStream, zram: &Zram) {
+    let reply = match read_request(&mut stream) {
+        Ok(line) => match answer(zram, &line) {
             Ok(text) => format!("ok\n{text}"),
             Err(message) => format!("error {message}\n"),
         },
-        Err(e) => format!("error reading the request: {e}\n"),
+        Err(message) => format!("error {message}\n"),
     };
-    let mut stream = stream;
+    let _ = stream.set_write_timeout(Some(PEER_TIMEOUT));
     if stream.write_all(reply.as_bytes()).is_ok() && stream.shutdown(std::net::Shutdown::Write).is_ok() {
         let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
-        let _ = std::io::copy(&mut reader.take(1 << 20), &mut std::io::sink());
+        let _ = std::io::copy(&mut (&mut stream).take(1 << 20), &mut std::io::sink());
     }
 }
 
@@ -172,8 +252,14 @@ mod tests {
         answer(&zram, "compact").unwrap().trim().parse::<u64>().unwrap();
         answer(&zram, "mem_limit 2M").unwrap();
         assert_eq!(answer(&zram, "mem_limit").unwrap(), format!("{}\n", 2 << 20));
+        let open = zram.open().unwrap();
+        assert!(answer(&zram, "reset").unwrap_err().contains("busy"), "reset while open");
+        drop(open);
         answer(&zram, "reset").unwrap();
         assert_eq!(answer(&zram, "mm_stat").unwrap().split_whitespace().next(), Some("0"), "reset empties the device");
+        assert_eq!(answer(&zram, "initstate").unwrap(), "0\n");
+        answer(&zram, "disksize 64K").unwrap();
+        assert_eq!(answer(&zram, "disksize").unwrap(), "65536\n");
     }
 
     #[test]
@@ -181,12 +267,53 @@ mod tests {
         let zram = device();
         zram.write(0, &page()).unwrap();
         let before = zram.mm_stat();
-        for request in
-            ["", "  \n", "colour", "colour blue", "idle sometimes", "writeback huge", "reset 0", "recompress type=nope"]
-        {
+        for request in [
+            "",
+            "  \n",
+            "colour",
+            "colour blue",
+            "idle sometimes",
+            "writeback huge",
+            "reset 0",
+            "recompress type=nope",
+            "recompress",
+            "mem_limit 1",
+            "mem_limit 18446744073709551615",
+            "comp_algorithm zstd",
+        ] {
             assert!(answer(&zram, request).is_err(), "{request:?} was taken");
         }
         assert_eq!(zram.mm_stat(), before);
+    }
+
+    #[test]
+    fn peers_are_answered_at_once_and_a_dead_servers_socket_is_replaced() {
+        let dir = std::env::temp_dir().join(format!("mmkit-nbdkit-peers-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ctl.sock");
+        // A dead server's socket: bound, then its listener dropped.
+        drop(UnixListener::bind(&path).unwrap());
+        let socket = ControlSocket::bind(&path).expect("a dead socket is replaced");
+        assert!(ControlSocket::bind(&path).is_err(), "a live one is not");
+        socket.serve(device()).unwrap();
+        // Slow peers, each holding a connection with half a request.
+        let slow: Vec<UnixStream> = (0..3)
+            .map(|_| {
+                let mut s = UnixStream::connect(&path).unwrap();
+                s.write_all(b"mm_").unwrap();
+                s
+            })
+            .collect();
+        let started = Instant::now();
+        assert!(ask(&path, "mm_stat\n").starts_with("ok\n"));
+        assert!(started.elapsed() < Duration::from_secs(2), "held up by slow peers: {:?}", started.elapsed());
+        // A slow peer gets its error once its time is up, not before.
+        let mut first = slow.into_iter().next().unwrap();
+        let mut reply = String::new();
+        first.read_to_string(&mut reply).unwrap();
+        assert!(reply.starts_with("error no request line"), "{reply}");
+        assert!(started.elapsed() >= PEER_TIMEOUT - Duration::from_millis(500));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -199,7 +326,11 @@ mod tests {
         assert_eq!(socket.path(), path);
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
-        assert!(ControlSocket::bind(&path).is_err(), "an existing file is never replaced");
+        assert!(ControlSocket::bind(&path).is_err(), "a live socket is never replaced");
+        let plain = dir.join("plain");
+        std::fs::write(&plain, b"x").unwrap();
+        assert!(ControlSocket::bind(&plain).is_err(), "nor a file that is not a socket");
+        std::fs::remove_file(&plain).unwrap();
         let zram = device();
         zram.write(0, &page()).unwrap();
         socket.serve(Arc::clone(&zram)).unwrap();

@@ -11,7 +11,7 @@
 use crate::control::ControlSocket;
 use crate::ops::{self, BlockState};
 use crate::params::{Params, MAGIC_KEY};
-use mmkit_zram::{Zram, ZramError};
+use mmkit_zram::{OpenHandle, Zram, ZramError};
 use nbdkit::{CacheFlags, Error, ExtentHandle, ExtentType, Flags, FuaFlags, Result, Server, ThreadModel};
 use std::os::raw::{c_int, c_void};
 use std::path::PathBuf;
@@ -28,6 +28,8 @@ static DEVICE: OnceLock<Arc<Zram>> = OnceLock::new();
 static CONTROL: Mutex<Option<ControlSocket>> = Mutex::new(None);
 /// The control socket's path, removed at unload.
 static CONTROL_PATH: OnceLock<PathBuf> = OnceLock::new();
+/// Files of a private directory to remove at unload (`cleanup=`).
+static CLEANUP: OnceLock<Vec<PathBuf>> = OnceLock::new();
 /// The `--help` text, built once.
 static HELP: OnceLock<String> = OnceLock::new();
 
@@ -43,8 +45,12 @@ fn zram_error(e: ZramError) -> Error {
     Error::new(ops::errno(&e), e.to_string())
 }
 
-/// One client connection; all state is the shared device's.
-struct Connection;
+/// One client connection: it holds the device open (Linux's `zram_open`),
+/// so a `reset` through the control socket is refused until nbdkit closes
+/// it; all other state is the shared device's.
+struct Connection {
+    _open: OpenHandle<'static>,
+}
 
 impl Server for Connection {
     fn name() -> &'static str {
@@ -87,6 +93,7 @@ impl Server for Connection {
 
     fn get_ready() -> Result<()> {
         let params = PARAMS.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_default();
+        let _ = CLEANUP.set(params.cleanup.clone());
         let zram = Zram::with_own_memory(params.config).map_err(zram_error)?;
         if let Some(path) = params.control {
             let socket = ControlSocket::bind(&path)
@@ -109,11 +116,22 @@ impl Server for Connection {
         if let Some(path) = CONTROL_PATH.get() {
             let _ = std::fs::remove_file(path);
         }
+        // `mmkit zram serve`'s private directory, when it dies without
+        // removing it (SIGKILL): nbdkit exits with its parent and unloads.
+        if let Some(files) = CLEANUP.get() {
+            for file in files {
+                let _ = std::fs::remove_file(file);
+            }
+            if let Some(dir) = files.first().and_then(|f| f.parent()) {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
     }
 
     fn open(_readonly: bool) -> Result<Box<dyn Server>> {
-        device()?;
-        Ok(Box::new(Connection))
+        // Dropped in nbdkit's `close` callback, with the connection.
+        let open = device()?.open().map_err(zram_error)?;
+        Ok(Box::new(Connection { _open: open }))
     }
 
     fn get_size(&self) -> Result<i64> {

@@ -19,7 +19,7 @@
 //! Parameters: see [`params`]; the control socket: see [`control`].
 
 pub mod control;
-#[cfg(not(test))]
+#[cfg(all(not(test), feature = "plugin"))]
 mod glue;
 pub mod ops;
 pub mod params;

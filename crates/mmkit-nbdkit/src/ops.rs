@@ -2,7 +2,8 @@
 //! zero with and without permission to punch holes, trim, block status
 //! from the slot table, and the errno each device error is sent as.
 //!
-//! Owns these mappings only. Reads, writes and flushes go straight to the
+//! Owns these mappings only; the fuzz target `nbd_requests` drives them
+//! against a model. Reads, writes and flushes go straight to the
 //! device's own calls; the nbdkit glue (`glue`) calls these and turns
 //! their results into nbdkit's.
 
@@ -35,14 +36,22 @@ pub struct Run {
 /// `ENOSPC` (NBD has `NBD_ENOSPC`, and `qemu-img`/`nbdcopy` say "No space
 /// left on device"), data that no longer decompresses or a failed backing
 /// file is `EIO`, anything the request itself got wrong is `EINVAL`.
+///
+/// A device that is not initialised (reset, `disksize` not yet written) is
+/// `EIO`: the kernel's zram has no capacity then and fails the I/O; `EBUSY`
+/// (a reset of an open device) is what nbdkit sends as `EINVAL`, NBD
+/// having no busy error.
 pub fn errno(error: &ZramError) -> i32 {
     match error {
         ZramError::OutOfRange { .. } | ZramError::Invalid(_) | ZramError::Compress(_) => libc::EINVAL,
-        ZramError::NoSpace | ZramError::BackingFull => libc::ENOSPC,
+        ZramError::NoSpace | ZramError::BackingFull { .. } => libc::ENOSPC,
         ZramError::Pool(_) => libc::ENOMEM,
-        ZramError::Corrupt { .. } | ZramError::Backing(_) | ZramError::NoBackingDev | ZramError::WritebackLimit => {
-            libc::EIO
-        }
+        ZramError::Busy(_) => libc::EBUSY,
+        ZramError::Corrupt { .. }
+        | ZramError::Backing(_)
+        | ZramError::NoBackingDev
+        | ZramError::WritebackLimit { .. }
+        | ZramError::NotInitialised => libc::EIO,
     }
 }
 
@@ -61,9 +70,11 @@ static ZEROES: [u8; 64 << 10] = [0; 64 << 10];
 /// [`ZramError::Corrupt`] from the read-modify-write of a partial page.
 pub fn zero(zram: &Zram, offset: u64, len: u64, may_trim: bool) -> Result<(), ZramError> {
     let in_range = offset.checked_add(len).is_some_and(|end| end <= zram.disksize());
-    if may_trim || !in_range {
-        // The device's write-zeroes also refuses a range past the end
-        // before touching anything (and counts it in `invalid_io`).
+    // The device's write-zeroes also answers an uninitialised device and a
+    // range past the end before touching anything (and counts the latter
+    // in `invalid_io`). A reset between this check and the writes below
+    // fails them with `NotInitialised`.
+    if may_trim || !in_range || len == 0 {
         return zram.write_zeroes(offset, len);
     }
     let mut at = offset;
@@ -228,5 +239,6 @@ mod tests {
         assert_eq!(states(&zram), vec![(0, 4 * PAGE, BlockState::HoleZero)], "nothing was written");
         assert_eq!(errno(&ZramError::NoSpace), libc::ENOSPC);
         assert_eq!(errno(&ZramError::Corrupt { index: 0 }), libc::EIO);
+        assert_eq!(errno(&ZramError::NotInitialised), libc::EIO);
     }
 }

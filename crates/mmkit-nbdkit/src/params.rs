@@ -2,7 +2,8 @@
 //! `comp`, `recomp`, `algorithm_params`, `mem_limit`, `backing_dev`,
 //! `chain_size` and their
 //! sysfs-style aliases) plus `control`, the path of the control socket, and
-//! the `--help` text that lists them.
+//! `cleanup`, files to remove at exit, and the `--help` text that lists
+//! them.
 //!
 //! Owns the parameter names and their checking only; it builds no device
 //! and opens no socket.
@@ -17,6 +18,10 @@ pub struct Params {
     pub config: ZramConfig,
     /// Where to serve the control socket; none without `control=`.
     pub control: Option<PathBuf>,
+    /// Files to remove when nbdkit unloads the plugin, then their
+    /// directory if empty (`cleanup=`, repeated: `mmkit zram serve`'s
+    /// private directory, which a killed `serve` cannot remove itself).
+    pub cleanup: Vec<PathBuf>,
 }
 
 /// The key of a bare parameter (`nbdkit plugin.so 1G` means `size=1G`, as
@@ -37,6 +42,13 @@ impl Params {
                 self.control = Some(PathBuf::from(value));
                 Ok(())
             }
+            "cleanup" => {
+                if value.is_empty() {
+                    return Err("cleanup=: the path is empty".into());
+                }
+                self.cleanup.push(PathBuf::from(value));
+                Ok(())
+            }
             _ => self.config.set(key, value).map_err(|e| e.to_string()),
         }
     }
@@ -48,6 +60,9 @@ impl Params {
             text.push_str(&format!("{key}=...\n    {what}\n"));
         }
         text.push_str("control=PATH\n    a Unix socket (mode 0600) answering zram's sysfs attributes: mm_stat, io_stat,\n    bd_stat, debug_stat, compact, reset, idle all, recompress ..., writeback ...\n");
+        text.push_str(
+            "cleanup=PATH\n    a file to remove when nbdkit exits, then its directory if empty (repeatable)\n",
+        );
         text.push_str("A bare value is the size (size=1G). Defaults: size=1G comp=lz4 chain_size=8, no limit.");
         text
     }

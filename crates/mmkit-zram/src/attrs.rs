@@ -5,11 +5,13 @@
 //! Owns the attribute names and their text forms only; every attribute
 //! calls the device's typed API, which does the work.
 
-use crate::device::{Zram, PAGE_SIZE};
+use crate::device::{Device, PAGE_SIZE};
 use crate::recompress::RecompressParams;
 use crate::slot::flags;
+use crate::table::CHUNK_PAGES;
 use crate::writeback::WritebackMode;
 use crate::ZramError;
+use mmkit_compress::{Algorithm, Compressor};
 use std::sync::atomic::Ordering::Relaxed;
 
 /// What a run of pages holds, for block status.
@@ -34,7 +36,7 @@ pub struct Extent {
     pub kind: ExtentKind,
 }
 
-/// Attributes [`Zram::attr_show`] knows.
+/// Attributes [`Zram::attr_show`](crate::Zram::attr_show) knows.
 pub const SHOW_ATTRS: &[&str] = &[
     "mm_stat",
     "io_stat",
@@ -50,10 +52,18 @@ pub const SHOW_ATTRS: &[&str] = &[
     "writeback_limit",
     "writeback_limit_enable",
     "initstate",
+    "max_comp_streams",
 ];
 
-/// Attributes [`Zram::attr_store`] knows.
+/// Attributes [`Zram::attr_store`](crate::Zram::attr_store) knows. The
+/// first five configure the device and take a value only while it is
+/// uninitialised (writing `disksize` initialises it).
 pub const STORE_ATTRS: &[&str] = &[
+    "disksize",
+    "comp_algorithm",
+    "recomp_algorithm",
+    "backing_dev",
+    "max_comp_streams",
     "compact",
     "reset",
     "idle",
@@ -66,22 +76,33 @@ pub const STORE_ATTRS: &[&str] = &[
     "writeback_limit_enable",
 ];
 
-impl Zram {
+impl Device {
     /// Runs of holes, zero pages and data covering `[offset, offset + len)`
     /// (the first and last runs cut to the range).
     ///
     /// # Errors
     /// [`ZramError::OutOfRange`].
     pub fn extents(&self, offset: u64, len: u64) -> Result<Vec<Extent>, ZramError> {
-        self.check_range(offset, len as usize)?;
+        self.check_range_u64(offset, len)?;
         let mut out: Vec<Extent> = Vec::new();
         let end = offset + len;
         let mut at = offset;
         while at < end {
             let index = (at / PAGE_SIZE as u64) as usize;
+            let Some(slot) = self.slots.get(index) else {
+                // A chunk never written: one hole to its end.
+                let chunk_end = ((index / CHUNK_PAGES + 1) * CHUNK_PAGES) as u64 * PAGE_SIZE as u64;
+                let run_end = chunk_end.min(end);
+                match out.last_mut() {
+                    Some(last) if last.kind == ExtentKind::Hole => last.length += run_end - at,
+                    _ => out.push(Extent { offset: at, length: run_end - at, kind: ExtentKind::Hole }),
+                }
+                at = run_end;
+                continue;
+            };
             let page_end = ((index as u64 + 1) * PAGE_SIZE as u64).min(end);
             let kind = {
-                let slot = self.slots[index].lock();
+                let slot = slot.lock();
                 if !slot.allocated() {
                     ExtentKind::Hole
                 } else if slot.has(flags::SAME) && slot.handle() == 0 {
@@ -100,7 +121,8 @@ impl Zram {
     }
 
     /// The text of a zram attribute, as `cat /sys/block/zramN/NAME` prints
-    /// it.
+    /// it (the lifecycle's own — `initstate`, `max_comp_streams` — are
+    /// [`Zram`](crate::Zram)'s).
     ///
     /// # Errors
     /// [`ZramError::Invalid`] for a name not in [`SHOW_ATTRS`].
@@ -113,8 +135,10 @@ impl Zram {
             "debug_stat" => self.debug_stat(),
             "block_state" => self.block_state(),
             "disksize" => line(self.disksize()),
-            "comp_algorithm" => format!("[{}]\n", self.comps[0]),
-            "recomp_algorithm" => (1..self.comps.len()).map(|p| format!("#{p}: [{}]\n", self.comps[p])).collect(),
+            "comp_algorithm" => algorithm_choice(self.comps[0].algorithm()),
+            "recomp_algorithm" => {
+                recomp_choices(&self.comps[1..].iter().map(Compressor::algorithm).collect::<Vec<_>>())
+            }
             "mem_limit" => line(self.mem_limit()),
             "mem_used_max" => line(self.counters.mem_used_max.load(Relaxed)),
             "backing_dev" => match self.backing_dev() {
@@ -123,7 +147,6 @@ impl Zram {
             },
             "writeback_limit" => line(self.writeback_limit()),
             "writeback_limit_enable" => line(u64::from(self.writeback_limit_enable())),
-            "initstate" => "1\n".to_owned(),
             _ => return Err(ZramError::Invalid(format!("no attribute {name:?} to show"))),
         })
     }
@@ -141,24 +164,12 @@ impl Zram {
             || value.parse::<u64>().map_err(|_| ZramError::Invalid(format!("{name}: {value:?} is not a number")));
         match name {
             "compact" => return Ok(format!("{}\n", self.compact())),
-            "reset" => {
-                if number()? == 0 {
-                    return Err(ZramError::Invalid("reset: write 1".into()));
-                }
-                self.reset();
-            }
             "idle" => match value {
                 "all" => self.idle_all(),
                 _ => self.idle_older_than(u32::try_from(number()?).unwrap_or(u32::MAX)),
             },
             "writeback" => return self.writeback(WritebackMode::parse(value)?).map(|n| format!("{n}\n")),
             "recompress" => return self.recompress(&RecompressParams::parse(value)?).map(|n| format!("{n}\n")),
-            "algorithm_params" => self.store_algorithm_params(value)?,
-            "mem_limit" => {
-                let bytes = crate::config::parse_size(value)
-                    .ok_or_else(|| ZramError::Invalid(format!("mem_limit: {value:?} is not a size")))?;
-                self.set_mem_limit(bytes);
-            }
             "mem_used_max" => {
                 if number()? != 0 {
                     return Err(ZramError::Invalid("mem_used_max: only 0 (reset to the current use) is taken".into()));
@@ -167,8 +178,30 @@ impl Zram {
             }
             "writeback_limit" => self.set_writeback_limit(number()?),
             "writeback_limit_enable" => self.set_writeback_limit_enable(number()? != 0),
+            // Configuration: the lifecycle stores it while uninitialised.
+            _ if STORE_ATTRS[..5].contains(&name) => {
+                return Err(ZramError::Busy(format!("{name}: the device is initialised; reset it first")))
+            }
             _ => return Err(ZramError::Invalid(format!("no attribute {name:?} to store"))),
         }
         Ok(String::new())
     }
+}
+
+/// `comp_algorithm` as the kernel prints it: every available algorithm
+/// (`mmkit_compress::ALGORITHMS`),
+/// the selected one in brackets (`lz4 lz4_flex [zstd]`; a zstd level other
+/// than the default shows as `[zstd:9]`).
+pub(crate) fn algorithm_choice(selected: Algorithm) -> String {
+    let names: Vec<String> = mmkit_compress::ALGORITHMS
+        .iter()
+        .map(|&name| if name == selected.name() { format!("[{selected}]") } else { name.to_owned() })
+        .collect();
+    format!("{}\n", names.join(" "))
+}
+
+/// `recomp_algorithm` as the kernel prints it: one `#PRIORITY: ` line per
+/// secondary algorithm set.
+pub(crate) fn recomp_choices(secondaries: &[Algorithm]) -> String {
+    secondaries.iter().enumerate().map(|(i, &a)| format!("#{}: {}", i + 1, algorithm_choice(a))).collect()
 }

@@ -108,7 +108,11 @@ impl ZramConfig {
                 self.recomp_algorithms = list;
             }
             "algorithm_params" => crate::params::apply(self, value)?,
-            "mem_limit" => self.mem_limit = parse_size(value).ok_or_else(|| bad("not a size"))?,
+            "mem_limit" => {
+                let bytes = parse_size(value).ok_or_else(|| bad("not a size"))?;
+                check_mem_limit(bytes)?;
+                self.mem_limit = bytes;
+            }
             "backing_dev" => {
                 self.backing_dev = (!value.is_empty() && value != "none").then(|| PathBuf::from(value));
             }
@@ -124,6 +128,29 @@ impl ZramConfig {
     /// The algorithm of each priority: the primary, then the secondaries.
     pub(crate) fn algorithms(&self) -> Vec<Algorithm> {
         std::iter::once(self.algorithm).chain(self.recomp_algorithms.iter().copied()).collect()
+    }
+}
+
+/// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`), if it
+/// can be read.
+pub fn machine_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// A `mem_limit` that makes sense: 0 (none), or from one page up to the
+/// machine's memory.
+pub(crate) fn check_mem_limit(bytes: u64) -> Result<(), ZramError> {
+    if bytes != 0 && bytes < crate::PAGE_SIZE as u64 {
+        return Err(ZramError::Invalid(format!("mem_limit {bytes}: below one {}-byte page", crate::PAGE_SIZE)));
+    }
+    match machine_memory() {
+        Some(most) if bytes > most => {
+            Err(ZramError::Invalid(format!("mem_limit {bytes}: more than this machine's {most} bytes of memory")))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -164,6 +191,8 @@ mod tests {
         assert!(config.set("recomp", "zstd,lz4,zstd:5,zstd:7").is_err(), "four secondaries");
         assert!(config.set("chain_size", "3").is_err());
         assert!(config.set("colour", "blue").is_err());
+        assert!(config.set("mem_limit", "1").is_err(), "below one page");
+        assert!(config.set("mem_limit", "18446744073709551615").is_err(), "more than any machine");
         assert_eq!(config, before);
         config.set("recomp", "zstd,zstd:12").unwrap();
         config.set("backing_dev", "wb.img").unwrap();

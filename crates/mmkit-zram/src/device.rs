@@ -11,8 +11,9 @@
 //! are never lost. Statistics are `stats`' to print.
 
 use crate::config::ZramConfig;
-use crate::slot::{flags, Slot, SlotGuard};
+use crate::slot::{flags, SlotGuard};
 use crate::stats::Counters;
+use crate::table::{SlotTable, CHUNK_PAGES};
 use crate::writeback::{BackingDev, Writeback};
 use crate::ZramError;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator};
@@ -47,25 +48,11 @@ enum Content {
     Stored { handle: Handle, size: usize, huge: bool },
 }
 
-/// A zram device.
-///
-/// ```
-/// use mmkit::{Backing, HugePages, MemoryMapBuilder};
-/// use mmkit_zram::{Zram, ZramConfig};
-/// use std::sync::Arc;
-///
-/// let mm = Arc::new(MemoryMapBuilder::with_memory(64 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap());
-/// let zram = Zram::new(mm, ZramConfig { disksize: 16 << 20, ..ZramConfig::default() }).unwrap();
-/// zram.write(4096 + 10, b"hello").unwrap();          // a partial page: read-modify-write
-/// let mut back = [0u8; 5];
-/// zram.read(4096 + 10, &mut back).unwrap();
-/// assert_eq!(&back, b"hello");
-/// assert!(zram.write(16 << 20, b"x").is_err());       // past the end: a typed error
-/// print!("{}", zram.mm_stat());
-/// ```
-pub struct Zram {
-    pub(crate) pool: ZsPool,
-    pub(crate) slots: Box<[Slot]>,
+/// An initialised zram device: the slots, the pool and the counters. The
+/// public [`Zram`](crate::Zram) holds one while initialised (`lifecycle`).
+pub(crate) struct Device {
+    pub(crate) pool: Arc<ZsPool>,
+    pub(crate) slots: SlotTable,
     pub(crate) config: ZramConfig,
     /// The compressor of each priority: 0 the primary, then the secondaries.
     pub(crate) comps: Vec<Compressor>,
@@ -76,7 +63,7 @@ pub struct Zram {
     pub(crate) wb: Writeback,
 }
 
-impl Zram {
+impl Device {
     /// A device of `config.disksize` bytes over a new zsmalloc pool on `mm`.
     ///
     /// # Errors
@@ -84,7 +71,7 @@ impl Zram {
     /// [`ZramError::Invalid`] for a zero size or a bad chain size;
     /// [`ZramError::Backing`] when `backing_dev` cannot be opened or holds
     /// less than one page.
-    pub fn new(mm: Arc<PageAllocator>, config: ZramConfig) -> Result<Self, ZramError> {
+    pub(crate) fn new(mm: Arc<PageAllocator>, config: ZramConfig) -> Result<Self, ZramError> {
         if config.disksize == 0 {
             return Err(ZramError::Invalid("disksize: the device needs at least one page".into()));
         }
@@ -93,12 +80,14 @@ impl Zram {
         }
         let backing = config.backing_dev.as_deref().map(BackingDev::open).transpose()?;
         let zs_config = ZsConfig { chain_size: config.chain_size, ..ZsConfig::default() };
-        let pool = ZsPool::with_config("zram", mm, zs_config).map_err(ZramError::Pool)?;
-        let nr = config.disksize.div_ceil(PAGE_SIZE as u64) as usize;
+        let nr = usize::try_from(config.disksize.div_ceil(PAGE_SIZE as u64))
+            .map_err(|_| ZramError::Invalid(format!("disksize {}: too many pages", config.disksize)))?;
+        let slots = SlotTable::new(nr)?;
+        let pool = Arc::new(ZsPool::with_config("zram", mm, zs_config).map_err(ZramError::Pool)?);
         let huge_size = pool.zs_huge_class_size();
         Ok(Self {
             pool,
-            slots: (0..nr).map(|_| Slot::default()).collect(),
+            slots,
             comps: crate::params::compressors(&config)?,
             mem_limit: AtomicU64::new(config.mem_limit),
             config: ZramConfig { disksize: nr as u64 * PAGE_SIZE as u64, ..config },
@@ -110,18 +99,24 @@ impl Zram {
     }
 
     /// A device on a page allocator of its own, with real memory enough
-    /// for every page stored raw (or for `mem_limit`), which the system
-    /// commits only as pages are used.
+    /// for every page stored raw, but never more than `mem_limit` or the
+    /// machine's memory: the allocator's page map costs 16 bytes per page
+    /// it covers, so sizing it to `disksize` made a 10 TiB device ask for
+    /// 50 GiB before holding anything. The system commits pages only as
+    /// they are used.
     ///
     /// # Errors
     /// As [`new`](Self::new); [`ZramError::Pool`] when the memory cannot be
     /// mapped.
-    pub fn with_own_memory(config: ZramConfig) -> Result<Self, ZramError> {
-        let mut bytes = config.disksize + config.disksize / 4;
+    pub(crate) fn with_own_memory(config: ZramConfig) -> Result<Self, ZramError> {
+        let mut bytes = config.disksize.saturating_add(config.disksize / 4);
         if config.mem_limit != 0 {
             bytes = bytes.min(config.mem_limit);
         }
-        let bytes = (bytes + (32 << 20)).next_multiple_of(2 << 20);
+        if let Some(machine) = crate::config::machine_memory() {
+            bytes = bytes.min(machine);
+        }
+        let bytes = bytes.saturating_add(32 << 20).next_multiple_of(2 << 20);
         let mm = MemoryMapBuilder::with_memory(bytes)
             .backing(Backing::RealMemory(HugePages::None))
             .build()
@@ -150,13 +145,15 @@ impl Zram {
     }
 
     /// Sets the memory limit (0: none); pages stored beyond it stay.
-    pub fn set_mem_limit(&self, bytes: u64) {
+    ///
+    /// # Errors
+    /// [`ZramError::Invalid`] for a limit below one page or above the
+    /// machine's memory (no limit can be reached there; the kernel takes
+    /// any number, which hides typing errors); nothing is changed.
+    pub fn set_mem_limit(&self, bytes: u64) -> Result<(), ZramError> {
+        crate::config::check_mem_limit(bytes)?;
         self.mem_limit.store(bytes, Relaxed);
-    }
-
-    /// The zsmalloc pool under the device.
-    pub fn pool(&self) -> &ZsPool {
-        &self.pool
+        Ok(())
     }
 
     fn now(&self) -> u32 {
@@ -165,11 +162,17 @@ impl Zram {
 
     /// `[offset, offset + len)` checked against the device.
     pub(crate) fn check_range(&self, offset: u64, len: usize) -> Result<(), ZramError> {
-        match offset.checked_add(len as u64) {
+        self.check_range_u64(offset, len as u64)
+    }
+
+    /// As [`check_range`](Self::check_range), for lengths that need not fit
+    /// in memory (discard, write-zeroes, block status).
+    pub(crate) fn check_range_u64(&self, offset: u64, len: u64) -> Result<(), ZramError> {
+        match offset.checked_add(len) {
             Some(end) if end <= self.config.disksize => Ok(()),
             _ => {
                 self.counters.invalid_io.fetch_add(1, Relaxed);
-                Err(ZramError::OutOfRange { offset, len: len as u64, size: self.config.disksize })
+                Err(ZramError::OutOfRange { offset, len, size: self.config.disksize })
             }
         }
     }
@@ -186,7 +189,13 @@ impl Zram {
             let at = offset + done as u64;
             let (index, start) = ((at / PAGE_SIZE as u64) as usize, (at % PAGE_SIZE as u64) as usize);
             let n = (PAGE_SIZE - start).min(buf.len() - done);
-            let slot = self.slots[index].lock();
+            let Some(slot) = self.slots.get(index) else {
+                // Its chunk was never written: a hole.
+                buf[done..done + n].fill(0);
+                done += n;
+                continue;
+            };
+            let slot = slot.lock();
             if n == PAGE_SIZE {
                 self.read_locked(index, &slot, &mut buf[done..done + n])?;
             } else {
@@ -217,7 +226,13 @@ impl Zram {
             let at = offset + done as u64;
             let (index, start) = ((at / PAGE_SIZE as u64) as usize, (at % PAGE_SIZE as u64) as usize);
             let n = (PAGE_SIZE - start).min(data.len() - done);
-            let slot = self.slots[index].lock();
+            let slot = match self.slots.get_or_alloc(index) {
+                Ok(slot) => slot.lock(),
+                Err(e) => {
+                    self.counters.failed_writes.fetch_add(1, Relaxed);
+                    return Err(e);
+                }
+            };
             let result = if n == PAGE_SIZE {
                 self.write_locked(&slot, &data[done..done + n])
             } else {
@@ -244,13 +259,11 @@ impl Zram {
     /// # Errors
     /// [`ZramError::OutOfRange`].
     pub fn discard(&self, offset: u64, len: u64) -> Result<(), ZramError> {
-        self.check_range(offset, len as usize)?;
+        self.check_range_u64(offset, len)?;
         let first = offset.div_ceil(PAGE_SIZE as u64);
         let end = (offset + len) / PAGE_SIZE as u64;
-        for index in first..end {
-            self.free_slot(index as usize);
-            self.counters.notify_free.fetch_add(1, Relaxed);
-        }
+        self.free_pages(first as usize, end.max(first) as usize);
+        self.counters.notify_free.fetch_add(end.saturating_sub(first), Relaxed);
         Ok(())
     }
 
@@ -260,7 +273,7 @@ impl Zram {
     /// # Errors
     /// As [`write`](Self::write).
     pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), ZramError> {
-        self.check_range(offset, len as usize)?;
+        self.check_range_u64(offset, len)?;
         let end = offset + len;
         let first_whole = offset.div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64;
         let last_whole = end / PAGE_SIZE as u64 * PAGE_SIZE as u64;
@@ -268,24 +281,20 @@ impl Zram {
             return self.write(offset, &vec![0; len as usize]);
         }
         self.write(offset, &vec![0; (first_whole - offset) as usize])?;
-        for index in first_whole / PAGE_SIZE as u64..last_whole / PAGE_SIZE as u64 {
-            self.free_slot(index as usize);
-        }
+        self.free_pages((first_whole / PAGE_SIZE as u64) as usize, (last_whole / PAGE_SIZE as u64) as usize);
         self.write(last_whole, &vec![0; (end - last_whole) as usize])
     }
-
-    /// Nothing to do: the device is RAM.
-    pub fn flush(&self) {}
 
     /// The free notification of a swap-like user (Linux's
     /// `zram_slot_free_notify`): must not wait, so it only tries the slot
     /// lock (counting `miss_free` when it cannot take it) and hands the
     /// object to zsmalloc's deferred free.
     pub fn slot_free_notify(&self, index: usize) {
-        let Some(slot) = self.slots.get(index) else {
+        if index >= self.slots.len() {
             self.counters.invalid_io.fetch_add(1, Relaxed);
             return;
-        };
+        }
+        let Some(slot) = self.slots.get(index) else { return };
         let Some(guard) = slot.try_lock() else {
             self.counters.miss_free.fetch_add(1, Relaxed);
             return;
@@ -315,7 +324,7 @@ impl Zram {
     /// As Linux's `mark_idle`: same-filled and written-back pages hold no
     /// memory to reclaim and are left out.
     fn mark_idle(&self, is_idle: impl Fn(u32) -> bool) {
-        for slot in self.slots.iter() {
+        for (_, slot) in self.slots.iter() {
             let guard = slot.lock();
             if !guard.allocated() || guard.has(flags::SAME | flags::WB) {
                 continue;
@@ -331,18 +340,6 @@ impl Zram {
     /// Compacts the pool (`echo 1 > compact`); returns the pages freed.
     pub fn compact(&self) -> u64 {
         self.pool.zs_compact()
-    }
-
-    /// Frees every page and zeroes the statistics (`echo 1 > reset`,
-    /// keeping the size and algorithm).
-    pub fn reset(&self) {
-        for index in 0..self.slots.len() {
-            self.free_slot(index);
-        }
-        self.pool.zs_free_deferred_flush();
-        self.counters.reset();
-        self.wb.bd_reads.store(0, Relaxed);
-        self.wb.bd_writes.store(0, Relaxed);
     }
 
     // ---- slot operations, under the slot's lock ----
@@ -484,8 +481,23 @@ impl Zram {
         handle
     }
 
+    /// Frees pages `first..end`, skipping the chunks never written (a
+    /// discard of a whole fresh 1 TiB device touches no slot).
+    fn free_pages(&self, first: usize, end: usize) {
+        let mut index = first;
+        while index < end {
+            if self.slots.chunk_exists(index) {
+                self.free_slot(index);
+                index += 1;
+            } else {
+                index = (index / CHUNK_PAGES + 1) * CHUNK_PAGES;
+            }
+        }
+    }
+
     fn free_slot(&self, index: usize) {
-        let guard = self.slots[index].lock();
+        let Some(slot) = self.slots.get(index) else { return };
+        let guard = slot.lock();
         let handle = self.slot_free_extract(&guard);
         drop(guard);
         if let Some(handle) = handle {
@@ -513,12 +525,12 @@ mod tests {
 
     #[test]
     fn corrupt_stored_data_is_a_counted_typed_error_that_changes_nothing() {
-        let zram = Zram::with_own_memory(ZramConfig { disksize: 1 << 20, ..ZramConfig::default() }).unwrap();
+        let zram = Device::with_own_memory(ZramConfig { disksize: 1 << 20, ..ZramConfig::default() }).unwrap();
         let page: Vec<u8> = (0..PAGE_SIZE).map(|i| (i % 13) as u8).collect();
         zram.write(0, &page).unwrap();
         zram.write(PAGE_SIZE as u64, &page).unwrap();
         let (handle, size) = {
-            let slot = zram.slots[0].lock();
+            let slot = zram.slots.get(0).unwrap().lock();
             (Handle::from_raw(slot.handle()).unwrap(), slot.size())
         };
         zram.pool.zs_obj_write(handle, &vec![0xff; size]).unwrap();
@@ -540,10 +552,10 @@ mod tests {
         let mm = Arc::new(
             MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap(),
         );
-        let zram = Zram::new(mm, ZramConfig { disksize: 1 << 20, ..ZramConfig::default() }).unwrap();
+        let zram = Device::new(mm, ZramConfig { disksize: 1 << 20, ..ZramConfig::default() }).unwrap();
         let page: Vec<u8> = (0..PAGE_SIZE).map(|i| (i % 13) as u8).collect();
         zram.write(0, &page).unwrap();
-        let held = zram.slots[0].lock();
+        let held = zram.slots.get(0).unwrap().lock();
         zram.slot_free_notify(0);
         drop(held);
         assert_eq!(zram.counters.miss_free.load(Relaxed), 1);

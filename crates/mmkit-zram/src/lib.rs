@@ -8,6 +8,10 @@
 //! discard and write-zeroes free whole pages; statistics come in the
 //! kernel's formats (`mm_stat`, `io_stat`, `debug_stat`, `block_state`).
 //!
+//! A device is initialised when built; `reset` (refused while the device
+//! is open) returns it to uninitialised, where `disksize`, the algorithms
+//! and the backing file can be set again, as with the kernel's sysfs.
+//!
 //! Beside the core: recompression of idle or huge pages with up to three
 //! secondary algorithms, writeback of idle, huge or incompressible pages to
 //! a backing file (`bd_stat`), the sysfs attributes by name, and block
@@ -18,15 +22,18 @@
 mod attrs;
 mod config;
 mod device;
+mod lifecycle;
 mod params;
 mod recompress;
 pub mod slot;
 mod stats;
+mod table;
 mod writeback;
 
 pub use attrs::{Extent, ExtentKind, SHOW_ATTRS, STORE_ATTRS};
-pub use config::{parse_size, ZramConfig, MAX_RECOMP_ALGORITHMS};
-pub use device::{Zram, PAGE_SIZE};
+pub use config::{machine_memory, parse_size, ZramConfig, MAX_RECOMP_ALGORITHMS};
+pub use device::PAGE_SIZE;
+pub use lifecycle::{OpenHandle, Zram};
 pub use mmkit_compress::{Algorithm, CompressError, Compressor, Dictionary};
 pub use params::AlgorithmParams;
 pub use recompress::{RecompressParams, RecompressType};
@@ -65,12 +72,27 @@ pub enum ZramError {
     /// Writeback was asked of a device without a backing file.
     NoBackingDev,
     /// `writeback_limit` is enabled and used up.
-    WritebackLimit,
+    WritebackLimit {
+        /// Pages the pass wrote back before it stopped (they stay written).
+        written: u64,
+    },
     /// The backing file has no free block.
-    BackingFull,
+    BackingFull {
+        /// Pages the pass wrote back before the file filled (they stay
+        /// written).
+        written: u64,
+    },
     /// An algorithm, level or dictionary was refused
     /// (`algorithm_params`); nothing was changed.
     Compress(CompressError),
+    /// The device or a resource it needs is in use (the kernel's EBUSY):
+    /// `reset` while the device is open, a configuration attribute of an
+    /// initialised device, a backing file another device holds. Nothing
+    /// was changed.
+    Busy(String),
+    /// I/O or an action on a device that is not initialised (after a
+    /// reset, until `disksize` is written).
+    NotInitialised,
 }
 
 impl core::fmt::Display for ZramError {
@@ -85,11 +107,27 @@ impl core::fmt::Display for ZramError {
             Self::Invalid(what) => write!(f, "invalid: {what}"),
             Self::Backing(what) => f.write_str(what),
             Self::NoBackingDev => f.write_str("no backing_dev: writeback needs a backing file"),
-            Self::WritebackLimit => f.write_str("writeback_limit used up"),
-            Self::BackingFull => f.write_str("the backing file has no free block"),
+            Self::WritebackLimit { written } => {
+                write!(f, "writeback_limit used up after {written} page{} written back", plural(*written))
+            }
+            Self::BackingFull { written } => write!(
+                f,
+                "the backing file has no free block: {written} page{} written back before it filled",
+                plural(*written)
+            ),
+            Self::Busy(what) => write!(f, "busy: {what}"),
+            Self::NotInitialised => f.write_str("the device is not initialised (reset); write disksize to set it up"),
             Self::Compress(e) => write!(f, "algorithm_params: {e}"),
         }
     }
 }
 
 impl std::error::Error for ZramError {}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}

@@ -11,7 +11,7 @@
 //! pools or the I/O paths; `config.rs` and `attrs.rs` only call in here.
 
 use crate::config::ZramConfig;
-use crate::device::Zram;
+use crate::device::Device;
 use crate::ZramError;
 use mmkit_compress::{Algorithm, Compressor, Dictionary};
 use std::path::PathBuf;
@@ -166,29 +166,9 @@ pub(crate) fn compressors(config: &ZramConfig) -> Result<Vec<Compressor>, ZramEr
         .collect()
 }
 
-impl Zram {
-    /// `echo "algo=zstd level=9 dict=PATH" > algorithm_params`: checks the
-    /// parameters in full against this device's algorithms (typed errors,
-    /// nothing changed), then refuses them — Linux applies them when
-    /// `disksize` sets the device up, and a [`Zram`] is set up when made:
-    /// give them to [`ZramConfig::set`] (key `algorithm_params`) instead.
-    ///
-    /// # Errors
-    /// As [`AlgorithmParams::parse`] and [`ZramConfig::set`]; valid
-    /// parameters return [`ZramError::Invalid`] saying the device is set up.
-    pub fn store_algorithm_params(&self, text: &str) -> Result<(), ZramError> {
-        let params = AlgorithmParams::parse(text)?;
-        let algorithms: Vec<Algorithm> = self.comps.iter().map(Compressor::algorithm).collect();
-        let priority = params.priority_in(&algorithms)?;
-        params.resolve(algorithms[priority])?;
-        Err(ZramError::Invalid(
-            "algorithm_params: the device is set up; parameters apply when it is made (ZramConfig key algorithm_params)"
-                .into(),
-        ))
-    }
-
+impl Device {
     /// The dictionary of the algorithm of `priority`, if it has one.
-    pub fn dictionary(&self, priority: usize) -> Option<&Dictionary> {
+    pub(crate) fn dictionary(&self, priority: usize) -> Option<&Dictionary> {
         self.comps.get(priority)?.dictionary()
     }
 }

@@ -10,7 +10,7 @@
 //! A page that no algorithm up to the last one shrinks is marked
 //! `INCOMPRESSIBLE` and skipped by later passes.
 
-use crate::device::{Zram, PAGE_SIZE};
+use crate::device::{Device, PAGE_SIZE};
 use crate::slot::{flags, SlotGuard};
 use crate::ZramError;
 use std::sync::atomic::Ordering::Relaxed;
@@ -18,7 +18,8 @@ use std::sync::atomic::Ordering::Relaxed;
 /// Which pages a recompression pass looks at.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RecompressType {
-    /// Every stored page.
+    /// Every stored page (through the API only: the attribute's text
+    /// must name the pages).
     #[default]
     All,
     /// Pages marked idle.
@@ -53,11 +54,21 @@ pub struct RecompressParams {
 }
 
 impl RecompressParams {
-    /// Parses space-separated `key=value` words.
+    /// Parses space-separated `key=value` words; `type=` is required.
+    ///
+    /// The kernel's `recompress_store` takes a request without `type=` as
+    /// "every page", which a bare `echo > recompress` then does by mistake;
+    /// here the pages must be named.
     ///
     /// # Errors
-    /// [`ZramError::Invalid`] naming the word.
+    /// [`ZramError::Invalid`] naming the word, or saying `type=` is missing.
     pub fn parse(text: &str) -> Result<Self, ZramError> {
+        if !text.split_whitespace().any(|w| w.starts_with("type=")) {
+            return Err(ZramError::Invalid(format!(
+                "recompress {:?}: say which pages with type=idle|huge|huge_idle",
+                text.trim()
+            )));
+        }
         let mut params = Self::default();
         for word in text.split_whitespace() {
             let bad = || {
@@ -96,7 +107,7 @@ impl RecompressParams {
     }
 }
 
-impl Zram {
+impl Device {
     /// Recompresses the pages `params` picks with the secondary
     /// algorithms; returns how many pages got smaller.
     ///
@@ -126,7 +137,7 @@ impl Zram {
             (None, None) => (1, nr_algorithms),
         };
         let mut chosen = Vec::new();
-        for (index, slot) in self.slots.iter().enumerate() {
+        for (index, slot) in self.slots.iter() {
             let slot = slot.lock();
             let eligible = slot.allocated()
                 && !slot.has(flags::WB | flags::SAME | flags::INCOMPRESSIBLE)
@@ -144,7 +155,8 @@ impl Zram {
         let mut done = 0;
         let mut result = Ok(());
         for (n, &(_, index)) in chosen.iter().enumerate() {
-            let slot = self.slots[index].lock();
+            let Some(slot) = self.slots.get(index) else { continue };
+            let slot = slot.lock();
             if !slot.has(flags::PP_SLOT) {
                 continue;
             }
@@ -159,7 +171,9 @@ impl Zram {
                     result = Err(e);
                     drop(slot);
                     for &(_, rest) in &chosen[n + 1..] {
-                        self.slots[rest].lock().update_flags(0, flags::PP_SLOT);
+                        if let Some(slot) = self.slots.get(rest) {
+                            slot.lock().update_flags(0, flags::PP_SLOT);
+                        }
                     }
                     break;
                 }
@@ -223,9 +237,10 @@ mod tests {
         let p = RecompressParams::parse("type=idle threshold=1000 algo=zstd max_pages=5").unwrap();
         assert_eq!(p.kind, RecompressType::Idle);
         assert_eq!((p.threshold, p.algo.as_deref(), p.max_pages), (1000, Some("zstd"), 5));
-        assert_eq!(RecompressParams::parse("priority=2").unwrap().priority, Some(2));
-        assert_eq!(RecompressParams::parse("").unwrap(), RecompressParams::default());
-        for bad in ["type", "threshold=9999", "speed=3", "type=all", "priority=x"] {
+        assert_eq!(RecompressParams::parse("type=huge priority=2").unwrap().priority, Some(2));
+        for bad in
+            ["", "priority=2", "threshold=100", "type", "type=idle threshold=9999", "type=idle speed=3", "type=all"]
+        {
             assert!(matches!(RecompressParams::parse(bad), Err(ZramError::Invalid(_))), "{bad}");
         }
     }

@@ -5,7 +5,7 @@
 //! Owns the counters and their text. The device updates the counters; this
 //! module only adds them up and prints them.
 
-use crate::device::{Zram, PAGE_SIZE};
+use crate::device::{Device, PAGE_SIZE};
 use crate::slot::flags;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -27,17 +27,12 @@ pub(crate) struct HotCounters {
     pub(crate) huge_pages_since: AtomicI64,
 }
 
-impl HotCounters {
-    fn all(&self) -> [&AtomicI64; 5] {
-        [&self.compr_data_size, &self.pages_stored, &self.same_pages, &self.huge_pages, &self.huge_pages_since]
-    }
-}
-
 /// Shards of [`HotCounters`]: enough that threads rarely share one.
-const HOT_SHARDS: usize = 16;
+pub(crate) const HOT_SHARDS: usize = 16;
 
 /// This thread's shard, handed out round robin on first use.
-fn hot_shard() -> usize {
+#[inline]
+pub(crate) fn hot_shard() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static SHARD: usize = NEXT.fetch_add(1, Relaxed) % HOT_SHARDS;
@@ -77,22 +72,6 @@ impl Counters {
             self.mem_used_max.fetch_max(bytes, Relaxed);
         }
     }
-
-    pub(crate) fn reset(&self) {
-        for c in self.hot.iter().flat_map(HotCounters::all) {
-            c.store(0, Relaxed);
-        }
-        for c in [
-            &self.mem_used_max,
-            &self.failed_reads,
-            &self.failed_writes,
-            &self.invalid_io,
-            &self.notify_free,
-            &self.miss_free,
-        ] {
-            c.store(0, Relaxed);
-        }
-    }
 }
 
 /// `mm_stat`'s nine columns, as numbers.
@@ -118,7 +97,27 @@ pub struct MmStat {
     pub huge_pages_since: u64,
 }
 
-impl Zram {
+impl core::fmt::Display for MmStat {
+    /// The nine columns as the kernel's `mm_stat_show` prints them.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let s = self;
+        writeln!(
+            f,
+            "{:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            s.orig_data_size,
+            s.compr_data_size,
+            s.mem_used_total,
+            s.mem_limit,
+            s.mem_used_max,
+            s.same_pages,
+            s.pages_compacted,
+            s.huge_pages,
+            s.huge_pages_since
+        )
+    }
+}
+
+impl Device {
     /// `mm_stat` as numbers.
     pub fn mm_stat_values(&self) -> MmStat {
         let c = &self.counters;
@@ -137,19 +136,7 @@ impl Zram {
 
     /// `mm_stat` as the kernel prints it.
     pub fn mm_stat(&self) -> String {
-        let s = self.mm_stat_values();
-        format!(
-            "{:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
-            s.orig_data_size,
-            s.compr_data_size,
-            s.mem_used_total,
-            s.mem_limit,
-            s.mem_used_max,
-            s.same_pages,
-            s.pages_compacted,
-            s.huge_pages,
-            s.huge_pages_since
-        )
+        self.mm_stat_values().to_string()
     }
 
     /// `io_stat`: failed reads, failed writes, invalid I/O, free
@@ -177,7 +164,7 @@ impl Zram {
     /// `n` incompressible).
     pub fn block_state(&self) -> String {
         let mut out = String::new();
-        for (index, slot) in self.slots.iter().enumerate() {
+        for (index, slot) in self.slots.iter() {
             let guard = slot.lock();
             if !guard.allocated() {
                 continue;

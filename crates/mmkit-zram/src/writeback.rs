@@ -9,8 +9,14 @@
 //! chosen slots `PP_SLOT` and then writes them one by one; a slot written
 //! or freed in between loses the mark and is left alone. Pages are written
 //! uncompressed, one 4 KiB block each.
+//!
+//! The file is the device's alone: it is locked exclusively (`flock`, on
+//! the open file, so every path to the same file — a symlink, a hard link
+//! — meets the same lock) for as long as the device holds it, as the
+//! kernel's `backing_dev_store` claims its block device exclusively. Its
+//! contents are overwritten.
 
-use crate::device::{Zram, PAGE_SIZE};
+use crate::device::{Device, PAGE_SIZE};
 use crate::slot::{flags, SlotGuard};
 use crate::ZramError;
 use std::fs::File;
@@ -39,6 +45,15 @@ impl BackingDev {
     pub(crate) fn open(path: &Path) -> Result<Self, ZramError> {
         let fail = |why: String| ZramError::Backing(format!("backing_dev {}: {why}", path.display()));
         let file = File::options().read(true).write(true).open(path).map_err(|e| fail(e.to_string()))?;
+        // Two devices writing back into one file would read each other's
+        // pages. The lock goes when the file is closed (device dropped).
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(ZramError::Busy(format!("backing_dev {}: another device holds this file", path.display())))
+            }
+            Err(e) => return Err(fail(format!("locking it: {e}"))),
+        }
         let len = file.metadata().map_err(|e| fail(e.to_string()))?.len();
         let nr_blocks = len / PAGE_SIZE as u64;
         if nr_blocks == 0 {
@@ -169,7 +184,7 @@ impl WritebackMode {
     }
 }
 
-impl Zram {
+impl Device {
     /// Writes the pages `mode` picks to the backing file and frees their
     /// memory; returns how many were written. Reads of those pages then
     /// come from the file.
@@ -177,9 +192,9 @@ impl Zram {
     /// # Errors
     /// [`ZramError::NoBackingDev`]; [`ZramError::Invalid`] for page indexes
     /// past the device; [`ZramError::WritebackLimit`] when the enabled limit
-    /// runs out, [`ZramError::BackingFull`] when the file has no free block
-    /// and [`ZramError::Backing`] when writing fails — each after the pages
-    /// written so far, which stay written back.
+    /// runs out and [`ZramError::BackingFull`] when the file has no free
+    /// block, each carrying the pages written so far (which stay written
+    /// back); [`ZramError::Backing`] when writing fails.
     pub fn writeback(&self, mode: WritebackMode) -> Result<u64, ZramError> {
         let backing = self.wb.backing.as_ref().ok_or(ZramError::NoBackingDev)?;
         let range = match mode {
@@ -190,8 +205,9 @@ impl Zram {
             _ => 0..self.slots.len(),
         };
         let mut chosen = Vec::new();
-        for index in range {
-            let slot = self.slots[index].lock();
+        for (index, slot) in self.slots.iter().skip_while(|(i, _)| *i < range.start).take_while(|(i, _)| *i < range.end)
+        {
+            let slot = slot.lock();
             if slot.allocated() && !slot.has(flags::WB | flags::SAME) && mode.wants(slot.flags()) {
                 slot.update_flags(flags::PP_SLOT, 0);
                 chosen.push(index);
@@ -200,7 +216,8 @@ impl Zram {
         let mut written = 0;
         let mut result = Ok(());
         for (n, &index) in chosen.iter().enumerate() {
-            let slot = self.slots[index].lock();
+            let Some(slot) = self.slots.get(index) else { continue };
+            let slot = slot.lock();
             if !slot.has(flags::PP_SLOT) {
                 continue;
             }
@@ -208,11 +225,17 @@ impl Zram {
             match self.write_back_slot(backing, index, &slot) {
                 Ok(()) => written += 1,
                 Err(e) => {
-                    result = Err(e);
+                    result = Err(match e {
+                        ZramError::BackingFull { .. } => ZramError::BackingFull { written },
+                        ZramError::WritebackLimit { .. } => ZramError::WritebackLimit { written },
+                        other => other,
+                    });
                     drop(slot);
                     // The rest stay in RAM: take their marks back.
                     for &rest in &chosen[n + 1..] {
-                        self.slots[rest].lock().update_flags(0, flags::PP_SLOT);
+                        if let Some(slot) = self.slots.get(rest) {
+                            slot.lock().update_flags(0, flags::PP_SLOT);
+                        }
                     }
                     break;
                 }
@@ -225,9 +248,9 @@ impl Zram {
     /// and written to a free block before the memory is freed.
     fn write_back_slot(&self, backing: &BackingDev, index: usize, slot: &SlotGuard<'_>) -> Result<(), ZramError> {
         if self.wb.limit_enable.load(Relaxed) && self.wb.limit.load(Relaxed) == 0 {
-            return Err(ZramError::WritebackLimit);
+            return Err(ZramError::WritebackLimit { written: 0 });
         }
-        let block = backing.alloc_block().ok_or(ZramError::BackingFull)?;
+        let block = backing.alloc_block().ok_or(ZramError::BackingFull { written: 0 })?;
         let mut page = [0u8; PAGE_SIZE];
         let stored = self.load_locked(index, slot, &mut page).and_then(|()| backing.write_block(block, &page));
         if let Err(e) = stored {
@@ -317,6 +340,19 @@ mod tests {
         assert_eq!((dev.alloc_block(), dev.alloc_block(), dev.alloc_block()), (Some(0), Some(1), None));
         dev.free_block(0);
         assert_eq!(dev.alloc_block(), Some(0));
+        // Held: no second device on it, by its own name or another.
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&small, &link).unwrap();
+        let hard = dir.join("hard");
+        std::fs::hard_link(&small, &hard).unwrap();
+        for path in [&small, &link, &hard] {
+            match BackingDev::open(path) {
+                Err(ZramError::Busy(what)) => assert!(what.contains(&path.display().to_string()), "{what}"),
+                other => panic!("a second device on {}: {:?}", path.display(), other.map(|_| ())),
+            }
+        }
+        drop(dev);
+        BackingDev::open(&hard).expect("free again once the first device let go");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -144,9 +144,9 @@ fn free_notify_defers_the_free() {
     let zram = device(1 << 20, Algorithm::Lz4);
     zram.write(0, &real_pages(1)[0]).unwrap();
     zram.slot_free_notify(0);
-    zram.pool().zs_free_deferred_flush();
+    zram.pool().unwrap().zs_free_deferred_flush();
     assert_eq!(zram.mm_stat_values().orig_data_size, 0);
-    assert_eq!(zram.pool().zs_get_total_pages(), 0);
+    assert_eq!(zram.pool().unwrap().zs_get_total_pages(), 0);
     assert_eq!(zram.io_stat().split_whitespace().nth(3), Some("1"));
     assert!(zram.debug_stat().starts_with("version: 1\n"));
 }
@@ -157,7 +157,7 @@ fn idle_marking_and_block_state_use_the_kernel_letters() {
     zram.write(0, &real_pages(1)[0]).unwrap();
     zram.write(PAGE_SIZE as u64, &[0; PAGE_SIZE]).unwrap();
     zram.write(2 * PAGE_SIZE as u64, &noise(3)).unwrap();
-    zram.idle_all();
+    zram.idle_all().unwrap();
     let state = zram.block_state();
     let lines: Vec<&str> = state.lines().collect();
     assert_eq!(lines.len(), 3);
@@ -166,7 +166,7 @@ fn idle_marking_and_block_state_use_the_kernel_letters() {
     assert!(lines[2].ends_with("..hi.."), "{}", lines[2]);
     zram.read(0, &mut [0; 10]).unwrap();
     assert!(zram.block_state().lines().next().unwrap().ends_with("......"), "a read clears idle");
-    zram.reset();
+    zram.reset().unwrap();
     assert_eq!(zram.block_state(), "");
     assert_eq!(zram.mm_stat_values(), mmkit_zram::MmStat::default());
 }

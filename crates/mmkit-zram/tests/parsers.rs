@@ -82,7 +82,7 @@ proptest! {
                 prop_assert!(state(&zram) == before, "{} {:?} changed the device", name, value);
             }
             let _ = zram.attr_show(name);
-            zram.pool().check_invariants().map_err(TestCaseError::fail)?;
+            zram.pool().unwrap().check_invariants().map_err(TestCaseError::fail)?;
         }
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -65,11 +65,17 @@ fn recompression_shrinks_idle_pages_and_marks_what_it_cannot() {
     }
     zram.write(40 * PAGE_SIZE as u64, &noise(1)).unwrap();
     let before = zram.mm_stat_values();
-    assert!(matches!(zram.recompress(&RecompressParams::parse("algo=lzma").unwrap()), Err(ZramError::Invalid(_))));
-    assert!(matches!(zram.recompress(&RecompressParams::parse("priority=2").unwrap()), Err(ZramError::Invalid(_))));
+    assert!(matches!(
+        zram.recompress(&RecompressParams::parse("type=idle algo=lzma").unwrap()),
+        Err(ZramError::Invalid(_))
+    ));
+    assert!(matches!(
+        zram.recompress(&RecompressParams::parse("type=idle priority=2").unwrap()),
+        Err(ZramError::Invalid(_))
+    ));
     assert_eq!(zram.mm_stat_values(), before, "a refused request changes nothing");
     assert_eq!(zram.recompress(&RecompressParams::parse("type=idle").unwrap()), Ok(0), "nothing is idle yet");
-    zram.idle_all();
+    zram.idle_all().unwrap();
     zram.read(0, &mut [0; 8]).unwrap(); // page 0 is no longer idle
     let done = zram.recompress(&RecompressParams::parse("type=idle").unwrap()).unwrap();
     let after = zram.mm_stat_values();
@@ -112,7 +118,7 @@ fn writeback_moves_pages_to_the_file_and_reads_come_from_it() {
     assert_eq!(zram.mm_stat_values().huge_pages, 0);
     assert_eq!(read_page(&zram, 10), noise(2), "a written-back page reads from the file");
     assert_eq!(bd_stat(&zram), [1, 1, 1]);
-    zram.idle_all();
+    zram.idle_all().unwrap();
     assert_eq!(zram.writeback(WritebackMode::Idle), Ok(8), "the zero page is same-filled, never idle");
     let after = zram.mm_stat_values();
     assert_eq!(after.orig_data_size, before.orig_data_size, "written-back pages still count as stored");
@@ -147,13 +153,13 @@ fn the_limit_and_a_full_file_stop_writeback_after_what_fits() {
     for (i, page) in pages.iter().enumerate() {
         zram.write((i * PAGE_SIZE) as u64, page).unwrap();
     }
-    zram.idle_all();
-    zram.set_writeback_limit_enable(true);
-    zram.set_writeback_limit(2);
-    assert_eq!(zram.writeback(WritebackMode::Idle), Err(ZramError::WritebackLimit));
+    zram.idle_all().unwrap();
+    zram.set_writeback_limit_enable(true).unwrap();
+    zram.set_writeback_limit(2).unwrap();
+    assert_eq!(zram.writeback(WritebackMode::Idle), Err(ZramError::WritebackLimit { written: 2 }));
     assert_eq!((bd_stat(&zram)[0], zram.writeback_limit()), (2, 0));
-    zram.set_writeback_limit_enable(false);
-    assert_eq!(zram.writeback(WritebackMode::Idle), Err(ZramError::BackingFull));
+    zram.set_writeback_limit_enable(false).unwrap();
+    assert_eq!(zram.writeback(WritebackMode::Idle), Err(ZramError::BackingFull { written: 2 }), "two more fit");
     assert_eq!(bd_stat(&zram)[0], 4, "the file holds four pages");
     assert!(!zram.block_state().contains('p'), "no slot is left marked");
     for (i, page) in pages.iter().enumerate() {
@@ -193,13 +199,13 @@ fn attributes_by_name_show_and_store_as_sysfs_does() {
     for name in SHOW_ATTRS {
         assert!(zram.attr_show(name).unwrap().ends_with('\n') || *name == "block_state", "{name}");
     }
-    assert_eq!(zram.attr_show("comp_algorithm").unwrap(), "[lz4]\n");
-    assert_eq!(zram.attr_show("recomp_algorithm").unwrap(), "#1: [zstd]\n");
+    assert_eq!(zram.attr_show("comp_algorithm").unwrap(), "[lz4] lz4_flex zstd\n");
+    assert_eq!(zram.attr_show("recomp_algorithm").unwrap(), "#1: lz4 lz4_flex [zstd]\n");
     assert_eq!(zram.attr_show("disksize").unwrap(), format!("{}\n", 64 * PAGE_SIZE));
     assert!(matches!(zram.attr_show("colour"), Err(ZramError::Invalid(_))));
     assert!(matches!(zram.attr_store("idle", "soon"), Err(ZramError::Invalid(_))));
     assert!(matches!(zram.attr_store("writeback", "everything"), Err(ZramError::Invalid(_))));
-    assert!(matches!(zram.attr_store("disksize", "1G"), Err(ZramError::Invalid(_))), "not writable");
+    assert!(matches!(zram.attr_store("disksize", "1G"), Err(ZramError::Busy(_))), "set: busy, not unknown");
     zram.attr_store("mem_limit", "1M").unwrap();
     assert_eq!(zram.mm_stat_values().mem_limit, 1 << 20);
     zram.write(0, &real_pages(1)[0]).unwrap();
