@@ -318,7 +318,8 @@ impl<'a> Quicklists<'a> {
         }
         match slot.stacks.try_lock() {
             Some(mut stacks) => {
-                let nid = self.alloc.cpu_to_node(cpu);
+                // `current_cpu` is one of the map's CPUs: the lookup holds.
+                let nid = self.alloc.cpu_to_node(cpu).unwrap_or(0);
                 self.free_on(Self::held(&mut stacks, slot, cpu, nr), dtor, block, nid)
             }
             None => self.release(cpu, block, dtor),
@@ -405,7 +406,8 @@ impl<'a> Quicklists<'a> {
         let slot = self.cpus.get(cpu).ok_or(QuicklistError::NoSuchCpu(cpu))?;
         let stacks = slot.stacks.try_lock().ok_or(QuicklistError::AlreadyPinned(cpu))?;
         slot.pinned.store(true, Relaxed);
-        Ok(QuicklistCpu::new(self, &slot.counters, stacks, cpu, self.alloc.cpu_to_node(cpu)))
+        let nid = self.alloc.cpu_to_node(cpu).unwrap_or(0);
+        Ok(QuicklistCpu::new(self, &slot.counters, stacks, cpu, nid))
     }
 
     /// Marks `cpu`'s lists as no longer pinned (the handle's drop).
@@ -597,7 +599,9 @@ impl<'a> Quicklists<'a> {
         if at.stack.len() as u64 <= min_pages {
             return 0;
         }
-        let node_free = self.alloc.node_free_pages(self.alloc.cpu_to_node(at.cpu));
+        // A CPU of the map is on one of its nodes (checked at build).
+        let nid = self.alloc.cpu_to_node(at.cpu).unwrap_or(0);
+        let node_free = self.alloc.node_free_pages(nid).unwrap_or(0);
         let keep = min_pages.max(node_free / FRACTION_OF_NODE_MEM);
         self.trim_to(at, dtor, keep, max_free)
     }
