@@ -79,6 +79,7 @@ fn cpu_counts_and_cpu_nodes() {
 }
 
 #[test]
+#[allow(clippy::reversed_empty_ranges)] // reversed on purpose
 fn reversed_or_outside_holes_and_reserved_ranges() {
     // The map spans PFNs 1..4096.
     let cases = [
@@ -141,7 +142,7 @@ fn free_huge_pages() -> u64 {
         meminfo
             .lines()
             .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().split_whitespace().next()?.parse::<u64>().ok())
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
             .unwrap_or(0)
     };
     let overcommit = std::fs::read_to_string("/proc/sys/vm/nr_overcommit_hugepages")

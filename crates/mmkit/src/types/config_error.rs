@@ -7,7 +7,7 @@
 use core::fmt;
 
 /// A knob of [`MemoryMapBuilder`](crate::MemoryMapBuilder) that
-/// [`BuildError::BadTunable`] names.
+/// [`BuildError::BadTunable`](crate::BuildError::BadTunable) names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tunable {
     /// `vm.min_free_kbytes`: 0 ..= `i32::MAX` as in Linux, and below the
@@ -46,7 +46,7 @@ impl Tunable {
     }
 }
 
-/// Which list of ranges a [`BuildError::BadRange`] came from.
+/// Which list of ranges a [`BuildError::BadRange`](crate::BuildError::BadRange) came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RangeKind {
     /// [`MemoryMapBuilder::hole`](crate::MemoryMapBuilder::hole).
