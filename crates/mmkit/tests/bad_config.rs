@@ -135,8 +135,9 @@ fn sections_smaller_than_a_pageblock() {
     mm.free_pages(mm.alloc_pages(Gfp::KERNEL, 9).unwrap(), 9).unwrap();
 }
 
-/// Free huge pages the kernel could reserve for a hugetlb mapping now.
-fn free_huge_pages() -> u64 {
+/// Free huge pages the kernel could reserve for a hugetlb mapping now, and
+/// how many a 16 MiB map needs.
+fn free_and_needed_huge_pages() -> (u64, u64) {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let field = |name: &str| {
         meminfo
@@ -149,13 +150,15 @@ fn free_huge_pages() -> u64 {
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
         .unwrap_or(0);
-    (field("HugePages_Free:") - field("HugePages_Rsvd:")) + overcommit
+    let size_kib = field("Hugepagesize:").max(1);
+    ((field("HugePages_Free:") - field("HugePages_Rsvd:")) + overcommit, (16u64 << 10).div_ceil(size_kib))
 }
 
 #[test]
 fn explicit_huge_pages_without_a_reservation_fail_at_build() {
     let built = MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::Explicit)).build();
-    if free_huge_pages() >= 8 {
+    let (free, needed) = free_and_needed_huge_pages();
+    if free >= needed {
         // Enough reserved: the map must work, zeroing included.
         let mm = built.unwrap();
         let pfn = mm.alloc_pages(Gfp::KERNEL | Gfp::ZERO, 0).unwrap();
