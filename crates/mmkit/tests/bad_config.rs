@@ -156,8 +156,9 @@ fn free_and_needed_huge_pages() -> (u64, u64) {
 
 #[test]
 fn explicit_huge_pages_without_a_reservation_fail_at_build() {
-    let built = MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::Explicit)).build();
+    // Counted before the build, whose mapping reserves what it takes.
     let (free, needed) = free_and_needed_huge_pages();
+    let built = MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::Explicit)).build();
     if free >= needed {
         // Enough reserved: the map must work, zeroing included.
         let mm = built.unwrap();
