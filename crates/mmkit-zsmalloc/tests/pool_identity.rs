@@ -85,3 +85,96 @@ fn many_pools_keep_distinct_handles() {
         p.check_invariants().unwrap();
     }
 }
+
+mod crossing {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Malloc { pool: usize, size: usize, seed: u8 },
+        Free { pool: usize, pick: usize },
+        Deferred { pool: usize, pick: usize },
+        Write { pool: usize, pick: usize, seed: u8 },
+        Compact { pool: usize },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0..2usize, 1..4096usize, any::<u8>()).prop_map(|(pool, size, seed)| Op::Malloc { pool, size, seed }),
+            2 => (0..2usize, any::<usize>()).prop_map(|(pool, pick)| Op::Free { pool, pick }),
+            1 => (0..2usize, any::<usize>()).prop_map(|(pool, pick)| Op::Deferred { pool, pick }),
+            2 => (0..2usize, any::<usize>(), any::<u8>()).prop_map(|(pool, pick, seed)| Op::Write { pool, pick, seed }),
+            1 => (0..2usize).prop_map(|pool| Op::Compact { pool }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        /// Handles of both pools used on either: a call succeeds exactly
+        /// when the pool it is made on handed the handle out and has not
+        /// freed it, and every live object keeps its bytes.
+        #[test]
+        fn handles_crossing_pools_match_a_model(ops in proptest::collection::vec(op(), 1..80)) {
+            let mm = real_map(32 << 20);
+            let pools = [ZsPool::zs_create_pool("a", mm.clone()).unwrap(), ZsPool::zs_create_pool("b", mm.clone()).unwrap()];
+            let mut live: [HashMap<Handle, Vec<u8>>; 2] = [HashMap::new(), HashMap::new()];
+            let gfp = gfp();
+            for op in ops {
+                let all: Vec<Handle> = {
+                    let mut v: Vec<Handle> = live.iter().flat_map(|m| m.keys().copied()).collect();
+                    v.sort_unstable();
+                    v
+                };
+                let pick = |i: usize| (!all.is_empty()).then(|| all[i % all.len()]);
+                match op {
+                    Op::Malloc { pool, size, seed } => {
+                        let data = vec![seed; size];
+                        let h = pools[pool].zs_malloc_copy(&data, gfp, 0).unwrap();
+                        prop_assert!(!live[0].contains_key(&h) && !live[1].contains_key(&h));
+                        live[pool].insert(h, data);
+                    }
+                    Op::Free { pool, pick: i } | Op::Deferred { pool, pick: i } => {
+                        let Some(h) = pick(i) else { continue };
+                        let got = if matches!(op, Op::Free { .. }) {
+                            pools[pool].zs_free(h)
+                        } else {
+                            pools[pool].zs_free_deferred(h)
+                        };
+                        if live[pool].remove(&h).is_some() {
+                            prop_assert_eq!(got, Ok(()));
+                        } else {
+                            prop_assert_eq!(got, Err(ZsError::InvalidHandle(h)));
+                        }
+                    }
+                    Op::Write { pool, pick: i, seed } => {
+                        let Some(h) = pick(i) else { continue };
+                        match live[pool].get_mut(&h) {
+                            Some(obj) => {
+                                let data = vec![seed; obj.len()];
+                                pools[pool].zs_obj_write(h, &data).unwrap();
+                                *obj = data;
+                            }
+                            None => prop_assert_eq!(pools[pool].zs_obj_write(h, &[seed]), Err(ZsError::InvalidHandle(h))),
+                        }
+                    }
+                    Op::Compact { pool } => {
+                        pools[pool].zs_compact();
+                    }
+                }
+                for (pool, objs) in pools.iter().zip(&live) {
+                    pool.check_invariants().map_err(TestCaseError::fail)?;
+                    for (&h, want) in objs {
+                        prop_assert_eq!(&read(pool, h).unwrap(), want);
+                    }
+                }
+            }
+            for pool in &pools {
+                pool.zs_free_deferred_flush();
+                prop_assert_eq!(pool.deferred_stats().invalid, 0);
+            }
+        }
+    }
+}
