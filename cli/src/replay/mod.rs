@@ -398,7 +398,7 @@ impl Pass {
             return Duration::ZERO;
         }
         let tc = Instant::now();
-        if mm.proactive_compact_marks(0, self.marks.0, self.marks.1).is_some() {
+        if matches!(mm.proactive_compact_marks(0, self.marks.0, self.marks.1), Ok(Some(_))) {
             engine.apply_moves();
             self.proactive_runs += 1;
         }

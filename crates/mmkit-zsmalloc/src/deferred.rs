@@ -87,7 +87,7 @@ pub(crate) struct DeferredQueue {
     /// Held for a whole drain, so that a flush waits for the worker's
     /// drain in progress (Linux's `flush_work`): after a flush every handle
     /// queued before it is freed.
-    draining: std::sync::Mutex<()>,
+    pub(crate) draining: std::sync::Mutex<()>,
     /// Handles one shard holds.
     capacity: usize,
     drained: AtomicU64,
@@ -175,6 +175,9 @@ impl DeferredQueue {
 
 impl Inner {
     pub(crate) fn free_deferred(&self, handle: Handle, worker: Option<&Worker>) -> Result<(), ZsError> {
+        // Another pool's handle is refused now: queued, it would only be
+        // counted invalid later, and the caller would believe it freed.
+        self.class_of(handle)?;
         match self.deferred.try_push(self.mm.current_cpu(), handle) {
             Pushed::Queued { kick } => {
                 if kick {
@@ -295,8 +298,9 @@ impl crate::ZsPool {
     /// the queue is busy or full the handle is freed now instead.
     ///
     /// # Errors
-    /// [`ZsError::InvalidHandle`] when it was freed now and found invalid;
-    /// an invalid handle that was queued is counted in
+    /// [`ZsError::InvalidHandle`] at once for a handle of another pool (or
+    /// of a dropped one) or of no class, and when it was freed now and
+    /// found invalid; a stale handle of this pool that was queued is counted in
     /// [`DeferredStats::invalid`] when drained.
     pub fn zs_free_deferred(&self, handle: Handle) -> Result<(), ZsError> {
         self.inner.free_deferred(handle, self.worker.as_ref())
@@ -332,7 +336,8 @@ mod loom_model {
                         let mut sync_freed = Vec::new();
                         for i in 0..2u32 {
                             // Both threads on shard 0 half the time: contention and a full shard.
-                            if let Pushed::Fallback(h) = queue.try_push((t * i) as usize, Handle::new(t * 2 + i, 0, 1))
+                            if let Pushed::Fallback(h) =
+                                queue.try_push((t * i) as usize, Handle::new(0, t * 2 + i, 0, 1))
                             {
                                 sync_freed.push(h);
                             }
@@ -351,7 +356,7 @@ mod loom_model {
             }
             seen.extend(queue.take_all());
             seen.sort();
-            let want: Vec<Handle> = (0..4).map(|s| Handle::new(s, 0, 1)).collect();
+            let want: Vec<Handle> = (0..4).map(|s| Handle::new(0, s, 0, 1)).collect();
             assert_eq!(seen, want);
         });
     }

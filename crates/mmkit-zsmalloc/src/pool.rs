@@ -14,7 +14,7 @@
 
 use crate::class::{ClassTable, DEFAULT_CHAIN_SIZE, ZS_HANDLE_SIZE};
 use crate::deferred::{DeferredLayout, DeferredQueue};
-use crate::handle::Handle;
+use crate::handle::{Handle, PoolId};
 use crate::size_class::{AllocMiss, ClassState};
 use crate::zspage::Zspage;
 use crate::{ZsError, ZSMALLOC_OWNER};
@@ -48,6 +48,8 @@ pub struct ZsPoolStats {
 /// What a pool shares with its deferred-free worker.
 pub(crate) struct Inner {
     pub(crate) name: String,
+    /// Stamped on every handle; a handle with another id is refused.
+    pool_id: PoolId,
     pub(crate) mm: Arc<PageAllocator>,
     pub(crate) table: ClassTable,
     /// One per class index; only the classes that serve others are used.
@@ -71,8 +73,10 @@ impl Inner {
         if !crate::class::CHAIN_SIZES.contains(&chain_size) {
             return Err(ZsError::BadChainSize(chain_size));
         }
+        let pool_id = PoolId::register().ok_or(ZsError::TooManyPools)?;
         let table = ClassTable::new(mm.geometry().page_size() as usize, chain_size);
-        let classes = (0..table.nr_classes()).map(|i| RwLock::new(ClassState::new(i, table.shape(i)))).collect();
+        let classes =
+            (0..table.nr_classes()).map(|i| RwLock::new(ClassState::new(pool_id.get(), i, table.shape(i)))).collect();
         let shards = match deferred {
             DeferredLayout::PerCpu => mm.nr_cpus(),
             DeferredLayout::PerPool => 1,
@@ -80,6 +84,7 @@ impl Inner {
         let deferred = DeferredQueue::new(crate::deferred::queue_capacity(table.page_size()), shards);
         Ok(Self {
             name: name.to_string(),
+            pool_id,
             mm,
             table,
             classes,
@@ -105,14 +110,20 @@ impl Inner {
         self.classes[index].read().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The class of `handle`, if the handle could name one.
+    /// The class of `handle`, if the handle is this pool's and could name
+    /// one.
     pub(crate) fn class_of(&self, handle: Handle) -> Result<usize, ZsError> {
         let class = handle.class();
-        if class < self.table.nr_classes() && self.table.serving(class) == class {
+        if self.owns(handle) && class < self.table.nr_classes() && self.table.serving(class) == class {
             Ok(class)
         } else {
             Err(ZsError::InvalidHandle(handle))
         }
+    }
+
+    /// Whether `handle` was made by this pool (it may still be stale).
+    pub(crate) fn owns(&self, handle: Handle) -> bool {
+        handle.pool() == self.pool_id.get()
     }
 
     /// An object of `size` bytes; with `data`, its bytes are written before
@@ -131,6 +142,9 @@ impl Inner {
         loop {
             let miss = {
                 let mut state = self.lock(class);
+                if state.slots_exhausted() {
+                    return Err(ZsError::NoMemory(None));
+                }
                 match state.alloc(&self.mm, size) {
                     Ok(handle) => return fill(&mut state, handle),
                     Err(miss) => miss,
@@ -155,6 +169,13 @@ impl Inner {
                         self.free_pages(vec![unused]);
                     }
                 },
+                AllocMiss::NoRoom if state.slots_exhausted() => {
+                    // Every handle the class can name is live (2^28): an
+                    // empty zspage would stay behind, so the page goes back.
+                    drop(state);
+                    self.free_pages(vec![page]);
+                    return Err(ZsError::NoMemory(None));
+                }
                 AllocMiss::NoRoom => {
                     // The object goes into the new zspage even if another
                     // one gained room meanwhile (as Linux's zs_malloc
@@ -238,6 +259,10 @@ impl Inner {
 
     /// Every class's bookkeeping checked, for tests.
     pub(crate) fn check(&self) -> Result<(), String> {
+        // The deferred worker drops a class's pages under the class lock and
+        // the pool's count after it: holding off drains keeps the sum and
+        // the count from being read on either side of one.
+        let _no_drain = self.deferred.draining.lock().unwrap_or_else(|p| p.into_inner());
         let mut pages = 0u64;
         for class in self.serving_classes() {
             let state = self.lock(class);

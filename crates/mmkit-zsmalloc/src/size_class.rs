@@ -34,6 +34,8 @@ pub(crate) struct Slot {
 pub(crate) struct ClassState {
     pub(crate) shape: ClassShape,
     pub(crate) index: usize,
+    /// The id of the pool the class belongs to, stamped on its handles.
+    pool: u16,
     pub(crate) zspages: Vec<Option<Zspage>>,
     free_ids: Vec<u32>,
     pub(crate) groups: [Vec<u32>; NR_GROUPS],
@@ -66,10 +68,11 @@ pub(crate) struct Resolved {
 }
 
 impl ClassState {
-    pub(crate) fn new(index: usize, shape: ClassShape) -> Self {
+    pub(crate) fn new(pool: u16, index: usize, shape: ClassShape) -> Self {
         Self {
             shape,
             index,
+            pool,
             zspages: Vec::new(),
             free_ids: Vec::new(),
             groups: Default::default(),
@@ -143,8 +146,8 @@ impl ClassState {
         if !self.zspages.get(id)?.as_ref()?.has_backed_room(self.shape, page_size) {
             return None;
         }
-        let slot = self.take_slot();
-        let handle = Handle::new(slot, self.index, self.slots[slot as usize].generation);
+        let slot = self.take_slot()?;
+        let handle = Handle::new(self.pool, slot, self.index, self.slots[slot as usize].generation);
         let shape = self.shape;
         let zspage = self.zspages[id].as_mut()?;
         let obj = zspage.alloc_obj(mm, shape, handle.to_raw())?;
@@ -264,13 +267,21 @@ impl ClassState {
         }
     }
 
-    fn take_slot(&mut self) -> u32 {
+    /// Whether every slot a handle can name is live.
+    pub(crate) fn slots_exhausted(&self) -> bool {
+        self.free_slots.is_empty() && self.slots.len() >= crate::handle::MAX_SLOTS
+    }
+
+    /// A free handle slot; `None` when the class has every slot a handle
+    /// can name in use.
+    fn take_slot(&mut self) -> Option<u32> {
         match self.free_slots.pop() {
-            Some(slot) => slot,
-            None => {
+            Some(slot) => Some(slot),
+            None if self.slots.len() < crate::handle::MAX_SLOTS => {
                 self.slots.push(Slot { generation: 1, ..Slot::default() });
-                self.slots.len() as u32 - 1
+                Some(self.slots.len() as u32 - 1)
             }
+            None => None,
         }
     }
 
@@ -335,7 +346,7 @@ impl ClassState {
             return Err(format!("class {}: {} live handles, {} objects in use", self.index, live.len(), inuse));
         }
         for (i, slot) in live {
-            let handle = Handle::new(i as u32, self.index, slot.generation);
+            let handle = Handle::new(self.pool, i as u32, self.index, slot.generation);
             let z = self.zspages[slot.zspage as usize].as_ref().ok_or(format!("handle {handle} in a freed zspage"))?;
             if usize::from(slot.obj) >= Zspage::backed_objs(self.shape, page_size, z.pages.len()) {
                 return Err(format!("class {}: object of handle {handle} lies past its zspage's pages", self.index));

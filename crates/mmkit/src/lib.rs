@@ -90,7 +90,8 @@ pub use pcp::{PcpCounters, PcpSizing};
 pub use report::info::ZoneSnapshot;
 pub use report::invariants::InvariantViolation;
 pub use types::error::{
-    AllocError, BadCmaReason, BadPageReason, BuildError, CmaError, ContigError, FreeError, MigrateError, PageError,
+    AllocError, BadCmaReason, BadPageReason, BadRangeReason, BuildError, CmaError, ContigError, FreeError, IndexError,
+    MigrateError, PageError, RangeKind, Tunable,
 };
 pub use types::geometry::{Geometry, ZoneSpec};
 pub use types::gfp::{AllocFlags, Gfp, MigrateType, Watermark, ZoneType};
@@ -101,6 +102,10 @@ pub use zone::placement::PlacementCounters;
 
 /// Highest node id + 1 the map accepts.
 pub const MAX_NUMNODES: usize = 64;
+
+/// Most CPUs a map keeps lists for: the top of Linux's `CONFIG_NR_CPUS`
+/// range on x86-64 (`MAXSMP`).
+pub const MAX_NR_CPUS: usize = 8192;
 
 /// A page frame number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]

@@ -223,9 +223,11 @@ fn order_above_max() {
     rejected(&mm, err, || mm.free_pages(p, 11));
     mm.free_pages(p, 0).unwrap();
 
-    // Sections smaller than MAX_PAGE_ORDER cap the order at the section.
+    // Sections smaller than MAX_PAGE_ORDER cap the order at the section
+    // (a pageblock may not be larger than a section).
     let mm = MemoryMapBuilder::new()
         .section_order(8)
+        .pageblock_order(8)
         .zone(0, ZoneType::Normal, 0..4096)
         .per_cpu_lists(false)
         .build()

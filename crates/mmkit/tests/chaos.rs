@@ -325,9 +325,10 @@ fn step(mm: &PageAllocator, held: &mut Held, op: Op) {
                 assert_eq!(err.done, 0, "a page nobody held was freed");
             }
         }
-        Op::Drain { cpu } => {
-            mm.drain_cpu_pages(cpu);
-        }
+        Op::Drain { cpu } => match mm.drain_cpu_pages(cpu) {
+            Ok(_) => assert!(cpu < mm.nr_cpus()),
+            Err(e) => assert_eq!(e, mmkit::IndexError::NoSuchCpu { cpu, nr_cpus: mm.nr_cpus() }),
+        },
         Op::Pinned { cpu, order } => {
             if let Ok(mut pinned) = mm.pin_cpu(cpu) {
                 if let Ok(pfn) = pinned.alloc_pages(Gfp::KERNEL, order) {

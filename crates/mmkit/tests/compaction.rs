@@ -80,7 +80,7 @@ fn compact_zone_makes_a_pageblock_free_and_keeps_every_page() {
     for policy in PlacementPolicy::ALL {
         let (mm, mut live, moves) = fragmented(policy);
         let before = live.len();
-        let result = mm.compact_zone(0, Some(4));
+        let result = mm.compact_zone(0, Some(4)).unwrap();
         assert!(result.success, "{policy:?}: {result:?}");
         assert!(result.migrated > 0 && result.migrate_scanned > 0 && result.free_scanned > 0, "{result:?}");
         follow(&mut live, &moves);
@@ -99,7 +99,7 @@ fn compact_zone_makes_a_pageblock_free_and_keeps_every_page() {
 #[test]
 fn linux_scanners_move_pages_up_until_they_meet() {
     let (mm, mut live, moves) = fragmented(PlacementPolicy::Linux);
-    let result = mm.compact_zone(0, None);
+    let result = mm.compact_zone(0, None).unwrap();
     assert!(!result.success, "no order asked");
     follow(&mut live, &moves);
     mm.check_invariants().unwrap();
@@ -113,7 +113,7 @@ fn linux_scanners_move_pages_up_until_they_meet() {
 fn sparsest_first_empties_equally_used_pageblocks_from_the_top() {
     for policy in [PlacementPolicy::Lean, PlacementPolicy::TwoEnds, PlacementPolicy::Addr] {
         let (mm, mut live, moves) = fragmented(policy);
-        let result = mm.compact_zone(0, None);
+        let result = mm.compact_zone(0, None).unwrap();
         follow(&mut live, &moves);
         mm.check_invariants().unwrap();
         // Every pageblock had 4 of 16 pages in use: three of every four
@@ -145,7 +145,7 @@ fn sparsest_first_moves_only_what_frees_a_pageblock() {
     // emptied; the 3-page one then does not fit the 2 holes left, and a
     // pageblock is only started when all of it fits.
     let (mm, mut live, moves) = with_occupancy(PlacementPolicy::Lean, &[14, 14, 3, 2]);
-    let result = mm.compact_zone(0, None);
+    let result = mm.compact_zone(0, None).unwrap();
     follow(&mut live, &moves);
     mm.check_invariants().unwrap();
     assert_eq!(result.migrated, 2, "{result:?}");
@@ -160,22 +160,22 @@ fn proactive_compaction_starts_above_its_mark_and_stops_at_the_low_one() {
     assert_eq!((mmkit::fragmentation_score_wmark(100, false), mmkit::fragmentation_score_wmark(100, true)), (15, 5));
     assert_eq!(mmkit::fragmentation_score_wmark(0, false), 100);
     let (mm, mut live, moves) = fragmented(PlacementPolicy::Lean);
-    assert_eq!(mm.fragmentation_score(0), 1000, "every free page is in a block below a pageblock");
-    assert!(mm.proactive_compact(0, 0).is_none(), "proactiveness 0: off");
-    assert!(mm.proactive_compact_marks(0, 1000, 0).is_none(), "the score is not above 1000");
+    assert_eq!(mm.fragmentation_score(0).unwrap(), 1000, "every free page is in a block below a pageblock");
+    assert!(mm.proactive_compact(0, 0).unwrap().is_none(), "proactiveness 0: off");
+    assert!(mm.proactive_compact_marks(0, 1000, 0).unwrap().is_none(), "the score is not above 1000");
     let before = mm.stats().compact_daemon_wake;
-    let r = mm.proactive_compact_marks(0, 500, 400).expect("above the start mark");
+    let r = mm.proactive_compact_marks(0, 500, 400).unwrap().expect("above the start mark");
     assert!(r.success, "{r:?}");
     assert_eq!(mm.stats().compact_daemon_wake, before + 1);
-    let score = mm.fragmentation_score(0);
+    let score = mm.fragmentation_score(0).unwrap();
     assert!(score <= 400, "stopped at the low mark: {score}");
     assert!(score > 0, "and not much further: one move at a time");
     follow(&mut live, &moves);
     mm.check_invariants().unwrap();
     // The policy's own marks (15 and 5 thousandths) go on from there.
-    assert!(mm.kcompactd_check(0).is_some());
-    assert!(mm.fragmentation_score(0) <= 5);
-    assert!(mm.kcompactd_check(0).is_none(), "below the start mark now");
+    assert!(mm.kcompactd_check(0).unwrap().is_some());
+    assert!(mm.fragmentation_score(0).unwrap() <= 5);
+    assert!(mm.kcompactd_check(0).unwrap().is_none(), "below the start mark now");
     let vmstat = mm.vmstat();
     assert!(vmstat.lines().any(|l| l == "compact_daemon_wake 2"), "Linux's name: {vmstat}");
 }
@@ -211,7 +211,7 @@ fn without_migrate_page_to_nothing_moves() {
         mm.free_pages(*p, 0).unwrap();
     }
     let free = mm.nr_free_pages();
-    let result = mm.compact_zone(0, None);
+    let result = mm.compact_zone(0, None).unwrap();
     assert_eq!(result.migrated, 0);
     assert!(result.failed > 0);
     assert_eq!(mm.nr_free_pages(), free, "every target was given back");
@@ -250,7 +250,7 @@ fn sparsest_first_moves_contents_with_real_memory() {
             mm.free_pages(b.0, b.1).unwrap();
         }
     }
-    let result = mm.compact_zone(0, None);
+    let result = mm.compact_zone(0, None).unwrap();
     assert!(result.migrated > 0, "{result:?}");
     let mut moved: std::collections::BTreeMap<Pfn, Pfn> = std::collections::BTreeMap::new();
     for (old, new, _) in moves.lock().unwrap().drain(..) {

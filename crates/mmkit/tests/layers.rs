@@ -24,7 +24,7 @@ const LAYERS: &[(&str, u32)] = &[
 ];
 
 /// Items `lib.rs` defines itself (shared types, rank 0).
-const ROOT_ITEMS: &[&str] = &["Pfn", "MAX_NUMNODES"];
+const ROOT_ITEMS: &[&str] = &["Pfn", "MAX_NUMNODES", "MAX_NR_CPUS"];
 
 fn src_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")

@@ -28,7 +28,7 @@ fn node_of(pfn: Pfn) -> usize {
 #[test]
 fn every_entry_point_prefers_the_cpus_node() {
     let mm = two_nodes(|| 1);
-    assert_eq!(mm.cpu_to_node(1), 1);
+    assert_eq!(mm.cpu_to_node(1), Ok(1));
     assert_eq!(node_of(mm.alloc_pages(Gfp::KERNEL, 0).unwrap()), 1, "default CPU id");
     assert_eq!(node_of(mm.alloc_frozen_pages(Gfp::KERNEL, 2).unwrap()), 1);
     assert_eq!(node_of(mm.cpu(0).unwrap().alloc_pages(Gfp::KERNEL, 0).unwrap()), 0, "CpuHandle 0");
@@ -106,14 +106,14 @@ fn a_pinned_cpu_is_not_contention_for_itself() {
 #[test]
 fn a_pinned_cpu_takes_a_new_high_fraction_at_its_next_call() {
     let mm = two_nodes(|| 1);
-    let before = mm.pcp_info(0, 0).unwrap();
+    let before = mm.pcp_info(0, 0).unwrap().unwrap();
     let mut pinned = mm.pin_cpu(0).unwrap();
     mm.set_percpu_pagelist_high_fraction(8).unwrap();
-    let other = mm.pcp_info(1, 1).unwrap();
+    let other = mm.pcp_info(1, 1).unwrap().unwrap();
     assert_ne!((other.high_min, other.high_max), (before.high_min, before.high_max), "an unpinned CPU resized");
     let pfn = pinned.alloc_pages(Gfp::KERNEL, 0).unwrap();
     pinned.free_pages(pfn, 0).unwrap();
     drop(pinned);
-    let after = mm.pcp_info(0, 0).unwrap();
+    let after = mm.pcp_info(0, 0).unwrap().unwrap();
     assert_eq!((after.high_min, after.high_max), (other.high_min, other.high_max), "the pinned CPU resized too");
 }

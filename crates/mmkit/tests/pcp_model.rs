@@ -97,7 +97,7 @@ fn run(ops: Vec<Op>) {
                 }
             }
             Op::Drain { cpu } => match cpu {
-                Some(cpu) => assert!(mm.drain_cpu_pages(cpu)),
+                Some(cpu) => assert_eq!(mm.drain_cpu_pages(cpu), Ok(true)),
                 None => assert_eq!(mm.drain_all_pages(), 0),
             },
             Op::PinnedPair { cpu, order } => {

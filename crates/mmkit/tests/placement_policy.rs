@@ -83,7 +83,7 @@ fn address_ordered_policies_keep_per_cpu_lists_small() {
             .placement(policy)
             .build()
             .unwrap();
-        let info = mm.pcp_info(0, 0).unwrap();
+        let info = mm.pcp_info(0, 0).unwrap().unwrap();
         (info.high_min, info.high_max)
     };
     let (min, max) = high(PlacementPolicy::TwoEnds);
@@ -133,7 +133,7 @@ fn a_pinned_cpu_decays_its_high_and_spills() {
     // Linux's periodic decay `decays` times: (free pages, high) after.
     let run = |decays: usize| {
         let mm = MemoryMapBuilder::new().zone(0, ZoneType::Normal, 0x10000..0x50000).nr_cpus(1).build().unwrap();
-        let max = mm.pcp_info(0, 0).unwrap().high_max;
+        let max = mm.pcp_info(0, 0).unwrap().unwrap().high_max;
         let mut cpu = mm.pin_cpu(0).unwrap();
         let pages: Vec<_> = (0..max).map(|_| cpu.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap()).collect();
         for p in pages {
@@ -143,7 +143,7 @@ fn a_pinned_cpu_decays_its_high_and_spills() {
             cpu.decay_pcp_high();
         }
         drop(cpu);
-        let out = (mm.nr_free_pages(), mm.pcp_info(0, 0).unwrap().high);
+        let out = (mm.nr_free_pages(), mm.pcp_info(0, 0).unwrap().unwrap().high);
         mm.drain_all_pages();
         mm.check_invariants().unwrap();
         out

@@ -39,7 +39,7 @@ pub enum QuicklistError {
     /// [`QuicklistCpu::hand_over`](super::QuicklistCpu::hand_over) of a
     /// page that handle does not hold out.
     NotHeld(Pfn),
-    /// Debug builds: the page was not in the list's state. It was reported
+    /// The page was not in the list's state (checked in every build). It was reported
     /// as a bad page and returned to the page allocator instead of cached.
     WrongState {
         /// The page.

@@ -225,14 +225,14 @@ impl<'q> QuicklistCpu<'q> {
         // The hit's free: the newest page out of this list, back on top of
         // the cached ones. (A second free of it finds another page, or
         // none, above the top and takes the slow path, which refuses it.)
-        // Debug builds check its bytes against the list's state first, as
-        // every other free does, and leave a page that differs to the slow
-        // path's report.
+        // Its bytes are checked against the list's state first, in every
+        // build, as every other free does; a page that differs is left to
+        // the slow path's report.
         if let Some(block) = list.stack.get(list.top) {
             if block.pfn() == pfn
                 && ql.caching
                 && ql.is_local_node(block, nid)
-                && !(cfg!(debug_assertions) && ql.first_difference(block, nr).is_some())
+                && ql.first_difference(block, nr).is_none()
             {
                 list.set_top(list.top + 1);
                 list.counters.cached.add(1);

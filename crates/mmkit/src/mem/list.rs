@@ -228,7 +228,7 @@ mod tests {
 
     #[test]
     fn pushes_pops_and_unlinks_keep_both_ends_right() {
-        let table = PageTable::new_zeroed(16);
+        let table = PageTable::try_new_zeroed(16).unwrap();
         let pages = table.descs();
         let mut list = PageList::EMPTY;
         assert!(list.is_empty());
@@ -307,7 +307,7 @@ mod tests {
         /// consistent.
         #[test]
         fn runs_match_a_deque(ops in prop::collection::vec(op(), 1..80)) {
-            let table = PageTable::new_zeroed(1024);
+            let table = PageTable::try_new_zeroed(1024).unwrap();
             let pages = table.descs();
             let mut list = PageList::EMPTY;
             let mut model = VecDeque::new();

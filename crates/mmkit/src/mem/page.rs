@@ -440,8 +440,14 @@ pub(crate) struct PageTable {
 impl PageTable {
     /// A table of `len` zeroed descriptors. Large tables come from zeroed
     /// memory the OS maps lazily, so building a 1 TiB map takes seconds.
-    pub(crate) fn new_zeroed(len: usize) -> Self {
-        Self { descs: crate::mem::rawmem::zeroed_slice::<PageDesc>(len) }
+    ///
+    /// # Errors
+    /// [`BuildError::NoMetadataMemory`](crate::BuildError::NoMetadataMemory)
+    /// when the table cannot be allocated.
+    pub(crate) fn try_new_zeroed(len: usize) -> Result<Self, crate::types::error::BuildError> {
+        let descs = crate::mem::rawmem::try_zeroed_slice::<PageDesc>(len)
+            .map_err(|bytes| crate::types::error::BuildError::NoMetadataMemory { bytes })?;
+        Ok(Self { descs })
     }
     #[inline]
     pub(crate) fn len(&self) -> usize {
@@ -526,7 +532,7 @@ mod tests {
 
     #[test]
     fn zeroed_table_is_clean() {
-        let t = PageTable::new_zeroed(1 << 12);
+        let t = PageTable::try_new_zeroed(1 << 12).unwrap();
         assert_eq!(t.len(), 4096);
         assert_eq!(t.get(4095).flags(), PageFlags::EMPTY);
         assert_eq!(t.get(17).refcount(), 0);

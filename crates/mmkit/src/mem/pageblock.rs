@@ -21,11 +21,19 @@ pub(crate) struct PageblockMap {
 impl PageblockMap {
     /// Map for `pages` descriptors with pageblocks of `1 << order` pages,
     /// every block initially `initial`.
-    pub(crate) fn new(pages: usize, order: u32, initial: MigrateType) -> Self {
+    /// `Err` when the map cannot be allocated.
+    pub(crate) fn try_new(
+        pages: usize,
+        order: u32,
+        initial: MigrateType,
+    ) -> Result<Self, crate::types::error::BuildError> {
         let blocks = pages.div_ceil(1usize << order);
-        let mut types = Vec::with_capacity(blocks);
+        let mut types = Vec::new();
+        types
+            .try_reserve_exact(blocks)
+            .map_err(|_| crate::types::error::BuildError::NoMetadataMemory { bytes: blocks })?;
         types.resize_with(blocks, || AtomicU8::new(initial as u8));
-        Self { types, order }
+        Ok(Self { types, order })
     }
 
     /// Number of pageblocks covered.
@@ -66,7 +74,7 @@ mod tests {
 
     #[test]
     fn blocks_cover_partial_tail() {
-        let map = PageblockMap::new(1025, 9, MigrateType::Movable);
+        let map = PageblockMap::try_new(1025, 9, MigrateType::Movable).unwrap();
         assert_eq!(map.len(), 3);
         map.set(1024, MigrateType::Cma);
         assert_eq!(map.get(1024), MigrateType::Cma);

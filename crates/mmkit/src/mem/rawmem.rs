@@ -22,23 +22,23 @@ unsafe impl Zeroable for core::sync::atomic::AtomicU16 {}
 
 /// A boxed slice of `len` zeroed values, from `alloc_zeroed` so that the OS
 /// can supply untouched pages lazily (a 4 GiB table costs nothing until used).
-pub(crate) fn zeroed_slice<T: Zeroable>(len: usize) -> Box<[T]> {
+/// `Err` carries the bytes that could not be allocated (the table is
+/// metadata that scales with the map: a typed error, not an abort).
+pub(crate) fn try_zeroed_slice<T: Zeroable>(len: usize) -> Result<Box<[T]>, usize> {
     if len == 0 {
-        return Box::new([]);
+        return Ok(Box::new([]));
     }
-    let layout = match Layout::array::<T>(len) {
-        Ok(layout) => layout,
-        Err(_) => alloc::alloc::handle_alloc_error(Layout::new::<T>()),
-    };
+    let bytes = len.saturating_mul(core::mem::size_of::<T>());
+    let layout = Layout::array::<T>(len).map_err(|_| bytes)?;
     // SAFETY: the layout has non-zero size (len > 0 and T is not zero-sized).
     let ptr = unsafe { alloc::alloc::alloc_zeroed(layout) } as *mut T;
     if ptr.is_null() {
-        alloc::alloc::handle_alloc_error(layout);
+        return Err(bytes);
     }
     // SAFETY: `ptr` was allocated by the global allocator with the layout of
     // `[T; len]`, is non-null, and every element is zero, a valid `T` by the
     // `Zeroable` contract; ownership passes to the Box exactly once.
-    unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(ptr, len)) }
+    Ok(unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(ptr, len)) })
 }
 
 #[cfg(feature = "std")]
@@ -84,7 +84,10 @@ mod real {
         None,
         /// Ask for transparent huge pages (`madvise(MADV_HUGEPAGE)`).
         Transparent,
-        /// Explicit hugetlb pages (`MAP_HUGETLB`); fails if none are reserved.
+        /// Explicit hugetlb pages (`MAP_HUGETLB`). The mapping reserves
+        /// its huge pages when made, so building fails (rather than a later
+        /// touch dying of `SIGBUS`) unless enough are free in the pool
+        /// (`vm.nr_hugepages`).
         Explicit,
     }
 
@@ -97,6 +100,9 @@ mod real {
     pub struct RealMemory {
         base: NonNull<u8>,
         len: usize,
+        /// Bytes mapped: `len` rounded up to the huge page size for
+        /// hugetlb, whose `munmap` wants whole huge pages.
+        mapped: usize,
         page_size: usize,
     }
 
@@ -111,18 +117,24 @@ mod real {
         /// Maps `pages` pages of `page_size` bytes.
         pub fn map(pages: usize, page_size: usize, huge: HugePages) -> Result<Self, RealMemoryError> {
             let len = pages.saturating_mul(page_size);
+            let mut mapped = len;
             // Miri models plain private anonymous mappings only.
             let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-            if !cfg!(miri) {
-                flags |= libc::MAP_NORESERVE;
-            }
             if huge == HugePages::Explicit {
+                // No MAP_NORESERVE here: without it the kernel reserves the
+                // huge pages at mmap time and fails with ENOMEM when the
+                // pool is short (`hugetlb_reserve_pages`), instead of
+                // delivering SIGBUS at the first fault that finds none.
                 flags |= libc::MAP_HUGETLB;
+                let huge_size = default_huge_page_size();
+                mapped = len.div_ceil(huge_size).saturating_mul(huge_size);
+            } else if !cfg!(miri) {
+                flags |= libc::MAP_NORESERVE;
             }
             // SAFETY: a fresh anonymous mapping with no address hint touches
             // no existing memory; the result is checked below.
             let ptr =
-                unsafe { libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+                unsafe { libc::mmap(core::ptr::null_mut(), mapped, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
             if ptr == libc::MAP_FAILED || len == 0 {
                 let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
                 return Err(RealMemoryError { errno, bytes: len });
@@ -135,7 +147,7 @@ mod real {
                 }
             }
             let base = NonNull::new(ptr as *mut u8).ok_or(RealMemoryError { errno: 0, bytes: len })?;
-            Ok(Self { base, len, page_size })
+            Ok(Self { base, len, mapped, page_size })
         }
 
         /// Address of page `index` (counted from the region's start), or
@@ -252,13 +264,26 @@ mod real {
         }
     }
 
+    /// The default hugetlb page size (`Hugepagesize:` in `/proc/meminfo`),
+    /// 2 MiB when it cannot be read.
+    fn default_huge_page_size() -> usize {
+        const FALLBACK: usize = 2 << 20;
+        let Ok(meminfo) = std::fs::read_to_string("/proc/meminfo") else { return FALLBACK };
+        meminfo
+            .lines()
+            .find_map(|line| line.strip_prefix("Hugepagesize:"))
+            .and_then(|rest| rest.split_whitespace().next()?.parse::<usize>().ok())
+            .filter(|kb| kb.is_power_of_two())
+            .map_or(FALLBACK, |kb| kb << 10)
+    }
+
     impl Drop for RealMemory {
         fn drop(&mut self) {
             // SAFETY: unmapping exactly the region mapped in `map`; no
             // reference into it outlives `self` (page pointers handed out
             // are raw and documented as valid only while the allocator lives).
             unsafe {
-                libc::munmap(self.base.as_ptr() as *mut libc::c_void, self.len);
+                libc::munmap(self.base.as_ptr() as *mut libc::c_void, self.mapped);
             }
         }
     }

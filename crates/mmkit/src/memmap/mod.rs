@@ -9,6 +9,8 @@
 //! belongs to the allocator layers.
 #![deny(unsafe_code)]
 
+mod validate;
+
 use crate::mem::map::MemMap;
 use crate::mem::page::{PageFlags, PageTable};
 use crate::mem::pageblock::PageblockMap;
@@ -51,7 +53,8 @@ pub struct MemoryMapBuilder {
     hooks: Box<dyn Hooks>,
     nr_cpus: usize,
     cpu_id: fn() -> usize,
-    cpu_nodes: Vec<usize>,
+    /// `(cpu, nid)` as given; checked and laid out by `build`.
+    cpu_nodes: Vec<(usize, usize)>,
     pcp_high_fraction: u32,
     pcp_enabled: bool,
     thread_caches: bool,
@@ -135,7 +138,8 @@ impl MemoryMapBuilder {
         }
         self
     }
-    /// Pages per section as a power of two.
+    /// Pages per section as a power of two; at least the pageblock order
+    /// (checked by [`build`](Self::build)).
     pub fn section_order(mut self, order: u32) -> Self {
         self.geometry.section_order = order;
         self
@@ -175,20 +179,25 @@ impl MemoryMapBuilder {
         self.watermarks = config;
         self
     }
-    /// Sets `min_free_kbytes` instead of Linux's default.
+    /// Sets `min_free_kbytes` instead of Linux's default (at most
+    /// `i32::MAX`, and below the map's low memory: checked by
+    /// [`build`](Self::build)).
     pub fn min_free_kbytes(mut self, kbytes: u64) -> Self {
         self.watermarks.min_free_kbytes = Some(kbytes);
         self
     }
-    /// Sets `watermark_scale_factor` (1/10000 of managed memory).
+    /// Sets `watermark_scale_factor` (1/10000 of managed memory; Linux's
+    /// bounds 1 ..= 3000, checked by [`build`](Self::build)).
     pub fn watermark_scale_factor(mut self, factor: u64) -> Self {
         self.watermarks.watermark_scale_factor = factor;
         self
     }
     /// CPUs to keep per-CPU lists for (default: the machine's CPU count
-    /// with `std`, 1 without). CPU ids at or above it fold onto it.
+    /// with `std`, 1 without): 1 ..= [`MAX_NR_CPUS`](crate::MAX_NR_CPUS),
+    /// checked by [`build`](Self::build). CPU ids the
+    /// [`cpu_id_fn`](Self::cpu_id_fn) reports at or above it fold onto it.
     pub fn nr_cpus(mut self, nr_cpus: usize) -> Self {
-        self.nr_cpus = nr_cpus.max(1);
+        self.nr_cpus = nr_cpus;
         self
     }
     /// How the allocator learns the calling thread's CPU (default:
@@ -201,19 +210,19 @@ impl MemoryMapBuilder {
     /// Puts CPU `cpu` on node `nid` (default: every CPU on node 0), so that
     /// `alloc_pages` called there prefers that node, as Linux's
     /// `numa_node_id()` makes it. A node without memory falls back through
-    /// the zonelist like any other.
+    /// the zonelist like any other. [`build`](Self::build) refuses a CPU
+    /// at or above `nr_cpus` and a node above every node of the map.
     pub fn cpu_node(mut self, cpu: usize, nid: usize) -> Self {
-        if self.cpu_nodes.len() <= cpu {
-            self.cpu_nodes.resize(cpu + 1, 0);
-        }
-        self.cpu_nodes[cpu] = nid;
+        self.cpu_nodes.retain(|&(c, _)| c != cpu);
+        self.cpu_nodes.push((cpu, nid));
         self
     }
     /// Linux's `percpu_pagelist_high_fraction`: 0 (default) auto-tunes each
     /// list's `high`; N ≥ 8 pins it to managed/N split across CPUs. Values
-    /// 1..=7 are raised to 8.
+    /// 1..=7 make [`build`](Self::build) fail, as Linux's sysctl refuses
+    /// them.
     pub fn percpu_pagelist_high_fraction(mut self, fraction: u32) -> Self {
-        self.pcp_high_fraction = if fraction == 0 { 0 } else { fraction.max(8) };
+        self.pcp_high_fraction = fraction;
         self
     }
     /// Whether to keep per-CPU lists at all (default true). Without them
@@ -308,11 +317,17 @@ impl MemoryMapBuilder {
     /// present, unreserved page to the buddy lists.
     ///
     /// # Errors
-    /// [`BuildError`] for bad geometry, overlapping or empty zones, a map too
-    /// large for 32-bit page indices, or a failed real-memory mapping.
+    /// [`BuildError`] for bad geometry, overlapping, empty or misordered
+    /// zones, a map too large for 32-bit page indices, a knob out of range
+    /// (each names its knob: [`BuildError::BadTunable`],
+    /// [`BuildError::BadNrCpus`], [`BuildError::UnknownCpu`],
+    /// [`BuildError::BadRange`], [`BuildError::BadCmaArea`]), metadata that
+    /// cannot be allocated, or a failed real-memory mapping (huge pages not
+    /// reserved included).
     pub fn build(self) -> Result<PageAllocator, BuildError> {
         let geo = self.geometry;
         geo.validate()?;
+        validate::knobs(&self)?;
         let mut specs = self.zones;
         if specs.is_empty() {
             return Err(BuildError::NoZones);
@@ -334,12 +349,14 @@ impl MemoryMapBuilder {
                 }
             }
         }
+        validate::zone_order(&specs)?;
         let max_nid = specs.iter().map(|z| z.nid).max().unwrap_or(0);
-        if let Some((cpu, &nid)) = self.cpu_nodes.iter().enumerate().find(|&(_, &nid)| nid > max_nid) {
+        if let Some(&(cpu, nid)) = self.cpu_nodes.iter().find(|&&(_, nid)| nid > max_nid) {
             return Err(BuildError::CpuOnUnknownNode { cpu, nid });
         }
         let lowest = specs.iter().map(|z| z.pfns.start).min().unwrap_or(0);
         let highest = specs.iter().map(|z| z.pfns.end).max().unwrap_or(0);
+        validate::ranges(&self.holes, &self.reserved, lowest, highest)?;
         // Align the table's first PFN so index alignment equals PFN alignment
         // for every order that matters (blocks, pageblocks, sections).
         let align_order = geo.section_order.max(geo.max_page_order).max(geo.pageblock_order);
@@ -348,13 +365,6 @@ impl MemoryMapBuilder {
         if nr_pages >= u32::MAX as u64 {
             return Err(BuildError::TooLarge { pages: nr_pages });
         }
-        let pages = PageTable::new_zeroed(nr_pages as usize);
-        if self.populate {
-            for i in 0..nr_pages as u32 {
-                pages.get(i).set_refcount(0);
-            }
-        }
-        let blocks = PageblockMap::new(nr_pages as usize, geo.pageblock_order, MigrateType::Movable);
         let idx = |pfn: u64| (pfn.clamp(base_pfn, highest) - base_pfn) as u32;
 
         // Holes first, then reserved ranges (a reserved range inside a hole
@@ -371,17 +381,6 @@ impl MemoryMapBuilder {
         }
         let holes = normalize(holes, base_pfn, highest);
         let reserved = subtract(&normalize(self.reserved, base_pfn, highest), &holes);
-        for r in &holes {
-            for i in idx(r.start)..idx(r.end) {
-                pages.get(i).set_state(PageFlags::HOLE | PageFlags::RESERVED, 0, 0);
-            }
-        }
-        for r in &reserved {
-            for i in idx(r.start)..idx(r.end) {
-                pages.get(i).set_state(PageFlags::RESERVED, 0, 0);
-                pages.get(i).set_refcount(1);
-            }
-        }
 
         let mut zones = Vec::with_capacity(specs.len());
         let mut free_runs = Vec::with_capacity(specs.len());
@@ -403,12 +402,35 @@ impl MemoryMapBuilder {
             let unavailable: Vec<Range<u64>> = holes.iter().chain(reserved.iter()).cloned().collect();
             free_runs.push(subtract(&[span], &normalize(unavailable, base_pfn, highest)));
         }
+        let lowmem_pages = zones.iter().filter(|z| z.zone_type != ZoneType::Movable).map(|z| z.managed_pages).sum();
+        validate::min_free_kbytes(&self.watermarks, lowmem_pages, geo.page_size())?;
+        let cma = activate_cma_areas(self.cma, &specs, &holes, &reserved, &geo)?;
+
+        // Everything is checked: now the tables that scale with the map.
+        let pages = PageTable::try_new_zeroed(nr_pages as usize)?;
+        if self.populate {
+            for i in 0..nr_pages as u32 {
+                pages.get(i).set_refcount(0);
+            }
+        }
+        let blocks = PageblockMap::try_new(nr_pages as usize, geo.pageblock_order, MigrateType::Movable)?;
+        for r in &holes {
+            for i in idx(r.start)..idx(r.end) {
+                pages.get(i).set_state(PageFlags::HOLE | PageFlags::RESERVED, 0, 0);
+            }
+        }
+        for r in &reserved {
+            for i in idx(r.start)..idx(r.end) {
+                pages.get(i).set_state(PageFlags::RESERVED, 0, 0);
+                pages.get(i).set_refcount(1);
+            }
+        }
+
         for zone in zones.iter_mut() {
             zone.mobility_disabled = !self.group_by_mobility;
             zone.placement = self.placement;
         }
         let min_free_kbytes = setup_watermarks(&mut zones, geo.page_size(), geo.pageblock_nr_pages(), &self.watermarks);
-        let cma = activate_cma_areas(self.cma, &specs, &holes, &reserved, &geo)?;
         for area in &cma {
             let mut pfn = area.pfns().start;
             while pfn < area.pfns().end {
@@ -420,10 +442,17 @@ impl MemoryMapBuilder {
         #[cfg(feature = "std")]
         let memory = match self.backing {
             Backing::MetadataOnly => None,
-            Backing::RealMemory(huge) => Some(
-                crate::mem::rawmem::RealMemory::map(nr_pages as usize, geo.page_size() as usize, huge)
-                    .map_err(BuildError::RealMemory)?,
-            ),
+            Backing::RealMemory(huge) => {
+                Some(crate::mem::rawmem::RealMemory::map(nr_pages as usize, geo.page_size() as usize, huge).map_err(
+                    |e| {
+                        if huge == crate::mem::rawmem::HugePages::Explicit {
+                            BuildError::HugePagesUnavailable { bytes: e.bytes, errno: e.errno }
+                        } else {
+                            BuildError::RealMemory(e)
+                        }
+                    },
+                )?)
+            }
         };
 
         let mem = MemMap {
@@ -446,21 +475,27 @@ impl MemoryMapBuilder {
             zone.publish(&state);
         }
 
-        Ok(PageAllocator::from_parts(crate::page_alloc::Parts {
+        let mut cpu_nodes = Vec::new();
+        cpu_nodes.try_reserve_exact(self.nr_cpus).map_err(|_| BuildError::NoMetadataMemory { bytes: self.nr_cpus })?;
+        cpu_nodes.resize(self.nr_cpus, 0);
+        for &(cpu, nid) in &self.cpu_nodes {
+            cpu_nodes[cpu] = nid;
+        }
+        PageAllocator::from_parts(crate::page_alloc::Parts {
             mem,
             zones,
             hooks: self.hooks,
             min_free_kbytes,
             nr_cpus: self.nr_cpus,
             cpu_id: self.cpu_id,
-            cpu_nodes: self.cpu_nodes,
+            cpu_nodes,
             pcp_high_fraction: self.pcp_high_fraction,
             pcp_enabled: self.pcp_enabled,
             thread_caches: self.thread_caches,
             mobility_disabled: !self.group_by_mobility,
             migrator: self.migrator,
             cma,
-        }))
+        })
     }
 }
 
@@ -497,6 +532,8 @@ fn activate_cma_areas(
             Some(BadCmaReason::Unavailable)
         } else if areas.iter().any(|a| a.pfns().start < pfns.end && pfns.start < a.pfns().end) {
             Some(BadCmaReason::Overlaps)
+        } else if areas.iter().any(|a| a.name == name) {
+            Some(BadCmaReason::DuplicateName)
         } else {
             None
         };

@@ -40,7 +40,7 @@ impl PageAllocator {
             }
         }
         let cpu = self.current_cpu();
-        self.alloc_on(cpu, self.cpu_to_node(cpu), gfp, order, false)
+        self.alloc_on(cpu, self.node_of_cpu(cpu), gfp, order, false)
     }
 
     /// Allocates 2^`order` contiguous pages, preferring node `nid`.
@@ -70,7 +70,7 @@ impl PageAllocator {
     #[inline]
     pub fn alloc_frozen_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
         let cpu = self.current_cpu();
-        self.alloc_on(cpu, self.cpu_to_node(cpu), gfp, order, true)
+        self.alloc_on(cpu, self.node_of_cpu(cpu), gfp, order, true)
     }
 
     /// Frozen allocation preferring node `nid`.
@@ -84,8 +84,19 @@ impl PageAllocator {
 
     /// The node CPU `cpu` belongs to (Linux's `cpu_to_node`): the node
     /// `alloc_pages` prefers when called on that CPU.
+    ///
+    /// # Errors
+    /// [`IndexError::NoSuchCpu`](crate::IndexError::NoSuchCpu) for a CPU at
+    /// or above [`nr_cpus`](Self::nr_cpus).
+    pub fn cpu_to_node(&self, cpu: usize) -> Result<usize, crate::IndexError> {
+        self.check_cpu(cpu)?;
+        Ok(self.node_of_cpu(cpu))
+    }
+
+    /// [`cpu_to_node`](Self::cpu_to_node) for a CPU the caller already
+    /// checked (or folded): node 0 past the table.
     #[inline]
-    pub fn cpu_to_node(&self, cpu: usize) -> usize {
+    pub(crate) fn node_of_cpu(&self, cpu: usize) -> usize {
         self.pcp.cpu_nodes.get(cpu).copied().unwrap_or(0)
     }
 

@@ -70,7 +70,7 @@ impl PageAllocator {
     #[inline]
     pub fn alloc_block(&self, owner: PageOwner, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
         let cpu = self.current_cpu();
-        self.alloc_block_on(cpu, self.cpu_to_node(cpu), owner, gfp, order)
+        self.alloc_block_on(cpu, self.node_of_cpu(cpu), owner, gfp, order)
     }
 
     /// [`alloc_block`](Self::alloc_block) preferring node `nid` (Linux's
@@ -290,7 +290,7 @@ impl CpuHandle<'_> {
     #[inline]
     pub fn alloc_block(&self, owner: PageOwner, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
         let mm = self.allocator();
-        mm.alloc_block_on(self.cpu_id(), mm.cpu_to_node(self.cpu_id()), owner, gfp, order)
+        mm.alloc_block_on(self.cpu_id(), mm.node_of_cpu(self.cpu_id()), owner, gfp, order)
     }
 
     /// [`PageAllocator::free_block`] to this handle's CPU's lists.

@@ -194,7 +194,7 @@ impl PageAllocator {
                 return taken;
             }
         }
-        match self.alloc_on(cpu, self.cpu_to_node(cpu), gfp, 0, false) {
+        match self.alloc_on(cpu, self.node_of_cpu(cpu), gfp, 0, false) {
             Ok(pfn) => {
                 put(pfn);
                 1
@@ -212,7 +212,7 @@ impl PageAllocator {
         let mt = self.request_migratetype(gfp);
         let flags = fast_path_alloc_flags(gfp, false).with_watermark(Watermark::Low);
         let this_node = gfp.contains(Gfp::THISNODE);
-        let nid = self.cpu_to_node(cpu);
+        let nid = self.node_of_cpu(cpu);
         let Some(zi) = self.zonelist(nid).iter().copied().find(|&zi| {
             let z = &self.zones[zi];
             z.zone_type <= highest

@@ -85,8 +85,13 @@ impl PageAllocator {
     /// [`CompactionMode`]. Needs a migrator that implements
     /// [`migrate_page_to`](crate::Migrator::migrate_page_to); without one
     /// it does nothing. Call with no allocator lock held.
-    pub fn compact_zone(&self, zone_index: usize, order: Option<u32>) -> CompactResult {
-        self.compact_zone_to(zone_index, order.map_or(CompactGoal::Whole, CompactGoal::Order))
+    ///
+    /// # Errors
+    /// [`IndexError::NoSuchZone`](crate::IndexError::NoSuchZone) for a zone
+    /// index the map lacks.
+    pub fn compact_zone(&self, zone_index: usize, order: Option<u32>) -> Result<CompactResult, crate::IndexError> {
+        self.check_zone(zone_index)?;
+        Ok(self.compact_zone_to(zone_index, order.map_or(CompactGoal::Whole, CompactGoal::Order)))
     }
 
     /// One pass of zone `zi` towards `goal`, counted in vmstat.
@@ -115,9 +120,18 @@ impl PageAllocator {
     /// Returns `None` when the score was below the mark (nothing ran), else
     /// the summed result; `success` says the low mark was reached. An
     /// embedder calls this from a timer (Linux checks every 500 ms).
-    pub fn proactive_compact(&self, nid: usize, proactiveness: u32) -> Option<CompactResult> {
+    ///
+    /// # Errors
+    /// [`IndexError::NoSuchNode`](crate::IndexError::NoSuchNode) for a node
+    /// the map lacks.
+    pub fn proactive_compact(
+        &self,
+        nid: usize,
+        proactiveness: u32,
+    ) -> Result<Option<CompactResult>, crate::IndexError> {
+        self.check_node(nid)?;
         if proactiveness == 0 {
-            return None;
+            return Ok(None);
         }
         let high = fragmentation_score_wmark(proactiveness, false) * 10;
         self.proactive_compact_marks(nid, high, fragmentation_score_wmark(proactiveness, true) * 10)
@@ -128,8 +142,14 @@ impl PageAllocator {
     /// ([`PlacementPolicy::proactive_marks`](crate::PlacementPolicy::proactive_marks)):
     /// what an embedder calls from a timer to get the policy's background
     /// compaction. `None` when nothing ran.
-    pub fn kcompactd_check(&self, nid: usize) -> Option<CompactResult> {
-        let policy = self.zones.iter().find(|z| z.nid == nid)?.placement;
+    ///
+    /// # Errors
+    /// [`IndexError::NoSuchNode`](crate::IndexError::NoSuchNode) for a node
+    /// the map lacks.
+    pub fn kcompactd_check(&self, nid: usize) -> Result<Option<CompactResult>, crate::IndexError> {
+        self.check_node(nid)?;
+        let Some(zone) = self.zones.iter().find(|z| z.nid == nid) else { return Ok(None) };
+        let policy = zone.placement;
         let (start, stop) = policy.proactive_marks();
         self.proactive_compact_marks(nid, start, stop)
     }
@@ -139,9 +159,18 @@ impl PageAllocator {
     /// `nid`'s score is above `start_above` and compacts each zone down to
     /// `stop_at` (Linux's marks are whole points, at least 5, i.e. 50
     /// here).
-    pub fn proactive_compact_marks(&self, nid: usize, start_above: u32, stop_at: u32) -> Option<CompactResult> {
-        if self.migrator.is_none() || self.fragmentation_score(nid) <= start_above {
-            return None;
+    ///
+    /// # Errors
+    /// [`IndexError::NoSuchNode`](crate::IndexError::NoSuchNode) for a node
+    /// the map lacks.
+    pub fn proactive_compact_marks(
+        &self,
+        nid: usize,
+        start_above: u32,
+        stop_at: u32,
+    ) -> Result<Option<CompactResult>, crate::IndexError> {
+        if self.fragmentation_score(nid)? <= start_above || self.migrator.is_none() {
+            return Ok(None);
         }
         self.stats.compact_daemon_wake.fetch_add(1, Relaxed);
         let low = stop_at;
@@ -160,24 +189,28 @@ impl PageAllocator {
         let s = &self.stats;
         s.compact_daemon_migrate_scanned.fetch_add(sum.migrate_scanned, Relaxed);
         s.compact_daemon_free_scanned.fetch_add(sum.free_scanned, Relaxed);
-        Some(sum)
+        Ok(Some(sum))
     }
 
     /// Node `nid`'s fragmentation score in thousandths (Linux's
     /// `fragmentation_score_node` in tenths of its points): each zone's
     /// order-9 unusable free space index weighted by its share of the
-    /// node's managed pages.
-    #[must_use]
-    pub fn fragmentation_score(&self, nid: usize) -> u32 {
+    /// node's managed pages; 0 for a node without memory.
+    ///
+    /// # Errors
+    /// [`IndexError::NoSuchNode`](crate::IndexError::NoSuchNode) for a node
+    /// the map lacks.
+    pub fn fragmentation_score(&self, nid: usize) -> Result<u32, crate::IndexError> {
+        self.check_node(nid)?;
         let node_pages: u64 = self.zones.iter().filter(|z| z.nid == nid).map(|z| z.managed_pages()).sum();
         if node_pages == 0 {
-            return 0;
+            return Ok(0);
         }
         let weighted: u64 = (0..self.zones.len())
             .filter(|&zi| self.zones[zi].nid == nid)
             .map(|zi| u64::from(self.zone_fragmentation_score(zi)) * self.zones[zi].managed_pages())
             .sum();
-        (weighted / node_pages) as u32
+        Ok((weighted / node_pages) as u32)
     }
 
     /// Zone `zi`'s score in thousandths (Linux's `extfrag_for_order` for

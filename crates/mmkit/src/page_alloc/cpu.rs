@@ -310,10 +310,17 @@ impl PageAllocator {
     /// Empties CPU `cpu`'s lists for every zone into the buddy. Returns
     /// false if the CPU is pinned ([`PageAllocator::pin_cpu`]): its owner
     /// was asked to drain and does so at its next operation.
-    pub fn drain_cpu_pages(&self, cpu: usize) -> bool {
-        if cpu >= self.pcp.nr_cpus {
-            return true;
-        }
+    ///
+    /// # Errors
+    /// [`IndexError::NoSuchCpu`](crate::IndexError::NoSuchCpu) for a CPU at
+    /// or above [`nr_cpus`](Self::nr_cpus); nothing is drained.
+    pub fn drain_cpu_pages(&self, cpu: usize) -> Result<bool, crate::IndexError> {
+        self.check_cpu(cpu)?;
+        Ok(self.drain_cpu_lists(cpu))
+    }
+
+    /// [`drain_cpu_pages`](Self::drain_cpu_pages) of a CPU that exists.
+    fn drain_cpu_lists(&self, cpu: usize) -> bool {
         for zi in 0..self.zones.len() {
             let Some(mut pcp) = self.lock_pcp_unless_pinned(cpu, zi) else {
                 self.pcp.slots[cpu].request(REQUEST_DRAIN);
@@ -334,7 +341,7 @@ impl PageAllocator {
 
     /// Empties the calling CPU's lists (Linux's `drain_local_pages`).
     pub fn drain_local_pages(&self) {
-        let _ = self.drain_cpu_pages(self.current_cpu());
+        let _ = self.drain_cpu_lists(self.current_cpu());
     }
 
     /// Empties every CPU's lists (Linux's `drain_all_pages`). Safe from any
@@ -347,7 +354,7 @@ impl PageAllocator {
     pub fn drain_all_pages(&self) -> usize {
         #[cfg(all(feature = "std", not(loom)))]
         self.drain_thread_caches();
-        (0..self.pcp.nr_cpus).filter(|&cpu| !self.drain_cpu_pages(cpu)).count()
+        (0..self.pcp.nr_cpus).filter(|&cpu| !self.drain_cpu_lists(cpu)).count()
     }
 
     /// Periodic decay of every pageset's `high` towards `high_min`, spilling
@@ -432,20 +439,24 @@ impl PageAllocator {
         (sum, pages)
     }
 
-    /// Sizing of CPU `cpu`'s pageset for zone `zi` (count, high, batch, high_min, high_max).
-    pub fn pcp_info(&self, cpu: usize, zone: usize) -> Option<PcpInfo> {
-        if cpu >= self.pcp.nr_cpus || zone >= self.zones.len() {
-            return None;
-        }
-        let pcp = self.lock_pcp_unless_pinned(cpu, zone)?;
-        Some(PcpInfo {
+    /// Sizing of CPU `cpu`'s pageset for zone index `zone` (count, high,
+    /// batch, high_min, high_max); `None` while the CPU is pinned (its
+    /// lists belong to the handle).
+    ///
+    /// # Errors
+    /// [`IndexError`](crate::IndexError) for a CPU or zone the map lacks.
+    pub fn pcp_info(&self, cpu: usize, zone: usize) -> Result<Option<PcpInfo>, crate::IndexError> {
+        self.check_cpu(cpu)?;
+        self.check_zone(zone)?;
+        let Some(pcp) = self.lock_pcp_unless_pinned(cpu, zone) else { return Ok(None) };
+        Ok(Some(PcpInfo {
             count: pcp.count,
             high: pcp.high,
             batch: pcp.sizing.batch,
             high_min: pcp.sizing.high_min,
             high_max: pcp.sizing.high_max,
             counters: pcp.counters,
-        })
+        }))
     }
 
     /// Walks every pageset of zone `zi` under its lock (invariant checks).
@@ -509,7 +520,7 @@ impl<'a> CpuHandle<'a> {
     /// As [`PageAllocator::alloc_pages_node`].
     #[inline]
     pub fn alloc_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc.alloc_on(self.cpu, self.alloc.cpu_to_node(self.cpu), gfp, order, false)
+        self.alloc.alloc_on(self.cpu, self.alloc.node_of_cpu(self.cpu), gfp, order, false)
     }
     /// [`PageAllocator::alloc_pages_node`] on this CPU's lists.
     ///
@@ -523,7 +534,7 @@ impl<'a> CpuHandle<'a> {
     /// # Errors
     /// As [`PageAllocator::alloc_pages_node`].
     pub fn alloc_frozen_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc.alloc_on(self.cpu, self.alloc.cpu_to_node(self.cpu), gfp, order, true)
+        self.alloc.alloc_on(self.cpu, self.alloc.node_of_cpu(self.cpu), gfp, order, true)
     }
     /// [`PageAllocator::free_pages`] onto this CPU's lists.
     ///
@@ -571,6 +582,6 @@ impl<'a> CpuHandle<'a> {
     }
     /// Empties this CPU's lists.
     pub fn drain_local_pages(&self) {
-        let _ = self.alloc.drain_cpu_pages(self.cpu);
+        let _ = self.alloc.drain_cpu_lists(self.cpu);
     }
 }

@@ -120,10 +120,19 @@ pub(crate) struct AllocContext {
 }
 
 impl PageAllocator {
-    pub(crate) fn from_parts(p: Parts) -> Self {
-        let zones = ZoneSet::new(p.zones, p.mem.pages.len(), p.mem.geometry.pageblock_order);
+    /// The allocator over checked parts.
+    ///
+    /// # Errors
+    /// [`BuildError::NoMetadataMemory`](crate::BuildError::NoMetadataMemory)
+    /// when the zone table or the per-CPU pagesets cannot be allocated.
+    pub(crate) fn from_parts(p: Parts) -> Result<Self, crate::types::error::BuildError> {
+        let zones = ZoneSet::try_new(p.zones, p.mem.pages.len(), p.mem.geometry.pageblock_order)?;
         let nr_cpus = p.nr_cpus.max(1);
-        let mut pagesets = Vec::with_capacity(nr_cpus * zones.len());
+        let nr_pagesets = nr_cpus.saturating_mul(zones.len());
+        let mut pagesets = Vec::new();
+        pagesets.try_reserve_exact(nr_pagesets).map_err(|_| crate::types::error::BuildError::NoMetadataMemory {
+            bytes: nr_pagesets.saturating_mul(core::mem::size_of::<Pageset>()),
+        })?;
         for _cpu in 0..nr_cpus {
             for zone in zones.iter() {
                 pagesets.push(Pageset::new(pcp_sizing(zone, p.mem.geometry.page_size(), nr_cpus, p.pcp_high_fraction)));
@@ -133,7 +142,7 @@ impl PageAllocator {
         // With grouping off every request is unmovable: the lists then serve
         // everything, as under the policy's other settings.
         pcp.movable_only = !p.mobility_disabled && zones.iter().next().is_some_and(|z| z.placement.pcp_movable_only());
-        Self {
+        Ok(Self {
             mem: p.mem,
             zones,
             hooks: p.hooks,
@@ -149,7 +158,7 @@ impl PageAllocator {
             #[cfg(all(feature = "std", not(loom)))]
             thread_caches: (p.thread_caches && p.pcp_enabled)
                 .then(|| alloc::sync::Arc::new(thread_cache::ThreadCaches::new())),
-        }
+        })
     }
 
     /// This allocator's identity among the allocators of the process.
@@ -237,9 +246,45 @@ impl PageAllocator {
     }
 
     /// Free pages on node `nid`'s buddy lists (Linux's
-    /// `node_page_state(nid, NR_FREE_PAGES)`); 0 for an unknown node.
-    pub fn node_free_pages(&self, nid: usize) -> u64 {
-        self.zones.iter().filter(|z| z.nid == nid).map(|z| z.free_pages()).sum()
+    /// `node_page_state(nid, NR_FREE_PAGES)`).
+    ///
+    /// # Errors
+    /// [`IndexError::NoSuchNode`](crate::IndexError::NoSuchNode) for a node
+    /// at or above [`nr_nodes`](Self::nr_nodes).
+    pub fn node_free_pages(&self, nid: usize) -> Result<u64, crate::IndexError> {
+        self.check_node(nid)?;
+        Ok(self.zones.iter().filter(|z| z.nid == nid).map(|z| z.free_pages()).sum())
+    }
+
+    /// `Ok` if the allocator has CPU `cpu`.
+    pub(crate) fn check_cpu(&self, cpu: usize) -> Result<(), crate::IndexError> {
+        let nr_cpus = self.pcp.nr_cpus;
+        if cpu < nr_cpus {
+            Ok(())
+        } else {
+            Err(crate::IndexError::NoSuchCpu { cpu, nr_cpus })
+        }
+    }
+
+    /// `Ok` if the map has node `nid` (memoryless nodes below the highest
+    /// included).
+    pub(crate) fn check_node(&self, nid: usize) -> Result<(), crate::IndexError> {
+        let nr_nodes = self.nr_nodes();
+        if nid < nr_nodes {
+            Ok(())
+        } else {
+            Err(crate::IndexError::NoSuchNode { nid, nr_nodes })
+        }
+    }
+
+    /// `Ok` if the map has a zone of index `zone`.
+    pub(crate) fn check_zone(&self, zone: usize) -> Result<(), crate::IndexError> {
+        let nr_zones = self.zones.len();
+        if zone < nr_zones {
+            Ok(())
+        } else {
+            Err(crate::IndexError::NoSuchZone { zone, nr_zones })
+        }
     }
 
     /// The node `pfn` belongs to (Linux's `page_to_nid`), or `None` outside

@@ -98,7 +98,7 @@ impl PageAllocator {
         }
         // Other holders keep a pageset only for one operation.
         let lists = (0..self.zones.len()).map(|zi| self.pageset(cpu, zi).lock.lock()).collect();
-        Ok(PinnedCpu { alloc: self, cpu, nid: self.cpu_to_node(cpu), lists, mag: Magazine::new(self, cpu) })
+        Ok(PinnedCpu { alloc: self, cpu, nid: self.node_of_cpu(cpu), lists, mag: Magazine::new(self, cpu) })
     }
 }
 

@@ -277,7 +277,7 @@ impl PageAllocator {
     #[cold]
     fn tc_retarget(&self, tc: &mut ThreadCache, gfp: Gfp) -> bool {
         let cpu = self.current_cpu();
-        let Some((target, _)) = self.order0_target(self.cpu_to_node(cpu), gfp) else {
+        let Some((target, _)) = self.order0_target(self.node_of_cpu(cpu), gfp) else {
             return false;
         };
         let same_list = (tc.target.zi, tc.target.mt) == (target.zi, target.mt);
@@ -291,7 +291,7 @@ impl PageAllocator {
         if tc.len > 0 && !same_list {
             self.tc_flush(tc, tc.len);
         }
-        let Some(sizing) = self.pcp_info(cpu, target.zi) else {
+        let Some(sizing) = self.pcp_info(cpu, target.zi).ok().flatten() else {
             return false;
         };
         tc.gfp = Some(gfp);
@@ -318,7 +318,7 @@ impl PageAllocator {
         if mt != self.mem.blocks.get(idx) || zone.placement.merges_before_caching() {
             return false;
         }
-        let Some(sizing) = self.pcp_info(self.current_cpu(), zi) else {
+        let Some(sizing) = self.pcp_info(self.current_cpu(), zi).ok().flatten() else {
             return false;
         };
         tc.gfp = None;
@@ -346,7 +346,7 @@ impl PageAllocator {
         // A thread that moved to another node's CPU refills from its new
         // node (the pages still cached came from the old one; preferring
         // the local node is a hint, as for a task Linux migrates).
-        if self.zones[tc.target.zi].nid != self.cpu_to_node(cpu) && !self.tc_retarget(tc, gfp) {
+        if self.zones[tc.target.zi].nid != self.node_of_cpu(cpu) && !self.tc_retarget(tc, gfp) {
             return false;
         }
         let Some(mut pcp) = self.try_lock_pcp(cpu, tc.target.zi) else {

@@ -168,11 +168,12 @@ pub(crate) fn pcp_sizing(zone: &Zone, page_size: u64, nr_cpus: usize, fraction: 
         let high = zone_highsize(zone, batch, nr_cpus, fraction);
         PcpSizing { batch, high_min: high, high_max: high }
     } else {
-        PcpSizing {
-            batch,
-            high_min: zone_highsize(zone, batch, nr_cpus, 0),
-            high_max: zone_highsize(zone, batch, nr_cpus, 8),
-        }
+        // A large watermark_scale_factor can put the low-watermark share
+        // above managed/8: Linux's clamp() then settles on the upper bound,
+        // so high_min is capped at high_max here (the lists' clamp would
+        // otherwise panic).
+        let high_max = zone_highsize(zone, batch, nr_cpus, 8);
+        PcpSizing { batch, high_min: zone_highsize(zone, batch, nr_cpus, 0).min(high_max), high_max }
     }
 }
 

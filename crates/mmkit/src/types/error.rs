@@ -7,6 +7,8 @@ use crate::types::gfp::Gfp;
 use crate::Pfn;
 use core::fmt;
 
+pub use crate::types::config_error::{BadRangeReason, IndexError, RangeKind, Tunable};
+
 /// Why an allocation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AllocError {
@@ -235,6 +237,65 @@ pub enum BuildError {
     /// Mapping real memory failed.
     #[cfg(feature = "std")]
     RealMemory(RealMemoryError),
+    /// [`HugePages::Explicit`](crate::HugePages::Explicit) backing, and the
+    /// kernel could not reserve enough hugetlb pages for the whole map
+    /// (`/proc/sys/vm/nr_hugepages` too low): refused here rather than a
+    /// `SIGBUS` at the first touch.
+    #[cfg(feature = "std")]
+    HugePagesUnavailable {
+        /// Bytes the map needs.
+        bytes: usize,
+        /// `errno` from `mmap` (`ENOMEM` when the pool is short).
+        errno: i32,
+    },
+    /// A tunable outside the range Linux's sysctl accepts, or one this map
+    /// cannot honour (a `min_free_kbytes` at or above its memory).
+    BadTunable {
+        /// Which knob.
+        tunable: Tunable,
+        /// The value given.
+        value: u64,
+    },
+    /// `nr_cpus` of 0, or above [`MAX_NR_CPUS`](crate::MAX_NR_CPUS).
+    BadNrCpus {
+        /// The count given.
+        nr_cpus: usize,
+        /// The largest count accepted.
+        max: usize,
+    },
+    /// [`cpu_node`](crate::MemoryMapBuilder::cpu_node) for a CPU at or
+    /// above `nr_cpus`.
+    UnknownCpu {
+        /// The CPU given.
+        cpu: usize,
+        /// CPUs the map has.
+        nr_cpus: usize,
+    },
+    /// A hole or reserved range that is reversed or reaches outside the
+    /// zones' span.
+    BadRange {
+        /// Hole or reserved.
+        kind: RangeKind,
+        /// The range given.
+        pfns: core::ops::Range<u64>,
+        /// What is wrong with it.
+        reason: BadRangeReason,
+    },
+    /// Zones out of physical order: DMA, DMA32 and NORMAL ascend across
+    /// the whole map (their limits are physical addresses), and a node's
+    /// MOVABLE zone lies above its other zones.
+    ZoneOrder {
+        /// The zone of the lower type, found above `upper`.
+        lower: ZoneSpec,
+        /// The zone of the higher type.
+        upper: ZoneSpec,
+    },
+    /// The allocator's own metadata (descriptor table, pageblock map,
+    /// per-CPU pagesets) could not be allocated.
+    NoMetadataMemory {
+        /// Bytes asked for.
+        bytes: usize,
+    },
     /// A CMA area given to [`MemoryMapBuilder::cma`](crate::MemoryMapBuilder::cma)
     /// cannot be activated.
     BadCmaArea {
@@ -263,6 +324,18 @@ impl fmt::Display for BuildError {
             Self::BadCmaArea { name, pfns, reason } => {
                 write!(f, "CMA area {name} ({pfns:?}): {reason}")
             }
+            #[cfg(feature = "std")]
+            Self::HugePagesUnavailable { bytes, errno } => {
+                write!(f, "cannot reserve hugetlb pages for {bytes} bytes (errno {errno}); raise vm.nr_hugepages")
+            }
+            Self::BadTunable { tunable, value } => {
+                write!(f, "{} = {value} is outside {}", tunable.name(), tunable.allowed())
+            }
+            Self::BadNrCpus { nr_cpus, max } => write!(f, "nr_cpus = {nr_cpus} is outside 1..={max}"),
+            Self::UnknownCpu { cpu, nr_cpus } => write!(f, "cpu_node for cpu {cpu}, but the map has {nr_cpus} CPUs"),
+            Self::BadRange { kind, pfns, reason } => write!(f, "{} {pfns:?}: {reason}", kind.name()),
+            Self::ZoneOrder { lower, upper } => write!(f, "zone {lower:?} lies above zone {upper:?}"),
+            Self::NoMetadataMemory { bytes } => write!(f, "cannot allocate {bytes} bytes of allocator metadata"),
         }
     }
 }
@@ -308,6 +381,8 @@ pub enum BadCmaReason {
     Unavailable,
     /// The area overlaps another CMA area.
     Overlaps,
+    /// Another area has the same name (areas are looked up by name).
+    DuplicateName,
 }
 
 impl fmt::Display for BadCmaReason {
@@ -318,6 +393,7 @@ impl fmt::Display for BadCmaReason {
             Self::NotInOneZone => "not inside one zone",
             Self::Unavailable => "contains holes or reserved pages",
             Self::Overlaps => "overlaps another CMA area",
+            Self::DuplicateName => "another CMA area has this name",
         })
     }
 }

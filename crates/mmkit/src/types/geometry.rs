@@ -59,6 +59,10 @@ impl Geometry {
         let ok = (9..=30).contains(&self.page_shift)
             && self.max_page_order <= MAX_PAGE_ORDER_LIMIT
             && self.pageblock_order <= self.max_page_order
+            // A pageblock never straddles a section (Linux: `pageblock_order`
+            // <= `MAX_PAGE_ORDER` <= `SECTION_SIZE_BITS - PAGE_SHIFT`); with
+            // smaller sections every order above the section's would fail.
+            && self.pageblock_order <= self.section_order
             && self.section_order <= 30;
         if ok {
             Ok(())

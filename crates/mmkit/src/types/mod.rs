@@ -1,6 +1,7 @@
 //! Shared types and constants every layer uses: GFP and migratetypes, the
 //! error types, the placement policy. Imports nothing from the rest of the crate.
 
+pub(crate) mod config_error;
 pub mod error;
 pub(crate) mod geometry;
 pub mod gfp;

@@ -31,11 +31,16 @@ pub(crate) struct ZoneSet {
 impl ZoneSet {
     /// The set over `zones` (ordered by node, then zone type) of a map of
     /// `nr_pages` descriptors.
-    pub(crate) fn new(mut zones: Vec<Zone>, nr_pages: usize, pageblock_order: u32) -> Self {
+    /// `Err` when the per-pageblock zone table cannot be allocated.
+    pub(crate) fn try_new(
+        mut zones: Vec<Zone>,
+        nr_pages: usize,
+        pageblock_order: u32,
+    ) -> Result<Self, crate::types::error::BuildError> {
         let mut by_pfn: Vec<usize> = (0..zones.len()).collect();
         by_pfn.sort_by_key(|&i| zones[i].start_idx);
         let max_nid = zones.iter().map(|z| z.nid).max().unwrap_or(0);
-        let by_block = zone_block_table(&zones, nr_pages, pageblock_order);
+        let by_block = zone_block_table(&zones, nr_pages, pageblock_order)?;
         let zonelists: Vec<Vec<usize>> = (0..=max_nid).map(|nid| build_zonelist(&zones, nid)).collect();
         let preferred = zonelists.iter().map(|list| preferred_row(&zones, list, max_nid == 0)).collect();
         let largest_cached = 1u64 << pageblock_order.max(PAGE_ALLOC_COSTLY_ORDER);
@@ -43,7 +48,7 @@ impl ZoneSet {
             let reserve = zone.lowmem_reserve.iter().copied().max().unwrap_or(0);
             zone.comfortably_above = zone.watermark(Watermark::High) + zone.max_boost + reserve + largest_cached;
         }
-        Self { zones, by_pfn, by_block, zonelists, preferred, pageblock_order }
+        Ok(Self { zones, by_pfn, by_block, zonelists, preferred, pageblock_order })
     }
 
     /// The preferred zone for node `nid` and requests up to `highest`, and
@@ -112,9 +117,17 @@ const ZONE_NONE: u8 = u8::MAX;
 const ZONE_SHARED: u8 = u8::MAX - 1;
 
 /// Which zone each pageblock belongs to, for O(1) PFN → zone lookups.
-fn zone_block_table(zones: &[Zone], nr_pages: usize, pageblock_order: u32) -> Vec<u8> {
+fn zone_block_table(
+    zones: &[Zone],
+    nr_pages: usize,
+    pageblock_order: u32,
+) -> Result<Vec<u8>, crate::types::error::BuildError> {
     let nr_blocks = nr_pages.div_ceil(1 << pageblock_order);
-    let mut table = alloc::vec![ZONE_NONE; nr_blocks];
+    let mut table = Vec::new();
+    table
+        .try_reserve_exact(nr_blocks)
+        .map_err(|_| crate::types::error::BuildError::NoMetadataMemory { bytes: nr_blocks })?;
+    table.resize(nr_blocks, ZONE_NONE);
     let many = zones.len() >= ZONE_SHARED as usize;
     for (zi, zone) in zones.iter().enumerate() {
         let first = (zone.start_idx >> pageblock_order) as usize;
@@ -125,7 +138,7 @@ fn zone_block_table(zones: &[Zone], nr_pages: usize, pageblock_order: u32) -> Ve
             *entry = if many || *entry != ZONE_NONE || !whole { ZONE_SHARED } else { zi as u8 };
         }
     }
-    table
+    Ok(table)
 }
 
 /// Zones in fallback order for node `nid`: nodes by distance (here |a - b|,

@@ -12,7 +12,10 @@ struct Fixture {
 
 impl Fixture {
     fn new(n: usize) -> Self {
-        Self { pages: PageTable::new_zeroed(n), blocks: PageblockMap::new(n, 2, MigrateType::Movable) }
+        Self {
+            pages: PageTable::try_new_zeroed(n).unwrap(),
+            blocks: PageblockMap::try_new(n, 2, MigrateType::Movable).unwrap(),
+        }
     }
     fn cx(&self, max_order: u32) -> BuddyCtx<'_> {
         BuddyCtx {
