@@ -1,0 +1,107 @@
+//! Free page reporting gives memory back to the OS: 256 MiB of a
+//! real-memory map are allocated and written, freed, and one reporting
+//! pass later the map's resident size (its mapping's `Rss` in
+//! `/proc/self/smaps`, so other threads of the harness do not count) is
+//! below 40 % of its peak; the same memory then allocates again, reads
+//! zero under `Gfp::ZERO` and holds a pattern. One test in this file, so
+//! no other map of the same process shares (or merges with) the mapping.
+
+use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
+
+const MIB: u64 = 1 << 20;
+
+/// Resident bytes of the mappings overlapping `[start, end)`.
+fn resident_bytes(start: usize, end: usize) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("/proc/self/smaps");
+    let mut total = 0;
+    let mut inside = false;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((lo, hi)) = first.split_once('-').filter(|(lo, _)| usize::from_str_radix(lo, 16).is_ok()) {
+            let (lo, hi) = (usize::from_str_radix(lo, 16).unwrap(), usize::from_str_radix(hi, 16).unwrap_or(0));
+            inside = lo < end && start < hi;
+        } else if inside && line.starts_with("Rss:") {
+            let kb: u64 = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+            total += kb * 1024;
+        }
+    }
+    total
+}
+
+/// The map's mapping: every PFN of the map, holes included, has a page.
+fn map_span(mm: &PageAllocator) -> (usize, usize) {
+    let start = mm.page_address(mm.start_pfn()).unwrap().as_ptr() as usize;
+    (start, start + ((mm.end_pfn().0 - mm.start_pfn().0) * mm.geometry().page_size()) as usize)
+}
+
+fn fill(mm: &PageAllocator, pfn: Pfn, order: u32, byte: u8) {
+    let ptr = mm.page_address(pfn).unwrap().as_ptr();
+    // SAFETY: the block [pfn, pfn + 2^order) is allocated to this test and
+    // lies inside the map's mapping (page_address of its first page, and
+    // blocks never leave the map).
+    unsafe { ptr.write_bytes(byte, 4096 << order) };
+}
+
+fn all_bytes(mm: &PageAllocator, pfn: Pfn, order: u32, byte: u8) -> bool {
+    let ptr = mm.page_address(pfn).unwrap().as_ptr();
+    // SAFETY: as in `fill`; the block is allocated to this test.
+    let bytes = unsafe { std::slice::from_raw_parts(ptr, 4096 << order) };
+    bytes.iter().all(|&b| b == byte)
+}
+
+/// 128 MiB as 2 MiB blocks and 128 MiB as 4 KiB pages.
+fn allocate(mm: &PageAllocator, gfp: Gfp) -> Vec<(Pfn, u32)> {
+    let mut blocks = Vec::new();
+    for _ in 0..(128 * MIB >> 21) {
+        blocks.push((mm.alloc_pages(gfp, 9).unwrap(), 9));
+    }
+    for _ in 0..(128 * MIB >> 12) {
+        blocks.push((mm.alloc_pages(gfp, 0).unwrap(), 0));
+    }
+    blocks
+}
+
+#[test]
+fn freed_memory_leaves_the_resident_set_and_comes_back_zeroed() {
+    let mm = MemoryMapBuilder::with_memory(512 * MIB).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
+    let (start, end) = map_span(&mm);
+    let fresh = resident_bytes(start, end);
+    assert_eq!(mm.report_free_pages().pages, 0, "a fresh map has nothing resident to report");
+
+    let blocks = allocate(&mm, Gfp::KERNEL);
+    for &(pfn, order) in &blocks {
+        fill(&mm, pfn, order, 0xa5);
+    }
+    let peak = resident_bytes(start, end);
+    assert!(peak >= fresh + 250 * MIB, "written: {peak} bytes resident");
+    for &(pfn, order) in &blocks {
+        mm.free_pages(pfn, order).unwrap();
+    }
+    mm.drain_all_pages();
+    let freed = resident_bytes(start, end);
+    assert!(freed >= peak - 8 * MIB, "freeing alone keeps the memory: {freed} of {peak}");
+
+    let summary = mm.report_free_pages();
+    let after = resident_bytes(start, end);
+    eprintln!("map rss: fresh {fresh}, peak {peak}, freed {freed}, after reporting {after}; {summary:?}");
+    assert!(summary.pages >= (240 * MIB) >> 12, "{summary:?}");
+    assert!(after * 10 < peak * 4, "resident after reporting {after} not below 40 % of the peak {peak}");
+    assert!(mm.nr_reported_pages() >= summary.pages);
+    assert_eq!(mm.report_free_pages().pages, 0, "nothing is reported twice");
+    assert!(mm.stats().reported_pages >= summary.pages);
+    mm.check_invariants().unwrap();
+
+    // The memory comes back: zeroed when asked, and usable.
+    let blocks = allocate(&mm, Gfp::KERNEL | Gfp::ZERO);
+    for &(pfn, order) in &blocks {
+        assert!(all_bytes(&mm, pfn, order, 0), "a reused page under Gfp::ZERO is not zero");
+        fill(&mm, pfn, order, 0x3c);
+    }
+    for &(pfn, order) in &blocks {
+        assert!(all_bytes(&mm, pfn, order, 0x3c));
+        mm.free_pages(pfn, order).unwrap();
+    }
+    assert!(resident_bytes(start, end) >= 250 * MIB, "the pages refaulted on reuse");
+    mm.drain_all_pages();
+    mm.check_invariants().unwrap();
+}
