@@ -10,3 +10,4 @@ mod faults;
 mod fio;
 mod libnbd;
 mod qemu;
+mod reclaim;

@@ -229,6 +229,13 @@ impl PageDesc {
         debug_assert!(order < 32);
         self.rc_state.store((REPORTED_BIT | (order << ORDER_SHIFT)) as u64, Relaxed);
     }
+    /// Undoes [`set_reporting_state`](Self::set_reporting_state) before the
+    /// block goes back through the free path, which expects a prepared head
+    /// (no state, order 0): a merge with a lower buddy never writes this
+    /// page again. Keeps any flag set meanwhile (`memory_failure`'s).
+    pub(crate) fn clear_reporting_state(&self) {
+        let _ = self.update_state(Relaxed, |s| Some(s & !(REPORTED_BIT | ORDER_MASK)));
+    }
     /// Replaces flags, order and tag in one store (the refcount stays).
     #[inline]
     pub(crate) fn set_state(&self, flags: PageFlags, order: u32, tag: u8) {
@@ -552,6 +559,9 @@ mod tests {
         assert!(!d.is_reported(), "taking the block off its list clears it");
         d.set_reporting_state(10);
         assert!(d.is_reported() && d.free_block().is_none() && d.order() == 10);
+        d.update_flags_atomic(PageFlags::HWPOISON, PageFlags::EMPTY);
+        d.clear_reporting_state();
+        assert!(!d.is_reported() && d.order() == 0 && d.flags() == PageFlags::HWPOISON);
         d.store_word(PageDesc::word_of(PageDesc::local_state_word(0, 1, 1), 1));
         assert!(!d.is_reported(), "a LOCAL page's odd CPU number is not the flag");
     }

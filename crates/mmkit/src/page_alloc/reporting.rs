@@ -180,6 +180,9 @@ impl PageAllocator {
             }
             let mut state = zone.state.lock();
             for &(idx, o) in &batch[..taken] {
+                // Prepared as any freed block: a merge with a lower buddy
+                // leaves this head unwritten, and it must not stay marked.
+                self.desc(idx).clear_reporting_state();
                 self.release_locked(&mut state, cx, idx, 1 << o, Placement::Tail);
                 if state.area.mark_reported(cx, idx, o) {
                     summary.blocks += 1;

@@ -154,11 +154,13 @@ mod tests {
         assert_eq!(order, 4);
         assert!(pages.get(idx).is_reported() && pages.get(idx).free_block().is_none());
         // Back through the free path, then marked: no longer a candidate.
+        pages.get(idx).clear_reporting_state();
         area.free_one(cx, idx, order, Placement::Tail);
         assert!(area.mark_reported(cx, idx, order));
         assert_eq!(area.reported_pages(cx, 2), 16);
         assert_eq!(area.isolate_unreported(cx, 2, 0, &mut out), 3, "the three others");
         for &(idx, order) in &out[..3] {
+            pages.get(idx).clear_reporting_state();
             area.free_one(cx, idx, order, Placement::Tail);
             area.mark_reported(cx, idx, order);
         }
