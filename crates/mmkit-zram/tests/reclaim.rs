@@ -2,32 +2,29 @@
 //! 256 MiB of real pages (the system's libraries and programs, which
 //! compress as real data does) are written, everything is discarded, and
 //! after `compact` the resident size of the device's memory (its map's
-//! mapping in `/proc/self/smaps`) is below 40 % of its peak. `reset`
-//! gives it back the same way. One test in this file, so no other device
-//! of the same process shares (or merges with) the mapping.
+//! pages present in `/proc/self/pagemap`) is below 40 % of its peak.
+//! `reset` gives it back the same way.
 
 use mmkit::PageAllocator;
 use mmkit_zram::{Zram, ZramConfig, PAGE_SIZE};
 
 const WRITTEN: usize = 256 << 20;
 
-/// Resident bytes of the mappings overlapping the allocator's memory.
+/// Resident bytes of the allocator's memory: pages whose entry in
+/// `/proc/self/pagemap` says present (bit 63). Exact to the map's range,
+/// where a mapping's `Rss` in `smaps` may include a neighbour the kernel
+/// merged it with (malloc's arenas are anonymous `MAP_NORESERVE` too).
 fn resident_bytes(mm: &PageAllocator) -> u64 {
-    let start = mm.page_address(mm.start_pfn()).expect("real memory").as_ptr() as usize;
-    let end = start + ((mm.end_pfn().0 - mm.start_pfn().0) * mm.geometry().page_size()) as usize;
-    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("/proc/self/smaps");
-    let mut total = 0;
-    let mut inside = false;
-    for line in smaps.lines() {
-        let first = line.split_whitespace().next().unwrap_or("");
-        if let Some((lo, hi)) = first.split_once('-').filter(|(lo, _)| usize::from_str_radix(lo, 16).is_ok()) {
-            let (lo, hi) = (usize::from_str_radix(lo, 16).unwrap(), usize::from_str_radix(hi, 16).unwrap_or(0));
-            inside = lo < end && start < hi;
-        } else if inside && line.starts_with("Rss:") {
-            total += line.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 1024;
-        }
-    }
-    total
+    use std::io::{Read, Seek, SeekFrom};
+    let start = mm.page_address(mm.start_pfn()).expect("real memory").as_ptr() as u64;
+    let len = (mm.end_pfn().0 - mm.start_pfn().0) * mm.geometry().page_size();
+    let os_page = 4096;
+    let mut pagemap = std::fs::File::open("/proc/self/pagemap").expect("/proc/self/pagemap");
+    pagemap.seek(SeekFrom::Start(start / os_page * 8)).unwrap();
+    let mut entries = vec![0u8; (len / os_page * 8) as usize];
+    pagemap.read_exact(&mut entries).unwrap();
+    let present = entries.chunks_exact(8).filter(|e| u64::from_le_bytes((*e).try_into().unwrap()) >> 63 == 1).count();
+    present as u64 * os_page
 }
 
 fn write_all(zram: &Zram, pages: &[Vec<u8>]) {

@@ -1,37 +1,29 @@
 //! Free page reporting gives memory back to the OS: 256 MiB of a
 //! real-memory map are allocated and written, freed, and one reporting
-//! pass later the map's resident size (its mapping's `Rss` in
-//! `/proc/self/smaps`, so other threads of the harness do not count) is
+//! pass later the map's resident size is
 //! below 40 % of its peak; the same memory then allocates again, reads
-//! zero under `Gfp::ZERO` and holds a pattern. One test in this file, so
-//! no other map of the same process shares (or merges with) the mapping.
+//! zero under `Gfp::ZERO` and holds a pattern. Resident means present in
+//! `/proc/self/pagemap`, counted over the map's own pages only.
 
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
 
 const MIB: u64 = 1 << 20;
 
-/// Resident bytes of the mappings overlapping `[start, end)`.
-fn resident_bytes(start: usize, end: usize) -> u64 {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("/proc/self/smaps");
-    let mut total = 0;
-    let mut inside = false;
-    for line in smaps.lines() {
-        let first = line.split_whitespace().next().unwrap_or("");
-        if let Some((lo, hi)) = first.split_once('-').filter(|(lo, _)| usize::from_str_radix(lo, 16).is_ok()) {
-            let (lo, hi) = (usize::from_str_radix(lo, 16).unwrap(), usize::from_str_radix(hi, 16).unwrap_or(0));
-            inside = lo < end && start < hi;
-        } else if inside && line.starts_with("Rss:") {
-            let kb: u64 = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
-            total += kb * 1024;
-        }
-    }
-    total
-}
-
-/// The map's mapping: every PFN of the map, holes included, has a page.
-fn map_span(mm: &PageAllocator) -> (usize, usize) {
-    let start = mm.page_address(mm.start_pfn()).unwrap().as_ptr() as usize;
-    (start, start + ((mm.end_pfn().0 - mm.start_pfn().0) * mm.geometry().page_size()) as usize)
+/// Resident bytes of the allocator's memory: pages whose entry in
+/// `/proc/self/pagemap` says present (bit 63). Exact to the map's range,
+/// where a mapping's `Rss` in `smaps` may include a neighbour the kernel
+/// merged it with (malloc's arenas are anonymous `MAP_NORESERVE` too).
+fn resident_bytes(mm: &PageAllocator) -> u64 {
+    use std::io::{Read, Seek, SeekFrom};
+    let start = mm.page_address(mm.start_pfn()).unwrap().as_ptr() as u64;
+    let len = (mm.end_pfn().0 - mm.start_pfn().0) * mm.geometry().page_size();
+    let os_page = 4096;
+    let mut pagemap = std::fs::File::open("/proc/self/pagemap").expect("/proc/self/pagemap");
+    pagemap.seek(SeekFrom::Start(start / os_page * 8)).unwrap();
+    let mut entries = vec![0u8; (len / os_page * 8) as usize];
+    pagemap.read_exact(&mut entries).unwrap();
+    let present = entries.chunks_exact(8).filter(|e| u64::from_le_bytes((*e).try_into().unwrap()) >> 63 == 1).count();
+    present as u64 * os_page
 }
 
 fn fill(mm: &PageAllocator, pfn: Pfn, order: u32, byte: u8) {
@@ -64,25 +56,24 @@ fn allocate(mm: &PageAllocator, gfp: Gfp) -> Vec<(Pfn, u32)> {
 #[test]
 fn freed_memory_leaves_the_resident_set_and_comes_back_zeroed() {
     let mm = MemoryMapBuilder::with_memory(512 * MIB).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
-    let (start, end) = map_span(&mm);
-    let fresh = resident_bytes(start, end);
+    let fresh = resident_bytes(&mm);
     assert_eq!(mm.report_free_pages().pages, 0, "a fresh map has nothing resident to report");
 
     let blocks = allocate(&mm, Gfp::KERNEL);
     for &(pfn, order) in &blocks {
         fill(&mm, pfn, order, 0xa5);
     }
-    let peak = resident_bytes(start, end);
+    let peak = resident_bytes(&mm);
     assert!(peak >= fresh + 250 * MIB, "written: {peak} bytes resident");
     for &(pfn, order) in &blocks {
         mm.free_pages(pfn, order).unwrap();
     }
     mm.drain_all_pages();
-    let freed = resident_bytes(start, end);
+    let freed = resident_bytes(&mm);
     assert!(freed >= peak - 8 * MIB, "freeing alone keeps the memory: {freed} of {peak}");
 
     let summary = mm.report_free_pages();
-    let after = resident_bytes(start, end);
+    let after = resident_bytes(&mm);
     eprintln!("map rss: fresh {fresh}, peak {peak}, freed {freed}, after reporting {after}; {summary:?}");
     assert!(summary.pages >= (240 * MIB) >> 12, "{summary:?}");
     assert!(after * 10 < peak * 4, "resident after reporting {after} not below 40 % of the peak {peak}");
@@ -101,7 +92,7 @@ fn freed_memory_leaves_the_resident_set_and_comes_back_zeroed() {
         assert!(all_bytes(&mm, pfn, order, 0x3c));
         mm.free_pages(pfn, order).unwrap();
     }
-    assert!(resident_bytes(start, end) >= 250 * MIB, "the pages refaulted on reuse");
+    assert!(resident_bytes(&mm) >= 250 * MIB, "the pages refaulted on reuse");
     mm.drain_all_pages();
     mm.check_invariants().unwrap();
 }
