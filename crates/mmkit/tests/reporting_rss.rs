@@ -44,10 +44,10 @@ fn all_bytes(mm: &PageAllocator, pfn: Pfn, order: u32, byte: u8) -> bool {
 /// 128 MiB as 2 MiB blocks and 128 MiB as 4 KiB pages.
 fn allocate(mm: &PageAllocator, gfp: Gfp) -> Vec<(Pfn, u32)> {
     let mut blocks = Vec::new();
-    for _ in 0..(128 * MIB >> 21) {
+    for _ in 0..((128 * MIB) >> 21) {
         blocks.push((mm.alloc_pages(gfp, 9).unwrap(), 9));
     }
-    for _ in 0..(128 * MIB >> 12) {
+    for _ in 0..((128 * MIB) >> 12) {
         blocks.push((mm.alloc_pages(gfp, 0).unwrap(), 0));
     }
     blocks

@@ -18,11 +18,22 @@ const ORDERS: [u32; 4] = [0, 3, 9, 10];
 /// Words of a page a pattern covers: one in 32 (every 256 bytes).
 const STRIDE: usize = 32;
 
-fn words(mm: &PageAllocator, pfn: Pfn, order: u32) -> &mut [u64] {
+/// Calls `f` with the block's words; the block must be allocated to the
+/// calling thread.
+fn with_words<R>(mm: &PageAllocator, pfn: Pfn, order: u32, f: impl FnOnce(&mut [u64]) -> R) -> R {
     let ptr = mm.page_address(pfn).unwrap().as_ptr().cast::<u64>();
     // SAFETY: the block is allocated to the calling thread alone until it
-    // frees it, lies inside the map's mapping, and is page-aligned.
-    unsafe { std::slice::from_raw_parts_mut(ptr, (4096 << order) / 8) }
+    // frees it (after `f` returns), lies inside the map's mapping, and is
+    // page-aligned; the slice does not outlive `f`.
+    f(unsafe { std::slice::from_raw_parts_mut(ptr, (4096 << order) / 8) })
+}
+
+fn check_pattern(mm: &PageAllocator, pfn: Pfn, order: u32, tag: u64) {
+    with_words(mm, pfn, order, |words| {
+        for (j, &w) in words.iter().enumerate().step_by(STRIDE) {
+            assert_eq!(w, pattern(pfn, tag, j), "pfn {} (order {order}) word {j} changed while in use", pfn.0);
+        }
+    });
 }
 
 fn pattern(pfn: Pfn, seed: u64, j: usize) -> u64 {
@@ -37,24 +48,22 @@ fn worker(mm: &PageAllocator, seed: u64, rounds: usize) {
         if held.len() < 24 {
             if let Ok(pfn) = mm.alloc_pages(Gfp::KERNEL, order) {
                 let tag = rng.next_u64();
-                for (j, w) in words(mm, pfn, order).iter_mut().enumerate().step_by(STRIDE) {
-                    *w = pattern(pfn, tag, j);
-                }
+                with_words(mm, pfn, order, |words| {
+                    for (j, w) in words.iter_mut().enumerate().step_by(STRIDE) {
+                        *w = pattern(pfn, tag, j);
+                    }
+                });
                 held.push((pfn, order, tag));
             }
         }
         if held.len() >= 24 || (round % 3 == 0 && !held.is_empty()) {
             let (pfn, order, tag) = held.swap_remove(rng.below(held.len() as u64) as usize);
-            for (j, &w) in words(mm, pfn, order).iter().enumerate().step_by(STRIDE) {
-                assert_eq!(w, pattern(pfn, tag, j), "pfn {} (order {order}) word {j} changed while in use", pfn.0);
-            }
+            check_pattern(mm, pfn, order, tag);
             mm.free_pages(pfn, order).unwrap();
         }
     }
     for (pfn, order, tag) in held {
-        for (j, &w) in words(mm, pfn, order).iter().enumerate().step_by(STRIDE) {
-            assert_eq!(w, pattern(pfn, tag, j), "pfn {} (order {order}) word {j} changed while in use", pfn.0);
-        }
+        check_pattern(mm, pfn, order, tag);
         mm.free_pages(pfn, order).unwrap();
     }
 }
@@ -101,6 +110,6 @@ fn reporting_passes_never_discard_pages_in_use() {
     // What is left resident is given back now, and reads zero on reuse.
     mm.report_free_pages();
     let pfn = mm.alloc_pages(Gfp::KERNEL | Gfp::ZERO, 10).unwrap();
-    assert!(words(&mm, pfn, 10).iter().all(|&w| w == 0));
+    assert!(with_words(&mm, pfn, 10, |words| words.iter().all(|&w| w == 0)));
     mm.free_pages(pfn, 10).unwrap();
 }
