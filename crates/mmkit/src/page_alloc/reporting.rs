@@ -66,11 +66,16 @@
 //! of each zone's lists of pageblock order and above under its lock.
 #![deny(unsafe_code)]
 
+#[cfg(feature = "std")]
 use crate::mem::page::PageIdx;
+#[cfg(feature = "std")]
 use crate::types::gfp::Watermark;
+#[cfg(feature = "std")]
 use crate::zone::buddy::Placement;
+#[cfg(feature = "std")]
 use crate::zone::Zone;
 use crate::PageAllocator;
+#[cfg(feature = "std")]
 use core::sync::atomic::Ordering::Relaxed;
 use core::time::Duration;
 
@@ -131,16 +136,17 @@ impl PageAllocator {
     /// assert_eq!(mm.report_free_pages().pages, 0);              // nothing twice
     /// ```
     pub fn report_free_pages(&self) -> ReportSummary {
-        let mut summary = ReportSummary::default();
         #[cfg(feature = "std")]
         if let Some(memory) = self.real_memory() {
+            let mut summary = ReportSummary::default();
             for zone in self.zones.iter() {
                 self.report_zone(zone, memory, &mut summary);
             }
             self.stats.reporting_passes.fetch_add(1, Relaxed);
             self.stats.reported_pages.fetch_add(summary.pages, Relaxed);
+            return summary;
         }
-        summary
+        ReportSummary::default()
     }
 
     /// Free pages in `REPORTED` blocks: memory the allocator manages but
