@@ -11,3 +11,4 @@ mod fio;
 mod libnbd;
 mod lifecycle;
 mod qemu;
+mod reclaim;

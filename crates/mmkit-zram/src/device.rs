@@ -338,8 +338,23 @@ impl Device {
     }
 
     /// Compacts the pool (`echo 1 > compact`); returns the pages freed.
+    /// Then gives the allocator's free memory back to the OS
+    /// ([`give_back_memory`](Self::give_back_memory)), so that a compact
+    /// after a discard lowers the process's resident size.
     pub fn compact(&self) -> u64 {
-        self.pool.zs_compact()
+        let freed = self.pool.zs_compact();
+        self.give_back_memory();
+        freed
+    }
+
+    /// Drains the allocator's per-CPU lists and runs a free page reporting
+    /// pass ([`PageAllocator::report_free_pages`]): free blocks of 2 MiB
+    /// and more go back to the OS. `compact` and `reset` call it; with a
+    /// map shared with others, it gives back their free memory too.
+    pub fn give_back_memory(&self) -> mmkit::ReportSummary {
+        let mm = self.pool.allocator();
+        mm.drain_all_pages();
+        mm.report_free_pages()
     }
 
     // ---- slot operations, under the slot's lock ----

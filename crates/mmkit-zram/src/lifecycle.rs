@@ -221,8 +221,16 @@ impl Zram {
         };
         self.openers.fetch_and(!CLAIM, AcqRel);
         // Dropped here, outside every lock: the pool gives its pages back
-        // and the backing file's lock goes with the file.
+        // and the backing file's lock goes with the file. A map nobody
+        // else holds goes with it; one still shared (the caller's, or one a
+        // user kept) is asked to give its free memory back to the OS (free
+        // page reporting), as `compact` does.
+        let mm = old.as_ref().map(|device| Arc::clone(device.pool.allocator()));
         drop(old);
+        if let Some(Err(shared)) = mm.map(Arc::try_unwrap) {
+            shared.drain_all_pages();
+            shared.report_free_pages();
+        }
         Ok(())
     }
 

@@ -84,6 +84,9 @@ pub use page_alloc::hwpoison::MemoryFailure;
 pub use page_alloc::locked_zone::LockedZone;
 pub use page_alloc::migrate::{CopyMigrator, MigrateRequest, Migrator};
 pub use page_alloc::pinned::{PinError, PinnedCpu};
+#[cfg(all(feature = "std", not(loom)))]
+pub use page_alloc::reporting::FreePageReporter;
+pub use page_alloc::reporting::{ReportSummary, PAGE_REPORTING_CAPACITY, PAGE_REPORTING_DELAY};
 pub use page_alloc::stats::StatsSnapshot;
 pub use page_alloc::PageAllocator;
 pub use pcp::{PcpCounters, PcpSizing};

@@ -13,7 +13,8 @@
 //! words 2-3 rc_state   bits 0..32 the state word, 32..64 the refcount
 //!
 //! state     bits 0..18 PageFlags, 18..23 order, 23 LOCAL, 24..27 migratetype tag,
-//!           28..32 owner tag (with `OWNED`); with `LOCAL`, 27..32 the CPU
+//!           28..32 owner tag (with `OWNED`); with `LOCAL`, 27..32 the CPU;
+//!           without `LOCAL`, 27 `REPORTED` (free page reporting, below)
 //! ```
 //!
 //! Linux spends 64 bytes per page; mmkit spends 16 (checked by a test), so a
@@ -64,6 +65,14 @@ const OWNER_SHIFT: u32 = 28;
 const OWNER_MASK: u32 = 0xf << OWNER_SHIFT;
 const LOCAL_CPU_SHIFT: u32 = 27;
 const LOCAL_CPU_MASK: u32 = 0x1f << LOCAL_CPU_SHIFT;
+/// Linux's `PageReported` (`page_alloc::reporting`): on a free block's head
+/// (with `BUDDY`), its memory was given back to the OS and not touched
+/// since; on a head without `BUDDY`, the block is off the lists while a
+/// reporting pass discards it. It shares bit 27 with the `LOCAL` CPU field,
+/// which only allocated pages use, so it costs no bit of `PageFlags` and no
+/// store of its own: every path that takes a block off the lists or links
+/// one writes the whole state word and so clears it.
+const REPORTED_BIT: u32 = 1 << 27;
 /// CPUs whose pinned handles can mark pages `LOCAL` (the field's width).
 pub(crate) const MAX_LOCAL_CPUS: usize = 32;
 const RC_SHIFT: u32 = 32;
@@ -196,6 +205,39 @@ impl PageDesc {
     pub(crate) fn local_cpu(&self) -> Option<usize> {
         let s = self.state();
         (s & LOCAL_BIT != 0).then_some(((s & LOCAL_CPU_MASK) >> LOCAL_CPU_SHIFT) as usize)
+    }
+    /// Whether the page carries `REPORTED` (see [`REPORTED_BIT`]): on a
+    /// free block's head, its memory was given back to the OS.
+    #[inline]
+    pub(crate) fn is_reported(&self) -> bool {
+        self.state() & (REPORTED_BIT | LOCAL_BIT) == REPORTED_BIT
+    }
+    /// Marks the free block this page heads as reported. The caller holds
+    /// the zone lock (free state changes only under it); one
+    /// compare-and-swap all the same, like the embedder's flag updates.
+    #[cfg_attr(not(feature = "std"), allow(dead_code))] // a pass discards only with std
+    pub(crate) fn set_reported(&self) {
+        let _ = self.update_state(Relaxed, |s| {
+            (s & (PageFlags::BUDDY.bits() | LOCAL_BIT) == PageFlags::BUDDY.bits()).then_some(s | REPORTED_BIT)
+        });
+    }
+    /// The state of the head of a block of `order` a reporting pass has
+    /// taken off the free lists: `REPORTED` without `BUDDY` (refcount 0).
+    /// Nothing hands such a block out or merges with it; the pass returns
+    /// it through the ordinary free path, which overwrites this word.
+    #[inline]
+    #[cfg_attr(not(feature = "std"), allow(dead_code))] // a pass discards only with std
+    pub(crate) fn set_reporting_state(&self, order: u32) {
+        debug_assert!(order < 32);
+        self.rc_state.store((REPORTED_BIT | (order << ORDER_SHIFT)) as u64, Relaxed);
+    }
+    /// Undoes [`set_reporting_state`](Self::set_reporting_state) before the
+    /// block goes back through the free path, which expects a prepared head
+    /// (no state, order 0): a merge with a lower buddy never writes this
+    /// page again. Keeps any flag set meanwhile (`memory_failure`'s).
+    #[cfg_attr(not(feature = "std"), allow(dead_code))] // a pass discards only with std
+    pub(crate) fn clear_reporting_state(&self) {
+        let _ = self.update_state(Relaxed, |s| Some(s & !(REPORTED_BIT | ORDER_MASK)));
     }
     /// Replaces flags, order and tag in one store (the refcount stays).
     #[inline]
@@ -509,6 +551,28 @@ mod tests {
         assert_eq!((d.owner(), d.flags()), (0, PageFlags::HWPOISON));
         assert!(d.try_set_owner(3));
         assert_eq!(d.owner(), 3);
+    }
+
+    #[test]
+    fn reported_lives_only_on_free_heads_and_dies_with_any_store() {
+        let d = PageDesc::default();
+        d.set_state(PageFlags::ALLOCATED, 9, 1);
+        d.set_reported();
+        assert!(!d.is_reported(), "an allocated block is never reported");
+        d.set_free_state(PageFlags::BUDDY, 9, 1);
+        d.set_reported();
+        assert!(d.is_reported());
+        assert_eq!(d.free_block(), Some((9, 1)), "the bit leaves order and tag alone");
+        assert_eq!(d.flags(), PageFlags::BUDDY, "and is no PageFlags bit");
+        d.set_free_state(PageFlags::EMPTY, 0, 0);
+        assert!(!d.is_reported(), "taking the block off its list clears it");
+        d.set_reporting_state(10);
+        assert!(d.is_reported() && d.free_block().is_none() && d.order() == 10);
+        d.update_flags_atomic(PageFlags::HWPOISON, PageFlags::EMPTY);
+        d.clear_reporting_state();
+        assert!(!d.is_reported() && d.order() == 0 && d.flags() == PageFlags::HWPOISON);
+        d.store_word(PageDesc::word_of(PageDesc::local_state_word(0, 1, 1), 1));
+        assert!(!d.is_reported(), "a LOCAL page's odd CPU number is not the flag");
     }
 
     #[test]

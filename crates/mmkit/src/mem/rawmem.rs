@@ -234,6 +234,71 @@ mod real {
         }
     }
 
+    /// Giving memory back to the OS (free page reporting).
+    impl RealMemory {
+        /// Discards the contents of `count` pages starting at page `index`
+        /// with `madvise(MADV_DONTNEED)`: the OS frees the frames now
+        /// (the process's resident size falls), and the next touch of each
+        /// page faults in a zero-filled one, as for a fresh anonymous
+        /// mapping. Only the OS pages wholly inside the span are discarded
+        /// (a map page smaller than the OS's shares its OS page with
+        /// neighbours). Returns the bytes discarded, 0 when nothing was
+        /// (an empty span, a span leaving the mapping, or an OS refusal,
+        /// e.g. explicit huge pages and a span that is not huge-page
+        /// aligned).
+        ///
+        /// `MADV_DONTNEED` rather than `MADV_FREE`: the latter leaves the
+        /// frames resident until the OS is short of memory, so the process
+        /// would keep its resident size, and a page reused before that
+        /// keeps its old bytes instead of reading zero.
+        ///
+        /// The caller must own those pages (a block a reporting pass took
+        /// off the free lists), so no other thread reads or writes them
+        /// meanwhile: their bytes change under a reader.
+        pub(crate) fn discard_pages(&self, index: usize, count: usize) -> usize {
+            let (Some(start), Some(bytes)) = (index.checked_mul(self.page_size), count.checked_mul(self.page_size))
+            else {
+                return 0;
+            };
+            let Some(end) = start.checked_add(bytes).filter(|&end| end <= self.len) else {
+                return 0;
+            };
+            // Miri has no madvise; discarding is only ever an optimisation.
+            if cfg!(miri) {
+                return 0;
+            }
+            let os_page = os_page_size();
+            let base = self.base.as_ptr() as usize;
+            let first = (base + start).next_multiple_of(os_page);
+            let last = (base + end) / os_page * os_page;
+            if last <= first {
+                return 0;
+            }
+            // SAFETY: [first, last) lies inside the mapping (it is
+            // [base + start, base + end) rounded inwards to OS pages, and
+            // end <= len); madvise on a private anonymous mapping only
+            // drops page frames, so no Rust reference is invalidated: the
+            // caller contract gives this thread sole use of these pages,
+            // and nobody holds a reference into them.
+            let rc = unsafe { libc::madvise(first as *mut libc::c_void, last - first, libc::MADV_DONTNEED) };
+            if rc == 0 {
+                last - first
+            } else {
+                0
+            }
+        }
+    }
+
+    /// The OS's page size (the unit of `madvise`), read once.
+    fn os_page_size() -> usize {
+        static SIZE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        *SIZE.get_or_init(|| {
+            // SAFETY: sysconf only reads a system constant.
+            let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+            usize::try_from(size).ok().filter(|s| s.is_power_of_two()).unwrap_or(4096)
+        })
+    }
+
     impl RealMemory {
         /// Copies `count` pages starting at page `from` to page `to`
         /// (migration). Does nothing if either span leaves the mapping or the
@@ -309,6 +374,21 @@ mod real {
             let byte = unsafe { p.as_ptr().add(4095).read() };
             assert_eq!(byte, 0);
             assert!(mem.page_ptr(4).is_none());
+        }
+
+        #[test]
+        fn discarded_pages_read_zero() {
+            let mem = RealMemory::map(4, 4096, HugePages::None).unwrap();
+            let p = mem.page_ptr(1).unwrap();
+            // SAFETY: pages 1 and 2 are inside the mapping and nobody else uses them.
+            unsafe { p.as_ptr().write_bytes(0xcd, 2 * 4096) };
+            assert_eq!(mem.discard_pages(1, 2), if cfg!(miri) { 0 } else { 2 * 4096 });
+            if !cfg!(miri) {
+                // SAFETY: as above.
+                let bytes = unsafe { core::slice::from_raw_parts(p.as_ptr(), 2 * 4096) };
+                assert!(bytes.iter().all(|&b| b == 0), "a discarded page refaults as zero");
+            }
+            assert_eq!(mem.discard_pages(3, 2), 0, "a span leaving the mapping is refused");
         }
     }
 }

@@ -472,6 +472,12 @@ impl MemoryMapBuilder {
                     state.area.free_range(cx, idx(start), idx(end) - idx(start), Placement::Tail);
                 }
             }
+            // A fresh anonymous mapping has no frames yet: its free blocks
+            // start out reported, so the first reporting pass skips them.
+            #[cfg(feature = "std")]
+            if mem.memory.is_some() {
+                state.area.mark_all_reported(cx, geo.pageblock_order);
+            }
             zone.publish(&state);
         }
 

@@ -6,7 +6,8 @@
 //! `pinned` with its `magazine`), the shared API's per-thread caches
 //! (`thread_cache`), hardware poison (`hwpoison`), `alloc_at` (placed allocation for replay), `block` (owned
 //! blocks for the layers above), `hooks` and `migrate` (the embedder's
-//! side). All of them go through zones (which lock) to buddy (which edits
+//! side), `reporting` (free memory back to the OS). All of them go
+//! through zones (which lock) to buddy (which edits
 //! lists) to page descriptors; nothing here edits a free list directly.
 #![deny(unsafe_code)]
 
@@ -24,6 +25,7 @@ pub(crate) mod locked_zone;
 pub(crate) mod magazine;
 pub mod migrate;
 pub(crate) mod pinned;
+pub(crate) mod reporting;
 pub(crate) mod slowpath;
 pub(crate) mod stats;
 #[cfg(all(feature = "std", not(loom)))]

@@ -86,6 +86,11 @@ counters! {
     hwpoison_marked,
     /// Poisoned pages kept out of the free lists for good.
     hwpoison_offlined,
+    /// Free page reporting passes run on a map with real memory.
+    reporting_passes,
+    /// Free pages given back to the OS by those passes (Linux counts
+    /// reported pages per order in `page_reporting_order`'s debugfs).
+    reported_pages,
 }
 
 #[cfg(test)]

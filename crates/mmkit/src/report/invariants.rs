@@ -48,6 +48,9 @@ impl PageAllocator {
     ///   section, and every pageblock they touch has their list's type;
     /// - no page is both free and allocated; pages inside a free block carry
     ///   no state; compound tails point at their head;
+    /// - `REPORTED` (free page reporting) marks only heads of free blocks
+    ///   of at least the reporting order, or of blocks a pass holds off
+    ///   the lists, which add up to the zone's count of such pages;
     /// - no two free buddies are left unmerged where merging is allowed;
     /// - no pageblock is left isolated (isolation never outlives an
     ///   `alloc_contig_range` call);
@@ -114,6 +117,7 @@ impl PageAllocator {
             let mut idx = zone.start_idx;
             let mut heads_seen = 0u64;
             let mut pcp_seen = 0u64;
+            let mut reporting_seen = 0u64;
             while idx < zone.end_idx {
                 let page = self.desc(idx);
                 let flags = page.flags();
@@ -121,11 +125,22 @@ impl PageAllocator {
                 if flags.contains(PageFlags::BUDDY) {
                     heads_seen += 1;
                     idx += 1 << page.order();
+                } else if page.is_reported() {
+                    // Off the lists while a reporting pass discards it.
+                    ensure!(
+                        flags.difference(PageFlags::HWPOISON) == PageFlags::EMPTY && page.refcount() == 0,
+                        pfn,
+                        "block out for reporting has state {flags:?} and {} references",
+                        page.refcount()
+                    );
+                    reporting_seen += 1 << page.order();
+                    idx += 1 << page.order();
                 } else if flags.contains(PageFlags::PCP) {
                     pcp_seen += 1;
                     idx += 1 << page.order();
                 } else if flags.contains(PageFlags::ALLOCATED) {
                     ensure!(!flags.contains(PageFlags::TAIL), pfn, "allocated page is also a tail");
+                    ensure!(!page.is_reported(), pfn, "allocated page marked reported");
                     let order = page.order();
                     ensure!(idx & ((1 << order) - 1) == 0, pfn, "allocated block misaligned");
                     for inner in idx + 1..idx + (1 << order) {
@@ -148,6 +163,13 @@ impl PageAllocator {
                     idx += 1;
                 }
             }
+            ensure!(
+                reporting_seen == state.reporting_pages,
+                None,
+                "zone {:?}: {reporting_seen} pages out for reporting in the span, the zone counts {}",
+                zone.zone_type,
+                state.reporting_pages
+            );
             ensure!(
                 heads_seen == listed_heads,
                 None,
@@ -216,7 +238,14 @@ impl PageAllocator {
             ensure!(t == mt, pfn, "block on {mt:?} list touches a {t:?} pageblock");
             at += pb;
         }
-        if let Some(i) = (idx + 1..end).find(|&i| self.desc(i).flags() != PageFlags::EMPTY) {
+        ensure!(
+            !page.is_reported() || order >= self.page_reporting_order(),
+            pfn,
+            "order-{order} block marked reported, below the reporting order"
+        );
+        if let Some(i) =
+            (idx + 1..end).find(|&i| self.desc(i).flags() != PageFlags::EMPTY || self.desc(i).is_reported())
+        {
             ensure!(
                 false,
                 Some(self.idx_to_pfn(i)),
@@ -291,6 +320,8 @@ impl PageAllocator {
                         Some("listed per-CPU block lacks PCP")
                     } else if page.order() != order {
                         Some("per-CPU block has the wrong order")
+                    } else if page.is_reported() {
+                        Some("per-CPU block marked reported")
                     } else if idx & ((1 << order) - 1) != 0 {
                         Some("per-CPU block misaligned")
                     } else if idx < cx.start || idx + (1 << order) > cx.end {

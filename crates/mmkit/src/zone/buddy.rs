@@ -6,7 +6,8 @@
 //! `rmqueue_smallest`, moving a pageblock's free pages between lists, and
 //! taking one page (hardware poison) or a PFN range (contiguous allocation)
 //! out of the free blocks; for isolation, splitting a free block into
-//! pageblocks and merging a pageblock again afterwards.
+//! pageblocks and merging a pageblock again afterwards; free page
+//! reporting's list edits (`buddy/reporting.rs`).
 //!
 //! Which block of a list is taken is the map's placement policy: the list
 //! head (Linux) or, with an address index (`placement::AddrIndex`) kept
@@ -712,5 +713,6 @@ pub(crate) fn set_range_type(cx: BuddyCtx<'_>, idx: PageIdx, order: u32, mt: Mig
     }
 }
 
+mod reporting;
 #[cfg(test)]
 mod tests;

@@ -53,6 +53,9 @@ pub(crate) struct ZoneState {
     /// Pages in pageblocks currently reserved as HIGHATOMIC.
     pub nr_reserved_highatomic: u64,
     pub counters: ZoneCounters,
+    /// Pages a free page reporting pass has taken off the lists and not
+    /// yet returned (`page_alloc::reporting`): free, but in no count.
+    pub reporting_pages: u64,
 }
 
 /// One zone of one node.
@@ -135,6 +138,7 @@ impl Zone {
                 area: FreeArea::new(max_order),
                 nr_reserved_highatomic: 0,
                 counters: ZoneCounters::default(),
+                reporting_pages: 0,
             }),
             free_pages_hint: AtomicU64::new(0),
             free_cma_hint: AtomicU64::new(0),

@@ -1,0 +1,70 @@
+//! A discard and a `compact` give the device's memory back to the OS:
+//! 256 MiB of real pages (the system's libraries and programs, which
+//! compress as real data does) are written, everything is discarded, and
+//! after `compact` the resident size of the device's memory (its map's
+//! pages present in `/proc/self/pagemap`) is below 40 % of its peak.
+//! `reset` gives it back the same way.
+
+use mmkit::PageAllocator;
+use mmkit_zram::{Zram, ZramConfig, PAGE_SIZE};
+
+const WRITTEN: usize = 256 << 20;
+
+/// Resident bytes of the allocator's memory: pages whose entry in
+/// `/proc/self/pagemap` says present (bit 63). Exact to the map's range,
+/// where a mapping's `Rss` in `smaps` may include a neighbour the kernel
+/// merged it with (malloc's arenas are anonymous `MAP_NORESERVE` too).
+fn resident_bytes(mm: &PageAllocator) -> u64 {
+    use std::io::{Read, Seek, SeekFrom};
+    let start = mm.page_address(mm.start_pfn()).expect("real memory").as_ptr() as u64;
+    let len = (mm.end_pfn().0 - mm.start_pfn().0) * mm.geometry().page_size();
+    let os_page = 4096;
+    let mut pagemap = std::fs::File::open("/proc/self/pagemap").expect("/proc/self/pagemap");
+    pagemap.seek(SeekFrom::Start(start / os_page * 8)).unwrap();
+    let mut entries = vec![0u8; (len / os_page * 8) as usize];
+    pagemap.read_exact(&mut entries).unwrap();
+    let present = entries.chunks_exact(8).filter(|e| u64::from_le_bytes((*e).try_into().unwrap()) >> 63 == 1).count();
+    present as u64 * os_page
+}
+
+fn write_all(zram: &Zram, pages: &[Vec<u8>]) {
+    for i in 0..WRITTEN / PAGE_SIZE {
+        zram.write((i * PAGE_SIZE) as u64, &pages[i % pages.len()]).unwrap();
+    }
+}
+
+#[test]
+fn discard_and_compact_give_the_memory_back() {
+    let mut config = ZramConfig::default();
+    config.set("size", "512M").unwrap();
+    let zram = Zram::with_own_memory(config).unwrap();
+    let mm = std::sync::Arc::clone(zram.pool().expect("initialised").allocator());
+    let pages = mmkit_testkit::kernel_zram::real_pages(WRITTEN / PAGE_SIZE);
+    write_all(&zram, &pages);
+    let peak = resident_bytes(&mm);
+    let stored: u64 = zram.attr_show("mm_stat").unwrap().split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(stored > 16 << 20 && peak >= stored, "stored {stored} bytes, {peak} resident");
+
+    zram.discard(0, WRITTEN as u64).unwrap();
+    let discarded = resident_bytes(&mm);
+    zram.attr_store("compact", "1").unwrap();
+    let after = resident_bytes(&mm);
+    eprintln!("device memory rss: peak {peak}, after discard {discarded}, after compact {after} (stored {stored})");
+    assert!(after * 10 < peak * 4, "resident {after} after compact, not below 40 % of the peak {peak}");
+    let mm_stat = zram.attr_show("mm_stat").unwrap();
+    assert_eq!(mm_stat.split_whitespace().nth(2), Some("0"), "mem_used_total: {mm_stat}");
+
+    // Written again, the memory comes back and holds the data; reset gives
+    // it back again.
+    write_all(&zram, &pages);
+    assert!(resident_bytes(&mm) * 10 >= peak * 8, "the device's pages refaulted");
+    let mut out = vec![0u8; PAGE_SIZE];
+    for i in (0..WRITTEN / PAGE_SIZE).step_by(97) {
+        zram.read((i * PAGE_SIZE) as u64, &mut out).unwrap();
+        assert_eq!(out, pages[i % pages.len()], "page {i}");
+    }
+    zram.attr_store("reset", "1").unwrap();
+    let after_reset = resident_bytes(&mm);
+    assert!(after_reset * 10 < peak * 4, "resident {after_reset} after reset, not below 40 % of the peak {peak}");
+    mm.check_invariants().unwrap();
+}
