@@ -37,8 +37,8 @@ fn ctl_answers_like_sysfs_and_drives_recompression_writeback_and_reset() {
     assert_eq!(mm[0], (2 << 20) + 65536, "orig_data_size: {mm:?}");
     assert_eq!(mm[5], 256 + 16, "same_pages: {mm:?}");
     assert_eq!(mm[7], 256, "the random megabyte is stored raw (huge_pages): {mm:?}");
-    assert_eq!(server.ctl(&["comp_algorithm"]).unwrap(), "[lz4] lz4_flex zstd\n");
-    assert_eq!(server.ctl(&["recomp_algorithm"]).unwrap(), "#1: lz4 lz4_flex [zstd:9]\n");
+    assert_eq!(server.ctl(&["comp_algorithm"]).unwrap(), "[lz4] lz4_flex lz4hc zstd\n");
+    assert_eq!(server.ctl(&["recomp_algorithm"]).unwrap(), "#1: lz4 lz4_flex lz4hc [zstd:9]\n");
     assert!(server.ctl(&["debug_stat"]).unwrap().starts_with("version:"));
     server.ctl(&["idle", "all"]).unwrap();
     let recompressed: u64 = server.ctl(&["recompress", "type=huge"]).unwrap().trim().parse().unwrap();

@@ -190,7 +190,7 @@ impl Device {
 
 /// `comp_algorithm` as the kernel prints it: every available algorithm
 /// (`mmkit_compress::ALGORITHMS`),
-/// the selected one in brackets (`lz4 lz4_flex [zstd]`; a zstd level other
+/// the selected one in brackets (`lz4 lz4_flex lz4hc [zstd]`; a zstd level other
 /// than the default shows as `[zstd:9]`).
 pub(crate) fn algorithm_choice(selected: Algorithm) -> String {
     let names: Vec<String> = mmkit_compress::ALGORITHMS

@@ -70,7 +70,7 @@ struct Setup {
 /// assert_eq!(zram.write(0, b"x"), Err(ZramError::NotInitialised));
 /// zram.attr_store("comp_algorithm", "zstd").unwrap();
 /// zram.attr_store("disksize", "64K").unwrap();        // initialised again
-/// assert_eq!(zram.attr_show("comp_algorithm").unwrap(), "lz4 lz4_flex [zstd]\n");
+/// assert_eq!(zram.attr_show("comp_algorithm").unwrap(), "lz4 lz4_flex lz4hc [zstd]\n");
 /// ```
 pub struct Zram {
     shards: Box<[Shard]>,

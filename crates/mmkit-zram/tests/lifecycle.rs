@@ -55,12 +55,12 @@ fn reset_is_busy_while_open_and_otherwise_returns_to_uninitialised_with_zeroed_s
     zram.attr_store("comp_algorithm", "zstd").unwrap();
     zram.attr_store("recomp_algorithm", "lz4").unwrap();
     zram.attr_store("max_comp_streams", "2").unwrap();
-    assert_eq!(zram.attr_show("comp_algorithm").unwrap(), "lz4 lz4_flex [zstd]\n");
+    assert_eq!(zram.attr_show("comp_algorithm").unwrap(), "lz4 lz4_flex lz4hc [zstd]\n");
     assert!(zram.attr_store("disksize", "0").is_err(), "a device needs a page");
     assert!(!zram.is_initialised());
     zram.attr_store("disksize", "40K").unwrap();
     assert_eq!((zram.disksize(), zram.attr_show("initstate").unwrap().as_str()), (40 << 10, "1\n"));
-    assert_eq!(zram.attr_show("recomp_algorithm").unwrap(), "#1: [lz4] lz4_flex zstd\n");
+    assert_eq!(zram.attr_show("recomp_algorithm").unwrap(), "#1: [lz4] lz4_flex lz4hc zstd\n");
     zram.read(0, &mut back).unwrap();
     assert!(back.iter().all(|&b| b == 0), "a new device reads as zeroes");
     zram.write(0, &text(3)).unwrap();

@@ -199,8 +199,8 @@ fn attributes_by_name_show_and_store_as_sysfs_does() {
     for name in SHOW_ATTRS {
         assert!(zram.attr_show(name).unwrap().ends_with('\n') || *name == "block_state", "{name}");
     }
-    assert_eq!(zram.attr_show("comp_algorithm").unwrap(), "[lz4] lz4_flex zstd\n");
-    assert_eq!(zram.attr_show("recomp_algorithm").unwrap(), "#1: lz4 lz4_flex [zstd]\n");
+    assert_eq!(zram.attr_show("comp_algorithm").unwrap(), "[lz4] lz4_flex lz4hc zstd\n");
+    assert_eq!(zram.attr_show("recomp_algorithm").unwrap(), "#1: lz4 lz4_flex lz4hc [zstd]\n");
     assert_eq!(zram.attr_show("disksize").unwrap(), format!("{}\n", 64 * PAGE_SIZE));
     assert!(matches!(zram.attr_show("colour"), Err(ZramError::Invalid(_))));
     assert!(matches!(zram.attr_store("idle", "soon"), Err(ZramError::Invalid(_))));
