@@ -44,7 +44,7 @@
 mod backing;
 mod entry;
 mod params;
-pub mod region;
+mod region;
 mod stats;
 mod zswap;
 
@@ -52,6 +52,7 @@ pub use backing::SwapFile;
 pub use entry::SwpEntry;
 pub use params::{ZswapParams, PARAM_NAMES};
 
+pub use region::{RegionConfig, RegionError, RegionStats, SwapRegion};
 pub use stats::ZswapStats;
 pub use zswap::{Injected, KeepEntry, ReleaseMode, Zswap};
 
