@@ -143,6 +143,25 @@ impl SwapFile {
         true
     }
 
+    /// Frees every allocated slot of `offsets` under one hold of the map's
+    /// lock; returns how many were freed (the others were not allocated).
+    pub(crate) fn free_slots(&self, offsets: &[u64]) -> usize {
+        let mut map = self.lock();
+        let mut freed = 0;
+        for &offset in offsets {
+            if offset >= self.nr_slots {
+                continue;
+            }
+            let (w, bit) = ((offset / 64) as usize, offset % 64);
+            if map.bits[w] & (1 << bit) != 0 {
+                map.bits[w] &= !(1 << bit);
+                freed += 1;
+            }
+        }
+        map.used -= freed as u64;
+        freed
+    }
+
     /// Whether slot `offset` is allocated.
     pub(crate) fn is_allocated(&self, offset: u64) -> bool {
         offset < self.nr_slots && self.lock().bits[(offset / 64) as usize] & (1 << (offset % 64)) != 0

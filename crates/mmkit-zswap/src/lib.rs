@@ -46,6 +46,7 @@ mod entry;
 mod params;
 mod region;
 mod stats;
+mod tree;
 mod zswap;
 
 pub use backing::SwapFile;

@@ -19,11 +19,10 @@
 use crate::backing::SwapFile;
 use crate::params::ZswapParams;
 use crate::stats::{Counters, ZswapStats};
+use crate::tree::{Entry, Stored, Tree};
 use crate::{Reject, SwpEntry, ZswapError, PAGE_SIZE};
 use mmkit::{Gfp, PageAllocator};
-use mmkit_compress::Algorithm;
 use mmkit_zsmalloc::{Handle, ZsPool};
-use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
@@ -62,46 +61,6 @@ pub enum Injected {
     AllocFail,
     /// No entry can be allocated (`reject_kmemcache_fail`).
     KmemcacheFail,
-}
-
-/// What an entry holds.
-#[derive(Clone, Copy, Debug)]
-enum Stored {
-    /// A page of one repeated word (`zswap_is_page_same_filled`).
-    Same(u64),
-    /// A zsmalloc object of `len` compressed bytes.
-    Zs { handle: Handle, len: u32, algorithm: Algorithm },
-}
-
-/// One stored page (Linux's `struct zswap_entry`).
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    stored: Stored,
-    /// Its key in the LRU; same-filled entries are not on it (writing them
-    /// back frees nothing).
-    lru_seq: Option<u64>,
-    /// Second chance: set on store and on a keeping load, cleared by the
-    /// shrinker, which rotates a referenced entry instead of writing it
-    /// back (Linux's `entry->referenced`).
-    referenced: bool,
-}
-
-/// The tree and the LRU, under one lock.
-#[derive(Default)]
-struct Tree {
-    entries: HashMap<u64, Entry>,
-    /// Sequence number → offset, oldest first.
-    lru: BTreeMap<u64, u64>,
-    next_seq: u64,
-}
-
-impl Tree {
-    fn lru_add(&mut self, offset: u64) -> u64 {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.lru.insert(seq, offset);
-        seq
-    }
 }
 
 /// Failures armed by [`Zswap::inject`].
@@ -179,7 +138,7 @@ impl Zswap {
             page_bytes,
             total_pages,
             params: RwLock::new(params),
-            tree: Mutex::new(Tree::default()),
+            tree: Mutex::new(Tree::new(file.nr_slots())),
             file,
             counters: Counters::default(),
             reached_full: AtomicBool::new(false),
@@ -302,10 +261,16 @@ impl Zswap {
         match self.store_inner(page) {
             Ok(stored) => {
                 let mut tree = self.lock();
-                let lru_seq = matches!(stored, Stored::Zs { .. }).then(|| tree.lru_add(offset));
-                let old = tree.entries.insert(offset, Entry { stored, lru_seq, referenced: true });
+                let Ok(old) = tree.insert(offset, Entry { stored, referenced: true }) else {
+                    // Unreachable: `check` found the slot allocated, so inside the tree.
+                    drop(tree);
+                    if let Stored::Zs { handle, .. } = stored {
+                        let _ = self.pool.zs_free(handle);
+                    }
+                    return Err(ZswapError::BadSlot(entry));
+                };
                 self.account(&stored, 1);
-                let old = old.and_then(|old| self.unlink(&mut tree, old));
+                let old = old.and_then(|old| self.unlink(old));
                 drop(tree);
                 if let Some(handle) = old {
                     let _ = self.pool.zs_free(handle);
@@ -380,12 +345,9 @@ impl Zswap {
         }
     }
 
-    /// Takes a removed entry off the LRU and out of the counts; returns
-    /// its handle to free once the lock is dropped.
-    fn unlink(&self, tree: &mut Tree, old: Entry) -> Option<Handle> {
-        if let Some(seq) = old.lru_seq {
-            tree.lru.remove(&seq);
-        }
+    /// Takes a removed entry out of the counts; returns its handle to free
+    /// once the lock is dropped.
+    fn unlink(&self, old: Entry) -> Option<Handle> {
         self.account(&old.stored, -1);
         match old.stored {
             Stored::Same(_) => None,
@@ -407,13 +369,10 @@ impl Zswap {
     /// [`ZswapError::BadPageSize`]: nothing changes.
     pub fn zswap_load(&self, entry: SwpEntry, page: &mut [u8]) -> Result<bool, ZswapError> {
         let offset = self.check(entry, page.len())?;
-        let Some(found) = self.lock().entries.remove(&offset) else { return Ok(false) };
+        let Some(found) = self.lock().remove(offset) else { return Ok(false) };
         match self.expand(entry, found.stored, page) {
             Ok(()) => {
-                let mut tree = self.lock();
-                let handle = self.unlink(&mut tree, found);
-                drop(tree);
-                if let Some(handle) = handle {
+                if let Some(handle) = self.unlink(found) {
                     let _ = self.pool.zs_free(handle);
                 }
                 Ok(true)
@@ -421,12 +380,11 @@ impl Zswap {
             Err(e) => {
                 // Put it back unless a newer store took the slot meanwhile.
                 let mut tree = self.lock();
-                if let std::collections::hash_map::Entry::Vacant(v) = tree.entries.entry(offset) {
-                    v.insert(found);
+                if !tree.contains(offset) {
+                    let _ = tree.insert(offset, found);
                 } else {
-                    let handle = self.unlink(&mut tree, found);
                     drop(tree);
-                    if let Some(handle) = handle {
+                    if let Some(handle) = self.unlink(found) {
                         let _ = self.pool.zs_free(handle);
                     }
                 }
@@ -448,7 +406,7 @@ impl Zswap {
         let offset = self.check(entry, page.len())?;
         let stored = {
             let mut tree = self.lock();
-            let Some(found) = tree.entries.get_mut(&offset) else { return Ok(false) };
+            let Some(found) = tree.get_mut(offset) else { return Ok(false) };
             found.referenced = true;
             found.stored
         };
@@ -462,7 +420,7 @@ impl Zswap {
 
     /// Whether slot `entry` has an entry in zswap.
     pub fn contains(&self, entry: SwpEntry) -> bool {
-        entry.swap_type() == self.swap_type && self.lock().entries.contains_key(&entry.offset())
+        entry.swap_type() == self.swap_type && self.lock().contains(entry.offset())
     }
 
     /// Decompresses `stored` into `page`.
@@ -513,9 +471,9 @@ impl Zswap {
             return Err(ZswapError::ForeignEntry(entry));
         }
         let mut tree = self.lock();
-        let Some(old) = tree.entries.remove(&entry.offset()) else { return Ok(false) };
-        let handle = self.unlink(&mut tree, old);
+        let Some(old) = tree.remove(entry.offset()) else { return Ok(false) };
         drop(tree);
+        let handle = self.unlink(old);
         if let Some(handle) = handle {
             self.free_handle(handle, mode);
         }
@@ -549,7 +507,7 @@ impl Zswap {
     pub fn zswap_writeback_entry(&self, entry: SwpEntry) -> Result<(), ZswapError> {
         let offset = self.check(entry, PAGE_SIZE)?;
         let mut tree = self.lock();
-        if !tree.entries.contains_key(&offset) {
+        if !tree.contains(offset) {
             return Err(ZswapError::NoEntry(entry));
         }
         self.writeback_locked(&mut tree, offset)
@@ -557,15 +515,15 @@ impl Zswap {
 
     fn writeback_locked(&self, tree: &mut Tree, offset: u64) -> Result<(), ZswapError> {
         let entry = SwpEntry::new(self.swap_type, offset);
-        let Some(&found) = tree.entries.get(&offset) else { return Err(ZswapError::NoEntry(entry)) };
+        let Some(&found) = tree.get(offset) else { return Err(ZswapError::NoEntry(entry)) };
         let mut page = [0u8; PAGE_SIZE];
         let done = self.expand(entry, found.stored, &mut page).is_ok() && self.file.write_slot(offset, &page).is_ok();
         if !done {
             Counters::inc(&self.counters.reject_reclaim_fail);
             return Err(ZswapError::WritebackFail(entry));
         }
-        tree.entries.remove(&offset);
-        if let Some(handle) = self.unlink(tree, found) {
+        tree.remove(offset);
+        if let Some(handle) = self.unlink(found) {
             let _ = self.pool.zs_free(handle);
         }
         Counters::inc(&self.counters.written_back_pages);
@@ -584,21 +542,18 @@ impl Zswap {
         let mut written = 0;
         let mut failures = 0;
         for _ in 0..nr_to_scan {
-            let Some((seq, offset)) = tree.lru.pop_first() else { break };
-            let Some(e) = tree.entries.get_mut(&offset) else { continue };
+            let Some(offset) = tree.lru_cold() else { break };
+            let Some(e) = tree.get_mut(offset) else { break };
             if e.referenced {
                 e.referenced = false;
-                let seq = tree.lru_add(offset);
-                if let Some(e) = tree.entries.get_mut(&offset) {
-                    e.lru_seq = Some(seq);
-                }
+                tree.rotate(offset);
                 continue;
             }
-            // Back on the LRU first, so that a failed writeback keeps it.
-            tree.lru.insert(seq, offset);
             if self.writeback_locked(&mut tree, offset).is_ok() {
                 written += 1;
             } else {
+                // A failed writeback keeps the entry: off to the warm end.
+                tree.rotate(offset);
                 failures += 1;
                 if failures >= MAX_RECLAIM_RETRIES {
                     break;
@@ -618,7 +573,7 @@ impl Zswap {
         while self.pool.zs_get_total_pages() > self.accept_thr_pages() && idle_rounds < MAX_RECLAIM_RETRIES {
             if self.zswap_shrink(64) == 0 {
                 idle_rounds += 1;
-                if self.lock().lru.is_empty() {
+                if self.lock().lru_len() == 0 {
                     break;
                 }
             }
@@ -712,25 +667,39 @@ impl Zswap {
     /// result's second field.
     pub fn swap_free_batch(&self, entries: &[SwpEntry], mode: ReleaseMode) -> (usize, usize) {
         let mut handles = Vec::with_capacity(entries.len());
+        let mut offsets = Vec::with_capacity(entries.len());
         let mut skipped = 0;
-        let mut freed = 0;
+        let (mut pages, mut same, mut bytes) = (0u64, 0u64, 0u64);
         {
             let mut tree = self.lock();
             for &entry in entries {
-                if entry.swap_type() != self.swap_type || !self.file.free_slot(entry.offset()) {
+                if entry.swap_type() != self.swap_type {
                     skipped += 1;
                     continue;
                 }
-                freed += 1;
-                if let Some(old) = tree.entries.remove(&entry.offset()) {
-                    handles.extend(self.unlink(&mut tree, old));
+                offsets.push(entry.offset());
+                if let Some(old) = tree.remove(entry.offset()) {
+                    pages += 1;
+                    match old.stored {
+                        Stored::Same(_) => same += 1,
+                        Stored::Zs { handle, len, .. } => {
+                            bytes += u64::from(len);
+                            handles.push(handle);
+                        }
+                    }
                 }
             }
         }
+        // The counters once per batch, not once per entry: threads exiting
+        // at once would otherwise bounce their cache lines.
+        self.counters.stored_pages.fetch_sub(pages, Relaxed);
+        self.counters.same_filled_pages.fetch_sub(same, Relaxed);
+        self.counters.stored_bytes.fetch_sub(bytes, Relaxed);
+        let freed = self.file.free_slots(&offsets);
         for handle in handles {
             self.free_handle(handle, mode);
         }
-        (freed, skipped)
+        (freed, skipped + offsets.len() - freed)
     }
 
     /// Checks the tree against the LRU, the counters, the swap file's
@@ -742,27 +711,16 @@ impl Zswap {
     /// The first inconsistency, described.
     pub fn check_invariants(&self) -> Result<(), String> {
         let tree = self.lock();
-        for (&seq, &offset) in &tree.lru {
-            match tree.entries.get(&offset) {
-                Some(e) if e.lru_seq == Some(seq) => {}
-                _ => return Err(format!("LRU key {seq} names slot {offset}, which does not point back")),
-            }
-        }
-        let (mut same, mut bytes, mut on_lru) = (0u64, 0u64, 0usize);
-        for (&offset, e) in &tree.entries {
+        tree.check()?;
+        let (mut same, mut bytes) = (0u64, 0u64);
+        for (offset, e) in tree.iter() {
             if !self.file.is_allocated(offset) {
                 return Err(format!("entry of unallocated slot {offset}"));
             }
             match e.stored {
-                Stored::Same(_) => {
-                    same += 1;
-                    if e.lru_seq.is_some() {
-                        return Err(format!("same-filled slot {offset} on the LRU"));
-                    }
-                }
+                Stored::Same(_) => same += 1,
                 Stored::Zs { handle, len, .. } => {
                     bytes += u64::from(len);
-                    on_lru += usize::from(e.lru_seq.is_some());
                     let mut buf = [0u8; PAGE_SIZE];
                     match self.pool.zs_obj_read(handle, &mut buf) {
                         Ok(n) if n == len as usize => {}
@@ -771,12 +729,12 @@ impl Zswap {
                 }
             }
         }
-        if on_lru != tree.lru.len() || on_lru as u64 + same != tree.entries.len() as u64 {
-            return Err(format!("{} entries, {same} same-filled, {} on the LRU", tree.entries.len(), tree.lru.len()));
+        if tree.lru_len() as u64 + same != tree.len() as u64 {
+            return Err(format!("{} entries, {same} same-filled, {} on the LRU", tree.len(), tree.lru_len()));
         }
         let s = self.stats();
-        if (s.stored_pages, s.same_filled_pages, s.compressed_bytes) != (tree.entries.len() as u64, same, bytes) {
-            return Err(format!("counters {s:?} against {} entries, {same} same, {bytes} bytes", tree.entries.len()));
+        if (s.stored_pages, s.same_filled_pages, s.compressed_bytes) != (tree.len() as u64, same, bytes) {
+            return Err(format!("counters {s:?} against {} entries, {same} same, {bytes} bytes", tree.len()));
         }
         drop(tree);
         // zsmalloc's own check is only exact with no free in flight.
