@@ -102,6 +102,7 @@ fn release_case(
     let impls = [("sync", ReleaseMode::Sync), ("deferred", ReleaseMode::Deferred)];
     let mut callers = vec![Vec::new(); impls.len()];
     let mut drained = vec![Vec::new(); impls.len()];
+    let mut fallback = vec![0u64; impls.len()];
     for round in 0..settings.runs.max(1) {
         for k in 0..impls.len() {
             let i = (round + k) % impls.len();
@@ -136,6 +137,7 @@ fn release_case(
             callers[i].push(returned.duration_since(start).as_nanos() as f64);
             z.flush_deferred();
             drained[i].push(start.elapsed().as_nanos() as f64);
+            fallback[i] += z.pool().deferred_stats().fallback;
             if z.stats().stored_pages != 0 || z.pool().zs_get_total_pages() != 0 {
                 return Err(BenchError(format!("{name}/{impl_name}: entries left after the release")));
             }
@@ -158,7 +160,10 @@ fn release_case(
                 runs: callers[i].len(),
                 units_per_run: 1,
                 ratio_vs_mmkit: None,
-                extra: vec![("drained_ns", super::harness::median(&mut drained[i]))],
+                extra: vec![
+                    ("drained_ns", super::harness::median(&mut drained[i])),
+                    ("fallback_frees_per_run", fallback[i] as f64 / callers[i].len().max(1) as f64),
+                ],
             }
         })
         .collect())

@@ -46,6 +46,7 @@ mod entry;
 mod params;
 mod region;
 mod stats;
+mod swap;
 mod tree;
 mod zswap;
 
@@ -55,7 +56,8 @@ pub use params::{ZswapParams, PARAM_NAMES};
 
 pub use region::{RegionConfig, RegionError, RegionStats, SwapRegion};
 pub use stats::ZswapStats;
-pub use zswap::{Injected, KeepEntry, ReleaseMode, Zswap};
+pub use swap::KeepEntry;
+pub use zswap::{Injected, ReleaseMode, Zswap};
 
 /// Bytes of the pages zswap stores.
 pub const PAGE_SIZE: usize = 4096;

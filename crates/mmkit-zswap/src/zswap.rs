@@ -97,14 +97,14 @@ fn fill_same(page: &mut [u8], word: u64) {
 /// [`ZswapError::ForeignEntry`]. Every method takes `&self` and may be
 /// called from any number of threads.
 pub struct Zswap {
-    swap_type: u32,
+    pub(crate) swap_type: u32,
     pool: ZsPool,
     page_bytes: u64,
     total_pages: u64,
     params: RwLock<ZswapParams>,
-    tree: Mutex<Tree>,
-    file: SwapFile,
-    counters: Counters,
+    pub(crate) tree: Mutex<Tree>,
+    pub(crate) file: SwapFile,
+    pub(crate) counters: Counters,
     /// Linux's `zswap_pool_reached_full`.
     reached_full: AtomicBool,
     /// One shrink worker at a time (Linux's single `zswap_shrink_work`).
@@ -200,12 +200,12 @@ impl Zswap {
         counter.store(n, Relaxed);
     }
 
-    fn lock(&self) -> MutexGuard<'_, Tree> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Tree> {
         self.tree.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Checks that `entry` is a slot of this device and `len` a page.
-    fn check(&self, entry: SwpEntry, len: usize) -> Result<u64, ZswapError> {
+    pub(crate) fn check(&self, entry: SwpEntry, len: usize) -> Result<u64, ZswapError> {
         if entry.swap_type() != self.swap_type {
             return Err(ZswapError::ForeignEntry(entry));
         }
@@ -480,7 +480,7 @@ impl Zswap {
         Ok(true)
     }
 
-    fn free_handle(&self, handle: Handle, mode: ReleaseMode) {
+    pub(crate) fn free_handle(&self, handle: Handle, mode: ReleaseMode) {
         let _ = match mode {
             ReleaseMode::Deferred => self.pool.zs_free_deferred(handle),
             ReleaseMode::Sync => self.pool.zs_free(handle),
@@ -580,128 +580,6 @@ impl Zswap {
         }
     }
 
-    // ---- the swap device around the cache ----
-
-    /// A free slot of the swap file, now the caller's (Linux's
-    /// `folio_alloc_swap`).
-    ///
-    /// # Errors
-    /// [`ZswapError::SwapFull`].
-    pub fn alloc_swap_slot(&self) -> Result<SwpEntry, ZswapError> {
-        self.file.alloc_slot().map(|offset| SwpEntry::new(self.swap_type, offset)).ok_or(ZswapError::SwapFull)
-    }
-
-    /// Writes `page` straight to slot `entry` of the swap file (Linux's
-    /// `swap_writepage` after zswap refused the page).
-    ///
-    /// # Errors
-    /// [`ZswapError::Io`]; [`ZswapError::ForeignEntry`],
-    /// [`ZswapError::BadSlot`], [`ZswapError::BadPageSize`].
-    pub fn swap_writepage(&self, entry: SwpEntry, page: &[u8]) -> Result<(), ZswapError> {
-        let offset = self.check(entry, page.len())?;
-        Ok(self.file.write_slot(offset, page)?)
-    }
-
-    /// Swaps `page` out: a new slot, offered to zswap, written to the
-    /// swap file when zswap refuses it. Returns the slot.
-    ///
-    /// # Errors
-    /// [`ZswapError::SwapFull`]; [`ZswapError::Io`] (the slot is freed
-    /// again); [`ZswapError::BadPageSize`].
-    pub fn swap_out(&self, page: &[u8]) -> Result<SwpEntry, ZswapError> {
-        if page.len() != PAGE_SIZE {
-            return Err(ZswapError::BadPageSize(page.len()));
-        }
-        let entry = self.alloc_swap_slot()?;
-        match self.zswap_store(entry, page) {
-            Ok(()) => Ok(entry),
-            Err(ZswapError::Rejected(_)) => match self.swap_writepage(entry, page) {
-                Ok(()) => Ok(entry),
-                Err(e) => {
-                    self.file.free_slot(entry.offset());
-                    Err(e)
-                }
-            },
-            Err(e) => {
-                self.file.free_slot(entry.offset());
-                Err(e)
-            }
-        }
-    }
-
-    /// Reads slot `entry` into `page`: from zswap when it is there
-    /// (keeping the entry when `keep`, see
-    /// [`zswap_load_keep`](Self::zswap_load_keep)), else from the swap
-    /// file.
-    ///
-    /// # Errors
-    /// As the load; [`ZswapError::Io`].
-    pub fn swap_in(&self, entry: SwpEntry, page: &mut [u8], keep: KeepEntry) -> Result<(), ZswapError> {
-        let found = match keep {
-            KeepEntry::Keep => self.zswap_load_keep(entry, page)?,
-            KeepEntry::Drop => self.zswap_load(entry, page)?,
-        };
-        if !found {
-            self.file.read_slot(entry.offset(), page)?;
-        }
-        Ok(())
-    }
-
-    /// Frees swap slot `entry`: its zswap entry is invalidated (deferred
-    /// free) and the slot goes back to the file (Linux's `swap_free`).
-    ///
-    /// # Errors
-    /// [`ZswapError::ForeignEntry`], [`ZswapError::BadSlot`]; nothing
-    /// changes.
-    pub fn swap_free(&self, entry: SwpEntry) -> Result<(), ZswapError> {
-        self.check(entry, PAGE_SIZE)?;
-        self.zswap_invalidate(entry)?;
-        self.file.free_slot(entry.offset());
-        Ok(())
-    }
-
-    /// Frees many slots at once, taking the tree lock once (a process
-    /// exit's `free_swap_and_cache_nr` over its whole range): entries are
-    /// invalidated with their objects freed as `mode` says. Entries of
-    /// another device or unallocated slots are skipped and counted in the
-    /// result's second field.
-    pub fn swap_free_batch(&self, entries: &[SwpEntry], mode: ReleaseMode) -> (usize, usize) {
-        let mut handles = Vec::with_capacity(entries.len());
-        let mut offsets = Vec::with_capacity(entries.len());
-        let mut skipped = 0;
-        let (mut pages, mut same, mut bytes) = (0u64, 0u64, 0u64);
-        {
-            let mut tree = self.lock();
-            for &entry in entries {
-                if entry.swap_type() != self.swap_type {
-                    skipped += 1;
-                    continue;
-                }
-                offsets.push(entry.offset());
-                if let Some(old) = tree.remove(entry.offset()) {
-                    pages += 1;
-                    match old.stored {
-                        Stored::Same(_) => same += 1,
-                        Stored::Zs { handle, len, .. } => {
-                            bytes += u64::from(len);
-                            handles.push(handle);
-                        }
-                    }
-                }
-            }
-        }
-        // The counters once per batch, not once per entry: threads exiting
-        // at once would otherwise bounce their cache lines.
-        self.counters.stored_pages.fetch_sub(pages, Relaxed);
-        self.counters.same_filled_pages.fetch_sub(same, Relaxed);
-        self.counters.stored_bytes.fetch_sub(bytes, Relaxed);
-        let freed = self.file.free_slots(&offsets);
-        for handle in handles {
-            self.free_handle(handle, mode);
-        }
-        (freed, skipped + offsets.len() - freed)
-    }
-
     /// Checks the tree against the LRU, the counters, the swap file's
     /// slots and the pool (after draining deferred frees): every LRU key names an entry that points back
     /// at it, every compressed entry is on the LRU once and its object is
@@ -741,16 +619,6 @@ impl Zswap {
         self.pool.zs_free_deferred_flush();
         self.pool.check_invariants()
     }
-}
-
-/// Whether [`Zswap::swap_in`] keeps the zswap entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KeepEntry {
-    /// Keep it: the page may be dropped again without recompression while
-    /// it stays clean.
-    Keep,
-    /// Drop it (an exclusive load).
-    Drop,
 }
 
 impl Drop for Zswap {
