@@ -11,8 +11,8 @@
 //!   working set twice the resident budget (128 MiB over 64 MiB), filled
 //!   with real pages; every fourth touch writes. Impls `mmkit` (a
 //!   `SwapRegion` with a 64 MiB budget) and `kernel/zram-swap` (a child
-//!   process in a 64 MiB memory cgroup, swapping to a hot-added lz4 zram
-//!   device), measured in interleaved rounds.
+//!   process in a memory cgroup of 64 MiB plus its own footprint, swapping
+//!   to a hot-added lz4 zram device), measured in interleaved rounds.
 //! - `ratio/real`: after the access cases, mmkit's stored bytes over
 //!   `pool_total_size` and the kernel device's `orig_data_size /
 //!   mem_used_total` (mm_stat).
@@ -228,8 +228,9 @@ fn access_cases(
     let mut kernel = match kernel_side(working_set, budget) {
         Ok(k) => {
             notes.push(format!(
-                "kernel/zram-swap: a child process in a {} MiB memory cgroup swapping to a hot-added lz4 /dev/zram{} (swapoff, reset and hot_remove afterwards)",
+                "kernel/zram-swap: a child process in a memory cgroup of {} MiB (the budget) + {} MiB (its own footprint) swapping to a hot-added lz4 /dev/zram{} (swapoff, reset and hot_remove afterwards)",
                 budget >> 20,
+                CHILD_OVERHEAD >> 20,
                 k.zram.id
             ));
             Some(k)
