@@ -209,11 +209,11 @@ impl Handler {
             }
         }
         let n = loaded;
-        match self.shared.map.uffd_copy(&self.shared.uffd, index, &self.buf[..n * PAGE_SIZE]) {
+        match self.shared.map.uffd_copy_wp(&self.shared.uffd, index, &self.buf[..n * PAGE_SIZE]) {
             Ok(true) => {
-                // Mapped write-protected before the faulting thread runs,
-                // so its first write is seen.
-                let _ = self.shared.uffd.write_protect(self.shared.map.page_addr(index), n * PAGE_SIZE);
+                // Mapped write-protected: any thread's first write is seen,
+                // the faulting one's and those of threads that find the page
+                // (or a page loaded ahead) present.
                 for k in 0..n {
                     let p = &mut self.pages[index + k];
                     p.resident = true;

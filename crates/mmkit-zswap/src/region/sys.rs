@@ -132,19 +132,30 @@ impl Mapping {
     }
 
     /// Places the `src.len() / PAGE_SIZE` pages of `src` at page `first`
-    /// with `UFFDIO_COPY`, without waking the faulting threads. `Ok(false)`
-    /// when a page was there already (`EEXIST`: another thread's fault
-    /// raced this one).
-    pub(crate) fn uffd_copy(&self, uffd: &Uffd, first: usize, src: &[u8]) -> Result<bool, userfaultfd::Error> {
+    /// with `UFFDIO_COPY`, mapped write-protected in the same step
+    /// (`UFFDIO_COPY_MODE_WP`: a write by any thread after the copy is a
+    /// write-protect fault, with no window in which it could go unseen),
+    /// without waking the faulting threads. `Ok(false)` when a page was
+    /// there already (`EEXIST`: another thread's fault raced this one).
+    pub(crate) fn uffd_copy_wp(&self, uffd: &Uffd, first: usize, src: &[u8]) -> Result<bool, nix::Error> {
+        use std::os::fd::AsRawFd;
         if src.is_empty() || src.len() % PAGE_SIZE != 0 || first * PAGE_SIZE + src.len() > self.len {
             return Ok(false);
         }
-        // SAFETY: `src` is a live buffer of `src.len()` bytes; the
-        // destination range lies inside the registered mapping, and the
-        // kernel refuses (EEXIST) to overwrite a page that is present.
-        match unsafe { uffd.copy(src.as_ptr().cast(), self.page_addr(first), src.len(), false) } {
+        let mut copy = userfaultfd_sys::uffdio_copy {
+            dst: self.page_addr(first) as u64,
+            src: src.as_ptr() as u64,
+            len: src.len() as u64,
+            mode: userfaultfd_sys::UFFDIO_COPY_MODE_DONTWAKE | userfaultfd_sys::UFFDIO_COPY_MODE_WP,
+            copy: 0,
+        };
+        // SAFETY: `copy` is a live, initialised `struct uffdio_copy`; its
+        // source is the live buffer `src` and its destination lies inside
+        // the mapping registered with `uffd`; the kernel refuses (EEXIST) to
+        // overwrite a present page.
+        match unsafe { uffdio_copy_ioctl(uffd.as_raw_fd(), &mut copy) } {
             Ok(_) => Ok(true),
-            Err(userfaultfd::Error::CopyFailed(e)) if e == nix_eexist() => Ok(false),
+            Err(nix::errno::Errno::EEXIST) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -164,6 +175,10 @@ impl Mapping {
         }
     }
 }
+
+// `UFFDIO_COPY` by hand: the userfaultfd crate's `copy` has no
+// write-protect mode (`_IOWR(UFFDIO, _UFFDIO_COPY, struct uffdio_copy)`).
+nix::ioctl_readwrite!(uffdio_copy_ioctl, 0xAA, 0x03, userfaultfd_sys::uffdio_copy);
 
 /// `EEXIST` as the userfaultfd crate reports it.
 fn nix_eexist() -> userfaultfd_errno::Errno {
