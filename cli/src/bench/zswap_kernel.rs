@@ -104,6 +104,11 @@ impl MemCgroup {
         std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let group = Self { procs: dir.join("cgroup.procs"), dir };
         sys(&group.dir.join(limit_file).to_string_lossy(), &limit.to_string())?;
+        // v1 only: reclaim anonymous memory as readily as file pages, so that
+        // reclaim keeps the child's program text and swaps its buffer (with
+        // the default, the cgroup's OOM killer sometimes took the child on a
+        // loaded machine). Best effort: v2 has no such file.
+        let _ = std::fs::write(group.dir.join("memory.swappiness"), "100");
         Ok(group)
     }
 }

@@ -101,34 +101,44 @@ impl Zswap {
         Ok(())
     }
 
-    /// Frees many slots at once, taking the tree lock once (a process
+    /// Frees many slots at once, taking the tree lock once per chunk of 256 (a process
     /// exit's `free_swap_and_cache_nr` over its whole range): entries are
     /// invalidated with their objects freed as `mode` says. Entries of
     /// another device or unallocated slots are skipped and counted in the
     /// result's second field.
     pub fn swap_free_batch(&self, entries: &[SwpEntry], mode: ReleaseMode) -> (usize, usize) {
-        let mut handles = Vec::with_capacity(entries.len());
+        const CHUNK: usize = 256;
+        let mut handles = Vec::with_capacity(CHUNK);
         let mut offsets = Vec::with_capacity(entries.len());
         let mut skipped = 0;
         let (mut pages, mut same, mut bytes) = (0u64, 0u64, 0u64);
-        {
-            let mut tree = self.lock();
-            for &entry in entries {
-                if entry.swap_type() != self.swap_type {
-                    skipped += 1;
-                    continue;
-                }
-                offsets.push(entry.offset());
-                if let Some(old) = tree.remove(entry.offset()) {
-                    pages += 1;
-                    match old.stored {
-                        Stored::Same(_) => same += 1,
-                        Stored::Zs { handle, len, .. } => {
-                            bytes += u64::from(len);
-                            handles.push(handle);
+        // The tree lock is held for one chunk at a time, and the chunk's
+        // objects are freed after it is dropped: two threads exiting at
+        // once interleave instead of one waiting for the other's whole
+        // range.
+        for chunk in entries.chunks(CHUNK) {
+            {
+                let mut tree = self.lock();
+                for &entry in chunk {
+                    if entry.swap_type() != self.swap_type {
+                        skipped += 1;
+                        continue;
+                    }
+                    offsets.push(entry.offset());
+                    if let Some(old) = tree.remove(entry.offset()) {
+                        pages += 1;
+                        match old.stored {
+                            Stored::Same(_) => same += 1,
+                            Stored::Zs { handle, len, .. } => {
+                                bytes += u64::from(len);
+                                handles.push(handle);
+                            }
                         }
                     }
                 }
+            }
+            for handle in handles.drain(..) {
+                self.free_handle(handle, mode);
             }
         }
         // The counters once per batch, not once per entry: threads exiting
@@ -137,9 +147,6 @@ impl Zswap {
         self.counters.same_filled_pages.fetch_sub(same, Relaxed);
         self.counters.stored_bytes.fetch_sub(bytes, Relaxed);
         let freed = self.file.free_slots(&offsets);
-        for handle in handles {
-            self.free_handle(handle, mode);
-        }
         (freed, skipped + offsets.len() - freed)
     }
 }
