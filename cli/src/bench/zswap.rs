@@ -253,7 +253,7 @@ fn access_cases(
             if let Some(k) = kernel.as_mut() {
                 let child = &mut k.child;
                 // The child times itself; the harness's clock adds the
-                // pipe's round trip, microseconds per run of many accesses.
+                // pipe's round trip once per run of many accesses.
                 contenders.push(Contender::new("kernel/zram-swap", move |n| child.accesses(pattern, n).map(|_| ())));
             }
             let with_kernel = contenders.len() > 1;
