@@ -50,6 +50,17 @@ enum Command {
     /// mmkit's zram as a block device for other programs: serve it over NBD
     /// (nbdkit) and control it like the kernel's sysfs attributes.
     Zram(zram::ZramArgs),
+    /// Internal: the kernel side of `mmkit bench zswap` (a child that joins
+    /// a memory cgroup and runs the access loop on its parent's commands).
+    #[command(name = "__zswap-access", hide = true)]
+    ZswapAccess {
+        /// The cgroup's `cgroup.procs` file.
+        #[arg(long)]
+        procs: String,
+        /// Bytes of the buffer.
+        #[arg(long)]
+        bytes: u64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -70,6 +81,10 @@ fn main() -> ExitCode {
         Command::Convert(args) => match replay::cache::convert(&args) {
             Ok(text) => print(&text),
             Err(msg) => fail(&msg, 2),
+        },
+        Command::ZswapAccess { procs, bytes } => match bench::zswap_kernel::child_main(&procs, bytes) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(msg) => fail(&msg, 1),
         },
         Command::Zram(args) => match args.command {
             zram::ZramCommand::Serve(args) => match zram::serve::run(&args) {

@@ -19,6 +19,8 @@ mod pcp;
 mod quicklist;
 mod zram;
 mod zsmalloc;
+mod zswap;
+pub mod zswap_kernel;
 
 use clap::builder::{PossibleValue, PossibleValuesParser};
 use clap::Args;
@@ -44,12 +46,22 @@ pub struct Suite {
 }
 
 /// Every suite, in the order `mmkit bench` runs them.
-pub const SUITES: &[Suite] =
-    &[buddy::SUITE, pcp::SUITE, bulk::SUITE, contig::SUITE, quicklist::SUITE, zsmalloc::SUITE, zram::SUITE, nbd::SUITE];
+pub const SUITES: &[Suite] = &[
+    buddy::SUITE,
+    pcp::SUITE,
+    bulk::SUITE,
+    contig::SUITE,
+    quicklist::SUITE,
+    zsmalloc::SUITE,
+    zram::SUITE,
+    nbd::SUITE,
+    zswap::SUITE,
+];
 
 /// Suites that run only when named: `nbd` starts servers and clients as
-/// other processes and needs nbdkit, fio and the plugin built.
-pub const NAMED_ONLY: &[&str] = &["nbd"];
+/// other processes and needs nbdkit, fio and the plugin built; `zswap`
+/// swaps a child process to a kernel zram device it hot-adds.
+pub const NAMED_ONLY: &[&str] = &["nbd", "zswap"];
 
 /// Names of every suite, for argument validation and help.
 pub fn suite_names() -> Vec<&'static str> {
@@ -59,7 +71,7 @@ pub fn suite_names() -> Vec<&'static str> {
 /// `mmkit bench`'s arguments, exactly as the command line takes them.
 #[derive(Clone, Debug, Args)]
 pub struct BenchArgs {
-    /// Suites to run; when none is given, all but `nbd` (which runs only when named).
+    /// Suites to run; when none is given, all but `nbd` and `zswap` (which run only when named).
     #[arg(value_name = "SUITE", value_parser = suite_parser())]
     pub suites: Vec<String>,
     /// Print one JSON document instead of tables.

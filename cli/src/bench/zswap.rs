@@ -1,0 +1,322 @@
+//! Suite `zswap` (only when named: it swaps a child process to a kernel
+//! zram device): mmkit's zswap behind a userfaultfd [`SwapRegion`], and the
+//! kernel's own swap path on the same data and the same access loop.
+//!
+//! - `release/Nthreads` (1, 2, 4): N regions, each holding 64 MiB of real
+//!   pages in zswap, dropped by N threads at once — a process exit.
+//!   `median_ns` is until the callers return, `drained_ns` until every
+//!   page is back with the page allocator. Impls `sync` (`zs_free` in
+//!   `zswap_invalidate`) and `deferred` (`zs_free_deferred`).
+//! - `randaccess/2x`, `sequential/2x`: time per 4 KiB page touch over a
+//!   working set twice the resident budget (128 MiB over 64 MiB), filled
+//!   with real pages; every fourth touch writes. Impls `mmkit` (a
+//!   `SwapRegion` with a 64 MiB budget) and `kernel/zram-swap` (a child
+//!   process in a memory cgroup of 64 MiB plus its own footprint, swapping
+//!   to a hot-added lz4 zram device), measured in interleaved rounds.
+//! - `ratio/real`: after the access cases, mmkit's stored bytes over
+//!   `pool_total_size` and the kernel device's `orig_data_size /
+//!   mem_used_total` (mm_stat).
+//!
+//! Owns the workloads; the kernel's resources are `zswap_kernel`'s.
+
+use super::harness::{measure, BenchError, CaseResult, CaseSpec, Contender, Settings, SuiteReport};
+use super::zswap_kernel::{access_loop, AccessChild, MemCgroup, ZramSwap};
+use super::{Progress, Suite};
+use mmkit::{Backing, HugePages, MemoryMapBuilder, PageAllocator};
+use mmkit_testkit::kernel_zram::real_pages;
+use mmkit_zswap::{RegionConfig, ReleaseMode, SwapFile, SwapRegion, Zswap, ZswapParams, PAGE_SIZE};
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+/// The suite as the registry lists it.
+pub const SUITE: Suite = Suite {
+    name: "zswap",
+    about: "zswap behind a userfaultfd region: release of 64 MiB regions from 1/2/4 threads (sync vs deferred), random and sequential 4 KiB touches over twice the budget next to the kernel's zram swap in a memory cgroup, compression ratio",
+    run,
+};
+
+fn err<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> BenchError {
+    move |e| BenchError::context(what, e)
+}
+
+fn real_map(bytes: u64) -> Result<Arc<PageAllocator>, BenchError> {
+    let mm = MemoryMapBuilder::with_memory(bytes).backing(Backing::RealMemory(HugePages::None)).build();
+    Ok(Arc::new(mm.map_err(err("building the map"))?))
+}
+
+fn zswap(mm: &Arc<PageAllocator>, slots: u64) -> Result<Arc<Zswap>, BenchError> {
+    let params = ZswapParams { max_pool_percent: 100, ..ZswapParams::default() };
+    let file = SwapFile::create_temp(slots).map_err(err("swap file"))?;
+    Ok(Arc::new(Zswap::new(mm.clone(), file, params).map_err(err("zswap"))?))
+}
+
+/// Writes `data`'s pages over the region, from page 0 on.
+fn fill(region: &SwapRegion, data: &[Vec<u8>], skip: usize) -> Result<(), BenchError> {
+    for p in 0..region.len() / PAGE_SIZE {
+        region.write(p * PAGE_SIZE, &data[(skip + p) % data.len()]).map_err(err("region write"))?;
+    }
+    Ok(())
+}
+
+fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, BenchError> {
+    let mut cases = Vec::new();
+    let mut notes = Vec::new();
+    let probe = zswap(&real_map(16 << 20)?, 16)?;
+    if let Err(e) = SwapRegion::new(probe, RegionConfig::new(PAGE_SIZE, 1)) {
+        notes.push(format!("zswap: no mmkit rows: {e}"));
+        return Ok(SuiteReport { suite: SUITE.name, description: description(), cases, notes });
+    }
+    let region_bytes: usize = settings.pick(64 << 20, 4 << 20);
+    let data = real_pages(4 * region_bytes / PAGE_SIZE);
+    for threads in [1usize, 2, 4] {
+        let name = match threads {
+            1 => "release/1threads",
+            2 => "release/2threads",
+            _ => "release/4threads",
+        };
+        progress(name);
+        cases.extend(release_case(name, threads, region_bytes, &data, settings)?);
+    }
+    notes.push(format!(
+        "release/*: N regions of {} MiB of real pages each, all in zswap, dropped by N threads at once; median_ns until the callers return, drained_ns until zsmalloc has freed everything",
+        region_bytes >> 20
+    ));
+    access_cases(settings, progress, &mut cases, &mut notes)?;
+    Ok(SuiteReport { suite: SUITE.name, description: description(), cases, notes })
+}
+
+fn description() -> String {
+    format!("{}: zswap behind a userfaultfd region: release, page touches over twice the budget next to the kernel's zram swap, compression ratio", SUITE.name)
+}
+
+/// One release case: for each run and impl, fill `threads` regions, then
+/// drop them from `threads` threads at once.
+fn release_case(
+    name: &'static str,
+    threads: usize,
+    region_bytes: usize,
+    data: &[Vec<u8>],
+    settings: &Settings,
+) -> Result<Vec<CaseResult>, BenchError> {
+    let mm = real_map(settings.pick(1 << 30, 128 << 20))?;
+    let impls = [("sync", ReleaseMode::Sync), ("deferred", ReleaseMode::Deferred)];
+    let mut callers = vec![Vec::new(); impls.len()];
+    let mut drained = vec![Vec::new(); impls.len()];
+    let mut fallback = vec![0u64; impls.len()];
+    for round in 0..settings.runs.max(1) {
+        for k in 0..impls.len() {
+            let i = (round + k) % impls.len();
+            let (impl_name, mode) = impls[i];
+            let z = zswap(&mm, (threads * region_bytes / PAGE_SIZE) as u64 + 64)?;
+            let mut regions = Vec::with_capacity(threads);
+            for t in 0..threads {
+                let config = RegionConfig { release: mode, ..RegionConfig::new(region_bytes, 16) };
+                let region = SwapRegion::new(z.clone(), config).map_err(err("region"))?;
+                fill(&region, data, t * region_bytes / PAGE_SIZE)?;
+                region.reclaim(0).map_err(err("reclaim"))?;
+                regions.push(region);
+            }
+            let barrier = Barrier::new(threads);
+            let (start, returned) = std::thread::scope(|s| {
+                let workers: Vec<_> = regions
+                    .into_iter()
+                    .map(|region| {
+                        let barrier = &barrier;
+                        s.spawn(move || {
+                            barrier.wait();
+                            let start = Instant::now();
+                            drop(region);
+                            (start, Instant::now())
+                        })
+                    })
+                    .collect();
+                let times: Vec<(Instant, Instant)> = workers.into_iter().filter_map(|w| w.join().ok()).collect();
+                let now = Instant::now();
+                (times.iter().map(|t| t.0).min().unwrap_or(now), times.iter().map(|t| t.1).max().unwrap_or(now))
+            });
+            callers[i].push(returned.duration_since(start).as_nanos() as f64);
+            z.flush_deferred();
+            drained[i].push(start.elapsed().as_nanos() as f64);
+            fallback[i] += z.pool().deferred_stats().fallback;
+            if z.stats().stored_pages != 0 || z.pool().zs_get_total_pages() != 0 {
+                return Err(BenchError(format!("{name}/{impl_name}: entries left after the release")));
+            }
+        }
+    }
+    let _ = mm;
+    Ok(impls
+        .iter()
+        .enumerate()
+        .map(|(i, &(impl_name, _))| {
+            let (min, max) = callers[i].iter().fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+            CaseResult {
+                suite: SUITE.name,
+                name,
+                impl_name,
+                unit: "release",
+                median_ns: super::harness::median(&mut callers[i].clone()),
+                min_ns: min,
+                max_ns: max,
+                runs: callers[i].len(),
+                units_per_run: 1,
+                ratio_vs_mmkit: None,
+                extra: vec![
+                    ("drained_ns", super::harness::median(&mut drained[i])),
+                    ("fallback_frees_per_run", fallback[i] as f64 / callers[i].len().max(1) as f64),
+                ],
+            }
+        })
+        .collect())
+}
+
+/// Bytes the access child needs besides its buffer (measured resident size
+/// of `mmkit __zswap-access` with an empty buffer, rounded up).
+const CHILD_OVERHEAD: u64 = 8 << 20;
+
+/// `n` touches of the access loop on `region`.
+fn touch_region(region: &SwapRegion, pattern: &str, n: u64, pages: u64, state: &mut u64) -> Result<(), BenchError> {
+    let mut failed = None;
+    access_loop(pattern, n, pages, state, |page, write| {
+        let at = page as usize * PAGE_SIZE;
+        match region.read_u64(at) {
+            Ok(v) if write => {
+                if let Err(e) = region.write_u64(at, v.wrapping_add(1)) {
+                    failed = Some(e);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => failed = Some(e),
+        }
+    });
+    failed.map_or(Ok(()), |e| Err(BenchError::context("region access", e)))
+}
+
+/// The kernel's side, when this machine can give one.
+struct Kernel {
+    // Field order is drop order: the child exits before its cgroup goes,
+    // and the cgroup before the swap device is turned off.
+    child: AccessChild,
+    cgroup: MemCgroup,
+    zram: ZramSwap,
+}
+
+fn kernel_side(working_set: u64, budget: u64) -> Result<Kernel, String> {
+    let zram = ZramSwap::add(working_set * 4)?;
+    // The limit is the budget plus the child's own footprint (program,
+    // libraries, stacks): the buffer itself gets the budget, as mmkit's
+    // region does.
+    let cgroup = MemCgroup::create(&format!("mmkit-zswap-{}", std::process::id()), budget + CHILD_OVERHEAD)?;
+    let child = AccessChild::start(&cgroup, working_set).map_err(|e| e.0)?;
+    Ok(Kernel { child, cgroup, zram })
+}
+
+fn access_cases(
+    settings: &Settings,
+    progress: &mut Progress<'_>,
+    cases: &mut Vec<CaseResult>,
+    notes: &mut Vec<String>,
+) -> Result<(), BenchError> {
+    let working_set: u64 = settings.pick(128 << 20, 8 << 20);
+    let budget = working_set / 2;
+    let pages = working_set / PAGE_SIZE as u64;
+    let mm = real_map(working_set * 2)?;
+    let z = zswap(&mm, pages + 64)?;
+    let region =
+        SwapRegion::new(z.clone(), RegionConfig::new(working_set as usize, (budget / PAGE_SIZE as u64) as usize))
+            .map_err(err("region"))?;
+    fill(&region, &real_pages(pages as usize), 0)?;
+    let mut kernel = match kernel_side(working_set, budget) {
+        Ok(k) => {
+            notes.push(format!(
+                "kernel/zram-swap: a child process in a memory cgroup of {} MiB (the budget) + {} MiB (its own footprint) swapping to a hot-added lz4 /dev/zram{} (swapoff, reset and hot_remove afterwards)",
+                budget >> 20,
+                CHILD_OVERHEAD >> 20,
+                k.zram.id
+            ));
+            Some(k)
+        }
+        Err(why) => {
+            notes.push(format!("no kernel rows: {why}"));
+            None
+        }
+    };
+    let iters: u64 = settings.pick(200_000, 5_000);
+    for (name, pattern) in [("randaccess/2x", "rand"), ("sequential/2x", "seq")] {
+        progress(name);
+        let spec = CaseSpec { name, unit: "access", units_per_iter: 1, iters, warmup_iters: iters / 4 };
+        let region = &region;
+        let mut attempt = 0;
+        let results = loop {
+            let mut state = if pattern == "seq" { 0 } else { 0x9e37_79b9_7f4a_7c15u64 };
+            let mut contenders =
+                vec![Contender::new("mmkit", move |n| touch_region(region, pattern, n, pages, &mut state))];
+            if let Some(k) = kernel.as_mut() {
+                let child = &mut k.child;
+                // The child times itself; the harness's clock adds the
+                // pipe's round trip once per run of many accesses.
+                contenders.push(Contender::new("kernel/zram-swap", move |n| child.accesses(pattern, n).map(|_| ())));
+            }
+            let with_kernel = contenders.len() > 1;
+            let measured = measure(SUITE.name, spec, &mut contenders, settings.runs);
+            drop(contenders);
+            match measured {
+                Ok(results) => break results,
+                Err(e) if with_kernel => {
+                    // The kernel's child was killed by its cgroup's OOM
+                    // killer (reclaim on a loaded machine gave up): one
+                    // fresh child, then mmkit alone, and say so.
+                    attempt += 1;
+                    let restarted = attempt < 2
+                        && kernel.as_mut().is_some_and(|k| match AccessChild::start(&k.cgroup, working_set) {
+                            Ok(child) => {
+                                k.child = child;
+                                true
+                            }
+                            Err(_) => false,
+                        });
+                    if restarted {
+                        notes.push(format!("{name}: the kernel's child died ({}) and was restarted", e.0));
+                    } else {
+                        notes.push(format!("{name}: no kernel row: {}", e.0));
+                        kernel = None;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        cases.extend(results);
+    }
+    progress("ratio/real");
+    let s = z.stats();
+    let stored = (s.stored_pages * PAGE_SIZE as u64) as f64;
+    cases.push(CaseResult::untimed(
+        SUITE.name,
+        "ratio/real",
+        "mmkit",
+        vec![("ratio", stored / s.pool_total_size.max(1) as f64), ("bytes", stored)],
+    ));
+    if let Some(k) = &kernel {
+        if let Some(cols) = k.zram.mm_stat() {
+            cases.push(CaseResult::untimed(
+                SUITE.name,
+                "ratio/real",
+                "kernel/zram-swap",
+                vec![("ratio", cols[0] as f64 / cols[2].max(1) as f64), ("bytes", cols[0] as f64)],
+            ));
+        }
+    }
+    let rs = region.stats();
+    notes.push(format!(
+        "randaccess/sequential: {} MiB of real pages, {} MiB resident budget, every fourth touch writes; mmkit region: {} faults, {} loaded ahead, {} evictions of which {} clean (not recompressed), {} write faults",
+        working_set >> 20,
+        budget >> 20,
+        rs.missing_faults,
+        rs.fault_around_pages,
+        rs.evictions,
+        rs.evicted_clean,
+        rs.wp_faults
+    ));
+    notes.push("ratio/real: mmkit is stored pages × 4096 / pool_total_size after the access cases; the kernel is orig_data_size / mem_used_total of its zram swap at the same point".into());
+    drop(kernel);
+    Ok(())
+}
