@@ -1,7 +1,8 @@
 //! Helpers shared by mmkit's tests and benchmarks, and nothing else: one
 //! deterministic pseudo-random generator, [`XorShift64`], and with the `std`
 //! feature a private kernel zram device to compare against and pages of
-//! real files (the `kernel_zram` module).
+//! real files (the `kernel_zram` module), noise pages and a process's
+//! resident bytes (`pages`).
 //!
 //! Owns only code that several test suites or benchmarks would otherwise
 //! copy. It must not depend on mmkit (or anything else), must not hold
@@ -15,6 +16,8 @@
 
 #[cfg(feature = "std")]
 pub mod kernel_zram;
+#[cfg(feature = "std")]
+pub mod pages;
 
 /// Marsaglia's xorshift64* ("Xorshift RNGs", 2003; the `*` multiplier from
 /// Vigna, 2014): small, fast, deterministic on every machine, good enough to

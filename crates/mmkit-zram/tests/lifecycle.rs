@@ -7,15 +7,7 @@
 use mmkit_zram::{Zram, ZramConfig, ZramError, PAGE_SIZE};
 
 fn noise(seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..PAGE_SIZE)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    mmkit_testkit::pages::noise_page(seed, PAGE_SIZE)
 }
 
 fn text(seed: u8) -> Vec<u8> {

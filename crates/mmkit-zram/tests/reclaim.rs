@@ -10,21 +10,12 @@ use mmkit_zram::{Zram, ZramConfig, PAGE_SIZE};
 
 const WRITTEN: usize = 256 << 20;
 
-/// Resident bytes of the allocator's memory: pages whose entry in
-/// `/proc/self/pagemap` says present (bit 63). Exact to the map's range,
-/// where a mapping's `Rss` in `smaps` may include a neighbour the kernel
-/// merged it with (malloc's arenas are anonymous `MAP_NORESERVE` too).
+/// Resident bytes of the allocator's memory, read from
+/// `/proc/self/pagemap` (exact to the map's range).
 fn resident_bytes(mm: &PageAllocator) -> u64 {
-    use std::io::{Read, Seek, SeekFrom};
     let start = mm.page_address(mm.start_pfn()).expect("real memory").as_ptr() as u64;
     let len = (mm.end_pfn().0 - mm.start_pfn().0) * mm.geometry().page_size();
-    let os_page = 4096;
-    let mut pagemap = std::fs::File::open("/proc/self/pagemap").expect("/proc/self/pagemap");
-    pagemap.seek(SeekFrom::Start(start / os_page * 8)).unwrap();
-    let mut entries = vec![0u8; (len / os_page * 8) as usize];
-    pagemap.read_exact(&mut entries).unwrap();
-    let present = entries.chunks_exact(8).filter(|e| u64::from_le_bytes((*e).try_into().unwrap()) >> 63 == 1).count();
-    present as u64 * os_page
+    mmkit_testkit::pages::resident_bytes(start, len)
 }
 
 fn write_all(zram: &Zram, pages: &[Vec<u8>]) {

@@ -22,15 +22,7 @@ fn text_page(seed: usize) -> Vec<u8> {
 }
 
 fn random_page(seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..PAGE_SIZE)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    mmkit_testkit::pages::noise_page(seed, PAGE_SIZE)
 }
 
 #[test]

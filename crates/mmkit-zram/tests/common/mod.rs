@@ -11,13 +11,5 @@ pub fn exe_pages(skip: usize, n: usize) -> Vec<Vec<u8>> {
 
 /// A page of xorshift noise: stored raw (huge) by every algorithm.
 pub fn noise(seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..PAGE_SIZE)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    mmkit_testkit::pages::noise_page(seed, PAGE_SIZE)
 }
