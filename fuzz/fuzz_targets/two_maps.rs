@@ -139,6 +139,10 @@ fuzz_target!(|ops: Vec<Op>| {
                 pfns.sort_unstable();
                 pfns.dedup();
                 let s = &mut sides[map as usize];
+                // Pages of this map's contiguous ranges are order-0 pages
+                // of their own, which the model does not split: left out,
+                // as `Free` leaves them alone.
+                pfns.retain(|&p| !s.contig.iter().any(|(&start, &n)| start <= p && p < start + n));
                 // Any held block start is valid (freed with its own order,
                 // or one reference dropped); every valid entry is handled
                 // even when others are refused.
