@@ -13,9 +13,12 @@
 //! Linux's handles are addresses, unique machine-wide, and a word that
 //! names a slot index needs the pool beside it to be as unique.
 //!
-//! Pool ids come from a registry of 4096 ids handed out round-robin: two
-//! live pools never share one, and a dropped pool's id comes back only
-//! after every other id has been handed out since.
+//! Pool ids come from a registry of 4095 ids (1 to 4095) handed out
+//! round-robin: two live pools never share one, and a dropped pool's id
+//! comes back only after every other id has been handed out since. Id 0 is
+//! never handed out, so a forged word with clear top bits (any value below
+//! 2^52) names no pool and is refused by every call, `zs_free_deferred`'s
+//! cheap check included.
 //!
 //! Owns the encoding and the pool-id registry only.
 
@@ -34,7 +37,8 @@ const POOL_SHIFT: u32 = GEN_SHIFT + GEN_BITS;
 pub(crate) const GEN_MASK: u32 = (1 << GEN_BITS) - 1;
 /// Slots a class may have: indices `0..MAX_SLOTS`.
 pub(crate) const MAX_SLOTS: usize = 1 << SLOT_BITS;
-/// Pools that can be alive at once.
+/// Pool ids (0 is never handed out, so `MAX_POOLS - 1` pools can be alive
+/// at once).
 pub(crate) const MAX_POOLS: usize = 1 << POOL_BITS;
 
 const _: () = assert!(POOL_SHIFT + POOL_BITS == 64, "the fields fill the word");
@@ -70,16 +74,17 @@ struct Registry {
     next: usize,
 }
 
-static REGISTRY: std::sync::Mutex<Registry> = std::sync::Mutex::new(Registry { live: [0; MAX_POOLS / 64], next: 0 });
+static REGISTRY: std::sync::Mutex<Registry> = std::sync::Mutex::new(Registry { live: [0; MAX_POOLS / 64], next: 1 });
 
 impl Registry {
     fn take(&mut self) -> Option<u16> {
-        for step in 0..MAX_POOLS {
-            let id = (self.next + step) % MAX_POOLS;
+        for step in 0..MAX_POOLS - 1 {
+            // Ids 1 ..= MAX_POOLS - 1, round-robin; 0 stays unused.
+            let id = (self.next - 1 + step) % (MAX_POOLS - 1) + 1;
             let (word, bit) = (id / 64, 1u64 << (id % 64));
             if self.live[word] & bit == 0 {
                 self.live[word] |= bit;
-                self.next = (id + 1) % MAX_POOLS;
+                self.next = id % (MAX_POOLS - 1) + 1;
                 return Some(id as u16);
             }
         }
@@ -167,15 +172,16 @@ mod tests {
 
     #[test]
     fn live_pools_never_share_an_id_and_ids_come_back_round_robin() {
-        let mut r = Registry { live: [0; MAX_POOLS / 64], next: 0 };
-        let ids: Vec<u16> = (0..MAX_POOLS).map(|_| r.take().unwrap()).collect();
+        let mut r = Registry { live: [0; MAX_POOLS / 64], next: 1 };
+        let ids: Vec<u16> = (1..MAX_POOLS).map(|_| r.take().unwrap()).collect();
         assert_eq!(r.take(), None, "every id is live");
-        assert_eq!(ids.iter().copied().collect::<std::collections::BTreeSet<_>>().len(), MAX_POOLS);
+        assert_eq!(ids.iter().copied().collect::<std::collections::BTreeSet<_>>().len(), MAX_POOLS - 1);
+        assert!(!ids.contains(&0), "id 0 is never handed out");
         r.release(5);
         r.release(3);
         assert_eq!(r.take(), Some(3));
         assert_eq!(r.take(), Some(5));
-        let mut r = Registry { live: [0; MAX_POOLS / 64], next: 0 };
+        let mut r = Registry { live: [0; MAX_POOLS / 64], next: 1 };
         let a = r.take().unwrap();
         r.release(a);
         assert_ne!(r.take(), Some(a), "a released id is not handed out next");

@@ -67,7 +67,7 @@ pub enum ZsError {
     },
     /// `zs_migrate_page` of a page no zspage of the pool holds.
     UnknownPage(mmkit::Pfn),
-    /// Every pool id is taken: 4096 pools are alive at once.
+    /// Every pool id is taken: 4095 pools are alive at once.
     TooManyPools,
     /// The caller's buffer cannot hold the object.
     BufferTooSmall {
@@ -87,7 +87,7 @@ impl core::fmt::Display for ZsError {
             Self::NoMemory(Some(e)) => write!(f, "no zspage: {e}"),
             Self::NoMemory(None) => f.write_str("no zspage"),
             Self::InvalidHandle(h) => write!(f, "handle {h} names no live object"),
-            Self::TooManyPools => f.write_str("4096 zsmalloc pools are alive already"),
+            Self::TooManyPools => f.write_str("4095 zsmalloc pools are alive already"),
             Self::UnknownPage(pfn) => write!(f, "pfn {pfn} is in no zspage of this pool"),
             Self::TooLong { len, size } => write!(f, "{len} bytes do not fit an object of {size}"),
             Self::BufferTooSmall { need, got } => write!(f, "the object has {need} bytes, the buffer {got}"),

@@ -86,6 +86,25 @@ fn many_pools_keep_distinct_handles() {
     }
 }
 
+/// Found by the `two_pools` fuzz target: once ids had wrapped round to 0,
+/// a pool's `zs_free_deferred` took a forged word with clear top bits (its
+/// pool field 0) as its own, queued it and answered Ok. Id 0 is never
+/// handed out, however many pools come and go.
+#[test]
+fn a_forged_small_word_names_no_pool_even_after_ids_wrap() {
+    let mm = real_map(8 << 20);
+    for round in 0..5000 {
+        let pool = ZsPool::zs_create_pool("wrap", mm.clone()).unwrap();
+        if round % 1000 == 0 || round > 4090 {
+            for raw in [1u64, 2, 0xffff, 1 << 40, (1 << 52) - 1] {
+                let forged = Handle::from_raw(raw).unwrap();
+                assert_eq!(pool.zs_free_deferred(forged), Err(ZsError::InvalidHandle(forged)), "round {round}");
+                assert_eq!(pool.zs_free(forged), Err(ZsError::InvalidHandle(forged)), "round {round}");
+            }
+        }
+    }
+}
+
 mod crossing {
     use super::*;
     use proptest::prelude::*;
