@@ -1,4 +1,4 @@
-//! The replay report: one JSON object (schema in the README's "Trace
+//! The replay report: one JSON object (schema in `docs/trace-replay.md`'s "Trace
 //! replay" section) and the same facts as a text table.
 //!
 //! Owns field names, units and layout; computes nothing beyond unit

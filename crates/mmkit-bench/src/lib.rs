@@ -48,9 +48,17 @@ impl BenchError {
     }
 }
 
-/// The README's examples (the allocator's, the quicklists' and zsmalloc's),
-/// compiled and run as doctests here, where every crate is in reach, so
-/// they stay true.
+/// The README's and the guides' examples, compiled and run as doctests
+/// here, where every crate is in reach, so they stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../../../docs/page-allocator.md")]
+#[doc = include_str!("../../../docs/fast-paths.md")]
+#[doc = include_str!("../../../docs/quicklists.md")]
+#[doc = include_str!("../../../docs/zsmalloc-zswap.md")]
+#[doc = include_str!("../../../docs/zram-nbd.md")]
+#[doc = include_str!("../../../docs/benchmarking.md")]
+#[doc = include_str!("../../../docs/trace-replay.md")]
+#[doc = include_str!("../../../docs/architecture.md")]
+#[doc = include_str!("../../../docs/known-gaps.md")]
 struct ReadmeExamples;

@@ -2,7 +2,7 @@
 //! file names something of its own layer or of a layer below, and `unsafe`
 //! appears only in the memory layer's `rawmem`.
 //!
-//! Layers, bottom up (the README's "How the code is laid out"):
+//! Layers, bottom up (`docs/architecture.md`):
 //! `types` → `mem` → `zone` → `pcp` → `page_alloc` → `contig` →
 //! `memmap` and `report`. Names the crate root re-exports count as the
 //! layer they come from; items defined in `lib.rs` itself are shared types.
