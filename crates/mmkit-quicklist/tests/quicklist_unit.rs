@@ -14,20 +14,12 @@ fn real_map(bytes: u64, cpus: usize) -> PageAllocator {
         .unwrap()
 }
 
-/// Writes a byte of a page the quicklists handed out: takes it back as a
-/// block for the write and hands it out again, all through the public API.
-fn write_byte(mm: &PageAllocator, pfn: Pfn, offset: usize, value: u8) {
-    let mut block = mm.take_back_block(QUICKLIST_OWNER, pfn, 0).unwrap();
-    mm.block_bytes_mut(&mut block).unwrap()[offset] = value;
-    assert_eq!(mm.hand_out_block(block).unwrap(), pfn);
-}
+mod common;
+use common::write_byte;
 
-/// Reads a byte of a page the quicklists handed out (as `write_byte`).
+/// Reads a byte of a page the quicklists handed out.
 fn read_byte(mm: &PageAllocator, pfn: Pfn, offset: usize) -> u8 {
-    let block = mm.take_back_block(QUICKLIST_OWNER, pfn, 0).unwrap();
-    let byte = mm.block_bytes(&block).unwrap()[offset];
-    assert_eq!(mm.hand_out_block(block).unwrap(), pfn);
-    byte
+    common::with_page(mm, pfn, |bytes| bytes[offset])
 }
 
 /// Free + cached + held pages add up to what was free at the start.

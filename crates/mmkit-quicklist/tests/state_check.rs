@@ -4,7 +4,7 @@
 //! which a page table then read as garbage entries.
 
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
-use mmkit_quicklist::{QuicklistError, Quicklists, QUICKLIST_OWNER};
+use mmkit_quicklist::{QuicklistError, Quicklists};
 
 fn real_map() -> PageAllocator {
     MemoryMapBuilder::with_memory(16 << 20)
@@ -16,19 +16,11 @@ fn real_map() -> PageAllocator {
         .unwrap()
 }
 
-/// Writes a byte of a page the quicklists handed out, through the public
-/// owned-block API.
-fn write_byte(mm: &PageAllocator, pfn: Pfn, offset: usize, value: u8) {
-    let mut block = mm.take_back_block(QUICKLIST_OWNER, pfn, 0).unwrap();
-    mm.block_bytes_mut(&mut block).unwrap()[offset] = value;
-    assert_eq!(mm.hand_out_block(block).unwrap(), pfn);
-}
+mod common;
+use common::write_byte;
 
 fn page(mm: &PageAllocator, pfn: Pfn) -> Vec<u8> {
-    let block = mm.take_back_block(QUICKLIST_OWNER, pfn, 0).unwrap();
-    let bytes = mm.block_bytes(&block).unwrap().to_vec();
-    assert_eq!(mm.hand_out_block(block).unwrap(), pfn);
-    bytes
+    common::with_page(mm, pfn, |bytes| bytes.to_vec())
 }
 
 #[test]
