@@ -2,8 +2,9 @@
 //! `perf` or `valgrind --tool=callgrind` (the benchmarks of record are
 //! `mmkit bench pcp` and the criterion benches).
 //!
-//! Usage: `pcp_probe [shared|tcache|shared2|shared2x|handle|pinned|pinned2|frozen|buddy|bulk64] [pairs]`
-//! (`shared2x`: `shared2` after one page moved from CPU 0's list to CPU 1's,
+//! Usage: `pcp_probe [shared|lists|tcache|shared2|shared2x|handle|pinned|pinned2|frozen|buddy|bulk64] [pairs]`
+//! (`lists`: the shared API with the per-CPU cache off, on the locked
+//! lists as before it; `shared2x`: `shared2` after one page moved from CPU 0's list to CPU 1's,
 //! so that the two CPUs' hot pages are neighbours: their descriptors share
 //! a cache line)
 use mmkit::{Gfp, MemoryMapBuilder};
@@ -17,11 +18,12 @@ fn main() {
     let mm = MemoryMapBuilder::with_memory(4 << 30)
         .per_cpu_lists(mode != "buddy")
         .thread_caches(mode == "tcache")
+        .cpu_caches(mode != "lists" && mode != "tcache")
         .build()
         .unwrap();
     let t = Instant::now();
     match mode.as_str() {
-        "shared" | "tcache" | "buddy" => {
+        "shared" | "lists" | "tcache" | "buddy" => {
             for _ in 0..n {
                 let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
                 mm.free_pages(black_box(p), 0).unwrap();

@@ -268,7 +268,18 @@ impl PageDesc {
     /// The state word [`set_state`](Self::set_state) stores.
     #[inline]
     pub(crate) fn state_word_of(flags: PageFlags, order: u32, tag: u8) -> u32 {
-        flags.bits() | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT)
+        Self::state_word_of_const(flags.bits(), order, tag)
+    }
+    /// [`state_word_of`](Self::state_word_of) from the flags' bits, for
+    /// words computed at compile time.
+    #[inline(always)]
+    pub(crate) const fn state_word_of_const(flags: u32, order: u32, tag: u8) -> u32 {
+        flags | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT)
+    }
+    /// The migratetype tag of a whole word (see [`tag`](Self::tag)).
+    #[inline(always)]
+    pub(crate) const fn tag_of_word(word: u64) -> u8 {
+        ((state_of(word) & TAG_MASK) >> TAG_SHIFT) as u8
     }
     /// The state word of a block of `order` and migratetype `tag` handed
     /// out `LOCAL` to CPU `cpu` (by its magazine, order 0, or by a zone it

@@ -58,6 +58,8 @@ pub struct MemoryMapBuilder {
     pcp_high_fraction: u32,
     pcp_enabled: bool,
     thread_caches: bool,
+    cpu_caches: bool,
+    cpu_id_given: bool,
     group_by_mobility: bool,
     placement: PlacementPolicy,
     populate: bool,
@@ -88,6 +90,8 @@ impl MemoryMapBuilder {
             pcp_high_fraction: 0,
             pcp_enabled: true,
             thread_caches: false,
+            cpu_caches: true,
+            cpu_id_given: false,
             group_by_mobility: true,
             placement: PlacementPolicy::default(),
             populate: false,
@@ -203,8 +207,13 @@ impl MemoryMapBuilder {
     /// How the allocator learns the calling thread's CPU (default:
     /// `sched_getcpu` with `std`, always 0 without). Callers that know their
     /// CPU can instead use [`PageAllocator::cpu`](crate::PageAllocator::cpu).
+    ///
+    /// The per-CPU order-0 cache ([`cpu_caches`](Self::cpu_caches)) follows
+    /// the CPU the kernel reports, so a map given its own source does
+    /// without it.
     pub fn cpu_id_fn(mut self, cpu_id: fn() -> usize) -> Self {
         self.cpu_id = cpu_id;
+        self.cpu_id_given = true;
         self
     }
     /// Puts CPU `cpu` on node `nid` (default: every CPU on node 0), so that
@@ -255,6 +264,28 @@ impl MemoryMapBuilder {
     /// ```
     pub fn thread_caches(mut self, enabled: bool) -> Self {
         self.thread_caches = enabled;
+        self
+    }
+    /// Whether `alloc_pages`, `free_pages` and `put_page` of order-0 pages
+    /// go through a per-CPU cache edited in restartable sequences, with no
+    /// lock (default true; x86-64 Linux with `std`, where the C library
+    /// registers rseq and the kernel has the membarrier rseq fence;
+    /// elsewhere, with a [custom CPU-id source](Self::cpu_id_fn) or without
+    /// per-CPU lists, the calls use the locked per-CPU lists as before).
+    /// `false` gives exactly Linux's per-CPU lists, for tests and
+    /// comparisons. See `docs/fast-paths.md`.
+    ///
+    /// ```
+    /// use mmkit::{Gfp, MemoryMapBuilder};
+    /// let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
+    /// let pfn = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
+    /// mm.free_pages(pfn, 0).unwrap(); // onto this CPU's cache, no lock
+    /// assert_eq!(mm.drain_all_pages(), 0); // every CPU's cache, too
+    /// assert_eq!(mm.nr_pcp_pages(), 0);
+    /// mm.check_invariants().unwrap();
+    /// ```
+    pub fn cpu_caches(mut self, enabled: bool) -> Self {
+        self.cpu_caches = enabled;
         self
     }
     /// Whether free memory is grouped by mobility (default true). `false`
@@ -498,6 +529,7 @@ impl MemoryMapBuilder {
             pcp_high_fraction: self.pcp_high_fraction,
             pcp_enabled: self.pcp_enabled,
             thread_caches: self.thread_caches,
+            cpu_caches: self.cpu_caches && !self.cpu_id_given && !self.thread_caches,
             mobility_disabled: !self.group_by_mobility,
             migrator: self.migrator,
             cma,

@@ -33,6 +33,19 @@ impl PageAllocator {
     /// As [`alloc_pages_node`](Self::alloc_pages_node).
     #[inline]
     pub fn alloc_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
+        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
+        if order == 0 {
+            if let Some(pfn) = self.cpu_cache_alloc(gfp) {
+                return Ok(pfn);
+            }
+        }
+        self.alloc_pages_uncached(gfp, order)
+    }
+
+    /// [`alloc_pages`](Self::alloc_pages) past the per-CPU cache: out of
+    /// line, so the cache's hit stays small where it is inlined.
+    #[inline(never)]
+    fn alloc_pages_uncached(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
         #[cfg(all(feature = "std", not(loom)))]
         if order == 0 {
             if let Some(pfn) = self.thread_cache_alloc(gfp) {

@@ -52,6 +52,16 @@ impl PageAllocator {
     /// `free_pages_prepare` and was reported and leaked.
     #[inline]
     pub fn free_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
+        if order == 0 && self.cpu_cache_free(pfn) {
+            return Ok(());
+        }
+        self.free_pages_uncached(pfn, order)
+    }
+
+    /// [`free_pages`](Self::free_pages) past the per-CPU cache, out of line.
+    #[inline(never)]
+    fn free_pages_uncached(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         #[cfg(all(feature = "std", not(loom)))]
         if order == 0 && self.thread_cache_free(pfn) {
             return Ok(());
@@ -141,6 +151,11 @@ impl PageAllocator {
     /// As [`free_pages`](Self::free_pages), except that tails are accepted.
     #[inline]
     pub fn put_page(&self, pfn: Pfn) -> Result<(), FreeError> {
+        // The last reference to a plain order-0 page: the cache's free.
+        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
+        if self.cpu_cache_free(pfn) {
+            return Ok(());
+        }
         self.put_page_on(self.current_cpu(), pfn)
     }
 

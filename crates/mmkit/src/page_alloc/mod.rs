@@ -30,6 +30,8 @@ pub(crate) mod slowpath;
 pub(crate) mod stats;
 #[cfg(all(feature = "std", not(loom)))]
 pub(crate) mod thread_cache;
+#[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
+pub(crate) mod cpu_cache;
 
 use crate::mem::map::MemMap;
 use crate::mem::page::{PageDesc, PageIdx};
@@ -72,6 +74,10 @@ pub(crate) struct Parts {
     pub cma: Vec<CmaArea>,
     #[cfg_attr(any(loom, not(feature = "std")), allow(dead_code))]
     pub thread_caches: bool,
+    /// The per-CPU order-0 cache may be used (on, the CPU-id source the
+    /// default one, per-CPU lists on).
+    #[cfg_attr(not(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom))), allow(dead_code))]
+    pub cpu_caches: bool,
 }
 
 /// A page allocator over one memory map: nodes, zones, buddy free lists.
@@ -104,6 +110,11 @@ pub struct PageAllocator {
     /// `None` when built without them.
     #[cfg(all(feature = "std", not(loom)))]
     pub(crate) thread_caches: Option<alloc::sync::Arc<thread_cache::ThreadCaches>>,
+    /// The per-CPU order-0 caches of the shared API
+    /// (`page_alloc::cpu_cache`); `None` where restartable sequences are
+    /// unavailable or the map was built without them.
+    #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
+    pub(crate) cpu_caches: Option<cpu_cache::CpuCaches>,
 }
 
 /// Source of [`PageAllocator::map_id`]s.
@@ -144,7 +155,8 @@ impl PageAllocator {
         // With grouping off every request is unmovable: the lists then serve
         // everything, as under the policy's other settings.
         pcp.movable_only = !p.mobility_disabled && zones.iter().next().is_some_and(|z| z.placement.pcp_movable_only());
-        Ok(Self {
+        #[allow(unused_mut)]
+        let mut allocator = Self {
             mem: p.mem,
             zones,
             hooks: p.hooks,
@@ -160,7 +172,14 @@ impl PageAllocator {
             #[cfg(all(feature = "std", not(loom)))]
             thread_caches: (p.thread_caches && p.pcp_enabled)
                 .then(|| alloc::sync::Arc::new(thread_cache::ThreadCaches::new())),
-        })
+            #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
+            cpu_caches: None,
+        };
+        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
+        if p.cpu_caches && p.pcp_enabled {
+            allocator.cpu_caches = cpu_cache::CpuCaches::new(&allocator);
+        }
+        Ok(allocator)
     }
 
     /// This allocator's identity among the allocators of the process.
@@ -205,7 +224,9 @@ impl PageAllocator {
     /// Pages the shared API's per-thread caches hold in zone `zi`.
     #[inline]
     pub(crate) fn thread_cached(&self, zi: usize) -> u64 {
-        #[cfg(all(feature = "std", not(loom)))]
+        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
+        return self.thread_cached_pages(zi) + self.cpu_cached_pages(zi);
+        #[cfg(all(feature = "std", not(all(target_os = "linux", target_arch = "x86_64")), not(loom)))]
         return self.thread_cached_pages(zi);
         #[cfg(not(all(feature = "std", not(loom))))]
         {

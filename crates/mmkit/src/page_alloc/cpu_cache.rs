@@ -1,0 +1,335 @@
+//! The per-CPU order-0 cache: the default path of `alloc_pages` and
+//! `free_pages` for order-0 pages, with no lock and one atomic per pair.
+//!
+//! Owns the transitions of a page through the cache: a pop (allocation), a
+//! push (free), a refill from and a flush to the CPU's per-CPU lists, and
+//! the drain. The stacks themselves and the restartable sequences that edit
+//! them are `mem::rseq`'s; the lists, their sizing and spills stay `pcp`'s.
+//!
+//! # Why
+//! The per-CPU lists sit behind a try-lock because any thread may land on
+//! a CPU's lists: a compare-and-swap and a release store per operation,
+//! plus a doubly linked list whose neighbour descriptors are written on
+//! every push and pop. Linux avoids the lock by disabling preemption;
+//! TCMalloc by restartable sequences, which is what this cache does. One
+//! stack of page indices per (CPU, zone, pcp migratetype) is edited in a
+//! sequence the kernel restarts if it is interrupted, so a pop or a push is
+//! a handful of plain loads and stores. The pair keeps one atomic: the
+//! compare-and-swap that drops the last reference on free (others may hold
+//! speculative references, as in `put_page_testzero`).
+//!
+//! Pages on a stack are free and carry `PCP`, like pages on a per-CPU
+//! list, so every other path already treats them as cached: compaction and
+//! isolation skip them, `memory_failure` leaves them pending (the pop
+//! drops them), and `drain_all_pages` empties the stacks through the stop
+//! protocol of `mem::rseq`.
+//!
+//! # Whose descriptor lines
+//! Descriptors are 16 bytes, four to a cache line. Two CPUs that each
+//! recycle one page whose descriptors share a line write that line on
+//! every operation, and a pair then costs several times as much (the
+//! bimodal two-thread runs of the locked lists). A refill therefore takes
+//! whole order-2 blocks (four aligned pages, one descriptor line) from the
+//! lists when it can, so the pages a CPU caches come in lines no other
+//! CPU's cache holds. A thread that migrates would break that: it
+//! allocated its pages on the old CPU and frees them on the new one, and
+//! a thread recycling one page then writes a line the old CPU's threads
+//! write too (the two-thread pair ran at a third of its speed in one run
+//! of three that way). So a free pushes onto the stack only when it runs
+//! on the CPU of its thread's last cached allocation (checked inside the
+//! sequence, so a migration between the check and the push cannot slip
+//! through); otherwise the page goes to the locked lists, until the thread
+//! allocates on its new CPU. Threads that only free (consumers of pages
+//! others allocate) have no such CPU and always push.
+//!
+//! Only the shared API uses the cache (`alloc_pages`, `free_pages`,
+//! `put_page` of order 0 when the caller does not name a CPU). Pinned
+//! handles have their own magazine, and calls through a [`CpuHandle`]
+//! name a CPU and use its lists, as a deterministic replay needs.
+//!
+//! [`CpuHandle`]: crate::CpuHandle
+#![deny(unsafe_code)]
+
+use crate::mem::page::{PageDesc, PageFlags, PageIdx};
+use crate::mem::rseq::{CpuStacks, Pop, Push, STACK_SLOTS};
+use crate::types::gfp::{AllocFlags, Gfp, MigrateType};
+use crate::{PageAllocator, Pfn};
+use alloc::vec::Vec;
+
+std::thread_local! {
+    /// The CPU of this thread's last cached allocation (`u32::MAX`: none
+    /// yet). A free pushes onto the current CPU's stack only on that CPU;
+    /// see the module doc.
+    static LAST_CPU: core::cell::Cell<u32> = const { core::cell::Cell::new(u32::MAX) };
+}
+
+/// pcp migratetypes: one stack per zone for each.
+const TYPES: usize = MigrateType::PCPTYPES;
+/// Pages a refill or a flush moves at most.
+const BATCH: usize = 32;
+/// Pages per descriptor cache line (64-byte lines of 16-byte descriptors):
+/// a refill prefers blocks of this order.
+const LINE_ORDER: u32 = 2;
+
+/// The allocator's per-CPU caches: the stacks, and which of them may be
+/// used at all.
+pub(crate) struct CpuCaches {
+    stacks: CpuStacks,
+    /// Bit `slot` (`zone * TYPES + migratetype`): whether pages of that
+    /// zone and type are cached (a placement that merges before caching,
+    /// or a policy that caches movable pages only, leaves slots unused).
+    usable: u64,
+    /// Per slot: pages a refill brings.
+    batch: Vec<u8>,
+}
+
+/// The whole word of an order-0 page of type `mt` just allocated with one
+/// reference: the word a cached free expects.
+#[inline(always)]
+const fn allocated_word(mt: u8) -> u64 {
+    PageDesc::word_of(PageDesc::state_word_of_const(PageFlags::ALLOCATED.bits(), 0, mt), 1)
+}
+
+/// The whole word of a page on a stack (free, `PCP`, order 0, no reference).
+#[inline(always)]
+const fn cached_word(mt: u8) -> u64 {
+    PageDesc::word_of(PageDesc::state_word_of_const(PageFlags::PCP.bits(), 0, mt), 0)
+}
+
+impl CpuCaches {
+    /// Whether `slot` is used (and exists).
+    #[inline(always)]
+    fn usable(&self, slot: usize) -> bool {
+        slot < 64 && self.usable & (1 << slot) != 0
+    }
+
+    /// Caches for `allocator`'s zones, if restartable sequences work here.
+    pub(crate) fn new(allocator: &PageAllocator) -> Option<Self> {
+        let nr_slots = allocator.zones.len() * TYPES;
+        let mut caps = Vec::with_capacity(nr_slots);
+        if nr_slots > 64 {
+            return None;
+        }
+        let mut usable = 0u64;
+        let mut batch = Vec::with_capacity(nr_slots);
+        for (zi, zone) in allocator.zones.iter().enumerate() {
+            let sizing = allocator.pageset(0, zi).lock.lock().sizing;
+            // Never more than the lists themselves keep (`high_min`), so a
+            // small zone is not hoarded by a CPU.
+            let cap = (sizing.high_min.max(2) as usize).min(STACK_SLOTS);
+            for mt in 0..TYPES {
+                let movable = mt == MigrateType::Movable as usize;
+                let slot = zi * TYPES + mt;
+                if allocator.pcp.enabled
+                    && !zone.placement.merges_before_caching()
+                    && (movable || !allocator.pcp.movable_only)
+                {
+                    usable |= 1 << slot;
+                }
+                caps.push(cap as u32);
+                batch.push((cap / 2).clamp(1, BATCH).min(sizing.batch.max(1) as usize) as u8);
+            }
+        }
+        Some(Self { stacks: CpuStacks::new(&caps)?, usable, batch })
+    }
+
+    /// Pages the stacks hold in zone `zi` (racy while sequences run).
+    pub(crate) fn held_in_zone(&self, zi: usize) -> u64 {
+        let mut held = 0;
+        for cpu in 0..self.stacks.nr_cpus() {
+            for mt in 0..TYPES {
+                held += self.stacks.len(cpu, zi * TYPES + mt) as u64;
+            }
+        }
+        held
+    }
+}
+
+impl PageAllocator {
+    /// The cache's order-0 allocation; `None` sends the caller down the
+    /// usual path (no cache here, another node's CPU number, a zone near
+    /// its watermark, a stopped stack, an empty stack that could not
+    /// refill, a poisoned page).
+    #[inline(always)]
+    pub(crate) fn cpu_cache_alloc(&self, gfp: Gfp) -> Option<Pfn> {
+        let caches = self.cpu_caches.as_ref()?;
+        // One node: no need to ask where we run before the sequence does.
+        let nid = if self.zones.nr_nodes() == 1 {
+            0
+        } else {
+            self.node_of_cpu(self.fold_cpu(caches.stacks.current_cpu()?))
+        };
+        // `usable` says whether the lists serve the request's type.
+        let target = self.fast_target(nid, gfp, 0)?;
+        let slot = target.zi * TYPES + target.mt as usize;
+        if !target.mt.is_pcp_type() || !caches.usable(slot) {
+            return None;
+        }
+        let idx = match caches.stacks.pop(slot) {
+            Pop::Item(idx, cpu) => {
+                LAST_CPU.with(|last| last.set(cpu));
+                idx
+            }
+            Pop::Empty => self.cpu_cache_refill(caches, target.zi, target.mt, &target.flags)?,
+            Pop::Unavailable => return None,
+        };
+        let page = self.desc(idx);
+        if self.hwpoisoned_with_flag(page.has(PageFlags::HWPOISON), idx) {
+            // Poisoned while cached: out of circulation for good.
+            self.drop_poisoned(idx);
+            return None;
+        }
+        self.wake_kswapd_if_boosted(target.zone, gfp, target.flags);
+        self.prep_order0(page, idx, gfp, target.mt, allocated_word(target.mt as u8));
+        Some(self.idx_to_pfn(idx))
+    }
+
+    /// The cache's free of an order-0 page: true when done, false (and
+    /// nothing changed) for anything but the common case, which the
+    /// general path then diagnoses.
+    #[inline(always)]
+    pub(crate) fn cpu_cache_free(&self, pfn: Pfn) -> bool {
+        let Some(caches) = self.cpu_caches.as_ref() else {
+            return false;
+        };
+        let offset = pfn.0.wrapping_sub(self.mem.base_pfn);
+        if offset >= self.mem.pages.len() as u64 {
+            return false;
+        }
+        let idx = offset as PageIdx;
+        let page = self.desc(idx);
+        let word = page.load_word();
+        let mt = PageDesc::tag_of_word(word);
+        // The word compare is free_pages_prepare's checks: exactly one
+        // reference, order 0, no check-at-free flag, not compound, not
+        // owned, not local to a pinned CPU, not poisoned. The page goes on
+        // the stack of its pageblock's type, as on the lists.
+        if word != allocated_word(mt) || self.mem.blocks.get(idx) as u8 != mt || self.hwpoison.any() {
+            return false;
+        }
+        let Some(zi) = self.zones.index_of(idx) else {
+            return false;
+        };
+        let slot = zi * TYPES + mt as usize;
+        if !caches.usable(slot) {
+            return false;
+        }
+        // One compare-and-swap from exactly the word just checked drops the
+        // last reference and writes the cached state (a reference taken, a
+        // racing free or a flag set meanwhile fail it; the general path
+        // takes over and finds out which).
+        #[cfg(test)]
+        crate::page_alloc::hwpoison::race_hook::run(idx);
+        if !page.replace_word(word, cached_word(mt)) {
+            return false;
+        }
+        match caches.stacks.push(slot, idx, LAST_CPU.with(core::cell::Cell::get)) {
+            Push::Done => {}
+            Push::Full => self.cpu_cache_flush(caches, slot, zi, idx),
+            Push::Unavailable | Push::Foreign => self.cpu_cache_uncache(zi, MigrateType::ALL[usize::from(mt)], idx),
+        }
+        true
+    }
+
+    /// Folds a kernel CPU number onto the allocator's CPUs.
+    #[inline(always)]
+    fn fold_cpu(&self, cpu: usize) -> usize {
+        if cpu < self.pcp.nr_cpus {
+            cpu
+        } else {
+            cpu % self.pcp.nr_cpus
+        }
+    }
+
+    /// Refills the current CPU's stack of (`zi`, `mt`) from its lists
+    /// (which refill from the buddy as usual), keeping one page for the
+    /// caller; `None` when the lists are busy, pinned or empty.
+    #[cold]
+    fn cpu_cache_refill(
+        &self,
+        caches: &CpuCaches,
+        zi: usize,
+        mt: MigrateType,
+        flags: &AllocFlags,
+    ) -> Option<PageIdx> {
+        let slot = zi * TYPES + mt as usize;
+        let want = usize::from(caches.batch[slot]).max(1);
+        let mut pages = [0 as PageIdx; BATCH];
+        let mut got = 0;
+        let cpu = self.fold_cpu(caches.stacks.current_cpu()?);
+        let mut pcp = self.try_lock_pcp(cpu, zi)?;
+        // Whole descriptor lines only (see the module doc), so the page
+        // kept for the caller, which this CPU will recycle, shares its line
+        // with no other CPU's pages; single pages only when the lists have
+        // no block of a line.
+        while got + (1 << LINE_ORDER) <= want.max(1 << LINE_ORDER) {
+            let Some(head) = self.pcp_take_locked(&mut pcp, zi, LINE_ORDER, mt, *flags) else {
+                break;
+            };
+            for idx in head..head + (1 << LINE_ORDER) {
+                self.desc(idx).set_free_state(PageFlags::PCP, 0, mt as u8);
+                pages[got] = idx;
+                got += 1;
+            }
+        }
+        if got == 0 {
+            while got < want {
+                let Some(idx) = self.pcp_take_locked(&mut pcp, zi, 0, mt, *flags) else {
+                    break;
+                };
+                pages[got] = idx;
+                got += 1;
+            }
+        }
+        let (&mut mine, rest) = pages[..got].split_last_mut()?;
+        if !rest.is_empty() && !caches.stacks.push_many(slot, rest) {
+            // The stack filled or stopped meanwhile: back to the lists.
+            self.uncache_pages(Some(&mut pcp), zi, mt, rest);
+        }
+        Some(mine)
+    }
+
+    /// The free found the stack full: moves half of it to the current
+    /// CPU's lists, then pushes `idx` (or frees it there too).
+    #[cold]
+    fn cpu_cache_flush(&self, caches: &CpuCaches, slot: usize, zi: usize, idx: PageIdx) {
+        let mut pages = [0 as PageIdx; BATCH];
+        let half = (usize::from(caches.batch[slot])).clamp(1, BATCH);
+        let moved = caches.stacks.pop_many(slot, &mut pages[..half]).unwrap_or(0);
+        let pushed = caches.stacks.push(slot, idx, u32::MAX) == Push::Done;
+        let mt = MigrateType::ALL[slot % TYPES];
+        let cpu = self.current_cpu();
+        let mut pcp = self.lock_pcp_unless_pinned(cpu, zi);
+        self.uncache_pages(pcp.as_deref_mut(), zi, mt, &pages[..moved]);
+        if !pushed {
+            self.uncache_pages(pcp.as_deref_mut(), zi, mt, &[idx]);
+        }
+    }
+
+    /// Frees a cached page of zone `zi` and type `mt` that found its stack
+    /// stopped onto the current CPU's lists.
+    #[cold]
+    fn cpu_cache_uncache(&self, zi: usize, mt: MigrateType, idx: PageIdx) {
+        let mut pcp = self.lock_pcp_unless_pinned(self.current_cpu(), zi);
+        self.uncache_pages(pcp.as_deref_mut(), zi, mt, &[idx]);
+    }
+
+    /// Empties the stacks of every kernel CPU that folds onto `cpu` into
+    /// the buddy (`drain_cpu_pages`, `drain_all_pages`).
+    pub(crate) fn drain_cpu_caches(&self, cpu: usize) {
+        let Some(caches) = self.cpu_caches.as_ref() else {
+            return;
+        };
+        for real in (cpu..caches.stacks.nr_cpus()).step_by(self.pcp.nr_cpus) {
+            caches.stacks.drain_cpu(real, |slot, pages| {
+                let mt = MigrateType::ALL[slot % TYPES];
+                self.uncache_pages(None, slot / TYPES, mt, pages);
+            });
+        }
+    }
+
+    /// Pages the per-CPU caches hold in zone `zi`.
+    pub(crate) fn cpu_cached_pages(&self, zi: usize) -> u64 {
+        self.cpu_caches.as_ref().map_or(0, |caches| caches.held_in_zone(zi))
+    }
+}
