@@ -50,7 +50,7 @@ struct Config {
     reserve_ratio: Option<[u8; 4]>,
     high_fraction: Option<Knob>,
     per_cpu_lists: bool,
-    thread_caches: bool,
+    cpu_caches: bool,
     group_by_mobility: bool,
     placement: u8,
     cma: Vec<(u8, u16, u16)>,
@@ -125,7 +125,7 @@ fn build(c: &Config) -> MemoryMapBuilder {
     let policies = [PlacementPolicy::Linux, PlacementPolicy::Addr, PlacementPolicy::TwoEnds, PlacementPolicy::Lean];
     b = b
         .per_cpu_lists(c.per_cpu_lists)
-        .thread_caches(c.thread_caches)
+        .cpu_caches(c.cpu_caches)
         .group_by_mobility(c.group_by_mobility)
         .placement(policies[usize::from(c.placement) % policies.len()]);
     for &(name, s, e) in c.cma.iter().take(3) {

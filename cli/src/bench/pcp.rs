@@ -2,8 +2,10 @@
 //! thread and two threads, next to the peers.
 //!
 //! Owns the case list and the thread set-up. Implementations measured:
-//! `mmkit` (the shared API: any thread, the CPU from `sched_getcpu`, the
-//! pageset lock tried per operation), `mmkit_pinned` (a `PinnedCpu` handle:
+//! `mmkit` (the shared API: any thread, served by the per-CPU order-0
+//! cache in restartable sequences), `mmkit_pcp_lists` (the same calls on a
+//! map built with `cpu_caches(false)`: the locked per-CPU lists, the path
+//! where rseq is unavailable), `mmkit_pinned` (a `PinnedCpu` handle:
 //! the lists owned by the thread, no lock per operation), mimalloc and the
 //! system allocator (4 KiB blocks aligned to 4 KiB), and
 //! buddy_system_allocator's frame allocator (which has no per-CPU cache: one
@@ -24,16 +26,18 @@ pub const SUITE: Suite =
 
 /// Name of the pinned-handle variant in results.
 pub const MMKIT_PINNED: &str = "mmkit_pinned";
-/// Name of the shared API with per-thread caches in results.
-pub const MMKIT_THREAD_CACHES: &str = "mmkit_thread_caches";
+/// Name of the shared API on the locked per-CPU lists (the per-CPU cache
+/// off) in results: the default path before the cache, kept for
+/// comparison and for machines without restartable sequences.
+pub const MMKIT_PCP_LISTS: &str = "mmkit_pcp_lists";
 
 fn map(bytes: u64) -> Result<PageAllocator, BenchError> {
     MemoryMapBuilder::with_memory(bytes).build().map_err(|e| BenchError::context("building the mmkit map", e))
 }
 
-fn map_with_thread_caches(bytes: u64) -> Result<PageAllocator, BenchError> {
+fn map_without_cpu_caches(bytes: u64) -> Result<PageAllocator, BenchError> {
     MemoryMapBuilder::with_memory(bytes)
-        .thread_caches(true)
+        .cpu_caches(false)
         .build()
         .map_err(|e| BenchError::context("building the mmkit map", e))
 }
@@ -61,7 +65,7 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
     let two = CaseSpec { units_per_iter: 2, ..spec("pcp_order0_alloc_free_2threads") };
     cases.extend(two_threads(bytes, two, settings)?);
 
-    let scaling: Vec<String> = [names::MMKIT, MMKIT_THREAD_CACHES, MMKIT_PINNED, names::MIMALLOC, names::SYSTEM]
+    let scaling: Vec<String> = [names::MMKIT, MMKIT_PCP_LISTS, MMKIT_PINNED, names::MIMALLOC, names::SYSTEM]
         .iter()
         .filter_map(|&imp| {
             let one = cases.iter().find(|c| c.name == "pcp_order0_alloc_free" && c.impl_name == imp)?;
@@ -70,10 +74,10 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
         })
         .collect();
     let notes = vec![
-        "mmkit uses the shared API (CPU from sched_getcpu, cached per thread; pageset lock tried per \
-         operation); mmkit_thread_caches is the same API on a map built with thread_caches(true) \
-         (a cache per thread ahead of the lists: no lock, the reference drop is the one atomic); \
-         mmkit_pinned holds the CPU's lists through a PinnedCpu handle (no lock, no atomic per \
+        "mmkit uses the shared API, served by the per-CPU order-0 cache (restartable sequences: no \
+         lock; the reference drop on free is the one atomic); mmkit_pcp_lists is the same API on a \
+         map built with cpu_caches(false) (the locked per-CPU lists: a pageset try-lock per \
+         operation, the path where rseq is unavailable); mmkit_pinned holds the CPU's lists through a PinnedCpu handle (no lock, no atomic per \
          operation). All allocate with Gfp::KERNEL from a fresh metadata-only map."
             .to_string(),
         "mimalloc and system: 4 KiB blocks aligned to 4 KiB through GlobalAlloc, never touched. \
@@ -93,13 +97,13 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
 
 fn one_thread(bytes: u64, spec: CaseSpec, settings: &Settings) -> Result<Vec<CaseResult>, BenchError> {
     let mm = map(bytes)?;
-    let cached_mm = map_with_thread_caches(bytes)?;
+    let lists_mm = map_without_cpu_caches(bytes)?;
     let pinned_mm = map(bytes)?;
     let mut bsa = Bsa::like(&mm);
     let mut mi = Heap::<MiMalloc>::new();
     let mut sys = Heap::<System>::new();
     let shared = |iters: u64| shared_pairs(&mm, iters);
-    let cached = |iters: u64| shared_pairs(&cached_mm, iters);
+    let lists = |iters: u64| shared_pairs(&lists_mm, iters);
     let pinned = |iters: u64| -> Result<(), BenchError> {
         let mut cpu = pinned_mm.pin_cpu(0).map_err(|e| BenchError::context("pin_cpu", e))?;
         for _ in 0..iters {
@@ -110,7 +114,7 @@ fn one_thread(bytes: u64, spec: CaseSpec, settings: &Settings) -> Result<Vec<Cas
     };
     let mut contenders = [
         Contender::new(names::MMKIT, shared),
-        Contender::new(MMKIT_THREAD_CACHES, cached),
+        Contender::new(MMKIT_PCP_LISTS, lists),
         Contender::new(MMKIT_PINNED, pinned),
         Contender::new(names::MIMALLOC, pair_loop(&mut mi, 0)),
         Contender::new(names::SYSTEM, pair_loop(&mut sys, 0)),
@@ -149,11 +153,11 @@ fn heap_pairs<A: StatelessAlloc>(iters: u64) -> Result<(), BenchError> {
 
 fn two_threads(bytes: u64, spec: CaseSpec, settings: &Settings) -> Result<Vec<CaseResult>, BenchError> {
     let mm = map(bytes)?;
-    let cached_mm = map_with_thread_caches(bytes)?;
+    let lists_mm = map_without_cpu_caches(bytes)?;
     let pinned_mm = map(bytes)?;
     let bsa = Mutex::new(Bsa::like(&mm));
     let shared = |iters: u64| on_two_threads(iters, |_, n| shared_pairs(&mm, n));
-    let cached = |iters: u64| on_two_threads(iters, |_, n| shared_pairs(&cached_mm, n));
+    let lists = |iters: u64| on_two_threads(iters, |_, n| shared_pairs(&lists_mm, n));
     let pinned = |iters: u64| {
         on_two_threads(iters, |t, n| {
             let mut cpu = pinned_mm.pin_cpu(t).map_err(|e| BenchError::context("pin_cpu", e))?;
@@ -176,7 +180,7 @@ fn two_threads(bytes: u64, spec: CaseSpec, settings: &Settings) -> Result<Vec<Ca
     };
     let mut contenders = [
         Contender::new(names::MMKIT, shared),
-        Contender::new(MMKIT_THREAD_CACHES, cached),
+        Contender::new(MMKIT_PCP_LISTS, lists),
         Contender::new(MMKIT_PINNED, pinned),
         Contender::new(names::MIMALLOC, |iters| on_two_threads(iters, |_, n| heap_pairs::<MiMalloc>(n))),
         Contender::new(names::SYSTEM, |iters| on_two_threads(iters, |_, n| heap_pairs::<System>(n))),
@@ -196,7 +200,7 @@ mod tests {
             let impls: Vec<_> = report.cases.iter().filter(|c| c.name == case).map(|c| c.impl_name).collect();
             assert_eq!(impls.len(), 6, "{case}: {impls:?}");
             assert!(impls.contains(&names::MMKIT) && impls.contains(&MMKIT_PINNED));
-            assert!(impls.contains(&MMKIT_THREAD_CACHES));
+            assert!(impls.contains(&MMKIT_PCP_LISTS));
         }
         assert!(report.cases.iter().all(|c| c.median_ns > 0.0));
     }

@@ -2,10 +2,10 @@
 //! `alloc_pages(Gfp::KERNEL, 0)` + `free_pages` pair per iteration on a
 //! fresh 4 GiB metadata-only map (per-CPU lists on), through each of the
 //! four ways in:
-//! - `pcp_order0_alloc_free/shared`: `PageAllocator`, the CPU from
-//!   `sched_getcpu` and the pageset lock tried per operation;
-//! - `pcp_order0_alloc_free/thread_caches`: the same calls on a map built
-//!   with `thread_caches(true)`, served from the thread's cache, no lock;
+//! - `pcp_order0_alloc_free/shared`: `PageAllocator`, served by the
+//!   per-CPU order-0 cache in restartable sequences, no lock;
+//! - `pcp_order0_alloc_free/pcp_lists`: the same calls on a map built
+//!   with `cpu_caches(false)`: the locked per-CPU lists;
 //! - `pcp_order0_alloc_free/pinned`: a `PinnedCpu` handle for CPU 0, the
 //!   lists held by the thread, no lock per operation;
 //! - `pcp_order0_alloc_free/cpu_handle`: a `CpuHandle` for CPU 0, the lists
@@ -42,8 +42,8 @@ fn pcp(c: &mut Criterion) {
     });
     drop(mm);
 
-    let mm = MemoryMapBuilder::with_memory(MAP_BYTES).thread_caches(true).build().expect("a 4 GiB PC map builds");
-    group.bench_function("thread_caches", |b| {
+    let mm = MemoryMapBuilder::with_memory(MAP_BYTES).cpu_caches(false).build().expect("a 4 GiB PC map builds");
+    group.bench_function("pcp_lists", |b| {
         b.iter(|| {
             let pfn = black_box(mm.alloc_pages(Gfp::KERNEL, 0).expect("alloc"));
             mm.free_pages(pfn, 0).expect("free");

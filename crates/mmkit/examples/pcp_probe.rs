@@ -2,7 +2,7 @@
 //! `perf` or `valgrind --tool=callgrind` (the benchmarks of record are
 //! `mmkit bench pcp` and the criterion benches).
 //!
-//! Usage: `pcp_probe [shared|lists|tcache|shared2|shared2x|handle|pinned|pinned2|frozen|buddy|bulk64] [pairs]`
+//! Usage: `pcp_probe [shared|lists|shared2|shared2x|handle|pinned|pinned2|frozen|buddy|bulk64] [pairs]`
 //! (`lists`: the shared API with the per-CPU cache off, on the locked
 //! lists as before it; `shared2x`: `shared2` after one page moved from CPU 0's list to CPU 1's,
 //! so that the two CPUs' hot pages are neighbours: their descriptors share
@@ -17,13 +17,12 @@ fn main() {
     let n: u32 = args.next().and_then(|v| v.parse().ok()).unwrap_or(5_000_000);
     let mm = MemoryMapBuilder::with_memory(4 << 30)
         .per_cpu_lists(mode != "buddy")
-        .thread_caches(mode == "tcache")
-        .cpu_caches(mode != "lists" && mode != "tcache")
+        .cpu_caches(mode != "lists")
         .build()
         .unwrap();
     let t = Instant::now();
     match mode.as_str() {
-        "shared" | "lists" | "tcache" | "buddy" => {
+        "shared" | "lists" | "buddy" => {
             for _ in 0..n {
                 let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
                 mm.free_pages(black_box(p), 0).unwrap();

@@ -35,7 +35,6 @@
 //! [`CpuStacks::new`] returns `None` and the allocator keeps its locked
 //! per-CPU lists; a thread whose area is not registered (its `cpu_id` reads
 //! as unset) is told [`Pop::Unavailable`] and takes the same path.
-#![allow(unsafe_code)]
 
 use crate::mem::sync::Lock;
 use alloc::vec::Vec;

@@ -57,7 +57,6 @@ pub struct MemoryMapBuilder {
     cpu_nodes: Vec<(usize, usize)>,
     pcp_high_fraction: u32,
     pcp_enabled: bool,
-    thread_caches: bool,
     cpu_caches: bool,
     cpu_id_given: bool,
     group_by_mobility: bool,
@@ -89,7 +88,6 @@ impl MemoryMapBuilder {
             cpu_nodes: Vec::new(),
             pcp_high_fraction: 0,
             pcp_enabled: true,
-            thread_caches: false,
             cpu_caches: true,
             cpu_id_given: false,
             group_by_mobility: true,
@@ -239,31 +237,6 @@ impl MemoryMapBuilder {
     /// lock, which is what the `bench buddy` suite measures.
     pub fn per_cpu_lists(mut self, enabled: bool) -> Self {
         self.pcp_enabled = enabled;
-        self
-    }
-    /// Whether `alloc_pages` and `free_pages` of order-0 pages go through a
-    /// small cache per thread ahead of the per-CPU lists (default false;
-    /// only with `std` and per-CPU lists). A cache takes no lock: the pair
-    /// costs one atomic operation instead of three (45 → about 16 ns here).
-    ///
-    /// The price is reach: no other thread may touch a cache, so
-    /// [`drain_all_pages`](crate::PageAllocator::drain_all_pages) empties the
-    /// calling thread's cache and those of exited threads, and only asks
-    /// the others (each flushes at its next call; at most 64 pages each).
-    /// Until a thread's destructors have run, its pages stay in its cache:
-    /// `std::thread::scope` returns before that, `JoinHandle::join` after.
-    /// Off, every operation takes the pageset lock, as Linux's lists do.
-    ///
-    /// ```
-    /// use mmkit::{Gfp, MemoryMapBuilder};
-    /// let mm = MemoryMapBuilder::with_memory(64 << 20).thread_caches(true).build().unwrap();
-    /// let pfn = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
-    /// mm.free_pages(pfn, 0).unwrap(); // into this thread's cache, no lock
-    /// assert_eq!(mm.drain_all_pages(), 0);
-    /// mm.check_invariants().unwrap();
-    /// ```
-    pub fn thread_caches(mut self, enabled: bool) -> Self {
-        self.thread_caches = enabled;
         self
     }
     /// Whether `alloc_pages`, `free_pages` and `put_page` of order-0 pages
@@ -528,8 +501,7 @@ impl MemoryMapBuilder {
             cpu_nodes,
             pcp_high_fraction: self.pcp_high_fraction,
             pcp_enabled: self.pcp_enabled,
-            thread_caches: self.thread_caches,
-            cpu_caches: self.cpu_caches && !self.cpu_id_given && !self.thread_caches,
+            cpu_caches: self.cpu_caches && !self.cpu_id_given,
             mobility_disabled: !self.group_by_mobility,
             migrator: self.migrator,
             cma,

@@ -46,12 +46,6 @@ impl PageAllocator {
     /// line, so the cache's hit stays small where it is inlined.
     #[inline(never)]
     fn alloc_pages_uncached(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        #[cfg(all(feature = "std", not(loom)))]
-        if order == 0 {
-            if let Some(pfn) = self.thread_cache_alloc(gfp) {
-                return Ok(pfn);
-            }
-        }
         let cpu = self.current_cpu();
         self.alloc_on(cpu, self.node_of_cpu(cpu), gfp, order, false)
     }

@@ -12,11 +12,13 @@
 //! release store to unlock, and the descriptor stores of `prep_new_page`. A
 //! free is the validation loads, the reference drop (the one atomic
 //! read-modify-write Linux semantics require), the same lock try, a push and
-//! the unlock: about 360 instructions for the pair (BENCHMARKS.md). A
-//! pinned handle's magazine does the same pair in about 120, with no
-//! atomic (`page_alloc::magazine`); a map built with thread caches serves
-//! the shared API from a cache per thread in about 170, with the reference
-//! drop as its one atomic (`page_alloc::thread_cache`).
+//! the unlock: about 380 instructions for the pair (BENCHMARKS.md). This
+//! is the path of calls that name a CPU ([`CpuHandle`]) and the shared
+//! API's where restartable sequences are unavailable; elsewhere the shared
+//! API's order-0 pair goes through the per-CPU cache in about 200
+//! instructions with the reference drop as its one atomic
+//! (`page_alloc::cpu_cache`). A pinned handle's magazine does the pair in
+//! about 110, with no atomic (`page_alloc::magazine`).
 #![deny(unsafe_code)]
 
 use crate::mem::page::{PageFlags, PageIdx};
@@ -227,7 +229,7 @@ impl PageAllocator {
     }
 
     /// Returns order-0 pages a cache took from the lists (a pinned
-    /// magazine's or a thread cache's: free, `PCP`, on no list) to `pcp`
+    /// magazine's or a per-CPU cache's: free, `PCP`, on no list) to `pcp`
     /// when given, else to the buddy.
     pub(crate) fn uncache_pages(&self, mut pcp: Option<&mut PcpState>, zi: usize, mt: MigrateType, pages: &[PageIdx]) {
         for &idx in pages {
@@ -350,12 +352,9 @@ impl PageAllocator {
     /// thread at any time: each pageset is locked while it is drained.
     /// Returns the number of pinned CPUs that were only asked to drain.
     ///
-    /// With [thread caches](crate::MemoryMapBuilder::thread_caches) it also
-    /// empties the calling thread's cache and those exited threads left,
-    /// and asks every other thread holding pages to flush at its next call.
+    /// It empties every CPU's order-0 cache too (`page_alloc::cpu_cache`),
+    /// through the caches' stop protocol: no thread is asked or waited for.
     pub fn drain_all_pages(&self) -> usize {
-        #[cfg(all(feature = "std", not(loom)))]
-        self.drain_thread_caches();
         (0..self.pcp.nr_cpus).filter(|&cpu| !self.drain_cpu_lists(cpu)).count()
     }
 

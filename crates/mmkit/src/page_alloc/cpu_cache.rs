@@ -154,11 +154,8 @@ impl PageAllocator {
     pub(crate) fn cpu_cache_alloc(&self, gfp: Gfp) -> Option<Pfn> {
         let caches = self.cpu_caches.as_ref()?;
         // One node: no need to ask where we run before the sequence does.
-        let nid = if self.zones.nr_nodes() == 1 {
-            0
-        } else {
-            self.node_of_cpu(self.fold_cpu(caches.stacks.current_cpu()?))
-        };
+        let nid =
+            if self.zones.nr_nodes() == 1 { 0 } else { self.node_of_cpu(self.fold_cpu(caches.stacks.current_cpu()?)) };
         // `usable` says whether the lists serve the request's type.
         let target = self.fast_target(nid, gfp, 0)?;
         let slot = target.zi * TYPES + target.mt as usize;
@@ -245,13 +242,7 @@ impl PageAllocator {
     /// (which refill from the buddy as usual), keeping one page for the
     /// caller; `None` when the lists are busy, pinned or empty.
     #[cold]
-    fn cpu_cache_refill(
-        &self,
-        caches: &CpuCaches,
-        zi: usize,
-        mt: MigrateType,
-        flags: &AllocFlags,
-    ) -> Option<PageIdx> {
+    fn cpu_cache_refill(&self, caches: &CpuCaches, zi: usize, mt: MigrateType, flags: &AllocFlags) -> Option<PageIdx> {
         let slot = zi * TYPES + mt as usize;
         let want = usize::from(caches.batch[slot]).max(1);
         let mut pages = [0 as PageIdx; BATCH];

@@ -62,10 +62,6 @@ impl PageAllocator {
     /// [`free_pages`](Self::free_pages) past the per-CPU cache, out of line.
     #[inline(never)]
     fn free_pages_uncached(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        #[cfg(all(feature = "std", not(loom)))]
-        if order == 0 && self.thread_cache_free(pfn) {
-            return Ok(());
-        }
         self.free_pages_on(self.current_cpu(), pfn, order)
     }
 

@@ -245,12 +245,10 @@ mod tests {
     use crate::{Gfp, MemoryMapBuilder};
     use std::sync::Arc;
 
-    fn allocator() -> Arc<PageAllocator> {
-        Arc::new(MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap())
-    }
-
-    fn allocator_with_thread_caches() -> Arc<PageAllocator> {
-        Arc::new(MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).thread_caches(true).build().unwrap())
+    /// A map whose shared API uses the per-CPU cache (`cached`, where
+    /// restartable sequences work) or only the locked lists.
+    fn allocator(cached: bool) -> Arc<PageAllocator> {
+        Arc::new(MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).cpu_caches(cached).build().unwrap())
     }
 
     /// Every page the allocator can still hand out, taken and kept.
@@ -265,11 +263,11 @@ mod tests {
     /// `memory_failure` lands between `free_pages_prepare`'s load and its
     /// store (the hook puts it exactly there); the page must still never
     /// be handed out again, on the pinned and on the shared path, with and
-    /// without thread caches.
+    /// without the per-CPU cache.
     #[test]
     fn poison_set_inside_the_free_window_is_not_lost() {
         for (pinned, cached) in [(true, false), (false, false), (false, true)] {
-            let mm = if cached { allocator_with_thread_caches() } else { allocator() };
+            let mm = allocator(cached);
             let pfn = if pinned {
                 let mut cpu = mm.pin_cpu(1).unwrap();
                 let pfn = cpu.alloc_pages(Gfp::KERNEL, 0).unwrap();
@@ -291,9 +289,9 @@ mod tests {
                     assert_eq!(inner.memory_failure(pfn), Ok(MemoryFailure::InUse));
                 });
                 mm.free_pages(pfn, 0).unwrap();
-                // A thread cache serves this thread before any drain.
+                // The CPU's cache serves this thread before any drain.
                 let again: Vec<Pfn> = (0..64).map(|_| mm.alloc_pages(Gfp::KERNEL, 0).unwrap()).collect();
-                assert!(!again.contains(&pfn), "the thread's cache handed out the poisoned page");
+                assert!(!again.contains(&pfn), "the CPU's cache handed out the poisoned page");
                 for p in again {
                     mm.free_pages(p, 0).unwrap();
                 }

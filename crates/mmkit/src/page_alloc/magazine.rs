@@ -67,7 +67,7 @@ pub(crate) const MAG_SLOTS: usize = 64;
 /// Pages moved per refill or flush.
 pub(crate) const MAG_BATCH: usize = MAG_SLOTS / 2;
 
-/// What an order-0 cache (this magazine, a thread cache) serves: one
+/// What the magazine serves: one
 /// request mask's preferred zone and migratetype, resolved once so that a
 /// hit is a compare of the mask.
 #[derive(Clone, Copy)]

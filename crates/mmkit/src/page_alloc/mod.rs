@@ -3,8 +3,8 @@
 //!
 //! The layer's other files each own one path: `alloc_path` (allocation and
 //! the zonelist walk), `slowpath`, `free`, `bulk`, per-CPU handles (`cpu`,
-//! `pinned` with its `magazine`), the shared API's per-thread caches
-//! (`thread_cache`), hardware poison (`hwpoison`), `alloc_at` (placed allocation for replay), `block` (owned
+//! `pinned` with its `magazine`), the shared API's per-CPU order-0 cache
+//! (`cpu_cache`), hardware poison (`hwpoison`), `alloc_at` (placed allocation for replay), `block` (owned
 //! blocks for the layers above), `hooks` and `migrate` (the embedder's
 //! side), `reporting` (free memory back to the OS). All of them go
 //! through zones (which lock) to buddy (which edits
@@ -17,6 +17,8 @@ pub(crate) mod block;
 pub(crate) mod bulk;
 pub(crate) mod compaction;
 pub mod cpu;
+#[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
+pub(crate) mod cpu_cache;
 pub(crate) mod evacuate;
 pub(crate) mod free;
 pub mod hooks;
@@ -28,10 +30,6 @@ pub(crate) mod pinned;
 pub(crate) mod reporting;
 pub(crate) mod slowpath;
 pub(crate) mod stats;
-#[cfg(all(feature = "std", not(loom)))]
-pub(crate) mod thread_cache;
-#[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
-pub(crate) mod cpu_cache;
 
 use crate::mem::map::MemMap;
 use crate::mem::page::{PageDesc, PageIdx};
@@ -72,8 +70,6 @@ pub(crate) struct Parts {
     pub mobility_disabled: bool,
     pub migrator: Option<Box<dyn Migrator>>,
     pub cma: Vec<CmaArea>,
-    #[cfg_attr(any(loom, not(feature = "std")), allow(dead_code))]
-    pub thread_caches: bool,
     /// The per-CPU order-0 cache may be used (on, the CPU-id source the
     /// default one, per-CPU lists on).
     #[cfg_attr(not(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom))), allow(dead_code))]
@@ -106,10 +102,6 @@ pub struct PageAllocator {
     pub(crate) cma: Vec<CmaArea>,
     /// Tells this allocator's [`PageBlock`](crate::PageBlock)s from others'.
     map_id: u32,
-    /// The per-thread caches of the shared API (`page_alloc::thread_cache`);
-    /// `None` when built without them.
-    #[cfg(all(feature = "std", not(loom)))]
-    pub(crate) thread_caches: Option<alloc::sync::Arc<thread_cache::ThreadCaches>>,
     /// The per-CPU order-0 caches of the shared API
     /// (`page_alloc::cpu_cache`); `None` where restartable sequences are
     /// unavailable or the map was built without them.
@@ -169,9 +161,6 @@ impl PageAllocator {
             mobility_disabled: p.mobility_disabled,
             migrator: p.migrator,
             cma: p.cma,
-            #[cfg(all(feature = "std", not(loom)))]
-            thread_caches: (p.thread_caches && p.pcp_enabled)
-                .then(|| alloc::sync::Arc::new(thread_cache::ThreadCaches::new())),
             #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
             cpu_caches: None,
         };
@@ -219,16 +208,25 @@ impl PageAllocator {
     /// Pages cached on every CPU's lists (free, but not in
     /// [`nr_free_pages`](Self::nr_free_pages)). Pinned CPUs are not counted.
     pub fn nr_pcp_pages(&self) -> u64 {
-        (0..self.zones.len()).map(|zi| self.pcp_totals(zi).1 + self.thread_cached(zi)).sum()
+        (0..self.zones.len()).map(|zi| self.pcp_totals(zi).1 + self.cpu_cached(zi)).sum()
     }
-    /// Pages the shared API's per-thread caches hold in zone `zi`.
-    #[inline]
-    pub(crate) fn thread_cached(&self, zi: usize) -> u64 {
+    /// Whether the shared API's order-0 calls go through the per-CPU cache
+    /// ([`MemoryMapBuilder::cpu_caches`](crate::MemoryMapBuilder::cpu_caches)):
+    /// false where restartable sequences are unavailable, with a custom
+    /// CPU-id source, or when built without it or without per-CPU lists.
+    pub fn has_cpu_caches(&self) -> bool {
         #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
-        return self.thread_cached_pages(zi) + self.cpu_cached_pages(zi);
-        #[cfg(all(feature = "std", not(all(target_os = "linux", target_arch = "x86_64")), not(loom)))]
-        return self.thread_cached_pages(zi);
-        #[cfg(not(all(feature = "std", not(loom))))]
+        return self.cpu_caches.is_some();
+        #[allow(unreachable_code)]
+        false
+    }
+
+    /// Pages the shared API's per-CPU order-0 caches hold in zone `zi`.
+    #[inline]
+    pub(crate) fn cpu_cached(&self, zi: usize) -> u64 {
+        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
+        return self.cpu_cached_pages(zi);
+        #[allow(unreachable_code)]
         {
             let _ = zi;
             0

@@ -89,7 +89,7 @@ impl PageAllocator {
             .enumerate()
             .map(|(zi, zone)| {
                 let (pcp, pcp_pages) = self.pcp_totals(zi);
-                let pcp_pages = pcp_pages + self.thread_cached(zi);
+                let pcp_pages = pcp_pages + self.cpu_cached(zi);
                 let state = zone.state.lock();
                 let area = &state.area;
                 let orders = self.mem.geometry.merge_order() as usize + 1;

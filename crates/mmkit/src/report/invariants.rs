@@ -176,11 +176,11 @@ impl PageAllocator {
                 "zone {:?}: {heads_seen} BUDDY pages in the span, {listed_heads} on lists",
                 zone.zone_type
             );
-            let pcp_heads = pcp_heads + self.thread_cached(zi);
+            let pcp_heads = pcp_heads + self.cpu_cached(zi);
             ensure!(
                 pcp_seen == pcp_heads,
                 None,
-                "zone {:?}: {pcp_seen} PCP pages in the span, {pcp_heads} on per-CPU lists and in thread caches",
+                "zone {:?}: {pcp_seen} PCP pages in the span, {pcp_heads} on per-CPU lists and in per-CPU caches",
                 zone.zone_type
             );
             zone_free_matches_hint(zone, area.free_pages())?;

@@ -117,13 +117,13 @@ fn splitting_drop_races_a_speculative_reference() {
     });
 }
 
-/// A thread cache's free of an ordinary page: one compare-and-swap
+/// A per-CPU cache's free of an ordinary page: one compare-and-swap
 /// from the allocated word (refcount 1) to the cached word drops the
 /// reference and writes the state. A speculative reference either
 /// comes first (the exchange fails and the general path takes over) or
 /// is refused (refcount 0).
 #[test]
-fn thread_cache_free_races_a_speculative_reference() {
+fn cached_free_races_a_speculative_reference() {
     loom::model(|| {
         let page = Arc::new(PageDesc::default());
         let allocated = PageDesc::word_of(PageDesc::state_word_of(PageFlags::ALLOCATED, 0, TAG), 1);
