@@ -277,6 +277,7 @@ impl PageDesc {
         flags | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT)
     }
     /// The migratetype tag of a whole word (see [`tag`](Self::tag)).
+    #[cfg_attr(not(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom))), allow(dead_code))]
     #[inline(always)]
     pub(crate) const fn tag_of_word(word: u64) -> u8 {
         ((state_of(word) & TAG_MASK) >> TAG_SHIFT) as u8
