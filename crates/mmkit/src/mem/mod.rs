@@ -16,4 +16,5 @@ pub(crate) mod rawmem;
 #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
 #[allow(unsafe_code)]
 pub(crate) mod rseq;
+pub(crate) mod stack;
 pub(crate) mod sync;

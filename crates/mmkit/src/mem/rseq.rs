@@ -2,9 +2,10 @@
 //!
 //! Owns the stacks' memory, the sequences that edit them (Linux's
 //! `rseq(2)`, as TCMalloc's per-CPU caches use it) and the stop protocol
-//! through which another thread empties a CPU's stacks. It knows nothing
-//! of pages, zones or lists: a stack holds `u32`s, and what they mean is
-//! the per-CPU cache's business (`page_alloc::cpu_cache`).
+//! through which another thread empties a CPU's stacks. The stacks are
+//! `mem::stack`'s type, the one the pinned magazine owns outright. It
+//! knows nothing of pages, zones or lists: a stack holds `u32`s, and what
+//! they mean is the per-CPU cache's business (`page_alloc::cpu_cache`).
 //!
 //! # Why restartable sequences
 //! A stack belongs to a CPU, and any thread may run there. Linux makes its
@@ -36,33 +37,12 @@
 //! per-CPU lists; a thread whose area is not registered (its `cpu_id` reads
 //! as unset) is told [`Pop::Unavailable`] and takes the same path.
 
+use crate::mem::stack::{PageStack, STACK_SLOTS};
 use crate::mem::sync::Lock;
 use alloc::vec::Vec;
 use core::arch::asm;
+use core::sync::atomic::AtomicIsize;
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
-use core::sync::atomic::{AtomicIsize, AtomicU32};
-
-/// Indices one stack holds at most (the header fills the rest of 256 bytes).
-pub(crate) const STACK_SLOTS: usize = 61;
-/// Bytes of one stack; a power of two so a stack never straddles the cache
-/// lines of another.
-const STACK_BYTES: usize = 256;
-
-/// One stack: `len` at offset 0, `stopped` at 4, `cap` at 8, then the
-/// items. The sequences below address the fields by these offsets.
-#[repr(C, align(256))]
-struct Stack {
-    len: AtomicU32,
-    stopped: AtomicU32,
-    cap: AtomicU32,
-    items: [AtomicU32; STACK_SLOTS],
-}
-
-const _: () = assert!(core::mem::size_of::<Stack>() == STACK_BYTES);
-
-// The kernel-shared rseq area of a thread (Linux's `struct rseq`) is
-// addressed by offset from the thread pointer: `cpu_id` at 4, `rseq_cs`
-// at 8.
 
 /// What a pop found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,14 +106,15 @@ fn rseq_offset() -> Option<isize> {
     (offset != isize::MAX).then_some(offset)
 }
 
-/// The start of every sequence: publish the descriptor (label 3) in the
-/// area's `rseq_cs` (`{area}` is the area's offset from the thread pointer,
-/// so the area is addressed through `fs` without loading that pointer) (label 8 is where an abort restarts), then, from the
-/// sequence's start (label 2), find the current CPU's stack in `{stack}`
-/// (`{slot}` is the address of CPU 0's stack of the slot; CPUs' stacks of
-/// one slot are [`STACK_BYTES`] apart), or go to label 6 (unavailable) if
-/// the CPU number is out of range or the stack is stopped. The CPU number
-/// stays in `{cpu}`.
+/// The start of every sequence. Label 8 is where an abort restarts: it
+/// publishes the descriptor (label 3) in the area's `rseq_cs`; `{area}` is
+/// the area's offset from the thread pointer, so the area is addressed
+/// through `fs` without loading that pointer. From the sequence's start
+/// (label 2) it finds the current CPU's stack in `{stack}`: `{slot}` is the
+/// address of CPU 0's stack of the slot, and CPUs' stacks of one slot are
+/// 256 bytes apart (`shl 8`). It goes to label 6 (unavailable) if the CPU
+/// number is out of range or the stack is stopped. The CPU number stays in
+/// `{cpu}`.
 macro_rules! enter {
     () => {
         concat!(
@@ -181,7 +162,7 @@ macro_rules! descriptor_and_abort {
 /// by slot: `stacks[slot * nr_cpus + cpu]`, so a sequence finds its CPU's
 /// stack with a shift and an add.
 pub(crate) struct CpuStacks {
-    stacks: Vec<Stack>,
+    stacks: Vec<PageStack>,
     slots: usize,
     /// `slot << slot_shift` is the index of CPU 0's stack of `slot`
     /// (`nr_cpus` rounded up to a power of two: a shift, not a multiply).
@@ -228,12 +209,7 @@ impl CpuStacks {
         stacks.try_reserve_exact(count).ok()?;
         for &cap in caps {
             for _ in 0..1usize << slot_shift {
-                stacks.push(Stack {
-                    len: AtomicU32::new(0),
-                    stopped: AtomicU32::new(0),
-                    cap: AtomicU32::new(cap.clamp(1, STACK_SLOTS as u32)),
-                    items: [const { AtomicU32::new(0) }; STACK_SLOTS],
-                });
+                stacks.push(PageStack::new(cap as usize));
             }
         }
         Some(Self {
@@ -274,7 +250,7 @@ impl CpuStacks {
 
     /// The address of CPU 0's stack of `slot` (which must exist).
     #[inline(always)]
-    fn slot_base(&self, slot: usize) -> *const Stack {
+    fn slot_base(&self, slot: usize) -> *const PageStack {
         debug_assert!(slot < self.slots);
         self.stacks.as_ptr().wrapping_add(slot << self.slot_shift)
     }
@@ -515,7 +491,7 @@ impl CpuStacks {
         if cpu >= self.nr_cpus {
             return false;
         }
-        let mine: Vec<&Stack> = (0..self.slots).map(|slot| &self.stacks[(slot << self.slot_shift) + cpu]).collect();
+        let mine: Vec<&PageStack> = (0..self.slots).map(|slot| &self.stacks[(slot << self.slot_shift) + cpu]).collect();
         if mine.iter().all(|s| s.len.load(Acquire) == 0) {
             return true;
         }

@@ -39,13 +39,6 @@ impl PageAllocator {
                 return Ok(pfn);
             }
         }
-        self.alloc_pages_uncached(gfp, order)
-    }
-
-    /// [`alloc_pages`](Self::alloc_pages) past the per-CPU cache: out of
-    /// line, so the cache's hit stays small where it is inlined.
-    #[inline(never)]
-    fn alloc_pages_uncached(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
         let cpu = self.current_cpu();
         self.alloc_on(cpu, self.node_of_cpu(cpu), gfp, order, false)
     }

@@ -85,7 +85,9 @@ struct Stretch {
     /// The held pageset's zone and the list the pages go on.
     zi: usize,
     pindex: usize,
-    /// The pageblock (descriptor index >> `pageblock_order`).
+    /// The list's migratetype.
+    mt: MigrateType,
+    /// The first entry's pageblock (descriptor index >> `pageblock_order`).
     block: PageIdx,
     pageblock_order: u32,
     /// The word a page takes on the list: `PCP`, order 0, the list's type,
@@ -369,6 +371,7 @@ impl PageAllocator {
         Some(Stretch {
             zi,
             pindex: order_to_pindex(mt, 0),
+            mt,
             block: idx >> pageblock_order,
             pageblock_order,
             cached: PageDesc::word_of(PageDesc::state_word_of(PageFlags::PCP, 0, mt as u8), 0),
@@ -376,8 +379,9 @@ impl PageAllocator {
     }
 
     /// The fast free: frees the leading entries of `pfns` (at most
-    /// `STRETCH_MAX`) that are common entries of the stretch's pageblock
-    /// onto its list of the held pageset `pcp`; returns how many.
+    /// `STRETCH_MAX`) that are common entries of pageblocks whose pages go
+    /// to the stretch's list onto that list of the held pageset `pcp`;
+    /// returns how many.
     ///
     /// Per page: one load validates the whole descriptor word, and one
     /// compare-and-swap from exactly that word drops the last reference
@@ -391,28 +395,25 @@ impl PageAllocator {
     /// `free_unref_page_commit` per folio).
     #[inline]
     fn free_stretch(&self, pcp: &mut PcpState, pfns: &[Pfn], stretch: Stretch) -> usize {
-        // Locals, so the stores below do not make the compiler reload them.
-        let descs = self.mem.pages.all();
-        let base = self.mem.base_pfn;
-        let pending = &self.hwpoison;
         let mut idxs = [0; STRETCH_MAX];
         let mut n = 0;
-        for (slot, &pfn) in idxs.iter_mut().zip(pfns) {
-            let Some(page) = pfn.0.checked_sub(base).and_then(|off| descs.get(usize::try_from(off).ok()?)) else {
-                break;
-            };
-            // In range of the table, so the offset fits an index.
-            let idx = (pfn.0 - base) as PageIdx;
-            let word = page.load_word();
-            if !PageDesc::is_plain_order0(word, 1)
-                || idx >> stretch.pageblock_order != stretch.block
-                || pending.any()
-                || !page.replace_word(word, stretch.cached)
-            {
+        // Pages of another pageblock stay in the stretch when their block
+        // goes to the same list: pages recycled through the per-CPU caches
+        // come back interleaved from several blocks, and a stretch per
+        // block cost a lock and a spill check per handful of pages.
+        let mut block = stretch.block;
+        loop {
+            let (added, crossed) = self.stretch_run(&pfns[n..], block, &stretch, &mut idxs[n..]);
+            n += added;
+            if !crossed {
                 break;
             }
-            *slot = idx;
-            n += 1;
+            // `pfns[n]` is in the table and starts another pageblock.
+            let idx = (pfns[n].0 - self.mem.base_pfn) as PageIdx;
+            if !self.goes_to_list(idx, stretch.zi, stretch.mt) {
+                break;
+            }
+            block = idx >> stretch.pageblock_order;
         }
         if n > 0 {
             let zone = &self.zones[stretch.zi];
@@ -424,6 +425,47 @@ impl PageAllocator {
             }
         }
         n
+    }
+
+    /// The common entries at the start of `pfns` in pageblock `block`,
+    /// each validated, its reference dropped and marked cached (one
+    /// compare-and-swap), into `idxs`: how many, and whether the run ended
+    /// at a common-looking entry of another pageblock.
+    #[inline(always)]
+    fn stretch_run(&self, pfns: &[Pfn], block: PageIdx, stretch: &Stretch, idxs: &mut [PageIdx]) -> (usize, bool) {
+        // Locals, so the stores below do not make the compiler reload them.
+        let descs = self.mem.pages.all();
+        let base = self.mem.base_pfn;
+        let pending = &self.hwpoison;
+        let mut n = 0;
+        for (slot, &pfn) in idxs.iter_mut().zip(pfns) {
+            let Some(page) = pfn.0.checked_sub(base).and_then(|off| descs.get(usize::try_from(off).ok()?)) else {
+                break;
+            };
+            // In range of the table, so the offset fits an index.
+            let idx = (pfn.0 - base) as PageIdx;
+            let word = page.load_word();
+            if !PageDesc::is_plain_order0(word, 1) {
+                break;
+            }
+            if idx >> stretch.pageblock_order != block {
+                return (n, true);
+            }
+            if pending.any() || !page.replace_word(word, stretch.cached) {
+                break;
+            }
+            *slot = idx;
+            n += 1;
+        }
+        (n, false)
+    }
+
+    /// Whether order-0 pages of the pageblock holding `idx` go to list `mt`
+    /// of zone `zi` (a stretch crossing into another pageblock).
+    #[cold]
+    #[inline(never)]
+    fn goes_to_list(&self, idx: PageIdx, zi: usize, mt: MigrateType) -> bool {
+        self.block_list(idx) == Some((zi, mt))
     }
 
     /// The zone and pcp list that order-0 pages of the pageblock holding

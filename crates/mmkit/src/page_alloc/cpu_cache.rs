@@ -51,7 +51,8 @@
 #![deny(unsafe_code)]
 
 use crate::mem::page::{PageDesc, PageFlags, PageIdx};
-use crate::mem::rseq::{CpuStacks, Pop, Push, STACK_SLOTS};
+use crate::mem::rseq::{CpuStacks, Pop, Push};
+use crate::mem::stack::STACK_SLOTS;
 use crate::types::gfp::{AllocFlags, Gfp, MigrateType};
 use crate::{PageAllocator, Pfn};
 use alloc::vec::Vec;
@@ -249,20 +250,33 @@ impl PageAllocator {
         let mut got = 0;
         let cpu = self.fold_cpu(caches.stacks.current_cpu()?);
         let mut pcp = self.try_lock_pcp(cpu, zi)?;
-        // Whole descriptor lines only (see the module doc), so the page
-        // kept for the caller, which this CPU will recycle, shares its line
-        // with no other CPU's pages; single pages only when the lists have
-        // no block of a line.
-        while got + (1 << LINE_ORDER) <= want.max(1 << LINE_ORDER) {
-            let Some(head) = self.pcp_take_locked(&mut pcp, zi, LINE_ORDER, mt, *flags) else {
+        // Pages this CPU's cache flushed to its list first: they are its
+        // own lines, and taking them keeps the list from growing to a
+        // spill while fresh blocks come from the buddy.
+        let recycled = crate::pcp::order_to_pindex(mt, 0);
+        while got < want && !pcp.is_empty(recycled) {
+            let Some(idx) = self.pcp_take_locked(&mut pcp, zi, 0, mt, *flags) else {
                 break;
             };
-            for idx in head..head + (1 << LINE_ORDER) {
-                self.desc(idx).set_free_state(PageFlags::PCP, 0, mt as u8);
-                pages[got] = idx;
-                got += 1;
+            pages[got] = idx;
+            got += 1;
+        }
+        // Fresh pages in whole descriptor lines (see the module doc), so
+        // the page kept for the caller, which this CPU will recycle, shares
+        // its line with no other CPU's pages.
+        if got == 0 {
+            while got + (1 << LINE_ORDER) <= want.max(1 << LINE_ORDER) {
+                let Some(head) = self.pcp_take_locked(&mut pcp, zi, LINE_ORDER, mt, *flags) else {
+                    break;
+                };
+                for idx in head..head + (1 << LINE_ORDER) {
+                    self.desc(idx).set_free_state(PageFlags::PCP, 0, mt as u8);
+                    pages[got] = idx;
+                    got += 1;
+                }
             }
         }
+        // Single pages only when the lists have no block of a line.
         if got == 0 {
             while got < want {
                 let Some(idx) = self.pcp_take_locked(&mut pcp, zi, 0, mt, *flags) else {

@@ -54,6 +54,7 @@
 #![deny(unsafe_code)]
 
 use crate::mem::page::{PageDesc, PageFlags, PageIdx, MAX_LOCAL_CPUS};
+use crate::mem::stack::{PageStack, STACK_SLOTS};
 use crate::page_alloc::pinned::PinnedCpu;
 use crate::pcp::cpus::CpuSlot;
 use crate::types::gfp::{gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType};
@@ -62,8 +63,9 @@ use crate::PageAllocator;
 use crate::{FreeError, Pfn};
 use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
-/// Pages the magazine holds at most.
-pub(crate) const MAG_SLOTS: usize = 64;
+/// Pages the magazine holds at most: a [`PageStack`]'s, the type the
+/// per-CPU caches use too.
+pub(crate) const MAG_SLOTS: usize = STACK_SLOTS;
 /// Pages moved per refill or flush.
 pub(crate) const MAG_BATCH: usize = MAG_SLOTS / 2;
 
@@ -153,11 +155,10 @@ pub(crate) struct Magazine<'a> {
     /// The whole word (state and refcount 1) an order-0 allocation of `mt`
     /// leaves in a page, and so the one the free expects.
     allocated_word: u64,
-    len: usize,
-    /// Pages held before a flush: [`MAG_SLOTS`], or the list's `high`
-    /// when that is smaller (a small zone).
-    capacity: usize,
-    slots: [PageIdx; MAG_SLOTS],
+    /// The pages: the order-0 cache's one type (`mem::stack`), owned here
+    /// outright. Its capacity is [`MAG_SLOTS`], or the list's `high` when
+    /// that is smaller (a small zone).
+    stack: PageStack,
 }
 
 impl<'a> Magazine<'a> {
@@ -177,9 +178,7 @@ impl<'a> Magazine<'a> {
             local: cpu < MAX_LOCAL_CPUS,
             outstanding: 0,
             allocated_word: 0,
-            len: 0,
-            capacity: MAG_SLOTS,
-            slots: [0; MAG_SLOTS],
+            stack: PageStack::new(MAG_SLOTS),
         }
     }
 }
@@ -198,11 +197,11 @@ impl<'a> PinnedCpu<'a> {
         if !alloc.zone_allows(zone, 0, self.mag.target.flags, self.mag.target.highest) {
             return None;
         }
-        if self.mag.len == 0 && !self.mag_refill() {
-            return None;
-        }
-        self.mag.len -= 1;
-        let idx = self.mag.slots[self.mag.len];
+        let idx = match self.mag.stack.pop() {
+            Some(idx) => idx,
+            None if self.mag_refill() => self.mag.stack.pop()?,
+            None => return None,
+        };
         let page = self.mag.descs.get(idx as usize)?;
         if alloc.hwpoisoned_with_flag(page.has(PageFlags::HWPOISON), idx) {
             alloc.drop_poisoned(idx);
@@ -235,8 +234,9 @@ impl<'a> PinnedCpu<'a> {
         {
             return false;
         }
-        if self.mag.len >= self.mag.capacity {
-            self.mag_flush(self.mag.capacity / 2);
+        if self.mag.stack.is_full() {
+            let half = self.mag.stack.capacity() / 2;
+            self.mag_flush(half.max(1));
         }
         // The word compare was free_pages_prepare's checks: exactly one
         // reference, no check-at-free flag, not compound, not owned, not
@@ -262,9 +262,8 @@ impl<'a> PinnedCpu<'a> {
                 return false;
             }
         }
-        self.mag.slots[self.mag.len] = idx;
-        self.mag.len += 1;
-        true
+        // Room was made above.
+        self.mag.stack.push_with_room(idx)
     }
 
     /// Points the magazine at `gfp`'s order-0 target (flushing pages of
@@ -280,12 +279,13 @@ impl<'a> PinnedCpu<'a> {
             return false;
         };
         if self.mag.gfp.is_some() && (self.mag.target.zi, self.mag.target.mt) != (target.zi, target.mt) {
-            self.mag_flush(self.mag.len);
+            self.mag_flush_all();
         }
         self.mag.gfp = Some(gfp);
         self.mag.zone = zone;
         self.mag.target = target;
-        self.mag.capacity = target.capacity(self.lists[target.zi].sizing.high_min);
+        let capacity = target.capacity(self.lists[target.zi].sizing.high_min);
+        self.mag.stack.set_capacity(capacity);
         let allocated_state = if self.mag.local {
             PageDesc::local_state_word(0, target.mt as u8, self.cpu)
         } else {
@@ -304,16 +304,16 @@ impl<'a> PinnedCpu<'a> {
         // zone's batch is a page or two, and a magazine that took 32 of
         // them could hold the whole zone.
         let want = MAG_BATCH.min(self.lists[zi].sizing.batch.max(1) as usize);
-        while self.mag.len < want {
-            match self.alloc.pcp_take_locked(&mut self.lists[zi], zi, 0, mt, flags) {
-                Some(idx) => {
-                    self.mag.slots[self.mag.len] = idx;
-                    self.mag.len += 1;
-                }
-                None => break,
+        while self.mag.stack.len() < want {
+            let Some(idx) = self.alloc.pcp_take_locked(&mut self.lists[zi], zi, 0, mt, flags) else {
+                break;
+            };
+            if !self.mag.stack.push(idx) {
+                self.alloc.uncache_pages(Some(&mut self.lists[zi]), zi, mt, &[idx]);
+                break;
             }
         }
-        self.mag.len > 0
+        self.mag.stack.len() > 0
     }
 
     /// Returns the `count` oldest pages of the magazine to the per-CPU
@@ -322,10 +322,9 @@ impl<'a> PinnedCpu<'a> {
     pub(super) fn mag_flush(&mut self, count: usize) {
         let alloc = self.alloc;
         let zi = self.mag.target.zi;
-        let count = count.min(self.mag.len);
-        alloc.uncache_pages(Some(&mut self.lists[zi]), zi, self.mag.target.mt, &self.mag.slots[..count]);
-        self.mag.slots.copy_within(count..self.mag.len, 0);
-        self.mag.len -= count;
+        let mut oldest = [0 as PageIdx; MAG_SLOTS];
+        let count = self.mag.stack.take_oldest(count, &mut oldest);
+        alloc.uncache_pages(Some(&mut self.lists[zi]), zi, self.mag.target.mt, &oldest[..count]);
     }
 
     /// Turns the magazine on (the default) or off. Off, order-0 requests
@@ -414,13 +413,14 @@ impl<'a> PinnedCpu<'a> {
 
     /// Pages in the magazine.
     pub(super) fn mag_len(&self) -> usize {
-        self.mag.len
+        self.mag.stack.count()
     }
 
     /// Empties the magazine into the per-CPU list.
     pub(super) fn mag_flush_all(&mut self) {
-        if self.mag.len > 0 {
-            self.mag_flush(self.mag.len);
+        let len = self.mag.stack.len();
+        if len > 0 {
+            self.mag_flush(len);
         }
     }
 }
