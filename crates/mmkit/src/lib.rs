@@ -87,6 +87,7 @@ pub use page_alloc::pinned::{PinError, PinnedCpu};
 #[cfg(all(feature = "std", not(loom)))]
 pub use page_alloc::reporting::FreePageReporter;
 pub use page_alloc::reporting::{ReportSummary, PAGE_REPORTING_CAPACITY, PAGE_REPORTING_DELAY};
+pub use page_alloc::source::PageSource;
 pub use page_alloc::stats::StatsSnapshot;
 pub use page_alloc::PageAllocator;
 pub use pcp::{PcpCounters, PcpSizing};

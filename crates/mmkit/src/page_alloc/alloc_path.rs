@@ -39,6 +39,14 @@ impl PageAllocator {
                 return Ok(pfn);
             }
         }
+        self.alloc_pages_uncached(gfp, order)
+    }
+
+    /// [`alloc_pages`](Self::alloc_pages) past the per-CPU cache. Out of
+    /// line: inlined, the general path's callee-saved registers and stack
+    /// frame were set up on every cached allocation too (BENCHMARKS.md).
+    #[inline(never)]
+    fn alloc_pages_uncached(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
         let cpu = self.current_cpu();
         self.alloc_on(cpu, self.node_of_cpu(cpu), gfp, order, false)
     }

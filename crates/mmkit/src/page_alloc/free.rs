@@ -56,6 +56,13 @@ impl PageAllocator {
         if order == 0 && self.cpu_cache_free(pfn) {
             return Ok(());
         }
+        self.free_pages_uncached(pfn, order)
+    }
+
+    /// [`free_pages`](Self::free_pages) past the per-CPU cache, out of
+    /// line for the reason `alloc_pages_uncached` is.
+    #[inline(never)]
+    fn free_pages_uncached(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         self.free_pages_on(self.current_cpu(), pfn, order)
     }
 

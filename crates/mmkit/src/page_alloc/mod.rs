@@ -29,6 +29,7 @@ pub mod migrate;
 pub(crate) mod pinned;
 pub(crate) mod reporting;
 pub(crate) mod slowpath;
+pub(crate) mod source;
 pub(crate) mod stats;
 
 use crate::mem::map::MemMap;

@@ -29,12 +29,16 @@
 //! `drain_all_pages`.
 #![deny(unsafe_code)]
 
+use crate::mem::owned::PageBlock;
 use crate::mem::sync::LockGuard;
+use crate::page_alloc::block::BlockError;
+use crate::page_alloc::bulk::BulkFreeError;
 use crate::page_alloc::free::Claim;
 use crate::page_alloc::magazine::Magazine;
 use crate::pcp::cpus::{REQUEST_DRAIN, REQUEST_RESIZE};
 use crate::pcp::{pcp_allowed_order, PcpState};
 use crate::types::gfp::Gfp;
+use crate::types::page_flags::PageOwner;
 use crate::{AllocError, FreeError, PageAllocator, Pfn};
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering::{AcqRel, Release};
@@ -272,6 +276,60 @@ impl<'a> PinnedCpu<'a> {
         }
         alloc.release_prepared(&alloc.zones[zi], idx, 1 << order, crate::zone::buddy::Placement::Auto);
         Ok(())
+    }
+
+    /// The allocator this handle pins a CPU of.
+    pub fn allocator(&self) -> &'a PageAllocator {
+        self.alloc
+    }
+
+    /// Drops a reference to the page or compound page holding `pfn` (see
+    /// [`PageAllocator::put_page`]); a page of this CPU leaves it first
+    /// ([`hand_over`](Self::hand_over)), so the reference drop is the
+    /// general path's.
+    ///
+    /// # Errors
+    /// As [`PageAllocator::put_page`].
+    pub fn put_page(&mut self, pfn: Pfn) -> Result<(), FreeError> {
+        self.serve_drain_request();
+        if let Ok(head) = self.alloc.compound_head(pfn) {
+            self.hand_over(head)?;
+        }
+        self.alloc.put_page_on(self.cpu, pfn)
+    }
+
+    /// Frees blocks allocated with refcount 1 (see
+    /// [`PageAllocator::free_pages_bulk`]); pages of this CPU leave it
+    /// first, as in [`put_page`](Self::put_page).
+    ///
+    /// # Errors
+    /// As [`PageAllocator::free_pages_bulk`].
+    pub fn free_pages_bulk(&mut self, pfns: &[Pfn]) -> Result<usize, BulkFreeError> {
+        self.serve_drain_request();
+        for &pfn in pfns {
+            // A page local to another CPU stays so, for the batch to refuse.
+            let _ = self.hand_over(pfn);
+        }
+        self.alloc.free_pages_bulk_on(self.cpu, pfns)
+    }
+
+    /// Allocates a block owned by layer `owner` on this CPU (see
+    /// [`PageAllocator::alloc_block`]).
+    ///
+    /// # Errors
+    /// As [`PageAllocator::alloc_pages`].
+    pub fn alloc_block(&mut self, owner: PageOwner, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
+        self.serve_drain_request();
+        self.alloc.alloc_block_on(self.cpu, self.nid, owner, gfp, order)
+    }
+
+    /// Frees an owned block (see [`PageAllocator::free_block`]).
+    ///
+    /// # Errors
+    /// As [`PageAllocator::free_block`].
+    pub fn free_block(&mut self, block: PageBlock) -> Result<(), BlockError> {
+        self.serve_drain_request();
+        self.alloc.free_block_on(self.cpu, block)
     }
 
     /// Fills the empty slots of `page_array` with order-0 pages from this
