@@ -276,12 +276,6 @@ impl PageDesc {
     pub(crate) const fn state_word_of_const(flags: u32, order: u32, tag: u8) -> u32 {
         flags | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT)
     }
-    /// The migratetype tag of a whole word (see [`tag`](Self::tag)).
-    #[cfg_attr(not(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom))), allow(dead_code))]
-    #[inline(always)]
-    pub(crate) const fn tag_of_word(word: u64) -> u8 {
-        ((state_of(word) & TAG_MASK) >> TAG_SHIFT) as u8
-    }
     /// The state word of a block of `order` and migratetype `tag` handed
     /// out `LOCAL` to CPU `cpu` (by its magazine, order 0, or by a zone it
     /// holds locked, any order): `ALLOCATED`, `LOCAL` and the CPU.

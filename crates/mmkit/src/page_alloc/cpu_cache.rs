@@ -38,9 +38,10 @@
 //! of three that way). So a free pushes onto the stack only when it runs
 //! on the CPU of its thread's last cached allocation (checked inside the
 //! sequence, so a migration between the check and the push cannot slip
-//! through); otherwise the page goes to the locked lists, until the thread
-//! allocates on its new CPU. Threads that only free (consumers of pages
-//! others allocate) have no such CPU and always push.
+//! through); otherwise that one page goes to the old CPU's locked lists
+//! (not the new CPU's, whose next refill would take it), and the thread's
+//! CPU becomes the new one. Threads that only free (consumers of
+//! pages others allocate) have no such CPU and always push.
 //!
 //! Only the shared API uses the cache (`alloc_pages`, `free_pages`,
 //! `put_page` of order 0 when the caller does not name a CPU). Pinned
@@ -197,14 +198,20 @@ impl PageAllocator {
         let idx = offset as PageIdx;
         let page = self.desc(idx);
         let word = page.load_word();
-        let mt = PageDesc::tag_of_word(word);
-        // The word compare is free_pages_prepare's checks: exactly one
+        // The mask compare is free_pages_prepare's checks: exactly one
         // reference, order 0, no check-at-free flag, not compound, not
-        // owned, not local to a pinned CPU, not poisoned. The page goes on
-        // the stack of its pageblock's type, as on the lists.
-        if word != allocated_word(mt) || self.mem.blocks.get(idx) as u8 != mt || self.hwpoison.any() {
+        // owned, not local to a pinned CPU, not poisoned (any type tag: a
+        // contiguous range's pages are tagged unmovable in movable blocks).
+        if !PageDesc::is_plain_order0(word, 1) || self.hwpoison.any() {
             return false;
         }
+        // The stack of the list the page would go on (its pageblock's type;
+        // CMA and highatomic ride on the movable list; isolated blocks
+        // bypass the lists).
+        let Some(list_type) = self.pcp_list_type(idx, 0) else {
+            return false;
+        };
+        let mt = list_type as u8;
         let Some(zi) = self.zones.index_of(idx) else {
             return false;
         };
@@ -221,10 +228,22 @@ impl PageAllocator {
         if !page.replace_word(word, cached_word(mt)) {
             return false;
         }
-        match caches.stacks.push(slot, idx, LAST_CPU.with(core::cell::Cell::get)) {
+        let home = LAST_CPU.with(core::cell::Cell::get);
+        match caches.stacks.push(slot, idx, home) {
             Push::Done => {}
             Push::Full => self.cpu_cache_flush(caches, slot, zi, idx),
-            Push::Unavailable | Push::Foreign => self.cpu_cache_uncache(zi, MigrateType::ALL[usize::from(mt)], idx),
+            Push::Unavailable => self.cpu_cache_uncache(self.current_cpu(), zi, MigrateType::ALL[usize::from(mt)], idx),
+            Push::Foreign => {
+                // Back to the lists of the CPU the thread allocated on: on
+                // this CPU's, its next refill would take the page and
+                // recycle a line of the other CPU's pages.
+                self.cpu_cache_uncache(self.fold_cpu(home as usize), zi, MigrateType::ALL[usize::from(mt)], idx);
+                // One slow free per migration: the thread's later frees
+                // push here (a free-only thread must not stay on the lists).
+                if let Some(cpu) = caches.stacks.current_cpu() {
+                    LAST_CPU.with(|last| last.set(cpu as u32));
+                }
+            }
         }
         true
     }
@@ -311,11 +330,12 @@ impl PageAllocator {
         }
     }
 
-    /// Frees a cached page of zone `zi` and type `mt` that found its stack
-    /// stopped onto the current CPU's lists.
+    /// Frees a cached page of zone `zi` and type `mt` that could not go on
+    /// the current CPU's stack onto CPU `cpu`'s lists (to the buddy when
+    /// that CPU is pinned).
     #[cold]
-    fn cpu_cache_uncache(&self, zi: usize, mt: MigrateType, idx: PageIdx) {
-        let mut pcp = self.lock_pcp_unless_pinned(self.current_cpu(), zi);
+    fn cpu_cache_uncache(&self, cpu: usize, zi: usize, mt: MigrateType, idx: PageIdx) {
+        let mut pcp = self.lock_pcp_unless_pinned(cpu, zi);
         self.uncache_pages(pcp.as_deref_mut(), zi, mt, &[idx]);
     }
 
