@@ -132,7 +132,7 @@ impl PageAllocator {
     /// preferred zone only, a lockless watermark check, one try of the
     /// pageset lock. `None` sends the request down the general path, which
     /// repeats these steps zone by zone and then enters the slow path.
-    #[inline]
+    #[inline(always)]
     fn alloc_fast(&self, cpu: usize, nid: usize, gfp: Gfp, order: u32, frozen: bool) -> Option<Pfn> {
         let target = self.fast_target(nid, gfp, order)?;
         let idx = {

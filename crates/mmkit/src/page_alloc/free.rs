@@ -257,7 +257,7 @@ impl PageAllocator {
 
     /// Claims the block for freeing (exactly one caller wins), prepares it
     /// and releases it to CPU `cpu`'s list or its zone.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn claim_and_free(&self, cpu: usize, idx: PageIdx, order: u32, claim: Claim) -> Result<(), FreeError> {
         self.claim_and_prepare(idx, order, claim)?;
         self.free_prepared_block(cpu, idx, order);
@@ -282,7 +282,7 @@ impl PageAllocator {
 
     /// Frees a prepared block: onto CPU `cpu`'s list when its order is
     /// cached there, else (or when that list is busy) to the buddy.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn free_prepared_block(&self, cpu: usize, idx: PageIdx, order: u32) {
         let Some(zi) = self.zone_index_of(idx) else {
             return;
