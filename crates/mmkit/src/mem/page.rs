@@ -163,12 +163,19 @@ impl PageDesc {
     pub(crate) fn set_owner(&self, owner: u8) {
         let _ = self.update_state(Relaxed, |s| Some(owned_state(s, owner)));
     }
-    /// Marks the page as owned by `owner` unless it already is owned; true
-    /// for the one caller that marked it.
+    /// Marks the page as owned by `owner` unless it already is owned or
+    /// has no reference; true for the one caller that marked it. A page
+    /// with no reference is frozen: its owner is freeing it (it cleared its
+    /// mark just before), and marking it again then made that free find an
+    /// owned page (two racing take-backs, `tests/blocks.rs`).
     pub(crate) fn try_set_owner(&self, owner: u8) -> bool {
-        self.update_state(core::sync::atomic::Ordering::AcqRel, |s| {
-            (s & (PageFlags::OWNED.bits() | LOCAL_BIT) == 0).then(|| owned_state(s, owner))
-        })
+        self.rc_state
+            .fetch_update(core::sync::atomic::Ordering::AcqRel, Relaxed, |w| {
+                let s = state_of(w);
+                (s & (PageFlags::OWNED.bits() | LOCAL_BIT) == 0 && refcount_of(w) != 0)
+                    .then(|| (w & !STATE_MASK) | owned_state(s, owner) as u64)
+            })
+            .is_ok()
     }
     /// Clears the owner mark and tag.
     pub(crate) fn clear_owner(&self) {
@@ -555,6 +562,8 @@ mod tests {
         assert!(!d.try_set_owner(3), "already owned");
         d.clear_owner();
         assert_eq!((d.owner(), d.flags()), (0, PageFlags::HWPOISON));
+        assert!(!d.try_set_owner(3), "a frozen page (no reference) is not adopted");
+        d.set_refcount(1);
         assert!(d.try_set_owner(3));
         assert_eq!(d.owner(), 3);
     }
