@@ -459,3 +459,40 @@ fn a_consumer_thread_caches_what_it_frees() {
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     assert_eq!(mm.nr_free_pages(), managed);
 }
+
+/// A pinned CPU's cache is emptied when it is pinned and stays out of use
+/// until the handle is dropped: other threads running there go to the
+/// buddy, as they do for its lists (a trace replay pins every CPU, and
+/// compaction's frees must then reach the buddy to merge).
+#[test]
+fn pinning_a_cpu_empties_its_cache_and_keeps_others_off_it() {
+    let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
+    if !mm.has_cpu_caches() {
+        eprintln!("skipped: no per-CPU cache here");
+        return;
+    }
+    let pages: Vec<Pfn> = (0..8).map(|_| mm.alloc_pages(Gfp::KERNEL, 0).unwrap()).collect();
+    for &p in &pages[..4] {
+        mm.free_pages(p, 0).unwrap();
+    }
+    assert!(mm.nr_pcp_pages() >= 4, "cached");
+    {
+        // Every CPU of the map: whichever this thread runs on is pinned.
+        let pins = (mm.pin_cpu(0).unwrap(), mm.pin_cpu(1).unwrap());
+        assert_eq!(mm.nr_pcp_pages(), 0, "pinning emptied the caches");
+        for &p in &pages[4..] {
+            mm.free_pages(p, 0).unwrap();
+        }
+        let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
+        mm.free_pages(p, 0).unwrap();
+        assert_eq!(mm.nr_pcp_pages(), 0, "frees on a pinned CPU skip its cache");
+        drop(pins);
+    }
+    let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
+    mm.free_pages(p, 0).unwrap();
+    assert!(mm.nr_pcp_pages() > 0, "cached again once unpinned");
+    assert_eq!(mm.drain_all_pages(), 0);
+    mm.check_invariants().unwrap();
+    let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
+    assert_eq!(mm.nr_free_pages(), managed);
+}

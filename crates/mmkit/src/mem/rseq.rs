@@ -27,7 +27,8 @@
 //! returns, every sequence that was running there has been aborted, and
 //! every sequence that starts afterwards reads `stopped` (it is checked
 //! inside the sequence) and gives up. The drainer then owns the stack until
-//! it clears `stopped`.
+//! it clears `stopped`. A CPU pinned by a `PinnedCpu` keeps its stacks
+//! stopped (another bit of the same word) until the handle is dropped.
 //!
 //! # Where this works
 //! x86-64 Linux, with `std`, when the C library registered an rseq area
@@ -74,6 +75,12 @@ pub(crate) enum Push {
 const UNAVAILABLE: u64 = u64::MAX;
 const EMPTY_OR_FULL: u64 = u64::MAX - 1;
 const FOREIGN: u64 = u64::MAX - 2;
+
+/// `stopped` bits: a drainer owns the stack for the moment.
+const STOP_DRAIN: u32 = 1;
+/// `stopped` bits: the stack's CPU is pinned (its pages belong to the
+/// pinned handle's lists; no sequence may use the stack meanwhile).
+const STOP_PINNED: u32 = 2;
 
 /// Offset of the thread's rseq area from its thread pointer
 /// (`__rseq_offset`); `isize::MIN` until looked up, `isize::MAX` if absent.
@@ -499,7 +506,7 @@ impl CpuStacks {
         {
             let _one_drainer = self.drain_lock.lock();
             for stack in &mine {
-                stack.stopped.store(1, SeqCst);
+                stack.stopped.fetch_or(STOP_DRAIN, SeqCst);
             }
             let fenced = self.fence(cpu);
             if fenced {
@@ -512,7 +519,7 @@ impl CpuStacks {
                 }
             }
             for stack in &mine {
-                stack.stopped.store(0, Release);
+                stack.stopped.fetch_and(!STOP_DRAIN, Release);
             }
             if !fenced {
                 return false;
@@ -522,6 +529,24 @@ impl CpuStacks {
             take(*slot, items);
         }
         true
+    }
+
+    /// Stops (or restarts) every stack of CPU `cpu` for as long as the
+    /// caller needs, apart from drains: no sequence succeeds on a stopped
+    /// stack. A stack being stopped may still have a sequence in flight;
+    /// [`drain_cpu`](Self::drain_cpu) afterwards fences it and empties it.
+    pub(crate) fn set_pinned(&self, cpu: usize, pinned: bool) {
+        if cpu >= self.nr_cpus {
+            return;
+        }
+        for slot in 0..self.slots {
+            let stack = &self.stacks[(slot << self.slot_shift) + cpu];
+            if pinned {
+                stack.stopped.fetch_or(STOP_PINNED, SeqCst);
+            } else {
+                stack.stopped.fetch_and(!STOP_PINNED, Release);
+            }
+        }
     }
 
     /// Waits until no sequence that started before the call can still

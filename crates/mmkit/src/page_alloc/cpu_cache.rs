@@ -353,6 +353,22 @@ impl PageAllocator {
         }
     }
 
+    /// Keeps the caches of every kernel CPU that folds onto `cpu` out of
+    /// use while a [`PinnedCpu`](crate::PinnedCpu) holds `cpu`, emptying
+    /// them into the buddy: as with the CPU's lists, other threads running
+    /// there go to the buddy meanwhile.
+    pub(crate) fn pin_cpu_caches(&self, cpu: usize, pinned: bool) {
+        let Some(caches) = self.cpu_caches.as_ref() else {
+            return;
+        };
+        for real in (cpu..caches.stacks.nr_cpus()).step_by(self.pcp.nr_cpus) {
+            caches.stacks.set_pinned(real, pinned);
+        }
+        if pinned {
+            self.drain_cpu_caches(cpu);
+        }
+    }
+
     /// Pages the per-CPU caches hold in zone `zi`.
     pub(crate) fn cpu_cached_pages(&self, zi: usize) -> u64 {
         self.cpu_caches.as_ref().map_or(0, |caches| caches.held_in_zone(zi))
