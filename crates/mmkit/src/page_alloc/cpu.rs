@@ -69,7 +69,13 @@ impl PageAllocator {
     /// without an explicit CPU use.
     #[inline]
     pub fn current_cpu(&self) -> usize {
-        let cpu = (self.pcp.cpu_id)();
+        self.fold_cpu((self.pcp.cpu_id)())
+    }
+
+    /// Folds a CPU number (the embedder's, or the kernel's for the per-CPU
+    /// caches) onto the allocator's CPUs.
+    #[inline(always)]
+    pub(crate) fn fold_cpu(&self, cpu: usize) -> usize {
         if cpu < self.pcp.nr_cpus {
             cpu
         } else {

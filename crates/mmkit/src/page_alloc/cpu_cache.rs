@@ -248,16 +248,6 @@ impl PageAllocator {
         true
     }
 
-    /// Folds a kernel CPU number onto the allocator's CPUs.
-    #[inline(always)]
-    fn fold_cpu(&self, cpu: usize) -> usize {
-        if cpu < self.pcp.nr_cpus {
-            cpu
-        } else {
-            cpu % self.pcp.nr_cpus
-        }
-    }
-
     /// Refills the current CPU's stack of (`zi`, `mt`) from its lists
     /// (which refill from the buddy as usual), keeping one page for the
     /// caller; `None` when the lists are busy, pinned or empty.
