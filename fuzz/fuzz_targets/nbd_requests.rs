@@ -5,12 +5,16 @@
 //! checked against a model of each device (its bytes, or none while
 //! uninitialised). Reads must return the model's bytes, block status must
 //! cover what was asked and call nothing a hole that holds data, errors
-//! must change nothing, and nothing may panic.
+//! must change nothing, and nothing may panic. The devices are kept from
+//! one input to the next (see `mmkit_fuzz`): each input starts on two
+//! blank devices of the same size.
 //!
 //! Run with `cargo +nightly fuzz run nbd_requests` from the repository root.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use mmkit_fuzz::zram::map;
+use mmkit_fuzz::Persistent;
 use mmkit_nbdkit::control::answer;
 use mmkit_nbdkit::ops::{self, BlockState};
 use mmkit_zram::{Zram, ZramConfig, ZramError};
@@ -22,10 +26,33 @@ struct Model {
     bytes: Option<Vec<u8>>,
 }
 
-fuzz_target!(|data: &[u8]| {
-    let devices: Vec<Zram> = (0..2)
-        .map(|_| Zram::with_own_memory(ZramConfig { disksize: SIZE, ..ZramConfig::default() }).expect("a device"))
-        .collect();
+/// The two devices, kept from one input to the next (see `mmkit_fuzz`).
+static DEVICES: Persistent<[Zram; 2]> = Persistent::new();
+
+fn new_device() -> Zram {
+    Zram::new(map(), ZramConfig { disksize: SIZE, ..ZramConfig::default() }).expect("a device")
+}
+
+fuzz_target!(|data: &[u8]| DEVICES.with(|| [new_device(), new_device()], |devices| run(devices, data)));
+
+/// Brings `zram` back to an initialised device of `SIZE` bytes that reads
+/// as zeroes: this target changes nothing else of its configuration.
+fn make_blank(zram: &Zram) {
+    let rounded = SIZE.next_multiple_of(4096);
+    if zram.disksize() != rounded {
+        if zram.is_initialised() {
+            answer(zram, "reset").expect("nobody holds the device open between inputs");
+        }
+        answer(zram, &format!("disksize {SIZE}")).expect("an uninitialised device takes a size");
+    }
+    zram.discard(0, rounded).expect("an initialised device");
+}
+
+/// Runs one input on two blank devices.
+fn run(devices: &[Zram; 2], data: &[u8]) {
+    for zram in devices {
+        make_blank(zram);
+    }
     // Sizes round up to whole pages.
     let rounded = SIZE.next_multiple_of(4096) as usize;
     let mut models: Vec<Model> = (0..2).map(|_| Model { bytes: Some(vec![0; rounded]) }).collect();
@@ -138,4 +165,4 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(zram.disksize(), model.bytes.as_ref().map_or(0, |b| b.len() as u64));
     }
     drop(opens);
-});
+}

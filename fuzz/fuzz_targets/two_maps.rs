@@ -6,12 +6,16 @@
 //! order and how many references) predicts every result; after every
 //! operation both maps keep their invariants and conserve their pages.
 //!
+//! The maps are kept from one input to the next (see `mmkit_fuzz`): each
+//! input starts on maps that hold nothing and frees all it took.
+//!
 //! Run with `cargo +nightly fuzz run two_maps` from `fuzz/`.
 #![no_main]
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use mmkit::{Gfp, IndexError, MemoryMapBuilder, MigrateType, PageAllocator, Pfn, ZoneType};
+use mmkit_fuzz::Persistent;
 use std::collections::BTreeMap;
 
 #[derive(Arbitrary, Debug)]
@@ -78,7 +82,10 @@ fn pick(sides: &[Side; 2], pick: u16) -> u64 {
     }
 }
 
-fuzz_target!(|ops: Vec<Op>| {
+/// The two maps, kept from one input to the next (see `mmkit_fuzz`).
+static SIDES: Persistent<[Side; 2]> = Persistent::new();
+
+fn fresh_sides() -> [Side; 2] {
     let a = MemoryMapBuilder::with_memory(8 << 20).nr_cpus(2).cpu_id_fn(|| 0).hooks(mmkit::QuietHooks).build();
     let b = MemoryMapBuilder::new()
         .zone(0, ZoneType::Normal, 1024..3072)
@@ -88,7 +95,17 @@ fuzz_target!(|ops: Vec<Op>| {
         .cpu_id_fn(|| 0)
         .hooks(mmkit::QuietHooks)
         .build();
-    let mut sides = [Side::new(a.unwrap()), Side::new(b.unwrap())];
+    [Side::new(a.unwrap()), Side::new(b.unwrap())]
+}
+
+fuzz_target!(|ops: Vec<Op>| SIDES.with(fresh_sides, |sides| run(sides, ops)));
+
+/// Runs one input on maps that hold nothing, and frees everything it took.
+fn run(sides: &mut [Side; 2], ops: Vec<Op>) {
+    for s in sides.iter() {
+        assert!(s.blocks.is_empty() && s.contig.is_empty());
+        s.check();
+    }
     for op in ops.into_iter().take(64) {
         match op {
             Op::Alloc { map, gfp, order } => {
@@ -101,7 +118,7 @@ fuzz_target!(|ops: Vec<Op>| {
                 }
             }
             Op::Free { map, pick: p, wrong_order } => {
-                let pfn = pick(&sides, p);
+                let pfn = pick(sides, p);
                 let s = &mut sides[map as usize];
                 match s.blocks.get(&pfn).copied() {
                     Some((order, 1)) if !wrong_order => {
@@ -135,7 +152,7 @@ fuzz_target!(|ops: Vec<Op>| {
                 }
             }
             Op::BulkFree { map, picks } => {
-                let mut pfns: Vec<u64> = picks.iter().take(16).map(|&p| pick(&sides, p)).collect();
+                let mut pfns: Vec<u64> = picks.iter().take(16).map(|&p| pick(sides, p)).collect();
                 pfns.sort_unstable();
                 pfns.dedup();
                 let s = &mut sides[map as usize];
@@ -163,7 +180,7 @@ fuzz_target!(|ops: Vec<Op>| {
                 }
             }
             Op::GetPage { map, pick: p } => {
-                let pfn = pick(&sides, p);
+                let pfn = pick(sides, p);
                 let s = &mut sides[map as usize];
                 match s.blocks.get(&pfn).copied() {
                     Some((0, refs)) => {
@@ -176,7 +193,7 @@ fuzz_target!(|ops: Vec<Op>| {
                 }
             }
             Op::PutPage { map, pick: p } => {
-                let pfn = pick(&sides, p);
+                let pfn = pick(sides, p);
                 let s = &mut sides[map as usize];
                 match s.blocks.get(&pfn).copied() {
                     Some((0, 1)) => {
@@ -243,11 +260,11 @@ fuzz_target!(|ops: Vec<Op>| {
                 assert_eq!(s.mm.fragmentation_score(nid).is_ok(), nid < s.mm.nr_nodes());
             }
         }
-        for s in &sides {
+        for s in sides.iter() {
             s.check();
         }
     }
-    for s in &mut sides {
+    for s in sides.iter_mut() {
         for (pfn, (order, refs)) in std::mem::take(&mut s.blocks) {
             for _ in 0..refs {
                 s.mm.free_pages(Pfn(pfn), order).unwrap();
@@ -259,4 +276,4 @@ fuzz_target!(|ops: Vec<Op>| {
         s.mm.drain_all_pages();
         s.check();
     }
-});
+}

@@ -4,7 +4,9 @@
 //! mixed in. A model of each pool's live objects and their bytes predicts
 //! every result: a handle is valid on a pool exactly when that pool handed
 //! it out and has not freed it. After every operation both pools keep
-//! their invariants and every live object its bytes.
+//! their invariants and every live object its bytes. The pools are kept
+//! from one input to the next (see `mmkit_fuzz`): each input starts on
+//! empty pools and frees what it left.
 //!
 //! Run with `cargo +nightly fuzz run two_pools` from `fuzz/`.
 #![no_main]
@@ -12,6 +14,7 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
+use mmkit_fuzz::Persistent;
 use mmkit_zsmalloc::{Handle, ZsError, ZsPool};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
@@ -84,9 +87,21 @@ fn expect<T: std::fmt::Debug>(valid: bool, h: Handle, got: Result<T, ZsError>) -
     }
 }
 
-fuzz_target!(|ops: Vec<Op>| {
+/// The two pools, kept from one input to the next (see `mmkit_fuzz`).
+static POOLS: Persistent<[ZsPool; 2]> = Persistent::new();
+
+fn fresh_pools() -> [ZsPool; 2] {
     let mm = map();
-    let pools = [ZsPool::zs_create_pool("a", mm.clone()).unwrap(), ZsPool::zs_create_pool("b", mm.clone()).unwrap()];
+    [ZsPool::zs_create_pool("a", mm.clone()).unwrap(), ZsPool::zs_create_pool("b", mm).unwrap()]
+}
+
+fuzz_target!(|ops: Vec<Op>| POOLS.with(fresh_pools, |pools| run(pools, ops)));
+
+/// Runs one input on pools that hold nothing, and frees what it left.
+fn run(pools: &[ZsPool; 2], ops: Vec<Op>) {
+    for pool in pools {
+        assert_eq!(pool.zs_get_total_pages(), 0, "pool {} kept pages from the last input", pool.name());
+    }
     let mut models: [HashMap<Handle, Vec<u8>>; 2] = [HashMap::new(), HashMap::new()];
     let gfp = Gfp::NOIO | Gfp::HIGHMEM | Gfp::MOVABLE;
     let mut buf = vec![0u8; 4096];
@@ -160,19 +175,26 @@ fuzz_target!(|ops: Vec<Op>| {
                 pools[pool as usize].zs_compact();
             }
             Op::Flush => {
-                for pool in &pools {
+                for pool in pools {
                     pool.zs_free_deferred_flush();
                 }
                 queued.clear();
             }
         }
-        check(&pools, &models);
+        check(pools, &models);
     }
-    for pool in &pools {
+    for pool in pools {
         pool.zs_free_deferred_flush();
         assert_eq!(pool.deferred_stats().invalid, 0, "an invalid handle reached the deferred queue");
     }
-    check(&pools, &models);
-    drop(pools);
-    mm.check_invariants().unwrap();
-});
+    check(pools, &models);
+    // Back to empty for the next input: every object freed, every zspage
+    // with it.
+    for (pool, model) in pools.iter().zip(&models) {
+        for &h in model.keys() {
+            pool.zs_free(h).unwrap();
+        }
+    }
+    check(pools, &[HashMap::new(), HashMap::new()]);
+    map().check_invariants().unwrap();
+}

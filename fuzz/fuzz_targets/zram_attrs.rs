@@ -4,29 +4,56 @@
 //! and a backing file. Nothing may panic, an invalid store must leave the
 //! device's statistics alone, and the pool's invariants must hold.
 //!
+//! The device is kept from one input to the next (see `mmkit_fuzz`): each
+//! input starts with eight pages written over a discarded device, and one
+//! that reconfigured or reset it has it built again for the next.
+//!
 //! Run with `cargo +nightly fuzz run zram_attrs` from the repository root.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use mmkit_fuzz::zram::{map, DeviceSlot, RECONFIGURING};
+use mmkit_fuzz::Persistent;
 use mmkit_zram::{Algorithm, Zram, ZramConfig, ZramError};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+const DISKSIZE: u64 = 16 * 4096;
+
+static DEVICE: Persistent<DeviceSlot> = Persistent::new();
+
+fn config() -> ZramConfig {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    let backing = PATH.get_or_init(|| {
+        let path = std::env::temp_dir().join(format!("mmkit-fuzz-zram-{}", std::process::id()));
+        std::fs::write(&path, vec![0u8; 8 * 4096]).expect("a backing file in the temporary directory");
+        path
+    });
+    ZramConfig {
+        disksize: DISKSIZE,
+        recomp_algorithms: vec![Algorithm::Zstd { level: 3 }],
+        backing_dev: Some(backing.clone()),
+        ..ZramConfig::default()
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let backing = std::env::temp_dir().join(format!("mmkit-fuzz-zram-{}", std::process::id()));
-    if std::fs::write(&backing, vec![0u8; 8 * 4096]).is_err() {
-        return;
-    }
-    let mut config = ZramConfig {
-        disksize: 16 * 4096,
-        recomp_algorithms: vec![Algorithm::Zstd { level: 3 }],
-        backing_dev: Some(backing),
-        ..ZramConfig::default()
-    };
-    let zram = Zram::with_own_memory(config.clone()).expect("a small device");
+    DEVICE.with(DeviceSlot::default, |slot| {
+        let zram = slot.device(|| Zram::new(map(), config()).expect("a small device"));
+        slot.reconfigured = run(zram, text);
+    });
+});
+
+/// Runs one input; returns whether it changed the configuration.
+fn run(zram: &Zram, text: &str) -> bool {
+    zram.discard(0, DISKSIZE).expect("an initialised device");
     for page in 0..8u64 {
         let fill: Vec<u8> = (0..4096).map(|i| ((i * (page + 1)) % 251) as u8).collect();
         zram.write(page * 4096, &fill).expect("room for eight pages");
     }
+    let mut config = config();
+    let mut reconfigured = false;
     for line in text.lines().take(32) {
         let (name, value) = line.split_once(' ').unwrap_or((line, ""));
         if name == "backing_dev" {
@@ -38,14 +65,17 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(config, before);
         }
         let stats = (zram.mm_stat(), zram.block_state(), zram.bd_stat());
-        if let Err(ZramError::Invalid(_) | ZramError::Busy(_) | ZramError::NotInitialised) =
-            zram.attr_store(name, value)
-        {
-            assert_eq!((zram.mm_stat(), zram.block_state(), zram.bd_stat()), stats);
+        match zram.attr_store(name, value) {
+            Err(ZramError::Invalid(_) | ZramError::Busy(_) | ZramError::NotInitialised) => {
+                assert_eq!((zram.mm_stat(), zram.block_state(), zram.bd_stat()), stats);
+            }
+            Ok(_) if RECONFIGURING.contains(&name) => reconfigured = true,
+            _ => {}
         }
         let _ = zram.attr_show(name);
         if let Some(pool) = zram.pool() {
             pool.check_invariants().expect("pool invariants");
         }
     }
-});
+    reconfigured
+}
