@@ -598,6 +598,9 @@ impl Zram {
 }
 
 /// `max_comp_streams`' default: one per CPU, as per-CPU streams give.
+/// Counted once per process: the count reads cgroup files, and a reset
+/// would otherwise pay those system calls every time.
 fn default_streams() -> u64 {
-    std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
+    static STREAMS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *STREAMS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64))
 }

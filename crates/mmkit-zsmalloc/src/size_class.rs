@@ -319,7 +319,7 @@ impl ClassState {
             for (pos, &id) in list.iter().enumerate() {
                 let z = self.zspages[id as usize]
                     .as_ref()
-                    .ok_or(format!("class {}: listed zspage {id} gone", self.index))?;
+                    .ok_or_else(|| format!("class {}: listed zspage {id} gone", self.index))?;
                 if usize::from(z.group) != g || z.pos as usize != pos || self.group_of(z.inuse) != g {
                     return Err(format!("class {}: zspage {id} in group {g} pos {pos} is wrong", self.index));
                 }
@@ -341,19 +341,22 @@ impl ClassState {
         if inuse != self.objs_inuse || backed != self.objs_allocated || pages != self.pages {
             return Err(format!("class {}: counts disagree", self.index));
         }
-        let live: Vec<(usize, &Slot)> = self.slots.iter().enumerate().filter(|(_, s)| s.live).collect();
-        if live.len() as u64 != self.objs_inuse {
-            return Err(format!("class {}: {} live handles, {} objects in use", self.index, live.len(), inuse));
-        }
-        for (i, slot) in live {
+        let mut live = 0u64;
+        for (i, slot) in self.slots.iter().enumerate().filter(|(_, s)| s.live) {
+            live += 1;
             let handle = Handle::new(self.pool, i as u32, self.index, slot.generation);
-            let z = self.zspages[slot.zspage as usize].as_ref().ok_or(format!("handle {handle} in a freed zspage"))?;
+            let z = self.zspages[slot.zspage as usize]
+                .as_ref()
+                .ok_or_else(|| format!("handle {handle} in a freed zspage"))?;
             if usize::from(slot.obj) >= Zspage::backed_objs(self.shape, page_size, z.pages.len()) {
                 return Err(format!("class {}: object of handle {handle} lies past its zspage's pages", self.index));
             }
             if z.header(mm, self.shape, slot.obj) != handle.to_raw() {
                 return Err(format!("class {}: object of handle {handle} has another header", self.index));
             }
+        }
+        if live != self.objs_inuse {
+            return Err(format!("class {}: {live} live handles, {inuse} objects in use", self.index));
         }
         Ok(())
     }

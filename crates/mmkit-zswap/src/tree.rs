@@ -159,7 +159,7 @@ impl Tree {
     pub(crate) fn check(&self) -> Result<(), String> {
         let (mut n, mut prev, mut at) = (0usize, NIL, self.head);
         while at != NIL {
-            let slot = self.slots.get(at as usize).ok_or(format!("LRU link to {at}, past the tree"))?;
+            let slot = self.slots.get(at as usize).ok_or_else(|| format!("LRU link to {at}, past the tree"))?;
             if !slot.on_lru || slot.prev != prev || !matches!(slot.entry, Some(Entry { stored: Stored::Zs { .. }, .. }))
             {
                 return Err(format!("LRU slot {at}: bad links or not a compressed entry"));

@@ -510,9 +510,12 @@ impl MemoryMapBuilder {
 }
 
 fn default_nr_cpus() -> usize {
+    // Counted once per process: the count reads cgroup files, several
+    // system calls a builder would otherwise pay every time.
     #[cfg(feature = "std")]
     {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
+        static NR_CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        *NR_CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
     #[cfg(not(feature = "std"))]
     {
