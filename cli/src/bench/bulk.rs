@@ -47,7 +47,7 @@ fn alloc_err(what: &'static str) -> impl Fn(mmkit::AllocError) -> BenchError {
 // The page arrays are made and emptied off the clock, as Linux's
 // page_bench does with its array, so the timed steps are the allocator's
 // work alone: making a 4096-entry array and collecting it into another
-// cost about 1.5 ns per page, a third of a batch-64 allocation.
+// cost a third of a batch-64 allocation per page (case `bulk/64`).
 
 /// An empty window for single-page allocation (off the clock).
 fn single_window() -> Result<Vec<Pfn>, BenchError> {

@@ -124,9 +124,10 @@ fn one_thread(bytes: u64, spec: CaseSpec, settings: &Settings) -> Result<Vec<Cas
 }
 
 /// Runs `body(thread_index, iters)` on two scoped threads, started
-/// together: without the barrier the second thread began its loop up to a
-/// millisecond after the first, which on a 14 ms run of 6 ns pairs read as
-/// 10–20 % less scaling than the loops have.
+/// together: without the barrier the second thread began its loop late by
+/// up to a thread's start-up, a sizeable part of a timed run of the pinned
+/// contender's pairs, and `pcp_order0_alloc_free_2threads` read 10–20 %
+/// less scaling than the loops have.
 fn on_two_threads(iters: u64, body: impl Fn(usize, u64) -> Result<(), BenchError> + Sync) -> Result<(), BenchError> {
     let start = std::sync::Barrier::new(2);
     std::thread::scope(|scope| {

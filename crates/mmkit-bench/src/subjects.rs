@@ -123,7 +123,9 @@ impl PageAlloc for Mmkit<'_> {
 }
 
 // Always inlined, as the other subjects' calls are without being asked:
-// here LLVM kept the two calls out of the loop (about 4 ns a pair).
+// here LLVM kept the two calls out of the loop, a call and return each per
+// pair that showed in `mmkit bench buddy`'s `mmkit_locked_zone` contender
+// (see BENCHMARKS.md, the buddy owner path).
 impl PageAlloc for LockedZone<'_, '_> {
     type Block = Pfn;
     #[inline(always)]

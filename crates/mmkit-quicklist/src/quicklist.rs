@@ -24,10 +24,11 @@
 //! Linux's `quicklist_alloc` and `quicklist_free` are a per-CPU list pop
 //! and push with interrupts off, nothing more. Here the shared API adds a
 //! lock per call and the hand-out/take-back transitions, and even the
-//! pinned handle ([`QuicklistCpu`]) spent 140 instructions and 13–17 ns on
-//! a hit pair (callgrind on `examples/quicklist_probe.rs`,
-//! `mmkit bench quicklist`), 5× faster than allocating and zeroing a page
-//! where the series found quicklists worth having. Most of it was the
+//! pinned handle ([`QuicklistCpu`]) spent 140 instructions on a hit pair
+//! (callgrind on `examples/quicklist_probe.rs`; `mmkit bench quicklist`,
+//! case `quicklist/hit_alloc_free`, times it), 5× faster than allocating
+//! and zeroing a page (case `alloc_zero_4k_free`) where the series found
+//! quicklists worth having. Most of it was the
 //! take-back's compare-and-swap of the refcount, the rest moving the
 //! 16-byte handle between the stack and the caller, two poison checks and
 //! the checks around them. So a pinned handle does not hand its pages out

@@ -9,7 +9,8 @@
 //! one compare-and-swap of that refcount
 //! ([`take_back_block`](mmkit::PageAllocator::take_back_block)), so that of
 //! two racing frees of one page exactly one wins. On the pinned hit pair
-//! that compare-and-swap was most of the cost (140 instructions, 13–17 ns).
+//! that compare-and-swap was most of the cost (of a 140-instruction pair;
+//! `mmkit bench quicklist`, case `quicklist/hit_alloc_free`).
 //! The handle instead keeps the page frozen (refcount 0, owned) and keeps
 //! its [`PageBlock`]. The race the compare-and-swap settled cannot happen
 //! then: a frozen page of [`QUICKLIST_OWNER`](super::QUICKLIST_OWNER) is
@@ -21,11 +22,12 @@
 //!
 //! Where the handle keeps the block matters too: in a separate set of
 //! pages out (a small stack, a map beyond it) the pair still moved the
-//! 16-byte handle twice and kept two lengths, 122 instructions and about
-//! 7.3 ns. Kept in the list itself, just above the cached pages, a hit
-//! only moves the list's top index down and the free of that page moves
-//! it back up: 66 instructions, about 4.5 ns. Pages freed out of order
-//! are searched above the top (at most [`RECENT`] per list) and in a map.
+//! 16-byte handle twice and kept two lengths, 122 instructions a pair. Kept
+//! in the list itself, just above the cached pages, a hit only moves the
+//! list's top index down and the free of that page moves it back up: 66
+//! instructions (see BENCHMARKS.md, the pinned hit without a
+//! compare-and-swap). Pages freed out of order are searched above the top
+//! (at most [`RECENT`] per list) and in a map.
 //!
 //! The price is paid where a page leaves the handle: a free anywhere else
 //! gets [`QuicklistError::PinnedCpu`] (nothing changes), and the page's

@@ -4,17 +4,20 @@
 //! Owns the batching: every page is prepared once (`free_pages_prepare`,
 //! after dropping its reference unless frozen; for a plain order-0 page,
 //! the claim and the free state are one compare-and-swap of its
-//! descriptor's word, which took 16384 pages from 246 to about 140 µs —
-//! the compare-and-swap, about 7 ns here, is most of what is left, and an
-//! owned `ContigRange` avoids it); consecutive prepared pages
-//! form a run; a page that fails preparation (bad page, hardware poison) or
-//! is still referenced ends the run and is not freed, and so does a section
-//! or zone boundary; each run is released as its largest naturally aligned
+//! descriptor's word, which cut the batched free of 16384 pages by about
+//! two fifths (`mmkit bench contig`, `free_contig_range/batched`) — that
+//! compare-and-swap, one atomic read-modify-write per page, is most of what
+//! is left, and an owned `ContigRange` avoids it (case
+//! `free_contig_range/owned`)); consecutive prepared pages form a run; a
+//! page that fails preparation (bad page, hardware poison) or is still
+//! referenced ends the run and is not freed, and so does a section or zone
+//! boundary; each run is released as its largest naturally aligned
 //! power-of-two chunks, each through `free_prepared_block` so that no page
 //! is checked twice. The result equals freeing every page on its own with
 //! `free_pages(pfn, 0)` (or `free_frozen_pages`), which the property tests
-//! check, at a fraction of the cost: one zone-lock hold per chunk instead of
-//! one per page, and no merging work for pages that arrive already merged.
+//! check, at a fraction of the cost: one zone-lock hold per chunk instead
+//! of one per page, and no merging work for pages that arrive already
+//! merged.
 //!
 //! It edits no list itself (that is `free_prepared_block` → zone → buddy).
 //! The "frozen" choice is a flag of the internal helper only; the public API

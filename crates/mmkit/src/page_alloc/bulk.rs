@@ -43,24 +43,22 @@
 //! nothing ([`BulkFreeError`]).
 //!
 //! # Cost
-//! Batch 64, 4096-page window (`examples/bulk_probe.rs`; a 2-vCPU 2.3 GHz
-//! Xeon shared with other jobs; instructions are callgrind's, per page):
+//! Batch 64, 4096-page window (`examples/bulk_probe.rs`; instructions are
+//! callgrind's, per page):
 //!
 //! | | before | after |
 //! |---|---|---|
 //! | `alloc_pages_bulk`, instructions | 87 | 41 |
 //! | `free_pages_bulk`, instructions | 204 | 52 |
 //! | `pcp_probe bulk64` (alloc + free), instructions | 308 | 110 |
-//! | `alloc_pages_bulk` alone, ns | 7.7 | 2.9–3.0 |
-//! | bench `bulk/64`, ns (median of 3 × 5 runs) | 9.4 | 3.1 |
-//! | bench `bulk_free/64`, ns | 19.7 | 8.8 |
-//! | `pcp_probe bulk64` (alloc + free, hot), ns | 28 | 12.7 |
 //!
-//! (The bench made its page array on the clock until this change, about
-//! 1.5 ns per page: 4.7 ns for `bulk/64` then.) What is left of the
-//! allocation is the walk: about 7 cycles per page, the latency of one descriptor load and
-//! its address. Of the free, a lone `lock cmpxchg` per page costs 7.2 ns
-//! on this machine, the floor while the reference drop stays atomic.
+//! The times are `mmkit bench bulk`'s cases `bulk/64` and `bulk_free/64`
+//! (see BENCHMARKS.md). (The bench made its page array on the clock until
+//! this change, a third of what `bulk/64` measured then.) What is left of
+//! the allocation is the walk: per page, one descriptor load whose address
+//! comes from the load before, so the chain's load latency bounds it, not
+//! its instructions. Of the free, the one `lock cmpxchg` per page is the
+//! floor while the reference drop stays atomic.
 #![deny(unsafe_code)]
 
 use crate::mem::page::{PageDesc, PageFlags, PageIdx};

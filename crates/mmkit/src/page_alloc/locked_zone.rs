@@ -12,12 +12,13 @@
 //! # Why
 //! A buddy alloc+free pair through the shared API pays three atomic
 //! read-modify-writes: the zone lock on allocation, again on free, and the
-//! reference drop; at about 7 ns each on this kind of machine they were
-//! most of a fragmented pair (72 ns, 1000 instructions; the list work
-//! itself is a few dozen). `buddy_system_allocator`, behind `&mut`, pays
-//! none. Holding the lock for a burst is what Linux does where it moves
-//! many blocks at once (`rmqueue_bulk`, `free_pcppages_bulk`); this hands
-//! the burst to the caller.
+//! reference drop. Three locked instructions among about 1000, they were
+//! most of the time of a fragmented pair (`mmkit bench buddy`, case
+//! `buddy_order0_alloc_free_fragmented`); the list work itself is a few
+//! dozen instructions. `buddy_system_allocator`, behind `&mut`, pays none.
+//! Holding the lock for a burst is what Linux does where it moves many
+//! blocks at once (`rmqueue_bulk`, `free_pcppages_bulk`); this hands the
+//! burst to the caller.
 //!
 //! # The owner's pair
 //! - Allocation with the mask the zone was locked for (one compare): the
@@ -39,7 +40,8 @@
 //!
 //! # Counts and watermarks
 //! Publishing the zone's free counts for the lockless checks of other CPUs
-//! took 6–13 ns of a 30–40 ns pair (measured by removing it), so the
+//! (five stores and the sums behind them) on every call was a large share
+//! of a pair in `mmkit bench buddy` (measured by removing it), so the
 //! holder publishes when its net allocations or frees since the last
 //! publication pass a pageblock's pages, when it falls back, and when it
 //! unlocks; Linux's per-CPU vmstat deltas leave `NR_FREE_PAGES` behind by
@@ -51,12 +53,15 @@
 //! where the shared path does (a test checks it).
 //!
 //! # Cost
-//! `mmkit bench buddy` here, against `buddy_system_allocator` in the same
-//! runs: a fragmented order-0 pair 21–22 ns (the peer 47–49 ns), a
-//! fragmented order-9 pair 20 ns (36 ns), a fresh order-9 pair 29–30 ns,
-//! the 4096-page batch 36 ns a page (56 ns); through the shared API the
-//! same cases are 74–85 ns. Callgrind: 374 / 334 / 488 instructions per
-//! pair or page (`buddy_probe frag0|frag9|batch locked`), against about
+//! Measured by `mmkit bench buddy` (contender `mmkit_locked_zone`, against
+//! `buddy_system_allocator` and the shared API `mmkit` in the same runs),
+//! cases `buddy_order0_alloc_free_fragmented`,
+//! `buddy_order9_alloc_free_fragmented`, `buddy_order9_alloc_free` and
+//! `buddy_order0_batch` (per page); the figures are in BENCHMARKS.md. The
+//! pair touches no atomic while the zone is held; the peer takes about
+//! twice as long on the fragmented order-0 pair, the shared API two to four
+//! times as long on these cases. Callgrind: 374 / 334 / 488 instructions
+//! per pair or page (`buddy_probe frag0|frag9|batch locked`), against about
 //! 950 / 920 / 1100 through the shared API. Two changes to the buddy made
 //! the difference beyond the lock: `rmqueue_smallest` and `free_one`
 //! inlined into their callers (20 % off the fragmented pairs, with few

@@ -9,15 +9,17 @@
 //! that holds the handle, so it needs no lock.
 //!
 //! # Why
-//! The general per-CPU path spent about 270 instructions and 23 ns on an
-//! order-0 alloc+free pair (callgrind and `pcp_probe pinned` on this
-//! machine): it resolves the zone and watermark from the GFP mask, edits a
-//! doubly linked list (writing the neighbour's descriptor on every push and
-//! pop), runs the auto-tuning of `high` and the spill check, bumps
-//! statistics, and drops the reference with a compare-and-swap, all per
-//! operation. Linux does the same per page (`rmqueue_pcplist`,
-//! `free_frozen_page_commit`, `put_page_testzero`). The magazine handles
-//! exactly the common case and leaves everything else to that path:
+//! The general per-CPU path spent about 270 instructions on an order-0
+//! alloc+free pair (callgrind on `pcp_probe pinned` before the magazine;
+//! `mmkit bench pcp`, case `pcp_order0_alloc_free`, contender
+//! `mmkit_pinned`, times the pair): it resolves the zone and watermark from
+//! the GFP mask, edits a doubly linked list (writing the neighbour's
+//! descriptor on every push and pop), runs the auto-tuning of `high` and
+//! the spill check, bumps statistics, and drops the reference with a
+//! compare-and-swap, all per operation. Linux does the same per page
+//! (`rmqueue_pcplist`, `free_frozen_page_commit`, `put_page_testzero`). The
+//! magazine handles exactly the common case and leaves everything else to
+//! that path:
 //! - an allocation whose GFP mask equals the one the magazine was set up
 //!   for (one compare) pops an index from the array, after the same
 //!   lockless watermark check and the drain-request load as before, and
@@ -31,21 +33,21 @@
 //!
 //! # No atomic on the owner's pair
 //! With the instructions gone, the refcount's compare-and-swap on free was
-//! half of what was left: 13.6 ns a pair with it, 5.7 without (measured by
-//! removing it). So a page this magazine hands out carries `LOCAL` and the
-//! CPU's number, and its owner frees it with a plain store. That is sound
-//! because every read-modify-write that could take the page from its owner
-//! (`try_get`, `try_put`, `refcount_exchange`, the frozen claim) is one
-//! compare-and-swap of the descriptor's combined word that refuses a
-//! `LOCAL` word (`mem::page`): none can succeed between the owner's load
-//! and its store. The price is paid where a page leaves its CPU:
-//! [`hand_over`](PinnedCpu::hand_over) clears `LOCAL` with one
-//! compare-and-swap; until then other threads' frees get
-//! [`FreeError::CpuLocal`], `get_page` gets `PageError::CpuLocal`, and
-//! compaction and contiguous allocation leave the page alone. Dropping the
-//! handle hands over what is still out (a scan of the descriptor table,
-//! paid only then). CPUs from `MAX_LOCAL_CPUS` (32, the width of the CPU
-//! field) up keep the compare-and-swap.
+//! more than half of what was left of the pair's time (measured by removing
+//! it, `mmkit bench pcp`, `pcp_order0_alloc_free`). So a page this magazine
+//! hands out carries `LOCAL` and the CPU's number, and its owner frees it
+//! with a plain store. That is sound because every read-modify-write that
+//! could take the page from its owner (`try_get`, `try_put`,
+//! `refcount_exchange`, the frozen claim) is one compare-and-swap of the
+//! descriptor's combined word that refuses a `LOCAL` word (`mem::page`):
+//! none can succeed between the owner's load and its store. The price is
+//! paid where a page leaves its CPU: [`hand_over`](PinnedCpu::hand_over)
+//! clears `LOCAL` with one compare-and-swap; until then other threads'
+//! frees get [`FreeError::CpuLocal`], `get_page` gets
+//! `PageError::CpuLocal`, and compaction and contiguous allocation leave
+//! the page alone. Dropping the handle hands over what is still out (a scan
+//! of the descriptor table, paid only then). CPUs from `MAX_LOCAL_CPUS`
+//! (32, the width of the CPU field) up keep the compare-and-swap.
 //!
 //! Pages in the magazine are free and carry `PCP`, like pages on a list, so
 //! every other path treats them as cached on this CPU: `memory_failure`
