@@ -54,6 +54,11 @@
 extern crate alloc;
 
 mod contig;
+// The x86_64 crate's traits are unsafe to implement: a promise, no unsafe
+// operation (see the module).
+#[cfg(feature = "x86_64")]
+#[allow(unsafe_code)]
+mod frames;
 mod mem;
 pub mod memmap;
 mod page_alloc;
@@ -70,6 +75,8 @@ pub use types::{error, gfp};
 pub use contig::cma::{CmaAreaInfo, CmaStats};
 pub use contig::free_contig::ContigFreeSummary;
 pub use contig::owned::{ContigRange, ContigRangeError};
+#[cfg(feature = "x86_64")]
+pub use frames::X86Frames;
 pub use mem::owned::PageBlock;
 pub use mem::rawmem::prefetch;
 #[cfg(feature = "std")]
@@ -79,6 +86,7 @@ pub use page_alloc::block::BlockError;
 pub use page_alloc::bulk::BulkFreeError;
 pub use page_alloc::compaction::{fragmentation_score_wmark, CompactResult, COMPACTION_HPAGE_ORDER};
 pub use page_alloc::cpu::{BadHighFraction, CpuHandle, NoSuchCpu, PcpInfo};
+pub use page_alloc::guard::PageGuard;
 pub use page_alloc::hooks::{Hooks, NoHooks, QuietHooks};
 pub use page_alloc::hwpoison::MemoryFailure;
 pub use page_alloc::locked_zone::LockedZone;

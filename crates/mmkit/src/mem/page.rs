@@ -489,7 +489,7 @@ impl<'a> Descs<'a> {
 
 /// The descriptor table: one [`PageDesc`] per PFN in `[base_pfn, base_pfn + len)`.
 pub(crate) struct PageTable {
-    descs: alloc::boxed::Box<[PageDesc]>,
+    descs: crate::mem::rawmem::ZeroedTable<PageDesc>,
 }
 
 impl PageTable {
@@ -500,38 +500,58 @@ impl PageTable {
     /// [`BuildError::NoMetadataMemory`](crate::BuildError::NoMetadataMemory)
     /// when the table cannot be allocated.
     pub(crate) fn try_new_zeroed(len: usize) -> Result<Self, crate::types::error::BuildError> {
-        let descs = crate::mem::rawmem::try_zeroed_slice::<PageDesc>(len)
+        let descs = crate::mem::rawmem::ZeroedTable::on_heap(len)
             .map_err(|bytes| crate::types::error::BuildError::NoMetadataMemory { bytes })?;
         Ok(Self { descs })
     }
+
+    /// A table of `len` zeroed descriptors in memory the embedder lends for
+    /// good (Linux places `mem_map` in memory taken from memblock).
+    ///
+    /// # Errors
+    /// [`BuildError::DescriptorMemoryTooSmall`](crate::BuildError::DescriptorMemoryTooSmall).
+    pub(crate) fn try_in_lent_memory(
+        memory: &'static mut [core::mem::MaybeUninit<u8>],
+        len: usize,
+    ) -> Result<Self, crate::types::error::BuildError> {
+        let descs = crate::mem::rawmem::ZeroedTable::in_lent_memory(memory, len).map_err(|e| {
+            crate::types::error::BuildError::DescriptorMemoryTooSmall { needed: e.needed, given: e.given }
+        })?;
+        Ok(Self { descs })
+    }
+
+    /// Bytes of lent memory a table of `len` descriptors needs.
+    pub(crate) const fn lent_bytes(len: usize) -> usize {
+        crate::mem::rawmem::ZeroedTable::<PageDesc>::lent_bytes(len)
+    }
     #[inline]
     pub(crate) fn len(&self) -> usize {
-        self.descs.len()
+        self.descs.as_slice().len()
     }
     #[inline]
     pub(crate) fn get(&self, idx: PageIdx) -> &PageDesc {
-        &self.descs[idx as usize]
+        &self.descs.as_slice()[idx as usize]
     }
     /// The table as a [`Descs`] view, for loops and list edits.
     #[inline(always)]
     pub(crate) fn descs(&self) -> Descs<'_> {
-        Descs(&self.descs)
+        Descs(self.descs.as_slice())
     }
     /// The descriptor at `idx`, if the table has one (one bounds check).
     #[inline]
     pub(crate) fn try_get(&self, idx: u64) -> Option<&PageDesc> {
-        self.descs.get(usize::try_from(idx).ok()?)
+        self.descs.as_slice().get(usize::try_from(idx).ok()?)
     }
     /// Every descriptor, for a hot path that keeps the slice in registers
     /// (see `page_alloc::magazine`).
     #[inline]
     pub(crate) fn all(&self) -> &[PageDesc] {
-        &self.descs
+        self.descs.as_slice()
     }
     /// Descriptors `[start, end)`, for loops over a range.
     #[inline]
     pub(crate) fn slice(&self, start: PageIdx, end: PageIdx) -> &[PageDesc] {
-        &self.descs[start as usize..end as usize]
+        &self.descs.as_slice()[start as usize..end as usize]
     }
 }
 

@@ -1,7 +1,7 @@
 //! The unsafe floor: zero-filled tables and the real-memory region.
 //!
 //! Owns every raw allocation and raw pointer in the crate: the lazily zeroed
-//! descriptor table and (with `std`) the anonymous `mmap` region whose pages
+//! descriptor table (on the heap, or in memory the embedder lends) and (with `std`) the anonymous `mmap` region whose pages
 //! the allocator hands out. Nothing here knows about free lists or policy; the
 //! layers above only see safe slices and [`RealMemory::page_ptr`].
 
@@ -39,6 +39,101 @@ pub(crate) fn try_zeroed_slice<T: Zeroable>(len: usize) -> Result<Box<[T]>, usiz
     // `[T; len]`, is non-null, and every element is zero, a valid `T` by the
     // `Zeroable` contract; ownership passes to the Box exactly once.
     Ok(unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(ptr, len)) })
+}
+
+/// A table of zeroed `T`s that lives as long as its owner: in memory from
+/// the global heap, freed on drop, or in memory the embedder lent for good
+/// ([`MemoryMapBuilder::descriptor_memory`](crate::MemoryMapBuilder::descriptor_memory)),
+/// which is never freed. Reading it is a slice access either way (a
+/// pointer and a length, as a `Box<[T]>`), so the hot paths do not care
+/// where it lives.
+pub(crate) struct ZeroedTable<T: Zeroable> {
+    /// The whole table. From `Box::into_raw` when `heap`, else carved out of
+    /// the lent memory; valid, initialised and not aliased mutably for as
+    /// long as `self` lives.
+    ptr: core::ptr::NonNull<[T]>,
+    heap: bool,
+}
+
+// SAFETY: the table owns (or holds for good) its elements and only hands
+// out shared references to them, so sending or sharing it is sending or
+// sharing `[T]`, which `T: Send + Sync` allows.
+unsafe impl<T: Zeroable + Send + Sync> Send for ZeroedTable<T> {}
+// SAFETY: as for Send: `&ZeroedTable<T>` only gives `&[T]`.
+unsafe impl<T: Zeroable + Send + Sync> Sync for ZeroedTable<T> {}
+
+/// Why lent memory cannot hold a table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TooSmall {
+    /// Bytes the table needs, alignment slack included.
+    pub(crate) needed: usize,
+    /// Bytes lent.
+    pub(crate) given: usize,
+}
+
+impl<T: Zeroable> ZeroedTable<T> {
+    /// `len` zeroed values on the heap (see [`try_zeroed_slice`]); `Err`
+    /// carries the bytes that could not be allocated.
+    pub(crate) fn on_heap(len: usize) -> Result<Self, usize> {
+        let boxed = try_zeroed_slice::<T>(len)?;
+        // The pointer keeps the Box's ownership; `drop` rebuilds it.
+        let ptr = core::ptr::NonNull::from(Box::leak(boxed));
+        Ok(Self { ptr, heap: true })
+    }
+
+    /// Bytes of lent memory a table of `len` values needs: its size plus
+    /// the slack to align its start.
+    pub(crate) const fn lent_bytes(len: usize) -> usize {
+        len.saturating_mul(core::mem::size_of::<T>()).saturating_add(core::mem::align_of::<T>() - 1)
+    }
+
+    /// `len` zeroed values carved out of `memory`, aligned for `T`; the
+    /// memory is zeroed here and belongs to the table from now on.
+    pub(crate) fn in_lent_memory(
+        memory: &'static mut [core::mem::MaybeUninit<u8>],
+        len: usize,
+    ) -> Result<Self, TooSmall> {
+        let given = memory.len();
+        if len == 0 {
+            return Ok(Self {
+                ptr: core::ptr::NonNull::slice_from_raw_parts(core::ptr::NonNull::dangling(), 0),
+                heap: false,
+            });
+        }
+        let skip = memory.as_ptr().align_offset(core::mem::align_of::<T>());
+        let bytes = len.saturating_mul(core::mem::size_of::<T>());
+        if skip.saturating_add(bytes) > given {
+            return Err(TooSmall { needed: Self::lent_bytes(len), given });
+        }
+        // A pointer to the whole tail, so that its provenance covers the table.
+        let start = core::ptr::NonNull::from(&mut memory[skip..]).cast::<u8>();
+        // SAFETY: `start` points into `memory`, which this function holds
+        // exclusively for 'static, and `bytes` bytes from it are in bounds
+        // (checked above).
+        unsafe { core::ptr::write_bytes(start.as_ptr(), 0, bytes) };
+        // Aligned for T (align_offset), in bounds, and every byte zero, a
+        // valid T by the Zeroable contract.
+        Ok(Self { ptr: core::ptr::NonNull::slice_from_raw_parts(start.cast::<T>(), len), heap: false })
+    }
+
+    /// The table.
+    #[inline(always)]
+    pub(crate) fn as_slice(&self) -> &[T] {
+        // SAFETY: `ptr` is valid and initialised for the table's lifetime
+        // (see the field), and only shared references are ever made from it.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<T: Zeroable> Drop for ZeroedTable<T> {
+    fn drop(&mut self) {
+        if self.heap {
+            // SAFETY: `ptr` came from `Box::leak` of a `Box<[T]>` in
+            // `on_heap` and is rebuilt exactly once, here; no reference made
+            // by `as_slice` outlives `self`.
+            drop(unsafe { Box::from_raw(self.ptr.as_ptr()) });
+        }
+    }
 }
 
 #[cfg(feature = "std")]
@@ -390,5 +485,42 @@ mod real {
             }
             assert_eq!(mem.discard_pages(3, 2), 0, "a span leaving the mapping is refused");
         }
+    }
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::*;
+    use crate::mem::page::PageDesc;
+    use core::mem::MaybeUninit;
+
+    #[test]
+    fn a_lent_table_lies_in_the_lent_memory_aligned_and_zeroed() {
+        for offset in 0..16 {
+            let memory = Box::leak(alloc::vec![MaybeUninit::new(0xa5u8); 1024 + offset].into_boxed_slice());
+            let (start, end) = (memory.as_ptr() as usize, memory.as_ptr() as usize + memory.len());
+            let table = ZeroedTable::<PageDesc>::in_lent_memory(&mut memory[offset..], 60).unwrap();
+            let slice = table.as_slice();
+            let (first, last) = (slice.as_ptr() as usize, slice.as_ptr() as usize + slice.len() * 16);
+            assert!(start + offset <= first && last <= end, "offset {offset}: outside the memory");
+            assert_eq!(first % core::mem::align_of::<PageDesc>(), 0);
+            assert!(slice.iter().all(|d| d.refcount() == 0 && d.flags() == crate::PageFlags::EMPTY));
+        }
+    }
+
+    #[test]
+    fn lent_memory_too_small_is_refused() {
+        let memory = Box::leak(alloc::vec![MaybeUninit::new(0u8); 100].into_boxed_slice());
+        let refused = ZeroedTable::<PageDesc>::in_lent_memory(memory, 7).err();
+        assert_eq!(refused, Some(TooSmall { needed: ZeroedTable::<PageDesc>::lent_bytes(7), given: 100 }));
+        let empty = Box::leak(alloc::vec![MaybeUninit::new(0u8); 0].into_boxed_slice());
+        assert_eq!(ZeroedTable::<PageDesc>::in_lent_memory(empty, 0).map(|t| t.as_slice().len()).ok(), Some(0));
+    }
+
+    #[test]
+    fn a_heap_table_is_zeroed_and_freed() {
+        let table = ZeroedTable::<PageDesc>::on_heap(1000).unwrap();
+        assert!(table.as_slice().iter().all(|d| d.refcount() == 0));
+        drop(table);
     }
 }

@@ -64,6 +64,7 @@ pub struct MemoryMapBuilder {
     populate: bool,
     cma: Vec<(String, Range<u64>)>,
     migrator: Option<Box<dyn Migrator>>,
+    descriptor_memory: Option<&'static mut [core::mem::MaybeUninit<u8>]>,
 }
 
 impl Default for MemoryMapBuilder {
@@ -95,6 +96,7 @@ impl MemoryMapBuilder {
             populate: false,
             cma: Vec::new(),
             migrator: None,
+            descriptor_memory: None,
         }
     }
 
@@ -291,6 +293,51 @@ impl MemoryMapBuilder {
         self.populate = populate;
         self
     }
+    /// Puts the descriptor table, the one allocation that grows with the
+    /// map (16 bytes a page), in `memory` instead of on the heap, as Linux
+    /// places `mem_map` in memory taken from memblock before it has a
+    /// heap. [`descriptor_table_bytes`](Self::descriptor_table_bytes) says
+    /// how much it needs; [`build`](Self::build) zeroes what it uses and
+    /// refuses memory that is too small with
+    /// [`BuildError::DescriptorMemoryTooSmall`]. The memory is the map's
+    /// for good, even if `build` fails; everything else still comes from
+    /// the global allocator (a few KiB plus a byte per pageblock).
+    ///
+    /// ```
+    /// use core::mem::MaybeUninit;
+    /// use mmkit::{Gfp, MemoryMapBuilder};
+    ///
+    /// let builder = MemoryMapBuilder::with_memory(1 << 30);
+    /// let bytes = builder.descriptor_table_bytes().unwrap();
+    /// // In a kernel: memory the boot allocator set aside. Here, leaked.
+    /// let memory: &'static mut [MaybeUninit<u8>] = Vec::leak(vec![MaybeUninit::uninit(); bytes]);
+    /// let mm = builder.descriptor_memory(memory).build().unwrap();
+    /// let pfn = mm.alloc_pages(Gfp::KERNEL, 9).unwrap();
+    /// mm.free_pages(pfn, 9).unwrap();
+    /// ```
+    pub fn descriptor_memory(mut self, memory: &'static mut [core::mem::MaybeUninit<u8>]) -> Self {
+        self.descriptor_memory = Some(memory);
+        self
+    }
+    /// Bytes of memory the descriptor table needs for the zones given so
+    /// far (alignment slack included), for
+    /// [`descriptor_memory`](Self::descriptor_memory): 16 bytes a page
+    /// from the lowest zone's start, rounded down to a section, to the
+    /// highest zone's end.
+    ///
+    /// # Errors
+    /// [`BuildError::NoZones`] before any zone is given,
+    /// [`BuildError::BadGeometry`] and [`BuildError::TooLarge`] as
+    /// [`build`](Self::build) reports them.
+    pub fn descriptor_table_bytes(&self) -> Result<usize, BuildError> {
+        self.geometry.validate()?;
+        let (base_pfn, highest) = span(&self.zones, &self.geometry).ok_or(BuildError::NoZones)?;
+        let nr_pages = highest - base_pfn;
+        if nr_pages >= u32::MAX as u64 {
+            return Err(BuildError::TooLarge { pages: nr_pages });
+        }
+        Ok(PageTable::lent_bytes(nr_pages as usize))
+    }
     /// Installs reclaim hooks and event sinks.
     pub fn hooks(mut self, hooks: impl Hooks + 'static) -> Self {
         self.hooks = Box::new(hooks);
@@ -328,7 +375,7 @@ impl MemoryMapBuilder {
     /// [`BuildError::BadRange`], [`BuildError::BadCmaArea`]), metadata that
     /// cannot be allocated, or a failed real-memory mapping (huge pages not
     /// reserved included).
-    pub fn build(self) -> Result<PageAllocator, BuildError> {
+    pub fn build(mut self) -> Result<PageAllocator, BuildError> {
         let geo = self.geometry;
         geo.validate()?;
         validate::knobs(&self)?;
@@ -359,12 +406,8 @@ impl MemoryMapBuilder {
             return Err(BuildError::CpuOnUnknownNode { cpu, nid });
         }
         let lowest = specs.iter().map(|z| z.pfns.start).min().unwrap_or(0);
-        let highest = specs.iter().map(|z| z.pfns.end).max().unwrap_or(0);
+        let (base_pfn, highest) = span(&specs, &geo).ok_or(BuildError::NoZones)?;
         validate::ranges(&self.holes, &self.reserved, lowest, highest)?;
-        // Align the table's first PFN so index alignment equals PFN alignment
-        // for every order that matters (blocks, pageblocks, sections).
-        let align_order = geo.section_order.max(geo.max_page_order).max(geo.pageblock_order);
-        let base_pfn = lowest & !((1u64 << align_order) - 1);
         let nr_pages = highest - base_pfn;
         if nr_pages >= u32::MAX as u64 {
             return Err(BuildError::TooLarge { pages: nr_pages });
@@ -411,7 +454,10 @@ impl MemoryMapBuilder {
         let cma = activate_cma_areas(self.cma, &specs, &holes, &reserved, &geo)?;
 
         // Everything is checked: now the tables that scale with the map.
-        let pages = PageTable::try_new_zeroed(nr_pages as usize)?;
+        let pages = match self.descriptor_memory.take() {
+            Some(memory) => PageTable::try_in_lent_memory(memory, nr_pages as usize)?,
+            None => PageTable::try_new_zeroed(nr_pages as usize)?,
+        };
         if self.populate {
             for i in 0..nr_pages as u32 {
                 pages.get(i).set_refcount(0);
@@ -507,6 +553,17 @@ impl MemoryMapBuilder {
             cma,
         })
     }
+}
+
+/// The descriptor table's first PFN and the map's end: the lowest zone
+/// start aligned down so that index alignment equals PFN alignment for
+/// every order that matters (blocks, pageblocks, sections), and the
+/// highest zone end. `None` without zones.
+fn span(zones: &[ZoneSpec], geo: &Geometry) -> Option<(u64, u64)> {
+    let lowest = zones.iter().map(|z| z.pfns.start).min()?;
+    let highest = zones.iter().map(|z| z.pfns.end).max()?;
+    let align_order = geo.section_order.max(geo.max_page_order).max(geo.pageblock_order);
+    Some((lowest & !((1u64 << align_order) - 1), highest))
 }
 
 fn default_nr_cpus() -> usize {

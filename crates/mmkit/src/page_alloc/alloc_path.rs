@@ -26,8 +26,10 @@ use crate::{AllocError, Pfn};
 use core::sync::atomic::Ordering::Relaxed;
 
 impl PageAllocator {
-    /// Allocates 2^`order` contiguous pages on the local node (node 0 unless
-    /// the map has one zone elsewhere only). See [`alloc_pages_node`](Self::alloc_pages_node).
+    /// Allocates 2^`order` contiguous pages on the local node: the node of
+    /// the CPU the call runs on (its `cpu_node`; node 0 for a CPU placed on
+    /// none), as Linux's `numa_node_id()`. See
+    /// [`alloc_pages_node`](Self::alloc_pages_node).
     ///
     /// # Errors
     /// As [`alloc_pages_node`](Self::alloc_pages_node).

@@ -5,7 +5,7 @@
 //! the zonelist walk), `slowpath`, `free`, `bulk`, per-CPU handles (`cpu`,
 //! `pinned` with its `magazine`), the shared API's per-CPU order-0 cache
 //! (`cpu_cache`), hardware poison (`hwpoison`), `alloc_at` (placed allocation for replay), `block` (owned
-//! blocks for the layers above), `hooks` and `migrate` (the embedder's
+//! blocks for the layers above), `guard` (blocks freed on drop), `hooks` and `migrate` (the embedder's
 //! side), `reporting` (free memory back to the OS). All of them go
 //! through zones (which lock) to buddy (which edits
 //! lists) to page descriptors; nothing here edits a free list directly.
@@ -21,6 +21,7 @@ pub mod cpu;
 pub(crate) mod cpu_cache;
 pub(crate) mod evacuate;
 pub(crate) mod free;
+pub(crate) mod guard;
 pub mod hooks;
 pub(crate) mod hwpoison;
 pub(crate) mod locked_zone;

@@ -296,6 +296,16 @@ pub enum BuildError {
         /// Bytes asked for.
         bytes: usize,
     },
+    /// The memory given to
+    /// [`MemoryMapBuilder::descriptor_memory`](crate::MemoryMapBuilder::descriptor_memory)
+    /// cannot hold the descriptor table
+    /// ([`MemoryMapBuilder::descriptor_table_bytes`](crate::MemoryMapBuilder::descriptor_table_bytes)).
+    DescriptorMemoryTooSmall {
+        /// Bytes the table needs, alignment slack included.
+        needed: usize,
+        /// Bytes given.
+        given: usize,
+    },
     /// A CMA area given to [`MemoryMapBuilder::cma`](crate::MemoryMapBuilder::cma)
     /// cannot be activated.
     BadCmaArea {
@@ -336,6 +346,9 @@ impl fmt::Display for BuildError {
             Self::BadRange { kind, pfns, reason } => write!(f, "{} {pfns:?}: {reason}", kind.name()),
             Self::ZoneOrder { lower, upper } => write!(f, "zone {lower:?} lies above zone {upper:?}"),
             Self::NoMetadataMemory { bytes } => write!(f, "cannot allocate {bytes} bytes of allocator metadata"),
+            Self::DescriptorMemoryTooSmall { needed, given } => {
+                write!(f, "the descriptor table needs {needed} bytes; the memory given has {given}")
+            }
         }
     }
 }

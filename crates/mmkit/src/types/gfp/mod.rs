@@ -195,7 +195,12 @@ impl Gfp {
     pub const NOWARN: Gfp = Gfp(0x2000);
     /// Retry while progress is made, but fail rather than OOM-kill.
     pub const RETRY_MAYFAIL: Gfp = Gfp(0x4000);
-    /// Never fail: retry forever.
+    /// Retry instead of failing, as long as
+    /// [`Hooks::retry_nofail`](crate::Hooks::retry_nofail) allows. Linux
+    /// retries forever, waiting on reclaim; the default hooks have nothing
+    /// to wait for and fail after one extra pass with partial access to the
+    /// reserves, so do not unwrap such an allocation without hooks that
+    /// reclaim (docs/page-allocator.md).
     pub const NOFAIL: Gfp = Gfp(0x8000);
     /// Fail after one light round of reclaim.
     pub const NORETRY: Gfp = Gfp(0x10000);
