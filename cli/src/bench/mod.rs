@@ -5,7 +5,8 @@
 //! Owns which suites exist ([`SUITES`]) and the order they run in. Each suite
 //! is one file in this directory exposing a [`Suite`] constant; adding one
 //! (`pcp`, `bulk`, `contig`) means writing that file and listing it here.
-//! Shared pieces: `harness` (timing, medians, ratios, table and JSON). The
+//! Shared pieces: `harness` (timing, medians, ratios, table and JSON) and
+//! `markdown` (the BENCHMARKS.md document). The
 //! things being measured (mmkit and the peers behind one interface, the
 //! fragmentation recipes, the contiguous-range workload) are the
 //! `mmkit-bench` crate's; this directory must not grow its own.
@@ -14,6 +15,7 @@ mod buddy;
 mod bulk;
 mod contig;
 pub mod harness;
+pub mod markdown;
 mod nbd;
 mod pcp;
 mod quicklist;
@@ -75,8 +77,12 @@ pub struct BenchArgs {
     #[arg(value_name = "SUITE", value_parser = suite_parser())]
     pub suites: Vec<String>,
     /// Print one JSON document instead of tables.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "markdown")]
     pub json: bool,
+    /// Print the Markdown document BENCHMARKS.md is made of (header with
+    /// command, commit, date and machine; a table per suite).
+    #[arg(long)]
+    pub markdown: bool,
     /// Timed runs per case and implementation; the median is reported.
     #[arg(
         short,
@@ -128,6 +134,8 @@ pub fn run(args: &BenchArgs) -> Result<String, BenchError> {
         let mut text = harness::to_json(&reports, &machine, settings);
         text.push('\n');
         text
+    } else if args.markdown {
+        markdown::to_markdown(&reports, &machine, settings, &markdown::Provenance::detect())
     } else {
         reports.iter().map(|r| harness::to_table(r, &machine)).collect::<Vec<_>>().join("\n")
     })
