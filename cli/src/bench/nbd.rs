@@ -54,7 +54,7 @@ const READ_REAL: &str = "randread_4k/real";
 /// The dictionary of `mmkit/zstd+dict`: 1 MiB, trained on every
 /// `DICT_STRIDE`-th page after the stored ones (`real_pages_from`),
 /// `DICT_SAMPLES` pages in all, used at level 9. Of the designs measured
-/// (BENCHMARKS.md) the smallest level and dictionary with a ratio of 3 on
+/// (docs/perf-log/2026-11.md) the smallest level and dictionary with a ratio of 3 on
 /// real binaries; below level 6 a dictionary made pages larger (zstd's
 /// fast strategies reuse the dictionary's entropy tables unpriced on small
 /// blocks: `ZSTD_selectEncodingType` in `zstd_compress_sequences.c`).

@@ -125,7 +125,7 @@ impl PageAlloc for Mmkit<'_> {
 // Always inlined, as the other subjects' calls are without being asked:
 // here LLVM kept the two calls out of the loop, a call and return each per
 // pair that showed in `mmkit bench buddy`'s `mmkit_locked_zone` contender
-// (see BENCHMARKS.md, the buddy owner path).
+// (see docs/perf-log/2026-11.md, the buddy owner path).
 impl PageAlloc for LockedZone<'_, '_> {
     type Block = Pfn;
     #[inline(always)]

@@ -25,7 +25,7 @@
 //! 16-byte handle twice and kept two lengths, 122 instructions a pair. Kept
 //! in the list itself, just above the cached pages, a hit only moves the
 //! list's top index down and the free of that page moves it back up: 66
-//! instructions (see BENCHMARKS.md, the pinned hit without a
+//! instructions (see docs/perf-log/2026-11.md, the pinned hit without a
 //! compare-and-swap). Pages freed out of order are searched above the top
 //! (at most [`RECENT`] per list) and in a map.
 //!

@@ -46,7 +46,7 @@ impl PageAllocator {
 
     /// [`alloc_pages`](Self::alloc_pages) past the per-CPU cache. Out of
     /// line: inlined, the general path's callee-saved registers and stack
-    /// frame were set up on every cached allocation too (BENCHMARKS.md).
+    /// frame were set up on every cached allocation too (docs/perf-log/2026-11.md).
     #[inline(never)]
     fn alloc_pages_uncached(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
         let cpu = self.current_cpu();

@@ -12,7 +12,7 @@
 //! release store to unlock, and the descriptor stores of `prep_new_page`. A
 //! free is the validation loads, the reference drop (the one atomic
 //! read-modify-write Linux semantics require), the same lock try, a push and
-//! the unlock: about 380 instructions for the pair (BENCHMARKS.md). This
+//! the unlock: about 380 instructions for the pair (docs/perf-log/2026-11.md). This
 //! is the path of calls that name a CPU ([`CpuHandle`]) and the shared
 //! API's where restartable sequences are unavailable; elsewhere the shared
 //! API's order-0 pair goes through the per-CPU cache in about 200

@@ -14,7 +14,7 @@
 //! # What decides order-9 fragmentation under pressure (measured)
 //!
 //! Seven whole-machine traces replayed with `--memory` at 1.25× their peak
-//! of live pages, from an empty start, on two CPUs (`BENCHMARKS.md`,
+//! of live pages, from an empty start, on two CPUs (`docs/perf-log/2026-11.md`,
 //! "replay — placement and compaction", has every row and the commands):
 //! `gittar` (`../shared/traces`) and six recorded for this work, `configure`
 //! (an autoconf `configure`), `cbuild` (`make -j2` of a C library),
