@@ -17,6 +17,7 @@ use mmkit_bench::subjects::names;
 use mmkit_quicklist::pagetable::{Level, PageTables, TableSource};
 use mmkit_quicklist::{QuicklistCpu, QuicklistError, Quicklists};
 use std::hint::black_box;
+use std::sync::Arc;
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -54,15 +55,16 @@ fn now_ns() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
-fn real_map(bytes: u64) -> Result<PageAllocator, BenchError> {
+fn real_map(bytes: u64) -> Result<Arc<PageAllocator>, BenchError> {
     MemoryMapBuilder::with_memory(bytes)
         .backing(Backing::RealMemory(HugePages::None))
         .build()
         .map_err(|e| BenchError::context("building the map", e))
+        .map(Arc::new)
 }
 
 /// Builds and tears down `spaces` address spaces with `LAYOUT`.
-fn churn(tables: &PageTables<'_>, data: Pfn, spaces: u64) -> Result<(), BenchError> {
+fn churn(tables: &PageTables, data: Pfn, spaces: u64) -> Result<(), BenchError> {
     for _ in 0..spaces {
         let mut space = tables.new_address_space().map_err(|e| BenchError::context("new address space", e))?;
         for (base, pages) in LAYOUT {
@@ -89,7 +91,7 @@ fn hit_loop(handle: &mut QuicklistCpu<'_>, pairs: u64) -> Result<(), QuicklistEr
 /// The hit path and allocate+zero cases.
 fn hit_cases(settings: &Settings, progress: &mut Progress<'_>) -> Result<Vec<CaseResult>, BenchError> {
     let mm = real_map(settings.pick(256 << 20, 32 << 20))?;
-    let ql = Quicklists::new(&mm, 1).map_err(|e| BenchError::context("quicklists", e))?;
+    let ql = Quicklists::new(Arc::clone(&mm), 1).map_err(|e| BenchError::context("quicklists", e))?;
     // One page made and cached on every CPU, so each case below only hits.
     for cpu in 0..mm.nr_cpus() {
         let mut handle = ql.pin_cpu(cpu).map_err(|e| BenchError::context("pin", e))?;
@@ -205,10 +207,10 @@ fn pagetable_cases(settings: &Settings, progress: &mut Progress<'_>) -> Result<V
     let mm = real_map(settings.pick(256 << 20, 32 << 20))?;
     let data = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).map_err(|e| BenchError::context("data page", e))?;
     let spaces: u64 = settings.pick(2000, 20);
-    let with = PageTables::new(&mm, TableSource::Quicklists)
+    let with = PageTables::new(Arc::clone(&mm), TableSource::Quicklists)
         .map_err(|e| BenchError::context("page tables", e))?
         .with_clock(now_ns);
-    let without = PageTables::new(&mm, TableSource::Allocator)
+    let without = PageTables::new(Arc::clone(&mm), TableSource::Allocator)
         .map_err(|e| BenchError::context("page tables", e))?
         .with_clock(now_ns);
     let mut cases = Vec::new();

@@ -13,18 +13,21 @@ use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
 use mmkit_quicklist::pagetable::{PageTables, TableSource};
 use mmkit_quicklist::Quicklists;
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::Duration;
 
-fn real_map() -> PageAllocator {
-    MemoryMapBuilder::with_memory(64 << 20)
-        .backing(Backing::RealMemory(HugePages::None))
-        .build()
-        .expect("a 64 MiB real map builds")
+fn real_map() -> Arc<PageAllocator> {
+    Arc::new(
+        MemoryMapBuilder::with_memory(64 << 20)
+            .backing(Backing::RealMemory(HugePages::None))
+            .build()
+            .expect("a 64 MiB real map builds"),
+    )
 }
 
 fn hit_path(c: &mut Criterion) {
     let mm = real_map();
-    let ql = Quicklists::new(&mm, 1).expect("quicklists");
+    let ql = Quicklists::new(Arc::clone(&mm), 1).expect("quicklists");
     let mut group = c.benchmark_group("quicklist");
     group.throughput(Throughput::Elements(1));
     {
@@ -51,7 +54,7 @@ fn hit_path(c: &mut Criterion) {
     group.finish();
 }
 
-fn one_process(tables: &PageTables<'_>, data: Pfn) {
+fn one_process(tables: &PageTables, data: Pfn) {
     let mut space = tables.new_address_space().expect("pgd");
     for (base, pages) in [(0x40_0000u64, 32u64), (0x100_0000, 64), (0x7f00_0000_0000, 48), (0x7fff_ff00_0000, 24)] {
         for page in 0..pages {
@@ -67,7 +70,7 @@ fn page_tables(c: &mut Criterion) {
     let mut group = c.benchmark_group("pagetable_churn");
     group.throughput(Throughput::Elements(1));
     for (name, source) in [("quicklists", TableSource::Quicklists), ("no_quicklists", TableSource::Allocator)] {
-        let tables = PageTables::new(&mm, source).expect("tables");
+        let tables = PageTables::new(Arc::clone(&mm), source).expect("tables");
         group.bench_function(name, |b| b.iter(|| one_process(&tables, data)));
     }
     group.finish();

@@ -6,14 +6,17 @@
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
 use mmkit_quicklist::Quicklists;
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::Instant;
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let mode = args.next().unwrap_or_else(|| "pinned".into());
     let n: u32 = args.next().and_then(|v| v.parse().ok()).unwrap_or(10_000_000);
-    let mm = MemoryMapBuilder::with_memory(64 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
-    let ql = Quicklists::new(&mm, 1).unwrap();
+    let mm = Arc::new(
+        MemoryMapBuilder::with_memory(64 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap(),
+    );
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let t = Instant::now();
     match mode.as_str() {
         "pinned" => {

@@ -23,6 +23,7 @@ use mmkit::{Gfp, PageAllocator, PageBlock, Pfn};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 /// Entries per table.
 pub const PTRS_PER_TABLE: usize = 512;
@@ -175,9 +176,10 @@ pub enum TableSource {
 /// ```
 /// use mmkit_quicklist::pagetable::{Level, PageTables, TableSource};
 /// use mmkit::{Backing, HugePages, MemoryMapBuilder, Gfp};
+/// use std::sync::Arc;
 ///
-/// let mm = MemoryMapBuilder::with_memory(32 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
-/// let tables = PageTables::new(&mm, TableSource::Quicklists).unwrap();
+/// let mm = Arc::new(MemoryMapBuilder::with_memory(32 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap());
+/// let tables = PageTables::new(Arc::clone(&mm), TableSource::Quicklists).unwrap();
 /// let data = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap();
 /// let mut space = tables.new_address_space().unwrap();
 /// space.map(0x7fff_0000_0000, data).unwrap();
@@ -188,9 +190,9 @@ pub enum TableSource {
 /// assert_eq!(tables.level_stats(Level::Pte).count, 1);
 /// # mm.free_pages(data, 0).unwrap();
 /// ```
-pub struct PageTables<'a> {
-    alloc: &'a PageAllocator,
-    quicklists: Quicklists<'a>,
+pub struct PageTables {
+    alloc: Arc<PageAllocator>,
+    quicklists: Quicklists,
     /// Entries `256..512` of every pgd.
     kernel_half: Box<[u64]>,
     kernel_tables: Vec<PageBlock>,
@@ -198,17 +200,17 @@ pub struct PageTables<'a> {
     clock: Option<fn() -> u64>,
 }
 
-impl<'a> PageTables<'a> {
+impl PageTables {
     /// Page tables over `alloc`'s memory, with table pages from `source`.
     ///
     /// # Errors
     /// [`QuicklistError::NoRealMemory`]; [`QuicklistError::Alloc`] if the
     /// kernel tables cannot be allocated.
-    pub fn new(alloc: &'a PageAllocator, source: TableSource) -> Result<Self, QuicklistError> {
+    pub fn new(alloc: Arc<PageAllocator>, source: TableSource) -> Result<Self, QuicklistError> {
         let lists = Level::ALL.len();
         let quicklists = match source {
-            TableSource::Quicklists => Quicklists::new(alloc, lists)?,
-            TableSource::Allocator => Quicklists::uncached(alloc, lists)?,
+            TableSource::Quicklists => Quicklists::new(Arc::clone(&alloc), lists)?,
+            TableSource::Allocator => Quicklists::uncached(Arc::clone(&alloc), lists)?,
         };
         let mut tables = Self {
             alloc,
@@ -269,7 +271,7 @@ impl<'a> PageTables<'a> {
     }
 
     /// The quicklists the table pages come from (list `n` is level `n`).
-    pub fn quicklists(&self) -> &Quicklists<'a> {
+    pub fn quicklists(&self) -> &Quicklists {
         &self.quicklists
     }
 
@@ -303,7 +305,7 @@ impl<'a> PageTables<'a> {
     }
 }
 
-impl Drop for PageTables<'_> {
+impl Drop for PageTables {
     fn drop(&mut self) {
         for block in std::mem::take(&mut self.kernel_tables) {
             let _ = self.quicklists.quicklist_free_block(Level::Pud.index(), None, block);
@@ -342,7 +344,7 @@ type TableMap = HashMap<Pfn, Table, BuildHasherDefault<PfnHasher>>;
 /// One address space; see [`PageTables`]. Dropping it tears every table
 /// down (what `exit` does).
 pub struct PageTable<'t> {
-    shared: &'t PageTables<'t>,
+    shared: &'t PageTables,
     pgd: Pfn,
     tables: TableMap,
     nr_mapped: u64,
@@ -473,7 +475,9 @@ impl PageTable<'_> {
 
     /// Sets entry `i` of table `table`.
     fn set_entry(&mut self, table: Pfn, i: usize, value: u64) {
-        let alloc = self.shared.alloc;
+        // The shared tables outlive this borrow of `self`.
+        let shared: &PageTables = self.shared;
+        let alloc = &shared.alloc;
         let Some(t) = self.tables.get_mut(&table) else { return };
         if let Some(word) = alloc.block_bytes_mut(&mut t.block).and_then(|b| b.get_mut(i * 8..i * 8 + 8)) {
             word.copy_from_slice(&value.to_ne_bytes());

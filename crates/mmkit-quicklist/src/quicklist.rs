@@ -50,7 +50,7 @@
 use mmkit::{BlockError, FreeError, Gfp, PageAllocator, PageBlock, PageOwner, Pfn};
 use spin::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 mod error;
 mod pinned;
@@ -166,21 +166,22 @@ struct ListState {
 /// ```
 /// use mmkit_quicklist::Quicklists;
 /// use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
+/// use std::sync::Arc;
 ///
 /// let mm = MemoryMapBuilder::with_memory(16 << 20)
 ///     .backing(Backing::RealMemory(HugePages::None))
 ///     .nr_cpus(1) // every call below uses CPU 0's lists
 ///     .build()
 ///     .unwrap();
-/// let ql = Quicklists::new(&mm, 1).unwrap();
+/// let ql = Quicklists::new(Arc::new(mm), 1).unwrap(); // holds a share of the map
 /// let page = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap(); // zeroed
 /// ql.quicklist_free_page(0, None, page).unwrap();               // cached, still zero
 /// assert_eq!(ql.quicklist_total_size(), 1);
 /// assert_eq!(ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap(), page);
 /// # ql.quicklist_free_page(0, None, page).unwrap();
 /// ```
-pub struct Quicklists<'a> {
-    alloc: &'a PageAllocator,
+pub struct Quicklists {
+    alloc: Arc<PageAllocator>,
     /// False for the comparison mode of [`Quicklists::uncached`].
     caching: bool,
     /// One node only: no page can be another node's.
@@ -190,12 +191,12 @@ pub struct Quicklists<'a> {
     states: Box<[ListState]>,
 }
 
-impl<'a> Quicklists<'a> {
+impl Quicklists {
     /// `nr_quick` lists for each of the allocator's CPUs.
     ///
     /// # Errors
     /// [`QuicklistError::NoRealMemory`] for a metadata-only map.
-    pub fn new(alloc: &'a PageAllocator, nr_quick: usize) -> Result<Self, QuicklistError> {
+    pub fn new(alloc: Arc<PageAllocator>, nr_quick: usize) -> Result<Self, QuicklistError> {
         if !alloc.has_real_memory() {
             return Err(QuicklistError::NoRealMemory);
         }
@@ -207,7 +208,8 @@ impl<'a> Quicklists<'a> {
             })
             .collect();
         let states = (0..nr_quick).map(|_| ListState { template: OnceLock::new() }).collect();
-        Ok(Self { alloc, caching: true, single_node: alloc.nr_nodes() <= 1, nr_quick, cpus, states })
+        let single_node = alloc.nr_nodes() <= 1;
+        Ok(Self { alloc, caching: true, single_node, nr_quick, cpus, states })
     }
 
     /// The same interface without the caching: every allocation is a fresh
@@ -217,7 +219,7 @@ impl<'a> Quicklists<'a> {
     ///
     /// # Errors
     /// As [`new`](Self::new).
-    pub fn uncached(alloc: &'a PageAllocator, nr_quick: usize) -> Result<Self, QuicklistError> {
+    pub fn uncached(alloc: Arc<PageAllocator>, nr_quick: usize) -> Result<Self, QuicklistError> {
         let mut lists = Self::new(alloc, nr_quick)?;
         lists.caching = false;
         Ok(lists)
@@ -234,8 +236,8 @@ impl<'a> Quicklists<'a> {
     }
 
     /// The allocator the pages come from.
-    pub fn allocator(&self) -> &'a PageAllocator {
-        self.alloc
+    pub fn allocator(&self) -> &Arc<PageAllocator> {
+        &self.alloc
     }
 
     /// A page from list `nr` of the calling CPU, or a fresh zeroed page
@@ -652,7 +654,7 @@ fn first_nonzero(bytes: &[u8]) -> Option<usize> {
         .and_then(|(i, chunk)| chunk.iter().position(|&b| b != 0).map(|at| i * ZEROES.len() + at))
 }
 
-impl Drop for Quicklists<'_> {
+impl Drop for Quicklists {
     /// Returns every cached page to the allocator. Destructors cannot run
     /// here; call [`quicklist_drain`](Quicklists::quicklist_drain) first if
     /// they matter.

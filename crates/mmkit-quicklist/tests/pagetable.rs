@@ -6,6 +6,7 @@ use mmkit::{Backing, HugePages, MemoryMapBuilder, Pfn};
 use mmkit_quicklist::pagetable::{Level, MapError, PageTables, TableSource, USER_VA_END};
 use proptest::prelude::*;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -32,17 +33,20 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn run(ops: Vec<Op>, quicklists: bool) -> Result<(), TestCaseError> {
-    let mm = MemoryMapBuilder::with_memory(32 << 20)
-        .backing(Backing::RealMemory(HugePages::None))
-        .nr_cpus(1)
-        .cpu_id_fn(|| 0)
-        .build()
-        .unwrap();
+    let mm = Arc::new(
+        MemoryMapBuilder::with_memory(32 << 20)
+            .backing(Backing::RealMemory(HugePages::None))
+            .nr_cpus(1)
+            .cpu_id_fn(|| 0)
+            .build()
+            .unwrap(),
+    );
     mm.drain_all_pages();
     let start = mm.nr_free_pages();
     {
         let tables =
-            PageTables::new(&mm, if quicklists { TableSource::Quicklists } else { TableSource::Allocator }).unwrap();
+            PageTables::new(Arc::clone(&mm), if quicklists { TableSource::Quicklists } else { TableSource::Allocator })
+                .unwrap();
         let mut space = tables.new_address_space().unwrap();
         let mut model: HashMap<u64, u64> = HashMap::new();
         for op in ops {
@@ -111,8 +115,10 @@ proptest! {
 
 #[test]
 fn bad_addresses_are_refused() {
-    let mm = MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
-    let tables = PageTables::new(&mm, TableSource::Quicklists).unwrap();
+    let mm = Arc::new(
+        MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap(),
+    );
+    let tables = PageTables::new(Arc::clone(&mm), TableSource::Quicklists).unwrap();
     let mut space = tables.new_address_space().unwrap();
     assert_eq!(space.map(4097, Pfn(1)), Err(MapError::NotPageAligned(4097)));
     assert_eq!(space.map(USER_VA_END, Pfn(1)), Err(MapError::NotUserAddress(USER_VA_END)));
@@ -125,13 +131,15 @@ fn bad_addresses_are_refused() {
 
 #[test]
 fn a_recycled_pgd_needs_no_constructor() {
-    let mm = MemoryMapBuilder::with_memory(16 << 20)
-        .backing(Backing::RealMemory(HugePages::None))
-        .nr_cpus(1)
-        .cpu_id_fn(|| 0)
-        .build()
-        .unwrap();
-    let tables = PageTables::new(&mm, TableSource::Quicklists).unwrap();
+    let mm = Arc::new(
+        MemoryMapBuilder::with_memory(16 << 20)
+            .backing(Backing::RealMemory(HugePages::None))
+            .nr_cpus(1)
+            .cpu_id_fn(|| 0)
+            .build()
+            .unwrap(),
+    );
+    let tables = PageTables::new(Arc::clone(&mm), TableSource::Quicklists).unwrap();
     for round in 0..5u64 {
         let mut space = tables.new_address_space().unwrap();
         space.map(round * 4096, Pfn(7)).unwrap();
@@ -144,8 +152,10 @@ fn a_recycled_pgd_needs_no_constructor() {
 
 #[test]
 fn table_pages_cannot_be_freed_behind_the_tables_back() {
-    let mm = MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
-    let tables = PageTables::new(&mm, TableSource::Allocator).unwrap();
+    let mm = Arc::new(
+        MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap(),
+    );
+    let tables = PageTables::new(Arc::clone(&mm), TableSource::Allocator).unwrap();
     let mut space = tables.new_address_space().unwrap();
     space.map(0, Pfn(3)).unwrap();
     // Every allocated page that is not the caller's is a table page.

@@ -9,6 +9,7 @@ use mmkit_testkit::XorShift64;
 use proptest::prelude::*;
 use std::cell::Cell;
 use std::collections::HashSet;
+use std::sync::Arc;
 
 const LISTS: usize = 3;
 /// List 2 has a constructor that writes this at byte 8 and byte 4095.
@@ -60,12 +61,12 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
     #[test]
     fn quicklists_match_the_model(ops in prop::collection::vec(op(), 1..120)) {
-        let mm = MemoryMapBuilder::with_memory(8 << 20)
+        let mm = Arc::new(MemoryMapBuilder::with_memory(8 << 20)
             .backing(Backing::RealMemory(HugePages::None))
             .nr_cpus(2)
             .cpu_id_fn(current)
             .build()
-            .unwrap();
+            .unwrap());
         mm.drain_all_pages();
         let start = mm.nr_free_pages();
         let ctor_calls = Cell::new(0u64);
@@ -76,7 +77,7 @@ proptest! {
             page[4095] = CTOR_MARK;
         };
         let dtor = |_: &mut [u8]| dtor_calls.set(dtor_calls.get() + 1);
-        let ql = Quicklists::new(&mm, LISTS).unwrap();
+        let ql = Quicklists::new(Arc::clone(&mm), LISTS).unwrap();
         let mut held: Vec<(Pfn, usize)> = Vec::new();
         // Model: pages cached per (cpu, list), as a stack.
         let mut cached = vec![vec![Vec::<Pfn>::new(); LISTS]; 2];
@@ -170,14 +171,16 @@ proptest! {
 /// pattern (or a non-zero byte on allocation).
 #[test]
 fn threads_never_share_a_quicklist_page() {
-    let mm = MemoryMapBuilder::with_memory(64 << 20)
-        .backing(Backing::RealMemory(HugePages::None))
-        .nr_cpus(2)
-        .build()
-        .unwrap();
+    let mm = Arc::new(
+        MemoryMapBuilder::with_memory(64 << 20)
+            .backing(Backing::RealMemory(HugePages::None))
+            .nr_cpus(2)
+            .build()
+            .unwrap(),
+    );
     mm.drain_all_pages();
     let start = mm.nr_free_pages();
-    let ql = Quicklists::new(&mm, 2).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 2).unwrap();
     std::thread::scope(|s| {
         for thread in 0..4u64 {
             let (mm, ql) = (&mm, &ql);

@@ -4,18 +4,21 @@
 
 use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
 use mmkit_quicklist::{QuicklistError, Quicklists, QUICKLIST_OWNER};
+use std::sync::Arc;
 
-fn real_map(cpus: usize) -> PageAllocator {
-    MemoryMapBuilder::with_memory(16 << 20)
-        .backing(Backing::RealMemory(HugePages::None))
-        .nr_cpus(cpus)
-        .cpu_id_fn(|| 0)
-        .build()
-        .unwrap()
+fn real_map(cpus: usize) -> Arc<PageAllocator> {
+    Arc::new(
+        MemoryMapBuilder::with_memory(16 << 20)
+            .backing(Backing::RealMemory(HugePages::None))
+            .nr_cpus(cpus)
+            .cpu_id_fn(|| 0)
+            .build()
+            .unwrap(),
+    )
 }
 
 /// Free + cached + held pages add up to what was free at the start.
-fn assert_conserved(mm: &PageAllocator, ql: &Quicklists<'_>, start_free: u64, held: u64) {
+fn assert_conserved(mm: &PageAllocator, ql: &Quicklists, start_free: u64, held: u64) {
     mm.drain_all_pages();
     assert_eq!(mm.nr_free_pages() + ql.quicklist_total_size() + held, start_free);
 }
@@ -23,7 +26,7 @@ fn assert_conserved(mm: &PageAllocator, ql: &Quicklists<'_>, start_free: u64, he
 #[test]
 fn the_hit_pair_reuses_the_top_page_and_counts_it() {
     let mm = real_map(1);
-    let ql = Quicklists::new(&mm, 1).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let mut cpu = ql.pin_cpu(0).unwrap();
     let a = cpu.alloc(0, Gfp::KERNEL, None).unwrap();
     cpu.free_page(0, None, a).unwrap();
@@ -43,7 +46,7 @@ fn the_hit_pair_reuses_the_top_page_and_counts_it() {
 fn pinned_pages_are_refused_elsewhere_until_handed_over() {
     let mm = real_map(2);
     let start = mm.nr_free_pages();
-    let ql = Quicklists::new(&mm, 1).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let mut cpu1 = ql.pin_cpu(1).unwrap();
     let p = cpu1.alloc(0, Gfp::KERNEL, None).unwrap();
     let free = mm.nr_free_pages();
@@ -73,7 +76,7 @@ fn pinned_pages_are_refused_elsewhere_until_handed_over() {
 fn a_handed_over_page_is_freed_by_any_cpu() {
     let mm = real_map(2);
     let start = mm.nr_free_pages();
-    let ql = Quicklists::new(&mm, 1).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let mut cpu1 = ql.pin_cpu(1).unwrap();
     let p = cpu1.alloc(0, Gfp::KERNEL, None).unwrap();
     cpu1.hand_over(p).unwrap();
@@ -88,7 +91,7 @@ fn a_handed_over_page_is_freed_by_any_cpu() {
 #[test]
 fn double_frees_to_a_pinned_handle_change_nothing() {
     let mm = real_map(1);
-    let ql = Quicklists::new(&mm, 2).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 2).unwrap();
     let mut cpu = ql.pin_cpu(0).unwrap();
     let p = cpu.alloc(0, Gfp::KERNEL, None).unwrap();
     cpu.free_page(0, None, p).unwrap();
@@ -113,7 +116,7 @@ fn double_frees_to_a_pinned_handle_change_nothing() {
 fn many_pages_out_in_any_order_come_back() {
     let mm = real_map(1);
     let start = mm.nr_free_pages();
-    let ql = Quicklists::new(&mm, 2).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 2).unwrap();
     let mut cpu = ql.pin_cpu(0).unwrap();
     // More than the recent window, from both lists.
     let mut out: Vec<(usize, Pfn)> = (0..100).map(|i| (i % 2, cpu.alloc(i % 2, Gfp::KERNEL, None).unwrap())).collect();
@@ -145,7 +148,7 @@ fn many_pages_out_in_any_order_come_back() {
 fn dropping_the_handle_hands_over_what_is_out() {
     let mm = real_map(1);
     let start = mm.nr_free_pages();
-    let ql = Quicklists::new(&mm, 1).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let mut cpu = ql.pin_cpu(0).unwrap();
     let pages: Vec<Pfn> = (0..40).map(|_| cpu.alloc(0, Gfp::KERNEL, None).unwrap()).collect();
     cpu.free_page(0, None, pages[0]).unwrap();
@@ -164,7 +167,7 @@ fn dropping_the_handle_hands_over_what_is_out() {
 #[test]
 fn blocks_from_a_pinned_handle_are_the_callers() {
     let mm = real_map(1);
-    let ql = Quicklists::new(&mm, 1).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let mut cpu = ql.pin_cpu(0).unwrap();
     let p = cpu.alloc(0, Gfp::KERNEL, None).unwrap();
     cpu.free_page(0, None, p).unwrap();

@@ -5,17 +5,20 @@ use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator,
 use mmkit_quicklist::{QuicklistError, Quicklists, FRACTION_OF_NODE_MEM, QUICKLIST_OWNER};
 use std::cell::Cell;
 
-fn real_map(bytes: u64, cpus: usize) -> PageAllocator {
-    MemoryMapBuilder::with_memory(bytes)
-        .backing(Backing::RealMemory(HugePages::None))
-        .nr_cpus(cpus)
-        .cpu_id_fn(|| 0)
-        .build()
-        .unwrap()
+fn real_map(bytes: u64, cpus: usize) -> Arc<PageAllocator> {
+    Arc::new(
+        MemoryMapBuilder::with_memory(bytes)
+            .backing(Backing::RealMemory(HugePages::None))
+            .nr_cpus(cpus)
+            .cpu_id_fn(|| 0)
+            .build()
+            .unwrap(),
+    )
 }
 
 mod common;
 use common::write_byte;
+use std::sync::Arc;
 
 /// Reads a byte of a page the quicklists handed out.
 fn read_byte(mm: &PageAllocator, pfn: Pfn, offset: usize) -> u8 {
@@ -23,7 +26,7 @@ fn read_byte(mm: &PageAllocator, pfn: Pfn, offset: usize) -> u8 {
 }
 
 /// Free + cached + held pages add up to what was free at the start.
-fn assert_conserved(mm: &PageAllocator, ql: &Quicklists<'_>, start_free: u64, held: u64) {
+fn assert_conserved(mm: &PageAllocator, ql: &Quicklists, start_free: u64, held: u64) {
     mm.drain_all_pages();
     assert_eq!(mm.nr_free_pages() + ql.quicklist_total_size() + held, start_free);
 }
@@ -33,7 +36,7 @@ fn a_freed_page_comes_back_from_the_list_without_the_allocator() {
     let mm = real_map(16 << 20, 1);
     mm.drain_all_pages();
     let start = mm.nr_free_pages();
-    let ql = Quicklists::new(&mm, 2).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 2).unwrap();
     let a = ql.quicklist_alloc(1, Gfp::KERNEL, None).unwrap();
     assert!(mm.page_flags(a).unwrap().contains(PageFlags::OWNED));
     ql.quicklist_free_page(1, None, a).unwrap();
@@ -48,14 +51,14 @@ fn a_freed_page_comes_back_from_the_list_without_the_allocator() {
     assert_eq!((s.hits, s.misses, s.cached), (1, 1, 1));
     ql.quicklist_free_page(1, None, a).unwrap();
     drop(ql);
-    assert_conserved(&mm, &Quicklists::new(&mm, 1).unwrap(), start, 0);
+    assert_conserved(&mm, &Quicklists::new(Arc::clone(&mm), 1).unwrap(), start, 0);
     mm.check_invariants().unwrap();
 }
 
 #[test]
 fn lists_are_lifo() {
     let mm = real_map(16 << 20, 1);
-    let ql = Quicklists::new(&mm, 1).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let pages: Vec<Pfn> = (0..5).map(|_| ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap()).collect();
     for &p in &pages {
         ql.quicklist_free_page(0, None, p).unwrap();
@@ -73,7 +76,7 @@ fn lists_are_lifo() {
 #[test]
 fn ctor_runs_only_on_fresh_pages_and_its_state_survives_caching() {
     let mm = real_map(16 << 20, 1);
-    let ql = Quicklists::new(&mm, 1).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let ctor_calls = Cell::new(0);
     let ctor = |page: &mut [u8]| {
         ctor_calls.set(ctor_calls.get() + 1);
@@ -94,7 +97,7 @@ fn ctor_runs_only_on_fresh_pages_and_its_state_survives_caching() {
 #[test]
 fn dtor_runs_exactly_when_a_page_leaves_the_layer() {
     let mm = real_map(16 << 20, 1);
-    let ql = Quicklists::new(&mm, 1).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let dtor_calls = Cell::new(0);
     let dtor = |_: &mut [u8]| dtor_calls.set(dtor_calls.get() + 1);
     let pages: Vec<Pfn> = (0..8).map(|_| ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap()).collect();
@@ -111,7 +114,7 @@ fn dtor_runs_exactly_when_a_page_leaves_the_layer() {
 fn trim_keeps_max_of_min_pages_and_a_sixteenth_of_node_free() {
     // 8 MiB: about 2000 free pages, so node_free / 16 is about 125.
     let mm = real_map(8 << 20, 1);
-    let ql = Quicklists::new(&mm, 1).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let pages: Vec<Pfn> = (0..300).map(|_| ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap()).collect();
     for &p in &pages {
         ql.quicklist_free_page(0, None, p).unwrap();
@@ -129,7 +132,7 @@ fn trim_keeps_max_of_min_pages_and_a_sixteenth_of_node_free() {
 #[test]
 fn bad_frees_are_refused_and_change_nothing() {
     let mm = real_map(16 << 20, 1);
-    let ql = Quicklists::new(&mm, 1).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let a = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
     ql.quicklist_free_page(0, None, a).unwrap();
     let size = ql.quicklist_total_size();
@@ -180,7 +183,7 @@ fn bad_frees_are_refused_and_change_nothing() {
 #[test]
 fn plain_allocator_pages_are_adopted() {
     let mm = real_map(16 << 20, 1);
-    let ql = Quicklists::new(&mm, 1).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let p = mm.alloc_pages(Gfp::KERNEL | Gfp::ZERO, 0).unwrap();
     ql.quicklist_free_page(0, None, p).unwrap();
     assert_eq!(ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap(), p);
@@ -192,7 +195,7 @@ fn plain_allocator_pages_are_adopted() {
 #[test]
 fn a_page_not_in_the_list_state_is_reported_and_not_cached() {
     let mm = real_map(16 << 20, 1);
-    let ql = Quicklists::new(&mm, 1).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let p = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
     write_byte(&mm, p, 100, 7);
     let free = mm.nr_free_pages() + mm.nr_pcp_pages();
@@ -206,15 +209,17 @@ fn a_page_not_in_the_list_state_is_reported_and_not_cached() {
 
 #[test]
 fn pages_of_another_node_bypass_the_cache() {
-    let mm = MemoryMapBuilder::new()
-        .add_pc_node(0, 0, 16 << 20)
-        .add_pc_node(1, 0x10000, 16 << 20)
-        .backing(Backing::RealMemory(HugePages::None))
-        .nr_cpus(1)
-        .cpu_id_fn(|| 0)
-        .build()
-        .unwrap();
-    let ql = Quicklists::new(&mm, 1).unwrap();
+    let mm = Arc::new(
+        MemoryMapBuilder::new()
+            .add_pc_node(0, 0, 16 << 20)
+            .add_pc_node(1, 0x10000, 16 << 20)
+            .backing(Backing::RealMemory(HugePages::None))
+            .nr_cpus(1)
+            .cpu_id_fn(|| 0)
+            .build()
+            .unwrap(),
+    );
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let remote = mm.alloc_pages_node(1, Gfp::KERNEL | Gfp::THISNODE | Gfp::ZERO, 0).unwrap();
     assert_eq!(mm.page_to_nid(remote), Some(1));
     let dtor_calls = Cell::new(0);
@@ -231,7 +236,7 @@ fn pages_of_another_node_bypass_the_cache() {
 #[test]
 fn a_poisoned_cached_page_is_never_handed_out() {
     let mm = real_map(16 << 20, 1);
-    let ql = Quicklists::new(&mm, 1).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let a = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
     let b = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
     ql.quicklist_free_page(0, None, a).unwrap();
@@ -247,7 +252,7 @@ fn a_poisoned_cached_page_is_never_handed_out() {
 #[test]
 fn a_pinned_cpu_is_bypassed_by_the_shared_api() {
     let mm = real_map(16 << 20, 2);
-    let ql = Quicklists::new(&mm, 1).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let mut cpu0 = ql.pin_cpu(0).unwrap();
     assert_eq!(ql.pin_cpu(0).err(), Some(QuicklistError::AlreadyPinned(0)));
     assert_eq!(ql.pin_cpu(2).err(), Some(QuicklistError::NoSuchCpu(2)));
@@ -263,6 +268,6 @@ fn a_pinned_cpu_is_bypassed_by_the_shared_api() {
 
 #[test]
 fn metadata_only_maps_are_refused() {
-    let mm = MemoryMapBuilder::with_memory(16 << 20).build().unwrap();
-    assert_eq!(Quicklists::new(&mm, 1).err(), Some(QuicklistError::NoRealMemory));
+    let mm = Arc::new(MemoryMapBuilder::with_memory(16 << 20).build().unwrap());
+    assert_eq!(Quicklists::new(Arc::clone(&mm), 1).err(), Some(QuicklistError::NoRealMemory));
 }

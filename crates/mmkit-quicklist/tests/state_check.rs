@@ -6,18 +6,21 @@
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
 use mmkit_quicklist::{QuicklistError, Quicklists};
 
-fn real_map() -> PageAllocator {
-    MemoryMapBuilder::with_memory(16 << 20)
-        .backing(Backing::RealMemory(HugePages::None))
-        .nr_cpus(1)
-        .cpu_id_fn(|| 0)
-        .hooks(mmkit::QuietHooks)
-        .build()
-        .unwrap()
+fn real_map() -> Arc<PageAllocator> {
+    Arc::new(
+        MemoryMapBuilder::with_memory(16 << 20)
+            .backing(Backing::RealMemory(HugePages::None))
+            .nr_cpus(1)
+            .cpu_id_fn(|| 0)
+            .hooks(mmkit::QuietHooks)
+            .build()
+            .unwrap(),
+    )
 }
 
 mod common;
 use common::write_byte;
+use std::sync::Arc;
 
 fn page(mm: &PageAllocator, pfn: Pfn) -> Vec<u8> {
     common::with_page(mm, pfn, |bytes| bytes.to_vec())
@@ -26,7 +29,7 @@ fn page(mm: &PageAllocator, pfn: Pfn) -> Vec<u8> {
 #[test]
 fn a_dirty_page_is_refused_by_a_zero_list() {
     let mm = real_map();
-    let ql = Quicklists::new(&mm, 1).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let p = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
     write_byte(&mm, p, 4095, 0x5a);
     assert_eq!(ql.quicklist_free_page(0, None, p), Err(QuicklistError::WrongState { pfn: p, offset: 4095 }));
@@ -40,7 +43,7 @@ fn a_dirty_page_is_refused_by_a_zero_list() {
 #[test]
 fn a_page_that_differs_from_the_constructor_state_is_refused() {
     let mm = real_map();
-    let ql = Quicklists::new(&mm, 2).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 2).unwrap();
     let ctor = |page: &mut [u8]| page[8] = 0xee;
     let p = ql.quicklist_alloc(1, Gfp::KERNEL, Some(&ctor)).unwrap();
     ql.quicklist_free_page(1, None, p).unwrap();
@@ -56,7 +59,7 @@ fn a_page_that_differs_from_the_constructor_state_is_refused() {
 #[test]
 fn the_pinned_hit_path_checks_too() {
     let mm = real_map();
-    let ql = Quicklists::new(&mm, 1).unwrap();
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let mut cpu = ql.pin_cpu(0).unwrap();
     let p = cpu.alloc(0, Gfp::KERNEL, None).unwrap();
     cpu.free_page(0, None, p).unwrap();

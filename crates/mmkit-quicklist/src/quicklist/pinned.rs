@@ -101,16 +101,17 @@ impl Hasher for PfnHasher {
 /// ```
 /// use mmkit_quicklist::Quicklists;
 /// use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
+/// use std::sync::Arc;
 ///
 /// let mm = MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).nr_cpus(2).build().unwrap();
-/// let ql = Quicklists::new(&mm, 2).unwrap();
+/// let ql = Quicklists::new(Arc::new(mm), 2).unwrap();
 /// let mut cpu1 = ql.pin_cpu(1).unwrap();
 /// let pfn = cpu1.alloc(1, Gfp::KERNEL, None).unwrap();
 /// cpu1.free_page(1, None, pfn).unwrap();
 /// assert_eq!(ql.quicklist_size(1, 1), Some(1));
 /// ```
 pub struct QuicklistCpu<'q> {
-    ql: &'q Quicklists<'q>,
+    ql: &'q Quicklists,
     /// The CPU's lock; its stacks are moved into `lists` meanwhile (and
     /// back on drop), one indirection and one bounds check less per call.
     stacks: MutexGuard<'q, Stacks>,
@@ -124,7 +125,7 @@ pub struct QuicklistCpu<'q> {
 
 impl<'q> QuicklistCpu<'q> {
     pub(super) fn new(
-        ql: &'q Quicklists<'q>,
+        ql: &'q Quicklists,
         counters: &'q [ListCounters],
         mut stacks: MutexGuard<'q, Stacks>,
         cpu: usize,
@@ -303,11 +304,7 @@ impl<'q> QuicklistCpu<'q> {
     }
 
     /// Runs `f` on list `nr`'s cached pages as a held list.
-    fn on_cached<R>(
-        &mut self,
-        nr: usize,
-        f: impl FnOnce(&Quicklists<'q>, HeldList<'_>) -> R,
-    ) -> Result<R, QuicklistError> {
+    fn on_cached<R>(&mut self, nr: usize, f: impl FnOnce(&Quicklists, HeldList<'_>) -> R) -> Result<R, QuicklistError> {
         let (ql, cpu) = (self.ql, self.cpu);
         let Some(list) = self.lists.get_mut(nr) else {
             return Err(self.no_such_list(nr));
