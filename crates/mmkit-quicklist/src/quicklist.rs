@@ -316,6 +316,25 @@ impl Quicklists {
         dtor: Option<PageFn<'_>>,
         block: PageBlock,
     ) -> Result<(), QuicklistError> {
+        self.free_block_checked(nr, dtor, block, StateCheck::Scan)
+    }
+
+    /// [`quicklist_free_block`](Self::quicklist_free_block) for a caller
+    /// in this crate that knows the page is in the list's state by
+    /// construction (a page table freed when its count of used entries,
+    /// every write of which goes through it, is back to zero): the scan of
+    /// the page is skipped, except in debug builds, which still make it.
+    pub(crate) fn free_block_in_state(&self, nr: usize, block: PageBlock) -> Result<(), QuicklistError> {
+        self.free_block_checked(nr, None, block, StateCheck::KnownByCaller)
+    }
+
+    fn free_block_checked(
+        &self,
+        nr: usize,
+        dtor: Option<PageFn<'_>>,
+        block: PageBlock,
+        check: StateCheck,
+    ) -> Result<(), QuicklistError> {
         let cpu = self.alloc.current_cpu();
         let slot = &self.cpus[cpu];
         if let Err(e) = self.check_list(nr) {
@@ -326,7 +345,7 @@ impl Quicklists {
             Some(mut stacks) => {
                 // `current_cpu` is one of the map's CPUs: the lookup holds.
                 let nid = self.alloc.cpu_to_node(cpu).unwrap_or(0);
-                self.free_on(Self::held(&mut stacks, slot, cpu, nr), dtor, block, nid)
+                self.free_on(Self::held(&mut stacks, slot, cpu, nr), dtor, block, nid, check)
             }
             None => self.release(cpu, block, dtor),
         }
@@ -513,8 +532,9 @@ impl Quicklists {
         dtor: Option<PageFn<'_>>,
         block: PageBlock,
         cpu_nid: usize,
+        check: StateCheck,
     ) -> Result<(), QuicklistError> {
-        if let Some(block) = self.admit(at.counters, at.cpu, at.nr, dtor, block, cpu_nid)? {
+        if let Some(block) = self.admit(at.counters, at.cpu, at.nr, dtor, block, cpu_nid, check)? {
             at.stack.push(block);
             at.counters.nr_pages.store(at.stack.len(), Relaxed);
             at.counters.cached.add(1);
@@ -534,15 +554,18 @@ impl Quicklists {
         dtor: Option<PageFn<'_>>,
         block: PageBlock,
         cpu_nid: usize,
+        check: StateCheck,
     ) -> Result<Option<PageBlock>, QuicklistError> {
         if !self.caching || !self.is_local_node(&block, cpu_nid) || self.is_poisoned(&block) {
             counters.bypassed.add(1);
             return self.release(cpu, block, dtor).map(|()| None);
         }
-        // In every build: a page cached in the wrong state would be handed
-        // out as if it were in the list's (a dirty page as a zeroed page
-        // table is garbage entries).
-        if let Some(offset) = self.first_difference(&block, nr) {
+        // In every build, unless the caller's own bookkeeping proves the
+        // state: a page cached in the wrong state would be handed out as if
+        // it were in the list's (a dirty page as a zeroed page table is
+        // garbage entries).
+        let scan = check == StateCheck::Scan || cfg!(debug_assertions);
+        if let Some(offset) = scan.then(|| self.first_difference(&block, nr)).flatten() {
             counters.bypassed.add(1);
             let pfn = block.pfn();
             self.alloc.report_bad_block(&block, offset);
@@ -638,6 +661,16 @@ impl Quicklists {
             None => first_nonzero(bytes),
         }
     }
+}
+
+/// Whether a free scans the page for its list's state.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StateCheck {
+    /// Every public free: the caller's bytes are not to be trusted.
+    Scan,
+    /// The crate's page tables, whose count of used entries proves the
+    /// state (scanned in debug builds all the same).
+    KnownByCaller,
 }
 
 /// A zero block to compare pages with (4 KiB: most pages are one).
