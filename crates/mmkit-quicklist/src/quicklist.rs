@@ -534,7 +534,7 @@ impl Quicklists {
         cpu_nid: usize,
         check: StateCheck,
     ) -> Result<(), QuicklistError> {
-        if let Some(block) = self.admit(at.counters, at.cpu, at.nr, dtor, block, cpu_nid, check)? {
+        if let Some(block) = self.admit(at.counters, (at.cpu, cpu_nid), at.nr, dtor, block, check)? {
             at.stack.push(block);
             at.counters.nr_pages.store(at.stack.len(), Relaxed);
             at.counters.cached.add(1);
@@ -542,18 +542,18 @@ impl Quicklists {
         Ok(())
     }
 
-    /// Whether a page freed to list `nr` of `cpu` may be cached: `Some`
-    /// hands it back to be pushed (the caller counts it), `None` means it
-    /// went to the page allocator (another node's, poisoned, or no caching).
+    /// Whether a page freed to list `nr` of `cpu` (on node `cpu_nid`) may
+    /// be cached: `Some` hands it back to be pushed (the caller counts it),
+    /// `None` means it went to the page allocator (another node's,
+    /// poisoned, or no caching).
     #[inline(always)]
     fn admit(
         &self,
         counters: &ListCounters,
-        cpu: usize,
+        (cpu, cpu_nid): (usize, usize),
         nr: usize,
         dtor: Option<PageFn<'_>>,
         block: PageBlock,
-        cpu_nid: usize,
         check: StateCheck,
     ) -> Result<Option<PageBlock>, QuicklistError> {
         if !self.caching || !self.is_local_node(&block, cpu_nid) || self.is_poisoned(&block) {

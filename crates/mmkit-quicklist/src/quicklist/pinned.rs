@@ -256,7 +256,7 @@ impl<'q> QuicklistCpu<'q> {
         };
         let (ql, cpu, nid) = (self.ql, self.cpu, self.nid);
         let list = &mut self.lists[nr];
-        if let Some(block) = ql.admit(list.counters, cpu, nr, dtor, block, nid, super::StateCheck::Scan)? {
+        if let Some(block) = ql.admit(list.counters, (cpu, nid), nr, dtor, block, super::StateCheck::Scan)? {
             list.stack.insert(list.top, block);
             list.set_top(list.top + 1);
             list.counters.cached.add(1);
