@@ -626,22 +626,25 @@ impl FreeArea {
         true
     }
 
-    /// Gives a whole free pageblock at `pb_start` another chance to merge
-    /// with its buddies (after its type changed back from ISOLATE, Linux's
-    /// `unset_migratetype_isolate`). Smaller blocks inside a pageblock are
-    /// already merged as far as they can be, so only a block of exactly
-    /// pageblock order needs it.
+    /// Gives a whole free block of at least pageblock order at `pb_start`
+    /// another chance to merge with its buddies, after its type changed
+    /// (back from ISOLATE, Linux's `unset_migratetype_isolate`; a
+    /// highatomic reserve given back): at those orders only blocks of
+    /// mergeable types merge, so a type change can make a pair mergeable.
+    /// Smaller blocks inside a pageblock are already merged as far as they
+    /// can be.
     pub(crate) fn remerge_pageblock(&mut self, cx: BuddyCtx<'_>, pb_start: PageIdx) {
         let page = cx.pages.get(pb_start);
         if pb_start < cx.start
             || pb_start + (1 << cx.pageblock_order) > cx.end
             || !page.has(PageFlags::BUDDY)
-            || page.order() != cx.pageblock_order
+            || page.order() < cx.pageblock_order
         {
             return;
         }
+        let order = page.order();
         self.del(cx, pb_start);
-        self.free_one(cx, pb_start, cx.pageblock_order, Placement::Auto);
+        self.free_one(cx, pb_start, order, Placement::Auto);
     }
 
     /// Takes every page of `[start, end)` off the free lists. The caller has

@@ -329,13 +329,18 @@ pub(crate) fn unreserve_highatomic_pageblock(
     };
     let size = pb_pages.max(1 << order).min(state.nr_reserved_highatomic);
     state.nr_reserved_highatomic -= size;
+    // Given back, the free pages may merge with buddies of their new type
+    // (a whole free pageblock next to one of `mt` would otherwise stay two
+    // blocks until one is allocated and freed again).
     if order < cx.pageblock_order {
         let pb_start = block & !((pb_pages as u32) - 1);
         state.area.move_freepages_block(cx, pb_start, mt);
         cx.blocks.set(pb_start, mt);
+        state.area.remerge_pageblock(cx, pb_start);
     } else {
         state.area.move_to(cx, block, mt);
         set_range_type(cx, block, order, mt);
+        state.area.remerge_pageblock(cx, block);
     }
     state.counters.highatomic_released += 1;
     true
