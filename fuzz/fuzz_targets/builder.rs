@@ -132,6 +132,14 @@ fn build(c: &Config) -> MemoryMapBuilder {
     for &(name, s, e) in c.cma.iter().take(3) {
         b = b.cma(format!("cma{}", name % 3), u64::from(s)..u64::from(e));
     }
+    // Real memory only for maps this process can hold under libFuzzer's
+    // RSS limit (2 GiB): a bigger one is for the machine to hold or for
+    // `build` to refuse (`RealMemoryTooLarge`, tested in bad_config.rs).
+    let page_shift = c.geometry.map_or(12, |g| u32::from(g.0 % 40));
+    let pages = b.descriptor_table_bytes().map_or(u64::MAX, |bytes| bytes as u64 / 16);
+    if pages.checked_mul(1 << page_shift).is_none_or(|bytes| bytes > 256 << 20) {
+        return b;
+    }
     match c.real_memory % 8 {
         0 => b.backing(Backing::RealMemory(HugePages::None)),
         1 => b.backing(Backing::RealMemory(HugePages::Explicit)),

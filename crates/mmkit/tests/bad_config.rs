@@ -202,3 +202,27 @@ fn calls_on_a_zone_or_node_that_does_not_exist() {
     assert_eq!(mm.node_free_pages(0), Ok(mm.nr_free_pages()));
     mm.check_invariants().unwrap();
 }
+
+/// Found by the `builder` fuzz target: a real-memory map of 255 pages of
+/// 512 MiB built (the mapping reserves nothing), and its zeroing
+/// allocations then took the process past 3 GB and on towards the OOM
+/// killer. A map larger than the machine is refused at build.
+#[test]
+fn real_memory_larger_than_the_machine_is_refused() {
+    let huge_pages = MemoryMapBuilder::new()
+        .page_size(512 << 20)
+        .section_order(17)
+        .pageblock_order(1)
+        .max_page_order(13)
+        .zone(0, ZoneType::Dma32, 50190..50445)
+        .backing(Backing::RealMemory(HugePages::None));
+    match huge_pages.build() {
+        Err(BuildError::RealMemoryTooLarge { bytes, machine }) => {
+            // The span counts from the table's section-aligned base.
+            assert!(bytes >= 255 << 29 && machine < bytes, "{bytes} against {machine}");
+        }
+        other => panic!("a 127 GiB real-memory map: {:?}", other.map(|_| ())),
+    }
+    // A map the machine can hold still builds.
+    MemoryMapBuilder::with_memory(64 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
+}

@@ -493,6 +493,14 @@ impl MemoryMapBuilder {
         let memory = match self.backing {
             Backing::MetadataOnly => None,
             Backing::RealMemory(huge) => {
+                // The mapping is made without a reservation (pages come as
+                // they are touched), so a map the machine cannot hold would
+                // build and then be killed at its first large zeroing:
+                // refused here instead, as `mmkit zram serve` refuses a size.
+                let bytes = nr_pages.saturating_mul(geo.page_size());
+                if let Some(machine) = machine_memory().filter(|&machine| bytes > machine) {
+                    return Err(BuildError::RealMemoryTooLarge { bytes, machine });
+                }
                 Some(crate::mem::rawmem::RealMemory::map(nr_pages as usize, geo.page_size() as usize, huge).map_err(
                     |e| {
                         if huge == crate::mem::rawmem::HugePages::Explicit {
@@ -553,6 +561,16 @@ impl MemoryMapBuilder {
             cma,
         })
     }
+}
+
+/// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`), if it
+/// can be read.
+#[cfg(feature = "std")]
+fn machine_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 /// The descriptor table's first PFN and the map's end: the lowest zone

@@ -296,6 +296,14 @@ pub enum BuildError {
         /// Bytes asked for.
         bytes: usize,
     },
+    /// A [`Backing::RealMemory`](crate::Backing) map larger than the
+    /// machine's memory: its pages would fail only when touched.
+    RealMemoryTooLarge {
+        /// Bytes the map's pages span.
+        bytes: u64,
+        /// The machine's memory (`MemTotal`).
+        machine: u64,
+    },
     /// The memory given to
     /// [`MemoryMapBuilder::descriptor_memory`](crate::MemoryMapBuilder::descriptor_memory)
     /// cannot hold the descriptor table
@@ -346,6 +354,9 @@ impl fmt::Display for BuildError {
             Self::BadRange { kind, pfns, reason } => write!(f, "{} {pfns:?}: {reason}", kind.name()),
             Self::ZoneOrder { lower, upper } => write!(f, "zone {lower:?} lies above zone {upper:?}"),
             Self::NoMetadataMemory { bytes } => write!(f, "cannot allocate {bytes} bytes of allocator metadata"),
+            Self::RealMemoryTooLarge { bytes, machine } => {
+                write!(f, "real memory of {bytes} bytes is more than the machine's {machine}")
+            }
             Self::DescriptorMemoryTooSmall { needed, given } => {
                 write!(f, "the descriptor table needs {needed} bytes; the memory given has {given}")
             }
