@@ -109,14 +109,15 @@ impl Device {
     /// As [`new`](Self::new); [`ZramError::Pool`] when the memory cannot be
     /// mapped.
     pub(crate) fn with_own_memory(config: ZramConfig) -> Result<Self, ZramError> {
-        let mut bytes = config.disksize.saturating_add(config.disksize / 4);
+        let mut raw = config.disksize.saturating_add(config.disksize / 4);
         if config.mem_limit != 0 {
-            bytes = bytes.min(config.mem_limit);
+            raw = raw.min(config.mem_limit);
         }
+        let mut bytes = raw.saturating_add(32 << 20).next_multiple_of(2 << 20);
+        // Never past the machine, which `build` refuses for real memory.
         if let Some(machine) = crate::config::machine_memory() {
-            bytes = bytes.min(machine);
+            bytes = bytes.min(machine / (2 << 20) * (2 << 20));
         }
-        let bytes = bytes.saturating_add(32 << 20).next_multiple_of(2 << 20);
         let mm = MemoryMapBuilder::with_memory(bytes)
             .backing(Backing::RealMemory(HugePages::None))
             .build()
