@@ -191,7 +191,6 @@ pub enum TableSource {
 /// # mm.free_pages(data, 0).unwrap();
 /// ```
 pub struct PageTables {
-    alloc: Arc<PageAllocator>,
     quicklists: Quicklists,
     /// Entries `256..512` of every pgd.
     kernel_half: Box<[u64]>,
@@ -209,11 +208,10 @@ impl PageTables {
     pub fn new(alloc: Arc<PageAllocator>, source: TableSource) -> Result<Self, QuicklistError> {
         let lists = Level::ALL.len();
         let quicklists = match source {
-            TableSource::Quicklists => Quicklists::new(Arc::clone(&alloc), lists)?,
-            TableSource::Allocator => Quicklists::uncached(Arc::clone(&alloc), lists)?,
+            TableSource::Quicklists => Quicklists::new(alloc, lists)?,
+            TableSource::Allocator => Quicklists::uncached(alloc, lists)?,
         };
         let mut tables = Self {
-            alloc,
             quicklists,
             kernel_half: vec![0; PTRS_PER_TABLE / 2].into_boxed_slice(),
             kernel_tables: Vec::new(),
@@ -473,7 +471,7 @@ impl PageTable<'_> {
     /// hold, such as a kernel table).
     fn entry(&self, table: Pfn, i: usize) -> u64 {
         let Some(t) = self.tables.get(&table) else { return 0 };
-        let Some(bytes) = self.shared.alloc.block_bytes(&t.block) else { return 0 };
+        let Some(bytes) = self.shared.quicklists.allocator().block_bytes(&t.block) else { return 0 };
         bytes.get(i * 8..i * 8 + 8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_ne_bytes)
     }
 
@@ -481,7 +479,7 @@ impl PageTable<'_> {
     fn set_entry(&mut self, table: Pfn, i: usize, value: u64) {
         // The shared tables outlive this borrow of `self`.
         let shared: &PageTables = self.shared;
-        let alloc = &shared.alloc;
+        let alloc = shared.quicklists.allocator();
         let Some(t) = self.tables.get_mut(&table) else { return };
         if let Some(word) = alloc.block_bytes_mut(&mut t.block).and_then(|b| b.get_mut(i * 8..i * 8 + 8)) {
             word.copy_from_slice(&value.to_ne_bytes());
