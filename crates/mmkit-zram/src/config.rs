@@ -132,12 +132,9 @@ impl ZramConfig {
 }
 
 /// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`), if it
-/// can be read.
+/// can be read; the page allocator's, which also bounds real-memory maps.
 pub fn machine_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
+    mmkit::machine_memory()
 }
 
 /// A `mem_limit` that makes sense: 0 (none), or from one page up to the

@@ -81,6 +81,8 @@ pub use mem::owned::PageBlock;
 pub use mem::rawmem::prefetch;
 #[cfg(feature = "std")]
 pub use mem::rawmem::HugePages;
+#[cfg(feature = "std")]
+pub use memmap::machine_memory;
 pub use memmap::{Backing, MemoryMapBuilder};
 pub use page_alloc::block::BlockError;
 pub use page_alloc::bulk::BulkFreeError;

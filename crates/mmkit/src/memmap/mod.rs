@@ -564,9 +564,9 @@ impl MemoryMapBuilder {
 }
 
 /// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`), if it
-/// can be read.
+/// can be read: the most a [`Backing::RealMemory`] map may span.
 #[cfg(feature = "std")]
-fn machine_memory() -> Option<u64> {
+pub fn machine_memory() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
