@@ -79,11 +79,18 @@ fn buddy_fragmented(mode: &str, n: u32, locked: bool) {
         return timed_locked(&mm, mode, order, n, held.len());
     }
     let t = Instant::now();
+    timed_pairs(&mm, order, n);
+    println!("{mode}: {:.2} ns/pair ({} blocks held)", t.elapsed().as_nanos() as f64 / n as f64, held.len());
+}
+
+/// The timed loop of the shared API, out of line so that callgrind can
+/// count it alone (`--toggle-collect='buddy_probe::timed_pairs'`).
+#[inline(never)]
+fn timed_pairs(mm: &mmkit::PageAllocator, order: u32, n: u32) {
     for _ in 0..n {
         let p = mm.alloc_pages(Gfp::KERNEL, order).unwrap();
         mm.free_pages(black_box(p), order).unwrap();
     }
-    println!("{mode}: {:.2} ns/pair ({} blocks held)", t.elapsed().as_nanos() as f64 / n as f64, held.len());
 }
 
 /// The timed loop through CPU 0's pinned handle with the zone held locked.

@@ -394,6 +394,31 @@ fn alloc_contig_pages_skips_unmovable_ranges() {
     mm.check_invariants().unwrap();
 }
 
+/// Without per-CPU lists every request reaches the buddy through the
+/// preferred-zone fast path, which must leave CMA balancing to `rmqueue`:
+/// while CMA holds most free memory, movable blocks of every order come
+/// from it, and unmovable ones never do.
+#[test]
+fn cma_balancing_holds_on_the_buddy_fast_path() {
+    let mm = MemoryMapBuilder::new()
+        .geometry(small_geometry())
+        .zone(0, ZoneType::Normal, 0..4096)
+        .cma("most-of-memory", 1024..3584)
+        .per_cpu_lists(false)
+        .build()
+        .unwrap();
+    let cma = 1024..3584;
+    for order in [0, 2, 4] {
+        let movable = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, order).unwrap();
+        assert!(cma.contains(&movable.0), "order {order}: {movable:?}");
+        let unmovable = mm.alloc_pages(Gfp::KERNEL, order).unwrap();
+        assert!(!cma.contains(&unmovable.0), "order {order}: {unmovable:?}");
+        mm.free_pages(movable, order).unwrap();
+        mm.free_pages(unmovable, order).unwrap();
+    }
+    mm.check_invariants().unwrap();
+}
+
 #[test]
 fn cma_lends_pages_to_movable_allocations_and_takes_them_back() {
     let moves: Moves = Arc::default();

@@ -49,7 +49,7 @@ impl PageblockMap {
     }
 
     /// Type of the pageblock holding page `idx`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get(&self, idx: PageIdx) -> MigrateType {
         let raw = self.types[(idx >> self.order) as usize].load(Relaxed);
         MigrateType::from_index(raw as usize).unwrap_or(MigrateType::Unmovable)

@@ -72,6 +72,19 @@ impl PageAllocator {
         self.fold_cpu((self.pcp.cpu_id)())
     }
 
+    /// The calling CPU where it decides something: with per-CPU lists
+    /// (their list) or several nodes (the local node). Otherwise 0, without
+    /// calling the CPU-id function, whose thread-local or rseq read was
+    /// about a tenth of a buddy pair's instructions.
+    #[inline(always)]
+    pub(crate) fn cpu_if_it_matters(&self) -> usize {
+        if self.pcp.enabled || self.zones.nr_nodes() > 1 {
+            self.current_cpu()
+        } else {
+            0
+        }
+    }
+
     /// Folds a CPU number (the embedder's, or the kernel's for the per-CPU
     /// caches) onto the allocator's CPUs.
     #[inline(always)]

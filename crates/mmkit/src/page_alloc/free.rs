@@ -63,7 +63,28 @@ impl PageAllocator {
     /// line for the reason `alloc_pages_uncached` is.
     #[inline(never)]
     fn free_pages_uncached(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        if !self.pcp.enabled {
+            return self.free_pages_to_buddy(pfn, order);
+        }
         self.free_pages_on(self.current_cpu(), pfn, order)
+    }
+
+    /// [`free_pages`](Self::free_pages) in a map without per-CPU lists:
+    /// no CPU to read and the zone's release inlined. A function of its
+    /// own so that the release's registers are not saved on the per-CPU
+    /// list path (inlined there, they cost its pair instructions; callgrind
+    /// of `pcp_probe shared` and `buddy_probe frag0`).
+    #[inline(never)]
+    fn free_pages_to_buddy(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        let idx = self.validate_block(pfn, order)?;
+        // Without lists the CPU picks nothing (`free_prepared_block`).
+        if self.drop_block_ref(0, pfn, idx, order)? {
+            self.claim_and_prepare(idx, order, Claim::ByRefcount)?;
+            if let Some(zi) = self.zone_index_of(idx) {
+                self.release_prepared_inline(&self.zones[zi], idx, 1 << order, Placement::Auto);
+            }
+        }
+        Ok(())
     }
 
     #[inline(always)]
@@ -80,7 +101,7 @@ impl PageAllocator {
     /// (the caller frees the block). If others still hold the first page of
     /// a non-compound block (only its refcount counts), everything after it
     /// is freed here and it lives on as an order-0 page, as in Linux.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn drop_block_ref(&self, cpu: usize, pfn: Pfn, idx: PageIdx, order: u32) -> Result<bool, FreeError> {
         let page = self.desc(idx);
         let split = order > 0 && !page.has(PageFlags::HEAD);
@@ -358,11 +379,17 @@ impl PageAllocator {
     /// Returns prepared pages `[idx, idx + count)` of `zone` to its free
     /// lists under one lock hold; see [`release_locked`](Self::release_locked).
     pub(crate) fn release_prepared(&self, zone: &Zone, idx: PageIdx, count: u32, placement: Placement) {
+        self.release_prepared_inline(zone, idx, count, placement);
+    }
+
+    /// [`release_prepared`](Self::release_prepared), inlined.
+    #[inline(always)]
+    fn release_prepared_inline(&self, zone: &Zone, idx: PageIdx, count: u32, placement: Placement) {
         let cx = zone.cx(&self.mem);
         let mut state = zone.state.lock();
         // Poisoned pages never reach the lists and are not counted as freed
         // (Linux counts PGFREE only for pages free_pages_prepare accepted).
-        let freed = self.release_locked(&mut state, cx, idx, count, placement);
+        let freed = self.release_locked_inline(&mut state, cx, idx, count, placement);
         state.counters.pgfree_pages += freed as u64;
         zone.publish(&state);
     }
@@ -371,6 +398,19 @@ impl PageAllocator {
     /// largest aligned chunks, skipping poisoned pages. The range must not
     /// cross a section.
     pub(crate) fn release_locked(
+        &self,
+        state: &mut ZoneState,
+        cx: BuddyCtx<'_>,
+        idx: PageIdx,
+        count: u32,
+        placement: Placement,
+    ) -> u32 {
+        self.release_locked_inline(state, cx, idx, count, placement)
+    }
+
+    /// [`release_locked`](Self::release_locked), inlined.
+    #[inline(always)]
+    fn release_locked_inline(
         &self,
         state: &mut ZoneState,
         cx: BuddyCtx<'_>,
