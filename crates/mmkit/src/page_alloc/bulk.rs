@@ -470,6 +470,7 @@ impl PageAllocator {
     /// `idx` go to when freed (the list `pcp_free_locked` would pick);
     /// `None` sends them down the general path (isolated block, order not
     /// cached, a policy that merges before caching, a hole between zones).
+    #[inline(always)]
     fn block_list(&self, idx: PageIdx) -> Option<(usize, MigrateType)> {
         let zi = self.zone_index_of(idx)?;
         if self.zones[zi].placement.merges_before_caching() {
