@@ -10,8 +10,9 @@
 //! reference per page with a compare-and-swap, because any thread may
 //! take a reference to an in-use page at any time
 //! ([`get_page`](PageAllocator::get_page)); a second free of the same
-//! pages must lose that race cleanly. On this machine the compare-and-swap
-//! is about three quarters of the batched free (BENCHMARKS.md). The pages
+//! pages must lose that race cleanly. The compare-and-swap is about half
+//! of the batched free (`free_contig_range/batched` against `/owned` in
+//! BENCHMARKS.md). The pages
 //! of a [`ContigRange`] are frozen (no references, so `get_page` refuses
 //! them) and owned (every other free path refuses them with
 //! [`FreeError::Owned`](crate::FreeError::Owned)); the handle is unique
