@@ -458,3 +458,25 @@ fn atomic_high_order_success_reserves_highatomic_capped_at_one_percent() {
     assert_eq!(snap.free.pageblocks_per_type[MigrateType::HighAtomic as usize], 6);
     mm.check_invariants().unwrap();
 }
+
+/// A pageblock-order block (Linux's THP order, which the per-CPU lists
+/// cache) goes back to the CPU's list when freed and the next allocation
+/// of that order takes it from there, not from the buddy: the buddy's
+/// fast path is only for orders no list serves.
+#[test]
+fn pageblock_order_allocations_take_the_per_cpu_list_first() {
+    // Movable: the buddy has free blocks of the request's own type from
+    // the start, so a buddy fast path taking this order would find one.
+    // Big enough that the list's `high` holds two blocks.
+    let mm = MemoryMapBuilder::with_memory(1 << 30).nr_cpus(1).cpu_id_fn(|| 0).build().unwrap();
+    let gfp = Gfp::HIGHUSER_MOVABLE;
+    let block = mm.alloc_pages(gfp, 9).unwrap();
+    let before = mm.nr_pcp_pages();
+    mm.free_pages(block, 9).unwrap();
+    assert_eq!(mm.nr_pcp_pages(), before + 512, "the freed block is on the list");
+    let again = mm.alloc_pages(gfp, 9).unwrap();
+    assert_eq!(again, block, "the list's block came back");
+    assert_eq!(mm.nr_pcp_pages(), before);
+    mm.free_pages(again, 9).unwrap();
+    mm.check_invariants().unwrap();
+}

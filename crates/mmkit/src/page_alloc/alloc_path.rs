@@ -122,9 +122,13 @@ impl PageAllocator {
         order: u32,
         frozen: bool,
     ) -> Result<Pfn, AllocError> {
-        if order <= PAGE_ALLOC_COSTLY_ORDER && self.pcp_serves(gfp) {
-            if let Some(pfn) = self.alloc_fast(cpu, nid, gfp, order, frozen) {
-                return Ok(pfn);
+        if self.pcp_serves(gfp) && pcp_allowed_order(order, self.mem.geometry.pageblock_order) {
+            // A pageblock-order block (Linux's THP order) comes off its
+            // list in the general path, which refills that list.
+            if order <= PAGE_ALLOC_COSTLY_ORDER {
+                if let Some(pfn) = self.alloc_fast(cpu, nid, gfp, order, frozen) {
+                    return Ok(pfn);
+                }
             }
         } else if let Some(pfn) = self.alloc_buddy_fast(nid, gfp, order, frozen) {
             return Ok(pfn);
