@@ -153,3 +153,26 @@ fn a_pinned_cpu_decays_its_high_and_spills() {
     assert!(free_decayed > free, "decay spilled pages of the pinned lists: {free_decayed} vs {free}");
     assert!(high_decayed < high, "high shrank: {high_decayed} vs {high}");
 }
+
+/// Pageblocks of up to 2^20 pages are valid geometry, and the per-pageblock
+/// free counts the default policy keeps must hold more than a `u16`: one
+/// page taken from a fresh 2^17-page pageblock leaves 2^17 - 1 free pages
+/// in smaller blocks inside it (found by the `builder` fuzz target: the
+/// count had wrapped to 21206 for 86742 free pages).
+#[test]
+fn pageblock_free_counts_hold_huge_pageblocks() {
+    let geometry = mmkit::Geometry { page_shift: 12, section_order: 20, pageblock_order: 17, max_page_order: 18 };
+    let mm = MemoryMapBuilder::new()
+        .geometry(geometry)
+        .zone(0, ZoneType::Normal, 0..1 << 19)
+        .per_cpu_lists(false)
+        .build()
+        .unwrap();
+    mm.check_invariants().unwrap();
+    let pages: Vec<_> = (0..3).map(|_| mm.alloc_pages(Gfp::KERNEL, 0).unwrap()).collect();
+    mm.check_invariants().unwrap();
+    for pfn in pages {
+        mm.free_pages(pfn, 0).unwrap();
+    }
+    mm.check_invariants().unwrap();
+}

@@ -213,8 +213,11 @@ impl PlacementCounters {
 /// instead of walking the free lists. A pageblock inside a larger free
 /// block counts 0, as a full one does; the survey wants neither.
 pub(crate) struct PageblockFree {
-    /// Free pages per pageblock, from the zone's first pageblock.
-    counts: Vec<u16>,
+    /// Free pages per pageblock, from the zone's first pageblock. `u32`:
+    /// a pageblock may hold 2^20 pages (`Geometry`'s limit), and one
+    /// page out of a 2^17-page pageblock leaves more free pages in it than
+    /// a `u16` counts.
+    counts: Vec<u32>,
     /// `start >> pageblock_order`: the pageblock of `counts[0]`.
     origin: u32,
     pageblock_order: u32,
@@ -237,7 +240,7 @@ impl PageblockFree {
         }
         let pb = ((idx >> self.pageblock_order) - self.origin) as usize;
         if let Some(c) = self.counts.get_mut(pb) {
-            let pages = 1u16 << order;
+            let pages = 1u32 << order;
             *c = if add { c.wrapping_add(pages) } else { c.wrapping_sub(pages) };
         }
     }
@@ -248,7 +251,7 @@ impl PageblockFree {
     pub(crate) fn adjust(&mut self, idx: PageIdx, delta: i32) {
         let pb = ((idx >> self.pageblock_order) - self.origin) as usize;
         if let Some(c) = self.counts.get_mut(pb) {
-            *c = c.wrapping_add(delta as u16);
+            *c = c.wrapping_add(delta as u32);
         }
     }
 
@@ -257,7 +260,7 @@ impl PageblockFree {
     #[inline]
     pub(crate) fn free_in(&self, pb_start: PageIdx) -> u32 {
         let pb = (pb_start >> self.pageblock_order).wrapping_sub(self.origin);
-        self.counts.get(pb as usize).map_or(0, |&c| u32::from(c))
+        self.counts.get(pb as usize).copied().unwrap_or(0)
     }
 }
 
