@@ -389,28 +389,17 @@ impl PageAllocator {
         let mut state = zone.state.lock();
         // Poisoned pages never reach the lists and are not counted as freed
         // (Linux counts PGFREE only for pages free_pages_prepare accepted).
-        let freed = self.release_locked_inline(&mut state, cx, idx, count, placement);
+        let freed = self.release_locked(&mut state, cx, idx, count, placement);
         state.counters.pgfree_pages += freed as u64;
         zone.publish(&state);
     }
 
     /// Frees prepared pages `[idx, idx + count)` into the locked zone in the
     /// largest aligned chunks, skipping poisoned pages. The range must not
-    /// cross a section.
-    pub(crate) fn release_locked(
-        &self,
-        state: &mut ZoneState,
-        cx: BuddyCtx<'_>,
-        idx: PageIdx,
-        count: u32,
-        placement: Placement,
-    ) -> u32 {
-        self.release_locked_inline(state, cx, idx, count, placement)
-    }
-
-    /// [`release_locked`](Self::release_locked), inlined.
+    /// cross a section. Always inlined: its callers are the single-block
+    /// release and the batched spills, each a loop or a fast path.
     #[inline(always)]
-    fn release_locked_inline(
+    pub(crate) fn release_locked(
         &self,
         state: &mut ZoneState,
         cx: BuddyCtx<'_>,
