@@ -345,3 +345,38 @@ fn speculative_references_never_race_the_owners_plain_free() {
     assert_eq!(mm.nr_free_pages(), managed);
     eprintln!("speculative references taken: {}", taken.into_inner());
 }
+
+/// `LOCAL` means the same on every CPU: pages a pinned handle hands out,
+/// from its magazine or from a zone it holds locked, are its own on CPU 0
+/// as on CPU 63 (the CPU number takes the refcount's place in the
+/// descriptor word, so no CPU is past the field's width). Other threads'
+/// frees and references are refused until the owner hands the page over.
+#[test]
+fn every_cpu_hands_out_local_pages() {
+    let mm = two_zone_map().nr_cpus(64).build().unwrap();
+    for cpu in [0, 1, 31, 32, 33, 40, 63] {
+        let mut pinned = mm.pin_cpu(cpu).unwrap();
+        let page = pinned.alloc_pages(Gfp::KERNEL, 0).unwrap();
+        assert_eq!(mm.free_pages(page, 0), Err(FreeError::CpuLocal { pfn: page, cpu }), "cpu {cpu}");
+        assert_eq!(mm.get_page(page), Err(PageError::CpuLocal(page)), "cpu {cpu}");
+        assert_eq!(mm.page_count(page), Ok(1), "a LOCAL page has its owner's one reference");
+        pinned.hand_over(page).unwrap();
+        assert_eq!(mm.page_count(page), Ok(1), "handed over with that reference");
+        assert_eq!(mm.get_page(page), Ok(2));
+        mm.put_page(page).unwrap();
+
+        let block = {
+            let mut zone = pinned.lock_zone(Gfp::KERNEL).unwrap();
+            let block = zone.alloc_pages(Gfp::KERNEL, 3).unwrap();
+            let own = zone.alloc_pages(Gfp::KERNEL, 2).unwrap();
+            assert_eq!(mm.free_pages(own, 2), Err(FreeError::CpuLocal { pfn: own, cpu }));
+            zone.free_pages(own, 2).unwrap();
+            block
+        };
+        assert_eq!(mm.free_pages(block, 3), Err(FreeError::CpuLocal { pfn: block, cpu }));
+        pinned.free_pages(block, 3).unwrap();
+        drop(pinned);
+        mm.free_pages(page, 0).unwrap();
+        mm.check_invariants().unwrap();
+    }
+}

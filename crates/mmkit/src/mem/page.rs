@@ -10,11 +10,12 @@
 //! ```text
 //! word 0    link_next  free-list successor (index) | tail: head index | private (low)
 //! word 1    link_prev  free-list predecessor       |                    private (high)
-//! words 2-3 rc_state   bits 0..32 the state word, 32..64 the refcount
+//! words 2-3 rc_state   bits 0..32 the state word, 32..64 the refcount,
+//!                      or with `LOCAL` the CPU (the refcount is then 1)
 //!
 //! state     bits 0..18 PageFlags, 18..23 order, 23 LOCAL, 24..27 migratetype tag,
-//!           28..32 owner tag (with `OWNED`); with `LOCAL`, 27..32 the CPU;
-//!           without `LOCAL`, 27 `REPORTED` (free page reporting, below)
+//!           27 `REPORTED` (free page reporting, below), 28..32 owner tag
+//!           (with `OWNED`)
 //! ```
 //!
 //! Linux spends 64 bytes per page; mmkit spends 16 (checked by a test), so a
@@ -28,7 +29,9 @@
 //!
 //! # Why the refcount and the state share one word
 //! A page a pinned CPU hands out from its magazine carries `LOCAL` and that
-//! CPU's number; its owner frees it with a plain load and store of this
+//! CPU's number (in place of the refcount, which is 1 while the page is
+//! `LOCAL`, so every CPU number fits and no state bit is shared); its
+//! owner frees it with a plain load and store of this
 //! word, no atomic read-modify-write (`page_alloc::magazine`). That is sound
 //! because every read-modify-write that could take a page away from its
 //! owner — a reference taken ([`try_get`](PageDesc::try_get)), dropped
@@ -63,18 +66,13 @@ const TAG_SHIFT: u32 = 24;
 const TAG_MASK: u32 = 0x7 << TAG_SHIFT;
 const OWNER_SHIFT: u32 = 28;
 const OWNER_MASK: u32 = 0xf << OWNER_SHIFT;
-const LOCAL_CPU_SHIFT: u32 = 27;
-const LOCAL_CPU_MASK: u32 = 0x1f << LOCAL_CPU_SHIFT;
 /// Linux's `PageReported` (`page_alloc::reporting`): on a free block's head
 /// (with `BUDDY`), its memory was given back to the OS and not touched
 /// since; on a head without `BUDDY`, the block is off the lists while a
-/// reporting pass discards it. It shares bit 27 with the `LOCAL` CPU field,
-/// which only allocated pages use, so it costs no bit of `PageFlags` and no
-/// store of its own: every path that takes a block off the lists or links
-/// one writes the whole state word and so clears it.
+/// reporting pass discards it. It costs no bit of `PageFlags` and no store
+/// of its own: every path that takes a block off the lists or links one
+/// writes the whole state word and so clears it.
 const REPORTED_BIT: u32 = 1 << 27;
-/// CPUs whose pinned handles can mark pages `LOCAL` (the field's width).
-pub(crate) const MAX_LOCAL_CPUS: usize = 32;
 const RC_SHIFT: u32 = 32;
 const STATE_MASK: u64 = u32::MAX as u64;
 
@@ -210,14 +208,14 @@ impl PageDesc {
     /// The CPU a `LOCAL` page belongs to.
     #[inline]
     pub(crate) fn local_cpu(&self) -> Option<usize> {
-        let s = self.state();
-        (s & LOCAL_BIT != 0).then_some(((s & LOCAL_CPU_MASK) >> LOCAL_CPU_SHIFT) as usize)
+        let w = self.rc_state.load(Relaxed);
+        is_local(w).then_some(refcount_of(w) as usize)
     }
     /// Whether the page carries `REPORTED` (see [`REPORTED_BIT`]): on a
     /// free block's head, its memory was given back to the OS.
     #[inline]
     pub(crate) fn is_reported(&self) -> bool {
-        self.state() & (REPORTED_BIT | LOCAL_BIT) == REPORTED_BIT
+        self.state() & REPORTED_BIT != 0
     }
     /// Marks the free block this page heads as reported. The caller holds
     /// the zone lock (free state changes only under it); one
@@ -283,29 +281,28 @@ impl PageDesc {
     pub(crate) const fn state_word_of_const(flags: u32, order: u32, tag: u8) -> u32 {
         flags | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT)
     }
-    /// The state word of a block of `order` and migratetype `tag` handed
-    /// out `LOCAL` to CPU `cpu` (by its magazine, order 0, or by a zone it
-    /// holds locked, any order): `ALLOCATED`, `LOCAL` and the CPU.
-    #[inline]
-    pub(crate) fn local_state_word(order: u32, tag: u8, cpu: usize) -> u32 {
-        debug_assert!(order < 32);
-        Self::state_word_of(PageFlags::ALLOCATED, order, tag) | Self::local_mark(cpu)
-    }
-    /// The bits that make a state word `LOCAL` to CPU `cpu`.
+    /// The whole word of a block in `state` handed out `LOCAL` to CPU
+    /// `cpu` (by its magazine, order 0, or by a zone it holds locked, any
+    /// order): `LOCAL` added to the state, and the CPU where the refcount
+    /// goes (the block has exactly one reference, its owner's).
     #[inline(always)]
-    pub(crate) const fn local_mark(cpu: usize) -> u32 {
-        debug_assert!(cpu < MAX_LOCAL_CPUS);
-        LOCAL_BIT | ((cpu as u32) << LOCAL_CPU_SHIFT)
+    pub(crate) const fn local_word(state: u32, cpu: usize) -> u64 {
+        PageDesc::word_of(state | LOCAL_BIT, cpu as u32)
     }
-    /// Whether `word` is that of a block `local_state_word(order, _, cpu)`
-    /// describes with exactly one reference, whatever its tag: what an
-    /// owner that holds the block's zone locked may free with a plain
-    /// store. `order` must be below 32.
+    /// [`local_word`](Self::local_word) of a plain allocated block of
+    /// `order` and migratetype `tag`.
+    #[inline]
+    pub(crate) fn local_block_word(order: u32, tag: u8, cpu: usize) -> u64 {
+        debug_assert!(order < 32);
+        Self::local_word(Self::state_word_of(PageFlags::ALLOCATED, order, tag), cpu)
+    }
+    /// Whether `word` is that of a block `local_block_word(order, _, cpu)`
+    /// describes, whatever its tag: what an owner that holds the block's
+    /// zone locked may free with a plain store. `order` must be below 32.
     #[inline(always)]
     pub(crate) const fn is_local_block(word: u64, order: u32, cpu: usize) -> bool {
         const MASK: u64 = !(TAG_MASK as u64);
-        let state = PageFlags::ALLOCATED.bits() | (order << ORDER_SHIFT) | PageDesc::local_mark(cpu);
-        word & MASK == PageDesc::word_of(state, 1)
+        word & MASK == PageDesc::local_word(PageFlags::ALLOCATED.bits() | (order << ORDER_SHIFT), cpu)
     }
     /// Whether `word` is that of a non-compound block of `order` with
     /// exactly one reference and no flag but `ALLOCATED`, whatever its tag:
@@ -341,15 +338,17 @@ impl PageDesc {
     pub(crate) fn replace_word(&self, from: u64, to: u64) -> bool {
         self.rc_state.compare_exchange(from, to, core::sync::atomic::Ordering::AcqRel, Relaxed).is_ok()
     }
-    /// Clears `LOCAL` (and the CPU) from a page of CPU `cpu`: the page
-    /// leaves its CPU and becomes an ordinary allocated page. One
-    /// compare-and-swap, so a flag set meanwhile is kept. False if the
-    /// page is not `LOCAL` to `cpu`.
+    /// Clears `LOCAL` from a page of CPU `cpu` and puts its one reference
+    /// where the CPU was: the page leaves its CPU and becomes an ordinary
+    /// allocated page. One compare-and-swap, so a flag set meanwhile is
+    /// kept. False if the page is not `LOCAL` to `cpu`.
     pub(crate) fn clear_local(&self, cpu: usize) -> bool {
-        self.update_state(core::sync::atomic::Ordering::AcqRel, |s| {
-            (s & LOCAL_BIT != 0 && ((s & LOCAL_CPU_MASK) >> LOCAL_CPU_SHIFT) as usize == cpu)
-                .then_some(s & !(LOCAL_BIT | LOCAL_CPU_MASK))
-        })
+        self.rc_state
+            .fetch_update(core::sync::atomic::Ordering::AcqRel, Relaxed, |w| {
+                (is_local(w) && refcount_of(w) as usize == cpu)
+                    .then_some(PageDesc::word_of(state_of(w) & !LOCAL_BIT, 1))
+            })
+            .is_ok()
     }
     /// The state word of a page marked as `owner`'s (`OWNED` added to
     /// `flags`).
@@ -384,16 +383,24 @@ impl PageDesc {
         self.link_next.store(value as u32, Relaxed);
         self.link_prev.store((value >> 32) as u32, Relaxed);
     }
+    /// The reference count: 1 for a `LOCAL` page, whose count field holds
+    /// its CPU.
     #[inline]
     pub(crate) fn refcount(&self) -> u32 {
-        refcount_of(self.rc_state.load(Relaxed))
+        let w = self.rc_state.load(Relaxed);
+        if is_local(w) {
+            1
+        } else {
+            refcount_of(w)
+        }
     }
     /// Replaces the refcount, keeping the state. A plain load and store:
     /// for pages nobody else can reference (just allocated, owned and
-    /// frozen).
+    /// frozen; never `LOCAL` ones, whose count field is their CPU).
     #[inline]
     pub(crate) fn set_refcount(&self, count: u32) {
         let w = self.rc_state.load(Relaxed);
+        debug_assert!(!is_local(w), "a LOCAL page's count field is its CPU");
         self.rc_state.store((w & STATE_MASK) | (count as u64) << RC_SHIFT, Relaxed);
     }
     /// Adds a reference unless the count is zero or the page is `LOCAL`;
@@ -606,7 +613,7 @@ mod tests {
         d.update_flags_atomic(PageFlags::HWPOISON, PageFlags::EMPTY);
         d.clear_reporting_state();
         assert!(!d.is_reported() && d.order() == 0 && d.flags() == PageFlags::HWPOISON);
-        d.store_word(PageDesc::word_of(PageDesc::local_state_word(0, 1, 1), 1));
+        d.store_word(PageDesc::local_block_word(0, 1, 1));
         assert!(!d.is_reported(), "a LOCAL page's odd CPU number is not the flag");
     }
 

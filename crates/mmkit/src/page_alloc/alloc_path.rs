@@ -446,13 +446,13 @@ impl PageAllocator {
     /// Turns a block just taken off the free lists into an allocated block.
     #[inline(always)]
     pub(crate) fn prep_new_page(&self, idx: PageIdx, order: u32, gfp: Gfp, mt: MigrateType, frozen: bool) {
-        self.prep_new_page_marked(idx, order, gfp, mt, u32::from(!frozen), 0);
+        self.prep_new_page_marked(idx, order, gfp, mt, u32::from(!frozen), None);
     }
 
-    /// [`prep_new_page`](Self::prep_new_page) with `refcount` references
-    /// and `mark` (the `LOCAL` bits of a locked zone's owner, or 0) or-ed
-    /// into the head's state, all in the head's one store: a mark stored
-    /// later could overwrite a reference taken in between.
+    /// [`prep_new_page`](Self::prep_new_page) with `refcount` references,
+    /// or `LOCAL` to CPU `local` (a locked zone's owner; one reference),
+    /// all in the head's one store: a mark stored later could overwrite a
+    /// reference taken in between.
     #[inline(always)]
     pub(crate) fn prep_new_page_marked(
         &self,
@@ -461,7 +461,7 @@ impl PageAllocator {
         gfp: Gfp,
         mt: MigrateType,
         refcount: u32,
-        mark: u32,
+        local: Option<usize>,
     ) {
         let head = self.desc(idx);
         let compound = gfp.contains(Gfp::COMP) && order > 0;
@@ -477,7 +477,11 @@ impl PageAllocator {
         head.set_private(0);
         // State and refcount in one store, after the tails: a concurrent
         // reader that sees ALLOCATED sees a finished page.
-        head.store_word(PageDesc::word_of(PageDesc::state_word_of(flags, order, mt as u8) | mark, refcount));
+        let state = PageDesc::state_word_of(flags, order, mt as u8);
+        head.store_word(match local {
+            Some(cpu) => PageDesc::local_word(state, cpu),
+            None => PageDesc::word_of(state, refcount),
+        });
         #[cfg(feature = "std")]
         if gfp.contains(Gfp::ZERO) {
             if let Some(mem) = &self.mem.memory {

@@ -78,7 +78,7 @@
 //! of a `std::sync::Mutex` on one thread may.
 #![deny(unsafe_code)]
 
-use crate::mem::page::{PageDesc, PageIdx, MAX_LOCAL_CPUS};
+use crate::mem::page::{PageDesc, PageIdx};
 use crate::mem::sync::LockGuard;
 use crate::page_alloc::hwpoison::PendingPoison;
 use crate::page_alloc::pinned::PinnedCpu;
@@ -119,9 +119,6 @@ pub struct LockedZone<'h, 'a> {
     mt: MigrateType,
     flags: AllocFlags,
     highest: ZoneType,
-    /// Or-ed into an allocated head's state: `LOCAL` and the CPU, or 0 for
-    /// CPUs beyond the field's width (their frees pay a compare-and-swap).
-    mark: u32,
     /// Pages the holder may still allocate before it checks the watermark
     /// again: the zone's usable free pages above the margin every request
     /// passes, less what it allocated since (its frees are not added
@@ -151,7 +148,6 @@ impl<'a> PinnedCpu<'a> {
         if zone.nid != self.nid {
             return Err(AllocError::NoSuchNode(self.nid));
         }
-        let mark = if self.cpu < MAX_LOCAL_CPUS { PageDesc::local_mark(self.cpu) } else { 0 };
         let mut locked = LockedZone {
             held: Held { state: Some(zone.state.lock()), zone },
             zi,
@@ -163,7 +159,6 @@ impl<'a> PinnedCpu<'a> {
             mt: alloc.request_migratetype(gfp),
             flags: fast_path_alloc_flags(gfp, nofragment),
             highest,
-            mark,
             budget: 0,
             drift: 0,
             drift_limit: 1 << alloc.mem.geometry.pageblock_order,
@@ -249,10 +244,8 @@ impl<'h, 'a> LockedZone<'h, 'a> {
             self.recount();
         }
         alloc.wake_kswapd_if_boosted(zone, self.gfp, self.flags);
-        alloc.prep_new_page_marked(idx, order, self.gfp, self.mt, 1, self.mark);
-        if self.mark != 0 {
-            self.cpu.mag.outstanding += 1;
-        }
+        alloc.prep_new_page_marked(idx, order, self.gfp, self.mt, 1, Some(self.cpu_id));
+        self.cpu.mag.outstanding += 1;
         Some(Pfn(self.base_pfn + u64::from(idx)))
     }
 
@@ -304,7 +297,7 @@ impl<'h, 'a> LockedZone<'h, 'a> {
         let Some(state) = self.held.state.as_mut() else {
             return false;
         };
-        if self.mark != 0 && PageDesc::is_local_block(word, order, self.cpu_id) {
+        if PageDesc::is_local_block(word, order, self.cpu_id) {
             // LOCAL to this CPU: no read-modify-write of this word can
             // succeed elsewhere (mem::page), so a plain store is the
             // page's free_pages_prepare and reference drop at once.

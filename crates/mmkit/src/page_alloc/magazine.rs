@@ -46,8 +46,8 @@
 //! frees get [`FreeError::CpuLocal`], `get_page` gets
 //! `PageError::CpuLocal`, and compaction and contiguous allocation leave
 //! the page alone. Dropping the handle hands over what is still out (a scan
-//! of the descriptor table, paid only then). CPUs from `MAX_LOCAL_CPUS`
-//! (32, the width of the CPU field) up keep the compare-and-swap.
+//! of the descriptor table, paid only then). Every CPU's pages can be
+//! `LOCAL`: the CPU number takes the refcount's place in the word.
 //!
 //! Pages in the magazine are free and carry `PCP`, like pages on a list, so
 //! every other path treats them as cached on this CPU: `memory_failure`
@@ -55,7 +55,7 @@
 //! the owner) and dropping the handle flush them to the lists first.
 #![deny(unsafe_code)]
 
-use crate::mem::page::{PageDesc, PageFlags, PageIdx, MAX_LOCAL_CPUS};
+use crate::mem::page::{PageDesc, PageFlags, PageIdx};
 use crate::mem::stack::{PageStack, STACK_SLOTS};
 use crate::page_alloc::pinned::PinnedCpu;
 use crate::pcp::cpus::CpuSlot;
@@ -148,15 +148,15 @@ pub(crate) struct Magazine<'a> {
     base_pfn: u64,
     slot: &'a CpuSlot,
     target: Order0Target,
-    /// Whether this CPU's pages are handed out `LOCAL` (CPUs below
-    /// `MAX_LOCAL_CPUS`; the others pay the refcount's compare-and-swap).
-    local: bool,
     /// `LOCAL` pages handed out (by the magazine or a zone the handle holds
     /// locked) and not yet freed or handed over.
     pub(super) outstanding: u64,
-    /// The whole word (state and refcount 1) an order-0 allocation of `mt`
+    /// The whole word (`LOCAL` to this CPU) an order-0 allocation of `mt`
     /// leaves in a page, and so the one the free expects.
     allocated_word: u64,
+    /// The whole word a page takes in the magazine (`PCP`, order 0, `mt`,
+    /// no reference), computed with the target.
+    free_word: u64,
     /// The pages: the order-0 cache's one type (`mem::stack`), owned here
     /// outright. Its capacity is [`MAG_SLOTS`], or the list's `high` when
     /// that is smaller (a small zone).
@@ -177,9 +177,9 @@ impl<'a> Magazine<'a> {
             base_pfn: alloc.mem.base_pfn,
             slot: &alloc.pcp.slots[cpu],
             target: Order0Target::NONE,
-            local: cpu < MAX_LOCAL_CPUS,
             outstanding: 0,
             allocated_word: 0,
+            free_word: 0,
             stack: PageStack::new(MAG_SLOTS),
         }
     }
@@ -210,7 +210,7 @@ impl<'a> PinnedCpu<'a> {
             return None;
         }
         alloc.wake_kswapd_if_boosted(zone, gfp, self.mag.target.flags);
-        if alloc.prep_order0(page, idx, gfp, self.mag.target.mt, self.mag.allocated_word) && self.mag.local {
+        if alloc.prep_order0(page, idx, gfp, self.mag.target.mt, self.mag.allocated_word) {
             self.mag.outstanding += 1;
         }
         Some(Pfn(self.mag.base_pfn + u64::from(idx)))
@@ -242,28 +242,14 @@ impl<'a> PinnedCpu<'a> {
         }
         // The word compare was free_pages_prepare's checks: exactly one
         // reference, no check-at-free flag, not compound, not owned, not
-        // poisoned.
-        let free_word = PageDesc::word_of(PageDesc::state_word_of(PageFlags::PCP, 0, self.mag.target.mt as u8), 0);
-        if self.mag.local {
-            // A LOCAL page: every read-modify-write that could take,
-            // drop or exchange a reference refuses its word (mem::page),
-            // so between the load above and this store nobody else can
-            // have claimed it. No atomic operation.
-            #[cfg(all(test, feature = "std"))]
-            crate::page_alloc::hwpoison::race_hook::run(idx);
-            page.store_word(free_word);
-            self.mag.outstanding -= 1;
-        } else {
-            // One compare-and-swap from exactly the word just checked drops
-            // the last reference and writes the free state: a reference
-            // taken or a flag set meanwhile fails it, and the general path
-            // takes over.
-            #[cfg(all(test, feature = "std"))]
-            crate::page_alloc::hwpoison::race_hook::run(idx);
-            if !page.replace_word(self.mag.allocated_word, free_word) {
-                return false;
-            }
-        }
+        // poisoned. And the page is LOCAL: every read-modify-write that
+        // could take, drop or exchange a reference refuses its word
+        // (mem::page), so between the load above and this store nobody
+        // else can have claimed it. No atomic operation.
+        #[cfg(all(test, feature = "std"))]
+        crate::page_alloc::hwpoison::race_hook::run(idx);
+        page.store_word(self.mag.free_word);
+        self.mag.outstanding -= 1;
         // Room was made above.
         self.mag.stack.push_with_room(idx)
     }
@@ -288,12 +274,8 @@ impl<'a> PinnedCpu<'a> {
         self.mag.target = target;
         let capacity = target.capacity(self.lists[target.zi].sizing.high_min);
         self.mag.stack.set_capacity(capacity);
-        let allocated_state = if self.mag.local {
-            PageDesc::local_state_word(0, target.mt as u8, self.cpu)
-        } else {
-            PageDesc::state_word_of(PageFlags::ALLOCATED, 0, target.mt as u8)
-        };
-        self.mag.allocated_word = PageDesc::word_of(allocated_state, 1);
+        self.mag.allocated_word = PageDesc::local_block_word(0, target.mt as u8, self.cpu);
+        self.mag.free_word = PageDesc::word_of(PageDesc::state_word_of(PageFlags::PCP, 0, target.mt as u8), 0);
         true
     }
 

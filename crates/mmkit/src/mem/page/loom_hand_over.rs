@@ -7,12 +7,12 @@ use loom::sync::atomic::AtomicUsize;
 use loom::sync::Arc;
 use loom::thread;
 
-const CPU: usize = 3;
+const CPU: usize = 40;
 const TAG: u8 = 1;
 
 fn local_page() -> Arc<PageDesc> {
     let page = Arc::new(PageDesc::default());
-    page.store_word(PageDesc::word_of(PageDesc::local_state_word(0, TAG, CPU), 1));
+    page.store_word(PageDesc::local_block_word(0, TAG, CPU));
     page
 }
 
@@ -50,7 +50,7 @@ fn owner_plain_free_is_never_overtaken() {
     for order in [0, 9] {
         loom::model(move || {
             let page = Arc::new(PageDesc::default());
-            page.store_word(PageDesc::word_of(PageDesc::local_state_word(order, TAG, CPU), 1));
+            page.store_word(PageDesc::local_block_word(order, TAG, CPU));
             let other = {
                 let page = Arc::clone(&page);
                 thread::spawn(move || {
