@@ -496,35 +496,3 @@ fn pinning_a_cpu_empties_its_cache_and_keeps_others_off_it() {
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     assert_eq!(mm.nr_free_pages(), managed);
 }
-
-/// A cache flush hands its pages to the CPU's list in the order they were
-/// freed, so a later walk of that list (a bulk allocation, then its bulk
-/// free) runs along neighbouring descriptors. Before, each flush reversed
-/// its run, and after a few thousand single frees the pages of a bulk
-/// window came in scattered order (`bulk_free/N` ran about 30 % slower for
-/// it in `mmkit bench bulk`).
-#[test]
-fn flushed_pages_keep_their_order_on_the_lists() {
-    let mm = MemoryMapBuilder::with_memory(256 << 20).build().unwrap();
-    if !mm.has_cpu_caches() {
-        eprintln!("no restartable sequences here: nothing to check");
-        return;
-    }
-    const WINDOW: usize = 4096;
-    for _ in 0..16 {
-        let pages: Vec<Pfn> = (0..WINDOW).map(|_| mm.alloc_pages(Gfp::KERNEL, 0).unwrap()).collect();
-        for pfn in pages {
-            mm.free_pages(pfn, 0).unwrap();
-        }
-    }
-    let mut slots = vec![None; WINDOW];
-    assert_eq!(mm.alloc_pages_bulk(Gfp::KERNEL, &mut slots), WINDOW);
-    let pages: Vec<Pfn> = slots.into_iter().flatten().collect();
-    // Steps to the very next page: most of the window with the flushes in
-    // order (about three in four here), about one in five with each flush
-    // run reversed.
-    let next = pages.windows(2).filter(|w| w[1].0 == w[0].0 + 1).count();
-    assert!(next >= WINDOW / 2, "{next} of {} steps go to the next page", WINDOW - 1);
-    mm.free_pages_bulk(&pages).unwrap();
-    mm.check_invariants().unwrap();
-}

@@ -24,7 +24,7 @@
 //! has one function per variant, as the review of Linux's batched `free_contig_frozen_range` change asked.
 #![deny(unsafe_code)]
 
-use crate::mem::page::{PageDesc, PageFlags, PageIdx};
+use crate::mem::page::{DescWord, PageFlags, PageIdx};
 use crate::page_alloc::free::Claim;
 use crate::types::error::FreeError;
 use crate::zone::buddy::chunk_order;
@@ -182,9 +182,9 @@ impl PageAllocator {
         // A reference or flag that lands meanwhile fails it, and the page
         // takes the general steps below.
         let word = page.load_word();
-        if PageDesc::is_plain_order0(word, u32::from(!frozen))
+        if word.is_plain_order0(u32::from(!frozen))
             && !self.hwpoison.any()
-            && page.replace_word(word, PageDesc::word_of(0, 0))
+            && page.drop_last_reference(word, DescWord::PREPARED)
         {
             return true;
         }

@@ -20,7 +20,7 @@ pub(crate) mod isolation;
 pub(crate) mod owned;
 
 use crate::contig::isolation::Unit;
-use crate::mem::page::{PageDesc, PageFlags, PageIdx};
+use crate::mem::page::{DescWord, PageFlags, PageIdx};
 use crate::page_alloc::migrate::MigrateRequest;
 use crate::types::error::ContigError;
 use crate::types::gfp::{gfp_zone, Gfp, MigrateType};
@@ -332,14 +332,13 @@ impl PageAllocator {
                 // Every page's state and refcount in one store: the pages
                 // were just taken off the free lists and nobody else knows
                 // them yet.
-                let state = match prep {
-                    Prep::Owned(owner) => PageDesc::owned_state_word(PageFlags::ALLOCATED, 0, tag, owner.id()),
-                    _ => PageDesc::state_word_of(PageFlags::ALLOCATED, 0, tag),
+                let word = match prep {
+                    Prep::Owned(owner) => DescWord::owned(PageFlags::ALLOCATED, 0, tag, owner.id(), refcount),
+                    _ => DescWord::allocated(PageFlags::ALLOCATED, 0, tag, refcount),
                 };
-                let word = PageDesc::word_of(state, refcount);
                 for page in self.mem.pages.slice(s, e) {
                     page.set_private(0);
-                    page.store_word(word);
+                    page.hand_out(word);
                 }
             }
         }

@@ -30,7 +30,7 @@
 
 use crate::contig::free_contig::ContigFreeSummary;
 use crate::contig::Prep;
-use crate::mem::page::{PageDesc, PageFlags, PageIdx};
+use crate::mem::page::{DescWord, PageFlags, PageIdx};
 use crate::types::error::{BadPageReason, ContigError};
 use crate::types::gfp::{Gfp, MigrateType};
 use crate::{PageAllocator, PageOwner, Pfn};
@@ -140,10 +140,7 @@ impl PageAllocator {
         // This allocator made the handle from PFNs of its map.
         let start = range.start.0.wrapping_sub(self.mem.base_pfn) as PageIdx;
         let end = start + range.nr_pages as PageIdx;
-        let expected = PageDesc::word_of(
-            PageDesc::owned_state_word(PageFlags::ALLOCATED, 0, MigrateType::Unmovable as u8, range.owner.id()),
-            0,
-        );
+        let expected = DescWord::owned(PageFlags::ALLOCATED, 0, MigrateType::Unmovable as u8, range.owner.id(), 0);
         Ok(self.free_contig_pages(start, end, |idx, summary| self.prepare_owned_page(idx, expected, summary)))
     }
 
@@ -152,16 +149,15 @@ impl PageAllocator {
     /// frozen page) against what `alloc_contig_block` stored, and one store
     /// of the free state. True if the page may join a run.
     #[inline(always)]
-    fn prepare_owned_page(&self, idx: PageIdx, expected: u64, summary: &mut ContigFreeSummary) -> bool {
+    fn prepare_owned_page(&self, idx: PageIdx, expected: DescWord, summary: &mut ContigFreeSummary) -> bool {
         let page = self.desc(idx);
         let word = page.load_word();
-        let poison = u64::from(PageFlags::HWPOISON.bits());
-        if word & !poison != expected {
+        if word.without_poison() != expected {
             self.owned_page_went_bad(idx, summary);
             return false;
         }
         page.set_free_state(PageFlags::EMPTY, 0, 0);
-        if self.hwpoisoned_with_flag(word & poison != 0, idx) {
+        if self.hwpoisoned_with_flag(word.poisoned(), idx) {
             self.drop_poisoned(idx);
             summary.hwpoisoned += 1;
             return false;

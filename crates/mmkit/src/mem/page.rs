@@ -18,6 +18,33 @@
 //!           (with `OWNED`)
 //! ```
 //!
+//! # States and transitions
+//!
+//! Other layers never compose a word from bits: they build a [`DescWord`]
+//! with its named constructors and change a descriptor through the named
+//! transitions below (the column on the right).
+//!
+//! ```text
+//! state          word (state | count half)              enters through
+//! prepared       0 | 0                                  set_free_state (free_pages_prepare),
+//!                                                       drop_last_reference / free_from_local
+//!                                                       to DescWord::PREPARED
+//! buddy head     BUDDY, order, list tag [, REPORTED]|0  set_free_state, under the zone lock
+//! cached         PCP, order, tag | 0                    set_free_state, or from allocated by
+//!                                                       drop_last_reference(_, DescWord::cached)
+//! allocated      ALLOCATED [HEAD], order, tag | refs    hand_out(DescWord::allocated); refs move
+//!                (0 refs: frozen)                       by try_get / try_put / refcount_exchange
+//! LOCAL          ALLOCATED LOCAL, order, tag | CPU      hand_out(DescWord::local); left only by
+//!                                                       free_from_local (owner) or clear_local
+//! owned          ALLOCATED OWNED, order, tag, owner|refs try_set_owner, hand_out(DescWord::owned)
+//! compound tail  TAIL | 0, link_next = head             set_state, with its head
+//! out of service RESERVED [HOLE, HWPOISON] | 0          set_state (map setup, memory_failure)
+//! ```
+//!
+//! Every read-modify-write that takes or drops a reference refuses a
+//! `LOCAL` word (below), and `drop_last_reference` is one compare-and-swap
+//! from exactly the word its caller checked.
+//!
 //! Linux spends 64 bytes per page; mmkit spends 16 (checked by a test), so a
 //! metadata-only map of 1 TiB of 4 KiB pages costs 4 GiB of descriptors.
 //!
@@ -51,6 +78,9 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 // the tests at the end) swaps in loom's atomics; nothing else changes.
 #[cfg(loom_desc)]
 use loom::sync::atomic::{AtomicU32, AtomicU64};
+
+mod word;
+pub(crate) use word::DescWord;
 
 /// Index of a descriptor in the table (PFN minus the map's first PFN).
 pub(crate) type PageIdx = u32;
@@ -248,7 +278,7 @@ impl PageDesc {
     #[inline]
     pub(crate) fn set_state(&self, flags: PageFlags, order: u32, tag: u8) {
         debug_assert!(order < 32 && tag < 8);
-        self.store_state(Self::state_word_of(flags, order, tag));
+        self.store_state(state_word_of(flags.bits(), order, tag));
     }
     /// Replaces flags, order and tag of a free page (refcount 0, which this
     /// stores too): one store, where [`set_state`](Self::set_state) must
@@ -257,86 +287,47 @@ impl PageDesc {
     pub(crate) fn set_free_state(&self, flags: PageFlags, order: u32, tag: u8) {
         debug_assert!(order < 32 && tag < 8);
         debug_assert_eq!(self.refcount(), 0, "a free page has no references");
-        self.rc_state.store(Self::state_word_of(flags, order, tag) as u64, Relaxed);
+        self.rc_state.store(state_word_of(flags.bits(), order, tag) as u64, Relaxed);
     }
-    /// Replaces the whole word (see [`word_of`](Self::word_of)): state and
-    /// refcount in one store.
+    /// Replaces the whole word: state and refcount in one store. Private:
+    /// other layers store through the named transitions below.
     #[inline(always)]
-    pub(crate) fn store_word(&self, word: u64) {
-        self.rc_state.store(word, Relaxed);
+    fn store_word(&self, word: DescWord) {
+        self.rc_state.store(word.0, Relaxed);
     }
     /// State and refcount from one load.
     #[inline(always)]
-    pub(crate) fn load_word(&self) -> u64 {
-        self.rc_state.load(Relaxed)
+    pub(crate) fn load_word(&self) -> DescWord {
+        DescWord(self.rc_state.load(Relaxed))
     }
-    /// The state word [`set_state`](Self::set_state) stores.
-    #[inline]
-    pub(crate) fn state_word_of(flags: PageFlags, order: u32, tag: u8) -> u32 {
-        Self::state_word_of_const(flags.bits(), order, tag)
-    }
-    /// [`state_word_of`](Self::state_word_of) from the flags' bits, for
-    /// words computed at compile time.
+    /// Hands out a block just taken off the free lists (or never on
+    /// them): its head's state and refcount in one store. The caller owns
+    /// the page (nobody else can reach it yet), so no atomic is needed; a
+    /// reader that sees `ALLOCATED` sees the finished word.
     #[inline(always)]
-    pub(crate) const fn state_word_of_const(flags: u32, order: u32, tag: u8) -> u32 {
-        flags | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT)
+    pub(crate) fn hand_out(&self, word: DescWord) {
+        debug_assert!(word.0 & PageFlags::ALLOCATED.bits() as u64 != 0);
+        self.store_word(word);
     }
-    /// The whole word of a block in `state` handed out `LOCAL` to CPU
-    /// `cpu` (by its magazine, order 0, or by a zone it holds locked, any
-    /// order): `LOCAL` added to the state, and the CPU where the refcount
-    /// goes (the block has exactly one reference, its owner's).
+    /// The owner of a `LOCAL` page frees it: one plain store of `to` (its
+    /// cached or prepared state). Sound because every read-modify-write
+    /// that could take, drop or exchange a reference refuses a `LOCAL`
+    /// word, so between the owner's load that found its word and this
+    /// store nobody else can have claimed the page.
     #[inline(always)]
-    pub(crate) const fn local_word(state: u32, cpu: usize) -> u64 {
-        PageDesc::word_of(state | LOCAL_BIT, cpu as u32)
-    }
-    /// [`local_word`](Self::local_word) of a plain allocated block of
-    /// `order` and migratetype `tag`.
-    #[inline]
-    pub(crate) fn local_block_word(order: u32, tag: u8, cpu: usize) -> u64 {
-        debug_assert!(order < 32);
-        Self::local_word(Self::state_word_of(PageFlags::ALLOCATED, order, tag), cpu)
-    }
-    /// Whether `word` is that of a block `local_block_word(order, _, cpu)`
-    /// describes, whatever its tag: what an owner that holds the block's
-    /// zone locked may free with a plain store. `order` must be below 32.
-    #[inline(always)]
-    pub(crate) const fn is_local_block(word: u64, order: u32, cpu: usize) -> bool {
-        const MASK: u64 = !(TAG_MASK as u64);
-        word & MASK == PageDesc::local_word(PageFlags::ALLOCATED.bits() | (order << ORDER_SHIFT), cpu)
-    }
-    /// Whether `word` is that of a non-compound block of `order` with
-    /// exactly one reference and no flag but `ALLOCATED`, whatever its tag:
-    /// [`is_plain_order0`](Self::is_plain_order0) for any order. `order`
-    /// must be below 32.
-    #[inline(always)]
-    pub(crate) const fn is_plain_block(word: u64, order: u32) -> bool {
-        const MASK: u64 = !(TAG_MASK as u64);
-        word & MASK == PageDesc::word_of(PageFlags::ALLOCATED.bits() | (order << ORDER_SHIFT), 1)
-    }
-    /// The whole word (state and refcount) for `state` and `refcount`.
-    #[inline(always)]
-    pub(crate) const fn word_of(state: u32, refcount: u32) -> u64 {
-        state as u64 | (refcount as u64) << RC_SHIFT
-    }
-    /// Whether `word` is that of an order-0 page with `refcount`
-    /// references (0: frozen) and no flag but `ALLOCATED` (so not `LOCAL`,
-    /// owned, compound, poisoned or carrying a check-at-free flag); the tag
-    /// may be anything. One mask and compare: the batched frees' test for a
-    /// page that needs none of `free_pages_prepare`'s diagnosis.
-    #[inline(always)]
-    pub(crate) const fn is_plain_order0(word: u64, refcount: u32) -> bool {
-        const MASK: u64 = PageDesc::word_of(FLAGS_MASK | ORDER_MASK, u32::MAX);
-        word & MASK == PageDesc::word_of(PageFlags::ALLOCATED.bits(), refcount)
+    pub(crate) fn free_from_local(&self, to: DescWord) {
+        debug_assert!(is_local(self.load_word().0), "only a LOCAL page's owner frees with a store");
+        self.store_word(to);
     }
     /// Replaces the whole word with `to` if it still is `from` (one
     /// compare-and-swap, acquire-release like [`try_put`](Self::try_put)).
-    /// The batched free drops a page's last reference and writes its free
+    /// The batched frees drop a page's last reference and write its free
     /// state in this one read-modify-write: a speculative
     /// [`try_get`](Self::try_get) or a flag update racing it makes it fail
     /// and change nothing, where a plain store would lose them.
     #[inline(always)]
-    pub(crate) fn replace_word(&self, from: u64, to: u64) -> bool {
-        self.rc_state.compare_exchange(from, to, core::sync::atomic::Ordering::AcqRel, Relaxed).is_ok()
+    pub(crate) fn drop_last_reference(&self, from: DescWord, to: DescWord) -> bool {
+        self.rc_state.compare_exchange(from.0, to.0, core::sync::atomic::Ordering::AcqRel, Relaxed).is_ok()
     }
     /// Clears `LOCAL` from a page of CPU `cpu` and puts its one reference
     /// where the CPU was: the page leaves its CPU and becomes an ordinary
@@ -345,16 +336,9 @@ impl PageDesc {
     pub(crate) fn clear_local(&self, cpu: usize) -> bool {
         self.rc_state
             .fetch_update(core::sync::atomic::Ordering::AcqRel, Relaxed, |w| {
-                (is_local(w) && refcount_of(w) as usize == cpu)
-                    .then_some(PageDesc::word_of(state_of(w) & !LOCAL_BIT, 1))
+                (is_local(w) && refcount_of(w) as usize == cpu).then_some(DescWord::of(state_of(w) & !LOCAL_BIT, 1).0)
             })
             .is_ok()
-    }
-    /// The state word of a page marked as `owner`'s (`OWNED` added to
-    /// `flags`).
-    #[inline]
-    pub(crate) fn owned_state_word(flags: PageFlags, order: u32, tag: u8, owner: u8) -> u32 {
-        owned_state(Self::state_word_of(flags, order, tag), owner)
     }
     #[inline]
     pub(crate) fn next(&self) -> PageIdx {
@@ -387,12 +371,7 @@ impl PageDesc {
     /// its CPU.
     #[inline]
     pub(crate) fn refcount(&self) -> u32 {
-        let w = self.rc_state.load(Relaxed);
-        if is_local(w) {
-            1
-        } else {
-            refcount_of(w)
-        }
+        self.load_word().refcount()
     }
     /// Replaces the refcount, keeping the state. A plain load and store:
     /// for pages nobody else can reference (just allocated, owned and
@@ -468,8 +447,14 @@ impl PageDesc {
 }
 
 /// State word `s` with the `OWNED` flag and owner tag `owner`.
-fn owned_state(s: u32, owner: u8) -> u32 {
-    (s & !OWNER_MASK) | PageFlags::OWNED.bits() | (u32::from(owner) << OWNER_SHIFT)
+const fn owned_state(s: u32, owner: u8) -> u32 {
+    (s & !OWNER_MASK) | PageFlags::OWNED.bits() | ((owner as u32) << OWNER_SHIFT)
+}
+
+/// The state word of `flags`, `order` and migratetype `tag`.
+#[inline(always)]
+const fn state_word_of(flags: u32, order: u32, tag: u8) -> u32 {
+    flags | (order << ORDER_SHIFT) | ((tag as u32) << TAG_SHIFT)
 }
 
 /// A view of the descriptor table that is copied, not borrowed through:
@@ -613,7 +598,7 @@ mod tests {
         d.update_flags_atomic(PageFlags::HWPOISON, PageFlags::EMPTY);
         d.clear_reporting_state();
         assert!(!d.is_reported() && d.order() == 0 && d.flags() == PageFlags::HWPOISON);
-        d.store_word(PageDesc::local_block_word(0, 1, 1));
+        d.store_word(DescWord::local(PageFlags::ALLOCATED, 0, 1, 1));
         assert!(!d.is_reported(), "a LOCAL page's odd CPU number is not the flag");
     }
 

@@ -13,7 +13,7 @@
 //! (`pcp`) or, under the zone lock, off the buddy lists (`zone`).
 #![deny(unsafe_code)]
 
-use crate::mem::page::{PageDesc, PageFlags, PageIdx};
+use crate::mem::page::{DescWord, PageDesc, PageFlags, PageIdx};
 use crate::page_alloc::hooks::AllocFailure;
 use crate::page_alloc::{AllocContext, PageAllocator};
 use crate::pcp::pcp_allowed_order;
@@ -433,13 +433,13 @@ impl PageAllocator {
     /// whether `word` was stored; with `__GFP_ZERO` the general preparation
     /// runs instead.
     #[inline(always)]
-    pub(crate) fn prep_order0(&self, page: &PageDesc, idx: PageIdx, gfp: Gfp, mt: MigrateType, word: u64) -> bool {
+    pub(crate) fn prep_order0(&self, page: &PageDesc, idx: PageIdx, gfp: Gfp, mt: MigrateType, word: DescWord) -> bool {
         if gfp.contains(Gfp::ZERO) {
             self.prep_new_page(idx, 0, gfp, mt, false);
             return false;
         }
         page.set_private(0);
-        page.store_word(word);
+        page.hand_out(word);
         true
     }
 
@@ -477,10 +477,9 @@ impl PageAllocator {
         head.set_private(0);
         // State and refcount in one store, after the tails: a concurrent
         // reader that sees ALLOCATED sees a finished page.
-        let state = PageDesc::state_word_of(flags, order, mt as u8);
-        head.store_word(match local {
-            Some(cpu) => PageDesc::local_word(state, cpu),
-            None => PageDesc::word_of(state, refcount),
+        head.hand_out(match local {
+            Some(cpu) => DescWord::local(flags, order, mt as u8, cpu),
+            None => DescWord::allocated(flags, order, mt as u8, refcount),
         });
         #[cfg(feature = "std")]
         if gfp.contains(Gfp::ZERO) {

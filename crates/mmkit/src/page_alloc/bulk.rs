@@ -61,7 +61,7 @@
 //! floor while the reference drop stays atomic.
 #![deny(unsafe_code)]
 
-use crate::mem::page::{PageDesc, PageFlags, PageIdx};
+use crate::mem::page::{DescWord, PageFlags, PageIdx};
 use crate::mem::sync::LockGuard;
 use crate::page_alloc::free::Claim;
 use crate::pcp::{order_to_pindex, PcpState};
@@ -90,7 +90,7 @@ struct Stretch {
     pageblock_order: u32,
     /// The word a page takes on the list: `PCP`, order 0, the list's type,
     /// no references.
-    cached: u64,
+    cached: DescWord,
 }
 
 /// Some pages of a bulk free could not be freed; the rest were.
@@ -254,7 +254,7 @@ impl PageAllocator {
     ) -> (usize, P) {
         // `prep_new_page` for an order-0 page is two stores: the private
         // word, then state and refcount in one.
-        let allocated = PageDesc::word_of(PageDesc::state_word_of(PageFlags::ALLOCATED, 0, mt as u8), 1);
+        let allocated = DescWord::allocated(PageFlags::ALLOCATED, 0, mt as u8, 1);
         let base = self.mem.base_pfn;
         let taken = pcp.pop_run(self.mem.pages.descs(), order_to_pindex(mt, 0), want, |idx, page| {
             // Poisoned while cached: drop it for good, as every pop does.
@@ -350,7 +350,7 @@ impl PageAllocator {
         held: &mut Option<(usize, LockGuard<'a, PcpState>)>,
     ) -> Option<Stretch> {
         let (idx, page) = self.pfn_to_desc(pfn)?;
-        if !PageDesc::is_plain_order0(page.load_word(), 1) {
+        if !page.load_word().is_plain_order0(1) {
             return None;
         }
         let (zi, mt) = self.block_list(idx)?;
@@ -372,7 +372,7 @@ impl PageAllocator {
             mt,
             block: idx >> pageblock_order,
             pageblock_order,
-            cached: PageDesc::word_of(PageDesc::state_word_of(PageFlags::PCP, 0, mt as u8), 0),
+            cached: DescWord::cached(mt as u8),
         })
     }
 
@@ -443,13 +443,13 @@ impl PageAllocator {
             // In range of the table, so the offset fits an index.
             let idx = (pfn.0 - base) as PageIdx;
             let word = page.load_word();
-            if !PageDesc::is_plain_order0(word, 1) {
+            if !word.is_plain_order0(1) {
                 break;
             }
             if idx >> stretch.pageblock_order != block {
                 return (n, true);
             }
-            if pending.any() || !page.replace_word(word, stretch.cached) {
+            if pending.any() || !page.drop_last_reference(word, stretch.cached) {
                 break;
             }
             *slot = idx;

@@ -51,7 +51,7 @@
 //! [`CpuHandle`]: crate::CpuHandle
 #![deny(unsafe_code)]
 
-use crate::mem::page::{PageDesc, PageFlags, PageIdx};
+use crate::mem::page::{DescWord, PageFlags, PageIdx};
 use crate::mem::rseq::{CpuStacks, Pop, Push};
 use crate::mem::stack::STACK_SLOTS;
 use crate::types::gfp::{AllocFlags, Gfp, MigrateType};
@@ -88,14 +88,14 @@ pub(crate) struct CpuCaches {
 /// The whole word of an order-0 page of type `mt` just allocated with one
 /// reference: the word a cached free expects.
 #[inline(always)]
-const fn allocated_word(mt: u8) -> u64 {
-    PageDesc::word_of(PageDesc::state_word_of_const(PageFlags::ALLOCATED.bits(), 0, mt), 1)
+const fn allocated_word(mt: u8) -> DescWord {
+    DescWord::allocated(PageFlags::ALLOCATED, 0, mt, 1)
 }
 
 /// The whole word of a page on a stack (free, `PCP`, order 0, no reference).
 #[inline(always)]
-const fn cached_word(mt: u8) -> u64 {
-    PageDesc::word_of(PageDesc::state_word_of_const(PageFlags::PCP.bits(), 0, mt), 0)
+const fn cached_word(mt: u8) -> DescWord {
+    DescWord::cached(mt)
 }
 
 impl CpuCaches {
@@ -202,7 +202,7 @@ impl PageAllocator {
         // reference, order 0, no check-at-free flag, not compound, not
         // owned, not local to a pinned CPU, not poisoned (any type tag: a
         // contiguous range's pages are tagged unmovable in movable blocks).
-        if !PageDesc::is_plain_order0(word, 1) || self.hwpoison.any() {
+        if !word.is_plain_order0(1) || self.hwpoison.any() {
             return false;
         }
         // The stack of the list the page would go on (its pageblock's type;
@@ -225,7 +225,7 @@ impl PageAllocator {
         // takes over and finds out which).
         #[cfg(test)]
         crate::page_alloc::hwpoison::race_hook::run(idx);
-        if !page.replace_word(word, cached_word(mt)) {
+        if !page.drop_last_reference(word, cached_word(mt)) {
             return false;
         }
         let home = LAST_CPU.with(core::cell::Cell::get);

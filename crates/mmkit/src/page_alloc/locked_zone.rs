@@ -78,7 +78,7 @@
 //! of a `std::sync::Mutex` on one thread may.
 #![deny(unsafe_code)]
 
-use crate::mem::page::{PageDesc, PageIdx};
+use crate::mem::page::{DescWord, PageIdx};
 use crate::mem::sync::LockGuard;
 use crate::page_alloc::hwpoison::PendingPoison;
 use crate::page_alloc::pinned::PinnedCpu;
@@ -297,15 +297,15 @@ impl<'h, 'a> LockedZone<'h, 'a> {
         let Some(state) = self.held.state.as_mut() else {
             return false;
         };
-        if PageDesc::is_local_block(word, order, self.cpu_id) {
+        if word.is_local_block(order, self.cpu_id) {
             // LOCAL to this CPU: no read-modify-write of this word can
             // succeed elsewhere (mem::page), so a plain store is the
             // page's free_pages_prepare and reference drop at once.
             #[cfg(all(test, feature = "std"))]
             crate::page_alloc::hwpoison::race_hook::run(idx);
-            page.store_word(0);
+            page.free_from_local(DescWord::PREPARED);
             self.cpu.mag.outstanding -= 1;
-        } else if !(PageDesc::is_plain_block(word, order) && page.replace_word(word, 0)) {
+        } else if !(word.is_plain_block(order) && page.drop_last_reference(word, DescWord::PREPARED)) {
             // Anything else, or a speculative reference taken since the
             // load: the general path sorts it out.
             return false;

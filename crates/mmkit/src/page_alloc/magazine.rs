@@ -55,7 +55,7 @@
 //! the owner) and dropping the handle flush them to the lists first.
 #![deny(unsafe_code)]
 
-use crate::mem::page::{PageDesc, PageFlags, PageIdx};
+use crate::mem::page::{DescWord, PageDesc, PageFlags, PageIdx};
 use crate::mem::stack::{PageStack, STACK_SLOTS};
 use crate::page_alloc::pinned::PinnedCpu;
 use crate::pcp::cpus::CpuSlot;
@@ -153,10 +153,10 @@ pub(crate) struct Magazine<'a> {
     pub(super) outstanding: u64,
     /// The whole word (`LOCAL` to this CPU) an order-0 allocation of `mt`
     /// leaves in a page, and so the one the free expects.
-    allocated_word: u64,
+    allocated_word: DescWord,
     /// The whole word a page takes in the magazine (`PCP`, order 0, `mt`,
     /// no reference), computed with the target.
-    free_word: u64,
+    free_word: DescWord,
     /// The pages: the order-0 cache's one type (`mem::stack`), owned here
     /// outright. Its capacity is [`MAG_SLOTS`], or the list's `high` when
     /// that is smaller (a small zone).
@@ -178,8 +178,8 @@ impl<'a> Magazine<'a> {
             slot: &alloc.pcp.slots[cpu],
             target: Order0Target::NONE,
             outstanding: 0,
-            allocated_word: 0,
-            free_word: 0,
+            allocated_word: DescWord::PREPARED,
+            free_word: DescWord::PREPARED,
             stack: PageStack::new(MAG_SLOTS),
         }
     }
@@ -248,7 +248,7 @@ impl<'a> PinnedCpu<'a> {
         // else can have claimed it. No atomic operation.
         #[cfg(all(test, feature = "std"))]
         crate::page_alloc::hwpoison::race_hook::run(idx);
-        page.store_word(self.mag.free_word);
+        page.free_from_local(self.mag.free_word);
         self.mag.outstanding -= 1;
         // Room was made above.
         self.mag.stack.push_with_room(idx)
@@ -274,8 +274,8 @@ impl<'a> PinnedCpu<'a> {
         self.mag.target = target;
         let capacity = target.capacity(self.lists[target.zi].sizing.high_min);
         self.mag.stack.set_capacity(capacity);
-        self.mag.allocated_word = PageDesc::local_block_word(0, target.mt as u8, self.cpu);
-        self.mag.free_word = PageDesc::word_of(PageDesc::state_word_of(PageFlags::PCP, 0, target.mt as u8), 0);
+        self.mag.allocated_word = DescWord::local(PageFlags::ALLOCATED, 0, target.mt as u8, self.cpu);
+        self.mag.free_word = DescWord::cached(target.mt as u8);
         true
     }
 

@@ -12,12 +12,12 @@ const TAG: u8 = 1;
 
 fn local_page() -> Arc<PageDesc> {
     let page = Arc::new(PageDesc::default());
-    page.store_word(PageDesc::local_block_word(0, TAG, CPU));
+    page.store_word(DescWord::local(PageFlags::ALLOCATED, 0, TAG, CPU));
     page
 }
 
-fn free_word() -> u64 {
-    PageDesc::word_of(PageDesc::state_word_of(PageFlags::PCP, 0, TAG), 0)
+fn free_word() -> DescWord {
+    DescWord::cached(TAG)
 }
 
 /// The general free's reference drop: the caller holds a reference;
@@ -50,7 +50,7 @@ fn owner_plain_free_is_never_overtaken() {
     for order in [0, 9] {
         loom::model(move || {
             let page = Arc::new(PageDesc::default());
-            page.store_word(PageDesc::local_block_word(order, TAG, CPU));
+            page.store_word(DescWord::local(PageFlags::ALLOCATED, order, TAG, CPU));
             let other = {
                 let page = Arc::clone(&page);
                 thread::spawn(move || {
@@ -60,8 +60,8 @@ fn owner_plain_free_is_never_overtaken() {
                     assert!(!page.refcount_exchange(1, 0), "refcount exchanged on a LOCAL page");
                 })
             };
-            assert!(PageDesc::is_local_block(page.load_word(), order, CPU));
-            page.store_word(free_word());
+            assert!(page.load_word().is_local_block(order, CPU));
+            page.free_from_local(free_word());
             other.join().unwrap();
             assert_eq!(page.load_word(), free_word());
         });
@@ -99,7 +99,7 @@ fn splitting_drop_races_a_speculative_reference() {
     loom::model(|| {
         const ORDER: u32 = 3;
         let page = Arc::new(PageDesc::default());
-        page.store_word(PageDesc::word_of(PageDesc::state_word_of(PageFlags::ALLOCATED, ORDER, TAG), 1));
+        page.store_word(DescWord::allocated(PageFlags::ALLOCATED, ORDER, TAG, 1));
         let other = {
             let page = Arc::clone(&page);
             thread::spawn(move || {
@@ -126,14 +126,14 @@ fn splitting_drop_races_a_speculative_reference() {
 fn cached_free_races_a_speculative_reference() {
     loom::model(|| {
         let page = Arc::new(PageDesc::default());
-        let allocated = PageDesc::word_of(PageDesc::state_word_of(PageFlags::ALLOCATED, 0, TAG), 1);
+        let allocated = DescWord::allocated(PageFlags::ALLOCATED, 0, TAG, 1);
         page.store_word(allocated);
         let freed = Arc::new(AtomicUsize::new(0));
         let other = {
             let (page, freed) = (Arc::clone(&page), Arc::clone(&freed));
             thread::spawn(move || speculate(&page, &freed))
         };
-        if page.load_word() == allocated && page.replace_word(allocated, free_word()) {
+        if page.load_word() == allocated && page.drop_last_reference(allocated, free_word()) {
             freed.fetch_add(1, Relaxed);
         } else {
             // The general path: drop our reference; the last one frees.
