@@ -410,3 +410,67 @@ fn stress_holder_shared_and_speculative_threads_keep_every_block_intact() {
     mm.check_invariants().unwrap();
     assert_eq!(mm.nr_free_pages(), mm.zones().iter().map(|z| z.managed_pages()).sum::<u64>());
 }
+
+/// A holder that calls the map itself on a path that needs the held
+/// zone's lock used to wait for its own thread forever. Now the call
+/// panics with what went wrong, the zone is unlocked as the panic unwinds,
+/// and the handle and the map work afterwards. (Before, the worker never
+/// answered and the receive below timed out.)
+#[test]
+fn a_holder_calling_the_map_gets_a_panic_not_a_deadlock() {
+    let mm = Arc::new(map(false));
+    let (tx, rx) = mpsc::channel();
+    let worker = {
+        let mm = Arc::clone(&mm);
+        thread::spawn(move || {
+            let mut cpu = mm.pin_cpu(0).unwrap();
+            let mine = std::cell::Cell::new(None);
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut zone = cpu.lock_zone(Gfp::KERNEL).unwrap();
+                mine.set(Some(zone.alloc_pages(Gfp::KERNEL, 2).unwrap()));
+                // The mistake: the map, not the zone, while it is held.
+                let _ = mm.alloc_pages(Gfp::KERNEL, 2);
+            }));
+            let message = match outcome {
+                Ok(()) => String::from("no panic"),
+                Err(payload) => payload
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default(),
+            };
+            // The zone is free again: its block goes back through the handle.
+            cpu.free_pages(mine.get().unwrap(), 2).unwrap();
+            let pfn = cpu.alloc_pages(Gfp::KERNEL, 2).unwrap();
+            cpu.free_pages(pfn, 2).unwrap();
+            tx.send(message).unwrap();
+        })
+    };
+    let message = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("the holder deadlocked");
+    assert!(message.contains("self-deadlock"), "{message}");
+    worker.join().unwrap();
+    mm.check_invariants().unwrap();
+    let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
+    assert_eq!(mm.nr_free_pages(), managed);
+}
+
+/// The scoped burst serves like the guard and leaves nothing locked.
+#[test]
+fn a_burst_allocates_and_frees_and_unlocks() {
+    let mm = map(true);
+    let mut cpu = mm.pin_cpu(1).unwrap();
+    let kept = cpu
+        .burst(Gfp::KERNEL, |zone| {
+            let blocks: Vec<Pfn> = (0..16).map(|i| zone.alloc_pages(Gfp::KERNEL, i % 4).unwrap()).collect();
+            for (i, &b) in blocks.iter().enumerate().skip(1) {
+                zone.free_pages(b, i as u32 % 4).unwrap();
+            }
+            blocks[0]
+        })
+        .unwrap();
+    assert!(is_local(&mm, kept));
+    assert!(cpu.burst(Gfp::DMA.union(Gfp::HIGHMEM), |_| ()).is_err(), "a contradictory mask runs nothing");
+    cpu.free_pages(kept, 0).unwrap();
+    drop(cpu);
+    mm.check_invariants().unwrap();
+}

@@ -5,6 +5,13 @@
 //! unikernel embedder disables preemption around it) or, when built with
 //! `--cfg loom`, loom's mutex so the model checker can explore every
 //! interleaving of the pageset and zone locking protocol.
+//!
+//! It also owns the one guard against a self-deadlock the crate can see:
+//! a lock held across calls on purpose (a zone a pinned CPU holds for a
+//! burst, `page_alloc::locked_zone`) is recorded per thread, and a second
+//! `lock` of it from the same thread panics with what went wrong instead
+//! of spinning forever. Only the wait path looks: taking a free lock costs
+//! what it did.
 #![deny(unsafe_code)]
 
 #[cfg(all(not(loom), feature = "std"))]
@@ -32,8 +39,18 @@ impl<T> Lock<T> {
     }
 
     /// Waits for the lock.
+    ///
+    /// # Panics
+    /// When this thread holds the lock for a burst (see [`HeldForBurst`]):
+    /// waiting would never end.
     #[inline]
     pub(crate) fn lock(&self) -> LockGuard<'_, T> {
+        #[cfg(not(loom))]
+        if let Some(guard) = self.inner.try_lock() {
+            return guard;
+        }
+        #[cfg(all(not(loom), feature = "std"))]
+        held::refuse_self_deadlock(self.id());
         #[cfg(not(loom))]
         return self.inner.lock();
         #[cfg(loom)]
@@ -47,6 +64,12 @@ impl<T> Lock<T> {
         return self.inner.try_lock();
         #[cfg(loom)]
         return self.inner.try_lock().ok();
+    }
+
+    /// What identifies this lock to [`HeldForBurst`]: its address.
+    #[cfg(all(not(loom), feature = "std"))]
+    fn id(&self) -> usize {
+        core::ptr::from_ref(self) as usize
     }
 
     /// The protected value, by ownership.
@@ -66,4 +89,77 @@ pub(crate) fn spin_wait() {
     loom::thread::yield_now();
     #[cfg(not(loom))]
     core::hint::spin_loop();
+}
+
+/// Records, for as long as it lives, that the current thread holds `lock`
+/// across calls (a burst): a `lock` of it from this thread meanwhile
+/// panics instead of waiting for itself. Without `std` (no thread-local
+/// storage) it records nothing.
+pub(crate) struct HeldForBurst {
+    #[cfg(all(not(loom), feature = "std"))]
+    id: usize,
+}
+
+impl HeldForBurst {
+    /// Call right after taking `lock`.
+    pub(crate) fn new<T>(lock: &Lock<T>) -> Self {
+        #[cfg(all(not(loom), feature = "std"))]
+        {
+            held::enter(lock.id());
+            Self { id: lock.id() }
+        }
+        #[cfg(not(all(not(loom), feature = "std")))]
+        {
+            let _ = lock;
+            Self {}
+        }
+    }
+}
+
+impl Drop for HeldForBurst {
+    fn drop(&mut self) {
+        #[cfg(all(not(loom), feature = "std"))]
+        held::leave(self.id);
+    }
+}
+
+/// The locks this thread holds for a burst: a few slots, since a thread
+/// holds one zone per pinned handle and rarely several handles at once
+/// (past the slots, a burst is not recorded and only loses the check).
+#[cfg(all(not(loom), feature = "std"))]
+mod held {
+    use core::cell::Cell;
+
+    const SLOTS: usize = 4;
+
+    std::thread_local! {
+        static HELD: [Cell<usize>; SLOTS] = const { [const { Cell::new(0) }; SLOTS] };
+    }
+
+    pub(super) fn enter(id: usize) {
+        HELD.with(|held| {
+            if let Some(slot) = held.iter().find(|slot| slot.get() == 0) {
+                slot.set(id);
+            }
+        });
+    }
+
+    pub(super) fn leave(id: usize) {
+        HELD.with(|held| {
+            if let Some(slot) = held.iter().find(|slot| slot.get() == id) {
+                slot.set(0);
+            }
+        });
+    }
+
+    #[cold]
+    pub(super) fn refuse_self_deadlock(id: usize) {
+        let mine = HELD.try_with(|held| held.iter().any(|slot| slot.get() == id)).unwrap_or(false);
+        assert!(
+            !mine,
+            "self-deadlock: this thread holds the zone locked for a burst (PinnedCpu::lock_zone or \
+             PinnedCpu::burst) and called the allocator on a path that needs that zone's lock; \
+             make the call through the LockedZone, or after the burst"
+        );
+    }
 }

@@ -72,14 +72,17 @@
 //! While a `LockedZone` lives, every other path that needs this zone's
 //! lock waits: other CPUs' refills and spills, `drain_all_pages`,
 //! `memory_failure`, compaction, the invariant checker. Hold it for a
-//! burst, as a spin lock. The holding thread must not call the
-//! [`PageAllocator`](crate::PageAllocator) itself meanwhile: a call that
-//! reaches this zone's lock waits for itself forever, as a second `lock`
-//! of a `std::sync::Mutex` on one thread may.
+//! burst, as a spin lock: [`PinnedCpu::burst`] scopes it to a closure.
+//! The holding thread allocates and frees through the `LockedZone`; a call
+//! of the [`PageAllocator`](crate::PageAllocator) itself that reaches this
+//! zone's lock would wait for its own thread forever, so (with `std`) it
+//! panics instead, naming the mistake, and the zone is unlocked as the
+//! panic unwinds (`mem::sync` records the zones a thread holds this way;
+//! only a lock's wait path looks).
 #![deny(unsafe_code)]
 
 use crate::mem::page::{DescWord, PageIdx};
-use crate::mem::sync::LockGuard;
+use crate::mem::sync::{HeldForBurst, LockGuard};
 use crate::page_alloc::hwpoison::PendingPoison;
 use crate::page_alloc::pinned::PinnedCpu;
 use crate::types::gfp::{fast_path_alloc_flags, gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType};
@@ -133,8 +136,41 @@ pub struct LockedZone<'h, 'a> {
 }
 
 impl<'a> PinnedCpu<'a> {
+    /// Runs `f` in burst mode: with the preferred zone of `gfp` on this
+    /// CPU's node locked for this handle, for exactly the closure's run;
+    /// see [`LockedZone`]. The scoped form of
+    /// [`lock_zone`](Self::lock_zone).
+    ///
+    /// While `f` runs, allocate and free through the `LockedZone` it is
+    /// given. A call on the map itself that needs this zone's lock would
+    /// wait for this thread forever; it panics instead, naming the mistake
+    /// (the zone is unlocked as the panic unwinds).
+    ///
+    /// ```
+    /// use mmkit::{Gfp, MemoryMapBuilder};
+    /// let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
+    /// let mut cpu0 = mm.pin_cpu(0).unwrap();
+    /// let freed = cpu0
+    ///     .burst(Gfp::KERNEL, |zone| {
+    ///         let blocks: Vec<_> = (0..8).map(|_| zone.alloc_pages(Gfp::KERNEL, 4).unwrap()).collect();
+    ///         blocks.into_iter().filter(|&b| zone.free_pages(b, 4).is_ok()).count()
+    ///     })
+    ///     .unwrap();
+    /// assert_eq!(freed, 8);
+    /// drop(cpu0);
+    /// mm.check_invariants().unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// As [`lock_zone`](Self::lock_zone); `f` does not run then.
+    pub fn burst<R>(&mut self, gfp: Gfp, f: impl FnOnce(&mut LockedZone<'_, 'a>) -> R) -> Result<R, AllocError> {
+        let mut zone = self.lock_zone(gfp)?;
+        Ok(f(&mut zone))
+    }
+
     /// Locks the preferred zone of `gfp` on this CPU's node for this
-    /// handle until the returned guard is dropped; see [`LockedZone`].
+    /// handle until the returned guard is dropped; see [`LockedZone`] and
+    /// the scoped form, [`burst`](Self::burst).
     ///
     /// # Errors
     /// [`AllocError::InvalidGfp`] for contradictory zone bits,
@@ -149,7 +185,7 @@ impl<'a> PinnedCpu<'a> {
             return Err(AllocError::NoSuchNode(self.nid));
         }
         let mut locked = LockedZone {
-            held: Held { state: Some(zone.state.lock()), zone },
+            held: Held::lock(zone),
             zi,
             cx: zone.cx(&alloc.mem),
             base_pfn: alloc.mem.base_pfn,
@@ -336,9 +372,9 @@ impl<'h, 'a> LockedZone<'h, 'a> {
     #[cold]
     fn unlocked<T>(&mut self, f: impl FnOnce(&mut PinnedCpu<'_>) -> T) -> T {
         self.recount();
-        self.held.state = None;
+        self.held.release();
         let out = f(self.cpu);
-        self.held.state = Some(self.held.zone.state.lock());
+        self.held = Held::lock(self.held.zone);
         self.recount();
         out
     }
@@ -370,10 +406,27 @@ impl<'h, 'a> LockedZone<'h, 'a> {
 }
 
 /// The zone's lock, `None` only while a fallback runs unlocked; dropping
-/// it publishes the zone's free counts and unlocks.
+/// it publishes the zone's free counts and unlocks. While held, the
+/// thread is recorded as holding it for a burst (`mem::sync`), so that a
+/// call of the allocator that needs this zone's lock panics with what went
+/// wrong instead of waiting for this thread forever.
 struct Held<'a> {
     state: Option<LockGuard<'a, ZoneState>>,
+    burst: Option<HeldForBurst>,
     zone: &'a Zone,
+}
+
+impl<'a> Held<'a> {
+    fn lock(zone: &'a Zone) -> Self {
+        let state = zone.state.lock();
+        Self { state: Some(state), burst: Some(HeldForBurst::new(&zone.state)), zone }
+    }
+
+    /// Unlocks the zone (the caller published its counts).
+    fn release(&mut self) {
+        self.state = None;
+        self.burst = None;
+    }
 }
 
 impl Drop for Held<'_> {
