@@ -65,6 +65,20 @@ fn cell(text: &str) -> String {
 }
 
 fn row(r: &CaseResult) -> String {
+    let ratio = r.ratio_vs_mmkit.map_or_else(|| "-".to_string(), |x| format!("{x:.2}"));
+    if r.median_ns == 0.0 && !r.extra.is_empty() {
+        // An untimed case (a compression ratio, say): its values are the
+        // extra fields, and a median of 0.0 ns would read as a result.
+        let values: Vec<String> = r.extra.iter().map(|(key, value)| format!("{key} {}", number(*value))).collect();
+        return format!(
+            "| {} | {} | {} | {} | - | {} |\n",
+            cell(r.name),
+            cell(r.impl_name),
+            cell(r.unit),
+            cell(&values.join(", ")),
+            ratio
+        );
+    }
     format!(
         "| {} | {} | {} | {:.1} | {:.1}..{:.1} | {} |\n",
         cell(r.name),
@@ -73,8 +87,17 @@ fn row(r: &CaseResult) -> String {
         r.median_ns,
         r.min_ns,
         r.max_ns,
-        r.ratio_vs_mmkit.map_or_else(|| "-".to_string(), |x| format!("{x:.2}"))
+        ratio
     )
+}
+
+/// An extra field's value: whole numbers without decimals, others with two.
+fn number(value: f64) -> String {
+    if value.fract() == 0.0 && value.abs() < 1e15 {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.2}")
+    }
 }
 
 /// The whole document.
@@ -131,6 +154,15 @@ mod tests {
             ratio_vs_mmkit: ratio,
             extra: Vec::new(),
         }
+    }
+
+    #[test]
+    fn untimed_rows_show_their_values_not_a_zero_median() {
+        let mut ratio = case("ratio/real", "mmkit/lz4", 0.0, None);
+        ratio.extra = vec![("ratio", 2.4137), ("bytes", 268_435_456.0)];
+        assert_eq!(row(&ratio), "| ratio/real | mmkit/lz4 | pair | ratio 2.41, bytes 268435456 | - | - |\n");
+        let timed = case("pcp_order0_alloc_free", "mmkit", 14.2, Some(1.0));
+        assert_eq!(row(&timed), "| pcp_order0_alloc_free | mmkit | pair | 14.2 | 13.2..15.2 | 1.00 |\n");
     }
 
     #[test]
