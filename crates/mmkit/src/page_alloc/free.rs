@@ -322,9 +322,8 @@ impl PageAllocator {
     #[inline(always)]
     pub(crate) fn free_pages_prepare(&self, idx: PageIdx, order: u32) -> Result<(), (PageIdx, BadPageReason)> {
         let head = self.desc(idx);
-        // One load for both: the word a free-to-be page holds.
-        let word = head.load_word();
-        let (flags, refcount) = (word.flags(), word.refcount());
+        let flags = head.flags();
+        let refcount = head.refcount();
         if refcount != 0 {
             return Err((idx, BadPageReason::NonzeroRefcount(refcount)));
         }

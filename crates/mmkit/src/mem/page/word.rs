@@ -7,8 +7,8 @@
 //! `free_from_local`, `drop_last_reference`).
 
 use super::{
-    is_local, owned_state, refcount_of, state_of, state_word_of, PageFlags, FLAGS_MASK, LOCAL_BIT, ORDER_MASK,
-    ORDER_SHIFT, RC_SHIFT, TAG_MASK,
+    is_local, owned_state, refcount_of, state_word_of, PageFlags, FLAGS_MASK, LOCAL_BIT, ORDER_MASK, ORDER_SHIFT,
+    RC_SHIFT, TAG_MASK,
 };
 
 /// A descriptor's state (flags, order, migratetype tag, owner) and its
@@ -83,12 +83,6 @@ impl DescWord {
     pub(crate) const fn is_local_block(self, order: u32, cpu: usize) -> bool {
         const MASK: u64 = !(TAG_MASK as u64);
         self.0 & MASK == DescWord::local(PageFlags::ALLOCATED, order, 0, cpu).0
-    }
-
-    /// The flags (with `LOCAL`).
-    #[inline(always)]
-    pub(crate) const fn flags(self) -> PageFlags {
-        PageFlags::from_bits(state_of(self.0) & FLAGS_MASK)
     }
 
     /// The reference count: 1 for a `LOCAL` word, whose count field holds
