@@ -32,8 +32,10 @@
 //! plain store would lose it. A word that moved meanwhile fails the
 //! exchange and the entry takes the per-entry path. The stretch goes on the
 //! list in one push (`push_head_all`: each descriptor's links written once,
-//! one write outside the stretch), and counting, `high` tuning and the
-//! spill decision run once per stretch (`pages_to_spill_batch`; Linux's
+//! one write outside the stretch; the index buffer behind it is sized to
+//! the entries left, so a batch of four does not clear room for 64), and
+//! counting, `high` tuning and the spill decision run once per stretch
+//! (`pages_to_spill_batch`; Linux's
 //! `free_unref_folios` commits folio by folio). Everything else — shared
 //! references, compound and higher-order blocks, tails for
 //! `release_pages`, pending poison, a busy pageset, isolated pageblocks, a
@@ -75,6 +77,12 @@ use core::sync::atomic::Ordering::Relaxed;
 /// Most pages one stretch of the fast free takes (its index buffer lives
 /// on the stack).
 const STRETCH_MAX: usize = 64;
+
+/// The smallest index buffer a stretch uses. The buffer is cleared once
+/// per stretch, and clearing all `STRETCH_MAX` entries was a fixed cost
+/// that batches of a few pages paid in full; a stretch with at most this
+/// many entries left (or twice this) takes a buffer of that size instead.
+const STRETCH_SHORT: usize = 8;
 
 /// A stretch of the fast free: order-0 pages of one pageblock, bound for
 /// the run's list.
@@ -310,7 +318,14 @@ impl PageAllocator {
         while i < pfns.len() {
             if let Some(stretch) = self.start_stretch(cpu, pfns[i], &mut held) {
                 if let Some((_, pcp)) = held.as_mut() {
-                    let n = self.free_stretch(pcp, &pfns[i..], stretch);
+                    let rest = &pfns[i..];
+                    let n = if rest.len() <= STRETCH_SHORT {
+                        self.free_stretch::<STRETCH_SHORT>(pcp, rest, stretch)
+                    } else if rest.len() <= 2 * STRETCH_SHORT {
+                        self.free_stretch::<{ 2 * STRETCH_SHORT }>(pcp, rest, stretch)
+                    } else {
+                        self.free_stretch::<STRETCH_MAX>(pcp, rest, stretch)
+                    };
                     done += n;
                     i += n;
                     if n > 0 {
@@ -392,8 +407,8 @@ impl PageAllocator {
     /// the stretch (Linux's `free_unref_folios` runs
     /// `free_unref_page_commit` per folio).
     #[inline]
-    fn free_stretch(&self, pcp: &mut PcpState, pfns: &[Pfn], stretch: Stretch) -> usize {
-        let mut idxs = [0; STRETCH_MAX];
+    fn free_stretch<const MAX: usize>(&self, pcp: &mut PcpState, pfns: &[Pfn], stretch: Stretch) -> usize {
+        let mut idxs = [0; MAX];
         let mut n = 0;
         // Pages of another pageblock stay in the stretch when their block
         // goes to the same list: pages recycled through the per-CPU caches
@@ -604,6 +619,23 @@ mod tests {
         assert_eq!(mm.stats().hwpoison_offlined, 1);
         assert!(mm.page_flags(victim).unwrap().contains(PageFlags::RESERVED));
         mm.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn every_batch_size_frees_every_page_once() {
+        // Batch sizes on both sides of each index-buffer size the free
+        // picks from the entries left.
+        let mm = map();
+        for batch in 1..=2 * STRETCH_MAX + 3 {
+            let pages = take(&mm, batch);
+            let before = cached(&mm);
+            assert_eq!(mm.free_pages_bulk_on(0, &pages), Ok(batch), "batch {batch}");
+            assert!(cached(&mm) <= before + batch as u64);
+            for &pfn in &pages {
+                assert_eq!(mm.get_page(pfn), Err(PageError::NotInUse(pfn)), "batch {batch}");
+            }
+            mm.check_invariants().unwrap();
+        }
     }
 
     #[test]
