@@ -212,7 +212,7 @@ impl PageAllocator {
             return None;
         }
         let flags = fast_path_alloc_flags(gfp, nofragment);
-        if !self.zone_allows(zone, order, flags, highest) {
+        if !zone.comfortably_free() && !self.zone_allows_waking(zone, order, flags, highest, gfp) {
             return None;
         }
         Some(FastTarget { zi, zone, flags, mt: self.request_migratetype(gfp), highest })
@@ -231,6 +231,26 @@ impl PageAllocator {
         self.wake_kswapd_if_boosted(target.zone, gfp, target.flags);
         self.prep_new_page(idx, order, gfp, target.mt, frozen);
         self.idx_to_pfn(idx)
+    }
+
+    /// The fast paths' check when the zone is not comfortably free
+    /// ([`zone_allows`](Self::zone_allows)), which is also when a boost may
+    /// be waiting for kswapd: wakes it if so (the allocation that comes
+    /// first after a boost wakes it, as `rmqueue`'s check does).
+    #[inline(never)]
+    pub(crate) fn zone_allows_waking(
+        &self,
+        zone: &Zone,
+        order: u32,
+        flags: AllocFlags,
+        highest: ZoneType,
+        gfp: Gfp,
+    ) -> bool {
+        if !self.zone_allows(zone, order, flags, highest) {
+            return false;
+        }
+        self.wake_kswapd_if_boosted(zone, gfp, flags);
+        true
     }
 
     /// Lockless watermark check of `get_page_from_freelist`, noting when the
@@ -370,6 +390,12 @@ impl PageAllocator {
     #[cold]
     fn wake_kswapd_for_boost(&self, zone: &Zone, gfp: Gfp) {
         if zone.boost_pending.swap(false, Relaxed) {
+            // The fast paths' hint comes back with the next publish; make
+            // it now unless the lock is busy (or held by this caller, a
+            // locked zone: its own operations publish).
+            if let Some(state) = zone.state.try_lock() {
+                zone.publish(&state);
+            }
             self.stats.kswapd_wakeups.fetch_add(1, Relaxed);
             self.hooks.wake_kswapd(&crate::page_alloc::hooks::ReclaimRequest {
                 gfp,

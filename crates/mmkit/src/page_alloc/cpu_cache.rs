@@ -169,7 +169,14 @@ impl PageAllocator {
                 LAST_CPU.with(|last| last.set(cpu));
                 idx
             }
-            Pop::Empty => self.cpu_cache_refill(caches, target.zi, target.mt, &target.flags)?,
+            Pop::Empty => {
+                let idx = self.cpu_cache_refill(caches, target.zi, target.mt, &target.flags)?;
+                // The refill may have taken pages from the buddy and
+                // boosted the zone; otherwise `fast_target`'s check covered
+                // the wake (a comfortably free zone has no boost waiting).
+                self.wake_kswapd_if_boosted(target.zone, gfp, target.flags);
+                idx
+            }
             Pop::Unavailable => return None,
         };
         let page = self.desc(idx);
@@ -178,7 +185,6 @@ impl PageAllocator {
             self.drop_poisoned(idx);
             return None;
         }
-        self.wake_kswapd_if_boosted(target.zone, gfp, target.flags);
         self.prep_order0(page, idx, gfp, target.mt, allocated_word(target.mt as u8));
         Some(self.idx_to_pfn(idx))
     }

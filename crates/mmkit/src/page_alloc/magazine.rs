@@ -137,15 +137,17 @@ pub(crate) struct Magazine<'a> {
     gfp: Option<Gfp>,
     /// The target zone (`zones[zi]`), held to skip the lookup.
     zone: &'a Zone,
-    /// The descriptor table, pageblock types and this CPU's request slot,
-    /// copied here once: the handle is `&mut`, so the compiler keeps them
-    /// in registers instead of reloading the table's pointer and length
-    /// after every store to a descriptor (the allocator's atomics make
-    /// `&PageAllocator` no promise that they stay put).
-    descs: &'a [PageDesc],
+    /// The target zone's descriptors and the PFN of the first, pageblock
+    /// types and this CPU's request slot, copied here once: the handle is
+    /// `&mut`, so the compiler keeps them in registers instead of
+    /// reloading the table's pointer and length after every store to a
+    /// descriptor (the allocator's atomics make `&PageAllocator` no promise
+    /// that they stay put). With the zone's slice, one bounds check on a
+    /// free both finds the descriptor and checks the zone.
+    zone_descs: &'a [PageDesc],
+    zone_pfn: u64,
     block_types: &'a [AtomicU8],
     pageblock_order: u32,
-    base_pfn: u64,
     slot: &'a CpuSlot,
     target: Order0Target,
     /// `LOCAL` pages handed out (by the magazine or a zone the handle holds
@@ -157,9 +159,10 @@ pub(crate) struct Magazine<'a> {
     /// The whole word a page takes in the magazine (`PCP`, order 0, `mt`,
     /// no reference), computed with the target.
     free_word: DescWord,
-    /// The pages: the order-0 cache's one type (`mem::stack`), owned here
-    /// outright. Its capacity is [`MAG_SLOTS`], or the list's `high` when
-    /// that is smaller (a small zone).
+    /// The pages, as offsets into the zone's descriptors: the order-0
+    /// cache's one type (`mem::stack`), owned here outright. Its capacity
+    /// is [`MAG_SLOTS`], or the list's `high` when that is smaller (a small
+    /// zone).
     stack: PageStack,
 }
 
@@ -171,10 +174,10 @@ impl<'a> Magazine<'a> {
             enabled: true,
             gfp: None,
             zone: &alloc.zones[0],
-            descs: alloc.mem.pages.all(),
+            zone_descs: &[],
+            zone_pfn: alloc.mem.base_pfn,
             block_types,
             pageblock_order,
-            base_pfn: alloc.mem.base_pfn,
             slot: &alloc.pcp.slots[cpu],
             target: Order0Target::NONE,
             outstanding: 0,
@@ -196,38 +199,55 @@ impl<'a> PinnedCpu<'a> {
             return None;
         }
         let zone = self.mag.zone;
-        if !alloc.zone_allows(zone, 0, self.mag.target.flags, self.mag.target.highest) {
+        // Comfortably free also means no boost waits for kswapd.
+        if !zone.comfortably_free()
+            && !alloc.zone_allows_waking(zone, 0, self.mag.target.flags, self.mag.target.highest, gfp)
+        {
             return None;
         }
-        let idx = match self.mag.stack.pop() {
-            Some(idx) => idx,
-            None if self.mag_refill() => self.mag.stack.pop()?,
+        let offset = match self.mag.stack.pop() {
+            Some(offset) => offset,
+            None if self.mag_refill() => {
+                // The refill may have taken pages from the buddy and
+                // boosted the zone.
+                alloc.wake_kswapd_if_boosted(zone, gfp, self.mag.target.flags);
+                self.mag.stack.pop()?
+            }
             None => return None,
         };
-        let page = self.mag.descs.get(idx as usize)?;
-        if alloc.hwpoisoned_with_flag(page.has(PageFlags::HWPOISON), idx) {
-            alloc.drop_poisoned(idx);
+        let page = self.mag.zone_descs.get(offset as usize)?;
+        if (page.has(PageFlags::HWPOISON) || alloc.hwpoison.any()) && self.mag_drop_if_poisoned(page, offset) {
             return None;
         }
-        alloc.wake_kswapd_if_boosted(zone, gfp, self.mag.target.flags);
+        let idx = self.mag.target.zone_start + offset;
         if alloc.prep_order0(page, idx, gfp, self.mag.target.mt, self.mag.allocated_word) {
             self.mag.outstanding += 1;
         }
-        Some(Pfn(self.mag.base_pfn + u64::from(idx)))
+        Some(Pfn(self.mag.zone_pfn + u64::from(offset)))
+    }
+
+    /// A page just popped whose poison flag is set, or while some poison is
+    /// pending: dropped for good if it is poisoned.
+    #[cold]
+    fn mag_drop_if_poisoned(&self, page: &PageDesc, offset: PageIdx) -> bool {
+        let idx = self.mag.target.zone_start + offset;
+        if !self.alloc.hwpoisoned_with_flag(page.has(PageFlags::HWPOISON), idx) {
+            return false;
+        }
+        self.alloc.drop_poisoned(idx);
+        true
     }
 
     /// The magazine's free of an order-0 page: true when done, false (and
     /// nothing changed) for anything but the common case.
     #[inline(always)]
     pub(super) fn mag_free(&mut self, pfn: Pfn) -> bool {
-        let offset = pfn.0.wrapping_sub(self.mag.base_pfn);
-        if offset < u64::from(self.mag.target.zone_start) || offset >= u64::from(self.mag.target.zone_end) {
-            return false;
-        }
-        let idx = offset as PageIdx;
-        let Some(page) = self.mag.descs.get(offset as usize) else {
+        let offset = pfn.0.wrapping_sub(self.mag.zone_pfn);
+        let Some(page) = usize::try_from(offset).ok().and_then(|offset| self.mag.zone_descs.get(offset)) else {
             return false;
         };
+        // Inside the zone, so the offset fits an index.
+        let (offset, idx) = (offset as PageIdx, self.mag.target.zone_start + offset as PageIdx);
         let block_type = self.mag.block_types.get((idx >> self.mag.pageblock_order) as usize);
         if page.load_word() != self.mag.allocated_word
             || self.alloc.hwpoison.any()
@@ -251,7 +271,7 @@ impl<'a> PinnedCpu<'a> {
         page.free_from_local(self.mag.free_word);
         self.mag.outstanding -= 1;
         // Room was made above.
-        self.mag.stack.push_with_room(idx)
+        self.mag.stack.push_with_room(offset)
     }
 
     /// Points the magazine at `gfp`'s order-0 target (flushing pages of
@@ -272,6 +292,9 @@ impl<'a> PinnedCpu<'a> {
         self.mag.gfp = Some(gfp);
         self.mag.zone = zone;
         self.mag.target = target;
+        let descs = alloc.mem.pages.all();
+        self.mag.zone_descs = descs.get(target.zone_start as usize..target.zone_end as usize).unwrap_or_default();
+        self.mag.zone_pfn = alloc.mem.base_pfn + u64::from(target.zone_start);
         let capacity = target.capacity(self.lists[target.zi].sizing.high_min);
         self.mag.stack.set_capacity(capacity);
         self.mag.allocated_word = DescWord::local(PageFlags::ALLOCATED, 0, target.mt as u8, self.cpu);
@@ -292,7 +315,7 @@ impl<'a> PinnedCpu<'a> {
             let Some(idx) = self.alloc.pcp_take_locked(&mut self.lists[zi], zi, 0, mt, flags) else {
                 break;
             };
-            if !self.mag.stack.push(idx) {
+            if !self.mag.stack.push(idx - self.mag.target.zone_start) {
                 self.alloc.uncache_pages(Some(&mut self.lists[zi]), zi, mt, &[idx]);
                 break;
             }
@@ -308,6 +331,9 @@ impl<'a> PinnedCpu<'a> {
         let zi = self.mag.target.zi;
         let mut oldest = [0 as PageIdx; MAG_SLOTS];
         let count = self.mag.stack.take_oldest(count, &mut oldest);
+        for offset in &mut oldest[..count] {
+            *offset += self.mag.target.zone_start;
+        }
         alloc.uncache_pages(Some(&mut self.lists[zi]), zi, self.mag.target.mt, &oldest[..count]);
     }
 
@@ -385,7 +411,7 @@ impl<'a> PinnedCpu<'a> {
         if self.mag.outstanding == 0 {
             return;
         }
-        for page in self.mag.descs {
+        for page in self.alloc.mem.pages.all() {
             if page.clear_local(self.cpu) {
                 self.mag.outstanding -= 1;
                 if self.mag.outstanding == 0 {

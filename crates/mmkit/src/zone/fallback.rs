@@ -187,7 +187,7 @@ fn try_to_claim_block(
     // Mixing pageblocks is what fragments a zone: raise the watermarks for a
     // while so background reclaim makes room before it spreads.
     if zone.boost_watermark(pb_pages as u64) && alloc_flags.contains(AllocFlags::KSWAPD) {
-        zone.boost_pending.store(true, core::sync::atomic::Ordering::Relaxed);
+        zone.mark_boost_pending();
     }
     let pb_start = block & !(pb_pages - 1);
     if claim_pageblock(zone, state, cx, pb_start, mt, block_type) {

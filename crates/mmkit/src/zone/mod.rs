@@ -231,11 +231,24 @@ impl Zone {
         let unusable_by_some = area.free_pages_of(MigrateType::Cma)
             + area.free_pages_of(MigrateType::HighAtomic)
             + area.free_pages_of(MigrateType::Isolate);
-        self.usable_by_all_hint.store(area.free_pages() - unusable_by_some, Relaxed);
+        // A boost waiting for kswapd keeps the hint at 0, so the fast
+        // paths' one compare (`comfortably_free`) also says no wake is due,
+        // and they look for one only on their slower branch.
+        let usable = if self.boost_pending.load(Relaxed) { 0 } else { area.free_pages() - unusable_by_some };
+        self.usable_by_all_hint.store(usable, Relaxed);
+    }
+
+    /// Notes a boost for kswapd (caller holds the zone lock): until the
+    /// wake clears it and a publish follows, the zone is not
+    /// `comfortably_free`.
+    pub(crate) fn mark_boost_pending(&self) {
+        self.boost_pending.store(true, Relaxed);
+        self.usable_by_all_hint.store(0, Relaxed);
     }
 
     /// One load and one compare: true when the zone is so far above its
-    /// high watermark that no request of a cached order can fail any check.
+    /// high watermark that no request of a cached order can fail any check,
+    /// and no watermark boost is waiting to wake kswapd.
     #[inline(always)]
     pub(crate) fn comfortably_free(&self) -> bool {
         self.usable_by_all_hint.load(Relaxed) > self.comfortably_above
@@ -489,6 +502,23 @@ mod tests {
         assert_eq!(default_min_free_kbytes(16 * 1024 * 1024), 16384);
         assert_eq!(default_min_free_kbytes(1), 128);
         assert_eq!(default_min_free_kbytes(u64::MAX / 32), 262_144);
+    }
+
+    #[test]
+    fn a_boost_waiting_for_kswapd_keeps_the_zone_from_looking_comfortable() {
+        // The fast paths look for a pending boost only when the zone is
+        // not comfortably free, so the two must not be true together.
+        let mm = crate::MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
+        let zone = mm.zones.iter().max_by_key(|z| z.managed_pages).unwrap();
+        assert!(zone.comfortably_free());
+        let state = zone.state.lock();
+        zone.mark_boost_pending();
+        assert!(!zone.comfortably_free());
+        zone.publish(&state);
+        assert!(!zone.comfortably_free(), "a publish keeps the hint down while the boost waits");
+        zone.boost_pending.store(false, Relaxed);
+        zone.publish(&state);
+        assert!(zone.comfortably_free());
     }
 
     #[test]
