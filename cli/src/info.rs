@@ -10,7 +10,7 @@
 use crate::size::{self, format_size};
 use clap::Args;
 use mmkit::gfp::Watermark;
-use mmkit::{MemoryMapBuilder, PageAllocator, ZoneType};
+use mmkit::{MemoryMapBuilder, PageAllocator, Report, ZoneType};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
@@ -124,10 +124,11 @@ pub fn report(mm: &PageAllocator, args: InfoArgs, build_time: Duration) -> Strin
         mm.min_free_kbytes()
     );
     let _ = writeln!(out, "build time: {:.3} ms", build_time.as_secs_f64() * 1e3);
-    section(&mut out, "/proc/buddyinfo", &mm.buddyinfo());
-    section(&mut out, "/proc/pagetypeinfo", &mm.pagetypeinfo());
+    let report = Report::new(mm);
+    section(&mut out, "/proc/buddyinfo", &report.buddyinfo());
+    section(&mut out, "/proc/pagetypeinfo", &report.pagetypeinfo());
     section(&mut out, "zones", &zone_table(mm));
-    section(&mut out, "/proc/vmstat", &mm.vmstat());
+    section(&mut out, "/proc/vmstat", &report.vmstat());
     out
 }
 

@@ -9,7 +9,7 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use mmkit::zone::WatermarkConfig;
-use mmkit::{Backing, Geometry, Gfp, HugePages, MemoryMapBuilder, Pfn, PlacementPolicy, ZoneType};
+use mmkit::{Backing, Geometry, Gfp, HugePages, MemoryMapBuilder, Pfn, PlacementPolicy, Report, ZoneType};
 
 /// A value that is often at an edge: 0, 1, the type's maximum, a limit.
 #[derive(Arbitrary, Debug)]
@@ -149,7 +149,7 @@ fn build(c: &Config) -> MemoryMapBuilder {
 
 fuzz_target!(|c: Config| {
     let Ok(mm) = build(&c).build() else { return };
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     let mut held: Vec<(Pfn, u32)> = Vec::new();
     for &(gfp, order) in c.ops.iter().take(16) {
         let order = u32::from(order % 12);
@@ -161,11 +161,11 @@ fuzz_target!(|c: Config| {
                 }
             }
         }
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
     }
     for (pfn, order) in held {
         mm.free_pages(pfn, order).unwrap();
     }
     mm.drain_all_pages();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 });

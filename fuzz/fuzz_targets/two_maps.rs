@@ -14,7 +14,7 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use mmkit::{Gfp, IndexError, MemoryMapBuilder, MigrateType, PageAllocator, Pfn, ZoneType};
+use mmkit::{Contig, Gfp, IndexError, MemoryMapBuilder, MigrateType, PageAllocator, Pfn, Report, ZoneType};
 use mmkit_fuzz::Persistent;
 use std::collections::BTreeMap;
 
@@ -65,7 +65,7 @@ impl Side {
     }
 
     fn check(&self) {
-        self.mm.check_invariants().unwrap();
+        Report::new(&self.mm).check_invariants().unwrap();
         let free = self.mm.nr_free_pages() + self.mm.nr_pcp_pages();
         assert_eq!(free + self.held_pages(), self.total, "pages lost or made up");
     }
@@ -212,7 +212,12 @@ fn run(sides: &mut [Side; 2], ops: Vec<Op>) {
             Op::Contig { map, start, len } => {
                 let s = &mut sides[map as usize];
                 let (start, pages) = (u64::from(start % 4096), u64::from(len % 64) + 1);
-                let r = s.mm.alloc_contig_range(Pfn(start), Pfn(start + pages), MigrateType::Movable, Gfp::KERNEL);
+                let r = Contig::new(&s.mm).alloc_contig_range(
+                    Pfn(start),
+                    Pfn(start + pages),
+                    MigrateType::Movable,
+                    Gfp::KERNEL,
+                );
                 if r.is_ok() {
                     assert!(!s.overlaps(start, pages), "contig range over held pages");
                     s.contig.insert(start, pages);
@@ -224,7 +229,7 @@ fn run(sides: &mut [Side; 2], ops: Vec<Op>) {
                     continue;
                 }
                 let (&start, &pages) = s.contig.iter().nth(usize::from(p) % s.contig.len()).unwrap();
-                s.mm.free_contig_range(Pfn(start), pages).unwrap();
+                Contig::new(&s.mm).free_contig_range(Pfn(start), pages).unwrap();
                 s.contig.remove(&start);
             }
             Op::Compact { map, zone } => {
@@ -271,7 +276,7 @@ fn run(sides: &mut [Side; 2], ops: Vec<Op>) {
             }
         }
         for (start, pages) in std::mem::take(&mut s.contig) {
-            s.mm.free_contig_range(Pfn(start), pages).unwrap();
+            Contig::new(&s.mm).free_contig_range(Pfn(start), pages).unwrap();
         }
         s.mm.drain_all_pages();
         s.check();

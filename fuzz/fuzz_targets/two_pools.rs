@@ -13,7 +13,7 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
+use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, Report};
 use mmkit_fuzz::Persistent;
 use mmkit_zsmalloc::{Handle, ZsError, ZsPool};
 use std::collections::{HashMap, HashSet};
@@ -212,5 +212,5 @@ fn run(pools: &[ZsPool; 2], ops: Vec<Op>) {
         }
     }
     check(pools, &[HashMap::new(), HashMap::new()], &[0, 1]);
-    map().check_invariants().unwrap();
+    Report::new(&map()).check_invariants().unwrap();
 }

@@ -5,7 +5,7 @@
 //! replay.
 //!
 //! Owns the list of configurations, the table and the plot; each replay is
-//! an ordinary [`replay`](super::replay) with other arguments, so nothing
+//! an ordinary [`replay`] with other arguments, so nothing
 //! here touches the allocator or the engine.
 
 use super::metrics::Sample;

@@ -9,7 +9,7 @@
 
 use super::engine::{Counts, NR_ORDERS};
 use mmkit::gfp::MIGRATE_TYPES;
-use mmkit::{procfs, MigrateType, PageAllocator, Pfn};
+use mmkit::{procfs, MigrateType, PageAllocator, Pfn, Report};
 use serde::Serialize;
 
 /// The order the headline indices are computed for (a 2 MiB huge page).
@@ -99,7 +99,7 @@ pub fn placement_stats(mm: &PageAllocator) -> PlacementStats {
         pageblock_breaks_by_type: vec![0; MIGRATE_TYPES],
         ..PlacementStats::default()
     };
-    for z in mm.zone_snapshots() {
+    for z in Report::new(mm).zone_snapshots() {
         for (o, n) in z.placement.pageblock_breaks_by_order.iter().enumerate().take(NR_ORDERS) {
             s.pageblock_breaks_by_order[o] += n;
         }
@@ -170,7 +170,7 @@ pub fn mean_unusable_index(samples: &[Sample]) -> f64 {
 
 /// Takes a sample of `mm` after `counts.events` events.
 pub fn sample(mm: &PageAllocator, composition: &[[u32; 3]], counts: &Counts) -> Sample {
-    let zones = mm.zone_snapshots();
+    let zones = Report::new(mm).zone_snapshots();
     let mut blocks_by_order = vec![0u64; NR_ORDERS];
     let mut free_by_type = vec![0u64; MIGRATE_TYPES];
     let mut pageblocks_by_type = vec![0u64; MIGRATE_TYPES];
@@ -215,7 +215,7 @@ pub fn final_state(mm: &PageAllocator, composition: &[[u32; 3]], counts: &Counts
     mm.drain_all_pages();
     let sample = sample(mm, composition, counts);
     let mut matrix = vec![vec![0u64; MIGRATE_TYPES]; NR_ORDERS];
-    for z in mm.zone_snapshots() {
+    for z in Report::new(mm).zone_snapshots() {
         for (o, row) in z.free_pages_by_order_and_type().iter().enumerate().take(NR_ORDERS) {
             for (mt, n) in row.iter().enumerate() {
                 matrix[o][mt] += n;
@@ -227,14 +227,14 @@ pub fn final_state(mm: &PageAllocator, composition: &[[u32; 3]], counts: &Counts
         sample,
         free_pages_by_order_and_type: matrix,
         pcp_pages_drained: pcp,
-        buddyinfo: mm.buddyinfo(),
+        buddyinfo: Report::new(mm).buddyinfo(),
     }
 }
 
 /// Type of pageblock `i` of the map.
 pub fn pageblock_type(mm: &PageAllocator, i: usize) -> Option<MigrateType> {
     let pfn = mm.start_pfn().0 + ((i as u64) << mm.geometry().pageblock_order);
-    mm.pageblock_migratetype(Pfn(pfn))
+    Report::new(mm).pageblock_migratetype(Pfn(pfn))
 }
 
 /// Pageblocks holding live pages of a mobility other than their type.

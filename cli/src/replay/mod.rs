@@ -328,7 +328,7 @@ pub fn replay(
     let placement = metrics::placement_stats(&mm);
     let compaction = move_log.is_some().then(|| metrics::compaction_stats(&mm, &engine.counts, proactive_runs));
     let invariants = if args.check {
-        Some(mm.check_invariants().map_err(|v| v.to_string()).err().unwrap_or_else(|| "ok".into()))
+        Some(mmkit::Report::new(&mm).check_invariants().map_err(|v| v.to_string()).err().unwrap_or_else(|| "ok".into()))
     } else {
         None
     };

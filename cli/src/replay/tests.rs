@@ -521,7 +521,7 @@ fn a_block_moved_twice_before_the_moves_are_applied_is_followed() {
     assert_eq!(engine.counts.free_errors, 0);
     assert_eq!(engine.double_handouts, 0);
     engine.finish();
-    mm.check_invariants().unwrap();
+    mmkit::Report::new(&mm).check_invariants().unwrap();
     assert_eq!(mm.nr_free_pages(), 0x2000, "every page is free again");
 }
 

@@ -26,7 +26,7 @@
 //! | `cma_alloc`                  | —                      | [`ContigBench::cma_alloc`], then untimed [`ContigBench::cma_release`] |
 
 use mmkit::{
-    BuildError, CmaError, CmaId, ContigError, ContigRange, ContigRangeError, FreeError, Gfp, MemoryMapBuilder,
+    BuildError, CmaError, CmaId, Contig, ContigError, ContigRange, ContigRangeError, FreeError, Gfp, MemoryMapBuilder,
     MigrateType, PageAllocator, PageOwner, Pfn, ZoneType,
 };
 use std::fmt;
@@ -104,7 +104,7 @@ impl ContigBench {
             .zone(0, ZoneType::Normal, 0..4 * base)
             .cma(CMA_AREA, 2 * base..2 * base + nr_pages)
             .build()?;
-        let cma = mm.cma_area(CMA_AREA).ok_or(ContigBenchError::CmaAreaNotFound)?;
+        let cma = Contig::new(&mm).cma_area(CMA_AREA).ok_or(ContigBenchError::CmaAreaNotFound)?;
         Ok(Self { mm, cma, start: Pfn(base), nr_pages })
     }
 
@@ -121,10 +121,10 @@ impl ContigBench {
     /// `alloc_contig_range` of the range as order-0 pages.
     ///
     /// # Errors
-    /// As [`PageAllocator::alloc_contig_range`] (none expected).
+    /// As [`Contig::alloc_contig_range`] (none expected).
     pub fn alloc_range(&self) -> Result<Pfn, ContigError> {
         let end = Pfn(self.start.0 + self.nr_pages);
-        self.mm.alloc_contig_range(self.start, end, MigrateType::Movable, Gfp::KERNEL)?;
+        Contig::new(&self.mm).alloc_contig_range(self.start, end, MigrateType::Movable, Gfp::KERNEL)?;
         Ok(self.start)
     }
 
@@ -143,66 +143,67 @@ impl ContigBench {
     /// The batched free: one `free_contig_range` call.
     ///
     /// # Errors
-    /// As [`PageAllocator::free_contig_range`] (none expected).
+    /// As [`Contig::free_contig_range`] (none expected).
     pub fn free_batched(&self, pfn: Pfn) -> Result<(), FreeError> {
-        self.mm.free_contig_range(pfn, self.nr_pages).map(|_| ())
+        Contig::new(&self.mm).free_contig_range(pfn, self.nr_pages).map(|_| ())
     }
 
     /// `alloc_contig_frozen_range` of the range (refcount 0 pages).
     ///
     /// # Errors
-    /// As [`PageAllocator::alloc_contig_frozen_range`] (none expected).
+    /// As [`Contig::alloc_contig_frozen_range`] (none expected).
     pub fn alloc_frozen_range(&self) -> Result<Pfn, ContigError> {
         let end = Pfn(self.start.0 + self.nr_pages);
-        self.mm.alloc_contig_frozen_range(self.start, end, MigrateType::Movable, Gfp::KERNEL)?;
+        Contig::new(&self.mm).alloc_contig_frozen_range(self.start, end, MigrateType::Movable, Gfp::KERNEL)?;
         Ok(self.start)
     }
 
     /// The batched free of a frozen range: one `free_contig_frozen_range`.
     ///
     /// # Errors
-    /// As [`PageAllocator::free_contig_frozen_range`] (none expected).
+    /// As [`Contig::free_contig_frozen_range`] (none expected).
     pub fn free_frozen(&self, pfn: Pfn) -> Result<(), FreeError> {
-        self.mm.free_contig_frozen_range(pfn, self.nr_pages).map(|_| ())
+        Contig::new(&self.mm).free_contig_frozen_range(pfn, self.nr_pages).map(|_| ())
     }
 
     /// `alloc_contig_block` of the range: one owned handle.
     ///
     /// # Errors
-    /// As [`PageAllocator::alloc_contig_block`] (none expected).
+    /// As [`Contig::alloc_contig_block`] (none expected).
     pub fn alloc_owned_range(&self) -> Result<ContigRange, ContigError> {
         let end = Pfn(self.start.0 + self.nr_pages);
-        self.mm.alloc_contig_block(BENCH_OWNER, self.start, end, MigrateType::Movable, Gfp::KERNEL)
+        Contig::new(&self.mm).alloc_contig_block(BENCH_OWNER, self.start, end, MigrateType::Movable, Gfp::KERNEL)
     }
 
     /// The free of an owned range: one `free_contig_block`.
     ///
     /// # Errors
-    /// As [`PageAllocator::free_contig_block`] (none expected).
+    /// As [`Contig::free_contig_block`] (none expected).
     pub fn free_owned(&self, range: ContigRange) -> Result<(), ContigRangeError> {
-        self.mm.free_contig_block(range).map(|_| ())
+        Contig::new(&self.mm).free_contig_block(range).map(|_| ())
     }
 
     /// `cma_alloc` of the whole range from the CMA area.
     ///
     /// # Errors
-    /// As [`PageAllocator::cma_alloc`] (none expected).
+    /// As [`Contig::cma_alloc`] (none expected).
     pub fn cma_alloc(&self) -> Result<Pfn, CmaError> {
-        self.mm.cma_alloc(self.cma, self.nr_pages, 0)
+        Contig::new(&self.mm).cma_alloc(self.cma, self.nr_pages, 0)
     }
 
     /// `cma_release` of what [`cma_alloc`](Self::cma_alloc) returned.
     ///
     /// # Errors
-    /// As [`PageAllocator::cma_release`] (none expected).
+    /// As [`Contig::cma_release`] (none expected).
     pub fn cma_release(&self, pfn: Pfn) -> Result<(), CmaError> {
-        self.mm.cma_release(self.cma, pfn, self.nr_pages)
+        Contig::new(&self.mm).cma_release(self.cma, pfn, self.nr_pages)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mmkit::Report;
 
     #[test]
     fn every_case_round_trips() {
@@ -219,7 +220,7 @@ mod tests {
         let pfn = b.cma_alloc().unwrap();
         b.cma_release(pfn).unwrap();
         assert_eq!(b.allocator().nr_free_pages(), free);
-        b.allocator().check_invariants().unwrap();
+        Report::new(b.allocator()).check_invariants().unwrap();
     }
 
     #[test]

@@ -74,6 +74,7 @@ pub fn alternate<P: PageAlloc>(p: &mut P, order: u32, limit: u64) -> Result<Vec<
 mod tests {
     use super::*;
     use crate::subjects::{buddy_only_map, Bsa, Mmkit};
+    use mmkit::Report;
 
     #[test]
     fn xorshift_is_deterministic_and_balanced() {
@@ -95,9 +96,9 @@ mod tests {
         let held = scatter(&mut m, free * 9 / 10, SEED).unwrap();
         assert!(held.len() as u64 > free * 4 / 10 && (held.len() as u64) < free * 5 / 10);
         assert_eq!(mm.nr_free_pages(), free - held.len() as u64);
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
         // Most free memory now sits in blocks of order <= 3.
-        let snapshots = mm.zone_snapshots();
+        let snapshots = Report::new(&mm).zone_snapshots();
         let small: u64 = snapshots
             .iter()
             .flat_map(|s| s.free.free_blocks_per_order.iter().take(4).enumerate())
@@ -120,12 +121,12 @@ mod tests {
         let mut m = Mmkit::new(&mm);
         let held = alternate(&mut m, 9, u64::MAX).unwrap();
         assert!(held.len() >= 10);
-        let snapshots = mm.zone_snapshots();
+        let snapshots = Report::new(&mm).zone_snapshots();
         let free_blocks = |order: usize| -> u64 { snapshots.iter().map(|s| s.free.free_blocks_per_order[order]).sum() };
         // Each freed block's buddy is held, except that the last one freed
         // may merge with the watermark-protected remainder of its zone.
         assert!(free_blocks(10) <= 1);
         assert!(free_blocks(9) + 1 >= held.len() as u64);
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
     }
 }

@@ -280,6 +280,7 @@ pub fn batch_loop<P: PageAlloc>(p: &mut P, order: u32, batch: usize) -> impl FnM
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mmkit::Report;
     use std::alloc::System;
 
     fn exercise<P: PageAlloc>(p: &mut P) {
@@ -294,7 +295,7 @@ mod tests {
         let free_before = mm.nr_free_pages();
         exercise(&mut Mmkit::new(&mm));
         assert_eq!(mm.nr_free_pages(), free_before);
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
         {
             let mut cpu = mm.pin_cpu(0).unwrap();
             locked_zone_loop(&mut cpu, |zone, iters| {
@@ -306,7 +307,7 @@ mod tests {
             .unwrap();
         }
         assert_eq!(mm.nr_free_pages(), free_before);
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
         exercise(&mut Bsa::like(&mm));
         exercise(&mut Heap::<System>::new());
         exercise(&mut Heap::<crate::heap::MiMalloc>::new());

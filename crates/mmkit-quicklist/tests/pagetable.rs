@@ -2,7 +2,7 @@
 //! translate sequences, then a full teardown that must give every table
 //! page back (none leaked, none cached twice), with and without quicklists.
 
-use mmkit::{Backing, HugePages, MemoryMapBuilder, Pfn};
+use mmkit::{Backing, HugePages, MemoryMapBuilder, Pfn, Report};
 use mmkit_quicklist::pagetable::{Level, MapError, PageTables, TableSource, USER_VA_END};
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -96,7 +96,7 @@ fn run(ops: Vec<Op>, quicklists: bool) -> Result<(), TestCaseError> {
     }
     mm.drain_all_pages();
     prop_assert_eq!(mm.nr_free_pages(), start, "table pages leaked");
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     Ok(())
 }
 

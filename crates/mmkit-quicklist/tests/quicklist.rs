@@ -3,7 +3,7 @@
 //! no page held twice, ctor and dtor counts exact, every page handed out in
 //! its list's state), and a multi-threaded stress over real memory.
 
-use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
+use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn, Report};
 use mmkit_quicklist::{PageFn, QuicklistError, Quicklists, FRACTION_OF_NODE_MEM, QUICKLIST_OWNER};
 use mmkit_testkit::XorShift64;
 use proptest::prelude::*;
@@ -161,7 +161,7 @@ proptest! {
         drop(ql);
         mm.drain_all_pages();
         prop_assert_eq!(mm.nr_free_pages(), start);
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
     }
 }
 
@@ -220,7 +220,7 @@ fn threads_never_share_a_quicklist_page() {
     drop(ql);
     mm.drain_all_pages();
     assert_eq!(mm.nr_free_pages(), start);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 fn list_of(round: u64) -> usize {

@@ -1,7 +1,7 @@
 //! Tests of the quicklist layer's behaviour: state kept, ownership
 //! enforced, trim arithmetic, node and poison bypasses.
 
-use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, PageFlags, Pfn};
+use mmkit::{Backing, Contig, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, PageFlags, Pfn, Report};
 use mmkit_quicklist::{QuicklistError, Quicklists, FRACTION_OF_NODE_MEM, QUICKLIST_OWNER};
 use std::cell::Cell;
 
@@ -52,7 +52,7 @@ fn a_freed_page_comes_back_from_the_list_without_the_allocator() {
     ql.quicklist_free_page(1, None, a).unwrap();
     drop(ql);
     assert_conserved(&mm, &Quicklists::new(Arc::clone(&mm), 1).unwrap(), start, 0);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -172,12 +172,12 @@ fn bad_frees_are_refused_and_change_nothing() {
     assert_eq!(mm.put_page(a), Err(FreeError::Owned { pfn: a, owner: QUICKLIST_OWNER }));
     let held = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
     assert_eq!(mm.free_pages(held, 0), Err(FreeError::Owned { pfn: held, owner: QUICKLIST_OWNER }));
-    assert_eq!(mm.free_contig_range(held, 1).unwrap().still_in_use, 1);
+    assert_eq!(Contig::new(&mm).free_contig_range(held, 1).unwrap().still_in_use, 1);
     ql.quicklist_free_page(0, None, held).unwrap();
     mm.clear_page_flags(shared, PageFlags::LRU).unwrap();
     mm.free_pages(shared, 0).unwrap();
     mm.free_pages(block, 2).unwrap();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -204,7 +204,7 @@ fn a_page_not_in_the_list_state_is_reported_and_not_cached() {
     assert_eq!(mm.stats().bad_pages, bad + 1);
     assert_eq!(ql.quicklist_total_size(), 0);
     assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), free + 1, "returned to the allocator");
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -246,7 +246,7 @@ fn a_poisoned_cached_page_is_never_handed_out() {
     assert_eq!(ql.quicklist_total_size(), 0);
     assert!(mm.page_flags(b).unwrap().contains(PageFlags::HWPOISON));
     ql.quicklist_free_page(0, None, a).unwrap();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! builds cached a dirty page on a zero list and handed it out as zeroed,
 //! which a page table then read as garbage entries.
 
-use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
+use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn, Report};
 use mmkit_quicklist::{QuicklistError, Quicklists};
 
 fn real_map() -> Arc<PageAllocator> {
@@ -37,7 +37,7 @@ fn a_dirty_page_is_refused_by_a_zero_list() {
     let q = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
     assert!(page(&mm, q).iter().all(|&b| b == 0), "a zero list hands out zeroed pages only");
     ql.quicklist_free_page(0, None, q).unwrap();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]

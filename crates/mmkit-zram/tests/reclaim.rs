@@ -6,6 +6,7 @@
 //! `reset` gives it back the same way.
 
 use mmkit::PageAllocator;
+use mmkit::Report;
 use mmkit_zram::{Zram, ZramConfig, PAGE_SIZE};
 
 const WRITTEN: usize = 256 << 20;
@@ -57,5 +58,5 @@ fn discard_and_compact_give_the_memory_back() {
     zram.attr_store("reset", "1").unwrap();
     let after_reset = resident_bytes(&mm);
     assert!(after_reset * 10 < peak * 4, "resident {after_reset} after reset, not below 40 % of the peak {peak}");
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }

@@ -4,8 +4,8 @@
 //! range full of zspage pages, every object reads back intact.
 
 use mmkit::{
-    Backing, CopyMigrator, Gfp, HugePages, MemoryMapBuilder, MigrateError, MigrateRequest, MigrateType, Migrator,
-    PageAllocator, Pfn,
+    Backing, Contig, CopyMigrator, Gfp, HugePages, MemoryMapBuilder, MigrateError, MigrateRequest, MigrateType,
+    Migrator, PageAllocator, Pfn, Report,
 };
 use mmkit_zsmalloc::{Handle, ZsPool, ZSMALLOC_OWNER};
 use std::collections::HashSet;
@@ -66,7 +66,7 @@ fn a_contiguous_range_is_collected_through_live_zspages() {
     assert!(in_range > 100, "the range is full of zspage pages ({in_range})");
     let pages_before = pool.zs_get_total_pages();
 
-    mm.alloc_contig_range(Pfn(start), Pfn(start + pb), MigrateType::Movable, gfp).unwrap();
+    Contig::new(&mm).alloc_contig_range(Pfn(start), Pfn(start + pb), MigrateType::Movable, gfp).unwrap();
 
     assert!((start..start + pb).all(|p| mm.page_owner(Pfn(p)).is_none()), "every zspage page left the range");
     assert_eq!(pool.zs_get_total_pages(), pages_before);
@@ -76,11 +76,11 @@ fn a_contiguous_range_is_collected_through_live_zspages() {
         let n = pool.zs_obj_read(*h, &mut out).unwrap();
         assert_eq!(&out[..n], &data[..], "object {h} after migration");
     }
-    mm.free_contig_range(Pfn(start), pb).unwrap();
+    Contig::new(&mm).free_contig_range(Pfn(start), pb).unwrap();
     assert_eq!(pool.zs_migrate_page(Pfn(start), gfp, 0).unwrap_err(), mmkit_zsmalloc::ZsError::UnknownPage(Pfn(start)));
     for (h, _) in objects {
         pool.zs_free(h).unwrap();
     }
     assert_eq!(pool.zs_get_total_pages(), 0);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }

@@ -3,7 +3,7 @@
 //! bookkeeping is checked and every live object is read back; at the end
 //! the pool is dropped and the page allocator must have every page back.
 
-use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
+use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, Report};
 use mmkit_zsmalloc::{Handle, ZsError, ZsPool};
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -103,6 +103,6 @@ proptest! {
         }
         mm.drain_all_pages();
         prop_assert_eq!(mm.nr_free_pages(), start);
-        mm.check_invariants().map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+        Report::new(&mm).check_invariants().map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
     }
 }

@@ -2,7 +2,7 @@
 //! bad inputs (each a typed error that changes nothing), compaction keeping
 //! contents and handles, deferred free, teardown returning every page.
 
-use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator};
+use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Report};
 use mmkit_zsmalloc::{Handle, ZsError, ZsPool};
 use std::sync::Arc;
 
@@ -115,7 +115,7 @@ fn dropping_the_pool_returns_every_page() {
     }
     mm.drain_all_pages();
     assert_eq!(mm.nr_free_pages(), start);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]

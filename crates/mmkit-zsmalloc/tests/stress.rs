@@ -3,7 +3,7 @@
 //! while a fifth thread compacts without pause. Nothing may be lost or read
 //! wrong, and afterwards every page is back with the page allocator.
 
-use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
+use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, Report};
 use mmkit_testkit::XorShift64;
 use mmkit_zsmalloc::{Handle, ZsPool};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -80,5 +80,5 @@ fn four_threads_and_a_compactor() {
     }
     mm.drain_all_pages();
     assert_eq!(mm.nr_free_pages(), start);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }

@@ -22,7 +22,7 @@ const FRAME_SHIFT: u32 = 12;
 /// A [`PageSource`] seen as an x86-64 frame allocator.
 ///
 /// ```
-/// use mmkit::{Gfp, MemoryMapBuilder, X86Frames};
+/// use mmkit::{Gfp, MemoryMapBuilder, Report, X86Frames};
 /// use x86_64::structures::paging::{FrameAllocator, FrameDeallocator, PhysFrame, Size2MiB, Size4KiB};
 ///
 /// let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
@@ -35,7 +35,7 @@ const FRAME_SHIFT: u32 = 12;
 ///     frames.deallocate_frame(small);
 ///     frames.deallocate_frame(huge);
 /// }
-/// mm.check_invariants().unwrap();
+/// Report::new(&mm).check_invariants().unwrap();
 /// ```
 pub struct X86Frames<P: PageSource> {
     source: P,

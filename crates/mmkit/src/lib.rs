@@ -7,7 +7,7 @@
 //! `alloc`; the default `std` feature adds real-memory backing.
 //!
 //! ```
-//! use mmkit::{Gfp, MemoryMapBuilder};
+//! use mmkit::{Gfp, MemoryMapBuilder, Report};
 //!
 //! // 64 MiB on one node: DMA below 16 MiB, DMA32 above.
 //! let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
@@ -15,7 +15,7 @@
 //! assert_eq!(pfn.0 % 8, 0);                             // naturally aligned
 //! mm.free_pages(pfn, 3).unwrap();
 //! assert!(mm.free_pages(pfn, 3).is_err());              // double free: typed error
-//! mm.check_invariants().unwrap();
+//! Report::new(&mm).check_invariants().unwrap();
 //! ```
 //!
 //! ## Glossary
@@ -38,10 +38,15 @@
 //! 5. `page_alloc`: [`PageAllocator`] — the allocation path with its
 //!    `#[cold]` slow path, free paths, bulk, per-CPU handles, owned blocks
 //!    for the layers above, the embedder's hooks and migrator.
-//! 6. `contig`: `alloc_contig_range`, `free_contig_range`, pageblock
-//!    isolation, CMA.
-//! 7. `memmap` (the builder) and `report` (`/proc` text, snapshots, the
-//!    invariant checker).
+//! 6. `contig`: [`Contig`], a view of the allocator with
+//!    `alloc_contig_range`, `free_contig_range`, owned ranges and CMA;
+//!    pageblock isolation.
+//! 7. `memmap` (the builder) and `report`: [`Report`], a view with the
+//!    `/proc` text, snapshots and the invariant checker.
+//!
+//! Only `page_alloc` adds methods to [`PageAllocator`]; the layers above it
+//! are views that borrow it (`Contig::new(&mm)`, `Report::new(&mm)`), so
+//! the allocator never names what is built on it.
 //!
 //! Layers above the allocator live in crates of their own on its public
 //! API: quicklists and page tables, zsmalloc, the trace parser.
@@ -68,8 +73,10 @@ mod types;
 pub mod zone;
 
 pub use contig::cma;
+pub use contig::Contig;
 pub use page_alloc::{cpu, hooks, migrate};
 pub use report::procfs;
+pub use report::Report;
 pub use types::{error, gfp};
 
 pub use contig::cma::{CmaAreaInfo, CmaStats};

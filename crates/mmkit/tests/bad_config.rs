@@ -6,7 +6,7 @@
 use mmkit::zone::WatermarkConfig;
 use mmkit::{
     Backing, BadCmaReason, BadRangeReason, BuildError, Gfp, HugePages, IndexError, MemoryMapBuilder, PageAllocator,
-    RangeKind, Tunable, ZoneType,
+    RangeKind, Report, Tunable, ZoneType,
 };
 
 fn small() -> MemoryMapBuilder {
@@ -34,7 +34,7 @@ fn watermark_scale_factor_outside_linux_range() {
         let mm = small().watermark_scale_factor(good).build().unwrap();
         let pfn = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
         mm.free_pages(pfn, 0).unwrap();
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
     }
 }
 
@@ -200,7 +200,7 @@ fn calls_on_a_zone_or_node_that_does_not_exist() {
     assert_eq!(mm.node_free_pages(99), Err(no_node));
     assert!(mm.fragmentation_score(0).is_ok());
     assert_eq!(mm.node_free_pages(0), Ok(mm.nr_free_pages()));
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 /// Found by the `builder` fuzz target: a real-memory map of 255 pages of

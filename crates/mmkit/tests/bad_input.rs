@@ -15,7 +15,7 @@
 use mmkit::hooks::BadPageReport;
 use mmkit::{
     AllocError, BadPageReason, FreeError, Gfp, Hooks, MemoryFailure, MemoryMapBuilder, PageAllocator, PageError,
-    PageFlags, Pfn, StatsSnapshot, ZoneSnapshot, ZoneType,
+    PageFlags, Pfn, Report, StatsSnapshot, ZoneSnapshot, ZoneType,
 };
 use std::sync::{Arc, Mutex};
 
@@ -29,7 +29,12 @@ struct State {
 }
 
 fn state(mm: &PageAllocator) -> State {
-    State { zones: mm.zone_snapshots(), buddyinfo: mm.buddyinfo(), nr_free: mm.nr_free_pages(), stats: mm.stats() }
+    State {
+        zones: Report::new(mm).zone_snapshots(),
+        buddyinfo: Report::new(mm).buddyinfo(),
+        nr_free: mm.nr_free_pages(),
+        stats: mm.stats(),
+    }
 }
 
 /// Runs `bad`, which must fail with exactly `expected`, and checks that
@@ -44,7 +49,7 @@ fn rejected<E: PartialEq + std::fmt::Debug, T: std::fmt::Debug>(
     let got = bad();
     assert_eq!(got.unwrap_err(), expected);
     assert_eq!(state(mm), before, "a rejected call changed the allocator");
-    mm.check_invariants().unwrap();
+    Report::new(mm).check_invariants().unwrap();
 }
 
 /// 64 MiB: DMA (PFNs 1..4096) and DMA32 (4096..16384).
@@ -144,7 +149,7 @@ fn compound_tail_page() {
         rejected(&mm, err, || mm.free_frozen_pages(tail, 0));
     }
     mm.free_pages(head, 3).unwrap();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -292,7 +297,7 @@ fn refcount_mismatches() {
     rejected(&mm, err, || mm.put_page(f));
     rejected(&mm, PageError::NotInUse(f), || mm.get_page(f));
     mm.free_frozen_pages(f, 0).unwrap();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -353,7 +358,7 @@ fn bad_page_flag_set_at_free_is_reported_and_leaked() {
         *rec.bad.lock().unwrap(),
         vec![BadPageReport { pfn: p, reason: BadPageReason::FlagsSetAtFree(PageFlags::LRU), total: 1 }]
     );
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     // The leaked page is neither allocated nor free: a second free is
     // rejected and changes nothing, and no new report is made.
     rejected(&mm, FreeError::NotAllocated(p), || mm.free_pages(p, 0));
@@ -381,7 +386,7 @@ fn bad_compound_tail_leaks_the_whole_block() {
     let reports = rec.bad.lock().unwrap().clone();
     assert_eq!(reports.len(), 1);
     assert_eq!((reports[0].pfn, reports[0].reason), (tail, reason));
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     rejected(&mm, FreeError::NotAllocated(head), || mm.free_pages(head, 2));
 }
 
@@ -412,7 +417,7 @@ fn hwpoison_free_page_never_comes_back() {
     assert_eq!(mm.stats().hwpoison_marked, 1);
     assert_eq!(mm.stats().hwpoison_offlined, 1);
     assert_eq!(mm.page_flags(p), Ok(PageFlags::HWPOISON | PageFlags::RESERVED), "offline for good");
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     let before = state(&mm);
     assert_eq!(mm.memory_failure(p), Ok(MemoryFailure::AlreadyPoisoned));
     assert_eq!(state(&mm), before, "a second memory_failure changes nothing");
@@ -427,7 +432,7 @@ fn hwpoison_free_page_never_comes_back() {
         mm.free_pages(b, o).unwrap();
     }
     assert_eq!(mm.nr_free_pages(), free - 1);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -442,7 +447,7 @@ fn hwpoison_in_use_page_is_dropped_at_free() {
     assert_eq!(mm.nr_free_pages(), free, "the poisoned page is not freed");
     assert_eq!(mm.stats().hwpoison_marked, 1);
     assert_eq!(mm.stats().hwpoison_offlined, 1);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     rejected(&mm, FreeError::Poisoned(p), || mm.free_pages(p, 0));
     let all = take_everything(&mm, 0);
     assert!(all.iter().all(|&(b, _)| b != p));
@@ -460,13 +465,13 @@ fn hwpoison_inside_order3_block_frees_the_rest_in_aligned_chunks() {
     assert_eq!(mm.memory_failure(bad), Ok(MemoryFailure::InUse));
     assert_eq!(mm.free_pages(block, 3), Ok(()));
     assert_eq!(mm.nr_free_pages(), 7);
-    let snap = &mm.zone_snapshots()[zi];
+    let snap = &Report::new(&mm).zone_snapshots()[zi];
     // [0,4) order 2, [4] order 0, [6,8) order 1; page 5 kept back.
     let per_order = &snap.free.free_blocks_per_order;
     assert_eq!(&per_order[..4], &[1, 1, 1, 0]);
     assert_eq!(mm.stats().hwpoison_offlined, 1);
     assert_eq!(mm.page_flags(bad), Ok(PageFlags::HWPOISON | PageFlags::RESERVED), "offline for good");
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     // The seven pages come back exactly.
     let again = take_everything(&mm, 2);
     let mut pages: Vec<u64> = again.iter().flat_map(|&(b, o)| b.0..b.0 + (1 << o)).collect();
@@ -486,7 +491,7 @@ fn hwpoison_compound_tail_and_reserved() {
     assert_eq!(mm.nr_free_pages(), free + 3);
     assert_eq!(mm.stats().hwpoison_offlined, 1);
     assert_eq!(mm.stats().bad_pages, 0);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 /// A map with per-CPU lists on one CPU, so a freed order-0 page is cached.
@@ -495,7 +500,7 @@ fn with_pcp() -> PageAllocator {
 }
 
 fn pcp_pages(mm: &PageAllocator) -> u64 {
-    mm.zone_snapshots().iter().map(|z| z.pcp_pages).sum()
+    Report::new(mm).zone_snapshots().iter().map(|z| z.pcp_pages).sum()
 }
 
 #[test]
@@ -522,7 +527,7 @@ fn hwpoison_of_a_page_on_a_per_cpu_list() {
     assert!(pcp_pages(&mm) > 0);
     assert_eq!(mm.memory_failure(p2), Ok(MemoryFailure::TakenOffFreeList));
     assert_eq!(mm.page_flags(p2), Ok(PageFlags::HWPOISON | PageFlags::RESERVED), "offline for good");
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     mm.drain_all_pages();
     assert_eq!(mm.nr_free_pages(), free - 1);
     rejected(&mm, FreeError::Poisoned(p2), || mm.free_pages(p2, 0));

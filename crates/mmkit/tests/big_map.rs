@@ -4,7 +4,7 @@
 //! 16 bytes of descriptor per page (4 GiB), mostly untouched. Build time is
 //! printed, not asserted.
 
-use mmkit::{Gfp, MemoryMapBuilder, ZoneType};
+use mmkit::{Gfp, MemoryMapBuilder, Report, ZoneType};
 use std::time::Instant;
 
 /// (VmSize, VmRSS) of this process in KiB.
@@ -49,7 +49,8 @@ fn one_tebibyte_metadata_only() {
     assert_eq!(mm.nr_free_pages(), managed);
     assert_eq!(mm.nr_free_pages(), (1 << 28) - 1);
     // NORMAL is 2^28 - 2^20 pages: all order-10 blocks.
-    let normal = &mm.zone_snapshots()[2];
+    let report = Report::new(&mm);
+    let normal = &report.zone_snapshots()[2];
     assert_eq!(normal.free.free_blocks_per_order[10], ((1 << 28) - (1 << 20)) >> 10);
     // min_free_kbytes = isqrt(lowmem KiB * 16) = isqrt((2^28 - 1) * 64),
     // just under 2^17 (the 256 MiB ceiling needs 4 TiB).
@@ -77,14 +78,14 @@ fn one_tebibyte_metadata_only() {
         held.push((p, order));
     }
     let used: u64 = held.iter().map(|&(_, o)| 1u64 << o).sum();
-    let pcp: u64 = mm.zone_snapshots().iter().map(|z| z.pcp_pages).sum();
+    let pcp: u64 = report.zone_snapshots().iter().map(|z| z.pcp_pages).sum();
     assert_eq!(mm.nr_free_pages() + pcp, managed - used);
     for (p, order) in held {
         mm.free_pages(p, order).unwrap();
     }
     mm.drain_all_pages();
     assert_eq!(mm.nr_free_pages(), managed);
-    assert_eq!(mm.zone_snapshots()[2].free.free_blocks_per_order[10], ((1 << 28) - (1 << 20)) >> 10);
+    assert_eq!(report.zone_snapshots()[2].free.free_blocks_per_order[10], ((1 << 28) - (1 << 20)) >> 10);
     eprintln!("allocations and frees: {:?}", t.elapsed());
     let (_, rss2) = vm_kib();
     eprintln!("VmRSS after use: +{} MiB", rss2.saturating_sub(rss0) >> 10);

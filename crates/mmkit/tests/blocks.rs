@@ -3,8 +3,8 @@
 //! and take-back with exactly one winner.
 
 use mmkit::{
-    Backing, BlockError, CopyMigrator, FreeError, Gfp, HugePages, MemoryMapBuilder, MigrateType, PageAllocator,
-    PageFlags, PageOwner, Pfn,
+    Backing, BlockError, Contig, CopyMigrator, FreeError, Gfp, HugePages, MemoryMapBuilder, MigrateType, PageAllocator,
+    PageFlags, PageOwner, Pfn, Report,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -40,7 +40,7 @@ fn a_block_has_bytes_its_holder_alone_writes() {
     assert_eq!(mm.address_to_pfn(addr.as_ptr()), Some(block.pfn()));
     mm.free_block(block).unwrap();
     assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), free_before);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -55,12 +55,12 @@ fn the_plain_free_paths_refuse_an_owned_block_and_change_nothing() {
     assert!(mm.get_page(pfn).is_err(), "a frozen block gains no reference");
     // A held block is frozen: the range free refuses it before touching
     // anything; a handed-out one is skipped (see the quicklist tests).
-    assert_eq!(mm.free_contig_range(pfn, 1), Err(FreeError::RefcountMismatch { pfn, refcount: 0 }));
-    assert_eq!(mm.free_contig_frozen_range(pfn, 1).unwrap().still_in_use, 1);
+    assert_eq!(Contig::new(&mm).free_contig_range(pfn, 1), Err(FreeError::RefcountMismatch { pfn, refcount: 0 }));
+    assert_eq!(Contig::new(&mm).free_contig_frozen_range(pfn, 1).unwrap().still_in_use, 1);
     assert_eq!(mm.page_owner(pfn), Some(OWNER));
     mm.free_block(block).unwrap();
     assert_eq!(mm.page_owner(pfn), None);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -74,7 +74,7 @@ fn hand_out_and_take_back_have_one_winner() {
     assert_eq!(mm.take_back_block(OWNER, pfn, 0).unwrap_err(), FreeError::DoubleFree(pfn));
     mm.free_block(block).unwrap();
     assert_eq!(mm.take_back_block(OWNER, pfn, 0).unwrap_err(), FreeError::DoubleFree(pfn));
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -92,7 +92,7 @@ fn take_back_adopts_a_plain_page_unless_it_is_shared_or_flagged() {
     assert_eq!(mm.page_owner(pfn), Some(OWNER));
     mm.free_block(block).unwrap();
     assert_eq!(mm.take_back_block(OWNER, Pfn(u64::MAX), 0).unwrap_err(), FreeError::OutOfRange(Pfn(u64::MAX)));
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -111,8 +111,8 @@ fn another_allocators_block_is_handed_back_untouched() {
         other => panic!("expected the block back, got {other:?}"),
     };
     a.free_block(block).unwrap();
-    a.check_invariants().unwrap();
-    b.check_invariants().unwrap();
+    Report::new(&a).check_invariants().unwrap();
+    Report::new(&b).check_invariants().unwrap();
 }
 
 #[test]
@@ -133,11 +133,12 @@ fn the_default_migrator_refuses_an_owned_block() {
     let block = mm.alloc_block(OWNER, Gfp::HIGHUSER_MOVABLE, 0).unwrap();
     let pb = 1u64 << mm.geometry().pageblock_order;
     let start = Pfn(block.pfn().0 & !(pb - 1));
-    let err = mm.alloc_contig_range(start, Pfn(start.0 + pb), MigrateType::Movable, Gfp::KERNEL).unwrap_err();
+    let err =
+        Contig::new(&mm).alloc_contig_range(start, Pfn(start.0 + pb), MigrateType::Movable, Gfp::KERNEL).unwrap_err();
     assert!(matches!(err, mmkit::ContigError::Busy { .. }), "{err:?}");
     assert_eq!(mm.page_owner(block.pfn()), Some(OWNER));
     mm.free_block(block).unwrap();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -160,7 +161,7 @@ fn racing_take_backs_of_one_page_have_exactly_one_winner() {
         threads.into_iter().for_each(|t| t.join().unwrap());
         assert_eq!(wins.load(Ordering::Relaxed), 1);
     }
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -191,7 +192,7 @@ fn threads_write_and_verify_patterns_in_their_own_blocks() {
         .collect();
     threads.into_iter().for_each(|t| t.join().unwrap());
     mm.drain_all_pages();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 /// A take-back that races the free of a frozen page (refcount 0, no
@@ -224,5 +225,5 @@ fn a_take_back_racing_a_frozen_free_never_marks_the_page() {
     taker.join().unwrap();
     assert_eq!(mm.stats().bad_pages, 0);
     mm.drain_all_pages();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }

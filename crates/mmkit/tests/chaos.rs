@@ -12,7 +12,7 @@
 //!    bad pages) == managed pages; the last term is computed from the
 //!    allocator's own counters, so a page that simply vanished still fails.
 
-use mmkit::{Gfp, MemoryMapBuilder, MigrateType, PageAllocator, PageFlags, Pfn, ZoneType};
+use mmkit::{Contig, Gfp, MemoryMapBuilder, MigrateType, PageAllocator, PageFlags, Pfn, Report, ZoneType};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -182,8 +182,8 @@ impl Held {
 }
 
 fn check(mm: &PageAllocator, held: &Held) {
-    mm.check_invariants().unwrap();
-    let snaps = mm.zone_snapshots();
+    Report::new(mm).check_invariants().unwrap();
+    let snaps = Report::new(mm).zone_snapshots();
     let free: u64 = snaps.iter().map(|z| z.free_pages + z.pcp_pages).sum();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     let stats = mm.stats();
@@ -196,6 +196,7 @@ fn check(mm: &PageAllocator, held: &Held) {
 }
 
 fn step(mm: &PageAllocator, held: &mut Held, op: Op) {
+    let contig = Contig::new(mm);
     match op {
         Op::Alloc { gfp, order, frozen, nid } => {
             let gfp = Gfp::from_bits(gfp);
@@ -254,7 +255,7 @@ fn step(mm: &PageAllocator, held: &mut Held, op: Op) {
         }
         Op::ContigRange { start, len, gfp } => {
             let end = start.saturating_add(len);
-            if mm.alloc_contig_range(Pfn(start), Pfn(end), MigrateType::Movable, Gfp::from_bits(gfp)).is_ok() {
+            if contig.alloc_contig_range(Pfn(start), Pfn(end), MigrateType::Movable, Gfp::from_bits(gfp)).is_ok() {
                 let compound = Gfp::from_bits(gfp).contains(Gfp::COMP);
                 if compound {
                     held.blocks.insert(start, (len.trailing_zeros(), false));
@@ -266,7 +267,7 @@ fn step(mm: &PageAllocator, held: &mut Held, op: Op) {
             }
         }
         Op::ContigPages { nr, gfp, nid } => {
-            if let Ok(pfn) = mm.alloc_contig_pages(nr, Gfp::from_bits(gfp), nid) {
+            if let Ok(pfn) = contig.alloc_contig_pages(nr, Gfp::from_bits(gfp), nid) {
                 if Gfp::from_bits(gfp).contains(Gfp::COMP) {
                     held.blocks.insert(pfn.0, (nr.trailing_zeros(), false));
                 } else {
@@ -286,28 +287,28 @@ fn step(mm: &PageAllocator, held: &mut Held, op: Op) {
                 && (pfn..end).all(|p| mm.page_count(Pfn(p)) == Ok(1));
             let none_ours = nr < 4096 && (pfn..end).all(|p| !held.owns(p));
             if all_ours {
-                mm.free_contig_range(Pfn(pfn), nr).unwrap();
+                contig.free_contig_range(Pfn(pfn), nr).unwrap();
                 for p in pfn..end {
                     held.blocks.remove(&p);
                 }
             } else if none_ours {
-                assert!(mm.free_contig_range(Pfn(pfn), nr).is_err() || nr == 0);
+                assert!(contig.free_contig_range(Pfn(pfn), nr).is_err() || nr == 0);
             }
         }
         Op::Cma { count, align } => {
-            if let Some(id) = mm.cma_area("cma") {
-                if let Ok(pfn) = mm.cma_alloc(id, count, align) {
+            if let Some(id) = contig.cma_area("cma") {
+                if let Ok(pfn) = contig.cma_alloc(id, count, align) {
                     held.cma.insert(pfn.0, count);
                 }
             }
         }
         Op::CmaRelease { pick, pfn, count } => {
-            let id = mm.cma_area("cma").unwrap();
+            let id = contig.cma_area("cma").unwrap();
             if let Some((&p, &n)) = held.cma.iter().nth(pick % held.cma.len().max(1)) {
-                mm.cma_release(id, Pfn(p), n).unwrap();
+                contig.cma_release(id, Pfn(p), n).unwrap();
                 held.cma.remove(&p);
             } else {
-                assert!(mm.cma_release(id, Pfn(pfn), count).is_err());
+                assert!(contig.cma_release(id, Pfn(pfn), count).is_err());
             }
         }
         Op::Bulk { n, gfp } => {

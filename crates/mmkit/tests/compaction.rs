@@ -1,7 +1,7 @@
 //! Compaction: the migrate and free scanners, direct compaction for a
 //! pageblock-sized request, and the vmstat counters.
 
-use mmkit::{CopyMigrator, Gfp, MemoryMapBuilder, PageAllocator, Pfn, PlacementPolicy, ZoneType};
+use mmkit::{CopyMigrator, Gfp, MemoryMapBuilder, PageAllocator, Pfn, PlacementPolicy, Report, ZoneType};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
@@ -62,7 +62,7 @@ fn fragmented(policy: PlacementPolicy) -> (PageAllocator, BTreeSet<Pfn>, Moves) 
             live.remove(&p);
         }
     }
-    assert_eq!(mm.zone_snapshots()[0].unusable_index(4), 1000, "no free block of a pageblock");
+    assert_eq!(Report::new(&mm).zone_snapshots()[0].unusable_index(4), 1000, "no free block of a pageblock");
     (mm, live, moves)
 }
 
@@ -88,9 +88,9 @@ fn compact_zone_makes_a_pageblock_free_and_keeps_every_page() {
         for p in &live {
             assert_eq!(mm.page_count(*p), Ok(1), "{p:?} still allocated once");
         }
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
         assert!(mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 4).is_ok(), "{policy:?}: a pageblock-sized block now");
-        let vmstat = mm.vmstat();
+        let vmstat = Report::new(&mm).vmstat();
         assert!(vmstat.contains(&format!("compact_migrate_scanned {}", result.migrate_scanned)), "{vmstat}");
         assert!(vmstat.contains(&format!("pgmigrate_success {}", result.migrated)), "{vmstat}");
     }
@@ -102,11 +102,11 @@ fn linux_scanners_move_pages_up_until_they_meet() {
     let result = mm.compact_zone(0, None).unwrap();
     assert!(!result.success, "no order asked");
     follow(&mut live, &moves);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     // The low half of the zone is free now: the pages went up.
     let low = live.iter().filter(|p| p.0 < 1024).count();
     assert!(low < live.len() / 8, "{low} of {} pages still low", live.len());
-    assert!(mm.zone_snapshots()[0].unusable_index(4) < 500);
+    assert!(Report::new(&mm).zone_snapshots()[0].unusable_index(4) < 500);
 }
 
 #[test]
@@ -115,13 +115,13 @@ fn sparsest_first_empties_equally_used_pageblocks_from_the_top() {
         let (mm, mut live, moves) = fragmented(policy);
         let result = mm.compact_zone(0, None).unwrap();
         follow(&mut live, &moves);
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
         // Every pageblock had 4 of 16 pages in use: three of every four
         // emptied into the lowest ones, which are full now.
         assert_eq!(result.migrated, 768, "{policy:?}");
         let high = live.iter().filter(|p| p.0 >= 1024).count();
         assert_eq!(high, 0, "{policy:?}: {high} pages left above the first quarter");
-        assert_eq!(mm.zone_snapshots()[0].unusable_index(4), 0, "{policy:?}");
+        assert_eq!(Report::new(&mm).zone_snapshots()[0].unusable_index(4), 0, "{policy:?}");
     }
 }
 
@@ -147,7 +147,7 @@ fn sparsest_first_moves_only_what_frees_a_pageblock() {
     let (mm, mut live, moves) = with_occupancy(PlacementPolicy::Lean, &[14, 14, 3, 2]);
     let result = mm.compact_zone(0, None).unwrap();
     follow(&mut live, &moves);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     assert_eq!(result.migrated, 2, "{result:?}");
     assert!(live.iter().all(|p| p.0 < 48), "pageblock 3 is empty");
     assert_eq!(live.iter().filter(|p| p.0 >= 32).count(), 3, "pageblock 2 untouched");
@@ -171,12 +171,12 @@ fn proactive_compaction_starts_above_its_mark_and_stops_at_the_low_one() {
     assert!(score <= 400, "stopped at the low mark: {score}");
     assert!(score > 0, "and not much further: one move at a time");
     follow(&mut live, &moves);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     // The policy's own marks (15 and 5 thousandths) go on from there.
     assert!(mm.kcompactd_check(0).unwrap().is_some());
     assert!(mm.fragmentation_score(0).unwrap() <= 5);
     assert!(mm.kcompactd_check(0).unwrap().is_none(), "below the start mark now");
-    let vmstat = mm.vmstat();
+    let vmstat = Report::new(&mm).vmstat();
     assert!(vmstat.lines().any(|l| l == "compact_daemon_wake 2"), "Linux's name: {vmstat}");
 }
 
@@ -190,7 +190,7 @@ fn direct_compaction_serves_a_failing_pageblock_request() {
     assert!(stats.compact_stall >= 1);
     assert_eq!(stats.compact_success, 1);
     assert!(stats.compact_migrate_scanned > 0);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -215,7 +215,7 @@ fn without_migrate_page_to_nothing_moves() {
     assert_eq!(result.migrated, 0);
     assert!(result.failed > 0);
     assert_eq!(mm.nr_free_pages(), free, "every target was given back");
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -227,7 +227,7 @@ fn sparsest_first_moves_contents_with_real_memory() {
         .migrator(migrator)
         .build()
         .unwrap();
-    assert_eq!(mm.placement_policy(), PlacementPolicy::Lean);
+    assert_eq!(Report::new(&mm).placement_policy(), PlacementPolicy::Lean);
     // Order-0 and order-1 blocks; every block's bytes say which it is.
     let mut live: Vec<(Pfn, u32, u8)> = Vec::new();
     for i in 0..600u32 {
@@ -268,5 +268,5 @@ fn sparsest_first_moves_contents_with_real_memory() {
             assert!(bytes.iter().all(|&b| b == tag), "{pfn:?} -> {now:?}: contents lost");
         }
     }
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }

@@ -12,8 +12,8 @@
 //!   a range whose pageblocks reach into another zone is refused.
 
 use mmkit::{
-    Backing, CmaError, ContigError, CopyMigrator, FreeError, Geometry, Gfp, MemoryMapBuilder, MigrateType,
-    PageAllocator, PageFlags, Pfn, PlacementPolicy, QuietHooks, ZoneType,
+    Backing, CmaError, Contig, ContigError, CopyMigrator, FreeError, Geometry, Gfp, MemoryMapBuilder, MigrateType,
+    PageAllocator, PageFlags, Pfn, PlacementPolicy, QuietHooks, Report, ZoneType,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -53,7 +53,7 @@ fn assert_same(a: &Observed, b: &Observed, what: &str) {
 /// Free blocks per order of zone 0.
 fn free_blocks(mm: &PageAllocator) -> Vec<u64> {
     assert_eq!(mm.drain_all_pages(), 0);
-    mm.zone_snapshots()[0].free.free_blocks_per_order.clone()
+    Report::new(mm).zone_snapshots()[0].free.free_blocks_per_order.clone()
 }
 
 /// Reference chunking, written independently of the library: runs split at
@@ -96,9 +96,9 @@ fn poisoned_and_bad_pages_end_runs_and_the_rest_is_freed_in_maximal_chunks() {
     let geo = Geometry::default();
     let (mm, _) = map(geo, 0..4096);
     // Take the whole zone, so the only free blocks afterwards are the chunks.
-    mm.alloc_contig_range(Pfn(0), Pfn(4096), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    Contig::new(&mm).alloc_contig_range(Pfn(0), Pfn(4096), MigrateType::Movable, Gfp::KERNEL).unwrap();
     assert_eq!(mm.nr_free_pages(), 0);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     let poisoned = [100u64, 2049];
     let bad = [1000u64, 1001, 3000];
     for &p in &poisoned {
@@ -108,7 +108,7 @@ fn poisoned_and_bad_pages_end_runs_and_the_rest_is_freed_in_maximal_chunks() {
         mm.set_page_flags(Pfn(p), PageFlags::LRU).unwrap();
     }
     let before = mm.stats();
-    let summary = mm.free_contig_range(Pfn(0), 4096).unwrap();
+    let summary = Contig::new(&mm).free_contig_range(Pfn(0), 4096).unwrap();
     assert_eq!(summary.freed, 4096 - 5);
     assert_eq!(summary.bad, 3);
     assert_eq!(summary.hwpoisoned, 2);
@@ -125,28 +125,30 @@ fn poisoned_and_bad_pages_end_runs_and_the_rest_is_freed_in_maximal_chunks() {
     }
     assert!(mm.page_flags(Pfn(100)).unwrap().contains(PageFlags::HWPOISON));
     assert!(mm.page_flags(Pfn(1000)).unwrap().contains(PageFlags::LRU));
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
 fn chunks_never_cross_a_small_section() {
     let geo = Geometry { page_shift: 12, section_order: 8, pageblock_order: 4, max_page_order: 10 };
     let (mm, _) = map(geo, 0..4096);
-    mm.alloc_contig_range(Pfn(0), Pfn(4096), MigrateType::Movable, Gfp::KERNEL).unwrap();
-    mm.check_invariants().unwrap();
+    let contig = Contig::new(&mm);
+    contig.alloc_contig_range(Pfn(0), Pfn(4096), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    let report = Report::new(&mm);
+    report.check_invariants().unwrap();
     // A run that starts and ends mid-section and spans three boundaries.
-    let summary = mm.free_contig_range(Pfn(200), 700).unwrap();
+    let summary = contig.free_contig_range(Pfn(200), 700).unwrap();
     assert_eq!(summary.freed, 700);
     assert_eq!(free_blocks(&mm), expected_chunks(200..900, &[], geo.section_order, geo.max_page_order));
     // check_invariants rejects any free block that crosses a section.
-    mm.check_invariants().unwrap();
-    mm.free_contig_range(Pfn(0), 200).unwrap();
-    mm.free_contig_range(Pfn(900), 4096 - 900).unwrap();
+    report.check_invariants().unwrap();
+    contig.free_contig_range(Pfn(0), 200).unwrap();
+    contig.free_contig_range(Pfn(900), 4096 - 900).unwrap();
     // Whole sections merge up to the section size and no further.
     let mut whole = vec![0u64; 11];
     whole[8] = 16;
     assert_eq!(free_blocks(&mm), whole);
-    mm.check_invariants().unwrap();
+    report.check_invariants().unwrap();
 }
 
 #[test]
@@ -162,11 +164,12 @@ fn busy_range_leaves_the_allocator_exactly_as_it_was() {
     let before = observe(&mm);
     eprintln!("unmovable at {unmovable}");
     let start = Pfn(unmovable.0 & !1023);
-    let err = mm.alloc_contig_range(start, Pfn(start.0 + 1024), MigrateType::Movable, Gfp::KERNEL).unwrap_err();
+    let err =
+        Contig::new(&mm).alloc_contig_range(start, Pfn(start.0 + 1024), MigrateType::Movable, Gfp::KERNEL).unwrap_err();
     assert!(matches!(err, ContigError::Busy { .. }), "{err:?}");
     assert!(moves.lock().unwrap().is_empty(), "nothing moved");
     assert_same(&observe(&mm), &before, "after");
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -179,16 +182,17 @@ fn reserved_pages_and_foreign_cma_blocks_are_busy() {
         .build()
         .unwrap();
     let before = observe(&mm);
-    let busy = mm.alloc_contig_range(Pfn(64), Pfn(128), MigrateType::Movable, Gfp::KERNEL);
+    let contig = Contig::new(&mm);
+    let busy = contig.alloc_contig_range(Pfn(64), Pfn(128), MigrateType::Movable, Gfp::KERNEL);
     assert_eq!(busy, Err(ContigError::Busy { pfn: Pfn(100) }));
-    let busy = mm.alloc_contig_range(Pfn(1024), Pfn(1040), MigrateType::Movable, Gfp::KERNEL);
+    let busy = contig.alloc_contig_range(Pfn(1024), Pfn(1040), MigrateType::Movable, Gfp::KERNEL);
     assert_eq!(busy, Err(ContigError::Busy { pfn: Pfn(1024) }));
     assert_same(&observe(&mm), &before, "after");
     // The same CMA pages are fine as CMA.
-    mm.alloc_contig_range(Pfn(1024), Pfn(1040), MigrateType::Cma, Gfp::KERNEL).unwrap();
-    mm.free_contig_range(Pfn(1024), 16).unwrap();
+    contig.alloc_contig_range(Pfn(1024), Pfn(1040), MigrateType::Cma, Gfp::KERNEL).unwrap();
+    contig.free_contig_range(Pfn(1024), 16).unwrap();
     assert_eq!(observe(&mm).buddyinfo, before.buddyinfo);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -196,7 +200,8 @@ fn input_errors_change_nothing() {
     let (mm, _) = map(small_geometry(), 0..4096);
     let before = observe(&mm);
     let k = Gfp::KERNEL;
-    let r = |s: u64, e: u64, mt, gfp| mm.alloc_contig_range(Pfn(s), Pfn(e), mt, gfp);
+    let contig = Contig::new(&mm);
+    let r = |s: u64, e: u64, mt, gfp| contig.alloc_contig_range(Pfn(s), Pfn(e), mt, gfp);
     assert!(matches!(r(5, 5, MigrateType::Movable, k), Err(ContigError::InvalidRange { .. })));
     assert!(matches!(r(0, 9999, MigrateType::Movable, k), Err(ContigError::OutOfRange(_))));
     assert!(matches!(
@@ -209,16 +214,16 @@ fn input_errors_change_nothing() {
 
     // Freeing: a free page inside the range fails the call before any page
     // is touched.
-    mm.alloc_contig_range(Pfn(64), Pfn(96), MigrateType::Movable, k).unwrap();
+    contig.alloc_contig_range(Pfn(64), Pfn(96), MigrateType::Movable, k).unwrap();
     let mid = observe(&mm);
-    assert_eq!(mm.free_contig_range(Pfn(64), 40), Err(FreeError::DoubleFree(Pfn(96))));
+    assert_eq!(contig.free_contig_range(Pfn(64), 40), Err(FreeError::DoubleFree(Pfn(96))));
     assert!(matches!(
-        mm.free_contig_frozen_range(Pfn(64), 32),
+        contig.free_contig_frozen_range(Pfn(64), 32),
         Err(FreeError::RefcountMismatch { pfn: Pfn(64), refcount: 1 })
     ));
-    assert!(matches!(mm.free_contig_range(Pfn(4090), 10), Err(FreeError::OutOfRange(_))));
+    assert!(matches!(contig.free_contig_range(Pfn(4090), 10), Err(FreeError::OutOfRange(_))));
     assert_same(&observe(&mm), &mid, "after");
-    mm.free_contig_range(Pfn(64), 32).unwrap();
+    contig.free_contig_range(Pfn(64), 32).unwrap();
     assert_eq!(observe(&mm).buddyinfo, before.buddyinfo);
 }
 
@@ -239,9 +244,11 @@ fn batched_free_equals_freeing_page_by_page() {
         let (start, n) = (Pfn(1000), 3000u64);
         for mm in [&a, &b] {
             if frozen {
-                mm.alloc_contig_frozen_range(start, Pfn(start.0 + n), MigrateType::Movable, Gfp::KERNEL).unwrap();
+                Contig::new(mm)
+                    .alloc_contig_frozen_range(start, Pfn(start.0 + n), MigrateType::Movable, Gfp::KERNEL)
+                    .unwrap();
             } else {
-                mm.alloc_contig_range(start, Pfn(start.0 + n), MigrateType::Movable, Gfp::KERNEL).unwrap();
+                Contig::new(mm).alloc_contig_range(start, Pfn(start.0 + n), MigrateType::Movable, Gfp::KERNEL).unwrap();
                 mm.get_page(Pfn(1500)).unwrap(); // still referenced afterwards
             }
             mm.memory_failure(Pfn(1234)).unwrap();
@@ -252,15 +259,19 @@ fn batched_free_equals_freeing_page_by_page() {
             let r = if frozen { a.free_frozen_pages(Pfn(p), 0) } else { a.free_pages(Pfn(p), 0) };
             assert!(r.is_ok() || matches!(r, Err(FreeError::BadPage { .. })), "{r:?}");
         }
-        let summary =
-            if frozen { b.free_contig_frozen_range(start, n) } else { b.free_contig_range(start, n) }.unwrap();
+        let summary = if frozen {
+            Contig::new(&b).free_contig_frozen_range(start, n)
+        } else {
+            Contig::new(&b).free_contig_range(start, n)
+        }
+        .unwrap();
         assert_eq!(summary.bad, 1);
         assert_eq!(summary.hwpoisoned, 1);
         assert_eq!(summary.still_in_use, u64::from(!frozen));
         assert_same(&observe(&a), &observe(&b), &format!("frozen={frozen}"));
         assert_eq!(a.stats(), b.stats());
-        a.check_invariants().unwrap();
-        b.check_invariants().unwrap();
+        Report::new(&a).check_invariants().unwrap();
+        Report::new(&b).check_invariants().unwrap();
     }
 }
 
@@ -277,7 +288,7 @@ fn movable_pages_are_migrated_out_of_the_range() {
     }
     let in_range = owned.keys().filter(|p| p.0 < 512).count();
     assert!(in_range > 10);
-    mm.alloc_contig_range(Pfn(0), Pfn(512), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    Contig::new(&mm).alloc_contig_range(Pfn(0), Pfn(512), MigrateType::Movable, Gfp::KERNEL).unwrap();
     let moves = moves.lock().unwrap().clone();
     assert_eq!(moves.len(), in_range);
     for (old, new, order) in moves {
@@ -293,15 +304,15 @@ fn movable_pages_are_migrated_out_of_the_range() {
         let flags = mm.page_flags(Pfn(p)).unwrap();
         assert_eq!(flags, PageFlags::ALLOCATED, "pfn {p}");
     }
-    mm.check_invariants().unwrap();
-    mm.free_contig_range(Pfn(0), 512).unwrap();
+    Report::new(&mm).check_invariants().unwrap();
+    Contig::new(&mm).free_contig_range(Pfn(0), 512).unwrap();
     for (pfn, order) in owned {
         mm.clear_page_flags(pfn, PageFlags::LRU).unwrap();
         mm.free_pages(pfn, order).unwrap();
     }
     mm.drain_all_pages();
     assert_eq!(mm.nr_free_pages(), 8192);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -311,7 +322,8 @@ fn pinned_pages_make_the_range_busy_and_moved_pages_stay_valid() {
     let b = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap();
     mm.get_page(b).unwrap(); // pinned: refcount 2
     let (lo, hi) = (a.min(b), a.max(b));
-    let err = mm.alloc_contig_range(Pfn(0), Pfn(hi.0 + 1), MigrateType::Movable, Gfp::KERNEL).unwrap_err();
+    let err =
+        Contig::new(&mm).alloc_contig_range(Pfn(0), Pfn(hi.0 + 1), MigrateType::Movable, Gfp::KERNEL).unwrap_err();
     assert_eq!(err, ContigError::Busy { pfn: b });
     let moved = moves.lock().unwrap().clone();
     if lo == a {
@@ -320,7 +332,7 @@ fn pinned_pages_make_the_range_busy_and_moved_pages_stay_valid() {
         assert_eq!(mm.page_count(new).unwrap(), 1);
     }
     assert_eq!(mm.page_count(b).unwrap(), 2);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -341,7 +353,7 @@ fn migration_copies_contents_with_real_memory() {
         // SAFETY: the two pages are ours and the pointer covers one page.
         unsafe { ptr.write_bytes(0x5a + i as u8, 4096) };
     }
-    mm.alloc_contig_range(Pfn(0), Pfn(64), MigrateType::Movable, Gfp::KERNEL | Gfp::ZERO).unwrap();
+    Contig::new(&mm).alloc_contig_range(Pfn(0), Pfn(64), MigrateType::Movable, Gfp::KERNEL | Gfp::ZERO).unwrap();
     let (_, new, order) = moves.lock().unwrap()[0];
     assert_eq!(order, 1);
     for i in 0..2u64 {
@@ -359,21 +371,22 @@ fn migration_copies_contents_with_real_memory() {
 fn compound_and_frozen_ranges() {
     let (mm, _) = map(small_geometry(), 0..8192);
     let before = observe(&mm);
-    mm.alloc_contig_range(Pfn(4096), Pfn(8192), MigrateType::Movable, Gfp::KERNEL | Gfp::COMP).unwrap();
+    let contig = Contig::new(&mm);
+    contig.alloc_contig_range(Pfn(4096), Pfn(8192), MigrateType::Movable, Gfp::KERNEL | Gfp::COMP).unwrap();
     let head = mm.page_flags(Pfn(4096)).unwrap();
     assert!(head.contains(PageFlags::HEAD | PageFlags::ALLOCATED));
     assert_eq!(mm.compound_head(Pfn(8000)), Ok(Pfn(4096)));
-    mm.check_invariants().unwrap();
-    assert!(matches!(mm.free_contig_range(Pfn(4096), 4096), Err(FreeError::WrongOrder { .. })));
+    Report::new(&mm).check_invariants().unwrap();
+    assert!(matches!(contig.free_contig_range(Pfn(4096), 4096), Err(FreeError::WrongOrder { .. })));
     mm.free_pages(Pfn(4096), 12).unwrap();
     assert_eq!(observe(&mm).buddyinfo, before.buddyinfo);
 
-    mm.alloc_contig_frozen_range(Pfn(100), Pfn(300), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    contig.alloc_contig_frozen_range(Pfn(100), Pfn(300), MigrateType::Movable, Gfp::KERNEL).unwrap();
     assert_eq!(mm.page_count(Pfn(200)), Ok(0));
-    mm.free_contig_frozen_range(Pfn(100), 200).unwrap();
+    contig.free_contig_frozen_range(Pfn(100), 200).unwrap();
     assert_eq!(observe(&mm).buddyinfo, before.buddyinfo);
     assert_eq!(observe(&mm).pagetypeinfo, before.pagetypeinfo);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -382,16 +395,17 @@ fn alloc_contig_pages_skips_unmovable_ranges() {
     // An unmovable page in the first 1024-aligned range.
     let u = mm.alloc_pages_at(Pfn(300), 0, Gfp::KERNEL).unwrap();
     assert!(u.0 < 1024);
-    let pfn = mm.alloc_contig_pages(1000, Gfp::KERNEL, 0).unwrap();
+    let contig = Contig::new(&mm);
+    let pfn = contig.alloc_contig_pages(1000, Gfp::KERNEL, 0).unwrap();
     assert_eq!(pfn.0 % 1024, 0);
     assert!(pfn.0 >= 1024);
-    mm.check_invariants().unwrap();
-    mm.free_contig_range(pfn, 1000).unwrap();
-    assert_eq!(mm.alloc_contig_pages(9000, Gfp::KERNEL, 0), Err(ContigError::NoMemory { nr_pages: 9000 }));
-    assert_eq!(mm.alloc_contig_pages(8, Gfp::KERNEL, 3), Err(ContigError::NoSuchNode(3)));
-    let frozen = mm.alloc_contig_frozen_pages(64, Gfp::KERNEL, 0).unwrap();
-    mm.free_contig_frozen_range(frozen, 64).unwrap();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
+    contig.free_contig_range(pfn, 1000).unwrap();
+    assert_eq!(contig.alloc_contig_pages(9000, Gfp::KERNEL, 0), Err(ContigError::NoMemory { nr_pages: 9000 }));
+    assert_eq!(contig.alloc_contig_pages(8, Gfp::KERNEL, 3), Err(ContigError::NoSuchNode(3)));
+    let frozen = contig.alloc_contig_frozen_pages(64, Gfp::KERNEL, 0).unwrap();
+    contig.free_contig_frozen_range(frozen, 64).unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 /// Without per-CPU lists every request reaches the buddy through the
@@ -416,7 +430,7 @@ fn cma_balancing_holds_on_the_buddy_fast_path() {
         mm.free_pages(movable, order).unwrap();
         mm.free_pages(unmovable, order).unwrap();
     }
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -433,9 +447,11 @@ fn cma_lends_pages_to_movable_allocations_and_takes_them_back() {
         .placement(PlacementPolicy::Linux)
         .build()
         .unwrap();
-    let id = mm.cma_area("reserved-for-camera").unwrap();
-    assert_eq!(mm.cma_areas()[0].pfns, 1024..3584);
-    mm.check_invariants().unwrap();
+    let contig = Contig::new(&mm);
+    let id = contig.cma_area("reserved-for-camera").unwrap();
+    assert_eq!(contig.cma_areas()[0].pfns, 1024..3584);
+    let report = Report::new(&mm);
+    report.check_invariants().unwrap();
     // More than half of the free memory is CMA: movable requests take it.
     let movable: Vec<Pfn> = (0..64).map(|_| mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap()).collect();
     assert!(movable.iter().all(|p| (1024..3584).contains(&p.0)));
@@ -443,12 +459,12 @@ fn cma_lends_pages_to_movable_allocations_and_takes_them_back() {
     let unmovable = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
     assert!(!(1024..3584).contains(&unmovable.0), "{unmovable:?}");
 
-    let got = mm.cma_alloc(id, 256, 4).unwrap();
+    let got = contig.cma_alloc(id, 256, 4).unwrap();
     assert_eq!(got.0 % 16, 0);
     assert!(!moves.lock().unwrap().is_empty(), "borrowed pages were migrated");
-    let stats = mm.cma_stats(id).unwrap();
+    let stats = contig.cma_stats(id).unwrap();
     assert_eq!((stats.allocations, stats.pages_in_use), (1, 256));
-    mm.check_invariants().unwrap();
+    report.check_invariants().unwrap();
 
     // A pinned borrowed page makes its candidate busy; the next one is used.
     let pinned = loop {
@@ -458,21 +474,21 @@ fn cma_lends_pages_to_movable_allocations_and_takes_them_back() {
         }
     };
     mm.get_page(pinned).unwrap();
-    let second = mm.cma_alloc(id, 512, 9).unwrap();
+    let second = contig.cma_alloc(id, 512, 9).unwrap();
     assert_eq!(second, Pfn(2048), "1024 is partly in use, 1536 is busy");
-    assert_eq!(mm.cma_stats(id).unwrap().busy_retries, 1);
+    assert_eq!(contig.cma_stats(id).unwrap().busy_retries, 1);
     assert_eq!(mm.page_count(pinned), Ok(2), "the pinned page did not move");
 
-    assert_eq!(mm.cma_release(id, Pfn(got.0 + 1), 255), Err(CmaError::NotAllocated(Pfn(got.0 + 1))));
-    assert!(matches!(mm.cma_release(id, got, 255), Err(CmaError::CountMismatch { .. })));
-    assert!(matches!(mm.cma_release(id, Pfn(10), 1), Err(CmaError::NotInArea { .. })));
-    assert!(matches!(mm.cma_alloc(id, 0, 0), Err(CmaError::InvalidCount { .. })));
-    mm.cma_release(id, got, 256).unwrap();
-    mm.cma_release(id, second, 512).unwrap();
-    let stats = mm.cma_stats(id).unwrap();
+    assert_eq!(contig.cma_release(id, Pfn(got.0 + 1), 255), Err(CmaError::NotAllocated(Pfn(got.0 + 1))));
+    assert!(matches!(contig.cma_release(id, got, 255), Err(CmaError::CountMismatch { .. })));
+    assert!(matches!(contig.cma_release(id, Pfn(10), 1), Err(CmaError::NotInArea { .. })));
+    assert!(matches!(contig.cma_alloc(id, 0, 0), Err(CmaError::InvalidCount { .. })));
+    contig.cma_release(id, got, 256).unwrap();
+    contig.cma_release(id, second, 512).unwrap();
+    let stats = contig.cma_stats(id).unwrap();
     assert_eq!((stats.releases, stats.pages_in_use), (2, 0));
-    assert!(matches!(mm.cma_alloc(id, 4096, 0), Err(CmaError::InvalidCount { .. })));
-    mm.check_invariants().unwrap();
+    assert!(matches!(contig.cma_alloc(id, 4096, 0), Err(CmaError::InvalidCount { .. })));
+    report.check_invariants().unwrap();
 }
 
 #[test]
@@ -506,12 +522,13 @@ fn a_batched_free_never_builds_a_block_across_zones() {
         .build()
         .unwrap();
     let before = observe(&mm);
-    mm.alloc_contig_range(Pfn(1024), Pfn(2048), MigrateType::Movable, Gfp::KERNEL).unwrap();
-    mm.alloc_contig_range(Pfn(2048), Pfn(3072), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    let contig = Contig::new(&mm);
+    contig.alloc_contig_range(Pfn(1024), Pfn(2048), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    contig.alloc_contig_range(Pfn(2048), Pfn(3072), MigrateType::Movable, Gfp::KERNEL).unwrap();
     // One call over pages of both zones: runs end at the zone boundary.
-    let summary = mm.free_contig_range(Pfn(1024), 2048).unwrap();
+    let summary = contig.free_contig_range(Pfn(1024), 2048).unwrap();
     assert_eq!(summary.freed, 2048);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     assert_eq!(observe(&mm).buddyinfo, before.buddyinfo);
 }
 
@@ -525,12 +542,13 @@ fn pageblocks_shared_with_another_zone_are_refused() {
         .build()
         .unwrap();
     let before = observe(&mm);
-    let r = mm.alloc_contig_range(Pfn(2060), Pfn(2070), MigrateType::Movable, Gfp::KERNEL);
+    let contig = Contig::new(&mm);
+    let r = contig.alloc_contig_range(Pfn(2060), Pfn(2070), MigrateType::Movable, Gfp::KERNEL);
     assert!(matches!(r, Err(ContigError::NotInOneZone { .. })), "{r:?}");
-    let r = mm.alloc_contig_range(Pfn(2000), Pfn(2100), MigrateType::Movable, Gfp::KERNEL);
+    let r = contig.alloc_contig_range(Pfn(2000), Pfn(2100), MigrateType::Movable, Gfp::KERNEL);
     assert!(matches!(r, Err(ContigError::NotInOneZone { .. })), "{r:?}");
     assert_same(&observe(&mm), &before, "refused");
     // Wholly inside one zone's own pageblocks is fine.
-    mm.alloc_contig_range(Pfn(2080), Pfn(2100), MigrateType::Movable, Gfp::KERNEL).unwrap();
-    mm.check_invariants().unwrap();
+    contig.alloc_contig_range(Pfn(2080), Pfn(2100), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }

@@ -8,8 +8,8 @@
 //! - a page whose embedder flags were set meanwhile is reported and leaked.
 
 use mmkit::{
-    ContigError, ContigRangeError, FreeError, Gfp, MemoryFailure, MemoryMapBuilder, MigrateType, PageAllocator,
-    PageError, PageFlags, PageOwner, Pfn, QuietHooks, ZoneType,
+    Contig, ContigError, ContigRangeError, FreeError, Gfp, MemoryFailure, MemoryMapBuilder, MigrateType, PageAllocator,
+    PageError, PageFlags, PageOwner, Pfn, QuietHooks, Report, ZoneType,
 };
 
 mod common;
@@ -29,11 +29,12 @@ fn owned_free_leaves_what_the_frozen_free_leaves() {
     let (owned, frozen) = (map(), map());
     for (start, end) in [(0x1000, 0x2000), (0x2003, 0x2a11), (0x4001, 0x4002), (0x5000, 0x7fff)] {
         let (start, end) = (Pfn(start), Pfn(end));
-        let range = owned.alloc_contig_block(POOL, start, end, MigrateType::Movable, Gfp::KERNEL).unwrap();
+        let range =
+            Contig::new(&owned).alloc_contig_block(POOL, start, end, MigrateType::Movable, Gfp::KERNEL).unwrap();
         assert_eq!((range.start(), range.end(), range.nr_pages()), (start, end, end.0 - start.0));
-        frozen.alloc_contig_frozen_range(start, end, MigrateType::Movable, Gfp::KERNEL).unwrap();
-        let a = owned.free_contig_block(range).unwrap();
-        let b = frozen.free_contig_frozen_range(start, end.0 - start.0).unwrap();
+        Contig::new(&frozen).alloc_contig_frozen_range(start, end, MigrateType::Movable, Gfp::KERNEL).unwrap();
+        let a = Contig::new(&owned).free_contig_block(range).unwrap();
+        let b = Contig::new(&frozen).free_contig_frozen_range(start, end.0 - start.0).unwrap();
         assert_eq!(a, b);
         assert_eq!(a.freed, end.0 - start.0);
         owned.drain_all_pages();
@@ -41,14 +42,15 @@ fn owned_free_leaves_what_the_frozen_free_leaves() {
         if let Some(diff) = first_difference(&observe(&owned), &observe(&frozen)) {
             panic!("owned and frozen frees differ after {start}..{end}: {diff}");
         }
-        owned.check_invariants().unwrap();
+        Report::new(&owned).check_invariants().unwrap();
     }
 }
 
 #[test]
 fn other_paths_refuse_owned_pages() {
     let mm = map();
-    let range = mm.alloc_contig_block(POOL, Pfn(0x1000), Pfn(0x1010), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    let contig = Contig::new(&mm);
+    let range = contig.alloc_contig_block(POOL, Pfn(0x1000), Pfn(0x1010), MigrateType::Movable, Gfp::KERNEL).unwrap();
     let free_before = mm.nr_free_pages();
     let owned = FreeError::Owned { pfn: Pfn(0x1004), owner: POOL };
     assert_eq!(mm.free_pages(Pfn(0x1004), 0), Err(owned));
@@ -57,51 +59,59 @@ fn other_paths_refuse_owned_pages() {
     // Frozen: the referenced range free refuses them; the frozen one
     // leaves each to its owner and says so.
     assert_eq!(
-        mm.free_contig_range(Pfn(0x1000), 16),
+        contig.free_contig_range(Pfn(0x1000), 16),
         Err(FreeError::RefcountMismatch { pfn: Pfn(0x1000), refcount: 0 })
     );
-    assert_eq!(mm.free_contig_frozen_range(Pfn(0x1000), 16).unwrap().still_in_use, 16);
+    assert_eq!(contig.free_contig_frozen_range(Pfn(0x1000), 16).unwrap().still_in_use, 16);
     assert_eq!(mm.get_page(Pfn(0x1004)), Err(PageError::NotInUse(Pfn(0x1004))), "frozen: no references");
     assert!(mm.take_back_block(POOL, Pfn(0x1004), 0).is_err());
     assert_eq!(mm.nr_free_pages(), free_before, "nothing changed");
     assert_eq!(
-        mm.alloc_contig_block(POOL, Pfn(0x1008), Pfn(0x1020), MigrateType::Movable, Gfp::KERNEL),
+        contig.alloc_contig_block(POOL, Pfn(0x1008), Pfn(0x1020), MigrateType::Movable, Gfp::KERNEL),
         Err(ContigError::Busy { pfn: Pfn(0x1008) }),
         "an owned range is not collected again"
     );
-    assert_eq!(mm.free_contig_block(range).unwrap().freed, 16);
+    assert_eq!(contig.free_contig_block(range).unwrap().freed, 16);
     mm.drain_all_pages();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
 fn compound_owned_ranges_are_refused() {
     let mm = map();
-    let got = mm.alloc_contig_block(POOL, Pfn(0x1000), Pfn(0x1010), MigrateType::Movable, Gfp::KERNEL | Gfp::COMP);
+    let got = Contig::new(&mm).alloc_contig_block(
+        POOL,
+        Pfn(0x1000),
+        Pfn(0x1010),
+        MigrateType::Movable,
+        Gfp::KERNEL | Gfp::COMP,
+    );
     assert_eq!(got, Err(ContigError::InvalidGfp(Gfp::COMP)));
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
 fn a_foreign_range_is_handed_back() {
     let (a, b) = (map(), map());
-    let range = a.alloc_contig_block(POOL, Pfn(0x1000), Pfn(0x1100), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    let range =
+        Contig::new(&a).alloc_contig_block(POOL, Pfn(0x1000), Pfn(0x1100), MigrateType::Movable, Gfp::KERNEL).unwrap();
     let free_b = b.nr_free_pages();
-    let Err(ContigRangeError::Foreign(range)) = b.free_contig_block(range) else {
+    let Err(ContigRangeError::Foreign(range)) = Contig::new(&b).free_contig_block(range) else {
         panic!("another allocator's range must be refused");
     };
     assert_eq!(b.nr_free_pages(), free_b);
-    assert_eq!(a.free_contig_block(range).unwrap().freed, 0x100);
-    a.check_invariants().unwrap();
+    assert_eq!(Contig::new(&a).free_contig_block(range).unwrap().freed, 0x100);
+    Report::new(&a).check_invariants().unwrap();
 }
 
 #[test]
 fn poisoned_pages_leave_service_and_the_rest_is_freed() {
     let mm = map();
     let free_before = mm.nr_free_pages();
-    let range = mm.alloc_contig_block(POOL, Pfn(0x2000), Pfn(0x2400), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    let range =
+        Contig::new(&mm).alloc_contig_block(POOL, Pfn(0x2000), Pfn(0x2400), MigrateType::Movable, Gfp::KERNEL).unwrap();
     assert_eq!(mm.memory_failure(Pfn(0x2123)), Ok(MemoryFailure::InUse));
-    let summary = mm.free_contig_block(range).unwrap();
+    let summary = Contig::new(&mm).free_contig_block(range).unwrap();
     assert_eq!((summary.freed, summary.hwpoisoned, summary.bad), (0x3ff, 1, 0));
     mm.drain_all_pages();
     assert_eq!(mm.nr_free_pages(), free_before - 1);
@@ -114,19 +124,20 @@ fn poisoned_pages_leave_service_and_the_rest_is_freed() {
         mm.free_pages(pfn, 0).unwrap();
     }
     mm.drain_all_pages();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
 fn pages_changed_behind_the_handle_are_reported_and_leaked() {
     let mm = map();
     let free_before = mm.nr_free_pages();
-    let range = mm.alloc_contig_block(POOL, Pfn(0x3000), Pfn(0x3040), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    let range =
+        Contig::new(&mm).alloc_contig_block(POOL, Pfn(0x3000), Pfn(0x3040), MigrateType::Movable, Gfp::KERNEL).unwrap();
     mm.set_page_flags(Pfn(0x3007), PageFlags::LRU).unwrap();
-    let summary = mm.free_contig_block(range).unwrap();
+    let summary = Contig::new(&mm).free_contig_block(range).unwrap();
     assert_eq!((summary.freed, summary.bad), (0x3f, 1));
     assert_eq!(mm.stats().bad_pages, 1);
     mm.drain_all_pages();
     assert_eq!(mm.nr_free_pages(), free_before - 1, "the bad page is leaked, the rest freed");
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }

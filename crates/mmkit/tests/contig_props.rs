@@ -16,8 +16,8 @@
 //!    into the range.
 
 use mmkit::{
-    CmaError, CmaId, ContigError, CopyMigrator, Geometry, Gfp, MemoryMapBuilder, MigrateType, PageAllocator, PageFlags,
-    Pfn, QuietHooks, ZoneType,
+    CmaError, CmaId, Contig, ContigError, CopyMigrator, Geometry, Gfp, MemoryMapBuilder, MigrateType, PageAllocator,
+    PageFlags, Pfn, QuietHooks, Report, ZoneType,
 };
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -48,7 +48,7 @@ fn build() -> (PageAllocator, Moves, CmaId) {
         .migrator(CopyMigrator::new(move |old, new, order| log.lock().unwrap().push((old, new, order))))
         .build()
         .unwrap();
-    let id = mm.cma_area("cma0").unwrap();
+    let id = Contig::new(&mm).cma_area("cma0").unwrap();
     (mm, moves, id)
 }
 
@@ -263,7 +263,7 @@ impl Harness {
                 let start = pfn.saturating_sub(lead);
                 let end = (pfn + len).min(END);
                 let mt = if CMA.contains(&start) { MigrateType::Cma } else { MigrateType::Movable };
-                let r = mm.alloc_contig_range(Pfn(start), Pfn(end), mt, Gfp::KERNEL);
+                let r = Contig::new(mm).alloc_contig_range(Pfn(start), Pfn(end), mt, Gfp::KERNEL);
                 let live = Live::Range { nr: end - start, frozen: false };
                 self.contig(&before, r, start, live)?;
             }
@@ -271,9 +271,9 @@ impl Harness {
                 let mt = if cma { MigrateType::Cma } else { MigrateType::Movable };
                 let (s, e) = (Pfn(start), Pfn((start + len).min(END)));
                 let r = if frozen {
-                    mm.alloc_contig_frozen_range(s, e, mt, Gfp::KERNEL)
+                    Contig::new(mm).alloc_contig_frozen_range(s, e, mt, Gfp::KERNEL)
                 } else {
-                    mm.alloc_contig_range(s, e, mt, Gfp::KERNEL)
+                    Contig::new(mm).alloc_contig_range(s, e, mt, Gfp::KERNEL)
                 };
                 let live = Live::Range { nr: e.0 - s.0, frozen };
                 self.contig(&before, r, start, live)?;
@@ -283,17 +283,17 @@ impl Harness {
                 let (s, e) = (Pfn(start), Pfn(start + (1 << order)));
                 let gfp = Gfp::KERNEL | Gfp::COMP;
                 let r = if frozen {
-                    mm.alloc_contig_frozen_range(s, e, MigrateType::Movable, gfp)
+                    Contig::new(mm).alloc_contig_frozen_range(s, e, MigrateType::Movable, gfp)
                 } else {
-                    mm.alloc_contig_range(s, e, MigrateType::Movable, gfp)
+                    Contig::new(mm).alloc_contig_range(s, e, MigrateType::Movable, gfp)
                 };
                 self.contig(&before, r, start, Live::Compound { order, frozen })?;
             }
             Op::Pages { nr, frozen } => {
                 let r = if frozen {
-                    mm.alloc_contig_frozen_pages(nr, Gfp::KERNEL, 0)
+                    Contig::new(mm).alloc_contig_frozen_pages(nr, Gfp::KERNEL, 0)
                 } else {
-                    mm.alloc_contig_pages(nr, Gfp::KERNEL, 0)
+                    Contig::new(mm).alloc_contig_pages(nr, Gfp::KERNEL, 0)
                 };
                 let start = r.map_or(0, |p| p.0);
                 self.contig(&before, r.map(|_| ()), start, Live::Range { nr, frozen })?;
@@ -314,9 +314,9 @@ impl Harness {
                     }
                     Live::Range { nr, frozen } => {
                         let summary = if frozen {
-                            mm.free_contig_frozen_range(Pfn(pfn), nr)
+                            Contig::new(mm).free_contig_frozen_range(Pfn(pfn), nr)
                         } else {
-                            mm.free_contig_range(Pfn(pfn), nr)
+                            Contig::new(mm).free_contig_range(Pfn(pfn), nr)
                         }
                         .unwrap();
                         prop_assert_eq!(summary.freed, nr);
@@ -328,13 +328,13 @@ impl Harness {
                             mm.free_pages(Pfn(pfn), order).unwrap();
                         }
                     }
-                    Live::Cma { count } => mm.cma_release(self.cma, Pfn(pfn), count).unwrap(),
+                    Live::Cma { count } => Contig::new(mm).cma_release(self.cma, Pfn(pfn), count).unwrap(),
                     Live::Block(_) => unreachable!(),
                 }
                 self.live.remove(&pfn);
             }
             Op::CmaAlloc { count, align } => {
-                let r = mm.cma_alloc(self.cma, count, align);
+                let r = Contig::new(mm).cma_alloc(self.cma, count, align);
                 let moved = self.apply_moves()?;
                 match r {
                     Ok(pfn) => {
@@ -351,7 +351,7 @@ impl Harness {
                 }
             }
         }
-        if let Err(v) = self.mm.check_invariants() {
+        if let Err(v) = Report::new(&self.mm).check_invariants() {
             return Err(TestCaseError::fail(format!("after {op:?}: {v}")));
         }
         self.check_model()
@@ -372,7 +372,7 @@ impl Harness {
                 prop_assert_eq!(refs, 1 + u32::from(block.pinned));
             }
         }
-        let stats = self.mm.cma_stats(self.cma).unwrap();
+        let stats = Contig::new(&self.mm).cma_stats(self.cma).unwrap();
         let cma_pages: u64 = self.live.values().map(|l| if let Live::Cma { count } = l { *count } else { 0 }).sum();
         prop_assert_eq!(stats.pages_in_use, cma_pages);
         Ok(())
@@ -402,17 +402,17 @@ proptest! {
                     }
                     mm.free_pages(Pfn(pfn), block.order).unwrap()
                 }
-                Live::Range { nr, frozen: false } => { mm.free_contig_range(Pfn(pfn), nr).unwrap(); }
-                Live::Range { nr, frozen: true } => { mm.free_contig_frozen_range(Pfn(pfn), nr).unwrap(); }
+                Live::Range { nr, frozen: false } => { Contig::new(mm).free_contig_range(Pfn(pfn), nr).unwrap(); }
+                Live::Range { nr, frozen: true } => { Contig::new(mm).free_contig_frozen_range(Pfn(pfn), nr).unwrap(); }
                 Live::Compound { order, frozen: false } => mm.free_pages(Pfn(pfn), order).unwrap(),
                 Live::Compound { order, frozen: true } => mm.free_frozen_pages(Pfn(pfn), order).unwrap(),
-                Live::Cma { count } => mm.cma_release(h.cma, Pfn(pfn), count).unwrap(),
+                Live::Cma { count } => Contig::new(mm).cma_release(h.cma, Pfn(pfn), count).unwrap(),
             }
         }
         let managed: u64 = h.mm.zones().iter().map(|z| z.managed_pages()).sum();
         h.mm.drain_all_pages();
         prop_assert_eq!(h.mm.nr_free_pages(), managed);
-        h.mm.check_invariants().map_err(|v| TestCaseError::fail(v.to_string()))?;
+        Report::new(&h.mm).check_invariants().map_err(|v| TestCaseError::fail(v.to_string()))?;
     }
 }
 
@@ -459,9 +459,9 @@ proptest! {
         }
         let mt = if CMA.contains(&start) { MigrateType::Cma } else { MigrateType::Movable };
         let alloc = |mm: &PageAllocator| if frozen {
-            mm.alloc_contig_frozen_range(Pfn(start), Pfn(end), mt, Gfp::KERNEL)
+            Contig::new(mm).alloc_contig_frozen_range(Pfn(start), Pfn(end), mt, Gfp::KERNEL)
         } else {
-            mm.alloc_contig_range(Pfn(start), Pfn(end), mt, Gfp::KERNEL)
+            Contig::new(mm).alloc_contig_range(Pfn(start), Pfn(end), mt, Gfp::KERNEL)
         };
         let ra = alloc(&a);
         let rb = alloc(&b);
@@ -486,13 +486,13 @@ proptest! {
             prop_assert!(r.is_ok() || matches!(r, Err(mmkit::FreeError::BadPage { .. })), "{:?}", r);
         }
         if frozen {
-            b.free_contig_frozen_range(Pfn(start), end - start).unwrap();
+            Contig::new(&b).free_contig_frozen_range(Pfn(start), end - start).unwrap();
         } else {
-            b.free_contig_range(Pfn(start), end - start).unwrap();
+            Contig::new(&b).free_contig_range(Pfn(start), end - start).unwrap();
         }
         same(&observe(&a), &observe(&b))?;
         prop_assert_eq!(a.stats(), b.stats());
-        a.check_invariants().map_err(|v| TestCaseError::fail(v.to_string()))?;
-        b.check_invariants().map_err(|v| TestCaseError::fail(v.to_string()))?;
+        Report::new(&a).check_invariants().map_err(|v| TestCaseError::fail(v.to_string()))?;
+        Report::new(&b).check_invariants().map_err(|v| TestCaseError::fail(v.to_string()))?;
     }
 }

@@ -5,7 +5,7 @@
 //! thread between CPUs often enough to scatter the window (456 and 659 of
 //! 4095 next-page steps in two of four full runs of that file).
 
-use mmkit::{Gfp, MemoryMapBuilder, Pfn};
+use mmkit::{Gfp, MemoryMapBuilder, Pfn, Report};
 
 /// A cache flush hands its pages to the CPU's list in the order they were
 /// freed, so a later walk of that list (a bulk allocation, then its bulk
@@ -49,6 +49,6 @@ fn next_page_steps() -> Option<usize> {
     // run reversed.
     let next = pages.windows(2).filter(|w| w[1].0 == w[0].0 + 1).count();
     mm.free_pages_bulk(&pages).unwrap();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     Some(next)
 }

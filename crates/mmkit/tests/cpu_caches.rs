@@ -20,7 +20,7 @@
 //! 4. a second free, a wrong order, a page with another reference are
 //!    refused or handled exactly as without caches.
 
-use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
+use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn, Report};
 use mmkit_testkit::XorShift64;
 use proptest::prelude::*;
 use std::sync::mpsc;
@@ -135,9 +135,9 @@ fn run(ops: Vec<Op>) {
             }
             Op::WrongOrder { pick } => {
                 if let Some((pfn, order)) = model.pick(pick) {
-                    let before = mm.zone_snapshots();
+                    let before = Report::new(&mm).zone_snapshots();
                     assert!(matches!(mm.free_pages(pfn, order + 1), Err(FreeError::WrongOrder { .. })));
-                    assert_eq!(mm.zone_snapshots(), before, "a refused free changes nothing");
+                    assert_eq!(Report::new(&mm).zone_snapshots(), before, "a refused free changes nothing");
                 }
             }
             Op::ExtraReference { pick } => {
@@ -203,13 +203,14 @@ fn bad_input_on_the_cached_path_changes_nothing() {
     let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
     mm.free_pages(p, 0).unwrap();
     assert!(mm.nr_pcp_pages() > 0, "the page is cached");
-    let before = mm.zone_snapshots();
+    let report = Report::new(&mm);
+    let before = report.zone_snapshots();
     assert_eq!(mm.free_pages(p, 0), Err(FreeError::DoubleFree(p)));
     assert_eq!(mm.put_page(p), Err(FreeError::DoubleFree(p)));
     assert!(mm.free_pages(Pfn(1 << 40), 0).is_err());
     assert!(mm.free_pages(Pfn(3), 0).is_err(), "a hole below the first zone");
-    assert_eq!(mm.zone_snapshots(), before);
-    mm.check_invariants().unwrap();
+    assert_eq!(report.zone_snapshots(), before);
+    report.check_invariants().unwrap();
 }
 
 /// A drain reaches the caches of CPUs whose threads are idle: it stops
@@ -226,14 +227,14 @@ fn a_drain_empties_the_caches_of_idle_threads_at_once() {
     }
     assert_eq!(mm.drain_all_pages(), 0);
     assert_eq!(mm.nr_pcp_pages(), 0, "the idle worker's CPU cache was emptied by the drain");
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     // The worker goes on as before.
     let one = worker.ask(Cmd::Alloc(Gfp::KERNEL, 1));
     worker.ask(Cmd::Free(one));
     worker.stop();
     mm.drain_all_pages();
     assert_eq!(mm.nr_pcp_pages(), 0);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -256,7 +257,7 @@ fn many_more_threads_than_cpus() {
         h.join().unwrap();
     }
     mm.drain_all_pages();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     assert_eq!(mm.nr_free_pages(), managed);
 }
@@ -278,7 +279,7 @@ fn a_poisoned_page_in_a_cache_is_never_handed_out() {
     }
     assert_eq!(mm.free_pages(victim, 0), Err(FreeError::Poisoned(victim)));
     mm.drain_all_pages();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 /// `threads` threads (more than the two CPUs: sequences are preempted
@@ -350,7 +351,7 @@ fn stress_cross_thread_frees(threads: usize) {
         }
     }
     mm.drain_all_pages();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     assert_eq!(mm.nr_pcp_pages(), 0);
     assert_eq!(mm.nr_free_pages(), free_at_start, "every page came back");
     assert_eq!(mm.stats().bad_pages, 0);
@@ -426,7 +427,7 @@ fn speculative_references_never_race_the_cached_free() {
     let taken = taker.join().unwrap();
     assert_eq!(mm.stats().bad_pages, 0);
     mm.drain_all_pages();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     assert_eq!(mm.nr_free_pages(), managed);
     eprintln!("speculative references taken: {taken}");
@@ -445,17 +446,18 @@ fn a_consumer_thread_caches_what_it_frees() {
     if mm.has_cpu_caches() {
         assert!(mm.nr_pcp_pages() >= 16, "the consumer's CPU cache holds what it freed");
     }
-    mm.check_invariants().unwrap();
+    let report = Report::new(&mm);
+    report.check_invariants().unwrap();
     // A page of another type goes on its own stack.
     consumer.ask(Cmd::Free(vec![movable]));
-    mm.check_invariants().unwrap();
+    report.check_invariants().unwrap();
     mm.drain_all_pages();
     assert_eq!(mm.nr_pcp_pages(), 0, "a drain from here reaches the consumer's CPU");
     let got = consumer.ask(Cmd::Alloc(Gfp::HIGHUSER_MOVABLE, 1));
     consumer.ask(Cmd::Free(got));
     consumer.stop();
     mm.drain_all_pages();
-    mm.check_invariants().unwrap();
+    report.check_invariants().unwrap();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     assert_eq!(mm.nr_free_pages(), managed);
 }
@@ -492,7 +494,7 @@ fn pinning_a_cpu_empties_its_cache_and_keeps_others_off_it() {
     mm.free_pages(p, 0).unwrap();
     assert!(mm.nr_pcp_pages() > 0, "cached again once unpinned");
     assert_eq!(mm.drain_all_pages(), 0);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     assert_eq!(mm.nr_free_pages(), managed);
 }

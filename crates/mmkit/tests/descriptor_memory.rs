@@ -4,7 +4,7 @@
 //! small is refused with the size needed; the sizes agree with `build`.
 
 use core::mem::MaybeUninit;
-use mmkit::{BuildError, Gfp, MemoryMapBuilder, Pfn};
+use mmkit::{BuildError, Gfp, MemoryMapBuilder, Pfn, Report};
 
 /// `bytes` of leaked memory filled with `fill`, starting `offset` bytes
 /// into the allocation (to test alignment).
@@ -21,7 +21,7 @@ fn a_1_gib_map_builds_in_lent_memory_that_held_garbage() {
     for offset in [0, 1, 7] {
         let builder = MemoryMapBuilder::with_memory(1 << 30).nr_cpus(2);
         let mm = builder.descriptor_memory(lent(bytes, 0xa5, offset)).build().unwrap();
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
         // Every page can be taken and given back: garbage left in any
         // descriptor would show here.
         let mut held: Vec<Pfn> = Vec::new();
@@ -33,7 +33,7 @@ fn a_1_gib_map_builds_in_lent_memory_that_held_garbage() {
             mm.free_pages(pfn, 9).unwrap();
         }
         mm.drain_all_pages();
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
     }
 }
 

@@ -1,7 +1,9 @@
 //! Guards the layer order of `crates/mmkit/src`: every `crate::` path in a
-//! file names something of its own layer or of a layer below, and `unsafe`
-//! appears only in the memory layer's `rawmem` and `rseq` (and in the
-//! declarations of the `x86_64` adapter's unsafe trait impls).
+//! file names something of its own layer or of a layer below, only
+//! `page_alloc` gives `PageAllocator` inherent methods (the layers above it
+//! are views that borrow the allocator, `Contig` and `Report`), and
+//! `unsafe` appears only in the memory layer's `rawmem` and `rseq` (and in
+//! the declarations of the `x86_64` adapter's unsafe trait impls).
 //!
 //! Layers, bottom up (`docs/architecture.md`):
 //! `types` → `mem` → `zone` → `pcp` → `page_alloc` → `contig` →
@@ -211,6 +213,89 @@ fn imports_only_run_downward() {
         }
     }
     assert!(upward.is_empty(), "imports that run upward or are unknown:\n{}", upward.join("\n"));
+}
+
+/// Lines of `code` (comments already stripped) that open an inherent impl
+/// of the type named `ty`: `impl Ty {`, `impl<..> Ty {`, `impl path::Ty`
+/// followed by `where` or generic arguments. Trait impls (`impl T for Ty`)
+/// do not count: they add no method only the type's own layer may add.
+fn inherent_impl_lines(code: &str, ty: &str) -> Vec<usize> {
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut lines = Vec::new();
+    let mut at = 0;
+    while let Some(pos) = code[at..].find("impl") {
+        let start = at + pos;
+        at = start + "impl".len();
+        let word_before = code[..start].chars().next_back().is_some_and(is_word);
+        let mut rest = &code[at..];
+        if word_before || rest.starts_with(is_word) {
+            continue;
+        }
+        rest = rest.trim_start();
+        if rest.starts_with('<') {
+            let mut depth = 0;
+            let mut end = None;
+            let mut prev = ' ';
+            for (i, c) in rest.char_indices() {
+                match c {
+                    '<' => depth += 1,
+                    // `->` in a bound like `F: Fn() -> u8` closes nothing.
+                    '>' if prev != '-' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = Some(i + 1);
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                prev = c;
+            }
+            let Some(end) = end else { continue };
+            rest = rest[end..].trim_start();
+        }
+        let path: String = rest.chars().take_while(|&c| is_word(c) || c == ':').collect();
+        let after = rest[path.len()..].trim_start();
+        let opens_block = after.starts_with('{') || after.starts_with('<') || after.starts_with("where");
+        if path.rsplit("::").next() == Some(ty) && opens_block {
+            lines.push(code[..start].matches('\n').count() + 1);
+        }
+    }
+    lines
+}
+
+#[test]
+fn only_page_alloc_adds_methods_to_the_allocator() {
+    let mut outside = Vec::new();
+    for (path, layer) in files_by_layer() {
+        if layer.as_deref() == Some("page_alloc") {
+            continue;
+        }
+        let code = code_of(&fs::read_to_string(&path).unwrap());
+        for line in inherent_impl_lines(&code, "PageAllocator") {
+            outside.push(format!("{}:{line}", shown(&path)));
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "inherent `impl PageAllocator` outside src/page_alloc/ (a layer above page_alloc is a view that borrows \
+         the allocator, as `Contig` and `Report` are):\n{}",
+        outside.join("\n")
+    );
+}
+
+#[test]
+fn the_impl_checker_sees_inherent_impls_only() {
+    let found = |text: &str| inherent_impl_lines(&code_of(text), "PageAllocator");
+    assert_eq!(found("impl PageAllocator {\n}\n"), [1]);
+    assert_eq!(found("\nimpl<'a> PageAllocator {}"), [2]);
+    assert_eq!(found("impl<F: Fn() -> u8>\n    crate::PageAllocator\nwhere F: Copy {}"), [1]);
+    assert_eq!(found("impl page_alloc::PageAllocator{}"), [1]);
+    assert!(found("impl PageSource for &PageAllocator {}").is_empty());
+    assert!(found("impl<'a> From<&'a PageAllocator> for Contig<'a> {}").is_empty());
+    assert!(found("// impl PageAllocator {\n/// impl PageAllocator {}").is_empty());
+    assert!(found("impl PageAllocatorExt {}\nfn simpl(PageAllocator) {}").is_empty());
+    assert!(found("let s = \"impl PageAllocator {\";").is_empty());
 }
 
 #[test]

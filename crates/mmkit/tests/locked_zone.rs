@@ -16,7 +16,7 @@
 
 use mmkit::{
     Backing, FreeError, Gfp, HugePages, LockedZone, MemoryMapBuilder, PageAllocator, PageError, PageFlags, Pfn,
-    PinnedCpu,
+    PinnedCpu, Report,
 };
 use mmkit_testkit::XorShift64;
 use proptest::prelude::*;
@@ -233,7 +233,7 @@ fn higher_order_local_blocks_leave_by_every_door() {
     mm.free_pages(c, 6).unwrap();
     mm.drain_all_pages();
     assert_eq!(mm.nr_free_pages(), before);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 /// Bad input through a locked zone: the same typed errors as the shared
@@ -269,7 +269,7 @@ fn bad_input_through_a_locked_zone_changes_nothing() {
     cpu.free_frozen_pages(frozen, 0).unwrap();
     cpu1.free_pages(other, 2).unwrap();
     drop((cpu, cpu1));
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 /// The holder's watermark budget admits exactly what the shared path
@@ -294,7 +294,7 @@ fn the_holder_stops_at_the_same_watermark_as_the_shared_path() {
             }
         }
         assert_eq!(n_held, n_shared, "order {order}");
-        for (a, b) in shared.zone_snapshots().iter().zip(held.zone_snapshots()) {
+        for (a, b) in Report::new(&shared).zone_snapshots().iter().zip(Report::new(&held).zone_snapshots()) {
             assert_eq!(a.free_pages, b.free_pages, "order {order}");
         }
     }
@@ -324,7 +324,7 @@ fn a_page_poisoned_while_out_is_dropped_at_the_locked_free() {
     drop(zone);
     drop(cpu);
     assert_eq!(mm.stats().hwpoison_offlined, offlined + 1);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 /// The holder allocates blocks of orders 0–4 in bursts with the zone
@@ -407,7 +407,7 @@ fn stress_holder_shared_and_speculative_threads_keep_every_block_intact() {
     speculator.join().unwrap();
     drop(cpu);
     mm.drain_all_pages();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     assert_eq!(mm.nr_free_pages(), mm.zones().iter().map(|z| z.managed_pages()).sum::<u64>());
 }
 
@@ -449,7 +449,7 @@ fn a_holder_calling_the_map_gets_a_panic_not_a_deadlock() {
     let message = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("the holder deadlocked");
     assert!(message.contains("self-deadlock"), "{message}");
     worker.join().unwrap();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     assert_eq!(mm.nr_free_pages(), managed);
 }
@@ -472,5 +472,5 @@ fn a_burst_allocates_and_frees_and_unlocks() {
     assert!(cpu.burst(Gfp::DMA.union(Gfp::HIGHMEM), |_| ()).is_err(), "a contradictory mask runs nothing");
     cpu.free_pages(kept, 0).unwrap();
     drop(cpu);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }

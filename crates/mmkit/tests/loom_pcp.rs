@@ -9,7 +9,7 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use mmkit::{Gfp, MemoryMapBuilder, PageAllocator, ZoneType};
+use mmkit::{Gfp, MemoryMapBuilder, PageAllocator, Report, ZoneType};
 
 const PAGES: u64 = 32;
 
@@ -34,7 +34,7 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 
 fn settle(mm: &PageAllocator) {
     assert_eq!(mm.drain_all_pages(), 0);
-    mm.check_invariants().unwrap();
+    Report::new(mm).check_invariants().unwrap();
     assert_eq!(mm.nr_free_pages(), PAGES, "every page is back on the buddy lists");
 }
 

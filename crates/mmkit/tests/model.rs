@@ -16,7 +16,7 @@
 use mmkit::gfp::gfp_zone;
 use mmkit::{
     AllocError, BadPageReason, FreeError, Gfp, MemoryFailure, MemoryMapBuilder, PageAllocator, PageError, PageFlags,
-    Pfn, ZoneType,
+    Pfn, Report, ZoneType,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -461,7 +461,7 @@ impl<'a> Model<'a> {
     /// claiming and stealing may take any of them.
     fn assert_no_usable_block(&self, gfp: Gfp, order: u32) {
         let highest = gfp_zone(gfp).unwrap();
-        for s in self.mm.zone_snapshots() {
+        for s in Report::new(self.mm).zone_snapshots() {
             if s.zone_type > highest {
                 continue;
             }
@@ -475,7 +475,7 @@ impl<'a> Model<'a> {
 
     fn check(&self) {
         let mm = self.mm;
-        if let Err(v) = mm.check_invariants() {
+        if let Err(v) = Report::new(mm).check_invariants() {
             panic!("invariant broken: {v}");
         }
         let mut used: BTreeMap<u64, ()> = BTreeMap::new();
@@ -484,7 +484,7 @@ impl<'a> Model<'a> {
                 assert!(used.insert(p, ()).is_none(), "pfn {p} in two blocks");
             }
         }
-        let snaps = mm.zone_snapshots();
+        let snaps = Report::new(mm).zone_snapshots();
         for (z, snap) in mm.zones().iter().zip(&snaps) {
             let span = z.span();
             let live: u64 = self.live.iter().filter(|b| span.contains(&b.pfn)).map(|b| 1u64 << b.order).sum();
@@ -514,7 +514,7 @@ impl<'a> Model<'a> {
 
 /// State that a rejected call must leave alone.
 fn snapshot(mm: &PageAllocator) -> (Vec<mmkit::ZoneSnapshot>, mmkit::StatsSnapshot) {
-    (mm.zone_snapshots(), mm.stats())
+    (Report::new(mm).zone_snapshots(), mm.stats())
 }
 
 fn run(which: u8, pcp: bool, ops: &[Op]) {
@@ -598,9 +598,9 @@ fn drained_page_merges_cleanly() {
     c0.free_pages(a, 0).unwrap();
     mm.drain_all_pages();
     c1.free_pages(b, 0).unwrap();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     mm.drain_all_pages();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     assert_eq!(mm.page_flags(b), Ok(PageFlags::EMPTY));
     assert_eq!(mm.nr_free_pages(), 4096);
 }
@@ -617,5 +617,5 @@ fn put_page_on_a_leaked_compound_tail() {
     let tail = Pfn(head.0 + 1);
     assert_eq!(mm.free_pages(tail, 0), Err(FreeError::TailPage { pfn: tail, head }));
     assert_eq!(mm.put_page(tail), Err(FreeError::NotAllocated(head)));
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }

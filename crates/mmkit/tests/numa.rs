@@ -4,7 +4,7 @@
 //! falls back to other nodes only without `__GFP_THISNODE`; and what a
 //! pinned CPU means for the others (no false contention).
 
-use mmkit::{AllocError, BuildError, Gfp, MemoryMapBuilder, PageAllocator, Pfn, ZoneType};
+use mmkit::{AllocError, BuildError, Gfp, MemoryMapBuilder, PageAllocator, Pfn, Report, ZoneType};
 
 const NODE_PAGES: u64 = 4096;
 
@@ -60,7 +60,7 @@ fn a_full_node_falls_back_unless_thisnode() {
     held.push(remote);
     assert_eq!(mm.free_pages_bulk(&held), Ok(held.len()));
     mm.drain_all_pages();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]

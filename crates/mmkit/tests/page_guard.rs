@@ -1,7 +1,7 @@
 //! `PageGuard`: a guarded block is freed on drop, exactly once, and a
 //! guard taken apart or freed by hand frees nothing more.
 
-use mmkit::{FreeError, Gfp, MemoryMapBuilder, PageAllocator};
+use mmkit::{FreeError, Gfp, MemoryMapBuilder, PageAllocator, Report};
 
 fn free(mm: &PageAllocator) -> u64 {
     mm.nr_free_pages() + mm.nr_pcp_pages()
@@ -19,7 +19,7 @@ fn a_dropped_guard_frees_its_block_once() {
         drop(guard);
         assert_eq!(free(&mm), before, "order {order} back on drop");
     }
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -30,7 +30,7 @@ fn into_pfn_hands_the_block_back_to_the_caller() {
     assert_eq!(free(&mm), before - 4, "still allocated after the guard is gone");
     mm.free_pages(pfn, 2).unwrap();
     assert_eq!(free(&mm), before);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -50,5 +50,5 @@ fn free_reports_and_a_double_free_behind_the_guard_changes_nothing() {
     mm.free_pages(guard.pfn(), 0).unwrap();
     drop(guard); // refused inside the drop: no panic, no page counted twice
     assert_eq!(free(&mm), before);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }

@@ -6,7 +6,7 @@
 //! it: `put_page` and `free_pages_bulk` of its own `LOCAL` pages and the
 //! refusal of another pinned CPU's.
 
-use mmkit::{FreeError, Gfp, PageAllocator, PageOwner, PageSource, Pfn};
+use mmkit::{FreeError, Gfp, PageAllocator, PageOwner, PageSource, Pfn, Report};
 use proptest::prelude::*;
 
 mod live_blocks;
@@ -98,7 +98,7 @@ fn run(source: &mut impl PageSource, ops: &[Op], pinned: bool) {
 
 fn settle(mm: &PageAllocator) {
     assert_eq!(mm.drain_all_pages(), 0);
-    mm.check_invariants().unwrap();
+    Report::new(mm).check_invariants().unwrap();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     assert_eq!(mm.nr_free_pages(), managed, "every page came back");
 }

@@ -14,7 +14,9 @@
 //! 3. conservation and `check_invariants()` whenever the handle is dropped
 //!    (a pinned CPU's lists cannot be inspected while it is held).
 
-use mmkit::{FreeError, Gfp, MemoryFailure, MemoryMapBuilder, PageAllocator, PageError, PageFlags, Pfn, PinnedCpu};
+use mmkit::{
+    FreeError, Gfp, MemoryFailure, MemoryMapBuilder, PageAllocator, PageError, PageFlags, Pfn, PinnedCpu, Report,
+};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 
@@ -75,7 +77,7 @@ impl Model {
 
 fn check(mm: &PageAllocator, model: &Model) {
     assert_eq!(mm.drain_all_pages(), 0);
-    mm.check_invariants().unwrap();
+    Report::new(mm).check_invariants().unwrap();
     let live: u64 = model.blocks.live.values().map(|&order| 1u64 << order).sum();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages() + live + model.gone.len() as u64, managed);
@@ -278,7 +280,7 @@ fn pinned_workers_exchange_pages_and_keep_their_bytes() {
         }
     });
     assert_eq!(mm.drain_all_pages(), 0);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     assert_eq!(mm.nr_free_pages(), managed);
 }
@@ -340,7 +342,7 @@ fn speculative_references_never_race_the_owners_plain_free() {
     });
     assert_eq!(mm.stats().bad_pages, 0);
     assert_eq!(mm.drain_all_pages(), 0);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     assert_eq!(mm.nr_free_pages(), managed);
     eprintln!("speculative references taken: {}", taken.into_inner());
@@ -377,6 +379,6 @@ fn every_cpu_hands_out_local_pages() {
         pinned.free_pages(block, 3).unwrap();
         drop(pinned);
         mm.free_pages(page, 0).unwrap();
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
     }
 }

@@ -1,6 +1,6 @@
 //! Placement policies: which free block a request gets.
 
-use mmkit::{Gfp, MemoryMapBuilder, PlacementPolicy, ZoneType};
+use mmkit::{Gfp, MemoryMapBuilder, PlacementPolicy, Report, ZoneType};
 
 fn map(policy: PlacementPolicy) -> mmkit::PageAllocator {
     MemoryMapBuilder::new()
@@ -14,7 +14,7 @@ fn map(policy: PlacementPolicy) -> mmkit::PageAllocator {
 #[test]
 fn the_default_is_lean_without_an_address_index() {
     let mm = MemoryMapBuilder::new().zone(0, ZoneType::Normal, 0x10000..0x14000).per_cpu_lists(false).build().unwrap();
-    assert_eq!(mm.placement_policy(), PlacementPolicy::Lean);
+    assert_eq!(Report::new(&mm).placement_policy(), PlacementPolicy::Lean);
     // The list head, as Linux: the block freed last comes back first.
     let pages: Vec<_> = (0..64).map(|_| mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap()).collect();
     mm.free_pages(pages[2], 0).unwrap();
@@ -25,7 +25,7 @@ fn the_default_is_lean_without_an_address_index() {
 #[test]
 fn two_ends_places_unmovable_at_the_top_and_movable_at_the_bottom() {
     let mm = map(PlacementPolicy::TwoEnds);
-    assert_eq!(mm.placement_policy(), PlacementPolicy::TwoEnds);
+    assert_eq!(Report::new(&mm).placement_policy(), PlacementPolicy::TwoEnds);
     let movable = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap();
     let unmovable = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
     assert_eq!(movable.0, 0x10000);
@@ -42,7 +42,7 @@ fn addr_takes_the_lowest_free_block_not_the_last_freed() {
         mm.free_pages(pages[40], 0).unwrap();
         let again = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap();
         assert_eq!(again == pages[2], expect_lowest, "{policy:?} gave {again:?}");
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
     }
 }
 
@@ -70,7 +70,7 @@ fn address_ordered_policies_free_a_mergeable_page_to_the_buddy() {
         // Now the third page's buddy sits on the buddy lists.
         mm.free_pages(pages[2], 0).unwrap();
         assert_eq!(mm.nr_free_pages() > free, bypass, "{policy:?}");
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
     }
 }
 
@@ -123,7 +123,7 @@ fn lean_movable_pcp_keeps_unmovable_pages_off_the_per_cpu_lists() {
         assert!(mm.nr_pcp_pages() > 0, "{policy:?} grouping {grouping}");
         mm.free_pages(movable, 0).unwrap();
         mm.drain_all_pages();
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
     }
 }
 
@@ -145,7 +145,7 @@ fn a_pinned_cpu_decays_its_high_and_spills() {
         drop(cpu);
         let out = (mm.nr_free_pages(), mm.pcp_info(0, 0).unwrap().unwrap().high);
         mm.drain_all_pages();
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
         out
     };
     let (free, high) = run(0);
@@ -168,11 +168,12 @@ fn pageblock_free_counts_hold_huge_pageblocks() {
         .per_cpu_lists(false)
         .build()
         .unwrap();
-    mm.check_invariants().unwrap();
+    let report = Report::new(&mm);
+    report.check_invariants().unwrap();
     let pages: Vec<_> = (0..3).map(|_| mm.alloc_pages(Gfp::KERNEL, 0).unwrap()).collect();
-    mm.check_invariants().unwrap();
+    report.check_invariants().unwrap();
     for pfn in pages {
         mm.free_pages(pfn, 0).unwrap();
     }
-    mm.check_invariants().unwrap();
+    report.check_invariants().unwrap();
 }

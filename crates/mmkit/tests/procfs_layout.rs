@@ -4,7 +4,7 @@
 //! and `vmstat()` as `name value` lines that agree with the allocator.
 
 use mmkit::procfs::parse_buddyinfo;
-use mmkit::{Gfp, MemoryMapBuilder, PageAllocator, ZoneType};
+use mmkit::{Gfp, MemoryMapBuilder, PageAllocator, Report, ZoneType};
 use std::collections::HashMap;
 
 fn normal_4096() -> PageAllocator {
@@ -14,20 +14,21 @@ fn normal_4096() -> PageAllocator {
 #[test]
 fn buddyinfo_of_one_aligned_normal_zone() {
     let mm = normal_4096();
+    let report = Report::new(&mm);
     assert_eq!(
-        mm.buddyinfo(),
+        report.buddyinfo(),
         "Node 0, zone   Normal      0      0      0      0      0      0      0      0      0      0      4 \n"
     );
     // One order-0 allocation splits an order-10 block: one free block of
     // each order 0..=9 is left over.
     let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
     assert_eq!(
-        mm.buddyinfo(),
+        report.buddyinfo(),
         "Node 0, zone   Normal      1      1      1      1      1      1      1      1      1      1      3 \n"
     );
     mm.free_pages(p, 0).unwrap();
     assert_eq!(
-        mm.buddyinfo(),
+        report.buddyinfo(),
         "Node 0, zone   Normal      0      0      0      0      0      0      0      0      0      0      4 \n"
     );
 }
@@ -42,8 +43,8 @@ fn buddyinfo_of_a_default_4g_map() {
         "Node 0, zone      DMA      1      1      1      1      1      1      1      1      1      1      3 \n",
         "Node 0, zone    DMA32      0      0      0      0      0      0      0      0      0      0   1020 \n",
     );
-    assert_eq!(mm.buddyinfo(), expected);
-    let parsed = parse_buddyinfo(&mm.buddyinfo()).unwrap();
+    assert_eq!(Report::new(&mm).buddyinfo(), expected);
+    let parsed = parse_buddyinfo(&Report::new(&mm).buddyinfo()).unwrap();
     assert_eq!(parsed.len(), 2);
     assert_eq!(parsed[0].0, 0);
     assert_eq!(parsed[0].1, "DMA");
@@ -64,7 +65,7 @@ fn buddyinfo_has_one_column_per_order_and_one_line_per_zone() {
         .build()
         .unwrap();
     assert_eq!(
-        mm.buddyinfo(),
+        Report::new(&mm).buddyinfo(),
         concat!(
             "Node 0, zone    DMA32      0      0      0      0      0      0     16 \n",
             "Node 1, zone   Normal      0      0      0      0      0      0     16 \n",
@@ -75,7 +76,7 @@ fn buddyinfo_has_one_column_per_order_and_one_line_per_zone() {
 #[test]
 fn pagetypeinfo_layout() {
     let mm = normal_4096();
-    let text = mm.pagetypeinfo();
+    let text = Report::new(&mm).pagetypeinfo();
     assert!(text.starts_with("Page block order: 9\nPages per block:  512\n\n"));
     let expected = concat!(
         "Page block order: 9\n",
@@ -96,7 +97,7 @@ fn pagetypeinfo_layout() {
     // An unmovable allocation claims an order-10 block (two pageblocks)
     // and leaves one free block of each order 0..=9 on the Unmovable list.
     mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
-    let text = mm.pagetypeinfo();
+    let text = Report::new(&mm).pagetypeinfo();
     assert!(text.contains(
         "Node    0, zone   Normal, type    Unmovable      1      1      1      1      1      1      1      1      1      1      0 \n"
     ));
@@ -109,7 +110,7 @@ fn pagetypeinfo_layout() {
 }
 
 fn vmstat_map(mm: &PageAllocator) -> HashMap<String, u64> {
-    let text = mm.vmstat();
+    let text = Report::new(mm).vmstat();
     assert!(text.ends_with('\n'));
     text.lines()
         .map(|line| {
@@ -123,7 +124,7 @@ fn vmstat_map(mm: &PageAllocator) -> HashMap<String, u64> {
 #[test]
 fn vmstat_lines_agree_with_the_allocator() {
     let mm = MemoryMapBuilder::with_memory(64 << 20).per_cpu_lists(false).build().unwrap();
-    let text = mm.vmstat();
+    let text = Report::new(&mm).vmstat();
     assert!(text.starts_with(&format!("nr_free_pages {}\n", mm.nr_free_pages())));
     assert!(text.contains("\nnr_free_cma 0\n"));
     let v = vmstat_map(&mm);
@@ -153,12 +154,12 @@ fn pagetypeinfo_counts_a_zones_unaligned_first_pageblock() {
     // DMA zone (PFNs 1..4096) has 8 pageblocks, as in the kernel capture in
     // procfs/tests.rs ("Node 0, zone      DMA            1            7").
     let mm = MemoryMapBuilder::with_memory(64 << 20).per_cpu_lists(false).build().unwrap();
-    let text = mm.pagetypeinfo();
+    let text = Report::new(&mm).pagetypeinfo();
     let expected = concat!(
         "Node 0, zone      DMA            0            8            0            0            0            0 \n",
         "Node 0, zone    DMA32            0           24            0            0            0            0 \n",
     );
     assert!(text.ends_with(expected), "{text}");
-    let total: u64 = mm.zone_snapshots()[0].free.pageblocks_per_type.iter().sum();
+    let total: u64 = Report::new(&mm).zone_snapshots()[0].free.pageblocks_per_type.iter().sum();
     assert_eq!(total, 8);
 }

@@ -6,7 +6,7 @@
 //! and with two threads at once (per-CPU lists on, as by default). At the
 //! end all pages are free again and the invariants hold.
 
-use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
+use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn, Report};
 use mmkit_testkit::XorShift64;
 use std::sync::Arc;
 
@@ -105,25 +105,26 @@ fn patterns_survive_random_allocation_rounds() {
     let mut rng = XorShift64::new(0x9e37_79b9_7f4a_7c15);
     let mut live = Vec::new();
     let mut used = 0;
+    let report = Report::new(&mm);
     for round in 0..4 {
         fill(&mm, &mut rng, &mut live, &mut used, managed / 2);
         assert!(used >= managed / 2, "round {round}: only {used} pages");
-        let pcp: u64 = mm.zone_snapshots().iter().map(|z| z.pcp_pages).sum();
+        let pcp: u64 = report.zone_snapshots().iter().map(|z| z.pcp_pages).sum();
         assert_eq!(mm.nr_free_pages() + pcp, initial - used);
         // Free a random half, refill, then verify and free everything.
         let half = live.len() / 2;
         free_random(&mm, &mut rng, &mut live, &mut used, half);
         fill(&mm, &mut rng, &mut live, &mut used, managed / 2);
-        mm.check_invariants().unwrap();
+        report.check_invariants().unwrap();
         free_random(&mm, &mut rng, &mut live, &mut used, 0);
         assert_eq!(used, 0);
         mm.drain_all_pages();
         assert_eq!(mm.nr_free_pages(), initial, "round {round}");
-        mm.check_invariants().unwrap();
+        report.check_invariants().unwrap();
     }
     // All free again: DMA and DMA32 are back to their boot-time blocks.
     assert_eq!(
-        mm.buddyinfo(),
+        report.buddyinfo(),
         concat!(
             "Node 0, zone      DMA      1      1      1      1      1      1      1      1      1      1      3 \n",
             "Node 0, zone    DMA32      0      0      0      0      0      0      0      0      0      0     12 \n",
@@ -154,8 +155,8 @@ fn patterns_survive_two_threads() {
     for t in threads {
         t.join().unwrap();
     }
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     mm.drain_all_pages();
     assert_eq!(mm.nr_free_pages(), initial);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }

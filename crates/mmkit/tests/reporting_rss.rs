@@ -5,7 +5,7 @@
 //! zero under `Gfp::ZERO` and holds a pattern. Resident means present in
 //! `/proc/self/pagemap`, counted over the map's own pages only.
 
-use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
+use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn, Report};
 
 const MIB: u64 = 1 << 20;
 
@@ -71,7 +71,7 @@ fn freed_memory_leaves_the_resident_set_and_comes_back_zeroed() {
     assert!(mm.nr_reported_pages() >= summary.pages);
     assert_eq!(mm.report_free_pages().pages, 0, "nothing is reported twice");
     assert!(mm.stats().reported_pages >= summary.pages);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 
     // The memory comes back: zeroed when asked, and usable.
     let blocks = allocate(&mm, Gfp::KERNEL | Gfp::ZERO);
@@ -85,5 +85,5 @@ fn freed_memory_leaves_the_resident_set_and_comes_back_zeroed() {
     }
     assert!(resident_bytes(&mm) >= 250 * MIB, "the pages refaulted on reuse");
     mm.drain_all_pages();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }

@@ -8,7 +8,7 @@
 
 use mmkit::gfp::Watermark;
 use mmkit::{
-    AllocError, Backing, Gfp, HugePages, MemoryMapBuilder, MigrateType, PageAllocator, PageFlags, Pfn, ZoneType,
+    AllocError, Backing, Gfp, HugePages, MemoryMapBuilder, MigrateType, PageAllocator, PageFlags, Pfn, Report, ZoneType,
 };
 
 /// Index of the zone holding `pfn`.
@@ -72,7 +72,7 @@ fn compound_page_tails_point_at_head_and_share_its_count() {
         assert!(!f.intersects(PageFlags::HEAD | PageFlags::TAIL | PageFlags::ALLOCATED));
         assert_eq!(mm.compound_head(Pfn(head.0 + i)), Ok(Pfn(head.0 + i)));
     }
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 
     // Without COMP an order-3 block is not compound; COMP at order 0 is a
     // plain page.
@@ -100,7 +100,7 @@ fn frozen_pages_have_no_references() {
     mm.free_frozen_pages(p, 2).unwrap();
     mm.free_frozen_pages(c, 2).unwrap();
     assert_eq!(mm.nr_free_pages(), free);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -156,7 +156,7 @@ fn gfp_zero_zeroes_real_memory() {
             mm.free_pages(p, order).unwrap();
         }
     }
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 // ---------------------------------------------------------------- zones
@@ -265,7 +265,7 @@ fn gfp_kernel_prefers_normal_and_stops_at_min_plus_lowmem_reserve() {
     }
     assert_eq!(dma_only, dma.lowmem_reserve(ZoneType::Normal));
     assert_eq!(dma.free_pages(), atomic_mark(dma.watermark(Watermark::Min)));
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -374,33 +374,34 @@ fn thisnode_never_leaves_the_node_and_plain_requests_fall_back() {
     // The other node's own requests are unaffected.
     let q = mm.alloc_pages_node(1, Gfp::KERNEL | Gfp::THISNODE, 3).unwrap();
     assert!(q.0 >= 2048);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 // ---------------------------------------------------------------- migratetypes
 
 fn pageblocks(mm: &PageAllocator, zone: usize) -> Vec<u64> {
-    mm.zone_snapshots()[zone].free.pageblocks_per_type.clone()
+    Report::new(mm).zone_snapshots()[zone].free.pageblocks_per_type.clone()
 }
 
 #[test]
 fn movable_round_trip_keeps_pageblocks_movable() {
     let mm = MemoryMapBuilder::new().zone(0, ZoneType::Normal, 0..4096).per_cpu_lists(false).build().unwrap();
     let line = "Node 0, zone   Normal            0            8            0            0            0            0 \n";
-    assert!(mm.pagetypeinfo().ends_with(line), "{}", mm.pagetypeinfo());
+    let report = Report::new(&mm);
+    assert!(report.pagetypeinfo().ends_with(line), "{}", report.pagetypeinfo());
     let mut held = Vec::new();
     while let Ok(p) = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE | Gfp::MEMALLOC | Gfp::NOWARN, 0) {
         held.push(p);
     }
     assert_eq!(held.len(), 4096);
-    assert_eq!(mm.zone_snapshots()[0].counters.fallback_allocs, 0);
+    assert_eq!(report.zone_snapshots()[0].counters.fallback_allocs, 0);
     for p in held {
         mm.free_pages(p, 0).unwrap();
     }
-    assert!(mm.pagetypeinfo().ends_with(line), "{}", mm.pagetypeinfo());
+    assert!(report.pagetypeinfo().ends_with(line), "{}", report.pagetypeinfo());
     assert_eq!(pageblocks(&mm, 0), [0, 8, 0, 0, 0, 0]);
-    assert_eq!(mm.zone_snapshots()[0].free.free_blocks_per_order[10], 4);
-    mm.check_invariants().unwrap();
+    assert_eq!(report.zone_snapshots()[0].free.free_blocks_per_order[10], 4);
+    report.check_invariants().unwrap();
 }
 
 #[test]
@@ -408,7 +409,8 @@ fn unmovable_request_claims_whole_pageblocks() {
     let mm = MemoryMapBuilder::new().zone(0, ZoneType::Normal, 0..4096).per_cpu_lists(false).build().unwrap();
     assert_eq!(pageblocks(&mm, 0)[MigrateType::Unmovable as usize], 0);
     let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
-    let snap = &mm.zone_snapshots()[0];
+    let report = Report::new(&mm);
+    let snap = &report.zone_snapshots()[0];
     // The largest free block (order 10 = two pageblocks) is claimed whole:
     // no unmovable page sits in a movable pageblock.
     assert_eq!(snap.free.pageblocks_per_type, [2, 6, 0, 0, 0, 0]);
@@ -419,11 +421,11 @@ fn unmovable_request_claims_whole_pageblocks() {
     // Further unmovable requests use the claimed blocks, no new fallback.
     let q = mm.alloc_pages(Gfp::KERNEL, 3).unwrap();
     assert_eq!(q.0 / 1024, p.0 / 1024, "same claimed block");
-    assert_eq!(mm.zone_snapshots()[0].counters.fallback_allocs, 1);
+    assert_eq!(report.zone_snapshots()[0].counters.fallback_allocs, 1);
     // Reclaimable requests claim their own pageblocks.
     mm.alloc_pages(Gfp::KERNEL | Gfp::RECLAIMABLE, 0).unwrap();
     assert_eq!(pageblocks(&mm, 0), [2, 4, 2, 0, 0, 0]);
-    mm.check_invariants().unwrap();
+    report.check_invariants().unwrap();
 }
 
 #[test]
@@ -438,9 +440,10 @@ fn atomic_high_order_success_reserves_highatomic_capped_at_one_percent() {
     let cap = 96;
     // Below LOW so GFP_ATOMIC takes the slow path with ALLOC_HIGHATOMIC.
     while mm.alloc_pages(Gfp::KERNEL | Gfp::NOWARN, 0).is_ok() {}
-    assert_eq!(mm.zone_snapshots()[0].reserved_highatomic, 0);
+    let report = Report::new(&mm);
+    assert_eq!(report.zone_snapshots()[0].reserved_highatomic, 0);
     mm.alloc_pages(Gfp::ATOMIC, 2).unwrap();
-    let snap = &mm.zone_snapshots()[0];
+    let snap = &report.zone_snapshots()[0];
     assert_eq!(snap.reserved_highatomic, 16);
     assert_eq!(snap.counters.highatomic_reserved, 1);
     assert_eq!(snap.free.pageblocks_per_type[MigrateType::HighAtomic as usize], 1);
@@ -449,14 +452,14 @@ fn atomic_high_order_success_reserves_highatomic_capped_at_one_percent() {
     let mut n = 1;
     while mm.alloc_pages(Gfp::ATOMIC | Gfp::NOWARN, 2).is_ok() {
         n += 1;
-        let r = mm.zone_snapshots()[0].reserved_highatomic;
+        let r = report.zone_snapshots()[0].reserved_highatomic;
         assert!(r <= cap, "reserve {r} above 1% after {n} allocations");
-        mm.check_invariants().unwrap();
+        report.check_invariants().unwrap();
     }
-    let snap = &mm.zone_snapshots()[0];
+    let snap = &report.zone_snapshots()[0];
     assert_eq!(snap.reserved_highatomic, cap, "after {n} order-2 allocations");
     assert_eq!(snap.free.pageblocks_per_type[MigrateType::HighAtomic as usize], 6);
-    mm.check_invariants().unwrap();
+    report.check_invariants().unwrap();
 }
 
 /// A pageblock-order block (Linux's THP order, which the per-CPU lists
@@ -478,5 +481,5 @@ fn pageblock_order_allocations_take_the_per_cpu_list_first() {
     assert_eq!(again, block, "the list's block came back");
     assert_eq!(mm.nr_pcp_pages(), before);
     mm.free_pages(again, 9).unwrap();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }

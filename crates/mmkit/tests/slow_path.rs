@@ -9,7 +9,7 @@
 //! retrying forever. Maps have no per-CPU lists, so counts are exact.
 
 use mmkit::gfp::Watermark;
-use mmkit::{AllocError, Gfp, Hooks, MemoryMapBuilder, MigrateType, PageAllocator, Pfn, ZoneType};
+use mmkit::{AllocError, Gfp, Hooks, MemoryMapBuilder, MigrateType, PageAllocator, Pfn, Report, ZoneType};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -121,7 +121,7 @@ fn direct_reclaim_that_frees_pages_rescues_gfp_kernel() {
     let z = &mm.zones()[0];
     assert_eq!(z.free_pages(), z.watermark(Watermark::Min) + 31);
     mm.free_pages(p, 0).unwrap();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -173,7 +173,7 @@ fn nofail_retries_until_pages_appear() {
     assert_eq!(mm.stats().nofail_retries, 3);
     assert!(shared.stash.lock().unwrap().is_empty());
     mm.free_pages(p, 0).unwrap();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -200,12 +200,13 @@ fn failing_request_exhausts_the_highatomic_reserve_first() {
     // Reserve highatomic pageblocks; remember one allocation per reserved
     // pageblock.
     let mut firsts = Vec::new();
+    let report = Report::new(&mm);
     loop {
-        let reserved = mm.zone_snapshots()[0].counters.highatomic_reserved;
+        let reserved = report.zone_snapshots()[0].counters.highatomic_reserved;
         let Ok(p) = mm.alloc_pages(Gfp::ATOMIC | Gfp::NOWARN, 2) else {
             break;
         };
-        if mm.zone_snapshots()[0].counters.highatomic_reserved > reserved {
+        if report.zone_snapshots()[0].counters.highatomic_reserved > reserved {
             firsts.push(p);
         }
     }
@@ -214,13 +215,13 @@ fn failing_request_exhausts_the_highatomic_reserve_first() {
     for &p in &firsts[..3] {
         mm.free_pages(p, 2).unwrap();
     }
-    let snap = &mm.zone_snapshots()[0];
+    let snap = &report.zone_snapshots()[0];
     let ha_free = snap.free_pages_by_type[MigrateType::HighAtomic as usize];
     assert!(ha_free >= 12, "{ha_free}");
     // Far below MIN even if every reserved page were usable: this fails.
     assert!(snap.free_pages < mm.zones()[0].watermark(Watermark::Min));
     assert!(mm.alloc_pages(Gfp::KERNEL | Gfp::NOWARN, 0).is_err());
-    let snap = &mm.zone_snapshots()[0];
+    let snap = &report.zone_snapshots()[0];
     assert_eq!(
         snap.free_pages_by_type[MigrateType::HighAtomic as usize],
         0,
@@ -272,7 +273,7 @@ fn fragmented_request(reclaim: bool, compact: bool, gfp: Gfp, order: u32) -> (u6
     for p in all.iter().filter(|p| p.0 % 2 == 0) {
         mm.free_pages(*p, 0).unwrap();
     }
-    assert_eq!(mm.zone_snapshots()[0].free.free_blocks_per_order[0], 2048);
+    assert_eq!(Report::new(&mm).zone_snapshots()[0].free.free_blocks_per_order[0], 2048);
     r.store(0, SeqCst);
     c.store(0, SeqCst);
     assert!(mm.alloc_pages(gfp | Gfp::NOWARN, order).is_err());
@@ -320,5 +321,5 @@ fn a_released_highatomic_pageblock_merges_with_its_buddies() {
     mm.free_pages(pair, 1).unwrap();
     // Watermarks far above the zone: this fails, and gives the reserve back.
     assert!(mm.alloc_pages(Gfp::KERNEL | Gfp::ZERO, 1).is_err());
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }

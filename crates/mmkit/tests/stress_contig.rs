@@ -12,8 +12,8 @@
 //! changes nothing that is later visible.
 
 use mmkit::{
-    Backing, CopyMigrator, Gfp, HugePages, MemoryMapBuilder, MigrateError, MigrateRequest, MigrateType, Migrator,
-    PageAllocator, Pfn, ZoneType,
+    Backing, Contig, CopyMigrator, Gfp, HugePages, MemoryMapBuilder, MigrateError, MigrateRequest, MigrateType,
+    Migrator, PageAllocator, Pfn, Report, ZoneType,
 };
 use mmkit_testkit::XorShift64;
 use std::collections::HashMap;
@@ -102,7 +102,7 @@ fn contiguous_collection_races_ordinary_traffic() {
     );
     let free_at_start = mm.nr_free_pages();
     let stop = AtomicBool::new(false);
-    let cma = mm.cma_area("cma").unwrap();
+    let cma = Contig::new(&mm).cma_area("cma").unwrap();
     std::thread::scope(|scope| {
         for worker in 0..2u64 {
             let (mm, owners, stop) = (&mm, &owners, &stop);
@@ -148,24 +148,26 @@ fn contiguous_collection_races_ordinary_traffic() {
             let mut collected = 0;
             for i in 0..1500u64 {
                 let start = 1024 + (i * 64) % (PAGES - 4096);
-                if let Ok(()) = mm.alloc_contig_range(Pfn(start), Pfn(start + 64), MigrateType::Movable, Gfp::KERNEL) {
+                if let Ok(()) =
+                    Contig::new(mm).alloc_contig_range(Pfn(start), Pfn(start + 64), MigrateType::Movable, Gfp::KERNEL)
+                {
                     for p in start..start + 64 {
                         write_tag(mm, p, 0xc0de_0000 + p);
                     }
                     for p in start..start + 64 {
                         assert_eq!(tag_at(mm, p), 0xc0de_0000 + p, "contiguous page {p:#x} shared");
                     }
-                    mm.free_contig_range(Pfn(start), 64).unwrap();
+                    Contig::new(mm).free_contig_range(Pfn(start), 64).unwrap();
                     collected += 1;
                 }
-                if let Ok(pfn) = mm.cma_alloc(cma, 128, 4) {
+                if let Ok(pfn) = Contig::new(mm).cma_alloc(cma, 128, 4) {
                     for p in pfn.0..pfn.0 + 128 {
                         write_tag(mm, p, 0xcafe_0000 + p);
                     }
                     for p in pfn.0..pfn.0 + 128 {
                         assert_eq!(tag_at(mm, p), 0xcafe_0000 + p, "CMA page {p:#x} shared");
                     }
-                    mm.cma_release(cma, pfn, 128).unwrap();
+                    Contig::new(mm).cma_release(cma, pfn, 128).unwrap();
                 }
             }
             stop.store(true, Ordering::Relaxed);
@@ -179,7 +181,7 @@ fn contiguous_collection_races_ordinary_traffic() {
         mm.free_pages(Pfn(pfn), 0).unwrap();
     }
     assert_eq!(mm.drain_all_pages(), 0);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     assert_eq!(mm.nr_free_pages(), free_at_start, "every page came back");
     assert!(moved.load(Ordering::Relaxed) > 0, "no page was ever migrated: the test did not exercise migration");
 }

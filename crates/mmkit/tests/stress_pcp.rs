@@ -9,7 +9,7 @@
 //! overwrite the first owner's pattern), remote frees and concurrent drains
 //! keep the lists consistent, and accounting is exact.
 
-use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
+use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn, Report};
 use mmkit_testkit::XorShift64;
 use std::sync::mpsc;
 use std::sync::Barrier;
@@ -153,7 +153,7 @@ fn stress(threads: usize, rounds: usize) {
         drop(senders);
     });
     assert_eq!(mm.drain_all_pages(), 0);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     assert_eq!(mm.nr_free_pages(), free_at_start, "every page came back");
     let stats = mm.stats();
     assert_eq!(stats.bad_pages, 0);
@@ -220,6 +220,6 @@ fn a_speculative_reference_on_a_freed_block_frees_one_page_once() {
     stop.store(true, Relaxed);
     speculator.join().unwrap();
     mm.drain_all_pages();
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
     assert_eq!(mm.nr_free_pages(), mm.zones().iter().map(|z| z.managed_pages()).sum::<u64>());
 }

@@ -3,7 +3,7 @@
 //! back on deallocation, and a bad deallocation changes nothing.
 #![cfg(feature = "x86_64")]
 
-use mmkit::{FreeError, Gfp, MemoryMapBuilder, X86Frames};
+use mmkit::{FreeError, Gfp, MemoryMapBuilder, Report, X86Frames};
 use std::collections::HashSet;
 use x86_64::structures::paging::{FrameAllocator, FrameDeallocator, PhysFrame, Size1GiB, Size2MiB, Size4KiB};
 use x86_64::PhysAddr;
@@ -42,7 +42,7 @@ fn frames_are_unique_aligned_and_go_back() {
     }
     mm.drain_all_pages();
     assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), before);
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
@@ -57,7 +57,7 @@ fn a_bad_deallocation_changes_nothing() {
     unsafe { frames.deallocate_frame(frame) };
     let far = PhysFrame::<Size4KiB>::from_start_address(PhysAddr::new(1 << 40)).unwrap();
     assert!(matches!(frames.try_deallocate(far), Err(FreeError::OutOfRange(_))));
-    mm.check_invariants().unwrap();
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]

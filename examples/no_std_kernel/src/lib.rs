@@ -110,7 +110,7 @@ pub fn boot(
 mod tests {
     extern crate std;
     use super::*;
-    use mmkit::{Gfp, Pfn};
+    use mmkit::{Gfp, Pfn, Report};
     use std::vec::Vec;
 
     fn direct_map(frames: Range<u64>) -> &'static mut [MaybeUninit<u8>] {
@@ -126,7 +126,7 @@ mod tests {
         assert_eq!(boot.descriptor_frames.end - boot.descriptor_frames.start, 1025);
         assert!(boot.descriptor_frames.start >= 0x100, "the first region is too small for it");
         let mm = &boot.mm;
-        mm.check_invariants().unwrap();
+        Report::new(mm).check_invariants().unwrap();
         let usable: u64 = regions.iter().map(|r| (r.end / FRAME_SIZE) - r.start.div_ceil(FRAME_SIZE)).sum();
         assert_eq!(mm.nr_free_pages(), usable - 1025, "every usable frame is free but the descriptors'");
         // Every frame the allocator hands out is usable and none holds
@@ -141,7 +141,7 @@ mod tests {
         // All but the watermark reserves.
         assert!(held.len() as u64 > usable * 95 / 100, "{} frames of {usable}", held.len());
         mm.free_pages_bulk(&held).unwrap();
-        mm.check_invariants().unwrap();
+        Report::new(mm).check_invariants().unwrap();
     }
 
     #[test]

@@ -20,22 +20,24 @@
 //! `contig` and `free_contig`.
 #![deny(unsafe_code)]
 
+use crate::contig::Contig;
 use crate::types::error::{CmaError, ContigError};
 use crate::types::gfp::{Gfp, MigrateType};
 pub use crate::types::CmaId;
 pub use crate::zone::cma_area::{CmaAreaInfo, CmaStats};
-use crate::{PageAllocator, Pfn};
+use crate::Pfn;
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering::Relaxed;
 
 /// Largest alignment order `cma_alloc` accepts.
 pub const CMA_MAX_ALIGN_ORDER: u32 = 30;
 
-impl PageAllocator {
+impl Contig<'_> {
     /// The CMA areas declared with
     /// [`MemoryMapBuilder::cma`](crate::MemoryMapBuilder::cma).
     pub fn cma_areas(&self) -> Vec<CmaAreaInfo> {
-        self.cma
+        self.mm
+            .cma
             .iter()
             .enumerate()
             .map(|(i, a)| CmaAreaInfo { id: CmaId(i), name: a.name.clone(), pfns: a.pfns() })
@@ -44,7 +46,7 @@ impl PageAllocator {
 
     /// The id of the CMA area called `name`.
     pub fn cma_area(&self, name: &str) -> Option<CmaId> {
-        self.cma.iter().position(|a| a.name == name).map(CmaId)
+        self.mm.cma.iter().position(|a| a.name == name).map(CmaId)
     }
 
     /// Counters of one area.
@@ -52,7 +54,7 @@ impl PageAllocator {
     /// # Errors
     /// [`CmaError::NoSuchArea`].
     pub fn cma_stats(&self, id: CmaId) -> Result<CmaStats, CmaError> {
-        let area = self.cma.get(id.0).ok_or(CmaError::NoSuchArea(id))?;
+        let area = self.mm.cma.get(id.0).ok_or(CmaError::NoSuchArea(id))?;
         let c = &area.counters;
         let pages_in_use = area.bitmap.lock().allocations.values().sum();
         Ok(CmaStats {
@@ -85,7 +87,7 @@ impl PageAllocator {
     /// (above [`CMA_MAX_ALIGN_ORDER`]), [`NoMemory`](CmaError::NoMemory)
     /// when every candidate was in use or busy.
     pub fn cma_alloc(&self, id: CmaId, count: u64, align_order: u32) -> Result<Pfn, CmaError> {
-        let area = self.cma.get(id.0).ok_or(CmaError::NoSuchArea(id))?;
+        let area = self.mm.cma.get(id.0).ok_or(CmaError::NoSuchArea(id))?;
         if count == 0 || count > area.nr_pages {
             return Err(CmaError::InvalidCount { count, area_pages: area.nr_pages });
         }
@@ -148,7 +150,7 @@ impl PageAllocator {
     /// [`Free`](CmaError::Free) when the pages are no longer as `cma_alloc`
     /// left them (freed one by one, say). Nothing changes on error.
     pub fn cma_release(&self, id: CmaId, pfn: Pfn, count: u64) -> Result<(), CmaError> {
-        let area = self.cma.get(id.0).ok_or(CmaError::NoSuchArea(id))?;
+        let area = self.mm.cma.get(id.0).ok_or(CmaError::NoSuchArea(id))?;
         let span = area.pfns();
         if count == 0 || pfn.0 < span.start || pfn.0.saturating_add(count) > span.end {
             return Err(CmaError::NotInArea { pfn, count });

@@ -24,21 +24,22 @@
 //! has one function per variant, as the review of Linux's batched `free_contig_frozen_range` change asked.
 #![deny(unsafe_code)]
 
+use crate::contig::Contig;
 use crate::mem::page::{DescWord, PageFlags, PageIdx};
 use crate::page_alloc::free::Claim;
 use crate::types::error::FreeError;
 use crate::zone::buddy::chunk_order;
 use crate::zone::Zone;
-use crate::{PageAllocator, Pfn};
+use crate::Pfn;
 
-/// What [`free_contig_range`](PageAllocator::free_contig_range) did with the
+/// What [`free_contig_range`](Contig::free_contig_range) did with the
 /// pages of its range.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ContigFreeSummary {
     /// Pages returned to the free lists.
     pub freed: u64,
     /// Pages whose reference was dropped but that are still referenced by
-    /// someone else; the last [`put_page`](PageAllocator::put_page) frees
+    /// someone else; the last [`put_page`](crate::PageAllocator::put_page) frees
     /// them (non-frozen variant only).
     pub still_in_use: u64,
     /// Pages that failed `free_pages_prepare`: reported as bad pages and
@@ -48,7 +49,7 @@ pub struct ContigFreeSummary {
     pub hwpoisoned: u64,
 }
 
-impl PageAllocator {
+impl Contig<'_> {
     /// Frees `nr_pages` order-0 pages starting at `pfn`, as handed out by
     /// [`alloc_contig_range`](Self::alloc_contig_range) (Linux's
     /// `free_contig_range`). Each page loses one reference; pages that
@@ -71,7 +72,7 @@ impl PageAllocator {
     /// [`TailPage`](FreeError::TailPage), [`DoubleFree`](FreeError::DoubleFree),
     /// [`NotAllocated`](FreeError::NotAllocated), [`Poisoned`](FreeError::Poisoned)),
     /// a block of higher order ([`WrongOrder`](FreeError::WrongOrder): free
-    /// a compound page with [`free_pages`](Self::free_pages)) or a frozen
+    /// a compound page with [`free_pages`](crate::PageAllocator::free_pages)) or a frozen
     /// page ([`RefcountMismatch`](FreeError::RefcountMismatch)) fails the
     /// call with nothing freed.
     pub fn free_contig_range(&self, pfn: Pfn, nr_pages: u64) -> Result<ContigFreeSummary, FreeError> {
@@ -96,9 +97,9 @@ impl PageAllocator {
         if nr_pages == 0 {
             return Ok(ContigFreeSummary::default());
         }
-        let start = self.pfn_to_idx(pfn).ok_or(FreeError::OutOfRange(pfn))?;
+        let start = self.mm.pfn_to_idx(pfn).ok_or(FreeError::OutOfRange(pfn))?;
         let last = Pfn(pfn.0.saturating_add(nr_pages - 1));
-        let end = self.pfn_to_idx(last).ok_or(FreeError::OutOfRange(last))? + 1;
+        let end = self.mm.pfn_to_idx(last).ok_or(FreeError::OutOfRange(last))? + 1;
         self.validate_contig_pages(start, end, frozen)?;
         Ok(self.free_contig_pages(start, end, |idx, summary| self.prepare_contig_page(idx, frozen, summary)))
     }
@@ -107,7 +108,7 @@ impl PageAllocator {
     /// the first page that is not an allocated order-0 page with the right
     /// refcount, then the precise error for it.
     fn validate_contig_pages(&self, start: PageIdx, end: PageIdx, frozen: bool) -> Result<(), FreeError> {
-        let first_bad = self.mem.pages.slice(start, end).iter().position(|page| {
+        let first_bad = self.mm.mem.pages.slice(start, end).iter().position(|page| {
             let (flags, order) = page.flags_and_order();
             !flags.contains(PageFlags::ALLOCATED) || order != 0 || (page.refcount() == 0) != frozen
         });
@@ -115,11 +116,11 @@ impl PageAllocator {
             return Ok(());
         };
         let idx = start + offset as PageIdx;
-        let page = self.desc(idx);
-        let pfn = self.idx_to_pfn(idx);
+        let page = self.mm.desc(idx);
+        let pfn = self.mm.idx_to_pfn(idx);
         let (flags, order) = page.flags_and_order();
         if !flags.contains(PageFlags::ALLOCATED) {
-            return Err(self.validate_allocated(pfn).err().unwrap_or(FreeError::NotAllocated(pfn)));
+            return Err(self.mm.validate_allocated(pfn).err().unwrap_or(FreeError::NotAllocated(pfn)));
         }
         if order != 0 {
             return Err(FreeError::WrongOrder { pfn, allocated: order, given: 0 });
@@ -137,8 +138,8 @@ impl PageAllocator {
         mut prepare: impl FnMut(PageIdx, &mut ContigFreeSummary) -> bool,
     ) -> ContigFreeSummary {
         let mut summary = ContigFreeSummary::default();
-        let cpu = self.current_cpu();
-        let section_mask = (1u32 << self.mem.geometry.section_order) - 1;
+        let cpu = self.mm.current_cpu();
+        let section_mask = (1u32 << self.mm.mem.geometry.section_order) - 1;
         // The open run is [run_start, idx) in `run_zone`; it must end before
         // `run_limit`, the next section or zone boundary.
         let mut run: Option<(&Zone, PageIdx, PageIdx)> = None;
@@ -156,7 +157,7 @@ impl PageAllocator {
                 continue;
             }
             if run.is_none() {
-                let Some(zone) = self.zone_of(idx) else {
+                let Some(zone) = self.mm.zone_of(idx) else {
                     continue; // unreachable: allocated pages lie in a zone
                 };
                 let limit = zone.end_idx.min((idx | section_mask).saturating_add(1));
@@ -173,7 +174,7 @@ impl PageAllocator {
     /// one page; true if the page may join a run.
     #[inline(always)]
     fn prepare_contig_page(&self, idx: PageIdx, frozen: bool, summary: &mut ContigFreeSummary) -> bool {
-        let page = self.desc(idx);
+        let page = self.mm.desc(idx);
         // The common page (order 0, one reference, or none if frozen, and
         // no flag but ALLOCATED) needs none of free_pages_prepare's
         // diagnosis: it is claimed (its last reference dropped, or the
@@ -183,7 +184,7 @@ impl PageAllocator {
         // takes the general steps below.
         let word = page.load_word();
         if word.is_plain_order0(u32::from(!frozen))
-            && !self.hwpoison.any()
+            && !self.mm.hwpoison.any()
             && page.drop_last_reference(word, DescWord::PREPARED)
         {
             return true;
@@ -202,7 +203,7 @@ impl PageAllocator {
             return false;
         };
         let poisoned = page.has(PageFlags::HWPOISON);
-        match self.claim_and_prepare(idx, 0, claim) {
+        match self.mm.claim_and_prepare(idx, 0, claim) {
             Ok(()) => {}
             // Reported and leaked, as by `free_pages`.
             Err(FreeError::BadPage { .. }) => {
@@ -215,7 +216,7 @@ impl PageAllocator {
         if poisoned {
             // `memory_failure` counted an in-use page as pending; it is now
             // out of service for good.
-            self.drop_poisoned(idx);
+            self.mm.drop_poisoned(idx);
             summary.hwpoisoned += 1;
             return false;
         }
@@ -227,11 +228,11 @@ impl PageAllocator {
     /// PFN, log2 of what is left, `MAX_PAGE_ORDER`). Returns the page count.
     fn free_prepared_run(&self, cpu: usize, zone: &Zone, start: PageIdx, end: PageIdx) -> u64 {
         debug_assert!(zone.start_idx <= start && end <= zone.end_idx);
-        let max_order = self.mem.geometry.merge_order();
+        let max_order = self.mm.mem.geometry.merge_order();
         let mut idx = start;
         while idx < end {
             let order = chunk_order(idx, end - idx, max_order);
-            self.free_prepared_block(cpu, idx, order);
+            self.mm.free_prepared_block(cpu, idx, order);
             idx += 1 << order;
         }
         (end - start) as u64

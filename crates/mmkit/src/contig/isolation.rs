@@ -19,10 +19,10 @@
 //! blocks of another type at pageblock order or above.
 #![deny(unsafe_code)]
 
+use crate::contig::Contig;
 use crate::mem::page::{PageFlags, PageIdx};
 use crate::types::gfp::MigrateType;
 use crate::zone::{Zone, ZoneState};
-use crate::PageAllocator;
 use alloc::vec::Vec;
 
 /// What page `idx` belongs to, read from descriptors.
@@ -37,7 +37,7 @@ pub(crate) enum Unit {
     Unusable,
 }
 
-/// Pageblocks isolated by [`PageAllocator::start_isolate_page_range`] and
+/// Pageblocks isolated by [`Contig::start_isolate_page_range`] and
 /// the types to give them back.
 pub(crate) struct IsolatedRange {
     /// First page of the first pageblock.
@@ -52,12 +52,12 @@ impl IsolatedRange {
     }
 }
 
-impl PageAllocator {
+impl Contig<'_> {
     /// Classifies page `idx` of `zone`. Reads descriptors without the zone
     /// lock, so a page in the middle of being allocated or freed shows as
     /// [`Unit::Unusable`]; callers treat that as busy, like Linux does.
     pub(crate) fn unit_at(&self, zone: &Zone, idx: PageIdx) -> Unit {
-        let page = self.desc(idx);
+        let page = self.mm.desc(idx);
         let flags = page.flags();
         // A block cached on a per-CPU list is free too: the drain that
         // follows isolation returns it to the (isolated) buddy lists.
@@ -69,7 +69,7 @@ impl PageAllocator {
         }
         if flags.contains(PageFlags::TAIL) {
             let head = page.next();
-            return if self.desc(head).has(PageFlags::ALLOCATED) { self.in_use(head) } else { Unit::Unusable };
+            return if self.mm.desc(head).has(PageFlags::ALLOCATED) { self.in_use(head) } else { Unit::Unusable };
         }
         if flags.intersects(PageFlags::HOLE.union(PageFlags::RESERVED)) {
             return Unit::Unusable;
@@ -77,12 +77,12 @@ impl PageAllocator {
         // An inner page of a larger block: the first aligned block head
         // above it decides. A head found at a finer alignment that does not
         // cover `idx` means no larger block can.
-        for order in 1..=self.mem.geometry.merge_order() {
+        for order in 1..=self.mm.mem.geometry.merge_order() {
             let head = idx & !((1u32 << order) - 1);
             if head < zone.start_idx {
                 break;
             }
-            let h = self.desc(head);
+            let h = self.mm.desc(head);
             let hf = h.flags();
             if hf.intersects(PageFlags::BUDDY.union(PageFlags::ALLOCATED).union(PageFlags::PCP)) {
                 if idx >= head + (1u32 << h.order()) {
@@ -99,14 +99,14 @@ impl PageAllocator {
     }
 
     fn in_use(&self, head: PageIdx) -> Unit {
-        let page = self.desc(head);
+        let page = self.mm.desc(head);
         // An owned movable block is a candidate too: the embedder's migrator
         // hands it to its owner (zsmalloc moves its own zspage pages, as
         // Linux's `movable_operations` do); `CopyMigrator` refuses it. A
         // page local to a pinned CPU is not: only that CPU may free it.
         let movable = page.tag() == MigrateType::Movable as u8
             && !page.has(PageFlags::HWPOISON.union(PageFlags::LOCAL))
-            && self.migrator.is_some();
+            && self.mm.migrator.is_some();
         Unit::InUse { head, order: page.order(), movable }
     }
 
@@ -153,10 +153,10 @@ impl PageAllocator {
         mt: MigrateType,
         movable: &mut Vec<(PageIdx, u32)>,
     ) -> Result<IsolatedRange, PageIdx> {
-        let pb_pages = 1u32 << self.mem.geometry.pageblock_order;
+        let pb_pages = 1u32 << self.mm.mem.geometry.pageblock_order;
         let pb_start = start & !(pb_pages - 1);
         let pb_end = end.next_multiple_of(pb_pages);
-        let cx = zone.cx(&self.mem);
+        let cx = zone.cx(&self.mm.mem);
         let mut state = zone.state.lock();
         let mut saved = Vec::with_capacity(((pb_end - pb_start) / pb_pages) as usize);
         let mut pb = pb_start;
@@ -205,8 +205,8 @@ impl PageAllocator {
         range: &IsolatedRange,
         taken: Option<(PageIdx, PageIdx)>,
     ) {
-        let pb_pages = 1u32 << self.mem.geometry.pageblock_order;
-        let cx = zone.cx(&self.mem);
+        let pb_pages = 1u32 << self.mm.mem.geometry.pageblock_order;
+        let cx = zone.cx(&self.mm.mem);
         for (pb, _) in range.pageblocks(pb_pages) {
             state.area.split_to_pageblocks(cx, pb);
         }

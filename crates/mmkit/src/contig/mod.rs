@@ -12,6 +12,13 @@
 //! It edits lists only through `buddy` under the zone lock, holds no lock
 //! while the migrator runs, and never changes a pageblock's type for good.
 //! Freeing ranges is `free_contig`'s; CMA bookkeeping is `cma`'s.
+//!
+//! The layer's public face is [`Contig`], a view borrowing the allocator:
+//! every operation of the layer is a method of the view, never of
+//! [`PageAllocator`] itself, because `page_alloc` sits below this layer and
+//! must stay whole without it (`tests/layers.rs` holds the rule). The view
+//! reaches the allocator only through what `page_alloc` and the layers
+//! under it make visible to the crate.
 #![deny(unsafe_code)]
 
 pub mod cma;
@@ -55,7 +62,50 @@ fn contig_migration_gfp(gfp: Gfp) -> Result<Gfp, ContigError> {
     Ok(rest.intersection(reclaim | Gfp::RETRY_MAYFAIL | Gfp::NOWARN) | Gfp::MOVABLE | Gfp::RETRY_MAYFAIL)
 }
 
-impl PageAllocator {
+/// The contiguous-allocation layer over one allocator: ranges collected
+/// and freed by PFN, owned ranges, CMA areas. A borrowed view; make one
+/// wherever it is needed, it costs a reference.
+///
+/// ```
+/// use mmkit::{Contig, Gfp, MemoryMapBuilder, MigrateType, Pfn};
+/// let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
+/// let contig = Contig::new(&mm);
+/// contig.alloc_contig_range(Pfn(4096), Pfn(4608), MigrateType::Movable, Gfp::KERNEL).unwrap();
+/// assert_eq!(contig.free_contig_range(Pfn(4096), 512).unwrap().freed, 512);
+/// ```
+#[derive(Clone, Copy)]
+pub struct Contig<'a> {
+    mm: &'a PageAllocator,
+}
+
+impl<'a> Contig<'a> {
+    /// The view of `mm`.
+    #[inline]
+    pub fn new(mm: &'a PageAllocator) -> Self {
+        Self { mm }
+    }
+
+    /// The allocator the view borrows.
+    #[inline]
+    pub fn allocator(&self) -> &'a PageAllocator {
+        self.mm
+    }
+}
+
+impl<'a> From<&'a PageAllocator> for Contig<'a> {
+    #[inline]
+    fn from(mm: &'a PageAllocator) -> Self {
+        Self::new(mm)
+    }
+}
+
+impl core::fmt::Debug for Contig<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Contig").finish_non_exhaustive()
+    }
+}
+
+impl Contig<'_> {
     /// Allocates exactly the pages `[start, end)` (Linux's
     /// `alloc_contig_range`), moving in-use movable pages out of the way.
     ///
@@ -67,7 +117,7 @@ impl PageAllocator {
     /// and the free range taken off the free lists. The pages come back as
     /// order-0 pages with refcount 1 (free them with
     /// [`free_contig_range`](Self::free_contig_range) or one by one with
-    /// [`free_pages`](Self::free_pages)`(pfn, 0)`), or with `Gfp::COMP` as
+    /// [`free_pages`](PageAllocator::free_pages)`(pfn, 0)`), or with `Gfp::COMP` as
     /// one compound page (free it with `free_pages(start, order)`). With
     /// `Gfp::ZERO` and real memory they are zeroed. Pageblock types are as
     /// they were before.
@@ -138,16 +188,16 @@ impl PageAllocator {
     fn alloc_contig_pages_common(&self, nr_pages: u64, gfp: Gfp, nid: usize, frozen: bool) -> Result<Pfn, ContigError> {
         contig_migration_gfp(gfp)?;
         let highest = gfp_zone(gfp).map_err(|_| ContigError::InvalidGfp(gfp))?;
-        if nid >= self.nr_nodes() {
+        if nid >= self.mm.nr_nodes() {
             return Err(ContigError::NoSuchNode(nid));
         }
-        if nr_pages == 0 || nr_pages > self.mem.pages.len() as u64 {
+        if nr_pages == 0 || nr_pages > self.mm.mem.pages.len() as u64 {
             return Err(ContigError::NoMemory { nr_pages });
         }
         let this_node_only = gfp.contains(Gfp::THISNODE);
         let step = nr_pages.next_power_of_two();
-        for &zi in self.zonelist(nid) {
-            let zone = &self.zones[zi];
+        for &zi in self.mm.zonelist(nid) {
+            let zone = &self.mm.zones[zi];
             if zone.zone_type > highest || (this_node_only && zone.nid != nid) {
                 continue;
             }
@@ -171,14 +221,14 @@ impl PageAllocator {
     /// `pfn_range_valid_contig`): no hole, reserved, poisoned, unmovable,
     /// CMA or isolated page. A pass is only a hint; the allocation decides.
     fn pfn_range_valid_contig(&self, zone: &Zone, pfn: u64, nr_pages: u64) -> bool {
-        let Some(start) = self.pfn_to_idx(Pfn(pfn)) else {
+        let Some(start) = self.mm.pfn_to_idx(Pfn(pfn)) else {
             return false;
         };
         let end = start + nr_pages as u32;
-        let pb_pages = 1u32 << self.mem.geometry.pageblock_order;
+        let pb_pages = 1u32 << self.mm.mem.geometry.pageblock_order;
         let mut pb = start & !(pb_pages - 1);
         while pb < end {
-            if matches!(self.mem.blocks.get(pb), MigrateType::Cma | MigrateType::Isolate) {
+            if matches!(self.mm.mem.blocks.get(pb), MigrateType::Cma | MigrateType::Isolate) {
                 return false;
             }
             pb += pb_pages;
@@ -213,15 +263,15 @@ impl PageAllocator {
         if start >= end {
             return Err(ContigError::InvalidRange { start, end });
         }
-        let s = self.pfn_to_idx(start).ok_or(ContigError::OutOfRange(start))?;
+        let s = self.mm.pfn_to_idx(start).ok_or(ContigError::OutOfRange(start))?;
         let last = Pfn(end.0 - 1);
-        let e = self.pfn_to_idx(last).ok_or(ContigError::OutOfRange(last))? + 1;
+        let e = self.mm.pfn_to_idx(last).ok_or(ContigError::OutOfRange(last))? + 1;
         let nr_pages = end.0 - start.0;
         let compound_order = if gfp.contains(Gfp::COMP) {
             if matches!(prep, Prep::Owned(_)) {
                 return Err(ContigError::InvalidGfp(Gfp::COMP));
             }
-            let max_folio_order = 30u32.saturating_sub(self.mem.geometry.page_shift).max(1);
+            let max_folio_order = 30u32.saturating_sub(self.mm.mem.geometry.page_shift).max(1);
             if !nr_pages.is_power_of_two()
                 || start.0 & (nr_pages - 1) != 0
                 || nr_pages.trailing_zeros() > max_folio_order
@@ -237,17 +287,17 @@ impl PageAllocator {
         let mut movable = Vec::new();
         let isolated = self
             .start_isolate_page_range(zone, s, e, mt, &mut movable)
-            .map_err(|idx| ContigError::Busy { pfn: self.idx_to_pfn(idx) })?;
-        self.drain_all_pages();
+            .map_err(|idx| ContigError::Busy { pfn: self.mm.idx_to_pfn(idx) })?;
+        self.mm.drain_all_pages();
         let collected = self.migrate_out(zone, &movable, migration_gfp).and_then(|()| {
-            let cx = zone.cx(&self.mem);
+            let cx = zone.cx(&self.mm.mem);
             let mut state = zone.state.lock();
             // Linux's test_pages_isolated + isolate_freepages_range: the
             // whole range must sit in free ISOLATE blocks, taken in one go.
             let mut idx = s;
             while idx < e {
                 match state.area.enclosing_free_block(cx, idx) {
-                    Some((head, order)) if self.desc(head).tag() == MigrateType::Isolate as u8 => {
+                    Some((head, order)) if self.mm.desc(head).tag() == MigrateType::Isolate as u8 => {
                         idx = head + (1 << order);
                     }
                     _ => return Err(idx),
@@ -262,12 +312,12 @@ impl PageAllocator {
         });
         if let Err(idx) = collected {
             self.undo_isolate_page_range(zone, &isolated);
-            return Err(ContigError::Busy { pfn: self.idx_to_pfn(idx) });
+            return Err(ContigError::Busy { pfn: self.mm.idx_to_pfn(idx) });
         }
         self.prep_contig_pages(s, e, compound_order, prep);
         #[cfg(feature = "std")]
         if gfp.contains(Gfp::ZERO) {
-            if let Some(mem) = &self.mem.memory {
+            if let Some(mem) = &self.mm.mem.memory {
                 mem.zero_pages(s as usize, nr_pages as usize);
             }
         }
@@ -278,21 +328,21 @@ impl PageAllocator {
     /// touches no other zone (pageblock types are shared by every zone a
     /// pageblock touches, so isolating one must not reach into another).
     fn single_zone(&self, s: PageIdx, e: PageIdx) -> Option<&Zone> {
-        let zone = self.zone_of(s)?;
+        let zone = self.mm.zone_of(s)?;
         if e > zone.end_idx {
             return None;
         }
-        let pb_pages = 1u32 << self.mem.geometry.pageblock_order;
+        let pb_pages = 1u32 << self.mm.mem.geometry.pageblock_order;
         let (pb_start, pb_end) = (s & !(pb_pages - 1), e.next_multiple_of(pb_pages));
         let foreign =
-            self.zones.iter().any(|z| !core::ptr::eq(z, zone) && z.start_idx < pb_end && pb_start < z.end_idx);
+            self.mm.zones.iter().any(|z| !core::ptr::eq(z, zone) && z.start_idx < pb_end && pb_start < z.end_idx);
         (!foreign).then_some(zone)
     }
 
     /// Hands each movable block to the migrator (Linux's
     /// `__alloc_contig_migrate_range`). Err is the first block that stayed.
     fn migrate_out(&self, zone: &Zone, blocks: &[(PageIdx, u32)], gfp: Gfp) -> Result<(), PageIdx> {
-        let Some(migrator) = self.migrator.as_deref() else {
+        let Some(migrator) = self.mm.migrator.as_deref() else {
             return blocks.first().map_or(Ok(()), |&(head, _)| Err(head));
         };
         for &(head, order) in blocks {
@@ -300,8 +350,8 @@ impl PageAllocator {
             if !still_there(self) {
                 continue; // freed by its owner meanwhile
             }
-            let request = MigrateRequest { pfn: self.idx_to_pfn(head), order, gfp, nid: zone.nid };
-            if migrator.migrate_page(self, &request).is_err() && still_there(self) {
+            let request = MigrateRequest { pfn: self.mm.idx_to_pfn(head), order, gfp, nid: zone.nid };
+            if migrator.migrate_page(self.mm, &request).is_err() && still_there(self) {
                 return Err(head);
             }
         }
@@ -319,11 +369,11 @@ impl PageAllocator {
         match compound_order {
             Some(order) => {
                 for tail in s + 1..e {
-                    let t = self.desc(tail);
+                    let t = self.mm.desc(tail);
                     t.set_state(PageFlags::TAIL, 0, 0);
                     t.set_next(s);
                 }
-                let head = self.desc(s);
+                let head = self.mm.desc(s);
                 head.set_private(0);
                 head.set_refcount(refcount);
                 head.set_state(PageFlags::ALLOCATED | PageFlags::HEAD, order, tag);
@@ -336,7 +386,7 @@ impl PageAllocator {
                     Prep::Owned(owner) => DescWord::owned(PageFlags::ALLOCATED, 0, tag, owner.id(), refcount),
                     _ => DescWord::allocated(PageFlags::ALLOCATED, 0, tag, refcount),
                 };
-                for page in self.mem.pages.slice(s, e) {
+                for page in self.mm.mem.pages.slice(s, e) {
                     page.set_private(0);
                     page.hand_out(word);
                 }

@@ -6,10 +6,10 @@
 //! `free_contig`'s, with this file's per-page check.
 //!
 //! # Why a handle
-//! [`free_contig_range`](PageAllocator::free_contig_range) must drop one
+//! [`free_contig_range`](Contig::free_contig_range) must drop one
 //! reference per page with a compare-and-swap, because any thread may
 //! take a reference to an in-use page at any time
-//! ([`get_page`](PageAllocator::get_page)); a second free of the same
+//! ([`get_page`](crate::PageAllocator::get_page)); a second free of the same
 //! pages must lose that race cleanly. The compare-and-swap is about half
 //! of the batched free (`free_contig_range/batched` against `/owned` in
 //! BENCHMARKS.md). The pages
@@ -29,19 +29,20 @@
 #![deny(unsafe_code)]
 
 use crate::contig::free_contig::ContigFreeSummary;
+use crate::contig::Contig;
 use crate::contig::Prep;
 use crate::mem::page::{DescWord, PageFlags, PageIdx};
 use crate::types::error::{BadPageReason, ContigError};
 use crate::types::gfp::{Gfp, MigrateType};
-use crate::{PageAllocator, PageOwner, Pfn};
+use crate::{PageOwner, Pfn};
 
 /// A contiguous run of order-0 pages collected by
-/// [`PageAllocator::alloc_contig_block`]: frozen, owned by one layer, and
+/// [`Contig::alloc_contig_block`]: frozen, owned by one layer, and
 /// held only through this handle.
 ///
-/// Give it back with [`PageAllocator::free_contig_block`]; a dropped
+/// Give it back with [`Contig::free_contig_block`]; a dropped
 /// `ContigRange` leaks its pages (they stay allocated and owned).
-#[must_use = "a dropped ContigRange leaks its pages; free it with PageAllocator::free_contig_block"]
+#[must_use = "a dropped ContigRange leaks its pages; free it with Contig::free_contig_block"]
 #[derive(Debug, PartialEq, Eq)]
 pub struct ContigRange {
     start: Pfn,
@@ -69,7 +70,7 @@ impl ContigRange {
     }
 }
 
-/// Why [`PageAllocator::free_contig_block`] refused a range.
+/// Why [`Contig::free_contig_block`] refused a range.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ContigRangeError {
     /// The range belongs to another allocator; it is handed back unchanged.
@@ -89,7 +90,7 @@ impl core::fmt::Display for ContigRangeError {
 #[cfg(feature = "std")]
 impl std::error::Error for ContigRangeError {}
 
-impl PageAllocator {
+impl Contig<'_> {
     /// Collects `[start, end)` like
     /// [`alloc_contig_frozen_range`](Self::alloc_contig_frozen_range) and
     /// hands it out as one owned range: its pages are frozen and marked as
@@ -97,12 +98,13 @@ impl PageAllocator {
     /// gives them back.
     ///
     /// ```
-    /// use mmkit::{Gfp, MemoryMapBuilder, MigrateType, PageOwner, Pfn};
+    /// use mmkit::{Contig, Gfp, MemoryMapBuilder, MigrateType, PageOwner, Pfn};
     /// const POOL: PageOwner = PageOwner::new(9).unwrap();
     /// let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
-    /// let range = mm.alloc_contig_block(POOL, Pfn(4096), Pfn(8192), MigrateType::Movable, Gfp::KERNEL).unwrap();
-    /// assert!(mm.free_contig_range(Pfn(4096), 1).is_err()); // owned: the plain free refuses it
-    /// let summary = mm.free_contig_block(range).unwrap();
+    /// let contig = Contig::new(&mm);
+    /// let range = contig.alloc_contig_block(POOL, Pfn(4096), Pfn(8192), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    /// assert!(contig.free_contig_range(Pfn(4096), 1).is_err()); // owned: the plain free refuses it
+    /// let summary = contig.free_contig_block(range).unwrap();
     /// assert_eq!(summary.freed, 4096);
     /// ```
     ///
@@ -119,7 +121,7 @@ impl PageAllocator {
         gfp: Gfp,
     ) -> Result<ContigRange, ContigError> {
         self.collect_contig_range(start, end, migratetype, gfp, Prep::Owned(owner))?;
-        Ok(ContigRange { start, nr_pages: end.0 - start.0, owner, map_id: self.map_id() })
+        Ok(ContigRange { start, nr_pages: end.0 - start.0, owner, map_id: self.mm.map_id() })
     }
 
     /// Frees an owned range in the largest aligned chunks, like
@@ -134,11 +136,11 @@ impl PageAllocator {
     /// [`ContigRangeError::Foreign`] for another allocator's range (given
     /// back, nothing changed).
     pub fn free_contig_block(&self, range: ContigRange) -> Result<ContigFreeSummary, ContigRangeError> {
-        if range.map_id != self.map_id() {
+        if range.map_id != self.mm.map_id() {
             return Err(ContigRangeError::Foreign(range));
         }
         // This allocator made the handle from PFNs of its map.
-        let start = range.start.0.wrapping_sub(self.mem.base_pfn) as PageIdx;
+        let start = range.start.0.wrapping_sub(self.mm.mem.base_pfn) as PageIdx;
         let end = start + range.nr_pages as PageIdx;
         let expected = DescWord::owned(PageFlags::ALLOCATED, 0, MigrateType::Unmovable as u8, range.owner.id(), 0);
         Ok(self.free_contig_pages(start, end, |idx, summary| self.prepare_owned_page(idx, expected, summary)))
@@ -150,15 +152,15 @@ impl PageAllocator {
     /// of the free state. True if the page may join a run.
     #[inline(always)]
     fn prepare_owned_page(&self, idx: PageIdx, expected: DescWord, summary: &mut ContigFreeSummary) -> bool {
-        let page = self.desc(idx);
+        let page = self.mm.desc(idx);
         let word = page.load_word();
         if word.without_poison() != expected {
             self.owned_page_went_bad(idx, summary);
             return false;
         }
         page.set_free_state(PageFlags::EMPTY, 0, 0);
-        if self.hwpoisoned_with_flag(word.poisoned(), idx) {
-            self.drop_poisoned(idx);
+        if self.mm.hwpoisoned_with_flag(word.poisoned(), idx) {
+            self.mm.drop_poisoned(idx);
             summary.hwpoisoned += 1;
             return false;
         }
@@ -169,14 +171,14 @@ impl PageAllocator {
     /// left it.
     #[cold]
     fn owned_page_went_bad(&self, idx: PageIdx, summary: &mut ContigFreeSummary) {
-        let page = self.desc(idx);
+        let page = self.mm.desc(idx);
         let reason = match page.refcount() {
             0 => BadPageReason::FlagsSetAtFree(page.flags().intersection(PageFlags::CHECK_AT_FREE)),
             refcount => BadPageReason::NonzeroRefcount(refcount),
         };
         page.clear_owner();
         page.update_flags_atomic(PageFlags::EMPTY, PageFlags::ALLOCATED);
-        self.report_bad_page(idx, reason, 1);
+        self.mm.report_bad_page(idx, reason, 1);
         summary.bad += 1;
     }
 }

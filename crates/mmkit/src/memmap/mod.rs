@@ -251,13 +251,13 @@ impl MemoryMapBuilder {
     /// comparisons. See `docs/fast-paths.md`.
     ///
     /// ```
-    /// use mmkit::{Gfp, MemoryMapBuilder};
+    /// use mmkit::{Gfp, MemoryMapBuilder, Report};
     /// let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
     /// let pfn = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
     /// mm.free_pages(pfn, 0).unwrap(); // onto this CPU's cache, no lock
     /// assert_eq!(mm.drain_all_pages(), 0); // every CPU's cache, too
     /// assert_eq!(mm.nr_pcp_pages(), 0);
-    /// mm.check_invariants().unwrap();
+    /// Report::new(&mm).check_invariants().unwrap();
     /// ```
     pub fn cpu_caches(mut self, enabled: bool) -> Self {
         self.cpu_caches = enabled;
@@ -347,7 +347,7 @@ impl MemoryMapBuilder {
     /// `cma_declare_contiguous` + `cma_init_reserved_areas`): its pageblocks
     /// get type CMA before the free pages reach the buddy lists, so movable
     /// allocations may borrow them until
-    /// [`cma_alloc`](PageAllocator::cma_alloc) wants them back. The span
+    /// [`cma_alloc`](crate::Contig::cma_alloc) wants them back. The span
     /// must be pageblock-aligned, inside one zone, free of holes and
     /// reserved pages, and disjoint from other areas (checked by
     /// [`build`](Self::build)). Areas get [`CmaId`](crate::CmaId)s in
@@ -695,6 +695,7 @@ pub(crate) fn split_at_sections(range: Range<u64>, section_order: u32) -> impl I
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Report;
 
     #[test]
     fn range_helpers() {
@@ -719,9 +720,9 @@ mod tests {
     fn populated_descriptors_change_nothing_visible() {
         let lazy = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
         let populated = MemoryMapBuilder::with_memory(64 << 20).populate_descriptors(true).build().unwrap();
-        assert_eq!(lazy.buddyinfo(), populated.buddyinfo());
-        assert_eq!(lazy.pagetypeinfo(), populated.pagetypeinfo());
-        populated.check_invariants().unwrap();
+        assert_eq!(Report::new(&lazy).buddyinfo(), Report::new(&populated).buddyinfo());
+        assert_eq!(Report::new(&lazy).pagetypeinfo(), Report::new(&populated).pagetypeinfo());
+        Report::new(&populated).check_invariants().unwrap();
         let pfn = populated.alloc_pages(crate::Gfp::KERNEL, 3).unwrap();
         populated.free_pages(pfn, 3).unwrap();
     }

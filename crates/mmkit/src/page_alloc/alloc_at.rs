@@ -37,13 +37,13 @@ impl PageAllocator {
     /// Highatomic and CMA pageblocks keep their type.
     ///
     /// ```
-    /// use mmkit::{AllocError, Gfp, MemoryMapBuilder, Pfn};
+    /// use mmkit::{AllocError, Gfp, MemoryMapBuilder, Pfn, Report};
     /// let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
     /// let pfn = mm.alloc_pages_at(Pfn(0x2000), 3, Gfp::KERNEL).unwrap();
     /// assert_eq!(pfn, Pfn(0x2000));
     /// assert_eq!(mm.alloc_pages_at(Pfn(0x2004), 0, Gfp::KERNEL), Err(AllocError::NotFree(Pfn(0x2004))));
     /// mm.free_pages(pfn, 3).unwrap();
-    /// mm.check_invariants().unwrap();
+    /// Report::new(&mm).check_invariants().unwrap();
     /// ```
     ///
     /// # Errors
@@ -127,7 +127,7 @@ impl PageAllocator {
 
 #[cfg(test)]
 mod tests {
-    use crate::{AllocError, Gfp, MemoryMapBuilder, MigrateType, Pfn, ZoneType};
+    use crate::{AllocError, Gfp, MemoryMapBuilder, MigrateType, Pfn, Report, ZoneType};
 
     fn map(pcp: bool) -> crate::PageAllocator {
         MemoryMapBuilder::new().zone(0, ZoneType::Normal, 0x1000..0x3000).per_cpu_lists(pcp).build().unwrap()
@@ -146,23 +146,25 @@ mod tests {
         assert_eq!(mm.compound_head(Pfn(0x123b)), Ok(Pfn(0x1238)));
         assert_eq!(mm.alloc_pages_at(Pfn(0x1239), 0, Gfp::KERNEL), Err(AllocError::NotFree(Pfn(0x1239))));
         assert_eq!(mm.alloc_pages_at(Pfn(0x1230), 4, Gfp::KERNEL), Err(AllocError::NotFree(Pfn(0x1238))));
-        mm.check_invariants().unwrap();
+        let report = Report::new(&mm);
+        report.check_invariants().unwrap();
         mm.free_pages(Pfn(0x1238), 2).unwrap();
         assert_eq!(mm.nr_free_pages(), free);
-        mm.check_invariants().unwrap();
-        assert_eq!(mm.buddyinfo(), map(false).buddyinfo(), "everything merged back");
+        report.check_invariants().unwrap();
+        assert_eq!(report.buddyinfo(), Report::new(&map(false)).buddyinfo(), "everything merged back");
     }
 
     #[test]
     fn bad_input_changes_nothing() {
         let mm = map(false);
-        let before = mm.buddyinfo();
+        let report = Report::new(&mm);
+        let before = report.buddyinfo();
         for (pfn, order) in [(0x3000, 0), (0x2ffe, 2), (0x800, 0), (0, 11), (u64::MAX, 0), (u64::MAX - 7, 3)] {
             assert!(mm.alloc_pages_at(Pfn(pfn), order, Gfp::KERNEL).is_err(), "{pfn:#x} order {order}");
         }
         assert!(matches!(mm.alloc_pages_at(Pfn(0x1000), 0, Gfp::DMA | Gfp::DMA32), Err(AllocError::InvalidGfp(_))));
-        assert_eq!(mm.buddyinfo(), before);
-        mm.check_invariants().unwrap();
+        assert_eq!(report.buddyinfo(), before);
+        report.check_invariants().unwrap();
     }
 
     #[test]
@@ -170,18 +172,19 @@ mod tests {
         let mm = map(false);
         // A small unmovable block in a free movable pageblock claims it.
         mm.alloc_pages_at(Pfn(0x1000), 0, Gfp::KERNEL).unwrap();
-        assert_eq!(mm.pageblock_migratetype(Pfn(0x1000)), Some(MigrateType::Unmovable));
+        let report = Report::new(&mm);
+        assert_eq!(report.pageblock_migratetype(Pfn(0x1000)), Some(MigrateType::Unmovable));
         // Half of the next pageblock in movable use: an unmovable page does
         // not claim it (free < half and movable pages are not alike).
         mm.alloc_pages_at(Pfn(0x1200), 8, Gfp::HIGHUSER_MOVABLE).unwrap();
         mm.alloc_pages_at(Pfn(0x1300), 7, Gfp::HIGHUSER_MOVABLE).unwrap();
         mm.alloc_pages_at(Pfn(0x1380), 0, Gfp::KERNEL).unwrap();
-        assert_eq!(mm.pageblock_migratetype(Pfn(0x1200)), Some(MigrateType::Movable), "left mixed");
+        assert_eq!(report.pageblock_migratetype(Pfn(0x1200)), Some(MigrateType::Movable), "left mixed");
         // A whole-pageblock block takes the pageblock's type outright.
         mm.alloc_pages_at(Pfn(0x1400), 10, Gfp::RECLAIMABLE).unwrap();
-        assert_eq!(mm.pageblock_migratetype(Pfn(0x1400)), Some(MigrateType::Reclaimable));
-        assert_eq!(mm.pageblock_migratetype(Pfn(0x1600)), Some(MigrateType::Reclaimable));
-        mm.check_invariants().unwrap();
+        assert_eq!(report.pageblock_migratetype(Pfn(0x1400)), Some(MigrateType::Reclaimable));
+        assert_eq!(report.pageblock_migratetype(Pfn(0x1600)), Some(MigrateType::Reclaimable));
+        report.check_invariants().unwrap();
     }
 
     #[test]
@@ -193,11 +196,12 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(mm.alloc_pages_at(Pfn(0x1000), 10, Gfp::KERNEL), Ok(Pfn(0x1000)));
-        assert_eq!(mm.pageblock_migratetype(Pfn(0x1000)), Some(MigrateType::Unmovable));
-        assert_eq!(mm.pageblock_migratetype(Pfn(0x1200)), Some(MigrateType::Cma));
-        mm.check_invariants().unwrap();
+        let report = Report::new(&mm);
+        assert_eq!(report.pageblock_migratetype(Pfn(0x1000)), Some(MigrateType::Unmovable));
+        assert_eq!(report.pageblock_migratetype(Pfn(0x1200)), Some(MigrateType::Cma));
+        report.check_invariants().unwrap();
         mm.free_pages(Pfn(0x1000), 10).unwrap();
-        mm.check_invariants().unwrap();
+        report.check_invariants().unwrap();
     }
 
     #[test]
@@ -213,7 +217,7 @@ mod tests {
         assert!(mm.nr_pcp_pages() > 0);
         assert_eq!(mm.alloc_pages_at(pfn, 0, Gfp::KERNEL), Ok(pfn));
         mm.free_pages(pfn, 0).unwrap();
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
     }
 
     #[test]
@@ -226,9 +230,10 @@ mod tests {
             .unwrap();
         assert!(!mm.group_by_mobility());
         mm.alloc_pages_at(Pfn(0x1000), 0, Gfp::HIGHUSER_MOVABLE).unwrap();
-        assert_eq!(mm.pageblock_migratetype(Pfn(0x1000)), Some(MigrateType::Unmovable));
+        let report = Report::new(&mm);
+        assert_eq!(report.pageblock_migratetype(Pfn(0x1000)), Some(MigrateType::Unmovable));
         let pfn = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap();
-        assert_eq!(mm.pageblock_migratetype(pfn), Some(MigrateType::Unmovable));
-        mm.check_invariants().unwrap();
+        assert_eq!(report.pageblock_migratetype(pfn), Some(MigrateType::Unmovable));
+        report.check_invariants().unwrap();
     }
 }

@@ -548,7 +548,7 @@ impl PageAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{MemoryMapBuilder, PageError};
+    use crate::{MemoryMapBuilder, PageError, Report};
     use alloc::vec;
 
     fn map() -> PageAllocator {
@@ -562,7 +562,7 @@ mod tests {
     }
 
     fn cached(mm: &PageAllocator) -> u64 {
-        mm.zone_snapshots().iter().map(|z| z.pcp_pages).sum()
+        Report::new(mm).zone_snapshots().iter().map(|z| z.pcp_pages).sum()
     }
 
     #[test]
@@ -577,9 +577,9 @@ mod tests {
         assert_eq!(cached(&mm), before + 7);
         assert_eq!(mm.page_count(pages[3]), Ok(1));
         assert!(mm.page_flags(pages[3]).unwrap().contains(PageFlags::ALLOCATED));
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
         assert_eq!(mm.free_pages(pages[3], 0), Ok(()));
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
     }
 
     #[test]
@@ -596,12 +596,12 @@ mod tests {
         assert_eq!(err.first, (2, FreeError::DoubleFree(pages[0])));
         assert_eq!(cached(&mm), before + 3, "each valid page cached once");
         assert_eq!(mm.page_count(pair), Ok(1), "the compound page is untouched");
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
         // The rest of the batch is still live and frees normally, in any
         // order (the pair with its own order).
         assert_eq!(mm.free_pages_bulk_on(0, &[pair, pages[3]]), Ok(2));
         assert_eq!(mm.get_page(pages[3]), Err(PageError::NotInUse(pages[3])));
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
     }
 
     #[test]
@@ -618,7 +618,7 @@ mod tests {
         assert!(!again.contains(&victim));
         assert_eq!(mm.stats().hwpoison_offlined, 1);
         assert!(mm.page_flags(victim).unwrap().contains(PageFlags::RESERVED));
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
     }
 
     #[test]
@@ -649,7 +649,7 @@ mod tests {
         }
         let after = (0..mm.zones.len()).map(|zi| mm.pcp_totals(zi).0.spills).sum::<u64>();
         assert!(after > spills, "3000 pages do not fit under high");
-        mm.check_invariants().unwrap();
+        Report::new(&mm).check_invariants().unwrap();
         // Slots filled on entry stay; the empty ones are filled around them.
         let (a, b) = (Pfn(u64::MAX - 1), Pfn(u64::MAX));
         let mut slots = [None; 8];

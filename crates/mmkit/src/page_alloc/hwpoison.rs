@@ -242,7 +242,7 @@ pub(crate) mod race_hook {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Gfp, MemoryMapBuilder};
+    use crate::{Gfp, MemoryMapBuilder, Report};
     use std::sync::Arc;
 
     /// A map whose shared API uses the per-CPU cache (`cached`, where
@@ -306,7 +306,7 @@ mod tests {
                 mm.free_pages(p, 0).unwrap();
             }
             mm.drain_all_pages();
-            mm.check_invariants().unwrap();
+            Report::new(&mm).check_invariants().unwrap();
         }
     }
 

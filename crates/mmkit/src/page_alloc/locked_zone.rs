@@ -94,7 +94,7 @@ use crate::{AllocError, FreeError, Pfn};
 /// One zone's free lists, held by a pinned CPU; see the module doc.
 ///
 /// ```
-/// use mmkit::{FreeError, Gfp, MemoryMapBuilder};
+/// use mmkit::{FreeError, Gfp, MemoryMapBuilder, Report};
 /// let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
 /// let mut cpu0 = mm.pin_cpu(0).unwrap();
 /// let mut zone = cpu0.lock_zone(Gfp::KERNEL).unwrap();
@@ -105,7 +105,7 @@ use crate::{AllocError, FreeError, Pfn};
 /// assert!(matches!(mm.free_pages(kept, 3), Err(FreeError::CpuLocal { cpu: 0, .. })));
 /// cpu0.free_pages(kept, 3).unwrap(); // its CPU frees it, or hands it over
 /// drop(cpu0);
-/// mm.check_invariants().unwrap();
+/// Report::new(&mm).check_invariants().unwrap();
 /// ```
 pub struct LockedZone<'h, 'a> {
     cpu: &'h mut PinnedCpu<'a>,
@@ -147,7 +147,7 @@ impl<'a> PinnedCpu<'a> {
     /// (the zone is unlocked as the panic unwinds).
     ///
     /// ```
-    /// use mmkit::{Gfp, MemoryMapBuilder};
+    /// use mmkit::{Gfp, MemoryMapBuilder, Report};
     /// let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
     /// let mut cpu0 = mm.pin_cpu(0).unwrap();
     /// let freed = cpu0
@@ -158,7 +158,7 @@ impl<'a> PinnedCpu<'a> {
     ///     .unwrap();
     /// assert_eq!(freed, 8);
     /// drop(cpu0);
-    /// mm.check_invariants().unwrap();
+    /// Report::new(&mm).check_invariants().unwrap();
     /// ```
     ///
     /// # Errors

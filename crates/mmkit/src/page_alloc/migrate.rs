@@ -19,7 +19,7 @@ use crate::types::error::{MigrateError, PageError};
 use crate::types::gfp::Gfp;
 use crate::{PageAllocator, Pfn};
 
-/// One block [`alloc_contig_range`](PageAllocator::alloc_contig_range) wants
+/// One block [`alloc_contig_range`](crate::Contig::alloc_contig_range) wants
 /// moved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MigrateRequest {

@@ -68,7 +68,7 @@ impl std::error::Error for PinError {}
 /// Sole use of one CPU's per-CPU lists; see the module doc.
 ///
 /// ```
-/// use mmkit::{Gfp, MemoryMapBuilder};
+/// use mmkit::{Gfp, MemoryMapBuilder, Report};
 /// let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
 /// let mut cpu1 = mm.pin_cpu(1).unwrap();
 /// let pfn = cpu1.alloc_pages(Gfp::KERNEL, 0).unwrap();
@@ -76,7 +76,7 @@ impl std::error::Error for PinError {}
 /// assert!(mm.pin_cpu(1).is_err(), "one owner at a time");
 /// drop(cpu1);
 /// mm.drain_all_pages();
-/// mm.check_invariants().unwrap();
+/// Report::new(&mm).check_invariants().unwrap();
 /// ```
 pub struct PinnedCpu<'a> {
     pub(super) alloc: &'a PageAllocator,

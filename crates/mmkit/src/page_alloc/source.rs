@@ -22,7 +22,7 @@ use crate::{CpuHandle, PageAllocator, Pfn, PinnedCpu};
 /// and costs of the method of the same name on the implementing type.
 ///
 /// ```
-/// use mmkit::{Gfp, MemoryMapBuilder, PageOwner, PageSource};
+/// use mmkit::{Gfp, MemoryMapBuilder, PageOwner, PageSource, Report};
 ///
 /// /// A tiny pool that works on any source.
 /// fn fill_and_check(source: &mut impl PageSource) {
@@ -42,7 +42,7 @@ use crate::{CpuHandle, PageAllocator, Pfn, PinnedCpu};
 /// fill_and_check(&mut mm.cpu(1).unwrap());       // CPU 1's lists
 /// fill_and_check(&mut mm.pin_cpu(0).unwrap());   // a pinned CPU's fast path
 /// mm.drain_all_pages();
-/// mm.check_invariants().unwrap();
+/// Report::new(&mm).check_invariants().unwrap();
 /// ```
 pub trait PageSource {
     /// The allocator behind this source (for everything else: counters,

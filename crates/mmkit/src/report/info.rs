@@ -8,10 +8,10 @@
 
 use crate::pcp::PcpCounters;
 use crate::report::procfs::{self, PageblockGeometry, ZoneFreeInfo};
+use crate::report::Report;
 use crate::types::gfp::{MigrateType, ZoneType, MIGRATE_TYPES};
 use crate::zone::placement::PlacementCounters;
 use crate::zone::ZoneCounters;
-use crate::PageAllocator;
 use alloc::string::String;
 use alloc::vec::Vec;
 use alloc::{format, vec};
@@ -70,31 +70,32 @@ impl ZoneSnapshot {
     }
 }
 
-impl PageAllocator {
+impl Report<'_> {
     /// The placement policy the map was built with (the same in every zone).
     pub fn placement_policy(&self) -> crate::types::placement::PlacementPolicy {
-        self.zones.iter().next().map_or_else(Default::default, |z| z.state.lock().area.policy())
+        self.mm.zones.iter().next().map_or_else(Default::default, |z| z.state.lock().area.policy())
     }
 
     /// Migratetype of the pageblock holding `pfn`, if the map covers it.
     pub fn pageblock_migratetype(&self, pfn: crate::Pfn) -> Option<MigrateType> {
-        self.pfn_to_idx(pfn).map(|idx| self.mem.blocks.get(idx))
+        self.mm.pfn_to_idx(pfn).map(|idx| self.mm.mem.blocks.get(idx))
     }
 
     /// One snapshot per zone, in node then zone order.
     pub fn zone_snapshots(&self) -> Vec<ZoneSnapshot> {
-        let pb_order = self.mem.geometry.pageblock_order;
-        self.zones
+        let pb_order = self.mm.mem.geometry.pageblock_order;
+        self.mm
+            .zones
             .iter()
             .enumerate()
             .map(|(zi, zone)| {
-                let (pcp, pcp_pages) = self.pcp_totals(zi);
-                let pcp_pages = pcp_pages + self.cpu_cached(zi);
+                let (pcp, pcp_pages) = self.mm.pcp_totals(zi);
+                let pcp_pages = pcp_pages + self.mm.cpu_cached(zi);
                 let state = zone.state.lock();
                 let area = &state.area;
-                let orders = self.mem.geometry.merge_order() as usize + 1;
-                let mut per_order = vec![0u64; self.mem.geometry.nr_orders()];
-                let mut per_type = vec![vec![0u64; self.mem.geometry.nr_orders()]; MIGRATE_TYPES];
+                let orders = self.mm.mem.geometry.merge_order() as usize + 1;
+                let mut per_order = vec![0u64; self.mm.mem.geometry.nr_orders()];
+                let mut per_type = vec![vec![0u64; self.mm.mem.geometry.nr_orders()]; MIGRATE_TYPES];
                 for o in 0..orders {
                     per_order[o] = area.nr_free(o as u32);
                     for mt in MigrateType::ALL {
@@ -139,8 +140,8 @@ impl PageAllocator {
         let mut at = start as usize;
         while at < end as usize {
             let block = at >> pb_order;
-            if block < self.mem.blocks.len() {
-                counts[self.mem.blocks.get_block(block) as usize] += 1;
+            if block < self.mm.mem.blocks.len() {
+                counts[self.mm.mem.blocks.get_block(block) as usize] += 1;
             }
             at += 1 << pb_order;
         }
@@ -159,7 +160,7 @@ impl PageAllocator {
     /// `/proc/pagetypeinfo` text (free counts and pageblock counts).
     pub fn pagetypeinfo(&self) -> String {
         let names: Vec<&str> = MigrateType::ALL.iter().map(|m| m.name()).collect();
-        let geometry = PageblockGeometry { pageblock_order: self.mem.geometry.pageblock_order };
+        let geometry = PageblockGeometry { pageblock_order: self.mm.mem.geometry.pageblock_order };
         procfs::pagetypeinfo(&geometry, &names, &self.free_infos())
     }
 
@@ -197,7 +198,7 @@ impl PageAllocator {
             ));
         }
         out.push((String::from("pgfree"), sum(&|z| z.counters.pgfree_pages + z.pcp.free_pages)));
-        let stats = self.stats();
+        let stats = self.mm.stats();
         for (name, value) in stats.pairs() {
             let name = match name {
                 "allocstall"
@@ -235,7 +236,7 @@ impl PageAllocator {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Gfp, MemoryMapBuilder, MigrateType, Pfn, ZoneType};
+    use crate::{Gfp, MemoryMapBuilder, MigrateType, Pfn, Report, ZoneType};
 
     #[test]
     fn numeric_indices_match_the_text_files() {
@@ -244,20 +245,20 @@ mod tests {
         for pfn in (0x1000..0x1010).step_by(2) {
             mm.alloc_pages_at(Pfn(pfn), 0, Gfp::HIGHUSER_MOVABLE).unwrap();
         }
-        let snap = &mm.zone_snapshots()[0];
+        let snap = &Report::new(&mm).zone_snapshots()[0];
         let by_order = snap.free_pages_by_order_and_type();
         assert_eq!(by_order.iter().flatten().sum::<u64>(), mm.nr_free_pages());
         assert_eq!(by_order[0][MigrateType::Movable as usize], 8);
         assert_eq!(by_order[9][MigrateType::Movable as usize], 512);
         // 1016 free pages, 512 of them in a block of order >= 9.
         assert_eq!(snap.unusable_index(9), 504 * 1000 / 1016);
-        assert!(mm.unusable_index().contains(" 0.496 "), "{}", mm.unusable_index());
+        assert!(Report::new(&mm).unusable_index().contains(" 0.496 "), "{}", Report::new(&mm).unusable_index());
         assert_eq!(snap.fragmentation_index(9), -1000);
         assert_eq!(
             snap.fragmentation_index(10),
             crate::report::procfs::fragmentation_index(&snap.free.free_blocks_per_order, 10)
         );
-        assert_eq!(mm.pageblock_migratetype(Pfn(0x1000)), Some(MigrateType::Movable));
-        assert_eq!(mm.pageblock_migratetype(Pfn(0x9000)), None);
+        assert_eq!(Report::new(&mm).pageblock_migratetype(Pfn(0x1000)), Some(MigrateType::Movable));
+        assert_eq!(Report::new(&mm).pageblock_migratetype(Pfn(0x9000)), None);
     }
 }

@@ -8,9 +8,10 @@
 
 use crate::mem::page::{PageFlags, PageIdx};
 use crate::pcp::{pindex_to_order, NR_PCP_LISTS};
+use crate::report::Report;
 use crate::types::gfp::{MigrateType, MIGRATE_TYPES};
 use crate::zone::buddy::{types_may_merge, BuddyCtx};
-use crate::{PageAllocator, Pfn};
+use crate::Pfn;
 use alloc::format;
 use alloc::string::String;
 
@@ -40,7 +41,7 @@ macro_rules! ensure {
     };
 }
 
-impl PageAllocator {
+impl Report<'_> {
     /// Verifies every invariant of every zone:
     /// - list membership matches descriptors (`BUDDY`, order, type), and
     ///   per-list, per-type and total free counts equal the blocks listed;
@@ -64,8 +65,8 @@ impl PageAllocator {
     /// # Errors
     /// The first violation found.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
-        for zone in self.zones.iter() {
-            let cx = zone.cx(&self.mem);
+        for zone in self.mm.zones.iter() {
+            let cx = zone.cx(&self.mm.mem);
             let state = zone.state.lock();
             let area = &state.area;
             let mut listed_pages = 0u64;
@@ -77,7 +78,7 @@ impl PageAllocator {
                     for idx in area.iter_list(cx, order, mt) {
                         self.check_free_block(cx, idx, order, mt)?;
                         blocks += 1;
-                        ensure!(blocks <= area.nr_blocks(order, mt), Some(self.idx_to_pfn(idx)), "list cycle");
+                        ensure!(blocks <= area.nr_blocks(order, mt), Some(self.mm.idx_to_pfn(idx)), "list cycle");
                     }
                     ensure!(
                         blocks == area.nr_blocks(order, mt),
@@ -110,7 +111,7 @@ impl PageAllocator {
             if let Some(counts) = area.pageblock_free() {
                 self.check_pageblock_free(cx, area, counts)?;
             }
-            let zi = self.zone_index_of(zone.start_idx).unwrap_or(0);
+            let zi = self.mm.zone_index_of(zone.start_idx).unwrap_or(0);
             let pcp_heads = self.check_pcp_lists(zi, cx)?;
             // Walk the span: every BUDDY head must be one we listed, and
             // allocated blocks must be well formed.
@@ -119,9 +120,9 @@ impl PageAllocator {
             let mut pcp_seen = 0u64;
             let mut reporting_seen = 0u64;
             while idx < zone.end_idx {
-                let page = self.desc(idx);
+                let page = self.mm.desc(idx);
                 let flags = page.flags();
-                let pfn = Some(self.idx_to_pfn(idx));
+                let pfn = Some(self.mm.idx_to_pfn(idx));
                 if flags.contains(PageFlags::BUDDY) {
                     heads_seen += 1;
                     idx += 1 << page.order();
@@ -144,16 +145,16 @@ impl PageAllocator {
                     let order = page.order();
                     ensure!(idx & ((1 << order) - 1) == 0, pfn, "allocated block misaligned");
                     for inner in idx + 1..idx + (1 << order) {
-                        let f = self.desc(inner).flags();
+                        let f = self.mm.desc(inner).flags();
                         ensure!(
                             !f.contains(PageFlags::BUDDY),
-                            Some(self.idx_to_pfn(inner)),
+                            Some(self.mm.idx_to_pfn(inner)),
                             "free page inside an allocated block"
                         );
                         if flags.contains(PageFlags::HEAD) {
                             ensure!(
-                                f.contains(PageFlags::TAIL) && self.desc(inner).next() == idx,
-                                Some(self.idx_to_pfn(inner)),
+                                f.contains(PageFlags::TAIL) && self.mm.desc(inner).next() == idx,
+                                Some(self.mm.idx_to_pfn(inner)),
                                 "compound tail does not point at its head"
                             );
                         }
@@ -176,7 +177,7 @@ impl PageAllocator {
                 "zone {:?}: {heads_seen} BUDDY pages in the span, {listed_heads} on lists",
                 zone.zone_type
             );
-            let pcp_heads = pcp_heads + self.cpu_cached(zi);
+            let pcp_heads = pcp_heads + self.mm.cpu_cached(zi);
             ensure!(
                 pcp_seen == pcp_heads,
                 None,
@@ -190,11 +191,11 @@ impl PageAllocator {
 
     /// ISOLATE never stays behind; CMA pageblocks are exactly the areas'.
     fn check_pageblock_types(&self) -> Result<(), InvariantViolation> {
-        let pb_order = self.mem.geometry.pageblock_order;
-        for block in 0..self.mem.blocks.len() {
-            let pfn = self.mem.base_pfn + ((block as u64) << pb_order);
-            let mt = self.mem.blocks.get_block(block);
-            let in_cma = self.cma.iter().any(|a| a.pfns().contains(&pfn));
+        let pb_order = self.mm.mem.geometry.pageblock_order;
+        for block in 0..self.mm.mem.blocks.len() {
+            let pfn = self.mm.mem.base_pfn + ((block as u64) << pb_order);
+            let mt = self.mm.mem.blocks.get_block(block);
+            let in_cma = self.mm.cma.iter().any(|a| a.pfns().contains(&pfn));
             ensure!(mt != MigrateType::Isolate, Some(Pfn(pfn)), "pageblock left isolated");
             ensure!(
                 (mt == MigrateType::Cma) == in_cma,
@@ -203,7 +204,7 @@ impl PageAllocator {
                 if in_cma { "inside" } else { "outside" }
             );
         }
-        for area in &self.cma {
+        for area in &self.mm.cma {
             area.check().map_err(|message| InvariantViolation { pfn: None, message })?;
         }
         Ok(())
@@ -216,18 +217,18 @@ impl PageAllocator {
         order: u32,
         mt: MigrateType,
     ) -> Result<(), InvariantViolation> {
-        let pfn = Some(self.idx_to_pfn(idx));
-        let page = self.desc(idx);
+        let pfn = Some(self.mm.idx_to_pfn(idx));
+        let page = self.mm.desc(idx);
         ensure!(page.has(PageFlags::BUDDY), pfn, "listed block lacks BUDDY");
         ensure!(page.order() == order, pfn, "listed at order {order}, descriptor says {}", page.order());
         ensure!(page.tag() == mt as u8, pfn, "listed as {mt:?}, descriptor says {}", page.tag());
         ensure!(idx & ((1 << order) - 1) == 0, pfn, "order-{order} block misaligned");
         let end = idx + (1 << order);
         ensure!(idx >= cx.start && end <= cx.end, pfn, "block leaves its zone");
-        let first = self.idx_to_pfn(idx).0;
+        let first = self.mm.idx_to_pfn(idx).0;
         let last = first + (1 << order) - 1;
         ensure!(
-            self.mem.geometry.pfn_to_section(first) == self.mem.geometry.pfn_to_section(last),
+            self.mm.mem.geometry.pfn_to_section(first) == self.mm.mem.geometry.pfn_to_section(last),
             pfn,
             "block crosses a section boundary"
         );
@@ -239,25 +240,25 @@ impl PageAllocator {
             at += pb;
         }
         ensure!(
-            !page.is_reported() || order >= self.page_reporting_order(),
+            !page.is_reported() || order >= self.mm.page_reporting_order(),
             pfn,
             "order-{order} block marked reported, below the reporting order"
         );
         if let Some(i) =
-            (idx + 1..end).find(|&i| self.desc(i).flags() != PageFlags::EMPTY || self.desc(i).is_reported())
+            (idx + 1..end).find(|&i| self.mm.desc(i).flags() != PageFlags::EMPTY || self.mm.desc(i).is_reported())
         {
             ensure!(
                 false,
-                Some(self.idx_to_pfn(i)),
+                Some(self.mm.idx_to_pfn(i)),
                 "page inside the free block at {} (order {order}) has state {:?}",
-                self.idx_to_pfn(idx),
-                self.desc(i).flags()
+                self.mm.idx_to_pfn(idx),
+                self.mm.desc(i).flags()
             );
         }
         if order < cx.max_order {
             let buddy = idx ^ (1 << order);
             if buddy >= cx.start && buddy + (1 << order) <= cx.end {
-                let b = self.desc(buddy);
+                let b = self.mm.desc(buddy);
                 let buddy_mt = MigrateType::from_index(b.tag() as usize).unwrap_or(MigrateType::Unmovable);
                 let mergeable = types_may_merge(order, cx.pageblock_order, mt, buddy_mt);
                 ensure!(
@@ -271,7 +272,7 @@ impl PageAllocator {
     }
 }
 
-impl PageAllocator {
+impl Report<'_> {
     /// The per-pageblock free counts (sparsest-first compaction's survey:
     /// free blocks below pageblock order) agree with the free lists.
     fn check_pageblock_free(
@@ -294,7 +295,7 @@ impl PageAllocator {
             let pb_start = first + i as u32 * pb;
             ensure!(
                 counts.free_in(pb_start) == w,
-                Some(self.idx_to_pfn(pb_start.max(cx.start))),
+                Some(self.mm.idx_to_pfn(pb_start.max(cx.start))),
                 "pageblock free count {} but its free blocks hold {w} pages",
                 counts.free_in(pb_start)
             );
@@ -305,7 +306,7 @@ impl PageAllocator {
     /// Checks every per-CPU list of zone `zi`; returns the blocks listed.
     fn check_pcp_lists(&self, zi: usize, cx: BuddyCtx<'_>) -> Result<u64, InvariantViolation> {
         let mut result = Ok(0u64);
-        self.for_each_pcp(zi, |pcp| {
+        self.mm.for_each_pcp(zi, |pcp| {
             if result.is_err() {
                 return;
             }
@@ -314,8 +315,8 @@ impl PageAllocator {
             for pindex in 0..NR_PCP_LISTS {
                 let order = pindex_to_order(pindex, cx.pageblock_order);
                 for idx in pcp.iter_list(cx.pages, pindex) {
-                    let page = self.desc(idx);
-                    let pfn = Some(self.idx_to_pfn(idx));
+                    let page = self.mm.desc(idx);
+                    let pfn = Some(self.mm.idx_to_pfn(idx));
                     let bad = if !page.has(PageFlags::PCP) {
                         Some("listed per-CPU block lacks PCP")
                     } else if page.order() != order {
@@ -326,7 +327,7 @@ impl PageAllocator {
                         Some("per-CPU block misaligned")
                     } else if idx < cx.start || idx + (1 << order) > cx.end {
                         Some("per-CPU block outside its zone")
-                    } else if (idx + 1..idx + (1 << order)).any(|i| self.desc(i).flags() != PageFlags::EMPTY) {
+                    } else if (idx + 1..idx + (1 << order)).any(|i| self.mm.desc(i).flags() != PageFlags::EMPTY) {
                         Some("page inside a per-CPU block has state")
                     } else {
                         None

@@ -17,7 +17,7 @@
 //! watermarks are the zone layer's) and never takes a lock: callers hold the
 //! zone lock and pass `&mut FreeArea`.
 //!
-//! # Invariants (checked by `PageAllocator::check_invariants`)
+//! # Invariants (checked by `Report::check_invariants`)
 //! - A page heads a free block iff it has `BUDDY`; its order and list
 //!   migratetype are in its descriptor; it is on exactly that list.
 //! - Free pages of a type `== Σ over its lists of (blocks × 2^order)`.

@@ -1,7 +1,7 @@
 //! Helpers shared by the contiguous-range tests: the allocator's observable
 //! state, and a comparison that names the first difference.
 
-use mmkit::{PageAllocator, PageFlags, Pfn};
+use mmkit::{PageAllocator, PageFlags, Pfn, Report};
 
 /// What a caller can see of an allocator.
 #[derive(Debug)]
@@ -27,7 +27,8 @@ pub fn observe(mm: &PageAllocator) -> Observed {
             (flags, refs)
         })
         .collect();
-    let zones = mm
+    let report = Report::new(mm);
+    let zones = report
         .zone_snapshots()
         .into_iter()
         .map(|z| {
@@ -42,7 +43,7 @@ pub fn observe(mm: &PageAllocator) -> Observed {
             )
         })
         .collect();
-    Observed { buddyinfo: mm.buddyinfo(), pagetypeinfo: mm.pagetypeinfo(), zones, pages }
+    Observed { buddyinfo: report.buddyinfo(), pagetypeinfo: report.pagetypeinfo(), zones, pages }
 }
 
 /// The first difference between two observations, described, or `None`.

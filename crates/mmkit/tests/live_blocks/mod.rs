@@ -4,7 +4,7 @@
 //! pattern their stress tests write into real memory and check.
 #![allow(dead_code)] // each test crate uses the part it needs
 
-use mmkit::{MemoryMapBuilder, PageAllocator, Pfn, ZoneType};
+use mmkit::{MemoryMapBuilder, PageAllocator, Pfn, Report, ZoneType};
 use std::collections::BTreeMap;
 
 /// A map with a DMA32 and a Normal zone, small orders and pageblocks, so
@@ -63,8 +63,8 @@ impl LiveBlocks {
     /// The invariant checker, then conservation per zone: buddy-free +
     /// cached (per-CPU lists and thread caches) + live pages == managed.
     pub fn check(&self, mm: &PageAllocator) {
-        mm.check_invariants().unwrap();
-        for (zone, snap) in mm.zones().iter().zip(mm.zone_snapshots()) {
+        Report::new(mm).check_invariants().unwrap();
+        for (zone, snap) in mm.zones().iter().zip(Report::new(mm).zone_snapshots()) {
             let live: u64 =
                 self.live.iter().filter(|(&pfn, _)| zone.span().contains(&pfn)).map(|(_, &order)| 1u64 << order).sum();
             assert_eq!(
