@@ -634,7 +634,7 @@ mod tests {
             for &pfn in &pages {
                 assert_eq!(mm.get_page(pfn), Err(PageError::NotInUse(pfn)), "batch {batch}");
             }
-            mm.check_invariants().unwrap();
+            Report::new(&mm).check_invariants().unwrap();
         }
     }
 
