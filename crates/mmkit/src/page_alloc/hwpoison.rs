@@ -17,7 +17,8 @@
 //! its store loses it, and a pinned CPU would then cache and hand out the
 //! page again. So the flag is only a hint; the pending set is the truth.
 //! While it is non-empty (`hwpoison_pending != 0`, one relaxed load):
-//! frees bypass the per-CPU lists, every release to the buddy
+//! frees bypass the per-CPU lists (a pinned CPU's owner is sent the
+//! drain request `memory_failure` leaves instead), every release to the buddy
 //! (`release_locked`) and every per-CPU pop asks the set, and a page found
 //! there is dropped and leaves the set. No path puts a pending page on a
 //! list that hands pages out without asking, so the lost flag is harmless.

@@ -71,6 +71,16 @@ pub(crate) const MAG_SLOTS: usize = STACK_SLOTS;
 /// Pages moved per refill or flush.
 pub(crate) const MAG_BATCH: usize = MAG_SLOTS / 2;
 
+/// The magazine's mask key when it serves no mask: no widened `u32`
+/// equals it.
+const NO_MASK: u64 = u64::MAX;
+
+/// The key of request mask `gfp` in the magazine.
+#[inline(always)]
+fn serves_key(gfp: Gfp) -> u64 {
+    u64::from(gfp.bits())
+}
+
 /// What the magazine serves: one
 /// request mask's preferred zone and migratetype, resolved once so that a
 /// hit is a compare of the mask.
@@ -131,10 +141,11 @@ impl PageAllocator {
 pub(crate) struct Magazine<'a> {
     /// Off for callers that must see exactly Linux's per-CPU lists.
     enabled: bool,
-    /// The request mask the target below was resolved for; `None` until
-    /// the first order-0 allocation (or when the magazine is off), and
-    /// then the target fields mean nothing.
-    gfp: Option<Gfp>,
+    /// The request mask the target below was resolved for, widened
+    /// (`serves_key`), or [`NO_MASK`] until the first order-0 allocation
+    /// (or when the magazine is off), and then the target fields mean
+    /// nothing. A plain integer, so a hit is one compare.
+    gfp_key: u64,
     /// The target zone (`zones[zi]`), held to skip the lookup.
     zone: &'a Zone,
     /// The target zone's descriptors and the PFN of the first, pageblock
@@ -172,7 +183,7 @@ impl<'a> Magazine<'a> {
         let (block_types, pageblock_order) = alloc.mem.blocks.raw();
         Self {
             enabled: true,
-            gfp: None,
+            gfp_key: NO_MASK,
             zone: &alloc.zones[0],
             zone_descs: &[],
             zone_pfn: alloc.mem.base_pfn,
@@ -195,7 +206,7 @@ impl<'a> PinnedCpu<'a> {
     #[inline(always)]
     pub(super) fn mag_alloc(&mut self, gfp: Gfp) -> Option<Pfn> {
         let alloc = self.alloc;
-        if self.mag.gfp != Some(gfp) || self.mag.slot.has_requests() {
+        if self.mag.gfp_key != serves_key(gfp) || self.mag.slot.has_requests() {
             return None;
         }
         let zone = self.mag.zone;
@@ -249,8 +260,11 @@ impl<'a> PinnedCpu<'a> {
         // Inside the zone, so the offset fits an index.
         let (offset, idx) = (offset as PageIdx, self.mag.target.zone_start + offset as PageIdx);
         let block_type = self.mag.block_types.get((idx >> self.mag.pageblock_order) as usize);
+        // No look at pending poison: `memory_failure` leaves this CPU a
+        // drain request after it marks a page pending, so the owner's next
+        // free takes the general path, and a page pushed before the request
+        // arrived is dropped by the pop's check or by the drain.
         if page.load_word() != self.mag.allocated_word
-            || self.alloc.hwpoison.any()
             || self.mag.slot.has_requests()
             || block_type.map(|t| t.load(Relaxed)) != Some(self.mag.target.mt as u8)
         {
@@ -286,10 +300,10 @@ impl<'a> PinnedCpu<'a> {
         let Some((target, zone)) = alloc.order0_target(self.nid, gfp) else {
             return false;
         };
-        if self.mag.gfp.is_some() && (self.mag.target.zi, self.mag.target.mt) != (target.zi, target.mt) {
+        if self.mag.gfp_key != NO_MASK && (self.mag.target.zi, self.mag.target.mt) != (target.zi, target.mt) {
             self.mag_flush_all();
         }
-        self.mag.gfp = Some(gfp);
+        self.mag.gfp_key = serves_key(gfp);
         self.mag.zone = zone;
         self.mag.target = target;
         let descs = alloc.mem.pages.all();
@@ -346,7 +360,7 @@ impl<'a> PinnedCpu<'a> {
     pub fn set_magazine(&mut self, enabled: bool) {
         self.mag_flush_all();
         self.mag.enabled = enabled;
-        self.mag.gfp = None;
+        self.mag.gfp_key = NO_MASK;
     }
 
     /// Makes page `pfn`, handed out by this handle, an ordinary allocated
