@@ -80,8 +80,9 @@ impl PageStack {
     /// Pops the top index of an owned stack.
     #[inline(always)]
     pub(crate) fn pop(&mut self) -> Option<u32> {
-        let len = *self.len.get_mut();
-        let top = len.checked_sub(1)?;
+        // An empty stack's top wraps to u32::MAX, which the slot lookup
+        // refuses: one check for both.
+        let top = self.len.get_mut().wrapping_sub(1);
         let item = *self.items.get_mut(top as usize)?.get_mut();
         *self.len.get_mut() = top;
         Some(item)

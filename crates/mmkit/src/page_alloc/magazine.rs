@@ -22,11 +22,16 @@
 //! that path:
 //! - an allocation whose GFP mask equals the one the magazine was set up
 //!   for (one compare) pops an index from the array, after the same
-//!   lockless watermark check and the drain-request load as before, and
-//!   writes the page's state and refcount in one store;
+//!   lockless watermark check as before, and writes the page's state and
+//!   refcount in one store;
 //! - a free of a page whose whole word (state and refcount, one load) is
 //!   exactly what that allocation left there, in the magazine's zone and
-//!   pageblock type, stores the free state and pushes the index.
+//!   pageblock type, with no request from other threads waiting (one
+//!   load), stores the free state and pushes the index.
+//!
+//! Requests (a drain, a resize) are looked at by every free and by an
+//! allocation that finds the magazine empty, so an owner that only
+//! allocates serves them within one refill's worth of pages.
 //!
 //! Tuning and statistics run per batch, when the magazine refills from or
 //! flushes to its list ([`MAG_BATCH`] pages at a time).
@@ -206,7 +211,7 @@ impl<'a> PinnedCpu<'a> {
     #[inline(always)]
     pub(super) fn mag_alloc(&mut self, gfp: Gfp) -> Option<Pfn> {
         let alloc = self.alloc;
-        if self.mag.gfp_key != serves_key(gfp) || self.mag.slot.has_requests() {
+        if self.mag.gfp_key != serves_key(gfp) {
             return None;
         }
         let zone = self.mag.zone;
@@ -218,6 +223,8 @@ impl<'a> PinnedCpu<'a> {
         }
         let offset = match self.mag.stack.pop() {
             Some(offset) => offset,
+            // Waiting requests are served on the general path first.
+            None if self.mag.slot.has_requests() => return None,
             None if self.mag_refill() => {
                 // The refill may have taken pages from the buddy and
                 // boosted the zone.
