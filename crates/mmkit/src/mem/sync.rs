@@ -105,8 +105,9 @@ impl HeldForBurst {
     pub(crate) fn new<T>(lock: &Lock<T>) -> Self {
         #[cfg(all(not(loom), feature = "std"))]
         {
-            held::enter(lock.id());
-            Self { id: lock.id() }
+            let id = lock.id();
+            held::enter(id);
+            Self { id }
         }
         #[cfg(not(all(not(loom), feature = "std")))]
         {

@@ -472,23 +472,14 @@ impl PageAllocator {
     /// Turns a block just taken off the free lists into an allocated block.
     #[inline(always)]
     pub(crate) fn prep_new_page(&self, idx: PageIdx, order: u32, gfp: Gfp, mt: MigrateType, frozen: bool) {
-        self.prep_new_page_marked(idx, order, gfp, mt, u32::from(!frozen), None);
+        self.prep_new_page_for(idx, order, gfp, mt, HandedTo::References(u32::from(!frozen)));
     }
 
-    /// [`prep_new_page`](Self::prep_new_page) with `refcount` references,
-    /// or `LOCAL` to CPU `local` (a locked zone's owner; one reference),
-    /// all in the head's one store: a mark stored later could overwrite a
-    /// reference taken in between.
+    /// [`prep_new_page`](Self::prep_new_page) for the holder `to`, written
+    /// in the head's one store with the state: a mark stored later could
+    /// overwrite a reference taken in between.
     #[inline(always)]
-    pub(crate) fn prep_new_page_marked(
-        &self,
-        idx: PageIdx,
-        order: u32,
-        gfp: Gfp,
-        mt: MigrateType,
-        refcount: u32,
-        local: Option<usize>,
-    ) {
+    pub(crate) fn prep_new_page_for(&self, idx: PageIdx, order: u32, gfp: Gfp, mt: MigrateType, to: HandedTo) {
         let head = self.desc(idx);
         let compound = gfp.contains(Gfp::COMP) && order > 0;
         let mut flags = PageFlags::ALLOCATED;
@@ -503,9 +494,9 @@ impl PageAllocator {
         head.set_private(0);
         // State and refcount in one store, after the tails: a concurrent
         // reader that sees ALLOCATED sees a finished page.
-        head.hand_out(match local {
-            Some(cpu) => DescWord::local(flags, order, mt as u8, cpu),
-            None => DescWord::allocated(flags, order, mt as u8, refcount),
+        head.hand_out(match to {
+            HandedTo::Cpu(cpu) => DescWord::local(flags, order, mt as u8, cpu),
+            HandedTo::References(refcount) => DescWord::allocated(flags, order, mt as u8, refcount),
         });
         #[cfg(feature = "std")]
         if gfp.contains(Gfp::ZERO) {
@@ -514,6 +505,15 @@ impl PageAllocator {
             }
         }
     }
+}
+
+/// Who a block that `prep_new_page_for` hands out belongs to.
+#[derive(Clone, Copy)]
+pub(crate) enum HandedTo {
+    /// Any thread, with this many references (0: frozen).
+    References(u32),
+    /// The pinned handle of this CPU, with its one reference: `LOCAL`.
+    Cpu(usize),
 }
 
 /// Where a fast-path allocation goes: see [`PageAllocator::fast_target`].

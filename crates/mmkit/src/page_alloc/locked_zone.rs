@@ -83,6 +83,7 @@
 
 use crate::mem::page::{DescWord, PageIdx};
 use crate::mem::sync::{HeldForBurst, LockGuard};
+use crate::page_alloc::alloc_path::HandedTo;
 use crate::page_alloc::hwpoison::PendingPoison;
 use crate::page_alloc::pinned::PinnedCpu;
 use crate::types::gfp::{fast_path_alloc_flags, gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType};
@@ -280,7 +281,7 @@ impl<'h, 'a> LockedZone<'h, 'a> {
             self.recount();
         }
         alloc.wake_kswapd_if_boosted(zone, self.gfp, self.flags);
-        alloc.prep_new_page_marked(idx, order, self.gfp, self.mt, 1, Some(self.cpu_id));
+        alloc.prep_new_page_for(idx, order, self.gfp, self.mt, HandedTo::Cpu(self.cpu_id));
         self.cpu.mag.outstanding += 1;
         Some(Pfn(self.base_pfn + u64::from(idx)))
     }
