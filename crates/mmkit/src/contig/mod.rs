@@ -19,6 +19,8 @@
 //! must stay whole without it (`tests/layers.rs` holds the rule). The view
 //! reaches the allocator only through what `page_alloc` and the layers
 //! under it make visible to the crate.
+//!
+//! [`PageAllocator`]: crate::PageAllocator
 #![deny(unsafe_code)]
 
 pub mod cma;
@@ -32,7 +34,7 @@ use crate::page_alloc::migrate::MigrateRequest;
 use crate::types::error::ContigError;
 use crate::types::gfp::{gfp_zone, Gfp, MigrateType};
 use crate::zone::Zone;
-use crate::{PageAllocator, Pfn};
+use crate::Pfn;
 use alloc::vec::Vec;
 
 /// How a collected range's pages are handed out.
@@ -62,47 +64,19 @@ fn contig_migration_gfp(gfp: Gfp) -> Result<Gfp, ContigError> {
     Ok(rest.intersection(reclaim | Gfp::RETRY_MAYFAIL | Gfp::NOWARN) | Gfp::MOVABLE | Gfp::RETRY_MAYFAIL)
 }
 
-/// The contiguous-allocation layer over one allocator: ranges collected
-/// and freed by PFN, owned ranges, CMA areas. A borrowed view; make one
-/// wherever it is needed, it costs a reference.
-///
-/// ```
-/// use mmkit::{Contig, Gfp, MemoryMapBuilder, MigrateType, Pfn};
-/// let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
-/// let contig = Contig::new(&mm);
-/// contig.alloc_contig_range(Pfn(4096), Pfn(4608), MigrateType::Movable, Gfp::KERNEL).unwrap();
-/// assert_eq!(contig.free_contig_range(Pfn(4096), 512).unwrap().freed, 512);
-/// ```
-#[derive(Clone, Copy)]
-pub struct Contig<'a> {
-    mm: &'a PageAllocator,
-}
-
-impl<'a> Contig<'a> {
-    /// The view of `mm`.
-    #[inline]
-    pub fn new(mm: &'a PageAllocator) -> Self {
-        Self { mm }
-    }
-
-    /// The allocator the view borrows.
-    #[inline]
-    pub fn allocator(&self) -> &'a PageAllocator {
-        self.mm
-    }
-}
-
-impl<'a> From<&'a PageAllocator> for Contig<'a> {
-    #[inline]
-    fn from(mm: &'a PageAllocator) -> Self {
-        Self::new(mm)
-    }
-}
-
-impl core::fmt::Debug for Contig<'_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Contig").finish_non_exhaustive()
-    }
+crate::page_alloc::view::allocator_view! {
+    /// The contiguous-allocation layer over one allocator: ranges collected
+    /// and freed by PFN, owned ranges, CMA areas. A borrowed view; make one
+    /// wherever it is needed, it costs a reference.
+    ///
+    /// ```
+    /// use mmkit::{Contig, Gfp, MemoryMapBuilder, MigrateType, Pfn};
+    /// let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
+    /// let contig = Contig::new(&mm);
+    /// contig.alloc_contig_range(Pfn(4096), Pfn(4608), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    /// assert_eq!(contig.free_contig_range(Pfn(4096), 512).unwrap().freed, 512);
+    /// ```
+    pub struct Contig;
 }
 
 impl Contig<'_> {
@@ -117,7 +91,7 @@ impl Contig<'_> {
     /// and the free range taken off the free lists. The pages come back as
     /// order-0 pages with refcount 1 (free them with
     /// [`free_contig_range`](Self::free_contig_range) or one by one with
-    /// [`free_pages`](PageAllocator::free_pages)`(pfn, 0)`), or with `Gfp::COMP` as
+    /// [`free_pages`](crate::PageAllocator::free_pages)`(pfn, 0)`), or with `Gfp::COMP` as
     /// one compound page (free it with `free_pages(start, order)`). With
     /// `Gfp::ZERO` and real memory they are zeroed. Pageblock types are as
     /// they were before.

@@ -32,6 +32,7 @@ pub(crate) mod reporting;
 pub(crate) mod slowpath;
 pub(crate) mod source;
 pub(crate) mod stats;
+pub(crate) mod view;
 
 use crate::mem::map::MemMap;
 use crate::mem::page::{PageDesc, PageIdx};

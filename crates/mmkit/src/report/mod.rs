@@ -7,55 +7,27 @@
 //! must stay whole without it (`tests/layers.rs` holds the rule). The view
 //! reads the allocator only through what `page_alloc` and the layers under
 //! it make visible to the crate, and must not take two zone locks at once.
+//!
+//! [`PageAllocator`]: crate::PageAllocator
 #![deny(unsafe_code)]
 
 pub(crate) mod info;
 pub(crate) mod invariants;
 pub mod procfs;
 
-use crate::PageAllocator;
-
-/// The reporting layer over one allocator: the `/proc` texts, zone
-/// snapshots, vmstat counters and the invariant checker. A borrowed view;
-/// make one wherever it is needed, it costs a reference.
-///
-/// ```
-/// use mmkit::{Gfp, MemoryMapBuilder, Report};
-/// let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
-/// let pfn = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
-/// let report = Report::new(&mm);
-/// assert!(report.buddyinfo().starts_with("Node 0, zone "));
-/// report.check_invariants().unwrap();
-/// mm.free_pages(pfn, 0).unwrap();
-/// ```
-#[derive(Clone, Copy)]
-pub struct Report<'a> {
-    mm: &'a PageAllocator,
-}
-
-impl<'a> Report<'a> {
-    /// The view of `mm`.
-    #[inline]
-    pub fn new(mm: &'a PageAllocator) -> Self {
-        Self { mm }
-    }
-
-    /// The allocator the view borrows.
-    #[inline]
-    pub fn allocator(&self) -> &'a PageAllocator {
-        self.mm
-    }
-}
-
-impl<'a> From<&'a PageAllocator> for Report<'a> {
-    #[inline]
-    fn from(mm: &'a PageAllocator) -> Self {
-        Self::new(mm)
-    }
-}
-
-impl core::fmt::Debug for Report<'_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Report").finish_non_exhaustive()
-    }
+crate::page_alloc::view::allocator_view! {
+    /// The reporting layer over one allocator: the `/proc` texts, zone
+    /// snapshots, vmstat counters and the invariant checker. A borrowed view;
+    /// make one wherever it is needed, it costs a reference.
+    ///
+    /// ```
+    /// use mmkit::{Gfp, MemoryMapBuilder, Report};
+    /// let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
+    /// let pfn = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
+    /// let report = Report::new(&mm);
+    /// assert!(report.buddyinfo().starts_with("Node 0, zone "));
+    /// report.check_invariants().unwrap();
+    /// mm.free_pages(pfn, 0).unwrap();
+    /// ```
+    pub struct Report;
 }
