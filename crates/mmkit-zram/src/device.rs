@@ -413,8 +413,12 @@ impl Device {
     }
 
     fn write_locked(&self, slot: &SlotGuard<'_>, page: &[u8]) -> Result<(), ZramError> {
-        let content = self.store(page)?;
-        let old = self.slot_free_extract(slot);
+        // An overwrite hands the old object to the pool with the new one
+        // (`zs_replace`): both usually share a class, and then one hold of
+        // its lock serves the store and the free.
+        let replacing = self.stored_object(slot);
+        let (content, replaced) = self.store(page, replacing)?;
+        let old = self.slot_free_extract(slot).filter(|_| !replaced);
         match content {
             Content::Same(word) => {
                 slot.set_handle(word);
@@ -445,26 +449,60 @@ impl Device {
     /// The new contents of a page, allocated and written (no slot state
     /// touched yet): the same-filled check, then compression, then raw
     /// storage for a page that compresses to the huge size or more.
-    fn store(&self, page: &[u8]) -> Result<Content, ZramError> {
+    /// With `replacing`, the slot's current object is freed as the new one
+    /// is stored, and the flag returned says so (false: the caller frees
+    /// it, as for same-filled contents).
+    fn store(&self, page: &[u8], replacing: Option<Handle>) -> Result<(Content, bool), ZramError> {
         if let Some(word) = same_filled(page) {
-            return Ok(Content::Same(word));
+            return Ok((Content::Same(word), false));
         }
         let huge_size = self.huge_size;
-        let compressed =
-            self.comps[0].compress(page, |bytes| (bytes.len() < huge_size).then(|| self.alloc_object(bytes)));
-        match compressed.flatten() {
-            Some(stored) => stored.map(|(handle, size)| Content::Stored { handle, size, huge: false }),
-            None => self.alloc_object(page).map(|(handle, size)| Content::Stored { handle, size, huge: true }),
-        }
+        let compressed = self.comps[0]
+            .compress(page, |bytes| (bytes.len() < huge_size).then(|| self.alloc_object_replacing(bytes, replacing)));
+        let (stored, huge) = match compressed.flatten() {
+            Some(stored) => (stored, false),
+            None => (self.alloc_object_replacing(page, replacing), true),
+        };
+        stored.map(|(handle, size, replaced)| (Content::Stored { handle, size, huge }, replaced))
+    }
+
+    /// The pool object slot `slot` holds, if any (not same-filled, not
+    /// written back).
+    fn stored_object(&self, slot: &SlotGuard<'_>) -> Option<Handle> {
+        (slot.allocated() && !slot.has(flags::SAME | flags::WB)).then(|| Handle::from_raw(slot.handle())).flatten()
+    }
+
+    /// [`alloc_object`](Self::alloc_object), freeing `replacing` with the
+    /// same hold of the class lock when there is one; the flag says whether
+    /// it was freed.
+    fn alloc_object_replacing(
+        &self,
+        bytes: &[u8],
+        replacing: Option<Handle>,
+    ) -> Result<(Handle, usize, bool), ZramError> {
+        let Some(old) = replacing else {
+            return self.alloc_object(bytes).map(|(handle, size)| (handle, size, false));
+        };
+        self.check_mem_limit()?;
+        // The old handle came from the slot, so freeing it can only fail on
+        // a corrupted table; it is then left alone, as `zs_free` leaves it.
+        let (handle, _freed) = self.pool.zs_replace(old, bytes, ZRAM_GFP, 0).map_err(|_| ZramError::NoSpace)?;
+        Ok((handle, bytes.len(), true))
     }
 
     pub(crate) fn alloc_object(&self, bytes: &[u8]) -> Result<(Handle, usize), ZramError> {
+        self.check_mem_limit()?;
+        let handle = self.pool.zs_malloc_copy(bytes, ZRAM_GFP, 0).map_err(|_| ZramError::NoSpace)?;
+        Ok((handle, bytes.len()))
+    }
+
+    /// [`ZramError::NoSpace`] once the pool holds `mem_limit` bytes.
+    fn check_mem_limit(&self) -> Result<(), ZramError> {
         let limit = self.mem_limit();
         if limit != 0 && self.pool.zs_get_total_pages() * PAGE_SIZE as u64 >= limit {
             return Err(ZramError::NoSpace);
         }
-        let handle = self.pool.zs_malloc_copy(bytes, ZRAM_GFP, 0).map_err(|_| ZramError::NoSpace)?;
-        Ok((handle, bytes.len()))
+        Ok(())
     }
 
     /// Clears a slot under its lock (Linux's `slot_free_extract`: flags,
@@ -581,5 +619,43 @@ mod tests {
         assert_eq!(back, page, "the page is still there");
         assert_eq!(same_filled(&[7; PAGE_SIZE]), Some(u64::from_ne_bytes([7; 8])));
         assert_eq!(same_filled(&page), None);
+    }
+
+    #[test]
+    fn overwrites_free_every_old_object_whatever_class_it_was_in() {
+        let zram = Device::with_own_memory(ZramConfig { disksize: 1 << 20, ..ZramConfig::default() }).unwrap();
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut noise = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng as u8
+        };
+        // Random prefixes of every length: compressed sizes over many
+        // classes, incompressible pages (stored raw) and same-filled ones.
+        for round in 0..300usize {
+            let random = (round * 37) % (PAGE_SIZE + 1);
+            let page: Vec<u8> = (0..PAGE_SIZE)
+                .map(|i| {
+                    if round % 7 == 0 {
+                        5
+                    } else if i < random {
+                        noise()
+                    } else {
+                        1
+                    }
+                })
+                .collect();
+            zram.write(0, &page).unwrap();
+            let mut back = vec![0; PAGE_SIZE];
+            zram.read(0, &mut back).unwrap();
+            assert_eq!(back, page, "round {round}");
+            let stored = zram.slots.get(0).unwrap().lock().size() as i64;
+            let stats = zram.mm_stat_values();
+            assert_eq!(stats.compr_data_size as i64, stored, "round {round}: only the last contents count");
+        }
+        zram.write(0, &[3; PAGE_SIZE]).unwrap();
+        assert_eq!(zram.pool.zs_get_total_pages(), 0, "the last object went, and its zspage with it");
+        zram.pool.check_invariants().unwrap();
     }
 }

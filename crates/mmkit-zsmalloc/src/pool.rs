@@ -207,6 +207,36 @@ impl Inner {
         self.pages_allocated.fetch_sub(n, Relaxed);
     }
 
+    /// A copy of `data` in a new object, then `old` freed: under one hold
+    /// of the class lock when both are of one class and the class has a
+    /// backed free object, else as `malloc` followed by `free`. Returns the
+    /// new handle and how freeing `old` went; on an error nothing changed.
+    pub(crate) fn replace(
+        &self,
+        old: Handle,
+        data: &[u8],
+        gfp: Gfp,
+        nid: usize,
+    ) -> Result<(Handle, Result<(), ZsError>), ZsError> {
+        let size = data.len();
+        if size > 0 && size <= self.table.page_size() {
+            let class = self.table.class_for(size + ZS_HANDLE_SIZE);
+            if self.class_of(old) == Ok(class) {
+                let mut state = self.lock(class);
+                if !state.slots_exhausted() {
+                    if let Ok(handle) = state.alloc(&self.mm, size) {
+                        state.write_obj(&self.mm, handle, data)?;
+                        let emptied = state.free(&self.mm, old);
+                        drop(state);
+                        return Ok((handle, emptied.map(|pages| pages.map_or((), |pages| self.free_pages(pages)))));
+                    }
+                }
+            }
+        }
+        let handle = self.malloc(size, Some(data), gfp, nid)?;
+        Ok((handle, self.free(old)))
+    }
+
     pub(crate) fn free(&self, handle: Handle) -> Result<(), ZsError> {
         let class = self.class_of(handle)?;
         let emptied = self.lock(class).free(&self.mm, handle)?;
@@ -359,6 +389,28 @@ impl ZsPool {
     /// As `zs_malloc`.
     pub fn zs_malloc_copy(&self, data: &[u8], gfp: Gfp, nid: usize) -> Result<Handle, ZsError> {
         self.inner.malloc(data.len(), Some(data), gfp, nid)
+    }
+
+    /// [`zs_malloc_copy`](Self::zs_malloc_copy) of `data`, then
+    /// [`zs_free`](Self::zs_free) of `old`: an overwrite, as zram stores a
+    /// page again. When both objects are of one class the two share one
+    /// hold of the class lock, the store's second lock round trip that two
+    /// threads overwriting objects of one class otherwise queue on. The new
+    /// object is complete before `old` goes, so a failed store keeps `old`.
+    ///
+    /// Returns the new handle and the result of freeing `old` (an invalid
+    /// `old` is refused as `zs_free` refuses it, and changes nothing).
+    ///
+    /// # Errors
+    /// As `zs_malloc_copy`; then `old` is not freed.
+    pub fn zs_replace(
+        &self,
+        old: Handle,
+        data: &[u8],
+        gfp: Gfp,
+        nid: usize,
+    ) -> Result<(Handle, Result<(), ZsError>), ZsError> {
+        self.inner.replace(old, data, gfp, nid)
     }
 
     /// Frees `handle`'s object; an emptied zspage goes back to the page

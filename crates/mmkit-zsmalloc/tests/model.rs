@@ -1,5 +1,5 @@
 //! zsmalloc against a `HashMap` model: random malloc, write, read, free,
-//! deferred free, flush and compaction. After every step the pool's own
+//! deferred free, replace (store a copy, free the old), flush and compaction. After every step the pool's own
 //! bookkeeping is checked and every live object is read back; at the end
 //! the pool is dropped and the page allocator must have every page back.
 
@@ -15,6 +15,7 @@ enum Op {
     Write { pick: usize, seed: u8 },
     Free { pick: usize },
     FreeDeferred { pick: usize },
+    Replace { pick: usize, size: usize, seed: u8 },
     Flush,
     Compact,
     FreeStale,
@@ -26,6 +27,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (any::<usize>(), any::<u8>()).prop_map(|(pick, seed)| Op::Write { pick, seed }),
         3 => any::<usize>().prop_map(|pick| Op::Free { pick }),
         2 => any::<usize>().prop_map(|pick| Op::FreeDeferred { pick }),
+        3 => (any::<usize>(), prop_oneof![1usize..64, 64usize..1024, 1024usize..4097], any::<u8>())
+            .prop_map(|(pick, size, seed)| Op::Replace { pick, size, seed }),
         1 => Just(Op::Flush),
         1 => Just(Op::Compact),
         1 => Just(Op::FreeStale),
@@ -76,6 +79,23 @@ proptest! {
                             pool.zs_free_deferred(h).unwrap();
                         }
                         freed.push(h);
+                    }
+                    Op::Replace { pick, size, seed } if !order.is_empty() => {
+                        let at = pick % order.len();
+                        let old = order[at];
+                        let data = bytes(seed, size);
+                        let (h, freed_old) = pool.zs_replace(old, &data, gfp, 0).unwrap();
+                        prop_assert_eq!(freed_old, Ok(()));
+                        model.remove(&old);
+                        prop_assert!(!model.contains_key(&h));
+                        model.insert(h, data);
+                        order[at] = h;
+                        freed.push(old);
+                        // The old handle is gone; a second replace of it
+                        // stores nothing new in its place and says so.
+                        let again = pool.zs_replace(old, &[seed; 8], gfp, 0).unwrap();
+                        prop_assert_eq!(again.1, Err(ZsError::InvalidHandle(old)));
+                        pool.zs_free(again.0).unwrap();
                     }
                     Op::Flush => pool.zs_free_deferred_flush(),
                     Op::Compact => {
