@@ -14,7 +14,7 @@
 //! as Linux does, because returning it could hand corrupt memory out again.
 #![deny(unsafe_code)]
 
-use crate::mem::page::{PageFlags, PageIdx};
+use crate::mem::page::{DescWord, PageFlags, PageIdx};
 use crate::page_alloc::hooks::BadPageReport;
 use crate::types::error::{BadPageReason, FreeError, PageError};
 use crate::zone::buddy::{BuddyCtx, Placement};
@@ -76,6 +76,9 @@ impl PageAllocator {
     /// of `pcp_probe shared` and `buddy_probe frag0`).
     #[inline(never)]
     fn free_pages_to_buddy(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        if self.free_plain_block(pfn, order) {
+            return Ok(());
+        }
         let idx = self.validate_block(pfn, order)?;
         // Without lists the CPU picks nothing (`free_prepared_block`).
         if self.drop_block_ref(0, pfn, idx, order)? {
@@ -85,6 +88,32 @@ impl PageAllocator {
             }
         }
         Ok(())
+    }
+
+    /// The common free of a map without per-CPU lists: a block of `order`
+    /// with one reference and no flag but `ALLOCATED` (not compound, not
+    /// poisoned, not owned) is validated, dropped and prepared by one
+    /// compare-and-swap to the prepared word, as `LockedZone`'s owner frees
+    /// it, instead of a reference drop and then `free_pages_prepare`'s
+    /// checks and store. False, with nothing changed, for anything else
+    /// (the general path then decides and reports); a poison that lands
+    /// after the swap is caught by the release under the zone lock.
+    #[inline(always)]
+    fn free_plain_block(&self, pfn: Pfn, order: u32) -> bool {
+        let Some(idx) = self.pfn_to_idx(pfn) else { return false };
+        let page = self.desc(idx);
+        let word = page.load_word();
+        if !word.is_plain_block(order) {
+            return false;
+        }
+        let Some(zi) = self.zone_index_of(idx) else { return false };
+        #[cfg(all(test, feature = "std"))]
+        crate::page_alloc::hwpoison::race_hook::run(idx);
+        if !page.drop_last_reference(word, DescWord::PREPARED) {
+            return false;
+        }
+        self.release_prepared_inline(&self.zones[zi], idx, 1 << order, Placement::Auto);
+        true
     }
 
     #[inline(always)]
