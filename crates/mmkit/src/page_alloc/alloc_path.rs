@@ -18,9 +18,7 @@ use crate::page_alloc::hooks::AllocFailure;
 use crate::page_alloc::{AllocContext, PageAllocator};
 use crate::pcp::pcp_allowed_order;
 use crate::types::gfp::Watermark;
-use crate::types::gfp::{
-    fast_path_alloc_flags, gfp_zone, zone_and_migratetype, AllocFlags, Gfp, MigrateType, ZoneType,
-};
+use crate::types::gfp::{fast_path_alloc_flags, gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType};
 use crate::types::PAGE_ALLOC_COSTLY_ORDER;
 use crate::zone::fallback::{self, RmqueueMode, RmqueueRequest};
 use crate::zone::Zone;
@@ -207,7 +205,7 @@ impl PageAllocator {
     /// preferred zone of node `nid` (on that node), above its watermark.
     #[inline(always)]
     pub(crate) fn fast_target(&self, nid: usize, gfp: Gfp, order: u32) -> Option<FastTarget<'_>> {
-        let (highest, mt) = zone_and_migratetype(gfp)?;
+        let highest = gfp_zone(gfp).ok()?;
         let (zi, nofragment) = self.preferred_zone(nid, highest)?;
         let zone = &self.zones[zi];
         if zone.nid != nid {
@@ -217,8 +215,7 @@ impl PageAllocator {
         if !zone.comfortably_free() && !self.zone_allows_waking(zone, order, flags, highest, gfp) {
             return None;
         }
-        let mt = if self.mobility_disabled { MigrateType::Unmovable } else { mt };
-        Some(FastTarget { zi, zone, flags, mt, highest })
+        Some(FastTarget { zi, zone, flags, mt: self.request_migratetype(gfp), highest })
     }
 
     /// The fast path after a block came off a per-CPU list.

@@ -307,34 +307,6 @@ pub const fn gfp_zone(gfp: Gfp) -> Result<ZoneType, GfpZoneError> {
     }
 }
 
-/// The bits [`gfp_zone`] and [`gfp_migratetype`] read: the three zone
-/// modifiers and the two mobility bits.
-const ZONE_AND_MOBILITY_BITS: u32 = 0x1f;
-
-/// [`gfp_zone`] (`None` for contradictory zone bits) and
-/// [`gfp_migratetype`] of every value of their five bits, worked out at
-/// compile time, so that an allocation's fast path finds both with one
-/// load instead of testing bits (the job Linux's `GFP_ZONE_TABLE` does for
-/// the zone).
-const ZONE_AND_TYPE: [Option<(ZoneType, MigrateType)>; 32] = {
-    let mut table = [None; 32];
-    let mut bits = 0;
-    while bits < 32 {
-        let gfp = Gfp(bits);
-        if let Ok(zone) = gfp_zone(gfp) {
-            table[bits as usize] = Some((zone, gfp_migratetype(gfp)));
-        }
-        bits += 1;
-    }
-    table
-};
-
-/// [`gfp_zone`] and [`gfp_migratetype`] of `gfp` together, by table.
-#[inline(always)]
-pub(crate) fn zone_and_migratetype(gfp: Gfp) -> Option<(ZoneType, MigrateType)> {
-    ZONE_AND_TYPE[(gfp.0 & ZONE_AND_MOBILITY_BITS) as usize]
-}
-
 /// The migrate type a request asks for (Linux `gfp_migratetype`).
 ///
 /// Neither mobility bit → Unmovable, `MOVABLE` → Movable, `RECLAIMABLE` →

@@ -143,7 +143,6 @@ mod convert;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use convert::zone_and_migratetype;
 pub use convert::{
     fast_path_alloc_flags, gfp_compaction_allowed, gfp_migratetype, gfp_pfmemalloc_allowed, gfp_to_alloc_flags,
     gfp_to_base_alloc_flags, gfp_zone, gfpflags_allow_blocking, AllocFlags, GfpZoneError, MigrateType, Watermark,

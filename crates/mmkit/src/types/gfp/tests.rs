@@ -576,15 +576,3 @@ proptest! {
         prop_assert_eq!(fast_path_alloc_flags(gfp, false).bits() & !0x881, 0);
     }
 }
-
-#[test]
-fn the_zone_and_type_table_agrees_with_the_functions_for_every_mask() {
-    // Every combination of the low 16 bits, and the same with high bits set:
-    // bits outside the table's five must not change its answer.
-    for low in 0..1u32 << 16 {
-        for gfp in [Gfp(low), Gfp(low | 0xff00_0000)] {
-            let want = gfp_zone(gfp).ok().map(|zone| (zone, gfp_migratetype(gfp)));
-            assert_eq!(super::zone_and_migratetype(gfp), want, "{gfp:?}");
-        }
-    }
-}
