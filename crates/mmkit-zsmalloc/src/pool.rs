@@ -401,6 +401,22 @@ impl ZsPool {
     /// Returns the new handle and the result of freeing `old` (an invalid
     /// `old` is refused as `zs_free` refuses it, and changes nothing).
     ///
+    /// ```
+    /// use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
+    /// use mmkit_zsmalloc::{ZsError, ZsPool};
+    /// use std::sync::Arc;
+    ///
+    /// let mm = Arc::new(MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap());
+    /// let pool = ZsPool::zs_create_pool("zram0", mm).unwrap();
+    /// let gfp = Gfp::NOIO | Gfp::HIGHMEM | Gfp::MOVABLE;
+    /// let old = pool.zs_malloc_copy(&[1; 1800], gfp, 0).unwrap();
+    /// let (new, freed) = pool.zs_replace(old, &[2; 1790], gfp, 0).unwrap();
+    /// assert_eq!(freed, Ok(()));
+    /// assert_eq!(pool.zs_free(old), Err(ZsError::InvalidHandle(old))); // gone
+    /// let mut back = [0; 4096];
+    /// assert_eq!(pool.zs_obj_read(new, &mut back), Ok(1790));
+    /// ```
+    ///
     /// # Errors
     /// As `zs_malloc_copy`; then `old` is not freed.
     pub fn zs_replace(
