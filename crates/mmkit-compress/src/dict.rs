@@ -8,6 +8,7 @@
 //! contexts that use them are `lib.rs`'s. Knows nothing of zram or zswap.
 
 use crate::error::CompressError;
+use crate::same_filled;
 use std::path::Path;
 use std::sync::Arc;
 use zstd::zstd_safe::{CDict, DDict};
@@ -135,7 +136,7 @@ impl Dictionary {
         let mut data = Vec::new();
         let mut sizes = Vec::new();
         for page in pages {
-            if !page.is_empty() && !same_filled(page) {
+            if same_filled(page).is_none() {
                 data.extend_from_slice(page);
                 sizes.push(page.len());
             }
@@ -208,16 +209,6 @@ impl core::fmt::Debug for Dictionary {
     }
 }
 
-/// A page of one repeated 8-byte word (Linux's `page_same_filled`); a
-/// length that is not a multiple of 8 is never same-filled.
-pub fn same_filled(page: &[u8]) -> bool {
-    if page.len() % 8 != 0 || page.is_empty() {
-        return false;
-    }
-    let first = &page[..8];
-    page.chunks_exact(8).all(|word| word == first)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,8 +235,5 @@ mod tests {
         let page: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
         assert!(matches!(Dictionary::train([page.as_slice()], 4096), Err(CompressError::Training(_))));
         assert!(matches!(Dictionary::train(vec![page.as_slice(); 20], 100), Err(CompressError::Training(_))));
-        assert!(same_filled(&zeroes));
-        assert!(!same_filled(&page));
-        assert!(!same_filled(&[0; 7]));
     }
 }

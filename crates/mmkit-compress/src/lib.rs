@@ -24,9 +24,11 @@
 
 mod dict;
 mod error;
+mod same;
 
-pub use dict::{same_filled, Dictionary, DEFAULT_DICT_SIZE, MAX_DICT_SIZE, MIN_DICT_SIZE};
+pub use dict::{Dictionary, DEFAULT_DICT_SIZE, MAX_DICT_SIZE, MIN_DICT_SIZE};
 pub use error::CompressError;
+pub use same::same_filled;
 
 use std::cell::RefCell;
 use std::sync::Arc;

@@ -17,7 +17,7 @@ use crate::table::{SlotTable, CHUNK_PAGES};
 use crate::writeback::{BackingDev, Writeback};
 use crate::ZramError;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator};
-use mmkit_compress::{Algorithm, Compressor};
+use mmkit_compress::{same_filled, Algorithm, Compressor};
 use mmkit_zsmalloc::{Handle, ZsConfig, ZsPool};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -565,13 +565,6 @@ thread_local! {
     static BOUNCE: std::cell::RefCell<Box<[u8; PAGE_SIZE]>> = std::cell::RefCell::new(Box::new([0; PAGE_SIZE]));
 }
 
-/// The repeated word of a same-filled page (Linux's `page_same_filled`).
-fn same_filled(page: &[u8]) -> Option<u64> {
-    let mut words = page.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().unwrap_or_default()));
-    let first = words.next()?;
-    words.all(|w| w == first).then_some(first)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -617,8 +610,6 @@ mod tests {
         let mut back = vec![0; PAGE_SIZE];
         zram.read(0, &mut back).unwrap();
         assert_eq!(back, page, "the page is still there");
-        assert_eq!(same_filled(&[7; PAGE_SIZE]), Some(u64::from_ne_bytes([7; 8])));
-        assert_eq!(same_filled(&page), None);
     }
 
     #[test]

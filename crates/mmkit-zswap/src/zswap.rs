@@ -22,6 +22,7 @@ use crate::stats::{Counters, ZswapStats};
 use crate::tree::{Entry, Stored, Tree};
 use crate::{Reject, SwpEntry, ZswapError, PAGE_SIZE};
 use mmkit::{Gfp, PageAllocator};
+use mmkit_compress::same_filled;
 use mmkit_zsmalloc::{Handle, ZsPool};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -74,14 +75,6 @@ struct Injection {
 
 fn take(counter: &AtomicU64) -> bool {
     counter.load(Relaxed) > 0 && counter.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1)).is_ok()
-}
-
-/// Linux's `zswap_is_page_same_filled`: the word when every 8-byte word of
-/// `page` is equal.
-fn same_filled(page: &[u8]) -> Option<u64> {
-    let mut words = page.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().unwrap_or([0; 8])));
-    let first = words.next()?;
-    words.all(|w| w == first).then_some(first)
 }
 
 fn fill_same(page: &mut [u8], word: u64) {
