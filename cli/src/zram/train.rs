@@ -119,7 +119,7 @@ pub fn run(args: &TrainArgs) -> Result<String, TrainError> {
     let stride = (total_pages / want).max(2);
     let samples = sample_pages(&files, stride, 0, want as usize);
     let held_out = sample_pages(&files, stride, 1, 4096);
-    let same = samples.iter().filter(|p| same_filled(p)).count();
+    let same = samples.iter().filter(|p| same_filled(p).is_some()).count();
     if samples.len() - same < 8 {
         return Err(TrainError::Usage(format!(
             "{} pages in the input, {} of them sampled and not same-filled: at least 8 are needed",
@@ -147,7 +147,7 @@ pub fn run(args: &TrainArgs) -> Result<String, TrainError> {
 
 /// Bytes the held-out pages take with and without the dictionary.
 fn held_out_report(pages: &[Vec<u8>], algorithm: Algorithm, dict: &Dictionary, out: &Path) -> String {
-    let pages: Vec<&Vec<u8>> = pages.iter().filter(|p| !same_filled(p)).collect();
+    let pages: Vec<&Vec<u8>> = pages.iter().filter(|p| same_filled(p).is_none()).collect();
     if pages.is_empty() {
         return "no held-out pages to compare on\n".to_owned();
     }
