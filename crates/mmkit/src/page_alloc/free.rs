@@ -61,20 +61,11 @@ impl PageAllocator {
 
     /// [`free_pages`](Self::free_pages) past the per-CPU cache, out of
     /// line for the reason `alloc_pages_uncached` is.
-    /// Both ways on are calls of their own, so this is a test and a jump:
-    /// with the list path inlined here, its saved registers cost the
-    /// buddy's free 22 instructions (callgrind of `buddy_probe frag9`).
     #[inline(never)]
     fn free_pages_uncached(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         if !self.pcp.enabled {
             return self.free_pages_to_buddy(pfn, order);
         }
-        self.free_pages_to_lists(pfn, order)
-    }
-
-    /// [`free_pages`](Self::free_pages) through this CPU's lists.
-    #[inline(never)]
-    fn free_pages_to_lists(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         self.free_pages_on(self.current_cpu(), pfn, order)
     }
 
