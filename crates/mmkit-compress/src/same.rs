@@ -84,13 +84,8 @@ mod tests {
 
     #[test]
     fn agrees_with_the_word_by_word_definition() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rng = mmkit_testkit::XorShift64::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = move || rng.next_u64();
         for _ in 0..2000 {
             let len = (next() % 80) as usize * 8;
             let mut page = (next() % 3).to_ne_bytes().repeat(len / 8);
