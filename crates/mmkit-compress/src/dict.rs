@@ -136,7 +136,7 @@ impl Dictionary {
         let mut data = Vec::new();
         let mut sizes = Vec::new();
         for page in pages {
-            if same_filled(page).is_none() {
+            if !page.is_empty() && same_filled(page).is_none() {
                 data.extend_from_slice(page);
                 sizes.push(page.len());
             }

@@ -28,7 +28,7 @@ mod same;
 
 pub use dict::{Dictionary, DEFAULT_DICT_SIZE, MAX_DICT_SIZE, MIN_DICT_SIZE};
 pub use error::CompressError;
-pub use same::same_filled;
+pub use same::{fill_same, same_filled};
 
 use std::cell::RefCell;
 use std::sync::Arc;

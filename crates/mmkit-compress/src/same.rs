@@ -1,4 +1,5 @@
-//! The same-filled check zram, zswap and dictionary training share
+//! The same-filled check zram, zswap and dictionary training share, and
+//! the fill that restores such a page
 //! (Linux's `page_same_filled` in `drivers/block/zram/zram_drv.c`, and
 //! zswap's `zswap_is_page_same_filled` before it moved to zeromap): a page
 //! of one repeated 8-byte word is kept as that word, not compressed.
@@ -38,6 +39,23 @@ pub fn same_filled(page: &[u8]) -> Option<u64> {
     // at the first difference; a word-by-word loop was a compare and a
     // branch per word, about 1.7 instructions per word.
     (page[8..] == page[..page.len() - 8]).then_some(first)
+}
+
+/// Writes `word` over every 8-byte word of `page`: the contents of a
+/// same-filled page, back from the word [`same_filled`] returned.
+///
+/// ```
+/// use mmkit_compress::{fill_same, same_filled};
+///
+/// let mut page = [0u8; 4096];
+/// fill_same(&mut page, 0x0102_0304_0506_0708);
+/// assert_eq!(same_filled(&page), Some(0x0102_0304_0506_0708));
+/// ```
+#[inline]
+pub fn fill_same(page: &mut [u8], word: u64) {
+    for w in page.chunks_exact_mut(8) {
+        w.copy_from_slice(&word.to_ne_bytes());
+    }
 }
 
 #[inline(always)]

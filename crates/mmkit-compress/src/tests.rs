@@ -194,3 +194,16 @@ fn names_and_levels_parse_and_bad_ones_are_typed_errors() {
     }
     assert!(CompressError::UnknownAlgorithm("x".into()).to_string().contains("lz4hc"));
 }
+
+#[test]
+fn training_skips_empty_and_same_filled_pages() {
+    let pages = vocabulary_pages(300, 1);
+    let plain = Dictionary::train(pages.iter().map(Vec::as_slice), 4 << 10).unwrap();
+    let (empty, zeroes) = (Vec::new(), vec![0u8; 4096]);
+    let mixed = pages.iter().flat_map(|p| [p.as_slice(), empty.as_slice(), zeroes.as_slice()]);
+    let with_noise = Dictionary::train(mixed, 4 << 10).unwrap();
+    assert_eq!(with_noise.as_bytes(), plain.as_bytes(), "empty or same-filled pages took part in training");
+    // Seven real pages are too few, however many empty ones come with them.
+    let few = pages[..7].iter().map(Vec::as_slice).chain([empty.as_slice(); 20]);
+    assert!(matches!(Dictionary::train(few, 4 << 10), Err(CompressError::Training(_))));
+}

@@ -17,7 +17,7 @@ use crate::table::{SlotTable, CHUNK_PAGES};
 use crate::writeback::{BackingDev, Writeback};
 use crate::ZramError;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator};
-use mmkit_compress::{same_filled, Algorithm, Compressor};
+use mmkit_compress::{fill_same, same_filled, Algorithm, Compressor};
 use mmkit_zsmalloc::{Handle, ZsConfig, ZsPool};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -372,8 +372,7 @@ impl Device {
     /// reads pages this way).
     pub(crate) fn load_locked(&self, index: usize, slot: &SlotGuard<'_>, out: &mut [u8]) -> Result<(), ZramError> {
         if slot.has(flags::SAME) {
-            let word = slot.handle().to_ne_bytes();
-            out.chunks_exact_mut(8).for_each(|w| w.copy_from_slice(&word));
+            fill_same(out, slot.handle());
             return Ok(());
         }
         if slot.has(flags::WB) {

@@ -22,7 +22,7 @@ use crate::stats::{Counters, ZswapStats};
 use crate::tree::{Entry, Stored, Tree};
 use crate::{Reject, SwpEntry, ZswapError, PAGE_SIZE};
 use mmkit::{Gfp, PageAllocator};
-use mmkit_compress::same_filled;
+use mmkit_compress::{fill_same, same_filled};
 use mmkit_zsmalloc::{Handle, ZsPool};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -75,12 +75,6 @@ struct Injection {
 
 fn take(counter: &AtomicU64) -> bool {
     counter.load(Relaxed) > 0 && counter.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1)).is_ok()
-}
-
-fn fill_same(page: &mut [u8], word: u64) {
-    for w in page.chunks_exact_mut(8) {
-        w.copy_from_slice(&word.to_ne_bytes());
-    }
 }
 
 /// zswap: a compressed cache in front of a [`SwapFile`].
