@@ -13,7 +13,9 @@
 //! order-0 pages before freeing them all (counts are per page). With a
 //! second word `locked` (e.g. `buddy_probe frag9 locked`), the timed loop
 //! runs through CPU 0's pinned handle holding the zone locked
-//! (`PinnedCpu::lock_zone`) instead of the shared API.
+//! (`PinnedCpu::lock_zone`) instead of the shared API. With `default`, the
+//! map keeps the builder's defaults (per-CPU lists and cache on), as the
+//! suite's `mmkit_default_map` row.
 use mmkit::{Gfp, MemoryMapBuilder};
 use mmkit_testkit::XorShift64;
 use std::hint::black_box;
@@ -22,20 +24,24 @@ use std::time::Instant;
 fn main() {
     let mut args = std::env::args().skip(1);
     let mode = args.next().unwrap_or_else(|| "frag9".into());
-    let (mut n, mut locked) = (1_000_000u32, false);
+    let (mut n, mut locked, mut default_map) = (1_000_000u32, false, false);
     for arg in args {
         match arg.parse() {
             Ok(v) => n = v,
-            Err(_) => locked = arg == "locked",
+            Err(_) => {
+                locked |= arg == "locked";
+                default_map |= arg == "default";
+            }
         }
     }
-    buddy_fragmented(&mode, n, locked);
+    buddy_fragmented(&mode, n, locked, default_map);
 }
 
-/// Fragments a 4 GiB buddy-only map as `mode` says, then times `n` pairs
-/// (through a locked zone when `locked`).
-fn buddy_fragmented(mode: &str, n: u32, locked: bool) {
-    let mm = MemoryMapBuilder::with_memory(4 << 30).per_cpu_lists(false).build().unwrap();
+/// Fragments a 4 GiB map as `mode` says, then times `n` pairs (through a
+/// locked zone when `locked`). The map has no per-CPU lists unless
+/// `default_map`.
+fn buddy_fragmented(mode: &str, n: u32, locked: bool, default_map: bool) {
+    let mm = MemoryMapBuilder::with_memory(4 << 30).per_cpu_lists(default_map).build().unwrap();
     let order = match mode {
         "frag0" | "batch" => 0,
         "frag9" | "fresh9" => 9,

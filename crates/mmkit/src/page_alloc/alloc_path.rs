@@ -19,7 +19,6 @@ use crate::page_alloc::{AllocContext, PageAllocator};
 use crate::pcp::pcp_allowed_order;
 use crate::types::gfp::Watermark;
 use crate::types::gfp::{fast_path_alloc_flags, gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType};
-use crate::types::PAGE_ALLOC_COSTLY_ORDER;
 use crate::zone::fallback::{self, RmqueueMode, RmqueueRequest};
 use crate::zone::Zone;
 use crate::{AllocError, Pfn};
@@ -123,12 +122,10 @@ impl PageAllocator {
         frozen: bool,
     ) -> Result<Pfn, AllocError> {
         if self.pcp_serves(gfp) && pcp_allowed_order(order, self.mem.geometry.pageblock_order) {
-            // A pageblock-order block (Linux's THP order) comes off its
-            // list in the general path, which refills that list.
-            if order <= PAGE_ALLOC_COSTLY_ORDER {
-                if let Some(pfn) = self.alloc_fast(cpu, nid, gfp, order, frozen) {
-                    return Ok(pfn);
-                }
+            // Every cached order, the pageblock (THP) order included, as
+            // Linux's `rmqueue` sends each to `rmqueue_pcplist`.
+            if let Some(pfn) = self.alloc_fast(cpu, nid, gfp, order, frozen) {
+                return Ok(pfn);
             }
         } else if let Some(pfn) = self.alloc_buddy_fast(nid, gfp, order, frozen) {
             return Ok(pfn);
