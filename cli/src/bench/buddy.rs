@@ -1,8 +1,12 @@
 //! Suite `buddy`: single-block allocation and freeing straight through the
 //! buddy allocator (maps built with per-CPU lists off), order 0 and order 9,
 //! on fresh and on fragmented memory, plus a 4096-page batch. mmkit runs
-//! twice: through the shared API (`mmkit`, a zone lock per call) and
-//! through a pinned CPU holding the zone locked (`mmkit_locked_zone`).
+//! three times: through the shared API (`mmkit`, a zone lock per call),
+//! through a pinned CPU holding the zone locked (`mmkit_locked_zone`), and
+//! through the shared API of a map with the builder's defaults
+//! (`mmkit_default_map`, per-CPU lists and cache on). The peer
+//! `buddy_system_allocator` runs bare (`FrameAllocator`, no lock) and as
+//! the crate's `LockedFrameAllocator`, the form a shared caller needs.
 //!
 //! Owns the case list, each case's setup (fresh or fragmented maps and peer
 //! allocators) and the suite's footnotes. Timing and output are the
@@ -16,7 +20,8 @@ use crate::size::format_size;
 use mmkit_bench::fragment::{self, SEED};
 use mmkit_bench::heap::MiMalloc;
 use mmkit_bench::subjects::{
-    batch_loop, buddy_only_map, locked_zone_loop, names, pair_loop, Bsa, Heap, Mmkit, BSA_ORDER, PAGE_SIZE,
+    batch_loop, buddy_only_map, default_map, locked_zone_loop, names, pair_loop, Bsa, BsaLocked, Heap, Mmkit,
+    BSA_ORDER, PAGE_SIZE,
 };
 use std::alloc::System;
 
@@ -94,9 +99,17 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
          (lock_zone, taken at the start of each timed run and dropped at its end): no lock and \
          no atomic per call; its blocks are LOCAL to the CPU."
             .to_string(),
+        "mmkit_default_map is a map of the same size built with MemoryMapBuilder's defaults \
+         (per-CPU lists and the per-CPU order-0 cache on), fragmented by the same recipe, \
+         through alloc_pages/free_pages: order 0 is served by the CPU's cache, order 9 by \
+         its per-CPU list of pageblock-order blocks. buddy_system_allocator_locked is the \
+         crate's LockedFrameAllocator (a spin lock per call, one per zone span), what a \
+         caller that shares the allocator between threads uses; the bare \
+         buddy_system_allocator takes no lock at all, as the shared mmkit rows must."
+            .to_string(),
         format!(
-            "*_fragmented cases run only for mmkit and buddy_system_allocator: both are \
-             fragmented by the same recipe (order 0: allocate 90% of the pages one by one, \
+            "*_fragmented cases run only for the mmkit and buddy_system_allocator rows: each map or \
+             allocator is fragmented by the same recipe (order 0: allocate 90% of the pages one by one, \
              free a xorshift-chosen half with seed {SEED:#x}; order 9: allocate order-9 blocks \
              until refused, free every other one). The heap allocators have no comparable \
              page-frame state to fragment, so they are not run there."
@@ -142,13 +155,18 @@ fn pairs_fresh(
     let mm = buddy_only_map(plan.map_bytes)?;
     let mut mmkit = Mmkit::new(&mm);
     let mut cpu = pin(&mm)?;
+    let default_mm = default_map(plan.map_bytes)?;
+    let mut mmkit_default = Mmkit::new(&default_mm);
     let mut bsa = Bsa::like(&mm);
+    let mut bsa_locked = BsaLocked::like(&mm);
     let mut mi = Heap::<MiMalloc>::new();
     let mut sys = Heap::<System>::new();
     let mut contenders = [
         Contender::new(names::MMKIT, pair_loop(&mut mmkit, order)),
         Contender::new(names::MMKIT_LOCKED_ZONE, locked_zone_loop(&mut cpu, |z, n| pair_loop(z, order)(n))),
+        Contender::new(names::MMKIT_DEFAULT_MAP, pair_loop(&mut mmkit_default, order)),
         Contender::new(names::BSA, pair_loop(&mut bsa, order)),
+        Contender::new(names::BSA_LOCKED, pair_loop(&mut bsa_locked, order)),
         Contender::new(names::MIMALLOC, pair_loop(&mut mi, order)),
         Contender::new(names::SYSTEM, pair_loop(&mut sys, order)),
     ];
@@ -169,12 +187,19 @@ fn order0_fragmented(name: &'static str, plan: &Plan, settings: &Settings) -> Re
     let count = mmkit.map().nr_free_pages() * 9 / 10;
     let _mmkit_held = fragment::scatter(&mut mmkit, count, SEED)?;
     let mut cpu = pin(&mm)?;
+    let default_mm = default_map(plan.map_bytes)?;
+    let mut mmkit_default = Mmkit::new(&default_mm);
+    let _default_held = fragment::scatter(&mut mmkit_default, count, SEED)?;
     let mut bsa = Bsa::like(&mm);
     let _bsa_held = fragment::scatter(&mut bsa, count, SEED)?;
+    let mut bsa_locked = BsaLocked::like(&mm);
+    let _bsa_locked_held = fragment::scatter(&mut bsa_locked, count, SEED)?;
     let mut contenders = [
         Contender::new(names::MMKIT, pair_loop(&mut mmkit, 0)),
         Contender::new(names::MMKIT_LOCKED_ZONE, locked_zone_loop(&mut cpu, |z, n| pair_loop(z, 0)(n))),
+        Contender::new(names::MMKIT_DEFAULT_MAP, pair_loop(&mut mmkit_default, 0)),
         Contender::new(names::BSA, pair_loop(&mut bsa, 0)),
+        Contender::new(names::BSA_LOCKED, pair_loop(&mut bsa_locked, 0)),
     ];
     measure(SUITE.name, spec(name, "pair", 1, plan.order0_iters), &mut contenders, settings.runs)
 }
@@ -185,12 +210,19 @@ fn order9_fragmented(name: &'static str, plan: &Plan, settings: &Settings) -> Re
     let limit = plan.pages() >> 9;
     let _mmkit_held = fragment::alternate(&mut mmkit, 9, limit)?;
     let mut cpu = pin(&mm)?;
+    let default_mm = default_map(plan.map_bytes)?;
+    let mut mmkit_default = Mmkit::new(&default_mm);
+    let _default_held = fragment::alternate(&mut mmkit_default, 9, limit)?;
     let mut bsa = Bsa::like(&mm);
     let _bsa_held = fragment::alternate(&mut bsa, 9, limit)?;
+    let mut bsa_locked = BsaLocked::like(&mm);
+    let _bsa_locked_held = fragment::alternate(&mut bsa_locked, 9, limit)?;
     let mut contenders = [
         Contender::new(names::MMKIT, pair_loop(&mut mmkit, 9)),
         Contender::new(names::MMKIT_LOCKED_ZONE, locked_zone_loop(&mut cpu, |z, n| pair_loop(z, 9)(n))),
+        Contender::new(names::MMKIT_DEFAULT_MAP, pair_loop(&mut mmkit_default, 9)),
         Contender::new(names::BSA, pair_loop(&mut bsa, 9)),
+        Contender::new(names::BSA_LOCKED, pair_loop(&mut bsa_locked, 9)),
     ];
     measure(SUITE.name, spec(name, "pair", 1, plan.order9_iters), &mut contenders, settings.runs)
 }
@@ -199,13 +231,18 @@ fn order0_batch(name: &'static str, plan: &Plan, settings: &Settings) -> Result<
     let mm = buddy_only_map(plan.map_bytes)?;
     let mut mmkit = Mmkit::new(&mm);
     let mut cpu = pin(&mm)?;
+    let default_mm = default_map(plan.map_bytes)?;
+    let mut mmkit_default = Mmkit::new(&default_mm);
     let mut bsa = Bsa::like(&mm);
+    let mut bsa_locked = BsaLocked::like(&mm);
     let mut mi = Heap::<MiMalloc>::new();
     let mut sys = Heap::<System>::new();
     let mut contenders = [
         Contender::new(names::MMKIT, batch_loop(&mut mmkit, 0, BATCH)),
         Contender::new(names::MMKIT_LOCKED_ZONE, locked_zone_loop(&mut cpu, |z, n| batch_loop(z, 0, BATCH)(n))),
+        Contender::new(names::MMKIT_DEFAULT_MAP, batch_loop(&mut mmkit_default, 0, BATCH)),
         Contender::new(names::BSA, batch_loop(&mut bsa, 0, BATCH)),
+        Contender::new(names::BSA_LOCKED, batch_loop(&mut bsa_locked, 0, BATCH)),
         Contender::new(names::MIMALLOC, batch_loop(&mut mi, 0, BATCH)),
         Contender::new(names::SYSTEM, batch_loop(&mut sys, 0, BATCH)),
     ];
@@ -220,12 +257,14 @@ mod tests {
     fn quick_suite_reports_every_case_and_impl() {
         let settings = Settings { runs: 1, quick: true };
         let report = run(&settings, &mut |_| {}).unwrap();
-        assert_eq!(report.cases.len(), 5 + 3 + 5 + 3 + 5);
+        assert_eq!(report.cases.len(), 7 + 5 + 7 + 5 + 7);
         for (name, _) in CASES {
             let impls: Vec<_> = report.cases.iter().filter(|c| c.name == name).map(|c| c.impl_name).collect();
             assert!(impls.contains(&names::MMKIT), "{name}: {impls:?}");
             assert!(impls.contains(&names::MMKIT_LOCKED_ZONE), "{name}: {impls:?}");
             assert!(impls.contains(&names::BSA), "{name}: {impls:?}");
+            assert!(impls.contains(&names::MMKIT_DEFAULT_MAP), "{name}: {impls:?}");
+            assert!(impls.contains(&names::BSA_LOCKED), "{name}: {impls:?}");
         }
         for c in &report.cases {
             assert!(c.median_ns > 0.0, "{c:?}");

@@ -6,8 +6,13 @@
 //!   metadata-only map;
 //! - `mmkit_locked_zone`: the same calls through CPU 0's pinned handle
 //!   holding the zone locked (`PinnedCpu::lock_zone`) for each timed run;
+//! - `mmkit_default_map`: `alloc_pages` / `free_pages` on a map built with
+//!   the builder's defaults (per-CPU lists and the per-CPU order-0 cache);
 //! - `buddy_system_allocator`: one `FrameAllocator` per mmkit zone span,
 //!   highest zone first, `alloc(1 << order)` / `dealloc(frame, 1 << order)`;
+//! - `buddy_system_allocator_locked`: the same with the crate's own
+//!   `LockedFrameAllocator` (a spin lock per call), what a caller sharing it
+//!   between threads uses;
 //! - `mimalloc` and `system`: `GlobalAlloc` with a (4 KiB << order)-byte,
 //!   equally aligned layout, memory never touched (see [`crate::heap`]).
 //!
@@ -18,7 +23,7 @@
 
 use crate::heap::{BlockLayout, HeapBlock, StatelessAlloc};
 use crate::BenchError;
-use buddy_system_allocator::FrameAllocator;
+use buddy_system_allocator::{FrameAllocator, LockedFrameAllocator};
 use mmkit::{Gfp, LockedZone, MemoryMapBuilder, PageAllocator, Pfn, PinnedCpu};
 use std::hint::black_box;
 use std::ops::Range;
@@ -29,8 +34,12 @@ pub mod names {
     pub const MMKIT: &str = "mmkit";
     /// mmkit through a pinned CPU holding the zone locked.
     pub const MMKIT_LOCKED_ZONE: &str = "mmkit_locked_zone";
+    /// mmkit's shared API on a map built with the builder's defaults.
+    pub const MMKIT_DEFAULT_MAP: &str = "mmkit_default_map";
     /// The `buddy_system_allocator` crate's `FrameAllocator`.
     pub const BSA: &str = "buddy_system_allocator";
+    /// The same crate's `LockedFrameAllocator` (a spin lock per call).
+    pub const BSA_LOCKED: &str = "buddy_system_allocator_locked";
     /// The `mimalloc` crate through `GlobalAlloc`.
     pub const MIMALLOC: &str = "mimalloc";
     /// `std::alloc::System` (the C library's allocator).
@@ -84,6 +93,16 @@ pub fn buddy_only_map(bytes: u64) -> Result<PageAllocator, BenchError> {
         .per_cpu_lists(false)
         .build()
         .map_err(|e| BenchError::context("building the mmkit map", e))
+}
+
+/// Builds a metadata-only map of `bytes` with the builder's defaults (per-CPU
+/// lists and the per-CPU order-0 cache on), the map a caller gets without
+/// choosing anything.
+///
+/// # Errors
+/// When the library refuses the map.
+pub fn default_map(bytes: u64) -> Result<PageAllocator, BenchError> {
+    MemoryMapBuilder::with_memory(bytes).build().map_err(|e| BenchError::context("building the mmkit map", e))
 }
 
 /// mmkit's buddy allocator with a fixed GFP mask.
@@ -206,6 +225,58 @@ impl PageAlloc for Bsa {
             .find(|(span, _)| span.contains(&block))
             .ok_or_else(|| BenchError(format!("buddy_system_allocator: frame {block} not managed")))?;
         frames.dealloc(block, 1 << order);
+        Ok(())
+    }
+}
+
+/// [`Bsa`] with the crate's `LockedFrameAllocator`: the same zones and
+/// order of trial, each zone's allocator behind its spin lock, taken once
+/// per call (per zone tried), as a caller that shares it between threads
+/// must.
+pub struct BsaLocked {
+    /// Highest zone first.
+    zones: Vec<(Range<usize>, Box<LockedFrameAllocator<BSA_ORDER>>)>,
+}
+
+impl BsaLocked {
+    /// Locked frame allocators over the zone spans of `mm` (which must be
+    /// fresh, as for [`Bsa::like`]).
+    pub fn like(mm: &PageAllocator) -> Self {
+        let mut zones: Vec<_> = mm
+            .zones()
+            .iter()
+            .map(|z| {
+                let span = z.span();
+                let span = span.start as usize..span.end as usize;
+                let frames = Box::new(LockedFrameAllocator::<BSA_ORDER>::new());
+                frames.lock().add_frame(span.start, span.end);
+                (span, frames)
+            })
+            .collect();
+        zones.reverse();
+        Self { zones }
+    }
+}
+
+impl PageAlloc for BsaLocked {
+    type Block = usize;
+    #[inline]
+    fn alloc(&mut self, order: u32) -> Result<usize, BenchError> {
+        for (_, frames) in &self.zones {
+            if let Some(frame) = frames.lock().alloc(1 << order) {
+                return Ok(frame);
+            }
+        }
+        Err(BenchError(format!("buddy_system_allocator (locked): no block of order {order}")))
+    }
+    #[inline]
+    fn free(&mut self, block: usize, order: u32) -> Result<(), BenchError> {
+        let (_, frames) = self
+            .zones
+            .iter()
+            .find(|(span, _)| span.contains(&block))
+            .ok_or_else(|| BenchError(format!("buddy_system_allocator (locked): frame {block} not managed")))?;
+        frames.lock().dealloc(block, 1 << order);
         Ok(())
     }
 }
