@@ -18,8 +18,10 @@
 //!   named as Linux names them. No `unsafe`.
 //! - [`SwapRegion`] — anonymous memory with a resident budget, whose pages
 //!   beyond the budget are swapped out to a [`Zswap`] and faulted back in
-//!   through userfaultfd. Its `unsafe` (mmap, madvise, the userfaultfd
-//!   ioctls, copies in and out of the mapping) is confined to one module.
+//!   through userfaultfd. Its `unsafe` (mmap, madvise, copies in and out
+//!   of the mapping, the userfaultfd system call and ioctls) is confined to
+//!   two modules: the mapping's and the userfaultfd bindings', which are
+//!   declared in the crate from the kernel's uAPI header (no bindgen).
 //!
 //! ```
 //! use mmkit::{Backing, HugePages, MemoryMapBuilder};

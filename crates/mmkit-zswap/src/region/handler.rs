@@ -9,13 +9,13 @@
 //! calls.
 
 use super::sys::Mapping;
+use super::uffd::{Event, EventBuffer, FaultKind, Uffd};
 use super::{Counters, RegionConfig};
 use crate::{KeepEntry, SwpEntry, Zswap, ZswapError, PAGE_SIZE};
 use rustix::event::{PollFd, PollFlags};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{mpsc, Arc, Mutex};
-use userfaultfd::{Event, EventBuffer, FaultKind, Uffd};
 
 /// Work for the handler besides faults.
 pub(crate) enum Request {
@@ -125,12 +125,12 @@ impl Handler {
                 let faults: Vec<(usize, bool)> = match self.shared.uffd.read_events(&mut events) {
                     Ok(iter) => iter
                         .filter_map(|event| match event {
-                            Ok(Event::Pagefault { kind, addr, .. }) => {
+                            Event::Pagefault { kind, addr } => {
                                 let offset = (addr as usize).wrapping_sub(self.shared.map.as_ptr() as usize);
                                 (offset < self.shared.map.len())
                                     .then_some((offset / PAGE_SIZE, kind == FaultKind::WriteProtected))
                             }
-                            _ => None,
+                            Event::Other => None,
                         })
                         .collect(),
                     Err(_) => Vec::new(),

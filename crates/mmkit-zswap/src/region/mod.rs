@@ -31,17 +31,19 @@
 //! 4 KiB, sharing the region with another process.
 //!
 //! Owns the mapping, the fault-handler thread and the per-page state; uses
-//! only [`Zswap`]'s public calls. Its `unsafe` is all in `sys`.
+//! only [`Zswap`]'s public calls. Its `unsafe` is all in `sys` (the
+//! mapping) and `uffd` (the userfaultfd bindings).
 
 mod handler;
 mod sys;
+mod uffd;
 
 use crate::{ReleaseMode, Zswap, PAGE_SIZE};
 use handler::{Handler, Request, Shared};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
-use userfaultfd::{FeatureFlags, RegisterMode, UffdBuilder};
+use uffd::{FeatureFlags, IoctlFlags, RegisterMode, UffdBuilder};
 
 /// How a region is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -233,7 +235,7 @@ impl SwapRegion {
         let ioctls = uffd
             .register_with_mode(map.as_ptr().cast(), map.len(), RegisterMode::MISSING | RegisterMode::WRITE_PROTECT)
             .map_err(|e| RegionError::Userfaultfd(format!("register: {e}")))?;
-        if !ioctls.contains(userfaultfd::IoctlFlags::WRITE_PROTECT | userfaultfd::IoctlFlags::COPY) {
+        if !ioctls.contains(IoctlFlags::WRITE_PROTECT | IoctlFlags::COPY) {
             return Err(RegionError::Userfaultfd("no write-protection for anonymous memory".into()));
         }
         let (wake_r, wake_w) =

@@ -1,16 +1,17 @@
-//! The region's only `unsafe`: the anonymous mapping (mmap, munmap,
-//! madvise), copies in and out of it, and the userfaultfd ioctls that
-//! place pages in it (`UFFDIO_COPY`, `UFFDIO_ZEROPAGE`).
+//! The region's `unsafe` besides the userfaultfd bindings (`uffd`): the
+//! anonymous mapping (mmap, munmap, madvise), copies in and out of it, and
+//! the calls that place pages in it (`UFFDIO_COPY`, `UFFDIO_ZEROPAGE`),
+//! whose destinations only this module can vouch for.
 //!
 //! Owns the mapping's life. Callers pass page indices or byte offsets that
 //! this module checks against the mapping's length; no raw pointer leaves
 //! it except [`Mapping::as_ptr`], which is only an address.
 #![allow(unsafe_code)]
 
+use super::uffd::Uffd;
 use crate::PAGE_SIZE;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
-use userfaultfd::Uffd;
 
 /// An anonymous private mapping, unmapped on drop.
 pub(crate) struct Mapping {
@@ -137,32 +138,23 @@ impl Mapping {
     /// write-protect fault, with no window in which it could go unseen),
     /// without waking the faulting threads. `Ok(false)` when a page was
     /// there already (`EEXIST`: another thread's fault raced this one).
-    pub(crate) fn uffd_copy_wp(&self, uffd: &Uffd, first: usize, src: &[u8]) -> Result<bool, nix::Error> {
-        use std::os::fd::AsRawFd;
+    pub(crate) fn uffd_copy_wp(&self, uffd: &Uffd, first: usize, src: &[u8]) -> std::io::Result<bool> {
         if src.is_empty() || src.len() % PAGE_SIZE != 0 || first * PAGE_SIZE + src.len() > self.len {
             return Ok(false);
         }
-        let mut copy = userfaultfd_sys::uffdio_copy {
-            dst: self.page_addr(first) as u64,
-            src: src.as_ptr() as u64,
-            len: src.len() as u64,
-            mode: userfaultfd_sys::UFFDIO_COPY_MODE_DONTWAKE | userfaultfd_sys::UFFDIO_COPY_MODE_WP,
-            copy: 0,
-        };
-        // SAFETY: `copy` is a live, initialised `struct uffdio_copy`; its
-        // source is the live buffer `src` and its destination lies inside
-        // the mapping registered with `uffd`; the kernel refuses (EEXIST) to
-        // overwrite a present page.
-        match unsafe { uffdio_copy_ioctl(uffd.as_raw_fd(), &mut copy) } {
+        // SAFETY: the destination lies inside the mapping registered with
+        // `uffd`, which Rust reaches only through atomics; the kernel refuses
+        // (EEXIST) to overwrite a present page.
+        match unsafe { uffd.copy(self.page_addr(first), src, false, true) } {
             Ok(_) => Ok(true),
-            Err(nix::errno::Errno::EEXIST) => Ok(false),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
             Err(e) => Err(e),
         }
     }
 
     /// Maps the zero page at page `index` (`UFFDIO_ZEROPAGE`), without
     /// waking. `Ok(false)` when a page was there already.
-    pub(crate) fn uffd_zeropage(&self, uffd: &Uffd, index: usize) -> Result<bool, userfaultfd::Error> {
+    pub(crate) fn uffd_zeropage(&self, uffd: &Uffd, index: usize) -> std::io::Result<bool> {
         if (index + 1) * PAGE_SIZE > self.len {
             return Ok(false);
         }
@@ -170,24 +162,10 @@ impl Mapping {
         // refuses (EEXIST) to replace a present page.
         match unsafe { uffd.zeropage(self.page_addr(index), PAGE_SIZE, false) } {
             Ok(_) => Ok(true),
-            Err(userfaultfd::Error::ZeropageFailed(e)) if e == nix_eexist() => Ok(false),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
             Err(e) => Err(e),
         }
     }
-}
-
-// `UFFDIO_COPY` by hand: the userfaultfd crate's `copy` has no
-// write-protect mode (`_IOWR(UFFDIO, _UFFDIO_COPY, struct uffdio_copy)`).
-nix::ioctl_readwrite!(uffdio_copy_ioctl, 0xAA, 0x03, userfaultfd_sys::uffdio_copy);
-
-/// `EEXIST` as the userfaultfd crate reports it.
-fn nix_eexist() -> userfaultfd_errno::Errno {
-    userfaultfd_errno::Errno::EEXIST
-}
-
-/// The crate's errno type (its `nix` dependency), named once here.
-mod userfaultfd_errno {
-    pub(crate) use nix::errno::Errno;
 }
 
 impl Drop for Mapping {
