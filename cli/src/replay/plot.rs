@@ -8,8 +8,10 @@
 //!   mixed (holds live pages of another mobility than its type).
 //!
 //! Owns drawing only: it reads the report, the allocator and the engine and
-//! must not change them. Text needs a system font (fontconfig); without one
-//! the same pictures are drawn without captions, labels and legends.
+//! must not change them. Text needs a TrueType font, looked up once at run
+//! time in the system's font directories (no fontconfig or freetype: the
+//! glyphs are drawn with `ab_glyph`); without one the same pictures are
+//! drawn without captions, labels and legends.
 
 use super::engine::{Engine, NR_ORDERS};
 use super::metrics::pageblock_type;
@@ -17,6 +19,7 @@ use super::report::Report;
 use mmkit::{MigrateType, PageAllocator};
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// Colour of each migratetype, in `MigrateType` order.
 const TYPE_COLOURS: [RGBColor; 6] = [
@@ -49,11 +52,86 @@ fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Whether text can be drawn (a font is found).
+/// Whether text can be drawn: a system font was registered as
+/// "sans-serif" (looked for on the first call only) and draws.
 pub(super) fn fonts_work() -> bool {
-    let mut buf = vec![0u8; 64 * 32 * 3];
-    let root = BitMapBackend::with_buffer(&mut buf, (64, 32)).into_drawing_area();
-    root.draw(&Text::new("0", (1, 1), ("sans-serif", 12).into_font())).is_ok()
+    static WORKS: OnceLock<bool> = OnceLock::new();
+    *WORKS.get_or_init(|| {
+        let dirs: Vec<PathBuf> = FONT_DIRS.iter().map(PathBuf::from).collect();
+        if !register_font(&font_candidates(&dirs)) {
+            return false;
+        }
+        let mut buf = vec![0u8; 64 * 32 * 3];
+        let root = BitMapBackend::with_buffer(&mut buf, (64, 32)).into_drawing_area();
+        root.draw(&Text::new("0", (1, 1), ("sans-serif", 12).into_font())).is_ok()
+    })
+}
+
+/// Where fonts are looked for: the system's and the local administrator's
+/// font directories (where fontconfig looks by default; read here
+/// without it).
+const FONT_DIRS: [&str; 2] = ["/usr/share/fonts", "/usr/local/share/fonts"];
+/// Sans-serif faces taken before any other TrueType file, best first.
+const PREFERRED_FONTS: [&str; 4] =
+    ["DejaVuSans.ttf", "LiberationSans-Regular.ttf", "FreeSans.ttf", "NotoSans-Regular.ttf"];
+/// Directory levels searched below each of `FONT_DIRS` (distributions use
+/// two or three: `truetype/dejavu/`).
+const FONT_DEPTH: usize = 4;
+
+/// The TrueType files under `dirs`: the preferred faces first, then the
+/// others in path order (so the choice is the same on every run).
+fn font_candidates(dirs: &[PathBuf]) -> Vec<PathBuf> {
+    fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        let mut entries: Vec<_> = entries.flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let path = entry.path();
+            // A symlinked directory is not followed (no loops); a symlinked
+            // file is read like any other.
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                if depth > 0 {
+                    walk(&path, depth - 1, out);
+                }
+            } else if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("ttf")) {
+                out.push(path);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    for dir in dirs {
+        walk(dir, FONT_DEPTH, &mut found);
+    }
+    let rank = |p: &PathBuf| {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        PREFERRED_FONTS.iter().position(|&f| f == name).unwrap_or(PREFERRED_FONTS.len())
+    };
+    found.sort_by_key(rank); // stable: path order within a rank
+    found
+}
+
+/// Registers the first of `candidates` that is a font with digits and
+/// Latin letters as "sans-serif", and says whether one was.
+fn register_font(candidates: &[PathBuf]) -> bool {
+    for path in candidates {
+        let Ok(bytes) = std::fs::read(path) else { continue };
+        if !usable_font(&bytes) {
+            continue;
+        }
+        // plotters keeps the font for the process's life; it is read once.
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether `bytes` are a font that has digits and Latin letters (not a
+/// symbol or a script-only face).
+fn usable_font(bytes: &[u8]) -> bool {
+    use ab_glyph::Font;
+    ab_glyph::FontRef::try_from_slice(bytes).is_ok_and(|font| "0a".chars().all(|c| font.glyph_id(c).0 != 0))
 }
 
 type DrawResult = Result<(), Box<dyn std::error::Error>>;
@@ -173,4 +251,48 @@ fn pageblocks(path: &Path, report: &Report, mm: &PageAllocator, engine: &Engine<
     }
     root.present()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn font_candidates_prefer_known_faces_then_path_order() {
+        let d = tempfile::tempdir().unwrap();
+        for (dir, file) in [
+            ("b", "Zed.ttf"),
+            ("a/deep", "Other.TTF"),
+            ("c", "DejaVuSans.ttf"),
+            ("c", "readme.txt"),
+            ("a/1/2/3/4/5", "TooDeep.ttf"),
+        ] {
+            std::fs::create_dir_all(d.path().join(dir)).unwrap();
+            std::fs::write(d.path().join(dir).join(file), b"not a font").unwrap();
+        }
+        let names: Vec<String> = font_candidates(&[d.path().to_path_buf(), d.path().join("missing")])
+            .iter()
+            .map(|p| p.strip_prefix(d.path()).unwrap().display().to_string())
+            .collect();
+        assert_eq!(names, ["c/DejaVuSans.ttf", "a/deep/Other.TTF", "b/Zed.ttf"]);
+    }
+
+    #[test]
+    fn files_that_are_not_fonts_are_not_registered() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("DejaVuSans.ttf");
+        std::fs::write(&path, b"not a font").unwrap();
+        assert!(!register_font(&[path, d.path().join("missing.ttf")]));
+        assert!(!register_font(&[]));
+    }
+
+    /// Text is drawn exactly when the system has a usable font; either way
+    /// the answer holds (tests pass with and without one).
+    #[test]
+    fn fonts_work_when_the_system_has_a_usable_font() {
+        let dirs: Vec<PathBuf> = FONT_DIRS.iter().map(PathBuf::from).collect();
+        let usable = font_candidates(&dirs).iter().any(|p| std::fs::read(p).is_ok_and(|b| usable_font(&b)));
+        assert_eq!(fonts_work(), usable);
+        assert_eq!(fonts_work(), usable);
+    }
 }
