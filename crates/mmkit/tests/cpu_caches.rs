@@ -100,7 +100,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (prop_oneof![Just(0u32), Just(0), Just(0), Just(1), Just(3)], 0..GFPS.len())
+        6 => (prop_oneof![Just(0u32), Just(0), Just(0), Just(1), Just(3), Just(9)], 0..GFPS.len())
             .prop_map(|(order, gfp)| Op::Alloc { order, gfp }),
         5 => any::<usize>().prop_map(|pick| Op::Free { pick }),
         1 => any::<usize>().prop_map(|pick| Op::WrongOrder { pick }),

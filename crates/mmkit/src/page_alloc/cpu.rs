@@ -247,20 +247,27 @@ impl PageAllocator {
         true
     }
 
-    /// Returns order-0 pages a cache took from the lists (a pinned
+    /// Returns blocks of `order` a cache took from the lists (a pinned
     /// magazine's or a per-CPU cache's: free, `PCP`, on no list) to `pcp`
     /// when given, else to the buddy.
-    pub(crate) fn uncache_pages(&self, mut pcp: Option<&mut PcpState>, zi: usize, mt: MigrateType, pages: &[PageIdx]) {
+    pub(crate) fn uncache_pages(
+        &self,
+        mut pcp: Option<&mut PcpState>,
+        zi: usize,
+        mt: MigrateType,
+        order: u32,
+        pages: &[PageIdx],
+    ) {
         for &idx in pages {
-            // Back to a prepared page, as the general free leaves it.
+            // Back to a prepared block, as the general free leaves it.
             let page = self.desc(idx);
             page.set_free_state(page.flags().intersection(PageFlags::HWPOISON), 0, 0);
             let listed = match pcp.as_deref_mut() {
-                Some(pcp) => self.pcp_free_locked(pcp, zi, idx, 0, mt),
+                Some(pcp) => self.pcp_free_locked(pcp, zi, idx, order, mt),
                 None => false,
             };
             if !listed {
-                self.release_prepared(&self.zones[zi], idx, 1, crate::zone::buddy::Placement::Auto);
+                self.release_prepared(&self.zones[zi], idx, 1 << order, crate::zone::buddy::Placement::Auto);
             }
         }
     }

@@ -1,5 +1,8 @@
 //! The per-CPU order-0 cache: the default path of `alloc_pages` and
-//! `free_pages` for order-0 pages, with no lock and one atomic per pair.
+//! `free_pages` for order-0 pages, with no lock and one atomic per pair;
+//! beside it, a short stack of pageblock-order (THP-order) blocks per
+//! CPU, zone and type, so that the default path of those needs no lock
+//! either (see "Pageblock-order blocks" below).
 //!
 //! Owns the transitions of a page through the cache: a pop (allocation), a
 //! push (free), a refill from and a flush to the CPU's per-CPU lists, and
@@ -43,6 +46,19 @@
 //! CPU becomes the new one. Threads that only free (consumers of
 //! pages others allocate) have no such CPU and always push.
 //!
+//! # Pageblock-order blocks
+//! Linux keeps blocks of `pageblock_order` on the per-CPU lists too
+//! (`pcp_allowed_order`), so a THP allocation after a THP free takes no
+//! zone lock. Here the lists' try-lock costs a compare-and-swap on each
+//! side, two of a pair's three; a stack of at most [`BLOCK_CAP`] blocks
+//! per slot leaves the reference drop. An empty stack takes one block
+//! from the lists (no batch refill: each block is a pageblock of memory),
+//! a full one sends the freed block to them. Blocks are far apart, so no
+//! descriptor line is shared and a free pushes on whatever CPU it runs.
+//! While hardware poison is pending a popped block goes to the buddy
+//! (whose release skips poisoned pages) and a freed one takes the general
+//! path: a block holds 2^order pages, too many for the pop to check.
+//!
 //! Only the shared API uses the cache (`alloc_pages`, `free_pages`,
 //! `put_page` of order 0 when the caller does not name a CPU). Pinned
 //! handles have their own magazine, and calls through a [`CpuHandle`]
@@ -72,6 +88,9 @@ const BATCH: usize = 32;
 /// Pages per descriptor cache line (64-byte lines of 16-byte descriptors):
 /// a refill prefers blocks of this order.
 const LINE_ORDER: u32 = 2;
+/// Pageblock-order blocks a stack holds at most: a pageblock each, so
+/// few (Linux's lists keep about as many: `high` counts pages).
+const BLOCK_CAP: u32 = 2;
 
 /// The allocator's per-CPU caches: the stacks, and which of them may be
 /// used at all.
@@ -83,6 +102,12 @@ pub(crate) struct CpuCaches {
     usable: u64,
     /// Per slot: pages a refill brings.
     batch: Vec<u8>,
+    /// Slots of order 0 (`zones * TYPES`); the pageblock-order slots, when
+    /// they fit in `usable`, follow: slot `order0_slots + zone * TYPES + mt`.
+    order0_slots: usize,
+    /// The pageblock order, whose blocks the slots from `order0_slots` on
+    /// hold.
+    block_order: u32,
 }
 
 /// The whole word of an order-0 page of type `mt` just allocated with one
@@ -105,13 +130,32 @@ impl CpuCaches {
         slot < 64 && self.usable & (1 << slot) != 0
     }
 
+    /// The order of the blocks in `slot`'s stacks.
+    #[inline(always)]
+    fn slot_order(&self, slot: usize) -> u32 {
+        if slot < self.order0_slots {
+            0
+        } else {
+            self.block_order
+        }
+    }
+
+    /// The zone of `slot`.
+    #[inline(always)]
+    fn slot_zone(&self, slot: usize) -> usize {
+        (slot % self.order0_slots) / TYPES
+    }
+
     /// Caches for `allocator`'s zones, if restartable sequences work here.
     pub(crate) fn new(allocator: &PageAllocator) -> Option<Self> {
-        let nr_slots = allocator.zones.len() * TYPES;
-        let mut caps = Vec::with_capacity(nr_slots);
-        if nr_slots > 64 {
+        let order0_slots = allocator.zones.len() * TYPES;
+        if order0_slots > 64 {
             return None;
         }
+        // The pageblock-order stacks only where their slots fit the mask.
+        let with_blocks = 2 * order0_slots <= 64;
+        let nr_slots = if with_blocks { 2 * order0_slots } else { order0_slots };
+        let mut caps = Vec::with_capacity(nr_slots);
         let mut usable = 0u64;
         let mut batch = Vec::with_capacity(nr_slots);
         for (zi, zone) in allocator.zones.iter().enumerate() {
@@ -132,18 +176,34 @@ impl CpuCaches {
                 batch.push((cap / 2).clamp(1, BATCH).min(sizing.batch.max(1) as usize) as u8);
             }
         }
-        Some(Self { stacks: CpuStacks::new(&caps)?, usable, batch })
-    }
-
-    /// Pages the stacks hold in zone `zi` (racy while sequences run).
-    pub(crate) fn held_in_zone(&self, zi: usize) -> u64 {
-        let mut held = 0;
-        for cpu in 0..self.stacks.nr_cpus() {
-            for mt in 0..TYPES {
-                held += self.stacks.len(cpu, zi * TYPES + mt) as u64;
+        if with_blocks {
+            for slot in 0..order0_slots {
+                if usable & (1 << slot) != 0 {
+                    usable |= 1 << (order0_slots + slot);
+                }
+                caps.push(BLOCK_CAP);
+                batch.push(1);
             }
         }
-        held
+        let block_order = allocator.mem.geometry.pageblock_order;
+        Some(Self { stacks: CpuStacks::new(&caps)?, usable, batch, order0_slots, block_order })
+    }
+
+    /// Blocks the stacks hold in zone `zi` (racy while sequences run), and
+    /// the pages in them.
+    pub(crate) fn held_in_zone(&self, zi: usize) -> (u64, u64) {
+        let (mut blocks, mut pages) = (0, 0);
+        for cpu in 0..self.stacks.nr_cpus() {
+            for first in (0..self.batch.len()).step_by(self.order0_slots) {
+                for mt in 0..TYPES {
+                    let slot = first + zi * TYPES + mt;
+                    let held = self.stacks.len(cpu, slot) as u64;
+                    blocks += held;
+                    pages += held << self.slot_order(slot);
+                }
+            }
+        }
+        (blocks, pages)
     }
 }
 
@@ -238,12 +298,14 @@ impl PageAllocator {
         match caches.stacks.push(slot, idx, home) {
             Push::Done => {}
             Push::Full => self.cpu_cache_flush(caches, slot, zi, idx),
-            Push::Unavailable => self.cpu_cache_uncache(self.current_cpu(), zi, MigrateType::ALL[usize::from(mt)], idx),
+            Push::Unavailable => {
+                self.cpu_cache_uncache(self.current_cpu(), zi, MigrateType::ALL[usize::from(mt)], 0, idx);
+            }
             Push::Foreign => {
                 // Back to the lists of the CPU the thread allocated on: on
                 // this CPU's, its next refill would take the page and
                 // recycle a line of the other CPU's pages.
-                self.cpu_cache_uncache(self.fold_cpu(home as usize), zi, MigrateType::ALL[usize::from(mt)], idx);
+                self.cpu_cache_uncache(self.fold_cpu(home as usize), zi, MigrateType::ALL[usize::from(mt)], 0, idx);
                 // One slow free per migration: the thread's later frees
                 // push here (a free-only thread must not stay on the lists).
                 if let Some(cpu) = caches.stacks.current_cpu() {
@@ -304,7 +366,7 @@ impl PageAllocator {
         let (&mut mine, rest) = pages[..got].split_last_mut()?;
         if !rest.is_empty() && !caches.stacks.push_many(slot, rest) {
             // The stack filled or stopped meanwhile: back to the lists.
-            self.uncache_pages(Some(&mut pcp), zi, mt, rest);
+            self.uncache_pages(Some(&mut pcp), zi, mt, 0, rest);
         }
         Some(mine)
     }
@@ -328,19 +390,19 @@ impl PageAllocator {
         let mt = MigrateType::ALL[slot % TYPES];
         let cpu = self.current_cpu();
         let mut pcp = self.lock_pcp_unless_pinned(cpu, zi);
-        self.uncache_pages(pcp.as_deref_mut(), zi, mt, &pages[..moved]);
+        self.uncache_pages(pcp.as_deref_mut(), zi, mt, 0, &pages[..moved]);
         if !pushed {
-            self.uncache_pages(pcp.as_deref_mut(), zi, mt, &[idx]);
+            self.uncache_pages(pcp.as_deref_mut(), zi, mt, 0, &[idx]);
         }
     }
 
-    /// Frees a cached page of zone `zi` and type `mt` that could not go on
-    /// the current CPU's stack onto CPU `cpu`'s lists (to the buddy when
-    /// that CPU is pinned).
+    /// Frees a cached block of `order`, zone `zi` and type `mt` that could
+    /// not go on the current CPU's stack onto CPU `cpu`'s lists (to the
+    /// buddy when that CPU is pinned).
     #[cold]
-    fn cpu_cache_uncache(&self, cpu: usize, zi: usize, mt: MigrateType, idx: PageIdx) {
+    fn cpu_cache_uncache(&self, cpu: usize, zi: usize, mt: MigrateType, order: u32, idx: PageIdx) {
         let mut pcp = self.lock_pcp_unless_pinned(cpu, zi);
-        self.uncache_pages(pcp.as_deref_mut(), zi, mt, &[idx]);
+        self.uncache_pages(pcp.as_deref_mut(), zi, mt, order, &[idx]);
     }
 
     /// Empties the stacks of every kernel CPU that folds onto `cpu` into
@@ -352,7 +414,7 @@ impl PageAllocator {
         for real in (cpu..caches.stacks.nr_cpus()).step_by(self.pcp.nr_cpus) {
             caches.stacks.drain_cpu(real, |slot, pages| {
                 let mt = MigrateType::ALL[slot % TYPES];
-                self.uncache_pages(None, slot / TYPES, mt, pages);
+                self.uncache_pages(None, caches.slot_zone(slot), mt, caches.slot_order(slot), pages);
             });
         }
     }
@@ -373,8 +435,91 @@ impl PageAllocator {
         }
     }
 
-    /// Pages the per-CPU caches hold in zone `zi`.
-    pub(crate) fn cpu_cached_pages(&self, zi: usize) -> u64 {
-        self.cpu_caches.as_ref().map_or(0, |caches| caches.held_in_zone(zi))
+    /// Blocks the per-CPU caches hold in zone `zi`, and the pages in them.
+    pub(crate) fn cpu_cached_blocks(&self, zi: usize) -> (u64, u64) {
+        self.cpu_caches.as_ref().map_or((0, 0), |caches| caches.held_in_zone(zi))
+    }
+
+    /// The cache's allocation of a pageblock-order block (`order` must be
+    /// the pageblock order): a pop from the current CPU's stack, or one
+    /// block from its lists when the stack is empty. `None` as for
+    /// [`cpu_cache_alloc`](Self::cpu_cache_alloc), and while hardware
+    /// poison is pending. Inlined into `alloc_pages_uncached`, whose
+    /// general path is a call of its own: one call from `alloc_pages`.
+    #[inline(always)]
+    pub(crate) fn cpu_cache_alloc_block(&self, gfp: Gfp, order: u32) -> Option<Pfn> {
+        let caches = self.cpu_caches.as_ref()?;
+        if order != caches.block_order {
+            return None;
+        }
+        let nid =
+            if self.zones.nr_nodes() == 1 { 0 } else { self.node_of_cpu(self.fold_cpu(caches.stacks.current_cpu()?)) };
+        let target = self.fast_target(nid, gfp, order)?;
+        let slot = caches.order0_slots + target.zi * TYPES + target.mt as usize;
+        if !target.mt.is_pcp_type() || !caches.usable(slot) {
+            return None;
+        }
+        let idx = match caches.stacks.pop(slot) {
+            Pop::Item(idx, _) => idx,
+            Pop::Empty => {
+                let cpu = self.fold_cpu(caches.stacks.current_cpu()?);
+                let mut pcp = self.try_lock_pcp(cpu, target.zi)?;
+                self.pcp_take_locked(&mut pcp, target.zi, order, target.mt, target.flags)?
+            }
+            Pop::Unavailable => return None,
+        };
+        if self.hwpoison.any() {
+            // Poison pending (perhaps in this block: the pop cannot check
+            // its 2^order pages): the block goes back, and the release to
+            // the buddy leaves any poisoned page out.
+            self.uncache_pages(None, target.zi, target.mt, order, &[idx]);
+            return None;
+        }
+        Some(self.finish_fast_alloc(&target, idx, order, gfp, false))
+    }
+
+    /// The cache's free of a pageblock-order block: true when done, false
+    /// (nothing changed) for anything but a plain block with one reference
+    /// and no poison pending. Inlined into `free_pages_uncached`, as the
+    /// allocation is.
+    #[inline(always)]
+    pub(crate) fn cpu_cache_free_block(&self, pfn: Pfn, order: u32) -> bool {
+        let Some(caches) = self.cpu_caches.as_ref() else {
+            return false;
+        };
+        let offset = pfn.0.wrapping_sub(self.mem.base_pfn);
+        if order != caches.block_order || offset >= self.mem.pages.len() as u64 || self.hwpoison.any() {
+            return false;
+        }
+        let idx = offset as PageIdx;
+        let page = self.desc(idx);
+        let word = page.load_word();
+        // Aligned, one reference, not compound, owned, local or poisoned.
+        if idx & ((1 << order) - 1) != 0 || !word.is_plain_block(order) {
+            return false;
+        }
+        // The list `pcp_list_type` would pick (the caches exist only with
+        // the lists, and this order is one they keep).
+        let list_type = match self.mem.blocks.get(idx) {
+            MigrateType::Isolate => return false,
+            mt if mt.is_pcp_type() => mt,
+            _ => MigrateType::Movable,
+        };
+        let Some(zi) = self.zones.index_of(idx) else {
+            return false;
+        };
+        let slot = caches.order0_slots + zi * TYPES + list_type as usize;
+        if !caches.usable(slot) {
+            return false;
+        }
+        if !page.drop_last_reference(word, DescWord::cached_block(order, list_type as u8)) {
+            return false;
+        }
+        if caches.stacks.push(slot, idx, u32::MAX) != Push::Done {
+            // Full, or the CPU pinned or its stacks stopped: to its lists
+            // (the buddy when pinned).
+            self.cpu_cache_uncache(self.current_cpu(), zi, list_type, order, idx);
+        }
+        true
     }
 }

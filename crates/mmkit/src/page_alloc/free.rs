@@ -59,13 +59,24 @@ impl PageAllocator {
         self.free_pages_uncached(pfn, order)
     }
 
-    /// [`free_pages`](Self::free_pages) past the per-CPU cache, out of
-    /// line for the reason `alloc_pages_uncached` is.
+    /// [`free_pages`](Self::free_pages) past the per-CPU order-0 cache:
+    /// the cache's pageblock-order stacks, then the lists or the buddy.
+    /// Out of line and small for the reasons `alloc_pages_uncached` is.
     #[inline(never)]
     fn free_pages_uncached(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         if !self.pcp.enabled {
             return self.free_pages_to_buddy(pfn, order);
         }
+        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
+        if order == self.mem.geometry.pageblock_order && self.cpu_cache_free_block(pfn, order) {
+            return Ok(());
+        }
+        self.free_pages_to_lists(pfn, order)
+    }
+
+    /// [`free_pages`](Self::free_pages) through the current CPU's lists.
+    #[inline(never)]
+    fn free_pages_to_lists(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         self.free_pages_on(self.current_cpu(), pfn, order)
     }
 

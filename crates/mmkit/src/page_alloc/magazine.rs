@@ -337,7 +337,7 @@ impl<'a> PinnedCpu<'a> {
                 break;
             };
             if !self.mag.stack.push(idx - self.mag.target.zone_start) {
-                self.alloc.uncache_pages(Some(&mut self.lists[zi]), zi, mt, &[idx]);
+                self.alloc.uncache_pages(Some(&mut self.lists[zi]), zi, mt, 0, &[idx]);
                 break;
             }
         }
@@ -355,7 +355,7 @@ impl<'a> PinnedCpu<'a> {
         for offset in &mut oldest[..count] {
             *offset += self.mag.target.zone_start;
         }
-        alloc.uncache_pages(Some(&mut self.lists[zi]), zi, self.mag.target.mt, &oldest[..count]);
+        alloc.uncache_pages(Some(&mut self.lists[zi]), zi, self.mag.target.mt, 0, &oldest[..count]);
     }
 
     /// Turns the magazine on (the default) or off. Off, order-0 requests

@@ -224,15 +224,22 @@ impl PageAllocator {
         false
     }
 
-    /// Pages the shared API's per-CPU order-0 caches hold in zone `zi`.
+    /// Pages the shared API's per-CPU caches hold in zone `zi`.
     #[inline]
     pub(crate) fn cpu_cached(&self, zi: usize) -> u64 {
+        self.cpu_cached_heads_and_pages(zi).1
+    }
+
+    /// Blocks (their heads carry `PCP`) the shared API's per-CPU caches
+    /// hold in zone `zi`, and the pages in them.
+    #[inline]
+    pub(crate) fn cpu_cached_heads_and_pages(&self, zi: usize) -> (u64, u64) {
         #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
-        return self.cpu_cached_pages(zi);
+        return self.cpu_cached_blocks(zi);
         #[allow(unreachable_code)]
         {
             let _ = zi;
-            0
+            (0, 0)
         }
     }
 

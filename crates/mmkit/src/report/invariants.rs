@@ -177,7 +177,7 @@ impl Report<'_> {
                 "zone {:?}: {heads_seen} BUDDY pages in the span, {listed_heads} on lists",
                 zone.zone_type
             );
-            let pcp_heads = pcp_heads + self.mm.cpu_cached(zi);
+            let pcp_heads = pcp_heads + self.mm.cpu_cached_heads_and_pages(zi).0;
             ensure!(
                 pcp_seen == pcp_heads,
                 None,

@@ -70,7 +70,7 @@ impl ZoneSet {
 
     /// Index of the zone holding descriptor `idx`: one table load, or a
     /// search for the rare pageblock that two zones share.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn index_of(&self, idx: PageIdx) -> Option<usize> {
         match *self.by_block.get((idx >> self.pageblock_order) as usize)? {
             ZONE_NONE => None,

@@ -32,7 +32,14 @@ impl DescWord {
     /// `PCP`, no reference.
     #[inline(always)]
     pub(crate) const fn cached(tag: u8) -> Self {
-        Self::of(state_word_of(PageFlags::PCP.bits(), 0, tag), 0)
+        Self::cached_block(0, tag)
+    }
+
+    /// The head of a block of `order` and migratetype `tag` on a per-CPU
+    /// list or cache: `PCP`, no reference.
+    #[inline(always)]
+    pub(crate) const fn cached_block(order: u32, tag: u8) -> Self {
+        Self::of(state_word_of(PageFlags::PCP.bits(), order, tag), 0)
     }
 
     /// An allocated block's head: `flags` (which include `ALLOCATED`, and
