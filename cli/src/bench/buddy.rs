@@ -101,8 +101,8 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
             .to_string(),
         "mmkit_default_map is a map of the same size built with MemoryMapBuilder's defaults \
          (per-CPU lists and the per-CPU order-0 cache on), fragmented by the same recipe, \
-         through alloc_pages/free_pages: order 0 is served by the CPU's cache, order 9 by \
-         its per-CPU list of pageblock-order blocks. buddy_system_allocator_locked is the \
+         through alloc_pages/free_pages: the CPU's cache serves order 0 and order 9 (its \
+         pageblock-order stacks). buddy_system_allocator_locked is the \
          crate's LockedFrameAllocator (a spin lock per call, one per zone span), what a \
          caller that shares the allocator between threads uses; the bare \
          buddy_system_allocator takes no lock at all, as the shared mmkit rows must."
