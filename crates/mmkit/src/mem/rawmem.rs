@@ -485,6 +485,65 @@ mod real {
             }
             assert_eq!(mem.discard_pages(3, 2), 0, "a span leaving the mapping is refused");
         }
+
+        /// The handle of a block at `index` (the accessors only borrow it).
+        fn holder(index: u64, order: u32) -> crate::PageBlock {
+            crate::PageBlock::new(crate::Pfn(index), order, crate::PageOwner::MIN, 0)
+        }
+
+        #[test]
+        fn held_blocks_have_their_own_bytes_at_once() {
+            let mem = RealMemory::map(8, 4096, HugePages::None).unwrap();
+            let (mut a, mut b) = (holder(0, 1), holder(4, 2));
+            mem.zero_pages(0, 8);
+            // Two blocks' writable bytes live at the same time.
+            let bytes_a = mem.block_bytes_mut(0, a.order(), &mut a);
+            let bytes_b = mem.block_bytes_mut(4, b.order(), &mut b);
+            assert_eq!((bytes_a.len(), bytes_b.len()), (2 * 4096, 4 * 4096));
+            bytes_a.fill(0x11);
+            bytes_b.fill(0x22);
+            bytes_a[8191] = 0x33;
+            assert_eq!((bytes_a[0], bytes_b[0], bytes_b[16383]), (0x11, 0x22, 0x22));
+            // Two shared views of one block, and one of the other.
+            let (a1, a2, b1) = (mem.block_bytes(0, 1, &a), mem.block_bytes(0, 1, &a), mem.block_bytes(4, 2, &b));
+            assert_eq!((a1[4096], a2[8191], b1[4096]), (0x11, 0x33, 0x22));
+            // The pages between them were not touched.
+            // SAFETY: pages 2 and 3 are inside the mapping; no slice covers them.
+            let gap = unsafe { core::slice::from_raw_parts(mem.page_ptr(2).unwrap().as_ptr(), 2 * 4096) };
+            assert!(gap.iter().all(|&x| x == 0));
+            // Raw pointers (page_ptr) and the accessors see the same bytes.
+            // SAFETY: page 5 is inside the mapping; no slice of it is alive.
+            unsafe { mem.page_ptr(5).unwrap().as_ptr().write(0x44) };
+            assert_eq!(mem.block_bytes(4, 2, &b)[4096], 0x44);
+            assert_eq!(mem.index_of(mem.block_bytes(4, 2, &b)[4096..].as_ptr()), Some(5));
+            // Spans leaving the mapping have no bytes.
+            let mut c = holder(6, 2);
+            assert!(mem.block_bytes(6, 2, &c).is_empty());
+            assert!(mem.block_bytes_mut(6, 2, &mut c).is_empty());
+            assert!(mem.block_bytes(0, 64, &c).is_empty());
+            assert!(mem.block_bytes(usize::MAX, 0, &c).is_empty());
+        }
+
+        #[test]
+        fn threads_write_their_own_blocks() {
+            let mem = RealMemory::map(4, 4096, HugePages::None).unwrap();
+            let mut blocks = [holder(0, 0), holder(1, 0), holder(2, 1)];
+            let indices = [0, 1, 2];
+            std::thread::scope(|scope| {
+                for (block, index) in blocks.iter_mut().zip(indices) {
+                    let mem = &mem;
+                    scope.spawn(move || {
+                        let bytes = mem.block_bytes_mut(index, block.order(), block);
+                        bytes.fill(index as u8 + 1);
+                        assert_eq!(bytes[bytes.len() - 1], index as u8 + 1);
+                    });
+                }
+            });
+            for (block, index) in blocks.iter().zip(indices) {
+                let bytes = mem.block_bytes(index, block.order(), block);
+                assert_eq!((bytes[0], bytes[bytes.len() - 1]), (index as u8 + 1, index as u8 + 1));
+            }
+        }
     }
 }
 
@@ -494,10 +553,26 @@ mod table_tests {
     use crate::mem::page::PageDesc;
     use core::mem::MaybeUninit;
 
+    /// `len` bytes filled with `fill`, lent as the builder's `'static`
+    /// memory is, and given back by [`give_back`] once the table that
+    /// holds them is dropped (so that Miri's leak check stays on).
+    fn lend(len: usize, fill: u8) -> (*mut [MaybeUninit<u8>], &'static mut [MaybeUninit<u8>]) {
+        let raw = Box::into_raw(alloc::vec![MaybeUninit::new(fill); len].into_boxed_slice());
+        // SAFETY: `raw` is a live allocation; the reference is the only one
+        // used until `give_back`, after every user of it is gone.
+        (raw, unsafe { &mut *raw })
+    }
+
+    fn give_back(raw: *mut [MaybeUninit<u8>]) {
+        // SAFETY: `raw` came from `Box::into_raw` in `lend`, and the table
+        // made from its memory has been dropped.
+        drop(unsafe { Box::from_raw(raw) });
+    }
+
     #[test]
     fn a_lent_table_lies_in_the_lent_memory_aligned_and_zeroed() {
         for offset in 0..16 {
-            let memory = Box::leak(alloc::vec![MaybeUninit::new(0xa5u8); 1024 + offset].into_boxed_slice());
+            let (raw, memory) = lend(1024 + offset, 0xa5);
             let (start, end) = (memory.as_ptr() as usize, memory.as_ptr() as usize + memory.len());
             let table = ZeroedTable::<PageDesc>::in_lent_memory(&mut memory[offset..], 60).unwrap();
             let slice = table.as_slice();
@@ -505,16 +580,20 @@ mod table_tests {
             assert!(start + offset <= first && last <= end, "offset {offset}: outside the memory");
             assert_eq!(first % core::mem::align_of::<PageDesc>(), 0);
             assert!(slice.iter().all(|d| d.refcount() == 0 && d.flags() == crate::PageFlags::EMPTY));
+            drop(table);
+            give_back(raw);
         }
     }
 
     #[test]
     fn lent_memory_too_small_is_refused() {
-        let memory = Box::leak(alloc::vec![MaybeUninit::new(0u8); 100].into_boxed_slice());
+        let (raw, memory) = lend(100, 0);
         let refused = ZeroedTable::<PageDesc>::in_lent_memory(memory, 7).err();
         assert_eq!(refused, Some(TooSmall { needed: ZeroedTable::<PageDesc>::lent_bytes(7), given: 100 }));
-        let empty = Box::leak(alloc::vec![MaybeUninit::new(0u8); 0].into_boxed_slice());
+        give_back(raw);
+        let (raw, empty) = lend(0, 0);
         assert_eq!(ZeroedTable::<PageDesc>::in_lent_memory(empty, 0).map(|t| t.as_slice().len()).ok(), Some(0));
+        give_back(raw);
     }
 
     #[test]
