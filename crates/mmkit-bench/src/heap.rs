@@ -141,6 +141,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "mimalloc is C, which Miri cannot run")]
     fn mimalloc_blocks() {
         round_trip::<MiMalloc>();
     }
