@@ -9,12 +9,12 @@
 //! Where restartable sequences are unavailable the map has no cache; the
 //! tests then check the same outcomes through the per-CPU lists and say so.
 
-use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn, Report};
+use mmkit::{FreeError, Gfp, MemoryMapBuilder, PageAllocator, Pfn, Report};
 use std::sync::Arc;
 use std::thread;
 
 mod live_blocks;
-use live_blocks::pattern;
+use live_blocks::{pattern, real_memory_map};
 
 const ORDER: u32 = 9;
 const PAGES: u64 = 1 << ORDER;
@@ -161,13 +161,7 @@ fn pinning_a_cpu_empties_its_block_stacks() {
 /// pattern into every word, yield, check it and free the block: a block
 /// handed to two threads at once would show the other's pattern.
 fn stress_blocks(threads: usize) {
-    let mm = Arc::new(
-        MemoryMapBuilder::with_memory(64 << 20)
-            .nr_cpus(2)
-            .backing(Backing::RealMemory(HugePages::None))
-            .build()
-            .unwrap(),
-    );
+    let mm = Arc::new(real_memory_map());
     let before = free_and_cached(&mm);
     let handles: Vec<_> = (0..threads)
         .map(|t| {

@@ -14,10 +14,7 @@
 //!    `CpuLocal` and change nothing;
 //! 4. bad input through the locked zone gets the shared API's typed error.
 
-use mmkit::{
-    Backing, FreeError, Gfp, HugePages, LockedZone, MemoryMapBuilder, PageAllocator, PageError, PageFlags, Pfn,
-    PinnedCpu, Report,
-};
+use mmkit::{FreeError, Gfp, LockedZone, PageAllocator, PageError, PageFlags, Pfn, PinnedCpu, Report};
 use mmkit_testkit::XorShift64;
 use proptest::prelude::*;
 use std::collections::BTreeSet;
@@ -26,7 +23,7 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 
 mod live_blocks;
-use live_blocks::{pattern, two_zone_map, LiveBlocks};
+use live_blocks::{pattern, real_memory_map, two_zone_map, LiveBlocks};
 
 const GFPS: [Gfp; 4] = [Gfp::KERNEL, Gfp::HIGHUSER_MOVABLE, Gfp::KERNEL.union(Gfp::COMP), Gfp::DMA32];
 
@@ -334,13 +331,7 @@ fn a_page_poisoned_while_out_is_dropped_at_the_locked_free() {
 /// drops speculative references on random pages all along.
 #[test]
 fn stress_holder_shared_and_speculative_threads_keep_every_block_intact() {
-    let mm = Arc::new(
-        MemoryMapBuilder::with_memory(64 << 20)
-            .nr_cpus(2)
-            .backing(Backing::RealMemory(HugePages::None))
-            .build()
-            .unwrap(),
-    );
+    let mm = Arc::new(real_memory_map());
     let (first, last) = (mm.zones()[0].span().start, mm.zones().last().unwrap().span().end);
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel::<(Pfn, u32, u64)>();

@@ -305,8 +305,10 @@ impl CpuHandle<'_> {
 
 /// Small enough for Miri, which checks the byte accessors' `unsafe` (in
 /// `mem::rawmem`) along the allocator's own path here.
-#[cfg(all(test, feature = "std"))]
+#[cfg(test)]
 mod tests {
+    // Real memory, threads: `std` only.
+    #![cfg(feature = "std")]
     use crate::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, PageOwner};
 
     const OWNER: PageOwner = PageOwner::MIN;

@@ -4,7 +4,7 @@
 //! pattern their stress tests write into real memory and check.
 #![allow(dead_code)] // each test crate uses the part it needs
 
-use mmkit::{MemoryMapBuilder, PageAllocator, Pfn, Report, ZoneType};
+use mmkit::{Backing, HugePages, MemoryMapBuilder, PageAllocator, Pfn, Report, ZoneType};
 use std::collections::BTreeMap;
 
 /// A map with a DMA32 and a Normal zone, small orders and pageblocks, so
@@ -17,6 +17,12 @@ pub fn two_zone_map() -> MemoryMapBuilder {
         .zone(0, ZoneType::Dma32, 16..1024)
         .zone(0, ZoneType::Normal, 1024..2048)
         .min_free_kbytes(64)
+}
+
+/// 64 MiB of real memory on two CPUs: the map the stress tests write
+/// their patterns into.
+pub fn real_memory_map() -> PageAllocator {
+    MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).backing(Backing::RealMemory(HugePages::None)).build().unwrap()
 }
 
 /// pfn → order of every live block.
