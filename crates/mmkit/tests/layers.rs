@@ -54,11 +54,25 @@ fn rank_of_module(name: &str) -> Option<u32> {
     LAYERS.iter().find(|(layer, _)| *layer == name).map(|&(_, rank)| rank)
 }
 
-/// The code of a file up to its unit tests (a `#[cfg(test)]` module may
-/// use anything, as the crate's integration tests do).
+/// The code of a file up to its unit tests (a `#[cfg(test)]` or
+/// `#[cfg(all(test, ...))]` module may use anything, as the crate's
+/// integration tests do).
 fn non_test_code(text: &str) -> String {
     let code = code_of(text);
-    match code.find("#[cfg(test)]\nmod ") {
+    // The first `#[cfg(test)]` or `#[cfg(all(test, ...))]` line that a
+    // `mod` follows (the latter also gates test hooks inside functions).
+    let mut first = None;
+    let mut at = 0;
+    for line in code.split_inclusive('\n') {
+        let next = &code[at + line.len()..];
+        let gate = line.starts_with("#[cfg(test)]") || line.starts_with("#[cfg(all(test, ");
+        if gate && next.starts_with("mod ") {
+            first = Some(at);
+            break;
+        }
+        at += line.len();
+    }
+    match first {
         Some(at) => code[..at].to_string(),
         None => code,
     }

@@ -305,10 +305,8 @@ impl CpuHandle<'_> {
 
 /// Small enough for Miri, which checks the byte accessors' `unsafe` (in
 /// `mem::rawmem`) along the allocator's own path here.
-#[cfg(test)]
+#[cfg(all(test, feature = "std"))]
 mod tests {
-    // Real memory, threads: `std` only.
-    #![cfg(feature = "std")]
     use crate::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, PageOwner};
 
     const OWNER: PageOwner = PageOwner::MIN;
