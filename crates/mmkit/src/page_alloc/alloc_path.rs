@@ -46,16 +46,26 @@ impl PageAllocator {
     /// [`alloc_pages`](Self::alloc_pages) past the per-CPU order-0 cache:
     /// the cache's pageblock-order stacks, then the general path. Out of
     /// line: inlined, the general path's callee-saved registers and stack
-    /// frame were set up on every cached allocation too (docs/perf-log/2026-11.md);
-    /// and small, so that a pageblock-order block from the cache does not
-    /// pay them either (nor does `alloc_pages` grow where it is inlined).
+    /// frame were set up on every cached allocation too (docs/perf-log/2026-11.md).
+    /// A compare and a jump to one of two functions, so that neither the
+    /// block path nor the general path pays the other's saved registers
+    /// (nor does `alloc_pages` grow where it is inlined).
     #[inline(never)]
     fn alloc_pages_uncached(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
         #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
         if order == self.mem.geometry.pageblock_order && self.pcp.enabled {
-            if let Some(pfn) = self.cpu_cache_alloc_block(gfp, order) {
-                return Ok(pfn);
-            }
+            return self.alloc_pages_block(gfp, order);
+        }
+        self.alloc_pages_general(gfp, order)
+    }
+
+    /// A pageblock-order allocation: the current CPU's block stack, else
+    /// the general path.
+    #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
+    #[inline(never)]
+    fn alloc_pages_block(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
+        if let Some(pfn) = self.cpu_cache_alloc_block(gfp, order) {
+            return Ok(pfn);
         }
         self.alloc_pages_general(gfp, order)
     }

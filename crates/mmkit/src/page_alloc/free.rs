@@ -68,7 +68,18 @@ impl PageAllocator {
             return self.free_pages_to_buddy(pfn, order);
         }
         #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
-        if order == self.mem.geometry.pageblock_order && self.cpu_cache_free_block(pfn, order) {
+        if order == self.mem.geometry.pageblock_order {
+            return self.free_pages_block(pfn, order);
+        }
+        self.free_pages_to_lists(pfn, order)
+    }
+
+    /// A pageblock-order free: the current CPU's block stack, else the
+    /// lists.
+    #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
+    #[inline(never)]
+    fn free_pages_block(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        if self.cpu_cache_free_block(pfn, order) {
             return Ok(());
         }
         self.free_pages_to_lists(pfn, order)
