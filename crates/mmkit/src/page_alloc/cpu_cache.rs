@@ -440,8 +440,8 @@ impl PageAllocator {
         self.cpu_caches.as_ref().map_or((0, 0), |caches| caches.held_in_zone(zi))
     }
 
-    /// The cache's allocation of a pageblock-order block (`order` must be
-    /// the pageblock order): a pop from the current CPU's stack, or one
+    /// The cache's allocation of a pageblock-order block (`order` is the
+    /// pageblock order; the caller checked): a pop from the current CPU's stack, or one
     /// block from its lists when the stack is empty. `None` as for
     /// [`cpu_cache_alloc`](Self::cpu_cache_alloc), and while hardware
     /// poison is pending. Inlined into `alloc_pages_uncached`, whose
@@ -449,9 +449,7 @@ impl PageAllocator {
     #[inline(always)]
     pub(crate) fn cpu_cache_alloc_block(&self, gfp: Gfp, order: u32) -> Option<Pfn> {
         let caches = self.cpu_caches.as_ref()?;
-        if order != caches.block_order {
-            return None;
-        }
+        debug_assert_eq!(order, caches.block_order);
         let nid =
             if self.zones.nr_nodes() == 1 { 0 } else { self.node_of_cpu(self.fold_cpu(caches.stacks.current_cpu()?)) };
         let target = self.fast_target(nid, gfp, order)?;
@@ -488,7 +486,8 @@ impl PageAllocator {
             return false;
         };
         let offset = pfn.0.wrapping_sub(self.mem.base_pfn);
-        if order != caches.block_order || offset >= self.mem.pages.len() as u64 || self.hwpoison.any() {
+        debug_assert_eq!(order, caches.block_order);
+        if offset >= self.mem.pages.len() as u64 || self.hwpoison.any() {
             return false;
         }
         let idx = offset as PageIdx;
@@ -498,12 +497,8 @@ impl PageAllocator {
         if idx & ((1 << order) - 1) != 0 || !word.is_plain_block(order) {
             return false;
         }
-        // The list `pcp_list_type` would pick (the caches exist only with
-        // the lists, and this order is one they keep).
-        let list_type = match self.mem.blocks.get(idx) {
-            MigrateType::Isolate => return false,
-            mt if mt.is_pcp_type() => mt,
-            _ => MigrateType::Movable,
+        let Some(list_type) = self.pcp_list_type(idx, order) else {
+            return false;
         };
         let Some(zi) = self.zones.index_of(idx) else {
             return false;
