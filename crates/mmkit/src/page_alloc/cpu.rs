@@ -198,8 +198,11 @@ impl PageAllocator {
 
     /// The pcp list type a freed block would go on, or `None` when it must
     /// bypass the lists (order not cached, pageblock isolated, or not
-    /// movable under a policy that caches movable pages only).
-    #[inline]
+    /// movable under a policy that caches movable pages only). Always
+    /// inlined: the pageblock-order free kept it as a call, with the saved
+    /// registers around it (docs/perf-log/2026-11.md, "The block free's
+    /// last call").
+    #[inline(always)]
     pub(crate) fn pcp_list_type(&self, idx: PageIdx, order: u32) -> Option<MigrateType> {
         if !self.pcp.enabled || !pcp_allowed_order(order, self.mem.geometry.pageblock_order) {
             return None;
