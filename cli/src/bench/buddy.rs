@@ -1,10 +1,10 @@
-//! Suite `buddy`: single-block allocation and freeing straight through the
-//! buddy allocator (maps built with per-CPU lists off), order 0 and order 9,
+//! Suite `buddy`: single-block allocation and freeing, order 0 and order 9,
 //! on fresh and on fragmented memory, plus a 4096-page batch. mmkit runs
-//! three times: through the shared API (`mmkit`, a zone lock per call),
-//! through a pinned CPU holding the zone locked (`mmkit_locked_zone`), and
-//! through the shared API of a map with the builder's defaults
-//! (`mmkit_default_map`, per-CPU lists and cache on). The peer
+//! three times: the plain calls on a map with the builder's defaults
+//! (`mmkit`: per-CPU lists and cache on, as in every suite), the plain
+//! calls on a map built with per-CPU lists off (`mmkit_lists_off`: straight
+//! through the buddy, a zone lock per call), and a pinned CPU holding that
+//! map's zone locked (`mmkit_locked_zone`). The peer
 //! `buddy_system_allocator` runs bare (`FrameAllocator`, no lock) and as
 //! the crate's `LockedFrameAllocator`, the form a shared caller needs.
 //!
@@ -75,9 +75,9 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
         cases.extend(case(name, &plan, settings)?);
     }
     let description = format!(
-        "a fresh {} metadata-only mmkit map per case (Gfp::KERNEL, per-CPU lists off), buddy_system_allocator \
-         over the same PFN spans; pairs per run: {} at order 0, {} at order 9; batch: {} \
-         pages x {}",
+        "fresh {} metadata-only mmkit maps per case (Gfp::KERNEL; mmkit: the builder's defaults, \
+         mmkit_lists_off: per-CPU lists off), buddy_system_allocator over the same PFN spans; \
+         pairs per run: {} at order 0, {} at order 9; batch: {} pages x {}",
         format_size(plan.map_bytes),
         plan.order0_iters,
         plan.order9_iters,
@@ -95,20 +95,24 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
          order-9 numbers depend on what ran before (in a full run the fragmented cases' \
          bookkeeping vectors raise it; in --quick they are too small to)."
             .to_string(),
-        "mmkit_locked_zone is the same map through CPU 0's PinnedCpu holding the zone locked \
-         (lock_zone, taken at the start of each timed run and dropped at its end): no lock and \
-         no atomic per call; its blocks are LOCAL to the CPU."
+        "mmkit is a map built with MemoryMapBuilder's defaults (per-CPU lists and the per-CPU \
+         order-0 cache on) through alloc_pages/free_pages, the plain calls of a caller who \
+         chose nothing: the CPU's cache serves order 0 and order 9 (its pageblock-order \
+         stacks) with no lock. mmkit_lists_off is a map of the same size built with \
+         per_cpu_lists(false), as Linux's zone_pcp_disable leaves a zone, through the same \
+         calls: every block goes to and from the buddy under the zone lock, three atomic \
+         read-modify-writes a pair (the lock on each side and the last-reference drop)."
             .to_string(),
-        "mmkit_default_map is a map of the same size built with MemoryMapBuilder's defaults \
-         (per-CPU lists and the per-CPU order-0 cache on), fragmented by the same recipe, \
-         through alloc_pages/free_pages: the CPU's cache serves order 0 and order 9 (its \
-         pageblock-order stacks). buddy_system_allocator_locked is the \
-         crate's LockedFrameAllocator (a spin lock per call, one per zone span), what a \
-         caller that shares the allocator between threads uses; the bare \
-         buddy_system_allocator takes no lock at all, as the shared mmkit rows must."
+        "mmkit_locked_zone is the mmkit_lists_off map through CPU 0's PinnedCpu holding the \
+         zone locked (lock_zone, taken at the start of each timed run and dropped at its end): \
+         no lock and no atomic per call; its blocks are LOCAL to the CPU. \
+         buddy_system_allocator_locked is the crate's LockedFrameAllocator (a spin lock per \
+         call, one per zone span), what a caller that shares the allocator between threads \
+         uses; the bare buddy_system_allocator takes no lock at all, as the shared mmkit rows \
+         must."
             .to_string(),
         format!(
-            "*_fragmented cases run only for the mmkit and buddy_system_allocator rows: each map or \
+            "*_fragmented cases run only for the mmkit rows and the buddy_system_allocator rows: each map or \
              allocator is fragmented by the same recipe (order 0: allocate 90% of the pages one by one, \
              free a xorshift-chosen half with seed {SEED:#x}; order 9: allocate order-9 blocks \
              until refused, free every other one). The heap allocators have no comparable \
@@ -127,7 +131,7 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
 }
 
 /// CPU 0's pinned handle, for the `mmkit_locked_zone` contender (its
-/// lists are unused: the maps have none).
+/// lists are unused: the map has none).
 fn pin(mm: &mmkit::PageAllocator) -> Result<mmkit::PinnedCpu<'_>, BenchError> {
     mm.pin_cpu(0).map_err(|e| BenchError::context("pinning CPU 0", e))
 }
@@ -144,7 +148,7 @@ const CASES: [(&str, CaseFn); 5] = [
     ("buddy_order0_batch", order0_batch),
 ];
 
-/// Alloc+free pairs of `order` on fresh memory, all four implementations.
+/// Alloc+free pairs of `order` on fresh memory, every implementation.
 fn pairs_fresh(
     name: &'static str,
     order: u32,
@@ -152,19 +156,19 @@ fn pairs_fresh(
     plan: &Plan,
     settings: &Settings,
 ) -> Result<Vec<CaseResult>, BenchError> {
-    let mm = buddy_only_map(plan.map_bytes)?;
+    let mm = default_map(plan.map_bytes)?;
     let mut mmkit = Mmkit::new(&mm);
-    let mut cpu = pin(&mm)?;
-    let default_mm = default_map(plan.map_bytes)?;
-    let mut mmkit_default = Mmkit::new(&default_mm);
+    let lists_off_mm = buddy_only_map(plan.map_bytes)?;
+    let mut lists_off = Mmkit::new(&lists_off_mm);
+    let mut cpu = pin(&lists_off_mm)?;
     let mut bsa = Bsa::like(&mm);
     let mut bsa_locked = BsaLocked::like(&mm);
     let mut mi = Heap::<MiMalloc>::new();
     let mut sys = Heap::<System>::new();
     let mut contenders = [
         Contender::new(names::MMKIT, pair_loop(&mut mmkit, order)),
+        Contender::new(names::MMKIT_LISTS_OFF, pair_loop(&mut lists_off, order)),
         Contender::new(names::MMKIT_LOCKED_ZONE, locked_zone_loop(&mut cpu, |z, n| pair_loop(z, order)(n))),
-        Contender::new(names::MMKIT_DEFAULT_MAP, pair_loop(&mut mmkit_default, order)),
         Contender::new(names::BSA, pair_loop(&mut bsa, order)),
         Contender::new(names::BSA_LOCKED, pair_loop(&mut bsa_locked, order)),
         Contender::new(names::MIMALLOC, pair_loop(&mut mi, order)),
@@ -182,22 +186,22 @@ fn order9_fresh(name: &'static str, plan: &Plan, settings: &Settings) -> Result<
 }
 
 fn order0_fragmented(name: &'static str, plan: &Plan, settings: &Settings) -> Result<Vec<CaseResult>, BenchError> {
-    let mm = buddy_only_map(plan.map_bytes)?;
+    let mm = default_map(plan.map_bytes)?;
     let mut mmkit = Mmkit::new(&mm);
     let count = mmkit.map().nr_free_pages() * 9 / 10;
     let _mmkit_held = fragment::scatter(&mut mmkit, count, SEED)?;
-    let mut cpu = pin(&mm)?;
-    let default_mm = default_map(plan.map_bytes)?;
-    let mut mmkit_default = Mmkit::new(&default_mm);
-    let _default_held = fragment::scatter(&mut mmkit_default, count, SEED)?;
+    let lists_off_mm = buddy_only_map(plan.map_bytes)?;
+    let mut lists_off = Mmkit::new(&lists_off_mm);
+    let _lists_off_held = fragment::scatter(&mut lists_off, count, SEED)?;
+    let mut cpu = pin(&lists_off_mm)?;
     let mut bsa = Bsa::like(&mm);
     let _bsa_held = fragment::scatter(&mut bsa, count, SEED)?;
     let mut bsa_locked = BsaLocked::like(&mm);
     let _bsa_locked_held = fragment::scatter(&mut bsa_locked, count, SEED)?;
     let mut contenders = [
         Contender::new(names::MMKIT, pair_loop(&mut mmkit, 0)),
+        Contender::new(names::MMKIT_LISTS_OFF, pair_loop(&mut lists_off, 0)),
         Contender::new(names::MMKIT_LOCKED_ZONE, locked_zone_loop(&mut cpu, |z, n| pair_loop(z, 0)(n))),
-        Contender::new(names::MMKIT_DEFAULT_MAP, pair_loop(&mut mmkit_default, 0)),
         Contender::new(names::BSA, pair_loop(&mut bsa, 0)),
         Contender::new(names::BSA_LOCKED, pair_loop(&mut bsa_locked, 0)),
     ];
@@ -205,22 +209,22 @@ fn order0_fragmented(name: &'static str, plan: &Plan, settings: &Settings) -> Re
 }
 
 fn order9_fragmented(name: &'static str, plan: &Plan, settings: &Settings) -> Result<Vec<CaseResult>, BenchError> {
-    let mm = buddy_only_map(plan.map_bytes)?;
+    let mm = default_map(plan.map_bytes)?;
     let mut mmkit = Mmkit::new(&mm);
     let limit = plan.pages() >> 9;
     let _mmkit_held = fragment::alternate(&mut mmkit, 9, limit)?;
-    let mut cpu = pin(&mm)?;
-    let default_mm = default_map(plan.map_bytes)?;
-    let mut mmkit_default = Mmkit::new(&default_mm);
-    let _default_held = fragment::alternate(&mut mmkit_default, 9, limit)?;
+    let lists_off_mm = buddy_only_map(plan.map_bytes)?;
+    let mut lists_off = Mmkit::new(&lists_off_mm);
+    let _lists_off_held = fragment::alternate(&mut lists_off, 9, limit)?;
+    let mut cpu = pin(&lists_off_mm)?;
     let mut bsa = Bsa::like(&mm);
     let _bsa_held = fragment::alternate(&mut bsa, 9, limit)?;
     let mut bsa_locked = BsaLocked::like(&mm);
     let _bsa_locked_held = fragment::alternate(&mut bsa_locked, 9, limit)?;
     let mut contenders = [
         Contender::new(names::MMKIT, pair_loop(&mut mmkit, 9)),
+        Contender::new(names::MMKIT_LISTS_OFF, pair_loop(&mut lists_off, 9)),
         Contender::new(names::MMKIT_LOCKED_ZONE, locked_zone_loop(&mut cpu, |z, n| pair_loop(z, 9)(n))),
-        Contender::new(names::MMKIT_DEFAULT_MAP, pair_loop(&mut mmkit_default, 9)),
         Contender::new(names::BSA, pair_loop(&mut bsa, 9)),
         Contender::new(names::BSA_LOCKED, pair_loop(&mut bsa_locked, 9)),
     ];
@@ -228,19 +232,19 @@ fn order9_fragmented(name: &'static str, plan: &Plan, settings: &Settings) -> Re
 }
 
 fn order0_batch(name: &'static str, plan: &Plan, settings: &Settings) -> Result<Vec<CaseResult>, BenchError> {
-    let mm = buddy_only_map(plan.map_bytes)?;
+    let mm = default_map(plan.map_bytes)?;
     let mut mmkit = Mmkit::new(&mm);
-    let mut cpu = pin(&mm)?;
-    let default_mm = default_map(plan.map_bytes)?;
-    let mut mmkit_default = Mmkit::new(&default_mm);
+    let lists_off_mm = buddy_only_map(plan.map_bytes)?;
+    let mut lists_off = Mmkit::new(&lists_off_mm);
+    let mut cpu = pin(&lists_off_mm)?;
     let mut bsa = Bsa::like(&mm);
     let mut bsa_locked = BsaLocked::like(&mm);
     let mut mi = Heap::<MiMalloc>::new();
     let mut sys = Heap::<System>::new();
     let mut contenders = [
         Contender::new(names::MMKIT, batch_loop(&mut mmkit, 0, BATCH)),
+        Contender::new(names::MMKIT_LISTS_OFF, batch_loop(&mut lists_off, 0, BATCH)),
         Contender::new(names::MMKIT_LOCKED_ZONE, locked_zone_loop(&mut cpu, |z, n| batch_loop(z, 0, BATCH)(n))),
-        Contender::new(names::MMKIT_DEFAULT_MAP, batch_loop(&mut mmkit_default, 0, BATCH)),
         Contender::new(names::BSA, batch_loop(&mut bsa, 0, BATCH)),
         Contender::new(names::BSA_LOCKED, batch_loop(&mut bsa_locked, 0, BATCH)),
         Contender::new(names::MIMALLOC, batch_loop(&mut mi, 0, BATCH)),
@@ -263,7 +267,7 @@ mod tests {
             assert!(impls.contains(&names::MMKIT), "{name}: {impls:?}");
             assert!(impls.contains(&names::MMKIT_LOCKED_ZONE), "{name}: {impls:?}");
             assert!(impls.contains(&names::BSA), "{name}: {impls:?}");
-            assert!(impls.contains(&names::MMKIT_DEFAULT_MAP), "{name}: {impls:?}");
+            assert!(impls.contains(&names::MMKIT_LISTS_OFF), "{name}: {impls:?}");
             assert!(impls.contains(&names::BSA_LOCKED), "{name}: {impls:?}");
         }
         for c in &report.cases {

@@ -3,11 +3,12 @@
 //!
 //! Owns how each implementation maps "a block of 2^order pages":
 //! - `mmkit`: `alloc_pages(gfp, order)` / `free_pages(pfn, order)` on a
-//!   metadata-only map;
-//! - `mmkit_locked_zone`: the same calls through CPU 0's pinned handle
+//!   metadata-only map built with the builder's defaults (per-CPU lists and
+//!   the per-CPU order-0 cache on): what a caller gets without choosing;
+//! - `mmkit_lists_off`: the same calls on a map built with per-CPU lists
+//!   off, so that every block goes through the buddy;
+//! - `mmkit_locked_zone`: those calls through CPU 0's pinned handle
 //!   holding the zone locked (`PinnedCpu::lock_zone`) for each timed run;
-//! - `mmkit_default_map`: `alloc_pages` / `free_pages` on a map built with
-//!   the builder's defaults (per-CPU lists and the per-CPU order-0 cache);
 //! - `buddy_system_allocator`: one `FrameAllocator` per mmkit zone span,
 //!   highest zone first, `alloc(1 << order)` / `dealloc(frame, 1 << order)`;
 //! - `buddy_system_allocator_locked`: the same with the crate's own
@@ -30,12 +31,13 @@ use std::ops::Range;
 
 /// Implementation names as they appear in results.
 pub mod names {
-    /// mmkit's allocator; ratios in reports are relative to it.
+    /// mmkit's allocator through its plain calls on a map with the
+    /// builder's defaults; ratios in reports are relative to it.
     pub const MMKIT: &str = "mmkit";
+    /// mmkit's shared API on a map built with per-CPU lists off.
+    pub const MMKIT_LISTS_OFF: &str = "mmkit_lists_off";
     /// mmkit through a pinned CPU holding the zone locked.
     pub const MMKIT_LOCKED_ZONE: &str = "mmkit_locked_zone";
-    /// mmkit's shared API on a map built with the builder's defaults.
-    pub const MMKIT_DEFAULT_MAP: &str = "mmkit_default_map";
     /// The `buddy_system_allocator` crate's `FrameAllocator`.
     pub const BSA: &str = "buddy_system_allocator";
     /// The same crate's `LockedFrameAllocator` (a spin lock per call).

@@ -13,9 +13,10 @@
 //! order-0 pages before freeing them all (counts are per page). With a
 //! second word `locked` (e.g. `buddy_probe frag9 locked`), the timed loop
 //! runs through CPU 0's pinned handle holding the zone locked
-//! (`PinnedCpu::lock_zone`) instead of the shared API. With `default`, the
-//! map keeps the builder's defaults (per-CPU lists and cache on), as the
-//! suite's `mmkit_default_map` row.
+//! (`PinnedCpu::lock_zone`) instead of the shared API. The map has
+//! per-CPU lists off (the suite's `mmkit_lists_off` row) unless the second
+//! word is `default`: then it keeps the builder's defaults (per-CPU lists
+//! and cache on), as the suite's `mmkit` row.
 use mmkit::{Gfp, MemoryMapBuilder};
 use mmkit_testkit::XorShift64;
 use std::hint::black_box;
