@@ -444,8 +444,7 @@ impl PageAllocator {
     /// pageblock order; the caller checked): a pop from the current CPU's stack, or one
     /// block from its lists when the stack is empty. `None` as for
     /// [`cpu_cache_alloc`](Self::cpu_cache_alloc), and while hardware
-    /// poison is pending. Inlined into `alloc_pages_uncached`, whose
-    /// general path is a call of its own: one call from `alloc_pages`.
+    /// poison is pending. Inlined into `alloc_pages_block`.
     #[inline(always)]
     pub(crate) fn cpu_cache_alloc_block(&self, gfp: Gfp, order: u32) -> Option<Pfn> {
         let caches = self.cpu_caches.as_ref()?;
@@ -462,7 +461,12 @@ impl PageAllocator {
             Pop::Empty => {
                 let cpu = self.fold_cpu(caches.stacks.current_cpu()?);
                 let mut pcp = self.try_lock_pcp(cpu, target.zi)?;
-                self.pcp_take_locked(&mut pcp, target.zi, order, target.mt, target.flags)?
+                let idx = self.pcp_take_locked(&mut pcp, target.zi, order, target.mt, target.flags)?;
+                // As after the order-0 refill: the lists may have gone to
+                // the buddy and boosted the zone; a pop needs no wake
+                // (`fast_target`'s check covered it).
+                self.wake_kswapd_if_boosted(target.zone, gfp, target.flags);
+                idx
             }
             Pop::Unavailable => return None,
         };
@@ -473,13 +477,13 @@ impl PageAllocator {
             self.uncache_pages(None, target.zi, target.mt, order, &[idx]);
             return None;
         }
-        Some(self.finish_fast_alloc(&target, idx, order, gfp, false))
+        self.prep_new_page(idx, order, gfp, target.mt, false);
+        Some(self.idx_to_pfn(idx))
     }
 
     /// The cache's free of a pageblock-order block: true when done, false
     /// (nothing changed) for anything but a plain block with one reference
-    /// and no poison pending. Inlined into `free_pages_uncached`, as the
-    /// allocation is.
+    /// and no poison pending. Inlined into `free_pages_block`.
     #[inline(always)]
     pub(crate) fn cpu_cache_free_block(&self, pfn: Pfn, order: u32) -> bool {
         let Some(caches) = self.cpu_caches.as_ref() else {
