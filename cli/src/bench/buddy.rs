@@ -15,6 +15,7 @@
 //! `mmkit_bench::fragment`'s.
 
 use super::harness::{measure, BenchError, CaseResult, CaseSpec, Contender, Settings, SuiteReport};
+use super::summary::{Headline, Row};
 use super::{Progress, Suite};
 use crate::size::format_size;
 use mmkit_bench::fragment::{self, SEED};
@@ -30,6 +31,13 @@ pub const SUITE: Suite = Suite {
     name: "buddy",
     about: "order-0 / order-9 alloc+free through the buddy allocator, fresh and fragmented",
     run,
+    baselines: &[],
+    headline: Some(Headline {
+        mmkit: Row { case: "buddy_order0_alloc_free_fragmented", imp: names::MMKIT },
+        peer: Row { case: "buddy_order0_alloc_free_fragmented", imp: names::BSA },
+        peer_label: "buddy_system_allocator",
+        published: None,
+    }),
 };
 
 /// Pages per iteration of the batch case.

@@ -12,6 +12,7 @@
 //! map.
 
 use super::harness::{measure_staged, BenchError, CaseResult, CaseSpec, Settings, StagedContender, SuiteReport};
+use super::summary::{Figure, Headline, Published, Row};
 use super::{Progress, Suite};
 use mmkit::{Gfp, MemoryMapBuilder, PageAllocator, Pfn};
 use mmkit_bench::subjects::names;
@@ -22,6 +23,17 @@ pub const SUITE: Suite = Suite {
     name: "bulk",
     about: "alloc_pages_bulk / free_pages_bulk per page at batch sizes 1..256 (Linux's bulk page allocator series)",
     run,
+    baselines: &[],
+    headline: Some(Headline {
+        mmkit: Row { case: "bulk/64", imp: names::MMKIT },
+        peer: Row { case: "single/1", imp: names::MMKIT },
+        peer_label: "one page a call (single/1)",
+        published: Some(Published {
+            text: "21.3 ns/page at 64 (85 cycles, 2017)",
+            figure: Figure::Time(21.3),
+            source: "mm, page_alloc: Add a bulk page allocator",
+        }),
+    }),
 };
 
 /// Pages allocated (or freed) per timed step.

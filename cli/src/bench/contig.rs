@@ -12,6 +12,7 @@
 //! needs, or the free that undoes an allocation, stays off the clock).
 
 use super::harness::{measure_staged, BenchError, CaseResult, CaseSpec, Settings, StagedContender, SuiteReport};
+use super::summary::{Figure, Headline, Published, Row};
 use super::{Progress, Suite};
 use mmkit::Pfn;
 use mmkit_bench::contig::{ContigBench, RANGE_PAGES};
@@ -22,6 +23,17 @@ pub const SUITE: Suite = Suite {
     name: "contig",
     about: "free_contig_range per page vs batched, alloc_contig_range, cma_alloc of 16384 pages (Linux's batched free_contig_frozen_range change)",
     run,
+    baselines: &[],
+    headline: Some(Headline {
+        mmkit: Row { case: BATCHED, imp: names::MMKIT },
+        peer: Row { case: PER_PAGE, imp: names::MMKIT },
+        peer_label: "a page at a time (per_page)",
+        published: Some(Published {
+            text: "3.5x (1406 -> 402 usec, 16384 pages)",
+            figure: Figure::SpeedUp(3.5),
+            source: "mm/page_alloc: batch-free the frozen contig range",
+        }),
+    }),
 };
 
 /// Case names, as reported.

@@ -11,6 +11,7 @@
 //! only its free) uses [`StagedContender`] and [`measure_staged`] instead:
 //! same rounds, but only the measured step of each iteration is on the clock.
 
+use super::summary::SummaryLine;
 pub use mmkit_bench::subjects::names::MMKIT;
 pub use mmkit_bench::BenchError;
 use serde::Serialize;
@@ -129,6 +130,14 @@ pub struct CaseResult {
     /// This implementation's median / mmkit's median: > 1 means mmkit is
     /// faster. `None` when mmkit has no result for the case.
     pub ratio_vs_mmkit: Option<f64>,
+    /// The implementation this row is compared with: mmkit's own choice
+    /// for the case (`mmkit`, `mmkit/lz4` in `zram`, `deferred` in the
+    /// release cases); `None` when the case has none.
+    pub baseline: Option<&'static str>,
+    /// This row against `baseline`: median / the baseline's median, or for
+    /// a compression ratio the baseline's ratio / this one's (> 1: the
+    /// baseline does better).
+    pub ratio_vs_baseline: Option<f64>,
     /// Case-specific figures (e.g. per-level page-table counts and times),
     /// printed in JSON only; empty for most cases.
     #[serde(skip_serializing_if = "Vec::is_empty", serialize_with = "extra_as_map")]
@@ -156,8 +165,15 @@ impl CaseResult {
             runs: 1,
             units_per_run: 1,
             ratio_vs_mmkit: None,
+            baseline: None,
+            ratio_vs_baseline: None,
             extra,
         }
+    }
+
+    /// Whether this row times nothing: its values are in `extra`.
+    pub fn is_untimed(&self) -> bool {
+        self.median_ns == 0.0 && !self.extra.is_empty()
     }
 }
 
@@ -261,6 +277,8 @@ fn measure_rounds(
                 runs,
                 units_per_run: spec.iters * spec.units_per_iter,
                 ratio_vs_mmkit: None,
+                baseline: None,
+                ratio_vs_baseline: None,
                 extra: Vec::new(),
             }
         })
@@ -339,10 +357,13 @@ struct Document<'a> {
     cases: Vec<&'a CaseResult>,
     /// Footnotes, prefixed with their suite's name.
     notes: Vec<String>,
+    /// One line per suite that declares a headline case.
+    summary: &'a [SummaryLine],
 }
 
-/// The JSON document: suite name(s), machine, settings, cases, notes.
-pub fn to_json(reports: &[SuiteReport], machine: &Machine, settings: Settings) -> String {
+/// The JSON document: suite name(s), machine, settings, cases, notes and
+/// the summary.
+pub fn to_json(reports: &[SuiteReport], summary: &[SummaryLine], machine: &Machine, settings: Settings) -> String {
     let doc = Document {
         suite: reports.iter().map(|r| r.suite).collect::<Vec<_>>().join(","),
         machine,
@@ -351,34 +372,43 @@ pub fn to_json(reports: &[SuiteReport], machine: &Machine, settings: Settings) -
         description: reports.iter().map(|r| format!("{}: {}", r.suite, r.description)).collect(),
         cases: reports.iter().flat_map(|r| &r.cases).collect(),
         notes: reports.iter().flat_map(|r| r.notes.iter().map(move |n| format!("{}: {n}", r.suite))).collect(),
+        summary,
     };
     serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
-/// The human-readable table of one suite, with its footnotes.
+/// The human-readable table of one suite, with its footnotes. Rows are
+/// compared with their case's baseline (see `summary::fill_baselines`);
+/// untimed rows (compression ratios) show their figures instead of a time.
 pub fn to_table(report: &SuiteReport, machine: &Machine) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "suite {}: {}", report.suite, report.description);
     let _ =
         writeln!(out, "machine: {} CPUs, {}", machine.cpus, machine.model.as_deref().unwrap_or("unknown CPU model"));
-    let header = ["case", "impl", "ns/unit (median)", "min..max", "vs mmkit"];
+    let vs = super::summary::column_header(report);
+    let header = ["case", "impl", "ns/unit (median)", "min..max", vs.as_str()];
     let rows: Vec<[String; 5]> = report
         .cases
         .iter()
         .map(|r| {
+            let (median, range) = if r.is_untimed() {
+                (extra_text(&r.extra), "-".to_string())
+            } else {
+                (format!("{:.1}", r.median_ns), format!("{:.1}..{:.1}", r.min_ns, r.max_ns))
+            };
             [
                 format!("{} ({})", r.name, r.unit),
                 r.impl_name.to_string(),
-                format!("{:.1}", r.median_ns),
-                format!("{:.1}..{:.1}", r.min_ns, r.max_ns),
-                r.ratio_vs_mmkit.map_or_else(|| "-".to_string(), |x| format!("{x:.2}")),
+                median,
+                range,
+                r.ratio_vs_baseline.map_or_else(|| "-".to_string(), |x| format!("{x:.2}")),
             ]
         })
         .collect();
-    let mut widths = header.map(str::len);
+    let mut widths = header.map(|h| h.chars().count());
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.len());
+            *w = (*w).max(cell.chars().count());
         }
     }
     let line = |cells: [&str; 5]| {
@@ -397,23 +427,65 @@ pub fn to_table(report: &SuiteReport, machine: &Machine) -> String {
         )
     };
     out.push_str(&line(header));
+    // A blank line between cases only where a case has several rows: a
+    // suite of one implementation reads as one block.
+    let grouped = report.cases.windows(2).any(|w| w[0].name == w[1].name);
     let mut previous_case = "";
     for (row, result) in rows.iter().zip(&report.cases) {
-        if !previous_case.is_empty() && previous_case != result.name {
+        if grouped && !previous_case.is_empty() && previous_case != result.name {
             out.push('\n');
         }
         previous_case = result.name;
         out.push_str(&line([&row[0], &row[1], &row[2], &row[3], &row[4]]));
     }
+    let base = vs.trim_start_matches("vs ");
     let _ = writeln!(
         out,
-        "\nvs mmkit = impl median / mmkit median (> 1: mmkit faster). Runs per case: {}.",
+        "\n{vs} = the row's median / {base}'s (> 1: {base} is faster); for a compression ratio, {base}'s \
+         ratio / the row's (> 1: {base} compresses better). Runs per case: {}.",
         report.cases.first().map_or(0, |r| r.runs)
     );
+    let rules = baseline_rules(report);
+    if rules.len() > 1 {
+        let _ = writeln!(out, "compared with: {}", rules.join("; "));
+    }
     for (i, note) in report.notes.iter().enumerate() {
         let _ = writeln!(out, "[{}] {note}", i + 1);
     }
     out
+}
+
+/// `case: baseline` for each case that has one, in order, cases that share
+/// a baseline with the case before them folded into it.
+fn baseline_rules(report: &SuiteReport) -> Vec<String> {
+    let mut rules: Vec<(Vec<&str>, &str)> = Vec::new();
+    for case in &report.cases {
+        let Some(base) = case.baseline else { continue };
+        match rules.last_mut() {
+            Some((names, b)) if *b == base => {
+                if !names.contains(&case.name) {
+                    names.push(case.name);
+                }
+            }
+            _ => rules.push((vec![case.name], base)),
+        }
+    }
+    rules.into_iter().map(|(names, base)| format!("{} against {base}", names.join(", "))).collect()
+}
+
+/// An untimed row's figures: `ratio 2.41, bytes 268435456`.
+pub fn extra_text(extra: &[(&'static str, f64)]) -> String {
+    let values: Vec<String> = extra.iter().map(|(key, value)| format!("{key} {}", number(*value))).collect();
+    values.join(", ")
+}
+
+/// An extra field's value: whole numbers without decimals, others with two.
+fn number(value: f64) -> String {
+    if value.fract() == 0.0 && value.abs() < 1e15 {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.2}")
+    }
 }
 
 #[cfg(test)]
@@ -533,6 +605,8 @@ mod tests {
             runs: 1,
             units_per_run: 1,
             ratio_vs_mmkit: Some(9.0),
+            baseline: None,
+            ratio_vs_baseline: None,
             extra: Vec::new(),
         }];
         fill_ratios(&mut r);

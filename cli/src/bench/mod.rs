@@ -5,8 +5,9 @@
 //! Owns which suites exist ([`SUITES`]) and the order they run in. Each suite
 //! is one file in this directory exposing a [`Suite`] constant; adding one
 //! (`pcp`, `bulk`, `contig`) means writing that file and listing it here.
-//! Shared pieces: `harness` (timing, medians, ratios, table and JSON) and
-//! `markdown` (the BENCHMARKS.md document). The
+//! Shared pieces: `harness` (timing, medians, ratios, table and JSON),
+//! `summary` (what each case is compared with, and the closing summary)
+//! and `markdown` (the BENCHMARKS.md document). The
 //! things being measured (mmkit and the peers behind one interface, the
 //! fragmentation recipes, the contiguous-range workload) are the
 //! `mmkit-bench` crate's; this directory must not grow its own.
@@ -19,6 +20,7 @@ pub mod markdown;
 mod nbd;
 mod pcp;
 mod quicklist;
+pub mod summary;
 mod zram;
 mod zsmalloc;
 mod zswap;
@@ -45,6 +47,11 @@ pub struct Suite {
     pub about: &'static str,
     /// Runs every case; calls `progress` with each case name before it runs.
     pub run: SuiteFn,
+    /// Which implementation each case is compared with, where it is not
+    /// `mmkit`.
+    pub baselines: summary::Baselines,
+    /// The suite's line in the closing summary.
+    pub headline: Option<summary::Headline>,
 }
 
 /// Every suite, in the order `mmkit bench` runs them.
@@ -120,24 +127,36 @@ pub fn run(args: &BenchArgs) -> Result<String, BenchError> {
     let machine = Machine::detect();
     let show_progress = std::io::stderr().is_terminal();
     let mut reports = Vec::with_capacity(selected.len());
-    for suite in selected {
+    let mut summary_lines = Vec::new();
+    for (index, suite) in selected.iter().enumerate() {
         let started = Instant::now();
+        let position = format!("suite {} of {}: {}", index + 1, selected.len(), suite.name);
         let mut progress = |case: &str| {
             if show_progress {
                 let mut err = std::io::stderr().lock();
-                let _ = writeln!(err, "[{:7.1} s] {} / {case}", started.elapsed().as_secs_f64(), suite.name);
+                let _ = writeln!(err, "[{position}, {:6.1} s] {case}", started.elapsed().as_secs_f64());
             }
         };
-        reports.push((suite.run)(&settings, &mut progress)?);
+        let mut report = (suite.run)(&settings, &mut progress)?;
+        summary::fill_baselines(&mut report.cases, suite.baselines);
+        if let Some(headline) = &suite.headline {
+            summary_lines.push(summary::summary_line(&report, headline));
+        }
+        reports.push(report);
     }
     Ok(if args.json {
-        let mut text = harness::to_json(&reports, &machine, settings);
+        let mut text = harness::to_json(&reports, &summary_lines, &machine, settings);
         text.push('\n');
         text
     } else if args.markdown {
-        markdown::to_markdown(&reports, &machine, settings, &markdown::Provenance::detect())
+        markdown::to_markdown(&reports, &summary_lines, &machine, settings, &markdown::Provenance::detect())
     } else {
-        reports.iter().map(|r| harness::to_table(r, &machine)).collect::<Vec<_>>().join("\n")
+        let mut text = reports.iter().map(|r| harness::to_table(r, &machine)).collect::<Vec<_>>().join("\n");
+        if !summary_lines.is_empty() {
+            text.push('\n');
+            text.push_str(&summary::to_text(&summary_lines));
+        }
+        text
     })
 }
 

@@ -34,6 +34,7 @@
 //! otherwise) and the plugin next to `mmkit` (`cargo build --release`).
 
 use super::harness::{fill_ratios, median, BenchError, CaseResult, Settings, SuiteReport, MMKIT};
+use super::summary::{Headline, Row};
 use super::{Progress, Suite};
 use crate::zram::nbdkit::{plugin_beside_binary, Listen, Nbdkit, NbdkitError, Spec};
 use std::path::{Path, PathBuf};
@@ -45,6 +46,13 @@ pub const SUITE: Suite = Suite {
     name: "nbd",
     about: "fio's nbd engine, 4 KiB random writes and reads at QD16 on 50 %-compressible data: mmkit's zram plugin vs nbdkit's memory plugin (zstd, sparse); compression ratio",
     run,
+    baselines: &[],
+    headline: Some(Headline {
+        mmkit: Row { case: WRITE, imp: MMKIT },
+        peer: Row { case: WRITE, imp: "nbdkit-memory/sparse" },
+        peer_label: "nbdkit's memory plugin (sparse)",
+        published: None,
+    }),
 };
 
 const WRITE: &str = "randwrite_4k/half";
@@ -383,6 +391,8 @@ fn timed_case(
                 runs: settings.runs,
                 units_per_run: count / settings.runs.max(1) as u64,
                 ratio_vs_mmkit: None,
+                baseline: None,
+                ratio_vs_baseline: None,
                 extra: vec![
                     ("ops_per_sec", 1e9 / median_ns),
                     ("server_cpu_us_per_op", ticks as f64 * tick_us / count.max(1) as f64),

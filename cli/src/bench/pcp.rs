@@ -12,6 +12,7 @@
 //! instance, behind a mutex in the two-thread case).
 
 use super::harness::{measure, BenchError, CaseResult, CaseSpec, Contender, Settings, SuiteReport};
+use super::summary::{Headline, Row};
 use super::{Progress, Suite};
 use mmkit::{Gfp, MemoryMapBuilder, PageAllocator};
 use mmkit_bench::heap::{MiMalloc, StatelessAlloc};
@@ -21,8 +22,18 @@ use std::hint::black_box;
 use std::sync::Mutex;
 
 /// The suite as the registry lists it.
-pub const SUITE: Suite =
-    Suite { name: "pcp", about: "order-0 alloc+free through the per-CPU lists, 1 and 2 threads", run };
+pub const SUITE: Suite = Suite {
+    name: "pcp",
+    about: "order-0 alloc+free through the per-CPU lists, 1 and 2 threads",
+    run,
+    baselines: &[],
+    headline: Some(Headline {
+        mmkit: Row { case: "pcp_order0_alloc_free", imp: names::MMKIT },
+        peer: Row { case: "pcp_order0_alloc_free", imp: names::MIMALLOC },
+        peer_label: "mimalloc",
+        published: None,
+    }),
+};
 
 /// Name of the pinned-handle variant in results.
 pub const MMKIT_PINNED: &str = "mmkit_pinned";

@@ -16,6 +16,7 @@
 //! existing zram device, and resets and hot-removes the one it added.
 
 use super::harness::{measure, BenchError, CaseResult, CaseSpec, Contender, Settings, SuiteReport};
+use super::summary::{Headline, Row};
 use super::{Progress, Suite};
 use mmkit::{Backing, HugePages, MemoryMapBuilder};
 use mmkit_testkit::kernel_zram::{real_pages, AlignedPage, KernelZram};
@@ -28,6 +29,13 @@ pub const SUITE: Suite = Suite {
     name: "zram",
     about: "4 KiB random writes and reads on a 64 MiB device (real, half-compressible, same-filled data), 1 and 2 threads, lz4 and zstd, next to the kernel's zram; compression ratio on real binaries",
     run,
+    baselines: &[("", "mmkit/lz4")],
+    headline: Some(Headline {
+        mmkit: Row { case: "randwrite_4k/real", imp: "mmkit/lz4" },
+        peer: Row { case: "randwrite_4k/real", imp: "kernel/lz4" },
+        peer_label: "the kernel's zram, lz4 (kernel/lz4)",
+        published: None,
+    }),
 };
 
 /// The device for the random I/O cases: 64 MiB (4 MiB under `--quick`).

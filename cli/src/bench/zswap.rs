@@ -19,7 +19,8 @@
 //!
 //! Owns the workloads; the kernel's resources are `zswap_kernel`'s.
 
-use super::harness::{measure, BenchError, CaseResult, CaseSpec, Contender, Settings, SuiteReport};
+use super::harness::{measure, BenchError, CaseResult, CaseSpec, Contender, Settings, SuiteReport, MMKIT};
+use super::summary::{Headline, Row};
 use super::zswap_kernel::{access_loop, AccessChild, MemCgroup, ZramSwap};
 use super::{Progress, Suite};
 use mmkit::{Backing, HugePages, MemoryMapBuilder, PageAllocator};
@@ -33,6 +34,13 @@ pub const SUITE: Suite = Suite {
     name: "zswap",
     about: "zswap behind a userfaultfd region: release of 64 MiB regions from 1/2/4 threads (sync vs deferred), random and sequential 4 KiB touches over twice the budget next to the kernel's zram swap in a memory cgroup, compression ratio",
     run,
+    baselines: &[("release/", "deferred")],
+    headline: Some(Headline {
+        mmkit: Row { case: "randaccess/2x", imp: MMKIT },
+        peer: Row { case: "randaccess/2x", imp: "kernel/zram-swap" },
+        peer_label: "the kernel's swap on zram",
+        published: None,
+    }),
 };
 
 fn err<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> BenchError {
@@ -160,6 +168,8 @@ fn release_case(
                 runs: callers[i].len(),
                 units_per_run: 1,
                 ratio_vs_mmkit: None,
+                baseline: None,
+                ratio_vs_baseline: None,
                 extra: vec![
                     ("drained_ns", super::harness::median(&mut drained[i])),
                     ("fallback_frees_per_run", fallback[i] as f64 / callers[i].len().max(1) as f64),
