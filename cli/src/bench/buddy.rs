@@ -35,7 +35,6 @@ pub const SUITE: Suite = Suite {
     headline: Some(Headline {
         mmkit: Row { case: "buddy_order0_alloc_free_fragmented", imp: names::MMKIT },
         peer: Row { case: "buddy_order0_alloc_free_fragmented", imp: names::BSA },
-        peer_label: "buddy_system_allocator",
         published: None,
     }),
 };

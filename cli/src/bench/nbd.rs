@@ -50,7 +50,6 @@ pub const SUITE: Suite = Suite {
     headline: Some(Headline {
         mmkit: Row { case: WRITE, imp: MMKIT },
         peer: Row { case: WRITE, imp: "nbdkit-memory/sparse" },
-        peer_label: "nbdkit's memory plugin (sparse)",
         published: None,
     }),
 };

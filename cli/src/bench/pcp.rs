@@ -30,7 +30,6 @@ pub const SUITE: Suite = Suite {
     headline: Some(Headline {
         mmkit: Row { case: "pcp_order0_alloc_free", imp: names::MMKIT },
         peer: Row { case: "pcp_order0_alloc_free", imp: names::MIMALLOC },
-        peer_label: "mimalloc",
         published: None,
     }),
 };

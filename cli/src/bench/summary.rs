@@ -52,8 +52,6 @@ pub struct Headline {
     pub mmkit: Row,
     /// The row it is compared with in the same run.
     pub peer: Row,
-    /// How the summary names that row.
-    pub peer_label: &'static str,
     /// The published figure the suite reproduces, if there is one.
     pub published: Option<Published>,
 }
@@ -123,7 +121,8 @@ pub struct SummaryLine {
     pub unit: &'static str,
     /// mmkit's median, ns per unit; `null` when the row did not run.
     pub median_ns: Option<f64>,
-    /// What mmkit is compared with (`case` or `case / impl`).
+    /// What mmkit is compared with: the peer's implementation, or its case
+    /// where the two rows are cases of one implementation.
     pub peer: &'static str,
     /// The peer's median in the same run, ns per unit.
     pub peer_median_ns: Option<f64>,
@@ -159,7 +158,7 @@ pub fn summary_line(report: &SuiteReport, headline: &Headline) -> SummaryLine {
         imp: headline.mmkit.imp,
         unit: ours.or(theirs).map_or("", |c| c.unit),
         median_ns,
-        peer: headline.peer_label,
+        peer: if headline.peer.case == headline.mmkit.case { headline.peer.imp } else { headline.peer.case },
         peer_median_ns,
         ratio,
         published: headline.published.map(|p| p.text),
@@ -205,7 +204,7 @@ fn cells(line: &SummaryLine, source: Option<usize>) -> [String; 8] {
         (Some(x), Some(published)) => {
             let ours = line.ratio.unwrap_or(f64::NAN);
             let word = if x >= 1.0 { "met" } else { "not reached" };
-            format!("{ours:.2}x against {published:.2}x: {word}")
+            format!("{ours:.2}x vs {published:.2}x: {word}")
         }
         (None, Some(x)) => verdict(x),
         _ => "-".to_string(),
@@ -217,7 +216,7 @@ fn cells(line: &SummaryLine, source: Option<usize>) -> [String; 8] {
     };
     [
         line.suite.to_string(),
-        format!("{} ({})", line.case, line.imp),
+        if line.imp == MMKIT { line.case.to_string() } else { format!("{} ({})", line.case, line.imp) },
         time(line.median_ns),
         line.peer.to_string(),
         time(line.peer_median_ns),
@@ -258,8 +257,8 @@ fn table(lines: &[SummaryLine]) -> (Vec<[String; 8]>, Vec<&'static str>) {
     (rows, sources)
 }
 
-const LEGEND: &str = "\"mmkit is\" compares mmkit's time with the compared row's in this run; \"mmkit against it\" \
-                      holds mmkit's speed-up (or time) against the figure the Linux change published.";
+const LEGEND: &str = "\"mmkit is\": mmkit's time against the compared row's, in this run; \"mmkit against it\": \
+                      mmkit's speed-up (or time) against the one the Linux change published.";
 
 /// The summary as a plain-text table, for the end of the text report.
 pub fn to_text(lines: &[SummaryLine]) -> String {
@@ -374,7 +373,6 @@ mod tests {
         let headline = Headline {
             mmkit: Row { case: "batched", imp: MMKIT },
             peer: Row { case: "per_page", imp: MMKIT },
-            peer_label: "per page",
             published: Some(Published { text: "3.5x", figure: Figure::SpeedUp(3.5), source: "change" }),
         };
         let line = summary_line(&r, &headline);
@@ -382,7 +380,7 @@ mod tests {
         assert!((line.vs_published.unwrap() - 1.2).abs() < 1e-9);
         let text = to_text(&[line]);
         assert!(text.contains("4.20x faster"), "{text}");
-        assert!(text.contains("4.20x against 3.50x: met"), "{text}");
+        assert!(text.contains("4.20x vs 3.50x: met"), "{text}");
         assert!(text.contains("3.5x [1]") && text.contains("[1] Linux: change"), "{text}");
         assert!(text.contains("100.0 ns/op") && text.contains("420.0 ns/op"), "{text}");
     }
@@ -393,7 +391,6 @@ mod tests {
         let headline = Headline {
             mmkit: Row { case: "bulk/64", imp: MMKIT },
             peer: Row { case: "single/1", imp: MMKIT },
-            peer_label: "one page a call",
             published: Some(Published { text: "21.3 ns/page", figure: Figure::Time(21.3), source: "bulk" }),
         };
         let line = summary_line(&r, &headline);

@@ -33,7 +33,6 @@ pub const SUITE: Suite = Suite {
     headline: Some(Headline {
         mmkit: Row { case: "randwrite_4k/real", imp: "mmkit/lz4" },
         peer: Row { case: "randwrite_4k/real", imp: "kernel/lz4" },
-        peer_label: "the kernel's zram, lz4 (kernel/lz4)",
         published: None,
     }),
 };

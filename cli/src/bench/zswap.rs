@@ -38,7 +38,6 @@ pub const SUITE: Suite = Suite {
     headline: Some(Headline {
         mmkit: Row { case: "randaccess/2x", imp: MMKIT },
         peer: Row { case: "randaccess/2x", imp: "kernel/zram-swap" },
-        peer_label: "the kernel's swap on zram",
         published: None,
     }),
 };
