@@ -16,6 +16,7 @@ mod buddy;
 mod bulk;
 mod contig;
 pub mod harness;
+pub mod latency;
 pub mod markdown;
 mod nbd;
 mod pcp;

@@ -12,7 +12,13 @@
 //!   with real pages; every fourth touch writes. Impls `mmkit` (a
 //!   `SwapRegion` with a 64 MiB budget) and `kernel/zram-swap` (a child
 //!   process in a memory cgroup of 64 MiB plus its own footprint, swapping
-//!   to a hot-added lz4 zram device), measured in interleaved rounds.
+//!   to a hot-added lz4 zram device), measured in interleaved rounds. Every
+//!   touch is timed on both sides into the same histogram: `mean_ns` and
+//!   `p99_ns` per touch (the kernel's tail is its synchronous reclaim).
+//!   The kernel's cgroup is limited to the budget plus the child's own
+//!   footprint, measured once it has joined the cgroup.
+//! - `randaccess/2x/2threads`: two threads touching one region (one
+//!   buffer) at random; `median_ns` is the time per touch of the pair.
 //! - `ratio/real`: after the access cases, mmkit's stored bytes over
 //!   `pool_total_size` and the kernel device's `orig_data_size /
 //!   mem_used_total` (mm_stat).
@@ -20,8 +26,9 @@
 //! Owns the workloads; the kernel's resources are `zswap_kernel`'s.
 
 use super::harness::{measure, BenchError, CaseResult, CaseSpec, Contender, Settings, SuiteReport, MMKIT};
+use super::latency::TouchTimes;
 use super::summary::{Headline, Row};
-use super::zswap_kernel::{access_loop, AccessChild, MemCgroup, ZramSwap};
+use super::zswap_kernel::{access_loop, thread_seed, AccessChild, MemCgroup, ZramSwap, DATA_PAGES};
 use super::{Progress, Suite};
 use mmkit::{Backing, HugePages, MemoryMapBuilder, PageAllocator};
 use mmkit_testkit::kernel_zram::real_pages;
@@ -178,26 +185,53 @@ fn release_case(
         .collect())
 }
 
-/// Bytes the access child needs besides its buffer (measured resident size
-/// of `mmkit __zswap-access` with an empty buffer, rounded up).
-const CHILD_OVERHEAD: u64 = 8 << 20;
+/// What the kernel's cgroup gets over the budget besides the child's
+/// measured footprint: page tables for the buffer (8 bytes per 4 KiB page)
+/// and 2 MiB for the swap cache and the kernel's memory in flight.
+fn cgroup_limit(budget: u64, working_set: u64, footprint: u64) -> u64 {
+    budget + footprint + working_set / 512 + (2 << 20)
+}
 
-/// `n` touches of the access loop on `region`.
-fn touch_region(region: &SwapRegion, pattern: &str, n: u64, pages: u64, state: &mut u64) -> Result<(), BenchError> {
-    let mut failed = None;
-    access_loop(pattern, n, pages, state, |page, write| {
-        let at = page as usize * PAGE_SIZE;
-        match region.read_u64(at) {
-            Ok(v) if write => {
-                if let Err(e) = region.write_u64(at, v.wrapping_add(1)) {
-                    failed = Some(e);
+/// `n` touches of the access loop on `region` by `threads` threads (`n /
+/// threads` each), timing each touch into `times` (one per thread).
+fn touch_region(
+    region: &SwapRegion,
+    pattern: &'static str,
+    n: u64,
+    pages: u64,
+    states: &mut [u64],
+    times: &mut [TouchTimes],
+) -> Result<(), BenchError> {
+    let one = |state: &mut u64, times: &mut TouchTimes, n: u64| {
+        let mut failed = None;
+        access_loop(pattern, n, pages, state, times, |page, write| {
+            let at = page as usize * PAGE_SIZE;
+            match region.read_u64(at) {
+                Ok(v) if write => {
+                    if let Err(e) = region.write_u64(at, v.wrapping_add(1)) {
+                        failed = Some(e);
+                    }
                 }
+                Ok(_) => {}
+                Err(e) => failed = Some(e),
             }
-            Ok(_) => {}
-            Err(e) => failed = Some(e),
-        }
-    });
-    failed.map_or(Ok(()), |e| Err(BenchError::context("region access", e)))
+        });
+        failed.map_or(Ok(()), |e| Err(BenchError::context("region access", e)))
+    };
+    if states.len() == 1 {
+        return one(&mut states[0], &mut times[0], n);
+    }
+    let per_thread = n / states.len() as u64;
+    std::thread::scope(|s| {
+        let workers: Vec<_> = states
+            .iter_mut()
+            .zip(times.iter_mut())
+            .map(|(state, times)| s.spawn(move || one(state, times, per_thread)))
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().unwrap_or_else(|_| Err(BenchError("a touch thread panicked".into()))))
+    })
 }
 
 /// The kernel's side, when this machine can give one.
@@ -211,13 +245,16 @@ struct Kernel {
 
 fn kernel_side(working_set: u64, budget: u64) -> Result<Kernel, String> {
     let zram = ZramSwap::add(working_set * 4)?;
-    // The limit is the budget plus the child's own footprint (program,
-    // libraries, stacks): the buffer itself gets the budget, as mmkit's
-    // region does.
-    let cgroup = MemCgroup::create(&format!("mmkit-zswap-{}", std::process::id()), budget + CHILD_OVERHEAD)?;
-    let child = AccessChild::start(&cgroup, working_set).map_err(|e| e.0)?;
+    let cgroup = MemCgroup::create(&format!("mmkit-zswap-{}", std::process::id()))?;
+    let child = AccessChild::start(&cgroup, working_set, |footprint| cgroup_limit(budget, working_set, footprint))
+        .map_err(|e| e.0)?;
     Ok(Kernel { child, cgroup, zram })
 }
+
+/// The access cases: each names its loop (`rand`, `seq`, `rand2` for two
+/// threads of random touches) and its threads.
+const ACCESS_CASES: [(&str, &str, usize); 3] =
+    [("randaccess/2x", "rand", 1), ("randaccess/2x/2threads", "rand2", 2), ("sequential/2x", "seq", 1)];
 
 fn access_cases(
     settings: &Settings,
@@ -233,13 +270,15 @@ fn access_cases(
     let region =
         SwapRegion::new(z.clone(), RegionConfig::new(working_set as usize, (budget / PAGE_SIZE as u64) as usize))
             .map_err(err("region"))?;
-    fill(&region, &real_pages(pages as usize), 0)?;
+    fill(&region, &real_pages(DATA_PAGES.min(pages as usize)), 0)?;
     let mut kernel = match kernel_side(working_set, budget) {
         Ok(k) => {
             notes.push(format!(
-                "kernel/zram-swap: a child process in a memory cgroup of {} MiB (the budget) + {} MiB (its own footprint) swapping to a hot-added lz4 /dev/zram{} (swapoff, reset and hot_remove afterwards)",
+                "kernel/zram-swap: a child process in a memory cgroup of {} MiB (the budget) + {:.1} MiB (its footprint besides the buffer, measured with no limit once it had filled the buffer and run each loop) + {:.1} MiB (the buffer's page tables and 2 MiB for the swap cache), swapping to a hot-added lz4 /dev/zram{} (swapoff, reset and hot_remove afterwards)",
                 budget >> 20,
-                CHILD_OVERHEAD >> 20,
+                k.child.footprint as f64 / (1 << 20) as f64,
+                (cgroup_limit(budget, working_set, k.child.footprint) - budget - k.child.footprint) as f64
+                    / (1 << 20) as f64,
                 k.zram.id
             ));
             Some(k)
@@ -250,38 +289,65 @@ fn access_cases(
         }
     };
     let iters: u64 = settings.pick(200_000, 5_000);
-    for (name, pattern) in [("randaccess/2x", "rand"), ("sequential/2x", "seq")] {
+    for (name, pattern, threads) in ACCESS_CASES {
         progress(name);
         let spec = CaseSpec { name, unit: "access", units_per_iter: 1, iters, warmup_iters: iters / 4 };
         let region = &region;
         let mut attempt = 0;
-        let results = loop {
-            let mut state = if pattern == "seq" { 0 } else { 0x9e37_79b9_7f4a_7c15u64 };
-            let mut contenders =
-                vec![Contender::new("mmkit", move |n| touch_region(region, pattern, n, pages, &mut state))];
+        let (results, ours, theirs) = loop {
+            let mut states: Vec<u64> =
+                (0..threads as u64).map(|t| if pattern == "seq" { 0 } else { thread_seed(t) }).collect();
+            let loop_pattern = if pattern == "seq" { "seq" } else { "rand" };
+            let mut mmkit_times = vec![TouchTimes::default(); threads];
+            let mut kernel_times = None;
+            let mut calls = 0u32;
+            let mut contenders = vec![Contender::new("mmkit", |n| {
+                // The first call warms up: its touches are not counted.
+                if calls == 1 {
+                    mmkit_times.iter_mut().for_each(TouchTimes::clear);
+                }
+                calls += 1;
+                touch_region(region, loop_pattern, n, pages, &mut states, &mut mmkit_times)
+            })];
             if let Some(k) = kernel.as_mut() {
                 let child = &mut k.child;
+                let times = &mut kernel_times;
+                let mut calls = 0u32;
                 // The child times itself; the harness's clock adds the
                 // pipe's round trip once per run of many accesses.
-                contenders.push(Contender::new("kernel/zram-swap", move |n| child.accesses(pattern, n).map(|_| ())));
+                contenders.push(Contender::new("kernel/zram-swap", move |n| {
+                    if calls == 1 {
+                        child.reset_times()?;
+                    }
+                    calls += 1;
+                    child.accesses(pattern, n)?;
+                    *times = Some(child.touch_stats()?);
+                    Ok(())
+                }));
             }
             let with_kernel = contenders.len() > 1;
             let measured = measure(SUITE.name, spec, &mut contenders, settings.runs);
             drop(contenders);
             match measured {
-                Ok(results) => break results,
+                Ok(results) => {
+                    let mut all = TouchTimes::default();
+                    mmkit_times.iter().for_each(|t| all.merge(t));
+                    break (results, all, kernel_times);
+                }
                 Err(e) if with_kernel => {
                     // The kernel's child was killed by its cgroup's OOM
-                    // killer (reclaim on a loaded machine gave up): one
-                    // fresh child, then mmkit alone, and say so.
+                    // killer: one fresh child, then mmkit alone, and say so.
                     attempt += 1;
                     let restarted = attempt < 2
-                        && kernel.as_mut().is_some_and(|k| match AccessChild::start(&k.cgroup, working_set) {
-                            Ok(child) => {
-                                k.child = child;
-                                true
+                        && kernel.as_mut().is_some_and(|k| {
+                            let limit = |footprint| cgroup_limit(budget, working_set, footprint);
+                            match AccessChild::start(&k.cgroup, working_set, limit) {
+                                Ok(child) => {
+                                    k.child = child;
+                                    true
+                                }
+                                Err(_) => false,
                             }
-                            Err(_) => false,
                         });
                     if restarted {
                         notes.push(format!("{name}: the kernel's child died ({}) and was restarted", e.0));
@@ -293,7 +359,15 @@ fn access_cases(
                 Err(e) => return Err(e),
             }
         };
-        cases.extend(results);
+        for mut r in results {
+            let (mean, p99) = match r.impl_name {
+                "mmkit" => (ours.mean_ns(), ours.quantile_ns(0.99) as f64),
+                _ => theirs.map_or((f64::NAN, f64::NAN), |(_, mean, p99)| (mean, p99)),
+            };
+            r.extra.push(("mean_ns", mean));
+            r.extra.push(("p99_ns", p99));
+            cases.push(r);
+        }
     }
     progress("ratio/real");
     let s = z.stats();

@@ -9,10 +9,12 @@
 //! (swapoff, reset, hot_remove, rmdir), on failure paths too.
 
 use super::harness::BenchError;
+use super::latency::{parse_line, TouchTimes};
 use mmkit_testkit::kernel_zram::real_pages;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 fn sys(path: &str, value: &str) -> Result<(), String> {
@@ -83,33 +85,47 @@ impl Drop for ZramSwap {
 }
 
 /// A memory cgroup made for one child: v1 `memory.limit_in_bytes`, or v2
-/// `memory.max` where that is the hierarchy.
+/// `memory.max` where that is the hierarchy. Made without a limit, so that
+/// the child's own footprint can be measured before the limit is set.
 pub struct MemCgroup {
     dir: PathBuf,
     /// The file a process writes its pid to, to join.
     pub procs: PathBuf,
+    limit_file: &'static str,
+    usage_file: &'static str,
 }
 
 impl MemCgroup {
-    /// A cgroup named `name` limited to `limit` bytes.
-    pub fn create(name: &str, limit: u64) -> Result<Self, String> {
+    /// A cgroup named `name`, not limited yet.
+    pub fn create(name: &str) -> Result<Self, String> {
         let v1 = PathBuf::from("/sys/fs/cgroup/memory");
-        let (dir, limit_file) = if v1.join("memory.limit_in_bytes").exists() {
-            (v1.join(name), "memory.limit_in_bytes")
+        let (dir, limit_file, usage_file) = if v1.join("memory.limit_in_bytes").exists() {
+            (v1.join(name), "memory.limit_in_bytes", "memory.usage_in_bytes")
         } else if PathBuf::from("/sys/fs/cgroup/cgroup.controllers").exists() {
-            (PathBuf::from("/sys/fs/cgroup").join(name), "memory.max")
+            (PathBuf::from("/sys/fs/cgroup").join(name), "memory.max", "memory.current")
         } else {
             return Err("no memory cgroup controller".into());
         };
         std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let group = Self { procs: dir.join("cgroup.procs"), dir };
-        sys(&group.dir.join(limit_file).to_string_lossy(), &limit.to_string())?;
+        let group = Self { procs: dir.join("cgroup.procs"), dir, limit_file, usage_file };
         // v1 only: reclaim anonymous memory as readily as file pages, so that
-        // reclaim keeps the child's program text and swaps its buffer (with
-        // the default, the cgroup's OOM killer sometimes took the child on a
-        // loaded machine). Best effort: v2 has no such file.
+        // reclaim keeps the child's program text and swaps its buffer.
+        // Best effort: v2 has no such file.
         let _ = std::fs::write(group.dir.join("memory.swappiness"), "100");
         Ok(group)
+    }
+
+    /// Limits the cgroup to `bytes`.
+    pub fn set_limit(&self, bytes: u64) -> Result<(), String> {
+        sys(&self.dir.join(self.limit_file).to_string_lossy(), &bytes.to_string())
+    }
+
+    /// Bytes charged to the cgroup now: its processes' memory, the page
+    /// cache they brought in and the kernel's memory for them.
+    pub fn usage(&self) -> Result<u64, String> {
+        let path = self.dir.join(self.usage_file);
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        text.trim().parse().map_err(|e| format!("{}: {e}", path.display()))
     }
 }
 
@@ -130,12 +146,19 @@ pub struct AccessChild {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
+    /// What the cgroup held besides the buffer once the child had filled
+    /// it and run its loops once, with no limit set.
+    pub footprint: u64,
 }
 
 impl AccessChild {
-    /// Starts `mmkit __zswap-access` with a buffer of `bytes`, joining
-    /// `cgroup` first; returns once it has filled the buffer.
-    pub fn start(cgroup: &MemCgroup, bytes: u64) -> Result<Self, BenchError> {
+    /// Starts `mmkit __zswap-access` with a buffer of `bytes` in `cgroup`
+    /// (not limited yet), waits until the child has filled its buffer and
+    /// run its loops once, measures its footprint (what the cgroup holds
+    /// besides the buffer: the program, libraries, stacks, page tables) and
+    /// limits the cgroup to `limit(footprint)`, which swaps out whatever is
+    /// over it.
+    pub fn start(cgroup: &MemCgroup, bytes: u64, limit: impl Fn(u64) -> u64) -> Result<Self, BenchError> {
         let exe = std::env::current_exe().map_err(|e| BenchError::context("current_exe", e))?;
         let mut child = Command::new(exe)
             .args(["__zswap-access", "--procs"])
@@ -149,12 +172,25 @@ impl AccessChild {
             let _ = child.kill();
             return Err(BenchError("access child without pipes".into()));
         };
-        let mut me = Self { child, stdin, stdout: BufReader::new(stdout) };
-        let line = me.line()?;
-        if line != "ready" {
-            return Err(BenchError(format!("access child: {line}")));
-        }
+        // From here on, Drop ends the child.
+        let mut me = Self { child, stdin, stdout: BufReader::new(stdout), footprint: 0 };
+        me.expect("ready")?;
+        me.footprint = cgroup.usage().map_err(BenchError)?.saturating_sub(bytes);
+        cgroup.set_limit(limit(me.footprint)).map_err(BenchError)?;
         Ok(me)
+    }
+
+    fn expect(&mut self, word: &str) -> Result<(), BenchError> {
+        let line = self.line()?;
+        if line == word {
+            Ok(())
+        } else {
+            Err(BenchError(format!("access child: {line}")))
+        }
+    }
+
+    fn send(&mut self, line: &str) -> Result<(), BenchError> {
+        writeln!(self.stdin, "{line}").map_err(|e| BenchError::context("writing to the access child", e))
     }
 
     fn line(&mut self) -> Result<String, BenchError> {
@@ -166,12 +202,26 @@ impl AccessChild {
         Ok(line.trim().to_string())
     }
 
-    /// Has the child run `n` accesses of `pattern` (`rand` or `seq`) and
-    /// returns the nanoseconds they took, as it timed them.
+    /// Has the child run `n` touches of `pattern` (`rand`, `seq`, or
+    /// `rand2`: two threads of `n / 2` random touches each) and returns the
+    /// nanoseconds they took, as it timed them.
     pub fn accesses(&mut self, pattern: &str, n: u64) -> Result<f64, BenchError> {
-        writeln!(self.stdin, "{pattern} {n}").map_err(|e| BenchError::context("writing to the access child", e))?;
+        self.send(&format!("{pattern} {n}"))?;
         let line = self.line()?;
         line.parse().map_err(|_| BenchError(format!("access child answered {line:?}")))
+    }
+
+    /// Forgets the per-touch times recorded so far.
+    pub fn reset_times(&mut self) -> Result<(), BenchError> {
+        self.send("reset")?;
+        self.expect("ok")
+    }
+
+    /// Count, mean and p99 (ns) of the touches since the last reset.
+    pub fn touch_stats(&mut self) -> Result<(u64, f64, f64), BenchError> {
+        self.send("stats")?;
+        let line = self.line()?;
+        parse_line(&line).ok_or_else(|| BenchError(format!("access child answered {line:?}")))
     }
 }
 
@@ -182,60 +232,153 @@ impl Drop for AccessChild {
     }
 }
 
-/// The access loop both sides run: `n` touches of 4 KiB pages of a buffer
-/// of `pages` pages, at random pages (`rand`, xorshift from `state`) or at
-/// consecutive ones from `state` on (`seq`); each touch reads the page's
-/// first word, and every fourth also writes it back incremented.
-pub fn access_loop(pattern: &str, n: u64, pages: u64, state: &mut u64, mut touch: impl FnMut(u64, bool)) {
-    for k in 0..n {
-        let page = if pattern == "seq" {
-            *state = (*state + 1) % pages;
-            *state
-        } else {
-            *state ^= *state << 13;
-            *state ^= *state >> 7;
-            *state ^= *state << 17;
-            *state % pages
-        };
-        touch(page, k % 4 == 3);
+/// Distinct real pages both sides fill their buffers with, in turn.
+pub const DATA_PAGES: usize = 4096;
+
+/// The page an access loop's buffer holds at `page`: `data`'s pages in
+/// turn, the same on both sides.
+pub fn page_data(data: &[Vec<u8>], page: usize) -> Option<&[u8]> {
+    (!data.is_empty()).then(|| data[page % data.len()].as_slice())
+}
+
+/// The `k`th page of an access loop: at random (`rand`, xorshift from
+/// `state`) or the next one from `state` on (`seq`); every fourth touch
+/// writes.
+fn next_page(sequential: bool, pages: u64, state: &mut u64) -> u64 {
+    if sequential {
+        *state = (*state + 1) % pages;
+        *state
+    } else {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state % pages
     }
 }
 
+/// The access loop both sides run: `n` touches of 4 KiB pages of a buffer
+/// of `pages` pages, at random pages (`rand`, xorshift from `state`) or at
+/// consecutive ones from `state` on (`seq`); each touch reads the page's
+/// first word, and every fourth also writes it back incremented. Each touch
+/// is timed into `times`.
+pub fn access_loop(
+    pattern: &str,
+    n: u64,
+    pages: u64,
+    state: &mut u64,
+    times: &mut TouchTimes,
+    mut touch: impl FnMut(u64, bool),
+) {
+    let sequential = pattern == "seq";
+    for k in 0..n {
+        let page = next_page(sequential, pages, state);
+        times.time(|| touch(page, k % 4 == 3));
+    }
+}
+
+/// The seed of thread `t`'s random touches: threads of one run touch
+/// different sequences.
+pub fn thread_seed(t: u64) -> u64 {
+    0x9e37_79b9_7f4a_7c15u64 ^ (t.wrapping_add(1)).wrapping_mul(0xd1b5_4a32_d192_ed03)
+}
+
 /// The child's side (`mmkit __zswap-access --procs P --bytes N`): joins the
-/// cgroup, fills a buffer with real pages, says `ready`, then serves
-/// `rand N` / `seq N` with the nanoseconds taken until `quit` or EOF.
+/// cgroup, fills a buffer with real pages, runs each loop once (so that its
+/// code, stacks and threads are part of the footprint the parent measures
+/// next), says `ready`, then serves `rand N`, `seq N` and `rand2 N` with
+/// the nanoseconds taken, `reset` with `ok` and `stats` with a
+/// [`TouchTimes::line`], until `quit` or EOF.
 pub fn child_main(procs: &str, bytes: u64) -> Result<(), String> {
     std::fs::write(procs, std::process::id().to_string()).map_err(|e| format!("{procs}: {e}"))?;
     let pages = (bytes / 4096) as usize;
-    let mut buf = vec![0u8; pages * 4096];
-    {
-        let data = real_pages(pages);
-        for (i, page) in buf.chunks_exact_mut(4096).enumerate() {
-            if !data.is_empty() {
-                page.copy_from_slice(&data[i % data.len()]);
-            }
-        }
+    let buf: Vec<AtomicU64> = {
+        let data = real_pages(DATA_PAGES.min(pages));
+        (0..pages * 512)
+            .map(|w| {
+                let word = page_data(&data, w / 512).map_or(0, |p| {
+                    let at = (w % 512) * 8;
+                    u64::from_ne_bytes(p[at..at + 8].try_into().unwrap_or_default())
+                });
+                AtomicU64::new(word)
+            })
+            .collect()
+    };
+    let mut child = Loops {
+        buf: &buf,
+        times: Default::default(),
+        rand_state: thread_seed(0),
+        pair_states: [thread_seed(0), thread_seed(1)],
+        seq_state: 0,
+    };
+    for warm_up in ["rand 64", "seq 64", "rand2 64", "reset"] {
+        child.serve(warm_up);
     }
     let mut out = std::io::stdout().lock();
-    writeln!(out, "ready").and_then(|()| out.flush()).map_err(|e| e.to_string())?;
-    let mut rand_state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut seq_state = 0u64;
+    let mut say = |line: &str| writeln!(out, "{line}").and_then(|()| out.flush()).map_err(|e| e.to_string());
+    say("ready")?;
     for line in std::io::stdin().lock().lines() {
-        let line = line.map_err(|e| e.to_string())?;
-        let mut words = line.split_whitespace();
-        let (Some(pattern), Some(n)) = (words.next(), words.next().and_then(|n| n.parse::<u64>().ok())) else {
-            break;
-        };
-        let state = if pattern == "seq" { &mut seq_state } else { &mut rand_state };
-        let start = Instant::now();
-        access_loop(pattern, n, pages as u64, state, |page, write| {
-            let at = page as usize * 4096;
-            let v = std::hint::black_box(buf[at]);
-            if write {
-                buf[at] = v.wrapping_add(1);
-            }
-        });
-        writeln!(out, "{}", start.elapsed().as_nanos()).and_then(|()| out.flush()).map_err(|e| e.to_string())?;
+        match child.serve(&line.map_err(|e| e.to_string())?) {
+            Some(reply) => say(&reply)?,
+            None => break,
+        }
     }
     Ok(())
+}
+
+/// The child's buffer and loop state.
+struct Loops<'a> {
+    buf: &'a [AtomicU64],
+    /// One thread's touches, then the two threads' of `rand2`.
+    times: [TouchTimes; 3],
+    rand_state: u64,
+    /// The two threads' states of `rand2`, as the mmkit side seeds its own.
+    pair_states: [u64; 2],
+    seq_state: u64,
+}
+
+impl Loops<'_> {
+    /// Runs one command and returns the reply; `None` ends the child.
+    fn serve(&mut self, line: &str) -> Option<String> {
+        let buf = self.buf;
+        let pages = (buf.len() / 512) as u64;
+        let touch = |page: u64, write: bool| {
+            let word = &buf[page as usize * 512];
+            let v = std::hint::black_box(word.load(Relaxed));
+            if write {
+                word.store(v.wrapping_add(1), Relaxed);
+            }
+        };
+        let mut words = line.split_whitespace();
+        let start = Instant::now();
+        match (words.next(), words.next().and_then(|n| n.parse::<u64>().ok())) {
+            (Some("reset"), None) => {
+                self.times.iter_mut().for_each(TouchTimes::clear);
+                Some("ok".into())
+            }
+            (Some("stats"), None) => {
+                let [all, a, b] = &mut self.times;
+                all.merge(a);
+                all.merge(b);
+                a.clear();
+                b.clear();
+                Some(all.line())
+            }
+            (Some("rand2"), Some(n)) => {
+                let [_, a, b] = &mut self.times;
+                let [x, y] = &mut self.pair_states;
+                std::thread::scope(|s| {
+                    for (state, times) in [(x, a), (y, b)] {
+                        s.spawn(move || access_loop("rand", n / 2, pages, state, times, touch));
+                    }
+                });
+                Some(start.elapsed().as_nanos().to_string())
+            }
+            (Some(pattern @ ("rand" | "seq")), Some(n)) => {
+                let state = if pattern == "seq" { &mut self.seq_state } else { &mut self.rand_state };
+                access_loop(pattern, n, pages, state, &mut self.times[0], touch);
+                Some(start.elapsed().as_nanos().to_string())
+            }
+            _ => None,
+        }
+    }
 }
