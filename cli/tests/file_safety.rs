@@ -4,8 +4,9 @@
 //! `..`, absolute against relative, a symbolic link, a hard link), before
 //! any work, naming both paths, with a non-zero exit and the input's bytes
 //! unchanged. Also: `--plot` into a missing directory fails before the
-//! replay, and the text report's event counts add up when events were
-//! dropped. Every file lives in a `tempfile` directory.
+//! replay, the text report's event counts add up when events were
+//! dropped, and `train-dict` shows progress on a terminal only. Every file
+//! lives in a `tempfile` directory.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -245,4 +246,36 @@ fn text_report_counts_add_up_when_events_are_dropped() {
     let text = stdout(&out);
     let line = text.lines().find(|l| l.starts_with("trace: ")).unwrap();
     assert!(line.starts_with("trace: 3 events replayed (3 allocs, 0 frees);"), "{line}");
+}
+
+/// `train-dict` on a large input draws its progress when stderr is a
+/// terminal (run under util-linux `script`, which gives it one; skipped
+/// without it) and says nothing on stderr otherwise.
+#[test]
+fn train_dict_progress_only_on_a_terminal() {
+    let d = tempfile::tempdir().unwrap();
+    // 64 MiB, sparse: large enough for progress, cheap to sample.
+    let big = std::fs::File::create(d.path().join("big")).unwrap();
+    big.set_len(64 << 20).unwrap();
+    std::fs::write(d.path().join("data"), training_data()).unwrap();
+    let args = ["zram", "train-dict", "--size", "4K", "--out", "d.dict", "data", "big"];
+    let quiet = mmkit_in(d.path(), &args);
+    assert!(quiet.status.success(), "{}", stderr(&quiet));
+    assert_eq!(stderr(&quiet), "");
+    let script = Command::new("script").arg("--version").output();
+    if !script.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: no util-linux script to give mmkit a terminal");
+        return;
+    }
+    std::fs::remove_file(d.path().join("d.dict")).unwrap();
+    let command = format!("{} {} >/dev/null", env!("CARGO_BIN_EXE_mmkit"), args.join(" "));
+    let tty = Command::new("script")
+        .current_dir(d.path())
+        .args(["-q", "-e", "-c", &command, "/dev/null"])
+        .output()
+        .expect("script runs");
+    assert!(tty.status.success(), "{}", stderr(&tty));
+    let shown = String::from_utf8_lossy(&tty.stdout);
+    assert!(shown.contains("sampling") && shown.contains("MiB"), "no progress on a terminal: {shown:?}");
+    assert!(d.path().join("d.dict").exists());
 }
