@@ -12,6 +12,7 @@
 
 mod bench;
 mod info;
+mod paths;
 mod replay;
 mod size;
 mod zram;

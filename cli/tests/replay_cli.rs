@@ -2,17 +2,15 @@
 //! JSON object's top-level fields and the two plots.
 
 use serde_json::Value;
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn mmkit(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mmkit")).args(args).output().expect("the mmkit binary runs")
 }
 
-fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mmkit-replay-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A temporary directory of its own, removed when dropped.
+fn dir() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("mmkit-replay-cli-").tempdir().unwrap()
 }
 
 /// A `perf script` text: 64 order-0 pages and 4 order-2 blocks on two CPUs,
@@ -49,7 +47,8 @@ fn perf_trace() -> String {
 
 #[test]
 fn replays_perf_text_as_json_with_top_level_fields() {
-    let path = dir().join("perf.txt");
+    let d = dir();
+    let path = d.path().join("perf.txt");
     std::fs::write(&path, perf_trace()).unwrap();
     let out = mmkit(&["replay", path.to_str().unwrap(), "--json", "--peer", "buddy_system_allocator", "--check"]);
     assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
@@ -73,15 +72,15 @@ fn replays_perf_text_as_json_with_top_level_fields() {
 #[test]
 fn table_plots_and_placed_mode() {
     let d = dir();
-    let path = d.join("perf.zst");
+    let path = d.path().join("perf.zst");
     std::fs::write(&path, zstd::encode_all(perf_trace().as_bytes(), 3).unwrap()).unwrap();
-    let prefix = d.join("plot");
+    let prefix = d.path().join("plot");
     let out = mmkit(&["replay", path.to_str().unwrap(), "--mode", "placed", "--plot", prefix.to_str().unwrap()]);
     assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("placed mode") && text.contains("unusable free space index"), "{text}");
     for suffix in ["-free-by-order.png", "-pageblocks.png"] {
-        let png = std::fs::read(d.join(format!("plot{suffix}"))).unwrap();
+        let png = std::fs::read(d.path().join(format!("plot{suffix}"))).unwrap();
         assert!(png.starts_with(b"\x89PNG"), "{suffix} is a PNG");
     }
 }
@@ -89,10 +88,10 @@ fn table_plots_and_placed_mode() {
 #[test]
 fn bad_input_exits_2_with_a_message() {
     let d = dir();
-    let garbage = d.join("garbage");
+    let garbage = d.path().join("garbage");
     std::fs::write(&garbage, "not a trace\n\x00\x01\n").unwrap();
     let cases: Vec<Vec<String>> = vec![
-        vec!["replay".into(), d.join("missing.xz").display().to_string()],
+        vec!["replay".into(), d.path().join("missing.xz").display().to_string()],
         vec!["replay".into(), garbage.display().to_string()],
         vec!["replay".into(), garbage.display().to_string(), "--mode".into(), "sideways".into()],
         vec!["replay".into(), garbage.display().to_string(), "--memory".into(), "lots".into()],
@@ -105,7 +104,7 @@ fn bad_input_exits_2_with_a_message() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.contains("panicked") && !err.is_empty(), "{args:?}: {err}");
     }
-    let path = d.join("t.txt");
+    let path = d.path().join("t.txt");
     std::fs::write(&path, perf_trace()).unwrap();
     let out = mmkit(&["replay", path.to_str().unwrap(), "--mode", "placed", "--memory", "1G"]);
     assert_eq!(out.status.code(), Some(2));

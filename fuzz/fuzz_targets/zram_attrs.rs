@@ -24,11 +24,7 @@ static DEVICE: Persistent<DeviceSlot> = Persistent::new();
 
 fn config() -> ZramConfig {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    let backing = PATH.get_or_init(|| {
-        let path = std::env::temp_dir().join(format!("mmkit-fuzz-zram-{}", std::process::id()));
-        std::fs::write(&path, vec![0u8; 8 * 4096]).expect("a backing file in the temporary directory");
-        path
-    });
+    let backing = PATH.get_or_init(|| mmkit_fuzz::zram::backing_file("zram", 8));
     ZramConfig {
         disksize: DISKSIZE,
         recomp_algorithms: vec![Algorithm::Zstd { level: 3 }],

@@ -28,11 +28,7 @@ static DEVICE: Persistent<DeviceSlot> = Persistent::new();
 /// This process's backing file, four pages.
 fn backing() -> &'static PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let path = std::env::temp_dir().join(format!("mmkit-fuzz-ctl-{}", std::process::id()));
-        std::fs::write(&path, vec![0u8; 4 * 4096]).expect("a backing file in the temporary directory");
-        path
-    })
+    PATH.get_or_init(|| mmkit_fuzz::zram::backing_file("ctl", 4))
 }
 
 fn new_device() -> Zram {

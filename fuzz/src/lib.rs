@@ -69,7 +69,27 @@ fn fresh() -> bool {
 pub mod zram {
     use mmkit::{Backing, HugePages, MemoryMapBuilder, PageAllocator};
     use mmkit_zram::Zram;
+    use std::os::fd::IntoRawFd;
+    use std::path::PathBuf;
     use std::sync::{Arc, OnceLock};
+
+    /// A backing file of `pages` zeroed pages, named `/proc/self/fd/N`: it
+    /// is unlinked as soon as it is created and lives while the process
+    /// holds its descriptor (to the end), so a run stopped at its time
+    /// limit, which runs no destructors, leaves nothing in the temporary
+    /// directory. Call it once per process (a `OnceLock`).
+    pub fn backing_file(name: &str, pages: usize) -> PathBuf {
+        let path = std::env::temp_dir().join(format!("mmkit-fuzz-{name}-{}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .expect("a backing file in the temporary directory");
+        let _ = std::fs::remove_file(&path);
+        file.set_len((pages * 4096) as u64).expect("room for the backing file");
+        PathBuf::from(format!("/proc/self/fd/{}", file.into_raw_fd()))
+    }
 
     /// A device kept from one input to the next, built again after an
     /// input that changed its configuration.

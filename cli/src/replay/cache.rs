@@ -34,7 +34,9 @@ pub struct ConvertArgs {
     /// The trace to convert (either text format, plain, xz or zstd).
     #[arg(value_name = "TRACE")]
     pub trace: PathBuf,
-    /// The binary file to write (default: TRACE.mmkt).
+    /// The binary file to write (default: TRACE.mmkt); refused, before
+    /// anything is read or written, when it is the trace by any path
+    /// (symbolic or hard link included).
     #[arg(value_name = "OUT")]
     pub out: Option<PathBuf>,
     /// Store the records as they are instead of zstd-compressed: about
@@ -85,9 +87,7 @@ impl CacheWriter {
     /// # Errors
     /// The temporary file cannot be created or written.
     pub fn create(path: &Path, extra: BinaryMeta, compress: bool) -> io::Result<Self> {
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(format!(".tmp-{}", std::process::id()));
-        let tmp = PathBuf::from(tmp);
+        let tmp = Self::temp_path(path);
         let mut file = BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
         file.write_all(&preamble(if compress { FLAG_ZSTD } else { 0 }))?;
         let out =
@@ -100,6 +100,13 @@ impl CacheWriter {
             path: path.into(),
             extra,
         })
+    }
+
+    /// Where [`create`](Self::create) writes `path` until it is complete.
+    pub fn temp_path(path: &Path) -> PathBuf {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".tmp-{}", std::process::id()));
+        PathBuf::from(tmp)
     }
 
     /// The final path.
@@ -185,9 +192,14 @@ fn source_identity(trace: &Path) -> io::Result<BinaryMeta> {
 /// The trace to replay for `trace` with `--cache`: a cache that matches it,
 /// or else the trace itself and a writer that makes the cache during the
 /// first pass (`None` when it cannot be created; the reason is returned
-/// for the report).
+/// for the report; also when the cache's name is another path to the trace
+/// itself, which is then only read).
 pub fn use_cache(trace: &Path) -> (PathBuf, Option<CacheWriter>, Option<String>) {
     let cache = cache_path(trace);
+    let tmp = CacheWriter::temp_path(&cache);
+    if let Err(e) = crate::paths::check_outputs([trace], [cache.as_path(), tmp.as_path()]) {
+        return (trace.into(), None, Some(format!("no cache written: {e}")));
+    }
     let Ok(identity) = source_identity(trace) else {
         return (trace.into(), None, None);
     };
@@ -211,9 +223,14 @@ pub fn use_cache(trace: &Path) -> (PathBuf, Option<CacheWriter>, Option<String>)
 /// summary.
 ///
 /// # Errors
-/// Reading the trace or writing the output failed.
+/// The output names the trace (by any path; checked before anything is
+/// written) or its directory is missing; reading the trace or writing the
+/// output failed.
 pub fn convert(args: &ConvertArgs) -> Result<String, String> {
     let out = args.out.clone().unwrap_or_else(|| cache_path(&args.trace));
+    crate::paths::check_output_dir(&out)?;
+    let tmp = CacheWriter::temp_path(&out);
+    crate::paths::check_outputs([args.trace.as_path()], [out.as_path(), tmp.as_path()])?;
     let identity = source_identity(&args.trace).map_err(|e| format!("{}: {e}", args.trace.display()))?;
     let writer =
         CacheWriter::create(&out, identity, !args.uncompressed).map_err(|e| format!("{}: {e}", out.display()))?;
@@ -223,11 +240,16 @@ pub fn convert(args: &ConvertArgs) -> Result<String, String> {
     }
     let bytes = fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
     Ok(format!(
-        "{}: {} events ({} lines, {} skipped as malformed) -> {} ({} bytes, {:.1} per event) in {:.1} s\n",
+        "{}: {} events ({} lines, {} skipped as malformed{}) -> {} ({} bytes, {:.1} per event) in {:.1} s\n",
         args.trace.display(),
         s.events,
         s.stats.lines,
         s.stats.skipped,
+        if s.unsupported_order > 0 {
+            format!(", {} events of an order above {} dropped", s.unsupported_order, super::engine::MAX_ORDER)
+        } else {
+            String::new()
+        },
         out.display(),
         bytes,
         bytes as f64 / s.events.max(1) as f64,

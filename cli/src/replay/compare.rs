@@ -15,7 +15,7 @@ use mmkit::PlacementPolicy;
 use plotters::prelude::*;
 use serde::Serialize;
 use std::fmt::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// One row of the comparison.
 #[derive(Clone, Debug, Serialize)]
@@ -101,6 +101,7 @@ fn series(samples: &[Sample]) -> Vec<(u64, f64)> {
 /// # Errors
 /// As [`replay`].
 pub fn compare(args: &ReplayArgs) -> Result<Vec<Row>, ReplayError> {
+    super::plot::check_outputs(args).map_err(ReplayError::Usage)?;
     let mut rows = Vec::new();
     let mut peer_row = None;
     // The rows without compaction are only added when compaction is on,
@@ -133,8 +134,7 @@ pub fn compare(args: &ReplayArgs) -> Result<Vec<Row>, ReplayError> {
     }
     rows.extend(peer_row);
     if let Some(prefix) = &args.plot {
-        let path = with_suffix(prefix, "-compare.png");
-        plot(&path, &rows).map_err(|e| ReplayError::Failed(format!("{}: {e}", path.display())))?;
+        plot(&super::plot::with_suffix(prefix, super::plot::COMPARE), &rows).map_err(ReplayError::Failed)?;
     }
     Ok(rows)
 }
@@ -167,14 +167,8 @@ pub fn table(args: &ReplayArgs, rows: &[Row]) -> String {
     o
 }
 
-fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
-    let mut name = prefix.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
-}
-
 /// One line per row: the order-9 unusable index over the replay.
-fn plot(path: &Path, rows: &[Row]) -> Result<(), Box<dyn std::error::Error>> {
+fn plot(path: &Path, rows: &[Row]) -> Result<(), String> {
     const COLOURS: [RGBColor; 9] = [
         RGBColor(214, 39, 40),
         RGBColor(31, 119, 180),
@@ -186,42 +180,42 @@ fn plot(path: &Path, rows: &[Row]) -> Result<(), Box<dyn std::error::Error>> {
         RGBColor(188, 189, 34),
         RGBColor(40, 40, 40),
     ];
-    let root = BitMapBackend::new(path, (900, 480)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let last = rows.iter().flat_map(|r| r.series.iter().map(|s| s.0)).max().unwrap_or(1).max(1);
-    let top = rows.iter().flat_map(|r| r.series.iter().map(|s| s.1)).fold(0.0f64, f64::max).max(0.01) * 1.1;
-    let text = super::plot::fonts_work();
-    let mut builder = ChartBuilder::on(&root);
-    if text {
-        builder
-            .caption("Order-9 unusable free space index over the replay", ("sans-serif", 20))
-            .margin(10)
-            .x_label_area_size(40)
-            .y_label_area_size(60);
-    } else {
-        builder.margin(10);
-    }
-    let mut chart = builder.build_cartesian_2d(0u64..last, 0f64..top)?;
-    if text {
-        chart.configure_mesh().x_desc("events replayed").y_desc("unusable index, order 9").draw()?;
-    }
-    for (i, row) in rows.iter().enumerate() {
-        let colour = COLOURS[i % COLOURS.len()];
-        let drawn = chart.draw_series(LineSeries::new(row.series.iter().copied(), colour.stroke_width(2)))?;
+    super::plot::render_png(path, (900, 480), |root| {
+        root.fill(&WHITE)?;
+        let last = rows.iter().flat_map(|r| r.series.iter().map(|s| s.0)).max().unwrap_or(1).max(1);
+        let top = rows.iter().flat_map(|r| r.series.iter().map(|s| s.1)).fold(0.0f64, f64::max).max(0.01) * 1.1;
+        let text = super::plot::fonts_work();
+        let mut builder = ChartBuilder::on(root);
         if text {
-            drawn
-                .label(row.name.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
+            builder
+                .caption("Order-9 unusable free space index over the replay", ("sans-serif", 20))
+                .margin(10)
+                .x_label_area_size(40)
+                .y_label_area_size(60);
+        } else {
+            builder.margin(10);
         }
-    }
-    if text {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()?;
-    }
-    root.present()?;
-    Ok(())
+        let mut chart = builder.build_cartesian_2d(0u64..last, 0f64..top)?;
+        if text {
+            chart.configure_mesh().x_desc("events replayed").y_desc("unusable index, order 9").draw()?;
+        }
+        for (i, row) in rows.iter().enumerate() {
+            let colour = COLOURS[i % COLOURS.len()];
+            let drawn = chart.draw_series(LineSeries::new(row.series.iter().copied(), colour.stroke_width(2)))?;
+            if text {
+                drawn
+                    .label(row.name.clone())
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
+            }
+        }
+        if text {
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()?;
+        }
+        Ok(())
+    })
 }

@@ -73,7 +73,10 @@ pub struct ReplayArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Write PREFIX-free-by-order.png and PREFIX-pageblocks.png.
+    /// Write PREFIX-free-by-order.png and PREFIX-pageblocks.png (with
+    /// --compare, PREFIX-compare.png). Checked before the replay starts:
+    /// PREFIX's directory must exist and no file may be the trace (by any
+    /// path, symbolic or hard link included).
     #[arg(long, value_name = "PREFIX")]
     pub plot: Option<PathBuf>,
     /// Replay the same events into a peer allocator too (policy mode, order
@@ -204,6 +207,8 @@ pub fn replay(
     progress: bool,
     inspect: impl FnOnce(&Engine<'_>, &PageAllocator),
 ) -> Result<report::Report, ReplayError> {
+    // The plots' place is checked before the replay, not after it.
+    plot::check_outputs(args).map_err(ReplayError::Usage)?;
     // With --cache: a valid cache replaces the trace; otherwise the first
     // pass writes one and the second pass reads it.
     let (input, writer, cache_note) = if args.cache && args.limit.is_none() {

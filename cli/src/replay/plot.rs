@@ -16,6 +16,7 @@
 use super::engine::{Engine, NR_ORDERS};
 use super::metrics::pageblock_type;
 use super::report::Report;
+use super::ReplayArgs;
 use mmkit::{MigrateType, PageAllocator};
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
@@ -39,17 +40,91 @@ const FREE_GREY: RGBColor = RGBColor(200, 200, 200);
 /// A file cannot be written or a drawing call fails.
 pub fn write_all(prefix: &Path, report: &Report, mm: &PageAllocator, engine: &Engine<'_>) -> Result<(), String> {
     let text = fonts_work();
-    let by_order = with_suffix(prefix, "-free-by-order.png");
-    free_by_order(&by_order, report, text).map_err(|e| format!("{}: {e}", by_order.display()))?;
-    let blocks = with_suffix(prefix, "-pageblocks.png");
-    pageblocks(&blocks, report, mm, engine, text).map_err(|e| format!("{}: {e}", blocks.display()))?;
+    free_by_order(&with_suffix(prefix, FREE_BY_ORDER), report, text)?;
+    pageblocks(&with_suffix(prefix, PAGEBLOCKS), report, mm, engine, text)?;
     Ok(())
 }
 
-fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
+/// Suffixes of the files `--plot PREFIX` writes: two for a replay, one
+/// more with `--compare` (drawn by `compare`).
+pub const FREE_BY_ORDER: &str = "-free-by-order.png";
+/// See [`FREE_BY_ORDER`].
+pub const PAGEBLOCKS: &str = "-pageblocks.png";
+/// See [`FREE_BY_ORDER`].
+pub const COMPARE: &str = "-compare.png";
+
+/// `prefix` with `suffix` appended to its last component.
+pub fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
     let mut name = prefix.as_os_str().to_owned();
     name.push(suffix);
     PathBuf::from(name)
+}
+
+/// Checks, before a replay starts, that `--plot`'s files can go where
+/// they are asked to (their directory exists) and that none of them (or
+/// their temporary names) is the trace or its `--cache` copy.
+///
+/// # Errors
+/// The message names the output and the directory or the input.
+pub fn check_outputs(args: &ReplayArgs) -> Result<(), String> {
+    let Some(prefix) = &args.plot else { return Ok(()) };
+    let suffixes: &[&str] = if args.compare { &[COMPARE] } else { &[FREE_BY_ORDER, PAGEBLOCKS] };
+    let outputs: Vec<PathBuf> = suffixes.iter().map(|s| with_suffix(prefix, s)).collect();
+    let temps: Vec<PathBuf> = outputs.iter().map(|p| temp_path(p)).collect();
+    for out in &outputs {
+        crate::paths::check_output_dir(out).map_err(|e| format!("--plot: {e}"))?;
+    }
+    let cache = super::cache::cache_path(&args.trace);
+    let inputs = [args.trace.as_path(), cache.as_path()];
+    let inputs = if args.cache { &inputs[..] } else { &inputs[..1] };
+    crate::paths::check_outputs(inputs.iter().copied(), outputs.iter().chain(&temps).map(PathBuf::as_path))
+}
+
+/// Where [`render_png`] writes `path` until the picture is complete.
+fn temp_path(path: &Path) -> PathBuf {
+    with_suffix(path, &format!(".tmp-{}", std::process::id()))
+}
+
+/// A drawing area on an in-memory RGB picture.
+pub(super) type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
+
+/// What a drawing function returns.
+pub(super) type DrawResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Draws a `w`×`h` picture in memory with `draw` and writes it to `path`
+/// as a PNG, through a temporary name beside it renamed when complete (so
+/// a failed write leaves no half picture under the final name). Errors
+/// are this module's own text (plotters' bitmap errors print a debug
+/// dump).
+///
+/// # Errors
+/// Drawing failed, or the file could not be written (the message names it).
+pub(super) fn render_png(
+    path: &Path,
+    (w, h): (u32, u32),
+    draw: impl FnOnce(&Area<'_>) -> DrawResult,
+) -> Result<(), String> {
+    let mut rgb = vec![0u8; w as usize * h as usize * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut rgb, (w, h)).into_drawing_area();
+        draw(&root).map_err(|e| format!("{}: drawing failed: {e}", path.display()))?;
+        root.present().map_err(|_| format!("{}: drawing failed", path.display()))?;
+    }
+    let tmp = temp_path(path);
+    let written = (|| -> Result<(), String> {
+        let file = std::fs::File::create(&tmp).map_err(|e| e.to_string())?;
+        let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), w, h);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        let mut writer = encoder.write_header().map_err(|e| e.to_string())?;
+        writer.write_image_data(&rgb).map_err(|e| e.to_string())?;
+        writer.finish().map_err(|e| e.to_string())?;
+        std::fs::rename(&tmp, path).map_err(|e| e.to_string())
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Whether text can be drawn: a system font was registered as
@@ -134,47 +209,46 @@ fn usable_font(bytes: &[u8]) -> bool {
     ab_glyph::FontRef::try_from_slice(bytes).is_ok_and(|font| "0a".chars().all(|c| font.glyph_id(c).0 != 0))
 }
 
-type DrawResult = Result<(), Box<dyn std::error::Error>>;
-
-fn free_by_order(path: &Path, report: &Report, text: bool) -> DrawResult {
-    let root = BitMapBackend::new(path, (900, 480)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let samples = &report.samples;
-    let last = samples.last().map_or(1, |s| s.event.max(1));
-    let top = samples.iter().flat_map(|s| s.free_pages_by_order.iter().copied()).max().unwrap_or(1).max(2);
-    let mut builder = ChartBuilder::on(&root);
-    if text {
-        let title = format!("Free pages by order over the replay ({} mode, log scale)", report.mode);
-        builder.caption(title, ("sans-serif", 20)).margin(10).x_label_area_size(40).y_label_area_size(60);
-    } else {
-        builder.margin(10);
-    }
-    // Free pages of an order can be 0; the log axis starts at 1 page.
-    let mut chart = builder.build_cartesian_2d(0u64..last, (1f64..top as f64 * 2.0).log_scale())?;
-    if text {
-        chart.configure_mesh().x_desc("events replayed").y_desc("free pages in blocks of the order").draw()?;
-    }
-    for order in 0..NR_ORDERS {
-        let colour = order_colour(order);
-        let points =
-            samples.iter().map(|s| (s.event, (s.free_pages_by_order.get(order).copied().unwrap_or(0) as f64).max(1.0)));
-        let drawn = chart.draw_series(LineSeries::new(points, colour.stroke_width(2)))?;
+fn free_by_order(path: &Path, report: &Report, text: bool) -> Result<(), String> {
+    render_png(path, (900, 480), |root| {
+        root.fill(&WHITE)?;
+        let samples = &report.samples;
+        let last = samples.last().map_or(1, |s| s.event.max(1));
+        let top = samples.iter().flat_map(|s| s.free_pages_by_order.iter().copied()).max().unwrap_or(1).max(2);
+        let mut builder = ChartBuilder::on(root);
         if text {
-            drawn
-                .label(format!("order {order}"))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
+            let title = format!("Free pages by order over the replay ({} mode, log scale)", report.mode);
+            builder.caption(title, ("sans-serif", 20)).margin(10).x_label_area_size(40).y_label_area_size(60);
+        } else {
+            builder.margin(10);
         }
-    }
-    if text {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()?;
-    }
-    root.present()?;
-    Ok(())
+        // Free pages of an order can be 0; the log axis starts at 1 page.
+        let mut chart = builder.build_cartesian_2d(0u64..last, (1f64..top as f64 * 2.0).log_scale())?;
+        if text {
+            chart.configure_mesh().x_desc("events replayed").y_desc("free pages in blocks of the order").draw()?;
+        }
+        for order in 0..NR_ORDERS {
+            let colour = order_colour(order);
+            let points = samples
+                .iter()
+                .map(|s| (s.event, (s.free_pages_by_order.get(order).copied().unwrap_or(0) as f64).max(1.0)));
+            let drawn = chart.draw_series(LineSeries::new(points, colour.stroke_width(2)))?;
+            if text {
+                drawn
+                    .label(format!("order {order}"))
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
+            }
+        }
+        if text {
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::LowerRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()?;
+        }
+        Ok(())
+    })
 }
 
 /// Eleven distinguishable colours, order 0 to 10.
@@ -195,7 +269,7 @@ fn order_colour(order: usize) -> RGBColor {
     COLOURS[order.min(NR_ORDERS - 1)]
 }
 
-fn pageblocks(path: &Path, report: &Report, mm: &PageAllocator, engine: &Engine<'_>, text: bool) -> DrawResult {
+fn pageblocks(path: &Path, report: &Report, mm: &PageAllocator, engine: &Engine<'_>, text: bool) -> Result<(), String> {
     let pb_order = mm.geometry().pageblock_order;
     let first = ((report.zone_start_pfn - mm.start_pfn().0) >> pb_order) as usize;
     let count = (report.zone_pages >> pb_order).max(1) as usize;
@@ -204,53 +278,53 @@ fn pageblocks(path: &Path, report: &Report, mm: &PageAllocator, engine: &Engine<
     let cell = (1024 / cols).clamp(1, 12) as u32;
     let legend = if text { 70 } else { 0 };
     let (w, h) = (cols as u32 * cell + 20, rows as u32 * cell + 20 + legend);
-    let root = BitMapBackend::new(path, (w, h)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let composition = engine.pageblock_composition();
-    for i in 0..count {
-        let block = first + i;
-        let live = composition.get(block).copied().unwrap_or([0; 3]);
-        let ty = pageblock_type(mm, block);
-        let colour = match ty {
-            _ if live.iter().all(|&n| n == 0) => FREE_GREY,
-            Some(t) => TYPE_COLOURS[t as usize],
-            None => WHITE,
-        };
-        let (x, y) = ((10 + (i % cols) as u32 * cell) as i32, (10 + (i / cols) as u32 * cell) as i32);
-        let c = cell as i32;
-        root.draw(&Rectangle::new([(x, y), (x + c - 1, y + c - 1)], colour.filled()))?;
-        if super::metrics::is_mixed(&live, ty) && c >= 4 {
-            let d = (c / 3).max(1);
-            let m = c / 2;
-            root.draw(&Rectangle::new(
-                [(x + m - d / 2, y + m - d / 2), (x + m + (d - 1) / 2, y + m + (d - 1) / 2)],
-                BLACK.filled(),
-            ))?;
+    render_png(path, (w, h), |root| {
+        root.fill(&WHITE)?;
+        let composition = engine.pageblock_composition();
+        for i in 0..count {
+            let block = first + i;
+            let live = composition.get(block).copied().unwrap_or([0; 3]);
+            let ty = pageblock_type(mm, block);
+            let colour = match ty {
+                _ if live.iter().all(|&n| n == 0) => FREE_GREY,
+                Some(t) => TYPE_COLOURS[t as usize],
+                None => WHITE,
+            };
+            let (x, y) = ((10 + (i % cols) as u32 * cell) as i32, (10 + (i / cols) as u32 * cell) as i32);
+            let c = cell as i32;
+            root.draw(&Rectangle::new([(x, y), (x + c - 1, y + c - 1)], colour.filled()))?;
+            if super::metrics::is_mixed(&live, ty) && c >= 4 {
+                let d = (c / 3).max(1);
+                let m = c / 2;
+                root.draw(&Rectangle::new(
+                    [(x + m - d / 2, y + m - d / 2), (x + m + (d - 1) / 2, y + m + (d - 1) / 2)],
+                    BLACK.filled(),
+                ))?;
+            }
         }
-    }
-    if text {
-        let y0 = (rows as u32 * cell + 24) as i32;
-        let names = [
-            (MigrateType::Unmovable.name(), TYPE_COLOURS[0]),
-            (MigrateType::Movable.name(), TYPE_COLOURS[1]),
-            (MigrateType::Reclaimable.name(), TYPE_COLOURS[2]),
-            (MigrateType::HighAtomic.name(), TYPE_COLOURS[3]),
-            ("no live page", FREE_GREY),
-        ];
-        let mut x = 10;
-        for (name, colour) in names {
-            root.draw(&Rectangle::new([(x, y0), (x + 12, y0 + 12)], colour.filled()))?;
-            root.draw(&Text::new(name.to_string(), (x + 16, y0), ("sans-serif", 14).into_font()))?;
-            x += 30 + 8 * name.len() as i32;
+        if text {
+            let y0 = (rows as u32 * cell + 24) as i32;
+            let names = [
+                (MigrateType::Unmovable.name(), TYPE_COLOURS[0]),
+                (MigrateType::Movable.name(), TYPE_COLOURS[1]),
+                (MigrateType::Reclaimable.name(), TYPE_COLOURS[2]),
+                (MigrateType::HighAtomic.name(), TYPE_COLOURS[3]),
+                ("no live page", FREE_GREY),
+            ];
+            let mut x = 10;
+            for (name, colour) in names {
+                root.draw(&Rectangle::new([(x, y0), (x + 12, y0 + 12)], colour.filled()))?;
+                root.draw(&Text::new(name.to_string(), (x + 16, y0), ("sans-serif", 14).into_font()))?;
+                x += 30 + 8 * name.len() as i32;
+            }
+            let caption = format!(
+                "{} pageblocks of 2 MiB at the end ({} mode); dot = mixed ({}); unusable index (order 9) {:.3}",
+                count, report.mode, report.final_state.sample.mixed_pageblocks, report.unusable_index_order9
+            );
+            root.draw(&Text::new(caption, (10, y0 + 24), ("sans-serif", 14).into_font()))?;
         }
-        let caption = format!(
-            "{} pageblocks of 2 MiB at the end ({} mode); dot = mixed ({}); unusable index (order 9) {:.3}",
-            count, report.mode, report.final_state.sample.mixed_pageblocks, report.unusable_index_order9
-        );
-        root.draw(&Text::new(caption, (10, y0 + 24), ("sans-serif", 14).into_font()))?;
-    }
-    root.present()?;
-    Ok(())
+        Ok(())
+    })
 }
 
 #[cfg(test)]

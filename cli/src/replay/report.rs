@@ -189,8 +189,11 @@ impl Report {
         );
         let _ = writeln!(
             o,
-            "trace: {} events replayed ({} allocs, {} frees); {} lines, {} skipped as malformed, {} other events",
-            s.events, t.source.allocs, t.source.frees, t.source.lines, t.source.skipped, t.source.other_events
+            "trace: {}; {} lines, {} skipped as malformed, {} other events",
+            events_line(s, &t.source),
+            t.source.lines,
+            t.source.skipped,
+            t.source.other_events
         );
         for e in &t.source.first_errors {
             let _ = writeln!(o, "  skipped {e}");
@@ -336,6 +339,34 @@ impl Report {
         }
         o
     }
+}
+
+/// The events read, replayed and dropped, so that the numbers add up:
+/// `N events replayed (A allocs, F frees)` when all were replayed, else
+/// `N events (A allocs, F frees): R replayed, D dropped (why)`. An event
+/// is dropped for an order above mmkit's largest, or (a binary trace read
+/// with `--limit`) for lying past the limit.
+fn events_line(s: &Scan, source: &SourceCounts) -> String {
+    let read = source.allocs + source.frees;
+    let past_limit = read.saturating_sub(s.events + s.unsupported_order);
+    if s.unsupported_order == 0 && past_limit == 0 {
+        return format!("{} events replayed ({} allocs, {} frees)", s.events, source.allocs, source.frees);
+    }
+    let mut why = Vec::new();
+    if s.unsupported_order > 0 {
+        why.push(format!("{} of an order above {}", s.unsupported_order, super::engine::MAX_ORDER));
+    }
+    if past_limit > 0 {
+        why.push(format!("{past_limit} past --limit"));
+    }
+    format!(
+        "{read} events ({} allocs, {} frees): {} replayed, {} dropped ({})",
+        source.allocs,
+        source.frees,
+        s.events,
+        s.unsupported_order + past_limit,
+        why.join(", ")
+    )
 }
 
 /// `(order 3: 2, order 9: 1)` for the non-zero entries, or nothing.

@@ -90,8 +90,8 @@ mod tests {
 
     #[test]
     fn detects_by_magic_not_by_name() {
-        let dir = std::env::temp_dir().join(format!("mmkit-source-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let text = "0 0 0 a 10 0 0 0xcc0\n1 1 0 f 10 0 - -\n";
         let plain = dir.join("trace.xz"); // misleading extension
         std::fs::write(&plain, text).unwrap();
@@ -105,6 +105,5 @@ mod tests {
             assert_eq!(open(path).unwrap().1, kind);
             assert_eq!(read_to_string(path).unwrap(), text);
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

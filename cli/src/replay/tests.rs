@@ -85,12 +85,24 @@ fn write_xz(path: &Path, text: &str) {
     std::fs::write(path, enc.finish().unwrap()).unwrap();
 }
 
-fn temp_trace(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("mmkit-replay-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
+/// A trace file in its own temporary directory, removed with it.
+struct TempTrace {
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for TempTrace {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn temp_trace(name: &str, text: &str) -> TempTrace {
+    let dir = tempfile::Builder::new().prefix("mmkit-replay-").tempdir().unwrap();
+    let path = dir.path().join(name);
     write_xz(&path, text);
-    path
+    TempTrace { path, _dir: dir }
 }
 
 fn args(trace: &Path, mode: Mode) -> ReplayArgs {
@@ -392,7 +404,7 @@ fn binary_copy_replays_exactly_like_the_text() {
     let path = temp_trace("binary.trace.xz", &g.text);
     let out = path.with_extension("mmkt");
     let summary = super::cache::convert(&super::cache::ConvertArgs {
-        trace: path.clone(),
+        trace: path.to_path_buf(),
         out: Some(out.clone()),
         uncompressed: false,
     })
@@ -412,7 +424,7 @@ fn binary_copy_replays_exactly_like_the_text() {
         // text's line counts stay those of the whole file).
         a.limit = Some(1000);
         let cut = comparable(&replay(&a, false, |_, _| {}).unwrap());
-        a.trace = path.clone();
+        a.trace = path.to_path_buf();
         let text = comparable(&replay(&a, false, |_, _| {}).unwrap());
         for key in ["counts", "final", "samples", "unusable_index_order9_mean", "peer"] {
             assert_eq!(text[key], cut[key], "{key} with a limit");
@@ -467,8 +479,12 @@ fn broken_binary_files_are_errors_not_panics() {
     let g = generate(23, 2000);
     let path = temp_trace("broken.trace.xz", &g.text);
     let out = path.with_extension("mmkt");
-    super::cache::convert(&super::cache::ConvertArgs { trace: path, out: Some(out.clone()), uncompressed: false })
-        .unwrap();
+    super::cache::convert(&super::cache::ConvertArgs {
+        trace: path.to_path_buf(),
+        out: Some(out.clone()),
+        uncompressed: false,
+    })
+    .unwrap();
     let bytes = std::fs::read(&out).unwrap();
     let dir = out.parent().unwrap().to_path_buf();
     // Cut at several places, and with a flipped byte in the record stream.

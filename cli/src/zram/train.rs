@@ -4,15 +4,26 @@
 //! `--samples` bytes, same-filled pages skipped; then reports how much the
 //! dictionary saves on pages it was not trained on.
 //!
+//! The output is refused before any work when it is one of the inputs
+//! (by any path, a file under an input directory included) or its
+//! directory is missing. Progress goes to stderr when it is a terminal and
+//! the input is large; otherwise the command is silent until its report.
+//!
 //! Owns the command's arguments, the walk and the sampling; training is
 //! `mmkit_compress::Dictionary::train`'s. Must not touch devices.
 
+use crate::paths;
 use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use mmkit_compress::{same_filled, Algorithm, Compressor, Dictionary, MAX_DICT_SIZE, MIN_DICT_SIZE};
 use mmkit_zram::{parse_size, PAGE_SIZE};
 use std::fs::File;
-use std::io::Read;
+use std::io::{IsTerminal, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+
+/// Input bytes from which progress is shown (on a terminal): below this
+/// the command takes well under a second.
+const PROGRESS_FROM_BYTES: u64 = 64 << 20;
 
 /// `mmkit zram train-dict`'s arguments.
 #[derive(Clone, Debug, Args)]
@@ -20,6 +31,8 @@ use std::path::{Path, PathBuf};
     mmkit zram serve --comp zstd:9 --algorithm-params \"algo=zstd dict=bin.dict\"")]
 pub struct TrainArgs {
     /// Where to write the dictionary (the format `zstd --train` writes).
+    /// Refused, before any work, when it is one of the inputs by any path
+    /// (symbolic or hard link, a file under an input directory).
     #[arg(long, value_name = "PATH")]
     pub out: PathBuf,
     /// Largest dictionary (K, M suffixes; 256 bytes to 16M).
@@ -70,8 +83,9 @@ fn files_of(inputs: &[PathBuf]) -> Result<Vec<(PathBuf, u64)>, TrainError> {
 }
 
 /// Pages of `files` whose index is `offset` modulo `stride` (among all
-/// whole pages of all files, in order), at most `max`.
-fn sample_pages(files: &[(PathBuf, u64)], stride: u64, offset: u64, max: usize) -> Vec<Vec<u8>> {
+/// whole pages of all files, in order), at most `max`; only those pages
+/// are read. `bar` advances by each file's length.
+fn sample_pages(files: &[(PathBuf, u64)], stride: u64, offset: u64, max: usize, bar: &ProgressBar) -> Vec<Vec<u8>> {
     let mut pages = Vec::new();
     let mut index = 0u64;
     for (path, len) in files {
@@ -79,18 +93,21 @@ fn sample_pages(files: &[(PathBuf, u64)], stride: u64, offset: u64, max: usize) 
         let first = (offset + stride - index % stride) % stride;
         if first < whole {
             if let Ok(mut file) = File::open(path) {
-                let mut data = Vec::new();
-                if file.read_to_end(&mut data).is_ok() {
-                    let mut at = first;
-                    while at < whole && (at as usize + 1) * PAGE_SIZE <= data.len() && pages.len() < max {
-                        let start = at as usize * PAGE_SIZE;
-                        pages.push(data[start..start + PAGE_SIZE].to_vec());
-                        at += stride;
+                let mut at = first;
+                while at < whole && pages.len() < max {
+                    let mut page = vec![0u8; PAGE_SIZE];
+                    // A file that shrank since the walk gives what it still has.
+                    if file.seek(SeekFrom::Start(at * PAGE_SIZE as u64)).is_err() || file.read_exact(&mut page).is_err()
+                    {
+                        break;
                     }
+                    pages.push(page);
+                    at += stride;
                 }
             }
         }
         index += whole;
+        bar.inc(*len);
         if pages.len() >= max {
             break;
         }
@@ -98,12 +115,38 @@ fn sample_pages(files: &[(PathBuf, u64)], stride: u64, offset: u64, max: usize) 
     pages
 }
 
+/// `2nd`, `3rd`, `11th`, `21st`, ….
+fn ordinal(n: u64) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+/// A bar over the input's bytes on stderr when it is a terminal and the
+/// input is large; hidden otherwise.
+fn progress(bytes: u64) -> ProgressBar {
+    if bytes < PROGRESS_FROM_BYTES || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(bytes), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {bytes}/{total_bytes} ({eta})") {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
 /// Trains, writes the dictionary and returns the report.
 ///
 /// # Errors
-/// [`TrainError::Usage`] for a missing input, a size out of range or
-/// input with too few pages; [`TrainError::Failed`] when zstd's trainer
-/// fails or the output cannot be written.
+/// [`TrainError::Usage`] for a missing input, an output that is an input
+/// or has no directory, a size out of range or input with too few pages
+/// (all before anything is written); [`TrainError::Failed`] when zstd's
+/// trainer fails or the output cannot be written.
 pub fn run(args: &TrainArgs) -> Result<String, TrainError> {
     let size = usize::try_from(args.size).unwrap_or(usize::MAX);
     if !(MIN_DICT_SIZE..=MAX_DICT_SIZE).contains(&size) {
@@ -111,14 +154,22 @@ pub fn run(args: &TrainArgs) -> Result<String, TrainError> {
     }
     let level =
         Algorithm::Zstd { level: 3 }.with_level(args.level.into()).map_err(|e| TrainError::Usage(e.to_string()))?;
+    paths::check_output_dir(&args.out).map_err(TrainError::Usage)?;
     let files = files_of(&args.inputs)?;
+    let inputs = args.inputs.iter().chain(files.iter().map(|(p, _)| p)).map(PathBuf::as_path);
+    paths::check_outputs(inputs, [args.out.as_path()]).map_err(TrainError::Usage)?;
     let total_pages: u64 = files.iter().map(|(_, len)| len / PAGE_SIZE as u64).sum();
     let want = (args.samples / PAGE_SIZE as u64).max(8);
     // Every stride-th page trains; the page after each is held out for
     // the report, so the two never overlap.
     let stride = (total_pages / want).max(2);
-    let samples = sample_pages(&files, stride, 0, want as usize);
-    let held_out = sample_pages(&files, stride, 1, 4096);
+    let bar = progress(files.iter().map(|(_, len)| len).sum());
+    bar.set_message("sampling");
+    let samples = sample_pages(&files, stride, 0, want as usize, &bar);
+    bar.set_position(0);
+    bar.set_message("held-out pages");
+    let held_out = sample_pages(&files, stride, 1, 4096, &bar);
+    bar.finish_and_clear();
     let same = samples.iter().filter(|p| same_filled(p).is_some()).count();
     if samples.len() - same < 8 {
         return Err(TrainError::Usage(format!(
@@ -127,11 +178,19 @@ pub fn run(args: &TrainArgs) -> Result<String, TrainError> {
             samples.len() - same
         )));
     }
-    let dict =
-        Dictionary::train(samples.iter().map(Vec::as_slice), size).map_err(|e| TrainError::Failed(e.to_string()))?;
+    let spinner = if bar.is_hidden() {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())
+    };
+    spinner.set_message(format!("training on {} pages", samples.len() - same));
+    spinner.enable_steady_tick(std::time::Duration::from_millis(200));
+    let dict = Dictionary::train(samples.iter().map(Vec::as_slice), size);
+    spinner.finish_and_clear();
+    let dict = dict.map_err(|e| TrainError::Failed(e.to_string()))?;
     dict.save(&args.out).map_err(|e| TrainError::Failed(e.to_string()))?;
     let mut report = format!(
-        "{}: dictionary of {} bytes (id {:#010x}) trained on {} pages ({} same-filled skipped) of {} in {} files, every {}th page\n",
+        "{}: dictionary of {} bytes (id {:#010x}) trained on {} pages ({} same-filled skipped) of {} in {} files, every {} page\n",
         args.out.display(),
         dict.len(),
         dict.id(),
@@ -139,7 +198,7 @@ pub fn run(args: &TrainArgs) -> Result<String, TrainError> {
         same,
         total_pages,
         files.len(),
-        stride
+        ordinal(stride)
     );
     report.push_str(&held_out_report(&held_out, level, &dict, &args.out));
     Ok(report)
@@ -194,11 +253,23 @@ mod tests {
         assert_eq!(files.len(), 4);
         let total: u64 = files.iter().map(|(_, l)| l / PAGE_SIZE as u64).sum();
         assert_eq!(total, 11);
-        let even = sample_pages(&files, 2, 0, 100);
-        let odd = sample_pages(&files, 2, 1, 100);
+        let bar = ProgressBar::hidden();
+        let even = sample_pages(&files, 2, 0, 100, &bar);
+        let odd = sample_pages(&files, 2, 1, 100, &bar);
         assert_eq!((even.len(), odd.len()), (6, 5));
         assert!(even.iter().all(|p| !odd.contains(p)), "disjoint");
-        assert_eq!(sample_pages(&files, 1, 0, 4).len(), 4, "at most max");
+        assert_eq!(sample_pages(&files, 1, 0, 4, &bar).len(), 4, "at most max");
+        let first = [1u8, 3, 5, 7, 9, 9].map(|b| vec![b; PAGE_SIZE]);
+        assert_eq!(even, first, "the pages themselves, in order");
         assert!(matches!(files_of(&[dir.path().join("missing")]), Err(TrainError::Usage(_))));
+    }
+
+    #[test]
+    fn ordinals() {
+        let got: Vec<String> = [1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 101, 111, 112].map(ordinal).into();
+        assert_eq!(
+            got,
+            ["1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd", "101st", "111th", "112th"]
+        );
     }
 }

@@ -125,9 +125,8 @@ fn a_frame_is_refused_under_another_dictionary_or_none() {
     let (with, without) = (size(&with_a), size(&Compressor::new(Algorithm::Zstd { level: 3 })));
     assert!(with * 10 < without * 9, "with the dictionary {with} bytes, without {without}");
     // Saved and loaded, it is the same dictionary and reads the same frames.
-    let dir = std::env::temp_dir().join(format!("mmkit-compress-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("dict");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dict");
     a.save(&path).unwrap();
     let loaded = Dictionary::load(&path).unwrap();
     assert_eq!(loaded, a);
@@ -138,7 +137,6 @@ fn a_frame_is_refused_under_another_dictionary_or_none() {
     // leaves a shorter dictionary that is still one).
     std::fs::write(&path, &a.as_bytes()[..40]).unwrap();
     assert!(matches!(Dictionary::load(&path), Err(CompressError::CorruptDictionary(_))), "a truncated file");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -193,7 +193,8 @@ mod tests {
 
     #[test]
     fn slots_fill_and_free_and_a_second_owner_is_busy() {
-        let dir = std::env::temp_dir().join(format!("mmkit-zswap-lock-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("swap");
         let swap = SwapFile::open(&dir, 70).unwrap();
         let slots: Vec<u64> = (0..70).map(|_| swap.alloc_slot().unwrap()).collect();
         assert_eq!(swap.alloc_slot(), None, "70 slots, no 71st");
@@ -207,7 +208,6 @@ mod tests {
         let again = SwapFile::open(&dir, 70).unwrap();
         assert_eq!(again.used_slots(), 0);
         drop(again);
-        let _ = std::fs::remove_file(&dir);
         assert!(matches!(SwapFile::create_temp(0), Err(ZswapError::SwapFull)));
     }
 }

@@ -182,12 +182,12 @@ fn a_full_swap_file_is_a_typed_error_that_changes_nothing() {
 
 #[test]
 fn a_second_owner_of_the_swap_file_is_busy() {
-    let path = std::env::temp_dir().join(format!("mmkit-zswap-busy-{}", std::process::id()));
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("swap");
     let first = SwapFile::open(&path, 16).unwrap();
     assert!(matches!(SwapFile::open(&path, 16), Err(ZswapError::Busy)));
     drop(first);
     SwapFile::open(&path, 16).unwrap();
-    let _ = std::fs::remove_file(&path);
 }
 
 #[test]
