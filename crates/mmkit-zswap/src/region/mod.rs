@@ -35,14 +35,18 @@
 //! mapping) and `uffd` (the userfaultfd bindings).
 
 mod handler;
+mod page;
+mod slots;
 mod sys;
 mod uffd;
 
 use crate::{ReleaseMode, Zswap, PAGE_SIZE};
 use handler::{Handler, Request, Shared};
+use page::{FAILED, RESIDENT};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 use uffd::{FeatureFlags, IoctlFlags, RegisterMode, UffdBuilder};
 
 /// How a region is built.
@@ -94,6 +98,14 @@ pub enum RegionError {
     Misaligned(usize),
     /// The fault handler has stopped.
     HandlerGone,
+    /// A page of the access could not be loaded (its stored copy could not
+    /// be read back: a decompression or swap file error). Nothing was read
+    /// or written from that page on; the stored copy is kept, and a later
+    /// access tries the load again.
+    LoadFailed {
+        /// The offset of the first byte of the page that failed.
+        offset: usize,
+    },
 }
 
 impl core::fmt::Display for RegionError {
@@ -109,6 +121,7 @@ impl core::fmt::Display for RegionError {
             }
             Self::Misaligned(offset) => write!(f, "word access at {offset}, not 8-aligned"),
             Self::HandlerGone => f.write_str("the fault handler has stopped"),
+            Self::LoadFailed { offset } => write!(f, "the page at {offset} could not be loaded"),
         }
     }
 }
@@ -136,7 +149,9 @@ pub struct RegionStats {
     /// Victims that could not be stored (swap full, write error): kept
     /// resident.
     pub evict_failures: u64,
-    /// Loads that failed (data lost: the page reads as zeros).
+    /// Loads that failed. The page's stored copy is kept; the access that
+    /// needed it got [`RegionError::LoadFailed`] (or, a raw access,
+    /// `SIGBUS` where the kernel has `UFFDIO_POISON`).
     pub load_failures: u64,
     /// Pages resident now.
     pub resident: u64,
@@ -228,6 +243,7 @@ impl SwapRegion {
             .non_blocking(true)
             .user_mode_only(true)
             .require_features(FeatureFlags::PAGEFAULT_FLAG_WP)
+            .optional_features(FeatureFlags::POISON)
             .create()
             .map_err(|e| RegionError::Userfaultfd(e.to_string()))?;
         let map = sys::Mapping::new(config.len).map_err(RegionError::Setup)?;
@@ -238,6 +254,7 @@ impl SwapRegion {
         if !ioctls.contains(IoctlFlags::WRITE_PROTECT | IoctlFlags::COPY) {
             return Err(RegionError::Userfaultfd("no write-protection for anonymous memory".into()));
         }
+        let poison = uffd.has_feature(FeatureFlags::POISON) && ioctls.contains(IoctlFlags::POISON);
         let (wake_r, wake_w) =
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK)
                 .map_err(|e| RegionError::Setup(e.into()))?;
@@ -250,6 +267,8 @@ impl SwapRegion {
             stop: AtomicBool::new(false),
             wake_w,
             requests: Mutex::new(Vec::new()),
+            states: page::new_states(config.len / PAGE_SIZE),
+            poison,
         });
         let handler = Handler::new(shared.clone(), wake_r);
         let thread = std::thread::Builder::new()
@@ -283,60 +302,122 @@ impl SwapRegion {
         }
     }
 
+    /// Whether the handler thread still serves faults and requests.
+    fn alive(&self) -> bool {
+        !self.shared.stop.load(Relaxed) && self.handler.as_ref().is_some_and(|h| !h.is_finished())
+    }
+
+    /// The handler's answer on `rx`, or [`RegionError::HandlerGone`] once
+    /// the handler has stopped (it will never answer).
+    fn wait<T>(&self, rx: &mpsc::Receiver<T>) -> Result<T, RegionError> {
+        loop {
+            match rx.recv_timeout(Duration::from_millis(20)) {
+                Ok(answer) => return Ok(answer),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Err(RegionError::HandlerGone),
+                Err(mpsc::RecvTimeoutError::Timeout) if !self.alive() => return Err(RegionError::HandlerGone),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+
+    /// Runs `access` on page `index` pinned (not evicted meanwhile) and
+    /// mapped: a page that is not is loaded by the handler first, so that
+    /// `access` never faults on a missing page and a failed load is an
+    /// error here, never a page of zeros.
+    fn with_page<T>(&self, index: usize, write: bool, access: impl FnOnce() -> T) -> Result<T, RegionError> {
+        let state = &self.shared.states[index];
+        let flags = page::pin(state, || self.alive()).ok_or(RegionError::HandlerGone)?;
+        let mapped = if flags & (RESIDENT | FAILED) == RESIDENT {
+            Ok(())
+        } else {
+            let (tx, rx) = mpsc::channel();
+            self.shared.push(Request::Load { index, write, reply: tx });
+            match self.wait(&rx) {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(RegionError::LoadFailed { offset: index * PAGE_SIZE }),
+                Err(e) => Err(e),
+            }
+        };
+        let out = mapped.map(|()| access());
+        page::unpin(state);
+        out
+    }
+
+    /// Calls `access(at, from, n)` for each page's part of `len` bytes at
+    /// `offset` (`at`: region offset, `from`: offset into the caller's
+    /// buffer), each on its page pinned and mapped.
+    fn by_page(
+        &self,
+        offset: usize,
+        len: usize,
+        write: bool,
+        mut access: impl FnMut(usize, usize, usize),
+    ) -> Result<(), RegionError> {
+        self.check(offset, len)?;
+        let mut done = 0;
+        while done < len {
+            let at = offset + done;
+            let n = (PAGE_SIZE - at % PAGE_SIZE).min(len - done);
+            self.with_page(at / PAGE_SIZE, write, || access(at, done, n))?;
+            done += n;
+        }
+        Ok(())
+    }
+
     /// Copies `out.len()` bytes at `offset` out of the region.
     ///
     /// # Errors
-    /// [`RegionError::OutOfBounds`].
+    /// [`RegionError::OutOfBounds`]; [`RegionError::LoadFailed`] (the
+    /// bytes before that page were read); [`RegionError::HandlerGone`].
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), RegionError> {
-        self.check(offset, out.len())?;
-        self.shared.map.read(offset, out);
-        Ok(())
+        self.by_page(offset, out.len(), false, |at, from, n| self.shared.map.read(at, &mut out[from..from + n]))
     }
 
     /// Copies `data` into the region at `offset`.
     ///
     /// # Errors
-    /// [`RegionError::OutOfBounds`].
+    /// [`RegionError::OutOfBounds`]; [`RegionError::LoadFailed`] (the
+    /// bytes before that page were written, none from it on);
+    /// [`RegionError::HandlerGone`].
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
-        self.check(offset, data.len())?;
-        self.shared.map.write(offset, data);
-        Ok(())
+        self.by_page(offset, data.len(), true, |at, from, n| self.shared.map.write(at, &data[from..from + n]))
     }
 
     /// The word at `offset` (8-aligned).
     ///
     /// # Errors
-    /// [`RegionError::OutOfBounds`], [`RegionError::Misaligned`].
+    /// [`RegionError::OutOfBounds`], [`RegionError::Misaligned`],
+    /// [`RegionError::LoadFailed`], [`RegionError::HandlerGone`].
     pub fn read_u64(&self, offset: usize) -> Result<u64, RegionError> {
         self.check(offset, 8)?;
         if offset % 8 != 0 {
             return Err(RegionError::Misaligned(offset));
         }
-        Ok(self.shared.map.load_u64(offset))
+        self.with_page(offset / PAGE_SIZE, false, || self.shared.map.load_u64(offset))
     }
 
     /// Stores `value` at `offset` (8-aligned).
     ///
     /// # Errors
-    /// [`RegionError::OutOfBounds`], [`RegionError::Misaligned`].
+    /// [`RegionError::OutOfBounds`], [`RegionError::Misaligned`],
+    /// [`RegionError::LoadFailed`], [`RegionError::HandlerGone`].
     pub fn write_u64(&self, offset: usize, value: u64) -> Result<(), RegionError> {
         self.check(offset, 8)?;
         if offset % 8 != 0 {
             return Err(RegionError::Misaligned(offset));
         }
-        self.shared.map.store_u64(offset, value);
-        Ok(())
+        self.with_page(offset / PAGE_SIZE, true, || self.shared.map.store_u64(offset, value))
     }
 
     /// Evicts pages until at most `keep` are resident, and returns how many
-    /// were evicted.
+    /// were evicted (pinned pages, and pages that cannot be stored, stay).
     ///
     /// # Errors
     /// [`RegionError::HandlerGone`].
     pub fn reclaim(&self, keep: usize) -> Result<usize, RegionError> {
         let (tx, rx) = mpsc::channel();
         self.shared.push(Request::Reclaim { keep, reply: tx });
-        rx.recv().map_err(|_| RegionError::HandlerGone)
+        self.wait(&rx)
     }
 
     /// The region's counters.
@@ -356,11 +437,23 @@ impl SwapRegion {
         }
     }
 
+    /// Pages of the region the kernel has mapped now (`mincore`): what
+    /// [`RegionStats::resident`] counts, as the page tables see it.
+    ///
+    /// # Errors
+    /// [`RegionError::Setup`] when `mincore` fails.
+    pub fn mapped_pages(&self) -> Result<usize, RegionError> {
+        self.shared.map.mapped_pages().map_err(RegionError::Setup)
+    }
+
     /// The zswap the region swaps to.
     pub fn zswap(&self) -> &Arc<Zswap> {
         &self.shared.zswap
     }
 }
+
+#[cfg(test)]
+mod tests;
 
 impl Drop for SwapRegion {
     /// The process exit: the handler stops, then every swap entry of the
@@ -372,8 +465,7 @@ impl Drop for SwapRegion {
         self.shared.kick();
         if let Some(thread) = self.handler.take() {
             if let Ok(handler) = thread.join() {
-                let entries = handler.swap_entries();
-                self.shared.zswap.swap_free_batch(&entries, self.shared.config.release);
+                handler.release();
             }
         }
     }

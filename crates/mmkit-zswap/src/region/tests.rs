@@ -1,0 +1,128 @@
+//! Region tests that need its insides: raw accesses (the mapping's own
+//! loads and stores, which fault instead of pinning and loading first, as
+//! a caller's pointer from `as_ptr` does), a poisoned page's `SIGBUS` (in
+//! a child process), and a handler that has stopped.
+
+use super::*;
+use crate::{Injected, SwapFile, ZswapParams};
+use mmkit::{Backing, HugePages, MemoryMapBuilder};
+use std::sync::Arc;
+use std::time::Instant;
+
+fn zswap(slots: u64) -> Arc<Zswap> {
+    let mm = MemoryMapBuilder::with_memory(64 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
+    Arc::new(Zswap::new(Arc::new(mm), SwapFile::create_temp(slots).unwrap(), ZswapParams::default()).unwrap())
+}
+
+/// A region, or `None` (and a message) where userfaultfd is unavailable.
+fn region(z: &Arc<Zswap>, config: RegionConfig) -> Option<SwapRegion> {
+    match SwapRegion::new(z.clone(), config) {
+        Ok(r) => Some(r),
+        Err(RegionError::Userfaultfd(why)) => {
+            eprintln!("skipped: userfaultfd unavailable: {why}");
+            None
+        }
+        Err(e) => panic!("region: {e}"),
+    }
+}
+
+/// A word that differs from page to page and compresses (not
+/// same-filled: the other words of the page are zero).
+fn word(p: usize, round: u64) -> u64 {
+    (p as u64) << 16 | round
+}
+
+#[test]
+fn raw_writes_to_evicted_pages_take_one_fault() {
+    let z = zswap(4096);
+    let pages = 256;
+    // No fault-around: pages loaded ahead come clean and write-protected,
+    // and a write to one of them is a write-protect fault, rightly.
+    let config = RegionConfig { fault_around: 1, ..RegionConfig::new(pages * PAGE_SIZE, 16) };
+    let Some(r) = region(&z, config) else { return };
+    let map = &r.shared.map;
+    for round in 0..3u64 {
+        for p in 0..pages {
+            map.store_u64(p * PAGE_SIZE + 8, word(p, round));
+        }
+    }
+    let s = r.stats();
+    // Every write after the first round met an evicted, stored page and
+    // mapped it writable: no write-protect fault at all.
+    assert_eq!(s.wp_faults, 0, "{s:?}");
+    assert!(s.swap_ins >= 2 * pages as u64 - 32, "{s:?}");
+    for p in 0..pages {
+        assert_eq!(map.load_u64(p * PAGE_SIZE + 8), word(p, 2), "page {p}");
+    }
+    assert_eq!(r.mapped_pages().unwrap() as u64, r.stats().resident);
+}
+
+#[test]
+fn a_stopped_handler_is_an_error_not_a_wait() {
+    let z = zswap(256);
+    let Some(r) = region(&z, RegionConfig::new(16 * PAGE_SIZE, 4)) else { return };
+    for p in 0..16 {
+        r.write_u64(p * PAGE_SIZE, p as u64 + 1).unwrap();
+    }
+    // The handler stops as it would on a crash, the region still alive.
+    r.shared.stop.store(true, Relaxed);
+    r.shared.kick();
+    let start = Instant::now();
+    while !r.handler.as_ref().is_some_and(|h| h.is_finished()) {
+        assert!(start.elapsed() < Duration::from_secs(10), "the handler did not stop");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let r = Arc::new(r);
+    let (tx, rx) = mpsc::channel();
+    // In a thread of its own: if the calls waited for ever, the test fails
+    // on the timeout below rather than hanging.
+    std::thread::spawn({
+        let r = r.clone();
+        move || {
+            let _ = tx.send((r.reclaim(0).map_err(|e| e.to_string()), r.read_u64(0).map_err(|e| e.to_string())));
+        }
+    });
+    let (reclaim, read) = rx.recv_timeout(Duration::from_secs(10)).expect("a call waited for a stopped handler");
+    let gone = RegionError::HandlerGone.to_string();
+    assert_eq!(reclaim, Err(gone.clone()));
+    assert_eq!(read, Err(gone), "page 0 was evicted: loading it needs the handler");
+    // A resident page is still served.
+    assert_eq!(r.read_u64(15 * PAGE_SIZE).unwrap(), 16);
+}
+
+/// The environment variable that makes a test binary run the child half
+/// of [`a_raw_touch_of_a_page_that_fails_to_load_gets_sigbus`].
+const CHILD: &str = "MMKIT_ZSWAP_REGION_POISON_CHILD";
+
+#[test]
+fn a_raw_touch_of_a_page_that_fails_to_load_gets_sigbus() {
+    use std::os::unix::process::ExitStatusExt;
+    let name = "region::tests::a_raw_touch_of_a_page_that_fails_to_load_gets_sigbus";
+    if std::env::var_os(CHILD).is_some() {
+        // The child: a raw read of a page whose load fails must not see
+        // zeros; it gets SIGBUS, and the process dies of it.
+        let z = zswap(256);
+        let Some(r) = region(&z, RegionConfig::new(16 * PAGE_SIZE, 4)) else { std::process::exit(3) };
+        if !r.shared.poison {
+            std::process::exit(3);
+        }
+        for p in 0..16 {
+            r.shared.map.store_u64(p * PAGE_SIZE + 8, word(p, 7));
+        }
+        r.reclaim(0).unwrap();
+        z.inject(Injected::DecompressFail, 1);
+        let seen = r.shared.map.load_u64(5 * PAGE_SIZE + 8);
+        eprintln!("read {seen:#x} from a page whose load failed");
+        std::process::exit(2);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    if out.status.code() == Some(3) {
+        return eprintln!("skipped: no userfaultfd or no UFFDIO_POISON here");
+    }
+    assert_eq!(out.status.signal(), Some(libc::SIGBUS), "{:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+}
