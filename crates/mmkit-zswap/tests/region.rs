@@ -99,11 +99,11 @@ fn clean_pages_are_not_compressed_twice_and_sequential_runs_fault_around() {
     assert!(after.fault_around_pages > 0, "sequential reads load ahead: {after:?}");
     assert_eq!(after.wp_faults, before.wp_faults, "no writes, no write faults");
     assert!(z.stats().stored_pages >= stored_once);
-    // A write to a page loaded clean is seen (a write-protect fault) and
-    // kept.
+    // A write to a page loaded clean is seen (the writer lifts the write
+    // protection itself: no fault) and kept.
     assert_eq!(r.read_u64(0).unwrap(), 1);
     r.write_u64(8, 99).unwrap();
-    assert_eq!(r.stats().wp_faults, after.wp_faults + 1);
+    assert_eq!(r.stats().wp_faults, after.wp_faults);
     r.reclaim(0).unwrap();
     assert_eq!(r.read_u64(8).unwrap(), 99);
     // A write to an evicted page maps it writable and dirty in one step:
@@ -218,7 +218,7 @@ fn threads_sharing_pages_lose_no_write_to_eviction() {
         }
     }
     let s = r.stats();
-    assert!(s.evictions > 1000 && s.wp_faults > 0, "{s:?}");
+    assert!(s.evictions > 1000 && s.loads_in_thread > 1000, "{s:?}");
     z.check_invariants().unwrap();
 }
 
@@ -247,7 +247,9 @@ fn the_resident_count_is_what_the_page_tables_show() {
     let z = zswap(4096);
     let pages = 256;
     let budget = 16;
-    let config = RegionConfig { evict_batch: 4, ..RegionConfig::new(pages * PAGE_SIZE, budget) };
+    // No background reclaim: its evictions would race the comparison.
+    let config =
+        RegionConfig { evict_batch: 4, background_reclaim: false, ..RegionConfig::new(pages * PAGE_SIZE, budget) };
     let Some(r) = region(&z, config) else { return };
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = |n: usize| {
@@ -309,4 +311,45 @@ fn a_failed_load_is_an_error_and_keeps_the_entry() {
         assert_eq!(out, text_page(p), "page {p}");
     }
     assert_eq!(r.stats().load_failures, 2);
+}
+
+#[test]
+fn threads_verify_patterns_over_sixteen_times_the_budget_with_the_reclaimer() {
+    // 2, 4 and 8 threads, each owning the pages p with p % threads == t,
+    // write every page (whole words, and odd bytes across word ends, which
+    // are compare-and-swaps on the words) and read them back, twice, while
+    // loads evict at the budget and the reclaimer evicts in the background.
+    for threads in [2usize, 4, 8] {
+        let z = zswap(4096);
+        let budget = 32;
+        let pages = 16 * budget;
+        let Some(r) = region(&z, RegionConfig::new(pages * PAGE_SIZE, budget)) else { return };
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let r = &r;
+                s.spawn(move || {
+                    for round in 0..2u64 {
+                        for p in (t..pages).step_by(threads) {
+                            r.write_u64(p * PAGE_SIZE + 64, pattern(t, p, 8, round)).unwrap();
+                            r.write(p * PAGE_SIZE + 13, &[t as u8, p as u8, round as u8]).unwrap();
+                        }
+                        for p in (t..pages).step_by(threads).rev() {
+                            assert_eq!(r.read_u64(p * PAGE_SIZE + 64).unwrap(), pattern(t, p, 8, round));
+                            let mut b = [0u8; 5];
+                            r.read(p * PAGE_SIZE + 12, &mut b).unwrap();
+                            assert_eq!(b, [0, t as u8, p as u8, round as u8, 0], "thread {t} page {p}");
+                        }
+                    }
+                });
+            }
+        });
+        let s = r.stats();
+        assert!(s.resident as usize <= budget + threads, "{threads} threads: {s:?}");
+        assert!(s.evictions > pages as u64 && s.background_evictions > 0 && s.reclaimer_wakeups > 0, "{s:?}");
+        z.check_invariants().unwrap();
+        drop(r);
+        z.flush_deferred();
+        assert_eq!(z.stats().stored_pages, 0);
+        assert_eq!(z.swap_file().used_slots(), 0);
+    }
 }

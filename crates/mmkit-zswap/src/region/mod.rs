@@ -36,17 +36,18 @@
 
 mod handler;
 mod page;
+mod pager;
 mod slots;
 mod sys;
 mod uffd;
 
 use crate::{ReleaseMode, Zswap, PAGE_SIZE};
-use handler::{Handler, Request, Shared};
-use page::{FAILED, RESIDENT};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{mpsc, Arc, Mutex};
+use handler::Handler;
+use page::{DIRTY, FAILED, RESIDENT};
+use pager::Shared;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 use uffd::{FeatureFlags, IoctlFlags, RegisterMode, UffdBuilder};
 
 /// How a region is built.
@@ -62,13 +63,25 @@ pub struct RegionConfig {
     pub fault_around: usize,
     /// How the swap entries are freed when the region is dropped.
     pub release: ReleaseMode,
+    /// Whether the handler thread evicts in the background, from a high
+    /// mark a little under the budget down to a low mark under it, so that
+    /// loads rarely evict for themselves (false: eviction only when a load
+    /// would pass the budget).
+    pub background_reclaim: bool,
 }
 
 impl RegionConfig {
     /// `len` bytes with `resident_budget` pages resident, evicting 16
     /// pages at a time, fault-around of 8 pages, deferred release.
     pub fn new(len: usize, resident_budget: usize) -> Self {
-        Self { len, resident_budget, evict_batch: 16, fault_around: 8, release: ReleaseMode::Deferred }
+        Self {
+            len,
+            resident_budget,
+            evict_batch: 16,
+            fault_around: 8,
+            release: ReleaseMode::Deferred,
+            background_reclaim: true,
+        }
     }
 }
 
@@ -155,6 +168,16 @@ pub struct RegionStats {
     pub load_failures: u64,
     /// Pages resident now.
     pub resident: u64,
+    /// Pages the region's accessors ([`SwapRegion::read`] and the like)
+    /// loaded in their own threads (no fault, no hand-off).
+    pub loads_in_thread: u64,
+    /// Loads that found the region at its budget and evicted for
+    /// themselves (direct reclaim).
+    pub direct_reclaims: u64,
+    /// Times a load woke the background reclaimer at the high mark.
+    pub reclaimer_wakeups: u64,
+    /// Of [`evictions`](Self::evictions), the background reclaimer's.
+    pub background_evictions: u64,
 }
 
 /// Counters the handler updates and anyone may read.
@@ -170,6 +193,10 @@ pub(crate) struct Counters {
     pub(crate) evict_failures: AtomicU64,
     pub(crate) load_failures: AtomicU64,
     pub(crate) resident: AtomicU64,
+    pub(crate) loads_in_thread: AtomicU64,
+    pub(crate) direct_reclaims: AtomicU64,
+    pub(crate) reclaimer_wakeups: AtomicU64,
+    pub(crate) background_evictions: AtomicU64,
 }
 
 /// Anonymous memory of `len` bytes of which at most `resident_budget`
@@ -203,7 +230,7 @@ pub(crate) struct Counters {
 /// ```
 pub struct SwapRegion {
     shared: Arc<Shared>,
-    handler: Option<JoinHandle<Handler>>,
+    handler: Option<JoinHandle<()>>,
 }
 
 impl core::fmt::Debug for SwapRegion {
@@ -258,18 +285,7 @@ impl SwapRegion {
         let (wake_r, wake_w) =
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK)
                 .map_err(|e| RegionError::Setup(e.into()))?;
-        let shared = Arc::new(Shared {
-            map,
-            uffd,
-            zswap,
-            config,
-            counters: Counters::default(),
-            stop: AtomicBool::new(false),
-            wake_w,
-            requests: Mutex::new(Vec::new()),
-            states: page::new_states(config.len / PAGE_SIZE),
-            poison,
-        });
+        let shared = Arc::new(Shared::new(map, uffd, zswap, config, wake_w, poison));
         let handler = Handler::new(shared.clone(), wake_r);
         let thread = std::thread::Builder::new()
             .name("mmkit-zswap-uffd".into())
@@ -307,40 +323,45 @@ impl SwapRegion {
         !self.shared.stop.load(Relaxed) && self.handler.as_ref().is_some_and(|h| !h.is_finished())
     }
 
-    /// The handler's answer on `rx`, or [`RegionError::HandlerGone`] once
-    /// the handler has stopped (it will never answer).
-    fn wait<T>(&self, rx: &mpsc::Receiver<T>) -> Result<T, RegionError> {
-        loop {
-            match rx.recv_timeout(Duration::from_millis(20)) {
-                Ok(answer) => return Ok(answer),
-                Err(mpsc::RecvTimeoutError::Disconnected) => return Err(RegionError::HandlerGone),
-                Err(mpsc::RecvTimeoutError::Timeout) if !self.alive() => return Err(RegionError::HandlerGone),
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-            }
-        }
-    }
-
     /// Runs `access` on page `index` pinned (not evicted meanwhile) and
-    /// mapped: a page that is not is loaded by the handler first, so that
-    /// `access` never faults on a missing page and a failed load is an
-    /// error here, never a page of zeros.
+    /// mapped (writable when `write`): a page that is not mapped is loaded
+    /// in this thread first, so that `access` never faults on a missing
+    /// page and a failed load is an error here, never a page of zeros.
     fn with_page<T>(&self, index: usize, write: bool, access: impl FnOnce() -> T) -> Result<T, RegionError> {
         let state = &self.shared.states[index];
-        let flags = page::pin(state, || self.alive()).ok_or(RegionError::HandlerGone)?;
-        let mapped = if flags & (RESIDENT | FAILED) == RESIDENT {
-            Ok(())
-        } else {
-            let (tx, rx) = mpsc::channel();
-            self.shared.push(Request::Load { index, write, reply: tx });
-            match self.wait(&rx) {
-                Ok(true) => Ok(()),
-                Ok(false) => Err(RegionError::LoadFailed { offset: index * PAGE_SIZE }),
-                Err(e) => Err(e),
-            }
-        };
-        let out = mapped.map(|()| access());
+        page::pin(state, || self.alive()).ok_or(RegionError::HandlerGone)?;
+        let out = self.ensure(index, write).map(|()| access());
         page::unpin(state);
         out
+    }
+
+    /// Maps pinned page `index` (writable when `write`) unless it is.
+    fn ensure(&self, index: usize, write: bool) -> Result<(), RegionError> {
+        let state = &self.shared.states[index];
+        loop {
+            let flags = page::flags(state);
+            if flags & (RESIDENT | FAILED) == RESIDENT {
+                if write && flags & DIRTY == 0 {
+                    self.shared.make_writable(index);
+                }
+                return Ok(());
+            }
+            if !self.alive() {
+                // Raw accesses would wait for ever: the region is broken.
+                return Err(RegionError::HandlerGone);
+            }
+            if page::try_claim_load(state) {
+                return match self.shared.load_claimed(index, write, false) {
+                    Some(_) => {
+                        Counters::bump(&self.shared.counters.loads_in_thread);
+                        Ok(())
+                    }
+                    None => Err(RegionError::LoadFailed { offset: index * PAGE_SIZE }),
+                };
+            }
+            // Another thread is loading it.
+            std::thread::yield_now();
+        }
     }
 
     /// Calls `access(at, from, n)` for each page's part of `len` bytes at
@@ -415,9 +436,18 @@ impl SwapRegion {
     /// # Errors
     /// [`RegionError::HandlerGone`].
     pub fn reclaim(&self, keep: usize) -> Result<usize, RegionError> {
-        let (tx, rx) = mpsc::channel();
-        self.shared.push(Request::Reclaim { keep, reply: tx });
-        self.wait(&rx)
+        if !self.alive() {
+            return Err(RegionError::HandlerGone);
+        }
+        let mut evicted = 0;
+        while self.shared.resident() > keep {
+            let want = (self.shared.resident() - keep).min(self.shared.config.evict_batch.max(64));
+            match self.shared.evict(want) {
+                0 => break,
+                n => evicted += n,
+            }
+        }
+        Ok(evicted)
     }
 
     /// The region's counters.
@@ -434,6 +464,10 @@ impl SwapRegion {
             evict_failures: c.evict_failures.load(Relaxed),
             load_failures: c.load_failures.load(Relaxed),
             resident: c.resident.load(Relaxed),
+            loads_in_thread: c.loads_in_thread.load(Relaxed),
+            direct_reclaims: c.direct_reclaims.load(Relaxed),
+            reclaimer_wakeups: c.reclaimer_wakeups.load(Relaxed),
+            background_evictions: c.background_evictions.load(Relaxed),
         }
     }
 
@@ -464,9 +498,10 @@ impl Drop for SwapRegion {
         self.shared.stop.store(true, Relaxed);
         self.shared.kick();
         if let Some(thread) = self.handler.take() {
-            if let Ok(handler) = thread.join() {
-                handler.release();
-            }
+            let _ = thread.join();
         }
+        // No thread touches the region now (the drop has it exclusively,
+        // and the handler has returned).
+        self.shared.slots.release(&self.shared.zswap, self.shared.config.release);
     }
 }

@@ -1,15 +1,24 @@
-//! The part of a region page's state that threads besides the handler
-//! read or change: one atomic word a page, holding whether the page is
-//! mapped, whether the handler is evicting it, whether its last load
-//! failed (the page is poisoned), and how many accessors have pinned it.
+//! A region page's state: one atomic word a page, so that any thread may
+//! load a page, evict one or mark one dirty, with compare-and-swap
+//! transitions between the states
 //!
-//! The handler alone sets and clears the flags; accessors ([`pin`],
-//! [`unpin`]) only count themselves in. A pinned page is never picked for
-//! eviction, and a page being evicted is not pinned until the eviction is
-//! over: [`try_evict`] and [`pin`] exclude each other with one
-//! compare-and-swap, so an accessor that holds a pin on a mapped page can
-//! touch it without a missing fault (whose load could fail where no error
-//! can be returned).
+//! - empty or stored (not `RESIDENT`): a touch faults;
+//! - `LOADING`: one thread claimed the load ([`try_claim_load`]) and is
+//!   placing the page; others wait for it;
+//! - `RESIDENT`, clean (write-protected, its stored copy current) or
+//!   `DIRTY` (writable, or never stored);
+//! - `EVICTING`: one thread picked it as a victim ([`try_evict`]) and is
+//!   storing and dropping it;
+//! - `FAILED`: its last load failed; where the kernel can, the page is
+//!   poisoned, and its stored copy is kept for a retry.
+//!
+//! Where a stored copy lives (zswap or the swap file) is the slot's
+//! business (`slots`). Above the flags, a count of pins: a pinned page is
+//! never picked for eviction, and a page being evicted is not pinned until
+//! the eviction is over ([`try_evict`] and [`pin`] exclude each other with
+//! one compare-and-swap), so an accessor that holds a pin on a mapped page
+//! touches it without a missing fault, whose load could fail where no
+//! error can be returned.
 
 use std::sync::atomic::{AtomicU32, Ordering::AcqRel, Ordering::Acquire};
 
@@ -20,6 +29,12 @@ pub(crate) const EVICTING: u32 = 1 << 1;
 /// The page's last load failed; where the kernel can, it is poisoned
 /// (`UFFDIO_POISON`), and its entry is kept for a retry.
 pub(crate) const FAILED: u32 = 1 << 2;
+/// One thread is loading the page.
+pub(crate) const LOADING: u32 = 1 << 3;
+/// The page differs from its stored copy (or has none) and is writable.
+pub(crate) const DIRTY: u32 = 1 << 4;
+/// Touched since the CLOCK hand last passed.
+pub(crate) const REFERENCED: u32 = 1 << 5;
 /// One pin: the count lives above the flags.
 const PIN: u32 = 1 << 8;
 
@@ -57,22 +72,52 @@ pub(crate) fn unpin(state: &AtomicU32) {
     state.fetch_sub(PIN, AcqRel);
 }
 
-/// The handler marks a mapped, unpinned page as being evicted; false when
-/// it is pinned, not mapped, or already marked (so one scan never picks a
-/// page twice).
+/// Marks a mapped, unpinned page as being evicted; false when it is
+/// pinned, not mapped, being loaded or already marked (so one scan never
+/// picks a page twice).
 pub(crate) fn try_evict(state: &AtomicU32) -> bool {
     let seen = state.load(Acquire);
-    seen & (RESIDENT | EVICTING) == RESIDENT
+    seen & (RESIDENT | EVICTING | LOADING) == RESIDENT
         && seen < PIN
         && state.compare_exchange(seen, seen | EVICTING, AcqRel, Acquire).is_ok()
 }
 
-/// The handler sets `flags` (and keeps the pins).
+/// Claims the load of a page that is not mapped and that no other thread
+/// is loading or evicting; false otherwise.
+pub(crate) fn try_claim_load(state: &AtomicU32) -> bool {
+    let mut seen = state.load(Acquire);
+    while seen & (RESIDENT | EVICTING | LOADING) == 0 {
+        match state.compare_exchange_weak(seen, seen | LOADING, AcqRel, Acquire) {
+            Ok(_) => return true,
+            Err(now) => seen = now,
+        }
+    }
+    false
+}
+
+/// Pins the page unless it is being evicted (no wait); the flags seen.
+pub(crate) fn try_pin(state: &AtomicU32) -> Option<u32> {
+    let mut seen = state.load(Acquire);
+    while seen & EVICTING == 0 {
+        match state.compare_exchange_weak(seen, seen + PIN, AcqRel, Acquire) {
+            Ok(_) => return Some(seen),
+            Err(now) => seen = now,
+        }
+    }
+    None
+}
+
+/// Sets `flags`; returns the flags before.
+pub(crate) fn set_old(state: &AtomicU32, flags: u32) -> u32 {
+    state.fetch_or(flags, AcqRel) & (PIN - 1)
+}
+
+/// Sets `flags` (and keeps the pins).
 pub(crate) fn set(state: &AtomicU32, flags: u32) {
     state.fetch_or(flags, AcqRel);
 }
 
-/// The handler clears `flags` (and keeps the pins).
+/// Clears `flags` (and keeps the pins).
 pub(crate) fn clear(state: &AtomicU32, flags: u32) {
     state.fetch_and(!flags, AcqRel);
 }
@@ -96,12 +141,21 @@ mod tests {
         unpin(&s);
         assert!(try_evict(&s));
         assert!(!try_evict(&s), "a page is picked once");
+        assert!(!try_claim_load(&s), "nor loaded while it goes");
+        assert_eq!(try_pin(&s), None);
         // A pin waits for the eviction; a dead handler ends the wait.
         assert_eq!(pin(&s, || false), None);
         clear(&s, RESIDENT | EVICTING);
         assert_eq!(pin(&s, || true), Some(0));
         assert_eq!(flags(&s), 0);
+        // One loader at a time, and a page being loaded is no victim.
+        assert!(try_claim_load(&s));
+        assert!(!try_claim_load(&s));
+        set(&s, RESIDENT);
+        assert!(!try_evict(&s));
+        clear(&s, LOADING);
+        assert!(!try_claim_load(&s), "a mapped page needs no load");
         unpin(&s);
-        assert_eq!(s.load(Acquire), 0);
+        assert_eq!(s.load(Acquire), RESIDENT);
     }
 }

@@ -138,8 +138,8 @@ impl Mapping {
     }
 
     /// Places the `src.len() / PAGE_SIZE` pages of `src` at page `first`
-    /// with `UFFDIO_COPY`, without waking the faulting threads; mapped
-    /// write-protected in the same step when `write_protect`
+    /// with `UFFDIO_COPY`, waking the threads waiting on them when `wake`;
+    /// mapped write-protected in the same step when `write_protect`
     /// (`UFFDIO_COPY_MODE_WP`: a write by any thread after the copy is a
     /// write-protect fault, with no window in which it could go unseen).
     /// Returns the pages placed, from `first` on: fewer than asked when
@@ -151,6 +151,7 @@ impl Mapping {
         first: usize,
         src: &[u8],
         write_protect: bool,
+        wake: bool,
     ) -> std::io::Result<usize> {
         if src.is_empty() || src.len() % PAGE_SIZE != 0 || first * PAGE_SIZE + src.len() > self.len {
             return Ok(0);
@@ -158,7 +159,7 @@ impl Mapping {
         // SAFETY: the destination lies inside the mapping registered with
         // `uffd`, which Rust reaches only through atomics; the kernel refuses
         // (EEXIST) to overwrite a present page.
-        match unsafe { uffd.copy(self.page_addr(first), src, false, write_protect) } {
+        match unsafe { uffd.copy(self.page_addr(first), src, wake, write_protect) } {
             Ok(bytes) => Ok(bytes / PAGE_SIZE),
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(0),
             Err(e) => Err(e),

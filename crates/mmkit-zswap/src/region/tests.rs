@@ -6,8 +6,9 @@
 use super::*;
 use crate::{Injected, SwapFile, ZswapParams};
 use mmkit::{Backing, HugePages, MemoryMapBuilder};
+use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 fn zswap(slots: u64) -> Arc<Zswap> {
     let mm = MemoryMapBuilder::with_memory(64 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
@@ -38,7 +39,10 @@ fn raw_writes_to_evicted_pages_take_one_fault() {
     let pages = 256;
     // No fault-around: pages loaded ahead come clean and write-protected,
     // and a write to one of them is a write-protect fault, rightly.
-    let config = RegionConfig { fault_around: 1, ..RegionConfig::new(pages * PAGE_SIZE, 16) };
+    // No background reclaim, so that the count can be compared with the
+    // page tables at the end.
+    let config =
+        RegionConfig { fault_around: 1, background_reclaim: false, ..RegionConfig::new(pages * PAGE_SIZE, 16) };
     let Some(r) = region(&z, config) else { return };
     let map = &r.shared.map;
     for round in 0..3u64 {
@@ -125,4 +129,45 @@ fn a_raw_touch_of_a_page_that_fails_to_load_gets_sigbus() {
         return eprintln!("skipped: no userfaultfd or no UFFDIO_POISON here");
     }
     assert_eq!(out.status.signal(), Some(libc::SIGBUS), "{:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn raw_accesses_and_accessors_share_a_region_under_eviction() {
+    // Half the threads touch their pages raw (faults, resolved by the
+    // handler thread), half through the accessors (loads in their own
+    // threads); all of it evicted at the budget and in the background.
+    let z = zswap(4096);
+    let budget = 24;
+    let pages = 16 * budget;
+    let Some(r) = region(&z, RegionConfig::new(pages * PAGE_SIZE, budget)) else { return };
+    let threads = 4;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let r = &r;
+            s.spawn(move || {
+                let raw = t % 2 == 0;
+                for round in 0..3u64 {
+                    for p in (t..pages).step_by(threads) {
+                        if raw {
+                            r.shared.map.store_u64(p * PAGE_SIZE + 8 * t, word(p, round));
+                        } else {
+                            r.write_u64(p * PAGE_SIZE + 8 * t, word(p, round)).unwrap();
+                        }
+                    }
+                    for p in (t..pages).step_by(threads) {
+                        let v = if raw {
+                            r.shared.map.load_u64(p * PAGE_SIZE + 8 * t)
+                        } else {
+                            r.read_u64(p * PAGE_SIZE + 8 * t).unwrap()
+                        };
+                        assert_eq!(v, word(p, round), "thread {t} page {p}");
+                    }
+                }
+            });
+        }
+    });
+    let s = r.stats();
+    assert!(s.missing_faults > 0 && s.loads_in_thread > 0 && s.background_evictions > 0, "{s:?}");
+    assert_eq!(s.load_failures, 0);
+    z.check_invariants().unwrap();
 }
