@@ -2,26 +2,41 @@
 //! [`Zswap`] through userfaultfd — a userspace swap-out and swap-in path
 //! over the same zswap calls the kernel makes.
 //!
-//! - **Eviction.** When a fault would take the region past its budget, a
-//!   CLOCK picks victims (a page referenced since the hand last passed gets
-//!   a second chance; faults and first writes set the bit). A victim is
-//!   write-protected (so a concurrent writer waits instead of losing its
-//!   write), read, stored (`zswap_store`, or the swap file when zswap
-//!   refuses it) unless it is clean, and dropped with `MADV_DONTNEED`.
-//! - **Faults.** A missing fault on a swapped page loads it with
-//!   `UFFDIO_COPY` (keeping the zswap entry); on a page never swapped it
-//!   maps the zero page (`UFFDIO_ZEROPAGE`). A page loaded from zswap is
-//!   mapped write-protected: its first write is a write-protect fault that
-//!   marks it dirty. A clean page whose entry is still in zswap (or on the
-//!   swap file) is evicted without being compressed again.
-//! - **Fault-around.** On a run of faults at consecutive pages, the next
-//!   swapped pages are loaded with the faulting one in one `UFFDIO_COPY`
-//!   (Linux's swap readahead, VMA-based in spirit).
+//! - **States.** Each page has one atomic state word (`page`): empty or
+//!   stored, loading, resident clean (write-protected, its stored copy
+//!   current) or dirty, evicting, failed; plus a count of pins. Every
+//!   transition is a compare-and-swap, so any thread may load or evict.
+//! - **Accessors load in their own thread.** [`SwapRegion::read`],
+//!   [`SwapRegion::write`] and the word calls pin each page they touch
+//!   (a pinned page is not evicted), load it in the calling thread if it is
+//!   not mapped (`UFFDIO_COPY` from a per-thread buffer; the zero page,
+//!   `UFFDIO_ZEROPAGE`, for a page never stored), and lift the write
+//!   protection of a clean page themselves before writing: no fault and no
+//!   hand-off to another thread. A failed load is
+//!   [`RegionError::LoadFailed`]; the stored copy is kept.
+//! - **Raw accesses fault.** Touches through [`SwapRegion::as_ptr`] are
+//!   userfaultfd faults that the region's handler thread resolves with the
+//!   same calls; a write to a missing page maps it writable and dirty at
+//!   once. A failed load poisons the page (`UFFDIO_POISON`, Linux 6.6):
+//!   the thread gets `SIGBUS`, as from a swap-in I/O error in the kernel.
+//! - **Eviction.** A CLOCK picks victims (a page referenced since the hand
+//!   last passed gets a second chance) and marks them evicting, so that no
+//!   scan picks a page twice. A victim is write-protected (so a concurrent
+//!   writer waits instead of losing its write), read, stored (`zswap_store`,
+//!   or the swap file when zswap refuses it) unless it is clean, and
+//!   dropped with `MADV_DONTNEED`, one call per run of neighbours. A load
+//!   that finds the region at its budget evicts for itself (direct
+//!   reclaim); a load that passes the high mark, a little under the budget,
+//!   wakes the handler thread, which evicts in the background down to the
+//!   low mark between faults (kswapd's shape).
+//! - **Fault-around.** On a run of reads at consecutive pages, the next
+//!   stored pages are loaded with the first in one `UFFDIO_COPY` (Linux's
+//!   swap readahead, VMA-based in spirit).
 //! - **Release.** Dropping the region is a process exit: every swap entry
 //!   is freed at once, zswap entries through `zs_free_deferred` (or
 //!   synchronously, [`ReleaseMode::Sync`], to compare).
 //!
-//! Write tracking uses synchronous write-protect faults (`UFFDIO_WRITEPROTECT`,
+//! Write tracking uses synchronous write-protection (`UFFDIO_WRITEPROTECT`,
 //! Linux 5.7+), not `UFFD_FEATURE_WP_ASYNC` with `PAGEMAP_SCAN`: eviction
 //! must stop writers while it reads a victim, and asynchronous
 //! write-protection does not stop them.
@@ -30,9 +45,10 @@
 //! see it), `mremap` or `munmap` of parts of the region, pages larger than
 //! 4 KiB, sharing the region with another process.
 //!
-//! Owns the mapping, the fault-handler thread and the per-page state; uses
-//! only [`Zswap`]'s public calls. Its `unsafe` is all in `sys` (the
-//! mapping) and `uffd` (the userfaultfd bindings).
+//! Files: `page` (the state word), `pager` (loading and eviction, any
+//! thread), `handler` (the fault and reclaim thread), `slots` (the stored
+//! copies: the only use of swap entries), `sys` (the mapping), `uffd` (the
+//! userfaultfd bindings). Its `unsafe` is all in `sys` and `uffd`.
 
 mod handler;
 mod page;
@@ -205,8 +221,9 @@ pub(crate) struct Counters {
 /// Any number of threads may read and write it at once, through
 /// [`read`](Self::read)/[`write`](Self::write) and the word calls (or
 /// through raw pointers from [`as_ptr`](Self::as_ptr), at the caller's
-/// risk). A touch of an evicted page blocks until the region's fault
-/// handler thread has loaded it.
+/// risk: a touch of an evicted page blocks until the region's handler
+/// thread has loaded it, and one whose load failed raises `SIGBUS`). The
+/// accessors load evicted pages in the calling thread.
 ///
 /// ```
 /// use mmkit::{Backing, HugePages, MemoryMapBuilder};
