@@ -346,6 +346,7 @@ fn threads_verify_patterns_over_sixteen_times_the_budget_with_the_reclaimer() {
         let s = r.stats();
         assert!(s.resident as usize <= budget + threads, "{threads} threads: {s:?}");
         assert!(s.evictions > pages as u64 && s.background_evictions > 0 && s.reclaimer_wakeups > 0, "{s:?}");
+        assert!(s.load_p99_ns > 0 && s.loads_in_thread > 0, "{s:?}");
         z.check_invariants().unwrap();
         drop(r);
         z.flush_deferred();

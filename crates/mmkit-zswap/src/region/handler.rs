@@ -7,7 +7,7 @@
 //! Owns only its wake-up pipe's reading end; everything else is the
 //! `pager`'s shared state.
 
-use super::page::{self, RESIDENT};
+use super::page::{self, EVICTING, LOADING, RESIDENT};
 use super::pager::Shared;
 use super::uffd::{Event, EventBuffer, FaultKind};
 use super::Counters;
@@ -115,12 +115,13 @@ impl Handler {
             // Waking is the copy's; a failed load poisons the page (the
             // faulting thread gets SIGBUS, as from a swap-in I/O error in
             // the kernel) and keeps its stored copy.
-            let _ = self.shared.load_claimed(index, write, true);
-        } else if page::flags(state) & RESIDENT != 0 {
+            let _ = self.shared.timed_load(index, write, true);
+        } else if page::flags(state) & (RESIDENT | EVICTING | LOADING) == RESIDENT {
             // Another thread's load came first.
             self.shared.wake(index, 1);
         }
         // Else a thread is loading or evicting it, and wakes the faulting
-        // thread when done.
+        // thread when done (an eviction after it has updated the state, so
+        // that the thread's next fault finds the page free to load).
     }
 }

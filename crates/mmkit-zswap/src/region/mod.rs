@@ -55,6 +55,7 @@ mod page;
 mod pager;
 mod slots;
 mod sys;
+mod times;
 mod uffd;
 
 use crate::{ReleaseMode, Zswap, PAGE_SIZE};
@@ -194,6 +195,10 @@ pub struct RegionStats {
     pub reclaimer_wakeups: u64,
     /// Of [`evictions`](Self::evictions), the background reclaimer's.
     pub background_evictions: u64,
+    /// The 99th percentile of the time a load took, from its claim to the
+    /// page mapped (a fault's time in the handler thread, or an accessor's
+    /// load with any eviction it did first), in ns, to within a quarter.
+    pub load_p99_ns: u64,
 }
 
 /// Counters the handler updates and anyone may read.
@@ -368,7 +373,7 @@ impl SwapRegion {
                 return Err(RegionError::HandlerGone);
             }
             if page::try_claim_load(state) {
-                return match self.shared.load_claimed(index, write, false) {
+                return match self.shared.timed_load(index, write, false) {
                     Some(_) => {
                         Counters::bump(&self.shared.counters.loads_in_thread);
                         Ok(())
@@ -485,6 +490,7 @@ impl SwapRegion {
             direct_reclaims: c.direct_reclaims.load(Relaxed),
             reclaimer_wakeups: c.reclaimer_wakeups.load(Relaxed),
             background_evictions: c.background_evictions.load(Relaxed),
+            load_p99_ns: self.shared.load_times.percentile(990),
         }
     }
 

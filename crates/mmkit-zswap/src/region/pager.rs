@@ -12,6 +12,7 @@
 use super::page::{self, DIRTY, EVICTING, FAILED, LOADING, REFERENCED, RESIDENT};
 use super::slots::Slots;
 use super::sys::Mapping;
+use super::times::Times;
 use super::uffd::Uffd;
 use super::{Counters, RegionConfig};
 use crate::{Zswap, PAGE_SIZE};
@@ -43,6 +44,8 @@ pub(crate) struct Shared {
     last_loaded: AtomicUsize,
     /// The background reclaimer was asked to run and has not finished.
     pub(crate) reclaim_wanted: AtomicBool,
+    /// How long loads took.
+    pub(crate) load_times: Times,
 }
 
 thread_local! {
@@ -75,6 +78,7 @@ impl Shared {
             hand: AtomicUsize::new(0),
             last_loaded: AtomicUsize::new(usize::MAX),
             reclaim_wanted: AtomicBool::new(false),
+            load_times: Times::new(),
         }
     }
 
@@ -114,6 +118,14 @@ impl Shared {
             let want = (self.resident() + 1).saturating_sub(budget).max(self.config.evict_batch.min(budget));
             self.evict(want);
         }
+    }
+
+    /// [`load_claimed`](Self::load_claimed), timed into `load_times`.
+    pub(crate) fn timed_load(&self, index: usize, write: bool, poison_on_failure: bool) -> Option<usize> {
+        let start = std::time::Instant::now();
+        let mapped = self.load_claimed(index, write, poison_on_failure);
+        self.load_times.record(start.elapsed().as_nanos().try_into().unwrap_or(u64::MAX));
+        mapped
     }
 
     /// Loads page `index`, whose load the caller claimed (`LOADING`), and

@@ -236,3 +236,52 @@ impl Mapping {
         Ok(())
     }
 }
+
+/// How a forked child ended.
+#[cfg(test)]
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ChildEnd {
+    /// `_exit(code)`.
+    Exited(i32),
+    /// Killed by this signal.
+    Signaled(i32),
+}
+
+#[cfg(test)]
+impl Mapping {
+    /// Forks a child that reads the word at `offset` (checked against the
+    /// length) through the mapping's address and exits 0; returns how it
+    /// ended. The mapping is `MADV_DONTFORK`, so the child has nothing
+    /// mapped there: the documented fork behaviour is a `SIGSEGV`.
+    pub(crate) fn fork_and_read(&self, offset: usize) -> std::io::Result<ChildEnd> {
+        assert!(offset + 8 <= self.len && offset % 8 == 0);
+        let addr = self.base.as_ptr().wrapping_add(offset).cast::<u64>();
+        // SAFETY: the child runs only a volatile read and `_exit`, both
+        // async-signal-safe (no allocation, no lock another thread of the
+        // parent could have held at the fork); the parent goes on as
+        // before.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // SAFETY: in the child: a read of an address, which either is
+            // mapped (a plain read) or raises SIGSEGV and ends the child;
+            // then `_exit`, which runs no destructor of the parent's state.
+            unsafe {
+                let _ = std::ptr::read_volatile(addr);
+                libc::_exit(0);
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just made, writing only `status`.
+        if unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(if libc::WIFSIGNALED(status) {
+            ChildEnd::Signaled(libc::WTERMSIG(status))
+        } else {
+            ChildEnd::Exited(libc::WEXITSTATUS(status))
+        })
+    }
+}

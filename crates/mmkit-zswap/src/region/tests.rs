@@ -171,3 +171,29 @@ fn raw_accesses_and_accessors_share_a_region_under_eviction() {
     assert_eq!(s.load_failures, 0);
     z.check_invariants().unwrap();
 }
+
+#[test]
+fn a_forked_child_does_not_see_the_region_and_the_parent_goes_on() {
+    use super::sys::ChildEnd;
+    let z = zswap(1024);
+    let pages = 64;
+    let Some(r) = region(&z, RegionConfig::new(pages * PAGE_SIZE, 8)) else { return };
+    for p in 0..pages {
+        r.write_u64(p * PAGE_SIZE, word(p, 1)).unwrap();
+    }
+    // The region is MADV_DONTFORK: in the child there is no mapping at its
+    // address, resident page or evicted, and a touch is SIGSEGV (not a
+    // fault some handler would have to serve, nor the parent's data).
+    let resident = (0..pages).rev().find(|&p| page::flags(&r.shared.states[p]) & RESIDENT != 0).unwrap();
+    for p in [resident, 0] {
+        assert_eq!(r.shared.map.fork_and_read(p * PAGE_SIZE).unwrap(), ChildEnd::Signaled(libc::SIGSEGV), "page {p}");
+    }
+    // The parent's region is untouched by the fork.
+    for p in 0..pages {
+        assert_eq!(r.read_u64(p * PAGE_SIZE).unwrap(), word(p, 1));
+        r.shared.map.store_u64(p * PAGE_SIZE + 8, word(p, 2));
+    }
+    for p in 0..pages {
+        assert_eq!(r.shared.map.load_u64(p * PAGE_SIZE + 8), word(p, 2));
+    }
+}
