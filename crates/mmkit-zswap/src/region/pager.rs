@@ -359,16 +359,21 @@ impl Shared {
                 }
             }
         }
-        // Drop the victims in runs of neighbours, one madvise per run.
-        let mut gone = 0;
+        // Drop the victims in runs of neighbours, all runs in one call.
+        let mut runs = Vec::new();
         let mut k = 0;
         while k < stored.len() {
             let mut run = 1;
             while k + run < stored.len() && stored[k + run] == stored[k] + run {
                 run += 1;
             }
-            let dropped = self.map.dontneed(stored[k], run).is_ok();
-            for &v in &stored[k..k + run] {
+            runs.push((stored[k], run));
+            k += run;
+        }
+        let dropped = self.map.dontneed_runs(&runs);
+        let mut gone = 0;
+        for (&(first, run), dropped) in runs.iter().zip(dropped) {
+            for v in first..first + run {
                 if dropped {
                     page::clear(&self.states[v], RESIDENT | EVICTING | DIRTY | REFERENCED);
                 } else {
@@ -382,8 +387,7 @@ impl Shared {
             // After the states: writers that waited on the protection, and
             // threads that faulted since the drop, fault again and find the
             // page missing and free to load.
-            self.wake(stored[k], run);
-            k += run;
+            self.wake(first, run);
         }
         self.counters.evictions.fetch_add(gone as u64, Relaxed);
         gone

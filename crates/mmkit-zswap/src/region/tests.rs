@@ -197,3 +197,20 @@ fn a_forked_child_does_not_see_the_region_and_the_parent_goes_on() {
         assert_eq!(r.shared.map.load_u64(p * PAGE_SIZE + 8), word(p, 2));
     }
 }
+
+#[test]
+fn scattered_runs_are_dropped_in_one_call() {
+    let map = super::sys::Mapping::new(8 * PAGE_SIZE).unwrap();
+    for p in 0..8 {
+        map.store_u64(p * PAGE_SIZE, p as u64 + 1);
+    }
+    assert_eq!(map.mapped_pages().unwrap(), 8);
+    assert_eq!(map.dontneed_runs(&[(0, 1), (2, 2), (7, 1)]), [true, true, true]);
+    assert_eq!(map.mapped_pages().unwrap(), 4);
+    for p in 0..8 {
+        let kept = [1, 4, 5, 6].contains(&p);
+        assert_eq!(map.load_u64(p * PAGE_SIZE), if kept { p as u64 + 1 } else { 0 }, "page {p}");
+    }
+    // A run past the end is refused, not dropped.
+    assert_eq!(map.dontneed_runs(&[(1, 1), (7, 2)]), [true, false]);
+}
