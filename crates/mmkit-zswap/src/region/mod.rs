@@ -524,7 +524,10 @@ impl Drop for SwapRegion {
             let _ = thread.join();
         }
         // No thread touches the region now (the drop has it exclusively,
-        // and the handler has returned).
-        self.shared.slots.release(&self.shared.zswap, self.shared.config.release);
+        // and the handler has returned and dropped its reference).
+        match Arc::get_mut(&mut self.shared) {
+            Some(shared) => shared.slots.release(&shared.zswap, shared.config.release),
+            None => self.shared.slots.release_shared(&self.shared.zswap, self.shared.config.release),
+        }
     }
 }

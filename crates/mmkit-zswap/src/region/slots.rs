@@ -27,8 +27,16 @@ impl Slots {
         Slot(self.0[index].lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Frees every stored copy in one batch (the process exit).
-    pub(crate) fn release(&self, zswap: &Zswap, mode: ReleaseMode) {
+    /// Frees every stored copy in one batch (the process exit). Exclusive,
+    /// so no lock is taken: the release of a large region is a walk.
+    pub(crate) fn release(&mut self, zswap: &Zswap, mode: ReleaseMode) {
+        let entries: Vec<SwpEntry> =
+            self.0.iter_mut().filter_map(|slot| *slot.get_mut().unwrap_or_else(|p| p.into_inner())).collect();
+        zswap.swap_free_batch(&entries, mode);
+    }
+
+    /// [`release`](Self::release) where other references may remain.
+    pub(crate) fn release_shared(&self, zswap: &Zswap, mode: ReleaseMode) {
         let entries: Vec<SwpEntry> =
             self.0.iter().filter_map(|slot| *slot.lock().unwrap_or_else(|p| p.into_inner())).collect();
         zswap.swap_free_batch(&entries, mode);
