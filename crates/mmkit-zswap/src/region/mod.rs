@@ -53,6 +53,7 @@
 mod handler;
 mod page;
 mod pager;
+mod signal;
 mod slots;
 mod sys;
 mod times;
@@ -85,6 +86,13 @@ pub struct RegionConfig {
     /// loads rarely evict for themselves (false: eviction only when a load
     /// would pass the budget).
     pub background_reclaim: bool,
+    /// Whether raw accesses' faults are resolved in the faulting thread:
+    /// with `UFFD_FEATURE_SIGBUS`, a fault raises `SIGBUS` there and the
+    /// region's process-wide handler loads the page and returns (see the
+    /// module docs for what that asks of the program's own signal
+    /// handling). Where the kernel lacks the feature, the handler thread
+    /// resolves them as without it ([`SwapRegion::resolves_faults_in_thread`]).
+    pub fault_in_thread: bool,
 }
 
 impl RegionConfig {
@@ -98,6 +106,7 @@ impl RegionConfig {
             fault_around: 8,
             release: ReleaseMode::Deferred,
             background_reclaim: true,
+            fault_in_thread: false,
         }
     }
 }
@@ -199,6 +208,9 @@ pub struct RegionStats {
     /// page mapped (a fault's time in the handler thread, or an accessor's
     /// load with any eviction it did first), in ns, to within a quarter.
     pub load_p99_ns: u64,
+    /// Raw faults resolved in the faulting thread's `SIGBUS` handler
+    /// ([`RegionConfig::fault_in_thread`]).
+    pub faults_in_thread: u64,
 }
 
 /// Counters the handler updates and anyone may read.
@@ -218,6 +230,7 @@ pub(crate) struct Counters {
     pub(crate) direct_reclaims: AtomicU64,
     pub(crate) reclaimer_wakeups: AtomicU64,
     pub(crate) background_evictions: AtomicU64,
+    pub(crate) faults_in_thread: AtomicU64,
 }
 
 /// Anonymous memory of `len` bytes of which at most `resident_budget`
@@ -253,6 +266,8 @@ pub(crate) struct Counters {
 pub struct SwapRegion {
     shared: Arc<Shared>,
     handler: Option<JoinHandle<()>>,
+    /// The region's entry in the `SIGBUS` handler's table, in that mode.
+    signal: Option<signal::Registration>,
 }
 
 impl core::fmt::Debug for SwapRegion {
@@ -287,12 +302,18 @@ impl SwapRegion {
                 return Err(RegionError::ZeroParameter(name));
             }
         }
+        // The handler goes in before the descriptor asks for SIGBUS mode.
+        let optional = if config.fault_in_thread && signal::install().is_ok() {
+            FeatureFlags::POISON | FeatureFlags::SIGBUS
+        } else {
+            FeatureFlags::POISON
+        };
         let uffd = UffdBuilder::new()
             .close_on_exec(true)
             .non_blocking(true)
             .user_mode_only(true)
             .require_features(FeatureFlags::PAGEFAULT_FLAG_WP)
-            .optional_features(FeatureFlags::POISON)
+            .optional_features(optional)
             .create()
             .map_err(|e| RegionError::Userfaultfd(e.to_string()))?;
         let map = sys::Mapping::new(config.len).map_err(RegionError::Setup)?;
@@ -308,12 +329,18 @@ impl SwapRegion {
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK)
                 .map_err(|e| RegionError::Setup(e.into()))?;
         let shared = Arc::new(Shared::new(map, uffd, zswap, config, wake_w, poison));
+        let signal = if shared.uffd.has_feature(FeatureFlags::SIGBUS) {
+            let full = || RegionError::Setup(std::io::Error::other("the SIGBUS handler's table of regions is full"));
+            Some(signal::register(&shared).ok_or_else(full)?)
+        } else {
+            None
+        };
         let handler = Handler::new(shared.clone(), wake_r);
         let thread = std::thread::Builder::new()
             .name("mmkit-zswap-uffd".into())
             .spawn(move || handler.run())
             .map_err(RegionError::Setup)?;
-        Ok(Self { shared, handler: Some(thread) })
+        Ok(Self { shared, handler: Some(thread), signal })
     }
 
     /// Bytes of the region.
@@ -472,6 +499,13 @@ impl SwapRegion {
         Ok(evicted)
     }
 
+    /// Whether raw accesses' faults are resolved in the faulting thread
+    /// (`SIGBUS` mode, [`RegionConfig::fault_in_thread`] on a kernel with
+    /// `UFFD_FEATURE_SIGBUS`), rather than by the handler thread.
+    pub fn resolves_faults_in_thread(&self) -> bool {
+        self.signal.is_some()
+    }
+
     /// The region's counters.
     pub fn stats(&self) -> RegionStats {
         let c = &self.shared.counters;
@@ -491,6 +525,7 @@ impl SwapRegion {
             reclaimer_wakeups: c.reclaimer_wakeups.load(Relaxed),
             background_evictions: c.background_evictions.load(Relaxed),
             load_p99_ns: self.shared.load_times.percentile(990),
+            faults_in_thread: c.faults_in_thread.load(Relaxed),
         }
     }
 
@@ -523,6 +558,8 @@ impl Drop for SwapRegion {
         if let Some(thread) = self.handler.take() {
             let _ = thread.join();
         }
+        // Out of the SIGBUS handler's table, and no handler still in it.
+        drop(self.signal.take());
         // No thread touches the region now (the drop has it exclusively,
         // and the handler has returned and dropped its reference).
         match Arc::get_mut(&mut self.shared) {

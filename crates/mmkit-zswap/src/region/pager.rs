@@ -282,6 +282,53 @@ impl Shared {
         }
     }
 
+    /// Resolves a fault on page `index` in the faulting thread's `SIGBUS`
+    /// handler (`signal`): waits for a thread loading or evicting the page,
+    /// makes a mapped page writable (the fault was a write to it, being
+    /// clean), or loads a missing one (writable and dirty when `write`).
+    /// False when the fault is not the region's to resolve (a load that
+    /// failed): the signal then goes on to the program's handler or the
+    /// default action, as a `SIGBUS` from a swap-in error does in the
+    /// kernel.
+    ///
+    /// What it may call, being in a signal handler: the userfaultfd ioctls,
+    /// zswap's load (its tree lock, zsmalloc's class lock) and, at the
+    /// budget, an eviction (zswap's store, the page allocator). The thread
+    /// it interrupted was touching region memory, which no code of this
+    /// crate does while holding those locks; a program that passes region
+    /// memory to zswap itself could deadlock here, which the module docs
+    /// rule out. The per-thread load buffer is not in use by the
+    /// interrupted thread for the same reason.
+    pub(crate) fn resolve_signal(&self, index: usize, write: bool) -> bool {
+        Counters::bump(&self.counters.faults_in_thread);
+        let state = &self.states[index];
+        loop {
+            let flags = page::flags(state);
+            if flags & FAILED != 0 {
+                return false;
+            }
+            if flags & (EVICTING | LOADING) != 0 {
+                // Its owner finishes without this thread.
+                std::thread::yield_now();
+                continue;
+            }
+            if flags & RESIDENT != 0 {
+                // A write to a clean page (or a fault another thread has
+                // resolved since): writable, and the access runs again.
+                if let Some(pinned) = page::try_pin(state) {
+                    if pinned & (RESIDENT | DIRTY) == RESIDENT {
+                        self.make_writable(index);
+                    }
+                    page::unpin(state);
+                }
+                return true;
+            }
+            if page::try_claim_load(state) {
+                return self.timed_load(index, write, false).is_some();
+            }
+        }
+    }
+
     /// Makes mapped page `index`, which the caller has pinned, writable and
     /// dirty (a clean page is write-protected), waking writers waiting on
     /// its protection.

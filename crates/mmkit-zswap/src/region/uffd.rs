@@ -51,6 +51,9 @@ const UFFD_PAGEFAULT_FLAG_WRITE: u64 = 1 << 0;
 const UFFD_PAGEFAULT_FLAG_WP: u64 = 1 << 1;
 /// `UFFD_FEATURE_PAGEFAULT_FLAG_WP`: write-protect faults (Linux 5.7).
 const UFFD_FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
+/// `UFFD_FEATURE_SIGBUS`: a fault raises `SIGBUS` in the faulting thread
+/// instead of waiting for the handler (Linux 4.14).
+const UFFD_FEATURE_SIGBUS: u64 = 1 << 7;
 /// `UFFD_FEATURE_POISON`: `UFFDIO_POISON` (Linux 6.6).
 const UFFD_FEATURE_POISON: u64 = 1 << 14;
 /// `UFFDIO_REGISTER_MODE_MISSING`: report faults on missing pages.
@@ -252,6 +255,9 @@ impl FeatureFlags {
     /// `UFFD_FEATURE_POISON`: `UFFDIO_POISON`, which makes a page raise
     /// `SIGBUS` on every touch (Linux 6.6).
     pub(crate) const POISON: Self = Self(UFFD_FEATURE_POISON);
+    /// `UFFD_FEATURE_SIGBUS`: faults in registered ranges raise `SIGBUS`
+    /// in the faulting thread; none is queued for the handler.
+    pub(crate) const SIGBUS: Self = Self(UFFD_FEATURE_SIGBUS);
 }
 
 /// Which faults a registered range reports (`uffdio_register.mode`).
@@ -295,7 +301,7 @@ macro_rules! bit_or {
         }
     )*};
 }
-bit_or!(RegisterMode, IoctlFlags);
+bit_or!(FeatureFlags, RegisterMode, IoctlFlags);
 
 /// How a new [`Uffd`] is made: the system call's flags and the features
 /// `UFFDIO_API` must grant.
