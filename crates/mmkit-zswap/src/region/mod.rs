@@ -19,6 +19,18 @@
 //!   same calls; a write to a missing page maps it writable and dirty at
 //!   once. A failed load poisons the page (`UFFDIO_POISON`, Linux 6.6):
 //!   the thread gets `SIGBUS`, as from a swap-in I/O error in the kernel.
+//! - **Or in the faulting thread.** With [`RegionConfig::fault_in_thread`]
+//!   (and `UFFD_FEATURE_SIGBUS`), a raw fault raises `SIGBUS` in the
+//!   faulting thread, and the crate's process-wide handler (`signal`)
+//!   resolves it there and returns. The program's own `SIGBUS` handler, if
+//!   installed before the first such region, still gets every other
+//!   `SIGBUS` (and a region page whose load failed); one installed after
+//!   replaces the crate's and must chain to it (the action it replaced)
+//!   for region addresses. A thread that blocks `SIGBUS` dies on a raw
+//!   touch of an evicted page (the kernel forces the default action); its
+//!   accessor calls never fault and are unaffected. The handler loads with
+//!   zswap's locks, so region memory must not be handed to zswap's own
+//!   calls by the program (the crate never does).
 //! - **Eviction.** A CLOCK picks victims (a page referenced since the hand
 //!   last passed gets a second chance) and marks them evicting, so that no
 //!   scan picks a page twice. A victim is write-protected (so a concurrent
@@ -46,9 +58,11 @@
 //! 4 KiB, sharing the region with another process.
 //!
 //! Files: `page` (the state word), `pager` (loading and eviction, any
-//! thread), `handler` (the fault and reclaim thread), `slots` (the stored
-//! copies: the only use of swap entries), `sys` (the mapping), `uffd` (the
-//! userfaultfd bindings). Its `unsafe` is all in `sys` and `uffd`.
+//! thread), `handler` (the fault and reclaim thread), `signal` (the
+//! `SIGBUS` handler), `slots` (the stored copies: the only use of swap
+//! entries), `times` (the load-time histogram), `sys` (the mapping),
+//! `uffd` (the userfaultfd bindings). Its `unsafe` is all in `sys`,
+//! `uffd` and `signal`.
 
 mod handler;
 mod page;
