@@ -88,9 +88,23 @@ pub(crate) fn install() -> Result<(), i32> {
         if unsafe { libc::sigaction(libc::SIGBUS, &action, &mut old) } != 0 {
             return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
         }
+        // A forked child has none of the regions (they are MADV_DONTFORK)
+        // but would inherit the table and the parent's userfaultfds, through
+        // which a SIGBUS at a region's old address would reach into the
+        // parent: the child starts with an empty table.
+        // SAFETY: registers a function of this module, which only stores to
+        // atomics, to run in the child after a fork.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_in_child)) };
         Ok(old)
     });
     previous.map(|_| ())
+}
+
+/// Empties the table in a forked child (the regions stay the parent's).
+extern "C" fn forget_in_child() {
+    for entry in &REGIONS {
+        entry.store(std::ptr::null_mut(), SeqCst);
+    }
 }
 
 /// Whether the fault was a write, where the architecture says so (x86's
@@ -200,6 +214,51 @@ pub(crate) mod testing {
         // SAFETY: the mapping is live and readable; the read is what raises
         // the signal.
         let _ = unsafe { std::ptr::read_volatile(ptr.cast::<u8>()) };
+    }
+
+    /// Forks a child that maps an empty file at `addr` (where the parent
+    /// has a region, which the child does not have) and reads it: a genuine
+    /// SIGBUS at a region's address in a process without the region.
+    /// Returns the signal that ended the child, or `None` if it exited or
+    /// was still running after 10 s (then it is killed).
+    pub(crate) fn fork_and_touch_file_at(addr: *mut u8) -> Option<i32> {
+        // SAFETY: the child runs only async-signal-safe calls (memfd_create,
+        // mmap, a read, _exit) and no code that could need a lock another
+        // thread of the parent held at the fork.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: in the child; the fixed address is inside the
+            // parent's region, which the child does not have mapped.
+            unsafe {
+                let fd = libc::memfd_create(c"mmkit-fork-test".as_ptr(), 0);
+                let flags = libc::MAP_SHARED | libc::MAP_FIXED;
+                let ptr = libc::mmap(addr.cast(), 4096, libc::PROT_READ, flags, fd, 0);
+                if fd < 0 || ptr != addr.cast() {
+                    libc::_exit(4);
+                }
+                let _ = std::ptr::read_volatile(addr);
+                libc::_exit(0);
+            }
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut status = 0;
+        loop {
+            // SAFETY: polls the child just made, writing only `status`.
+            let ret = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if ret == pid {
+                return libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status));
+            }
+            if std::time::Instant::now() > deadline {
+                // SAFETY: ends and reaps the child this function made.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     /// Blocks `SIGBUS` in the calling thread.

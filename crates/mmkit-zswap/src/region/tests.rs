@@ -369,3 +369,24 @@ fn regions_come_and_go_while_a_thread_faults_in_another() {
     });
     assert!(r.stats().faults_in_thread > 0);
 }
+
+#[test]
+fn a_forked_child_in_sigbus_mode_does_not_reach_into_the_parent() {
+    // The child maps a file where the parent's region is and reads past
+    // its end: a SIGBUS at a region address, in a process that has no
+    // region. It must get the default action, not a "resolution" through
+    // the parent's userfaultfd (which would place a page in the parent and
+    // leave the child faulting for ever).
+    let z = zswap(256);
+    let Some(r) = sigbus_region(&z, 16, 4) else { return };
+    for p in 0..16 {
+        r.write_u64(p * PAGE_SIZE, word(p, 1)).unwrap();
+    }
+    r.reclaim(0).unwrap();
+    let addr = r.as_ptr().wrapping_add(3 * PAGE_SIZE);
+    assert_eq!(super::signal::testing::fork_and_touch_file_at(addr), Some(libc::SIGBUS));
+    assert_eq!(r.mapped_pages().unwrap(), 0, "the child placed a page in the parent's region");
+    for p in 0..16 {
+        assert_eq!(r.shared.map.load_u64(p * PAGE_SIZE), word(p, 1));
+    }
+}
