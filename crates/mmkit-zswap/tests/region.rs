@@ -331,12 +331,12 @@ fn threads_verify_patterns_over_sixteen_times_the_budget_with_the_reclaimer() {
                     for round in 0..2u64 {
                         for p in (t..pages).step_by(threads) {
                             r.write_u64(p * PAGE_SIZE + 64, pattern(t, p, 8, round)).unwrap();
-                            r.write(p * PAGE_SIZE + 13, &[t as u8, p as u8, round as u8]).unwrap();
+                            r.write(p * PAGE_SIZE + 14, &[t as u8, p as u8, round as u8]).unwrap();
                         }
                         for p in (t..pages).step_by(threads).rev() {
                             assert_eq!(r.read_u64(p * PAGE_SIZE + 64).unwrap(), pattern(t, p, 8, round));
                             let mut b = [0u8; 5];
-                            r.read(p * PAGE_SIZE + 12, &mut b).unwrap();
+                            r.read(p * PAGE_SIZE + 13, &mut b).unwrap();
                             assert_eq!(b, [0, t as u8, p as u8, round as u8, 0], "thread {t} page {p}");
                         }
                     }
@@ -352,5 +352,35 @@ fn threads_verify_patterns_over_sixteen_times_the_budget_with_the_reclaimer() {
         z.flush_deferred();
         assert_eq!(z.stats().stored_pages, 0);
         assert_eq!(z.swap_file().used_slots(), 0);
+    }
+}
+
+#[test]
+fn sub_word_writes_of_threads_to_one_word_all_land() {
+    // Eight threads each own one byte of the same words and write it over
+    // and over: a byte written as a compare-and-swap of its word keeps the
+    // other threads' bytes (a load-modify-store of the word would lose
+    // them), and every access to the word is the same size.
+    let z = zswap(256);
+    let Some(r) = region(&z, RegionConfig::new(4 * PAGE_SIZE, 2)) else { return };
+    let rounds = 2000u32;
+    std::thread::scope(|s| {
+        for t in 0..8usize {
+            let r = &r;
+            s.spawn(move || {
+                for k in 0..rounds {
+                    let page = (k as usize) % 4;
+                    r.write(page * PAGE_SIZE + 24 + t, &[(k % 251) as u8 ^ t as u8]).unwrap();
+                }
+            });
+        }
+    });
+    for page in 0..4usize {
+        let mut b = [0u8; 8];
+        r.read(page * PAGE_SIZE + 24, &mut b).unwrap();
+        let last = (0..rounds).rev().find(|k| *k as usize % 4 == page).unwrap();
+        for (t, &byte) in b.iter().enumerate() {
+            assert_eq!(byte, (last % 251) as u8 ^ t as u8, "page {page} byte {t}");
+        }
     }
 }
