@@ -19,9 +19,11 @@
 //! - [`SwapRegion`] — anonymous memory with a resident budget, whose pages
 //!   beyond the budget are swapped out to a [`Zswap`] and faulted back in
 //!   through userfaultfd. Its `unsafe` (mmap, madvise, copies in and out
-//!   of the mapping, the userfaultfd system call and ioctls) is confined to
-//!   two modules: the mapping's and the userfaultfd bindings', which are
-//!   declared in the crate from the kernel's uAPI header (no bindgen).
+//!   of the mapping, the userfaultfd system call and ioctls, the `SIGBUS`
+//!   handler's `sigaction` and signal arguments) is confined to three
+//!   modules: the mapping's, the userfaultfd bindings' (declared in the
+//!   crate from the kernel's uAPI header, no bindgen) and the signal
+//!   handler's.
 //!
 //! ```
 //! use mmkit::{Backing, HugePages, MemoryMapBuilder};

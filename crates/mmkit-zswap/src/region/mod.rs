@@ -2,26 +2,53 @@
 //! [`Zswap`] through userfaultfd — a userspace swap-out and swap-in path
 //! over the same zswap calls the kernel makes.
 //!
-//! - **Eviction.** When a fault would take the region past its budget, a
-//!   CLOCK picks victims (a page referenced since the hand last passed gets
-//!   a second chance; faults and first writes set the bit). A victim is
-//!   write-protected (so a concurrent writer waits instead of losing its
-//!   write), read, stored (`zswap_store`, or the swap file when zswap
-//!   refuses it) unless it is clean, and dropped with `MADV_DONTNEED`.
-//! - **Faults.** A missing fault on a swapped page loads it with
-//!   `UFFDIO_COPY` (keeping the zswap entry); on a page never swapped it
-//!   maps the zero page (`UFFDIO_ZEROPAGE`). A page loaded from zswap is
-//!   mapped write-protected: its first write is a write-protect fault that
-//!   marks it dirty. A clean page whose entry is still in zswap (or on the
-//!   swap file) is evicted without being compressed again.
-//! - **Fault-around.** On a run of faults at consecutive pages, the next
-//!   swapped pages are loaded with the faulting one in one `UFFDIO_COPY`
-//!   (Linux's swap readahead, VMA-based in spirit).
+//! - **States.** Each page has one atomic state word (`page`): empty or
+//!   stored, loading, resident clean (write-protected, its stored copy
+//!   current) or dirty, evicting, failed; plus a count of pins. Every
+//!   transition is a compare-and-swap, so any thread may load or evict.
+//! - **Accessors load in their own thread.** [`SwapRegion::read`],
+//!   [`SwapRegion::write`] and the word calls pin each page they touch
+//!   (a pinned page is not evicted), load it in the calling thread if it is
+//!   not mapped (`UFFDIO_COPY` from a per-thread buffer; the zero page,
+//!   `UFFDIO_ZEROPAGE`, for a page never stored), and lift the write
+//!   protection of a clean page themselves before writing: no fault and no
+//!   hand-off to another thread. A failed load is
+//!   [`RegionError::LoadFailed`]; the stored copy is kept.
+//! - **Raw accesses fault.** Touches through [`SwapRegion::as_ptr`] are
+//!   userfaultfd faults that the region's handler thread resolves with the
+//!   same calls; a write to a missing page maps it writable and dirty at
+//!   once. A failed load poisons the page (`UFFDIO_POISON`, Linux 6.6):
+//!   the thread gets `SIGBUS`, as from a swap-in I/O error in the kernel.
+//! - **Or in the faulting thread.** With [`RegionConfig::fault_in_thread`]
+//!   (and `UFFD_FEATURE_SIGBUS`), a raw fault raises `SIGBUS` in the
+//!   faulting thread, and the crate's process-wide handler (`signal`)
+//!   resolves it there and returns. The program's own `SIGBUS` handler, if
+//!   installed before the first such region, still gets every other
+//!   `SIGBUS` (and a region page whose load failed); one installed after
+//!   replaces the crate's and must chain to it (the action it replaced)
+//!   for region addresses. A thread that blocks `SIGBUS` dies on a raw
+//!   touch of an evicted page (the kernel forces the default action); its
+//!   accessor calls never fault and are unaffected. The handler loads with
+//!   zswap's locks, so region memory must not be handed to zswap's own
+//!   calls by the program (the crate never does).
+//! - **Eviction.** A CLOCK picks victims (a page referenced since the hand
+//!   last passed gets a second chance) and marks them evicting, so that no
+//!   scan picks a page twice. A victim is write-protected (so a concurrent
+//!   writer waits instead of losing its write), read, stored (`zswap_store`,
+//!   or the swap file when zswap refuses it) unless it is clean, and
+//!   dropped with `MADV_DONTNEED`, one call per run of neighbours. A load
+//!   that finds the region at its budget evicts for itself (direct
+//!   reclaim); a load that passes the high mark, a little under the budget,
+//!   wakes the handler thread, which evicts in the background down to the
+//!   low mark between faults (kswapd's shape).
+//! - **Fault-around.** On a run of reads at consecutive pages, the next
+//!   stored pages are loaded with the first in one `UFFDIO_COPY` (Linux's
+//!   swap readahead, VMA-based in spirit).
 //! - **Release.** Dropping the region is a process exit: every swap entry
 //!   is freed at once, zswap entries through `zs_free_deferred` (or
 //!   synchronously, [`ReleaseMode::Sync`], to compare).
 //!
-//! Write tracking uses synchronous write-protect faults (`UFFDIO_WRITEPROTECT`,
+//! Write tracking uses synchronous write-protection (`UFFDIO_WRITEPROTECT`,
 //! Linux 5.7+), not `UFFD_FEATURE_WP_ASYNC` with `PAGEMAP_SCAN`: eviction
 //! must stop writers while it reads a victim, and asynchronous
 //! write-protection does not stop them.
@@ -30,18 +57,28 @@
 //! see it), `mremap` or `munmap` of parts of the region, pages larger than
 //! 4 KiB, sharing the region with another process.
 //!
-//! Owns the mapping, the fault-handler thread and the per-page state; uses
-//! only [`Zswap`]'s public calls. Its `unsafe` is all in `sys` (the
-//! mapping) and `uffd` (the userfaultfd bindings).
+//! Files: `page` (the state word), `pager` (loading and eviction, any
+//! thread), `handler` (the fault and reclaim thread), `signal` (the
+//! `SIGBUS` handler), `slots` (the stored copies: the only use of swap
+//! entries), `times` (the load-time histogram), `sys` (the mapping),
+//! `uffd` (the userfaultfd bindings). Its `unsafe` is all in `sys`,
+//! `uffd` and `signal`.
 
 mod handler;
+mod page;
+mod pager;
+mod signal;
+mod slots;
 mod sys;
+mod times;
 mod uffd;
 
 use crate::{ReleaseMode, Zswap, PAGE_SIZE};
-use handler::{Handler, Request, Shared};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{mpsc, Arc, Mutex};
+use handler::Handler;
+use page::{DIRTY, FAILED, RESIDENT};
+use pager::Shared;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use uffd::{FeatureFlags, IoctlFlags, RegisterMode, UffdBuilder};
 
@@ -58,13 +95,33 @@ pub struct RegionConfig {
     pub fault_around: usize,
     /// How the swap entries are freed when the region is dropped.
     pub release: ReleaseMode,
+    /// Whether the handler thread evicts in the background, from a high
+    /// mark a little under the budget down to a low mark under it, so that
+    /// loads rarely evict for themselves (false: eviction only when a load
+    /// would pass the budget).
+    pub background_reclaim: bool,
+    /// Whether raw accesses' faults are resolved in the faulting thread:
+    /// with `UFFD_FEATURE_SIGBUS`, a fault raises `SIGBUS` there and the
+    /// region's process-wide handler loads the page and returns (see the
+    /// module docs for what that asks of the program's own signal
+    /// handling). Where the kernel lacks the feature, the handler thread
+    /// resolves them as without it ([`SwapRegion::resolves_faults_in_thread`]).
+    pub fault_in_thread: bool,
 }
 
 impl RegionConfig {
     /// `len` bytes with `resident_budget` pages resident, evicting 16
     /// pages at a time, fault-around of 8 pages, deferred release.
     pub fn new(len: usize, resident_budget: usize) -> Self {
-        Self { len, resident_budget, evict_batch: 16, fault_around: 8, release: ReleaseMode::Deferred }
+        Self {
+            len,
+            resident_budget,
+            evict_batch: 16,
+            fault_around: 8,
+            release: ReleaseMode::Deferred,
+            background_reclaim: true,
+            fault_in_thread: false,
+        }
     }
 }
 
@@ -94,6 +151,14 @@ pub enum RegionError {
     Misaligned(usize),
     /// The fault handler has stopped.
     HandlerGone,
+    /// A page of the access could not be loaded (its stored copy could not
+    /// be read back: a decompression or swap file error). Nothing was read
+    /// or written from that page on; the stored copy is kept, and a later
+    /// access tries the load again.
+    LoadFailed {
+        /// The offset of the first byte of the page that failed.
+        offset: usize,
+    },
 }
 
 impl core::fmt::Display for RegionError {
@@ -109,6 +174,7 @@ impl core::fmt::Display for RegionError {
             }
             Self::Misaligned(offset) => write!(f, "word access at {offset}, not 8-aligned"),
             Self::HandlerGone => f.write_str("the fault handler has stopped"),
+            Self::LoadFailed { offset } => write!(f, "the page at {offset} could not be loaded"),
         }
     }
 }
@@ -136,10 +202,29 @@ pub struct RegionStats {
     /// Victims that could not be stored (swap full, write error): kept
     /// resident.
     pub evict_failures: u64,
-    /// Loads that failed (data lost: the page reads as zeros).
+    /// Loads that failed. The page's stored copy is kept; the access that
+    /// needed it got [`RegionError::LoadFailed`] (or, a raw access,
+    /// `SIGBUS` where the kernel has `UFFDIO_POISON`).
     pub load_failures: u64,
     /// Pages resident now.
     pub resident: u64,
+    /// Pages the region's accessors ([`SwapRegion::read`] and the like)
+    /// loaded in their own threads (no fault, no hand-off).
+    pub loads_in_thread: u64,
+    /// Loads that found the region at its budget and evicted for
+    /// themselves (direct reclaim).
+    pub direct_reclaims: u64,
+    /// Times a load woke the background reclaimer at the high mark.
+    pub reclaimer_wakeups: u64,
+    /// Of [`evictions`](Self::evictions), the background reclaimer's.
+    pub background_evictions: u64,
+    /// The 99th percentile of the time a load took, from its claim to the
+    /// page mapped (a fault's time in the handler thread, or an accessor's
+    /// load with any eviction it did first), in ns, to within a quarter.
+    pub load_p99_ns: u64,
+    /// Raw faults resolved in the faulting thread's `SIGBUS` handler
+    /// ([`RegionConfig::fault_in_thread`]).
+    pub faults_in_thread: u64,
 }
 
 /// Counters the handler updates and anyone may read.
@@ -155,6 +240,11 @@ pub(crate) struct Counters {
     pub(crate) evict_failures: AtomicU64,
     pub(crate) load_failures: AtomicU64,
     pub(crate) resident: AtomicU64,
+    pub(crate) loads_in_thread: AtomicU64,
+    pub(crate) direct_reclaims: AtomicU64,
+    pub(crate) reclaimer_wakeups: AtomicU64,
+    pub(crate) background_evictions: AtomicU64,
+    pub(crate) faults_in_thread: AtomicU64,
 }
 
 /// Anonymous memory of `len` bytes of which at most `resident_budget`
@@ -163,8 +253,9 @@ pub(crate) struct Counters {
 /// Any number of threads may read and write it at once, through
 /// [`read`](Self::read)/[`write`](Self::write) and the word calls (or
 /// through raw pointers from [`as_ptr`](Self::as_ptr), at the caller's
-/// risk). A touch of an evicted page blocks until the region's fault
-/// handler thread has loaded it.
+/// risk: a touch of an evicted page blocks until the region's handler
+/// thread has loaded it, and one whose load failed raises `SIGBUS`). The
+/// accessors load evicted pages in the calling thread.
 ///
 /// ```
 /// use mmkit::{Backing, HugePages, MemoryMapBuilder};
@@ -188,7 +279,9 @@ pub(crate) struct Counters {
 /// ```
 pub struct SwapRegion {
     shared: Arc<Shared>,
-    handler: Option<JoinHandle<Handler>>,
+    handler: Option<JoinHandle<()>>,
+    /// The region's entry in the `SIGBUS` handler's table, in that mode.
+    signal: Option<signal::Registration>,
 }
 
 impl core::fmt::Debug for SwapRegion {
@@ -223,11 +316,18 @@ impl SwapRegion {
                 return Err(RegionError::ZeroParameter(name));
             }
         }
+        // The handler goes in before the descriptor asks for SIGBUS mode.
+        let optional = if config.fault_in_thread && signal::install().is_ok() {
+            FeatureFlags::POISON | FeatureFlags::SIGBUS
+        } else {
+            FeatureFlags::POISON
+        };
         let uffd = UffdBuilder::new()
             .close_on_exec(true)
             .non_blocking(true)
             .user_mode_only(true)
             .require_features(FeatureFlags::PAGEFAULT_FLAG_WP)
+            .optional_features(optional)
             .create()
             .map_err(|e| RegionError::Userfaultfd(e.to_string()))?;
         let map = sys::Mapping::new(config.len).map_err(RegionError::Setup)?;
@@ -238,25 +338,23 @@ impl SwapRegion {
         if !ioctls.contains(IoctlFlags::WRITE_PROTECT | IoctlFlags::COPY) {
             return Err(RegionError::Userfaultfd("no write-protection for anonymous memory".into()));
         }
+        let poison = uffd.has_feature(FeatureFlags::POISON) && ioctls.contains(IoctlFlags::POISON);
         let (wake_r, wake_w) =
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK)
                 .map_err(|e| RegionError::Setup(e.into()))?;
-        let shared = Arc::new(Shared {
-            map,
-            uffd,
-            zswap,
-            config,
-            counters: Counters::default(),
-            stop: AtomicBool::new(false),
-            wake_w,
-            requests: Mutex::new(Vec::new()),
-        });
+        let shared = Arc::new(Shared::new(map, uffd, zswap, config, wake_w, poison));
+        let signal = if shared.uffd.has_feature(FeatureFlags::SIGBUS) {
+            let full = || RegionError::Setup(std::io::Error::other("the SIGBUS handler's table of regions is full"));
+            Some(signal::register(&shared).ok_or_else(full)?)
+        } else {
+            None
+        };
         let handler = Handler::new(shared.clone(), wake_r);
         let thread = std::thread::Builder::new()
             .name("mmkit-zswap-uffd".into())
             .spawn(move || handler.run())
             .map_err(RegionError::Setup)?;
-        Ok(Self { shared, handler: Some(thread) })
+        Ok(Self { shared, handler: Some(thread), signal })
     }
 
     /// Bytes of the region.
@@ -283,60 +381,143 @@ impl SwapRegion {
         }
     }
 
+    /// Whether the handler thread still serves faults and requests.
+    fn alive(&self) -> bool {
+        !self.shared.stop.load(Relaxed) && self.handler.as_ref().is_some_and(|h| !h.is_finished())
+    }
+
+    /// Runs `access` on page `index` pinned (not evicted meanwhile) and
+    /// mapped (writable when `write`): a page that is not mapped is loaded
+    /// in this thread first, so that `access` never faults on a missing
+    /// page and a failed load is an error here, never a page of zeros.
+    fn with_page<T>(&self, index: usize, write: bool, access: impl FnOnce() -> T) -> Result<T, RegionError> {
+        let state = &self.shared.states[index];
+        page::pin(state, || self.alive()).ok_or(RegionError::HandlerGone)?;
+        let out = self.ensure(index, write).map(|()| access());
+        page::unpin(state);
+        out
+    }
+
+    /// Maps pinned page `index` (writable when `write`) unless it is.
+    fn ensure(&self, index: usize, write: bool) -> Result<(), RegionError> {
+        let state = &self.shared.states[index];
+        loop {
+            let flags = page::flags(state);
+            if flags & (RESIDENT | FAILED) == RESIDENT {
+                if write && flags & DIRTY == 0 {
+                    self.shared.make_writable(index);
+                }
+                return Ok(());
+            }
+            if !self.alive() {
+                // Raw accesses would wait for ever: the region is broken.
+                return Err(RegionError::HandlerGone);
+            }
+            if page::try_claim_load(state) {
+                return match self.shared.timed_load(index, write, false) {
+                    Some(_) => {
+                        Counters::bump(&self.shared.counters.loads_in_thread);
+                        Ok(())
+                    }
+                    None => Err(RegionError::LoadFailed { offset: index * PAGE_SIZE }),
+                };
+            }
+            // Another thread is loading it.
+            std::thread::yield_now();
+        }
+    }
+
+    /// Calls `access(at, from, n)` for each page's part of `len` bytes at
+    /// `offset` (`at`: region offset, `from`: offset into the caller's
+    /// buffer), each on its page pinned and mapped.
+    fn by_page(
+        &self,
+        offset: usize,
+        len: usize,
+        write: bool,
+        mut access: impl FnMut(usize, usize, usize),
+    ) -> Result<(), RegionError> {
+        self.check(offset, len)?;
+        let mut done = 0;
+        while done < len {
+            let at = offset + done;
+            let n = (PAGE_SIZE - at % PAGE_SIZE).min(len - done);
+            self.with_page(at / PAGE_SIZE, write, || access(at, done, n))?;
+            done += n;
+        }
+        Ok(())
+    }
+
     /// Copies `out.len()` bytes at `offset` out of the region.
     ///
     /// # Errors
-    /// [`RegionError::OutOfBounds`].
+    /// [`RegionError::OutOfBounds`]; [`RegionError::LoadFailed`] (the
+    /// bytes before that page were read); [`RegionError::HandlerGone`].
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), RegionError> {
-        self.check(offset, out.len())?;
-        self.shared.map.read(offset, out);
-        Ok(())
+        self.by_page(offset, out.len(), false, |at, from, n| self.shared.map.read(at, &mut out[from..from + n]))
     }
 
     /// Copies `data` into the region at `offset`.
     ///
     /// # Errors
-    /// [`RegionError::OutOfBounds`].
+    /// [`RegionError::OutOfBounds`]; [`RegionError::LoadFailed`] (the
+    /// bytes before that page were written, none from it on);
+    /// [`RegionError::HandlerGone`].
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
-        self.check(offset, data.len())?;
-        self.shared.map.write(offset, data);
-        Ok(())
+        self.by_page(offset, data.len(), true, |at, from, n| self.shared.map.write(at, &data[from..from + n]))
     }
 
     /// The word at `offset` (8-aligned).
     ///
     /// # Errors
-    /// [`RegionError::OutOfBounds`], [`RegionError::Misaligned`].
+    /// [`RegionError::OutOfBounds`], [`RegionError::Misaligned`],
+    /// [`RegionError::LoadFailed`], [`RegionError::HandlerGone`].
     pub fn read_u64(&self, offset: usize) -> Result<u64, RegionError> {
         self.check(offset, 8)?;
         if offset % 8 != 0 {
             return Err(RegionError::Misaligned(offset));
         }
-        Ok(self.shared.map.load_u64(offset))
+        self.with_page(offset / PAGE_SIZE, false, || self.shared.map.load_u64(offset))
     }
 
     /// Stores `value` at `offset` (8-aligned).
     ///
     /// # Errors
-    /// [`RegionError::OutOfBounds`], [`RegionError::Misaligned`].
+    /// [`RegionError::OutOfBounds`], [`RegionError::Misaligned`],
+    /// [`RegionError::LoadFailed`], [`RegionError::HandlerGone`].
     pub fn write_u64(&self, offset: usize, value: u64) -> Result<(), RegionError> {
         self.check(offset, 8)?;
         if offset % 8 != 0 {
             return Err(RegionError::Misaligned(offset));
         }
-        self.shared.map.store_u64(offset, value);
-        Ok(())
+        self.with_page(offset / PAGE_SIZE, true, || self.shared.map.store_u64(offset, value))
     }
 
     /// Evicts pages until at most `keep` are resident, and returns how many
-    /// were evicted.
+    /// were evicted (pinned pages, and pages that cannot be stored, stay).
     ///
     /// # Errors
     /// [`RegionError::HandlerGone`].
     pub fn reclaim(&self, keep: usize) -> Result<usize, RegionError> {
-        let (tx, rx) = mpsc::channel();
-        self.shared.push(Request::Reclaim { keep, reply: tx });
-        rx.recv().map_err(|_| RegionError::HandlerGone)
+        if !self.alive() {
+            return Err(RegionError::HandlerGone);
+        }
+        let mut evicted = 0;
+        while self.shared.resident() > keep {
+            let want = (self.shared.resident() - keep).min(self.shared.config.evict_batch.max(64));
+            match self.shared.evict(want) {
+                0 => break,
+                n => evicted += n,
+            }
+        }
+        Ok(evicted)
+    }
+
+    /// Whether raw accesses' faults are resolved in the faulting thread
+    /// (`SIGBUS` mode, [`RegionConfig::fault_in_thread`] on a kernel with
+    /// `UFFD_FEATURE_SIGBUS`), rather than by the handler thread.
+    pub fn resolves_faults_in_thread(&self) -> bool {
+        self.signal.is_some()
     }
 
     /// The region's counters.
@@ -353,7 +534,22 @@ impl SwapRegion {
             evict_failures: c.evict_failures.load(Relaxed),
             load_failures: c.load_failures.load(Relaxed),
             resident: c.resident.load(Relaxed),
+            loads_in_thread: c.loads_in_thread.load(Relaxed),
+            direct_reclaims: c.direct_reclaims.load(Relaxed),
+            reclaimer_wakeups: c.reclaimer_wakeups.load(Relaxed),
+            background_evictions: c.background_evictions.load(Relaxed),
+            load_p99_ns: self.shared.load_times.percentile(990),
+            faults_in_thread: c.faults_in_thread.load(Relaxed),
         }
+    }
+
+    /// Pages of the region the kernel has mapped now (`mincore`): what
+    /// [`RegionStats::resident`] counts, as the page tables see it.
+    ///
+    /// # Errors
+    /// [`RegionError::Setup`] when `mincore` fails.
+    pub fn mapped_pages(&self) -> Result<usize, RegionError> {
+        self.shared.map.mapped_pages().map_err(RegionError::Setup)
     }
 
     /// The zswap the region swaps to.
@@ -361,6 +557,9 @@ impl SwapRegion {
         &self.shared.zswap
     }
 }
+
+#[cfg(test)]
+mod tests;
 
 impl Drop for SwapRegion {
     /// The process exit: the handler stops, then every swap entry of the
@@ -371,10 +570,15 @@ impl Drop for SwapRegion {
         self.shared.stop.store(true, Relaxed);
         self.shared.kick();
         if let Some(thread) = self.handler.take() {
-            if let Ok(handler) = thread.join() {
-                let entries = handler.swap_entries();
-                self.shared.zswap.swap_free_batch(&entries, self.shared.config.release);
-            }
+            let _ = thread.join();
+        }
+        // Out of the SIGBUS handler's table, and no handler still in it.
+        drop(self.signal.take());
+        // No thread touches the region now (the drop has it exclusively,
+        // and the handler has returned and dropped its reference).
+        match Arc::get_mut(&mut self.shared) {
+            Some(shared) => shared.slots.release(&shared.zswap, shared.config.release),
+            None => self.shared.slots.release_shared(&self.shared.zswap, self.shared.config.release),
         }
     }
 }

@@ -11,12 +11,15 @@
 use super::uffd::Uffd;
 use crate::PAGE_SIZE;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// An anonymous private mapping, unmapped on drop.
 pub(crate) struct Mapping {
     base: NonNull<u8>,
     len: usize,
+    /// This process's pidfd, for `process_madvise` (none where the kernel
+    /// has no `pidfd_open`).
+    pidfd: Option<std::os::fd::OwnedFd>,
 }
 
 // SAFETY: the mapping is plain memory owned by this value; every access
@@ -41,7 +44,7 @@ impl Mapping {
             )
         }?;
         let base = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| std::io::Error::other("mmap returned NULL"))?;
-        Ok(Self { base, len })
+        Ok(Self { base, len, pidfd: own_pidfd() })
     }
 
     /// The mapping's first byte's address.
@@ -60,51 +63,56 @@ impl Mapping {
         self.base.as_ptr().wrapping_add(index * PAGE_SIZE).cast()
     }
 
-    /// The mapping as atomic bytes: concurrent readers and writers of the
-    /// same bytes are then well defined.
-    fn bytes(&self) -> &[AtomicU8] {
-        // SAFETY: `base` points at `len` bytes mapped read-write for as long
-        // as `self` lives; `AtomicU8` has the layout of `u8`, and all
-        // access to the mapping from Rust goes through atomics.
-        unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast::<AtomicU8>(), self.len) }
-    }
-
-    /// The mapping as atomic words.
+    /// The mapping as atomic words: every access from Rust goes through
+    /// them, one size for all, so that concurrent accesses to the same
+    /// bytes never mix sizes (which Rust's memory model leaves undefined).
     fn words(&self) -> &[AtomicU64] {
-        // SAFETY: as `bytes`; the base is page-aligned, so 8-aligned, and
-        // `len` is a multiple of the page size, so of 8.
+        // SAFETY: `base` points at `len` bytes mapped read-write for as long
+        // as `self` lives; the base is page-aligned, so 8-aligned, and `len`
+        // is a multiple of the page size, so of 8; `AtomicU64` has the size
+        // of 8 bytes, and all access to the mapping from Rust goes through
+        // these atomics.
         unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast::<AtomicU64>(), self.len / 8) }
     }
 
     /// Copies `out.len()` bytes at `offset` out of the mapping (the caller
-    /// checked the range). Touching a missing page blocks until the fault
-    /// handler resolves it.
+    /// checked the range): whole words loaded, the bytes wanted taken
+    /// from them.
     pub(crate) fn read(&self, offset: usize, out: &mut [u8]) {
-        let bytes = &self.bytes()[offset..offset + out.len()];
-        if offset % 8 == 0 && out.len() % 8 == 0 {
-            let words = &self.words()[offset / 8..(offset + out.len()) / 8];
-            for (w, o) in words.iter().zip(out.chunks_exact_mut(8)) {
-                o.copy_from_slice(&w.load(Relaxed).to_ne_bytes());
-            }
-        } else {
-            for (b, o) in bytes.iter().zip(out) {
-                *o = b.load(Relaxed);
-            }
+        let mut at = offset;
+        let mut done = 0;
+        while done < out.len() {
+            let skip = at % 8;
+            let n = (8 - skip).min(out.len() - done);
+            let word = self.words()[at / 8].load(Relaxed).to_ne_bytes();
+            out[done..done + n].copy_from_slice(&word[skip..skip + n]);
+            at += n;
+            done += n;
         }
     }
 
     /// Copies `data` into the mapping at `offset` (the caller checked the
-    /// range).
+    /// range): whole words stored; a part of a word as a compare-and-swap
+    /// of the word, so that other threads' writes to its other bytes stay.
     pub(crate) fn write(&self, offset: usize, data: &[u8]) {
-        if offset % 8 == 0 && data.len() % 8 == 0 {
-            let words = &self.words()[offset / 8..(offset + data.len()) / 8];
-            for (w, d) in words.iter().zip(data.chunks_exact(8)) {
-                w.store(u64::from_ne_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]]), Relaxed);
+        let mut at = offset;
+        let mut done = 0;
+        while done < data.len() {
+            let skip = at % 8;
+            let n = (8 - skip).min(data.len() - done);
+            let word = &self.words()[at / 8];
+            if n == 8 {
+                let d = &data[done..done + 8];
+                word.store(u64::from_ne_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]]), Relaxed);
+            } else {
+                let _ = word.fetch_update(Relaxed, Relaxed, |old| {
+                    let mut bytes = old.to_ne_bytes();
+                    bytes[skip..skip + n].copy_from_slice(&data[done..done + n]);
+                    Some(u64::from_ne_bytes(bytes))
+                });
             }
-        } else {
-            for (b, d) in self.bytes()[offset..offset + data.len()].iter().zip(data) {
-                b.store(*d, Relaxed);
-            }
+            at += n;
+            done += n;
         }
     }
 
@@ -132,24 +140,101 @@ impl Mapping {
         Ok(())
     }
 
+    /// Drops each run `(first, n)` of pages, as [`dontneed`](Self::dontneed)
+    /// does, in one `process_madvise` call for all of them (Linux 5.10; for
+    /// `MADV_DONTNEED` on the caller's own pidfd, 6.13) where the kernel
+    /// takes it, else one `madvise` per run. Returns, per run, whether it
+    /// was dropped.
+    pub(crate) fn dontneed_runs(&self, runs: &[(usize, usize)]) -> Vec<bool> {
+        let mut dropped = vec![false; runs.len()];
+        let mut done = 0;
+        if let (Some(pidfd), true) = (&self.pidfd, runs.len() > 1) {
+            let iov: Vec<libc::iovec> = runs
+                .iter()
+                .take(1024) // UIO_MAXIOV
+                .filter(|&&(first, n)| (first + n) * PAGE_SIZE <= self.len)
+                .map(|&(first, n)| libc::iovec { iov_base: self.page_addr(first), iov_len: n * PAGE_SIZE })
+                .collect();
+            if iov.len() == runs.len().min(1024) {
+                use std::os::fd::AsRawFd;
+                // SAFETY: every range lies inside this private anonymous
+                // mapping (checked above); dropping its pages only makes later
+                // reads see fresh pages (userfaultfd faults), and no Rust
+                // reference points into them. The kernel reads only `iov`.
+                let ret = unsafe {
+                    libc::syscall(
+                        libc::SYS_process_madvise,
+                        libc::c_long::from(pidfd.as_raw_fd()),
+                        iov.as_ptr(),
+                        iov.len(),
+                        libc::c_long::from(libc::MADV_DONTNEED),
+                        0usize,
+                    )
+                };
+                // The runs wholly inside the bytes advised are dropped.
+                let mut bytes = usize::try_from(ret).unwrap_or(0);
+                for (k, v) in iov.iter().enumerate() {
+                    if bytes < v.iov_len {
+                        break;
+                    }
+                    bytes -= v.iov_len;
+                    dropped[k] = true;
+                    done = k + 1;
+                }
+            }
+        }
+        for (k, &(first, n)) in runs.iter().enumerate().skip(done) {
+            dropped[k] = self.dontneed(first, n).is_ok();
+        }
+        dropped
+    }
+
     /// Places the `src.len() / PAGE_SIZE` pages of `src` at page `first`
-    /// with `UFFDIO_COPY`, mapped write-protected in the same step
+    /// with `UFFDIO_COPY`, waking the threads waiting on them when `wake`;
+    /// mapped write-protected in the same step when `write_protect`
     /// (`UFFDIO_COPY_MODE_WP`: a write by any thread after the copy is a
-    /// write-protect fault, with no window in which it could go unseen),
-    /// without waking the faulting threads. `Ok(false)` when a page was
+    /// write-protect fault, with no window in which it could go unseen).
+    /// Returns the pages placed, from `first` on: fewer than asked when
+    /// the kernel stopped early (a partial copy), 0 when page `first` was
     /// there already (`EEXIST`: another thread's fault raced this one).
-    pub(crate) fn uffd_copy_wp(&self, uffd: &Uffd, first: usize, src: &[u8]) -> std::io::Result<bool> {
+    pub(crate) fn uffd_copy(
+        &self,
+        uffd: &Uffd,
+        first: usize,
+        src: &[u8],
+        write_protect: bool,
+        wake: bool,
+    ) -> std::io::Result<usize> {
         if src.is_empty() || src.len() % PAGE_SIZE != 0 || first * PAGE_SIZE + src.len() > self.len {
-            return Ok(false);
+            return Ok(0);
         }
         // SAFETY: the destination lies inside the mapping registered with
         // `uffd`, which Rust reaches only through atomics; the kernel refuses
         // (EEXIST) to overwrite a present page.
-        match unsafe { uffd.copy(self.page_addr(first), src, false, true) } {
-            Ok(_) => Ok(true),
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
+        match unsafe { uffd.copy(self.page_addr(first), src, wake, write_protect) } {
+            Ok(bytes) => Ok(bytes / PAGE_SIZE),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(0),
             Err(e) => Err(e),
         }
+    }
+
+    /// Poisons page `index` (`UFFDIO_POISON`) and wakes its faulting
+    /// threads: a touch of it raises `SIGBUS` until [`dontneed`] drops the
+    /// marker. The region's own accessors never touch a page whose load
+    /// failed; a raw access through [`as_ptr`] gets the signal, as a touch
+    /// of memory with an uncorrectable error does.
+    ///
+    /// [`dontneed`]: Self::dontneed
+    /// [`as_ptr`]: Self::as_ptr
+    pub(crate) fn uffd_poison(&self, uffd: &Uffd, index: usize) -> std::io::Result<()> {
+        if (index + 1) * PAGE_SIZE > self.len {
+            return Err(std::io::Error::other("page past the mapping"));
+        }
+        // SAFETY: the range lies inside the registered mapping; poisoning
+        // writes no memory, and the region's safe accessors pin and load a
+        // page before touching it, so only raw accesses meet the marker.
+        unsafe { uffd.poison(self.page_addr(index), PAGE_SIZE) }?;
+        Ok(())
     }
 
     /// Maps the zero page at page `index` (`UFFDIO_ZEROPAGE`), without
@@ -166,6 +251,34 @@ impl Mapping {
             Err(e) => Err(e),
         }
     }
+}
+
+impl Mapping {
+    /// How many of the mapping's pages are in the page tables now
+    /// (`mincore`): the kernel's count, to check the region's own.
+    pub(crate) fn mapped_pages(&self) -> std::io::Result<usize> {
+        let mut vec = vec![0u8; self.len / PAGE_SIZE];
+        // SAFETY: `mincore` reads no memory of the mapping; it writes one
+        // byte per page of `base .. base + len` into `vec`, which has
+        // exactly that many.
+        let ret = unsafe { libc::mincore(self.base.as_ptr().cast(), self.len, vec.as_mut_ptr()) };
+        if ret < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(vec.iter().filter(|&&b| b & 1 != 0).count())
+    }
+}
+
+/// This process's pidfd (`pidfd_open`), if the kernel has it.
+fn own_pidfd() -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: `pidfd_open` takes a pid and flags and reads no memory; it
+    // returns a new descriptor or -1.
+    let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::c_long::from(std::process::id() as i32), 0usize) };
+    let fd = i32::try_from(ret).ok().filter(|&fd| fd >= 0)?;
+    // SAFETY: the kernel just returned `fd` as a new descriptor that
+    // nothing else owns (`pidfd_open` sets close-on-exec itself).
+    Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
 impl Drop for Mapping {
@@ -185,5 +298,54 @@ impl Mapping {
         // what a future fork copies.
         unsafe { rustix::mm::madvise(self.base.as_ptr().cast(), self.len, rustix::mm::Advice::LinuxDontFork) }?;
         Ok(())
+    }
+}
+
+/// How a forked child ended.
+#[cfg(test)]
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ChildEnd {
+    /// `_exit(code)`.
+    Exited(i32),
+    /// Killed by this signal.
+    Signaled(i32),
+}
+
+#[cfg(test)]
+impl Mapping {
+    /// Forks a child that reads the word at `offset` (checked against the
+    /// length) through the mapping's address and exits 0; returns how it
+    /// ended. The mapping is `MADV_DONTFORK`, so the child has nothing
+    /// mapped there: the documented fork behaviour is a `SIGSEGV`.
+    pub(crate) fn fork_and_read(&self, offset: usize) -> std::io::Result<ChildEnd> {
+        assert!(offset + 8 <= self.len && offset % 8 == 0);
+        let addr = self.base.as_ptr().wrapping_add(offset).cast::<u64>();
+        // SAFETY: the child runs only a volatile read and `_exit`, both
+        // async-signal-safe (no allocation, no lock another thread of the
+        // parent could have held at the fork); the parent goes on as
+        // before.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // SAFETY: in the child: a read of an address, which either is
+            // mapped (a plain read) or raises SIGSEGV and ends the child;
+            // then `_exit`, which runs no destructor of the parent's state.
+            unsafe {
+                let _ = std::ptr::read_volatile(addr);
+                libc::_exit(0);
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just made, writing only `status`.
+        if unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(if libc::WIFSIGNALED(status) {
+            ChildEnd::Signaled(libc::WTERMSIG(status))
+        } else {
+            ChildEnd::Exited(libc::WEXITSTATUS(status))
+        })
     }
 }

@@ -40,14 +40,22 @@ const _UFFDIO_WAKE: u32 = 0x02;
 const _UFFDIO_COPY: u32 = 0x03;
 const _UFFDIO_ZEROPAGE: u32 = 0x04;
 const _UFFDIO_WRITEPROTECT: u32 = 0x06;
+const _UFFDIO_POISON: u32 = 0x08;
 const _UFFDIO_API: u32 = 0x3F;
 
 /// `UFFD_EVENT_PAGEFAULT`: `uffd_msg.event` of a page fault.
 const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
+/// `UFFD_PAGEFAULT_FLAG_WRITE`: the fault is a write.
+const UFFD_PAGEFAULT_FLAG_WRITE: u64 = 1 << 0;
 /// `UFFD_PAGEFAULT_FLAG_WP`: the fault is a write to a write-protected page.
 const UFFD_PAGEFAULT_FLAG_WP: u64 = 1 << 1;
 /// `UFFD_FEATURE_PAGEFAULT_FLAG_WP`: write-protect faults (Linux 5.7).
 const UFFD_FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
+/// `UFFD_FEATURE_SIGBUS`: a fault raises `SIGBUS` in the faulting thread
+/// instead of waiting for the handler (Linux 4.14).
+const UFFD_FEATURE_SIGBUS: u64 = 1 << 7;
+/// `UFFD_FEATURE_POISON`: `UFFDIO_POISON` (Linux 6.6).
+const UFFD_FEATURE_POISON: u64 = 1 << 14;
 /// `UFFDIO_REGISTER_MODE_MISSING`: report faults on missing pages.
 const UFFDIO_REGISTER_MODE_MISSING: u64 = 1 << 0;
 /// `UFFDIO_REGISTER_MODE_WP`: report writes to write-protected pages.
@@ -110,6 +118,15 @@ struct uffdio_zeropage {
 struct uffdio_writeprotect {
     range: uffdio_range,
     mode: u64,
+}
+
+/// `struct uffdio_poison`; the kernel answers in `updated` (bytes
+/// poisoned).
+#[repr(C)]
+struct uffdio_poison {
+    range: uffdio_range,
+    mode: u64,
+    updated: i64,
 }
 
 /// `struct uffd_msg`, what `read` returns: 32 bytes each. The header
@@ -216,6 +233,8 @@ const UFFDIO_COPY: Request<uffdio_copy> = Request::iowr(_UFFDIO_COPY);
 const UFFDIO_ZEROPAGE: Request<uffdio_zeropage> = Request::iowr(_UFFDIO_ZEROPAGE);
 /// `UFFDIO_WRITEPROTECT`, 0xc018aa06.
 const UFFDIO_WRITEPROTECT: Request<uffdio_writeprotect> = Request::iowr(_UFFDIO_WRITEPROTECT);
+/// `UFFDIO_POISON`, 0xc020aa08.
+const UFFDIO_POISON: Request<uffdio_poison> = Request::iowr(_UFFDIO_POISON);
 /// `USERFAULTFD_IOC_NEW` = `_IO(USERFAULTFD_IOC, 0x00)`, 0xaa00: a new
 /// descriptor from `/dev/userfaultfd`. Declared `_IO` but it takes the
 /// system call's flags as its integer argument (`userfaultfd_dev_ioctl`
@@ -233,6 +252,12 @@ impl FeatureFlags {
     /// `UFFD_FEATURE_PAGEFAULT_FLAG_WP`: write-protect faults on anonymous
     /// memory (Linux 5.7).
     pub(crate) const PAGEFAULT_FLAG_WP: Self = Self(UFFD_FEATURE_PAGEFAULT_FLAG_WP);
+    /// `UFFD_FEATURE_POISON`: `UFFDIO_POISON`, which makes a page raise
+    /// `SIGBUS` on every touch (Linux 6.6).
+    pub(crate) const POISON: Self = Self(UFFD_FEATURE_POISON);
+    /// `UFFD_FEATURE_SIGBUS`: faults in registered ranges raise `SIGBUS`
+    /// in the faulting thread; none is queued for the handler.
+    pub(crate) const SIGBUS: Self = Self(UFFD_FEATURE_SIGBUS);
 }
 
 /// Which faults a registered range reports (`uffdio_register.mode`).
@@ -257,6 +282,8 @@ impl IoctlFlags {
     /// `UFFDIO_WRITEPROTECT`: offered only where the range is registered
     /// with [`RegisterMode::WRITE_PROTECT`] and the kernel can protect it.
     pub(crate) const WRITE_PROTECT: Self = Self(1 << _UFFDIO_WRITEPROTECT);
+    /// `UFFDIO_POISON`.
+    pub(crate) const POISON: Self = Self(1 << _UFFDIO_POISON);
 
     /// Whether every ioctl of `other` is offered.
     pub(crate) fn contains(self, other: Self) -> bool {
@@ -274,7 +301,7 @@ macro_rules! bit_or {
         }
     )*};
 }
-bit_or!(RegisterMode, IoctlFlags);
+bit_or!(FeatureFlags, RegisterMode, IoctlFlags);
 
 /// How a new [`Uffd`] is made: the system call's flags and the features
 /// `UFFDIO_API` must grant.
@@ -284,13 +311,14 @@ pub(crate) struct UffdBuilder {
     non_blocking: bool,
     user_mode_only: bool,
     features: u64,
+    optional: u64,
 }
 
 impl UffdBuilder {
     /// No `O_CLOEXEC`, blocking reads, user-mode faults only, no required
     /// features.
     pub(crate) fn new() -> Self {
-        Self { close_on_exec: false, non_blocking: false, user_mode_only: true, features: 0 }
+        Self { close_on_exec: false, non_blocking: false, user_mode_only: true, features: 0, optional: 0 }
     }
 
     /// `O_CLOEXEC`: the descriptor does not survive `execve`.
@@ -323,14 +351,35 @@ impl UffdBuilder {
         self
     }
 
-    /// A new descriptor, after the `UFFDIO_API` handshake.
+    /// Features asked for where the kernel has them: the handshake is
+    /// tried with them first, then (on a new descriptor, since a
+    /// descriptor takes one handshake) without.
+    pub(crate) fn optional_features(mut self, features: FeatureFlags) -> Self {
+        self.optional |= features.0;
+        self
+    }
+
+    /// A new descriptor, after the `UFFDIO_API` handshake, with the
+    /// required features and whichever optional ones the kernel grants
+    /// ([`Uffd::has_feature`]).
+    pub(crate) fn create(self) -> io::Result<Uffd> {
+        if self.optional != 0 {
+            if let Ok(uffd) = self.create_with(self.features | self.optional) {
+                return Ok(uffd);
+            }
+        }
+        self.create_with(self.features)
+    }
+
+    /// A new descriptor, after the `UFFDIO_API` handshake asking for
+    /// `features`.
     ///
     /// Tries the `userfaultfd` system call first; where the system call is
     /// refused (`EPERM`: `vm.unprivileged_userfaultfd`, a seccomp filter)
     /// or absent (`ENOSYS`), `/dev/userfaultfd` (Linux 6.1, access by file
     /// permission; Documentation/admin-guide/mm/userfaultfd.rst) — and if
     /// that fails too, the system call's error is the one returned.
-    pub(crate) fn create(self) -> io::Result<Uffd> {
+    fn create_with(self, features: u64) -> io::Result<Uffd> {
         let mut flags = 0;
         if self.close_on_exec {
             flags |= libc::O_CLOEXEC;
@@ -351,11 +400,12 @@ impl UffdBuilder {
             }
             other => other,
         }?;
-        let uffd = Uffd { fd };
-        let mut api = uffdio_api { api: UFFD_API, features: self.features, ioctls: 0 };
+        let mut uffd = Uffd { fd, features: 0 };
+        let mut api = uffdio_api { api: UFFD_API, features, ioctls: 0 };
         // SAFETY: `UFFDIO_API` only reads and writes `api`; it touches no
         // other memory.
         unsafe { uffd.ioctl(UFFDIO_API, &mut api) }?;
+        uffd.features = features;
         Ok(uffd)
     }
 }
@@ -393,6 +443,8 @@ fn owned_fd(fd: RawFd) -> io::Result<OwnedFd> {
 #[derive(Debug)]
 pub(crate) struct Uffd {
     fd: OwnedFd,
+    /// The features the handshake granted.
+    features: u64,
 }
 
 impl AsFd for Uffd {
@@ -407,6 +459,11 @@ fn range(start: *mut c_void, len: usize) -> uffdio_range {
 }
 
 impl Uffd {
+    /// Whether the handshake granted every feature of `features`.
+    pub(crate) fn has_feature(&self, features: FeatureFlags) -> bool {
+        self.features & features.0 == features.0
+    }
+
     /// Issues `request` with `arg`.
     ///
     /// # Safety
@@ -472,8 +529,13 @@ impl Uffd {
     /// Places a copy of `src` (a whole number of pages) at `dst`
     /// (`UFFDIO_COPY`), write-protected when `write_protect`
     /// (`UFFDIO_COPY_MODE_WP`), waking the faulting threads when `wake`.
-    /// Returns the bytes copied. `EEXIST` (as an error) when a page of the
-    /// destination is present: the kernel never replaces one.
+    /// Returns the bytes copied, which may be fewer than asked for: the
+    /// kernel stops at the first page it cannot place (present, or the
+    /// address space changing) and reports the pages before it with
+    /// `EAGAIN` (`userfaultfd_copy` in fs/userfaultfd.c), which is
+    /// `Ok(copied)` here, not an error. `EEXIST` (as an error) when the
+    /// first page of the destination is present: the kernel never
+    /// replaces one.
     ///
     /// # Safety
     /// `dst .. dst + src.len()` lies in a range registered with this
@@ -499,8 +561,12 @@ impl Uffd {
         };
         // SAFETY: the source is the live slice `src`, which the kernel only
         // reads; the destination is the caller's contract.
-        unsafe { self.ioctl(UFFDIO_COPY, &mut copy) }?;
-        Ok(copy.copy.max(0) as usize)
+        match unsafe { self.ioctl(UFFDIO_COPY, &mut copy) } {
+            Ok(()) => Ok(copy.copy.max(0) as usize),
+            // A partial copy: those pages are in place.
+            Err(_) if copy.copy > 0 => Ok(copy.copy as usize),
+            Err(e) => Err(e),
+        }
     }
 
     /// Maps the zero page over `len` bytes at `start` (`UFFDIO_ZEROPAGE`),
@@ -516,6 +582,23 @@ impl Uffd {
         // writes nothing else but `zero`.
         unsafe { self.ioctl(UFFDIO_ZEROPAGE, &mut zero) }?;
         Ok(zero.zeropage.max(0) as usize)
+    }
+
+    /// Poisons `len` bytes at `start` (`UFFDIO_POISON`, Linux 6.6): a
+    /// touch there raises `SIGBUS` (as a memory error would) until the
+    /// pages are dropped (`MADV_DONTNEED`). Wakes the faulting threads,
+    /// which then take the signal. Returns the bytes poisoned; `EEXIST`
+    /// (as an error) when a page there is present.
+    ///
+    /// # Safety
+    /// As [`copy`](Self::copy), for `start .. start + len`; and no Rust
+    /// code that cannot handle the signal may touch the range.
+    pub(crate) unsafe fn poison(&self, start: *mut c_void, len: usize) -> io::Result<usize> {
+        let mut poison = uffdio_poison { range: range(start, len), mode: 0, updated: 0 };
+        // SAFETY: the destination is the caller's contract; the kernel
+        // writes nothing else but `poison`.
+        unsafe { self.ioctl(UFFDIO_POISON, &mut poison) }?;
+        Ok(poison.updated.max(0) as usize)
     }
 
     /// Reads the pending events into `buf` and returns them. On a
@@ -561,8 +644,10 @@ impl EventBuffer {
 /// Why a page fault was reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum FaultKind {
-    /// A touch of a missing page.
+    /// A read of a missing page.
     Missing,
+    /// A write to a missing page (`UFFD_PAGEFAULT_FLAG_WRITE`).
+    MissingWrite,
     /// A write to a write-protected page (`UFFD_PAGEFAULT_FLAG_WP`).
     WriteProtected,
 }
@@ -590,8 +675,13 @@ impl Event {
         // SAFETY: for `UFFD_EVENT_PAGEFAULT` the kernel fills the union's
         // `pagefault` arm, and any bytes are valid for its integers.
         let fault = unsafe { msg.arg.pagefault };
-        let kind =
-            if fault.flags & UFFD_PAGEFAULT_FLAG_WP != 0 { FaultKind::WriteProtected } else { FaultKind::Missing };
+        let kind = if fault.flags & UFFD_PAGEFAULT_FLAG_WP != 0 {
+            FaultKind::WriteProtected
+        } else if fault.flags & UFFD_PAGEFAULT_FLAG_WRITE != 0 {
+            FaultKind::MissingWrite
+        } else {
+            FaultKind::Missing
+        };
         Self::Pagefault { kind, addr: fault.address as usize as *mut c_void }
     }
 }

@@ -21,6 +21,7 @@ fn request_numbers_are_the_headers() {
     assert_eq!(UFFDIO_COPY.code, 0xc028_aa03);
     assert_eq!(UFFDIO_ZEROPAGE.code, 0xc020_aa04);
     assert_eq!(UFFDIO_WRITEPROTECT.code, 0xc018_aa06);
+    assert_eq!(UFFDIO_POISON.code, 0xc020_aa08);
     assert_eq!(USERFAULTFD_IOC_NEW, if OWN_IOC_LAYOUT { 0x2000_aa00 } else { 0xaa00 });
 }
 
@@ -39,6 +40,7 @@ fn layouts_are_the_headers() {
     assert_eq!(offset_of!(uffdio_copy, copy), 32);
     assert_eq!(size_of::<uffdio_zeropage>(), 32);
     assert_eq!(size_of::<uffdio_writeprotect>(), 24);
+    assert_eq!(size_of::<uffdio_poison>(), 32);
 }
 
 /// A non-blocking descriptor with `features`, or `None` (and a message)
@@ -137,4 +139,43 @@ fn write_protect_faults_are_read_and_resolved() {
     assert_eq!(map.load_u64(0), 42);
     assert_eq!(map.load_u64(8), u64::from_ne_bytes([7; 8]));
     uffd.write_protect(map.page_addr(0), PAGE_SIZE).unwrap();
+}
+
+#[test]
+fn a_partial_copy_reports_the_pages_placed() {
+    // Page 2 of 4 is present: the copy places pages 0 and 1 and stops with
+    // EAGAIN; those two pages are in place and must be counted as such.
+    let Some(uffd) = uffd(None) else { return };
+    let map = Mapping::new(4 * PAGE_SIZE).unwrap();
+    uffd.register_with_mode(map.as_ptr().cast(), map.len(), RegisterMode::MISSING).unwrap();
+    // SAFETY: page 2 of the registered mapping, which Rust reaches only
+    // through atomics.
+    unsafe { uffd.zeropage(map.page_addr(2), PAGE_SIZE, false) }.unwrap();
+    let src = vec![3u8; 4 * PAGE_SIZE];
+    // SAFETY: as above, pages 0..4.
+    assert_eq!(unsafe { uffd.copy(map.page_addr(0), &src, false, false) }.unwrap(), 2 * PAGE_SIZE);
+    assert_eq!(map.load_u64(PAGE_SIZE), u64::from_ne_bytes([3; 8]));
+    assert_eq!(map.mapped_pages().unwrap(), 3);
+    // Nothing placed at all: the error.
+    // SAFETY: as above, pages 2..4.
+    let e = unsafe { uffd.copy(map.page_addr(2), &src[..2 * PAGE_SIZE], false, false) }.unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+}
+
+#[test]
+fn missing_writes_are_told_from_reads() {
+    let Some(uffd) = uffd(None) else { return };
+    let map = Arc::new(Mapping::new(PAGE_SIZE).unwrap());
+    uffd.register_with_mode(map.as_ptr().cast(), map.len(), RegisterMode::MISSING).unwrap();
+    let writer = std::thread::spawn({
+        let map = map.clone();
+        move || map.store_u64(0, 5)
+    });
+    let mut events = EventBuffer::new(1);
+    assert_eq!(next_event(&uffd, &mut events), fault(FaultKind::MissingWrite, &map, 0));
+    // SAFETY: the registered mapping, which Rust reaches only through
+    // atomics.
+    unsafe { uffd.zeropage(map.page_addr(0), PAGE_SIZE, true) }.unwrap();
+    writer.join().unwrap();
+    assert_eq!(map.load_u64(0), 5);
 }

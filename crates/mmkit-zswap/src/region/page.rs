@@ -1,0 +1,161 @@
+//! A region page's state: one atomic word a page, so that any thread may
+//! load a page, evict one or mark one dirty, with compare-and-swap
+//! transitions between the states
+//!
+//! - empty or stored (not `RESIDENT`): a touch faults;
+//! - `LOADING`: one thread claimed the load ([`try_claim_load`]) and is
+//!   placing the page; others wait for it;
+//! - `RESIDENT`, clean (write-protected, its stored copy current) or
+//!   `DIRTY` (writable, or never stored);
+//! - `EVICTING`: one thread picked it as a victim ([`try_evict`]) and is
+//!   storing and dropping it;
+//! - `FAILED`: its last load failed; where the kernel can, the page is
+//!   poisoned, and its stored copy is kept for a retry.
+//!
+//! Where a stored copy lives (zswap or the swap file) is the slot's
+//! business (`slots`). Above the flags, a count of pins: a pinned page is
+//! never picked for eviction, and a page being evicted is not pinned until
+//! the eviction is over ([`try_evict`] and [`pin`] exclude each other with
+//! one compare-and-swap), so an accessor that holds a pin on a mapped page
+//! touches it without a missing fault, whose load could fail where no
+//! error can be returned.
+
+use std::sync::atomic::{AtomicU32, Ordering::AcqRel, Ordering::Acquire};
+
+/// The page is mapped (the handler placed it and has not dropped it).
+pub(crate) const RESIDENT: u32 = 1 << 0;
+/// The handler picked the page as a victim and has not finished with it.
+pub(crate) const EVICTING: u32 = 1 << 1;
+/// The page's last load failed; where the kernel can, it is poisoned
+/// (`UFFDIO_POISON`), and its entry is kept for a retry.
+pub(crate) const FAILED: u32 = 1 << 2;
+/// One thread is loading the page.
+pub(crate) const LOADING: u32 = 1 << 3;
+/// The page differs from its stored copy (or has none) and is writable.
+pub(crate) const DIRTY: u32 = 1 << 4;
+/// Touched since the CLOCK hand last passed.
+pub(crate) const REFERENCED: u32 = 1 << 5;
+/// One pin: the count lives above the flags.
+const PIN: u32 = 1 << 8;
+
+/// Every page's state word, all zero (empty) at first.
+pub(crate) fn new_states(pages: usize) -> Box<[AtomicU32]> {
+    (0..pages).map(|_| AtomicU32::new(0)).collect()
+}
+
+/// Pins `state`'s page once no eviction of it is in progress; returns the
+/// flags seen when the pin was taken. `alive` is asked between waits: when
+/// it answers false (the handler is gone and will never finish the
+/// eviction) the page is not pinned and `None` is returned.
+pub(crate) fn pin(state: &AtomicU32, alive: impl Fn() -> bool) -> Option<u32> {
+    let mut spins = 0u32;
+    let mut seen = state.load(Acquire);
+    loop {
+        if seen & EVICTING == 0 {
+            match state.compare_exchange_weak(seen, seen + PIN, AcqRel, Acquire) {
+                Ok(_) => return Some(seen),
+                Err(now) => seen = now,
+            }
+            continue;
+        }
+        spins += 1;
+        if spins % 1024 == 0 && !alive() {
+            return None;
+        }
+        std::thread::yield_now();
+        seen = state.load(Acquire);
+    }
+}
+
+/// Drops one pin taken by [`pin`].
+pub(crate) fn unpin(state: &AtomicU32) {
+    state.fetch_sub(PIN, AcqRel);
+}
+
+/// Marks a mapped, unpinned page as being evicted; false when it is
+/// pinned, not mapped, being loaded or already marked (so one scan never
+/// picks a page twice).
+pub(crate) fn try_evict(state: &AtomicU32) -> bool {
+    let seen = state.load(Acquire);
+    seen & (RESIDENT | EVICTING | LOADING) == RESIDENT
+        && seen < PIN
+        && state.compare_exchange(seen, seen | EVICTING, AcqRel, Acquire).is_ok()
+}
+
+/// Claims the load of a page that is not mapped and that no other thread
+/// is loading or evicting; false otherwise.
+pub(crate) fn try_claim_load(state: &AtomicU32) -> bool {
+    let mut seen = state.load(Acquire);
+    while seen & (RESIDENT | EVICTING | LOADING) == 0 {
+        match state.compare_exchange_weak(seen, seen | LOADING, AcqRel, Acquire) {
+            Ok(_) => return true,
+            Err(now) => seen = now,
+        }
+    }
+    false
+}
+
+/// Pins the page unless it is being evicted (no wait); the flags seen.
+pub(crate) fn try_pin(state: &AtomicU32) -> Option<u32> {
+    let mut seen = state.load(Acquire);
+    while seen & EVICTING == 0 {
+        match state.compare_exchange_weak(seen, seen + PIN, AcqRel, Acquire) {
+            Ok(_) => return Some(seen),
+            Err(now) => seen = now,
+        }
+    }
+    None
+}
+
+/// Sets `flags`; returns the flags before.
+pub(crate) fn set_old(state: &AtomicU32, flags: u32) -> u32 {
+    state.fetch_or(flags, AcqRel) & (PIN - 1)
+}
+
+/// Sets `flags` (and keeps the pins).
+pub(crate) fn set(state: &AtomicU32, flags: u32) {
+    state.fetch_or(flags, AcqRel);
+}
+
+/// Clears `flags` (and keeps the pins).
+pub(crate) fn clear(state: &AtomicU32, flags: u32) {
+    state.fetch_and(!flags, AcqRel);
+}
+
+/// The flags now (pins left out).
+pub(crate) fn flags(state: &AtomicU32) -> u32 {
+    state.load(Acquire) & (PIN - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_and_evictions_exclude_each_other() {
+        let s = AtomicU32::new(0);
+        assert!(!try_evict(&s), "an empty page is no victim");
+        set(&s, RESIDENT);
+        assert_eq!(pin(&s, || true), Some(RESIDENT));
+        assert!(!try_evict(&s), "a pinned page is no victim");
+        unpin(&s);
+        assert!(try_evict(&s));
+        assert!(!try_evict(&s), "a page is picked once");
+        assert!(!try_claim_load(&s), "nor loaded while it goes");
+        assert_eq!(try_pin(&s), None);
+        // A pin waits for the eviction; a dead handler ends the wait.
+        assert_eq!(pin(&s, || false), None);
+        clear(&s, RESIDENT | EVICTING);
+        assert_eq!(pin(&s, || true), Some(0));
+        assert_eq!(flags(&s), 0);
+        // One loader at a time, and a page being loaded is no victim.
+        assert!(try_claim_load(&s));
+        assert!(!try_claim_load(&s));
+        set(&s, RESIDENT);
+        assert!(!try_evict(&s));
+        clear(&s, LOADING);
+        assert!(!try_claim_load(&s), "a mapped page needs no load");
+        unpin(&s);
+        assert_eq!(s.load(Acquire), RESIDENT);
+    }
+}
