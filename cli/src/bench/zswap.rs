@@ -390,14 +390,18 @@ fn access_cases(
     }
     let rs = region.stats();
     notes.push(format!(
-        "randaccess/sequential: {} MiB of real pages, {} MiB resident budget, every fourth touch writes; mmkit region: {} faults, {} loaded ahead, {} evictions of which {} clean (not recompressed), {} write faults",
+        "randaccess/sequential: {} MiB of real pages, {} MiB resident budget, every fourth touch writes, through the region's accessors (read_u64/write_u64), which load a page in the calling thread; mmkit region: {} loads in the accessing thread, {} faults handled by the handler thread, {} loaded ahead, {} evictions ({} by the background reclaimer, woken {} times; {} loads evicted for themselves), {} of them clean (not recompressed); load p99 {:.1} µs",
         working_set >> 20,
         budget >> 20,
-        rs.missing_faults,
+        rs.loads_in_thread,
+        rs.missing_faults + rs.wp_faults,
         rs.fault_around_pages,
         rs.evictions,
+        rs.background_evictions,
+        rs.reclaimer_wakeups,
+        rs.direct_reclaims,
         rs.evicted_clean,
-        rs.wp_faults
+        rs.load_p99_ns as f64 / 1e3
     ));
     notes.push("ratio/real: mmkit is stored pages × 4096 / pool_total_size after the access cases; the kernel is orig_data_size / mem_used_total of its zram swap at the same point".into());
     drop(kernel);
