@@ -10,5 +10,6 @@ mod faults;
 mod fio;
 mod libnbd;
 mod lifecycle;
+mod memory;
 mod qemu;
 mod reclaim;
