@@ -11,5 +11,6 @@ mod fio;
 mod libnbd;
 mod lifecycle;
 mod memory;
+mod protocol;
 mod qemu;
 mod reclaim;

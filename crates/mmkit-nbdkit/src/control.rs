@@ -164,7 +164,7 @@ fn accept(mut stream: UnixStream, zram: &Arc<Zram>, peers: &Arc<AtomicUsize>) {
 }
 
 /// Reads one request line within `timeout` (however slowly the peer
-/// trickles it in), at most [`MAX_REQUEST`] bytes.
+/// trickles it in), at most [`MAX_REQUEST`] bytes, ended by a newline.
 fn read_request(stream: &mut UnixStream, timeout: Duration) -> Result<String, String> {
     let deadline = Instant::now() + timeout;
     let mut line = Vec::new();
@@ -176,7 +176,10 @@ fn read_request(stream: &mut UnixStream, timeout: Duration) -> Result<String, St
         }
         let _ = stream.set_read_timeout(Some(left));
         match stream.read(&mut chunk) {
-            Ok(0) => break,
+            // A line cut short by a peer that went away is not run: `reset`
+            // may be all that arrived of `reset_stats`, `writeback` of
+            // `writeback page_index=7`.
+            Ok(0) => return Err("the request line ended without a newline; not run".into()),
             Ok(n) => {
                 line.extend_from_slice(&chunk[..n]);
                 if line.contains(&b'\n') || line.len() >= MAX_REQUEST {
@@ -416,6 +419,14 @@ mod tests {
         assert_eq!(body.split_whitespace().next(), Some(PAGE_SIZE.to_string().as_str()), "{reply}");
         assert!(ask(&path, "colour\n").starts_with("running\nerror "));
         assert!(ask(&path, &"x".repeat(10_000)).starts_with("error "), "an overlong request");
+        // A line cut short (the peer went away) is not run.
+        let mut cut = UnixStream::connect(&path).unwrap();
+        cut.write_all(b"reset").unwrap();
+        cut.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut reply = String::new();
+        cut.read_to_string(&mut reply).unwrap();
+        assert!(reply.starts_with("error the request line ended without a newline"), "{reply}");
+        assert!(zram.is_initialised(), "reset ran from a cut line");
         let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(leftovers, vec![std::ffi::OsString::from("ctl.sock")], "no staging file left");
         std::fs::remove_dir_all(&dir).unwrap();
