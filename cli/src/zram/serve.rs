@@ -201,14 +201,6 @@ fn check_size(text: &str) -> Result<u64, ServeError> {
     Ok(size)
 }
 
-/// A closed stdout (`>&-`) is refused: the URI could not be printed, and
-/// writes to it are not even errors (the standard library drops them).
-fn stdout_is_open() -> Result<(), ServeError> {
-    rustix::io::fcntl_getfd(std::io::stdout())
-        .map(|_| ())
-        .map_err(|e| ServeError::Failed(format!("stdout is closed ({e}): serve prints the NBD URI there")))
-}
-
 /// The algorithm with its level, for the start-up line (`zstd level 3`).
 fn algorithm_words(algorithm: mmkit_zram::Algorithm) -> String {
     match algorithm.level() {
@@ -235,9 +227,6 @@ fn gib(bytes: u64) -> String {
 /// [`ServeError::Failed`] when the plugin or nbdkit is missing, nbdkit
 /// fails to start, or it stops by itself.
 pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
-    // Before anything opens a file, which a closed stdout's descriptor
-    // would then name.
-    stdout_is_open()?;
     if let Some(message) = contradicting_option(&args.nbdkit_args) {
         return Err(ServeError::Usage(message));
     }
@@ -310,6 +299,10 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
         Err(NbdkitError(e)) => return Err(ServeError::Failed(e)),
     };
     let uri = if tls_requested(&args.nbdkit_args) { server.tls_uri() } else { server.uri() };
+    // A full (`/dev/full`) or closed (reader gone: EPIPE) stdout is an
+    // error: a server whose URI nobody could read is of no use. A stdout
+    // closed before start (`>&-`) is /dev/null by the time this runs (the
+    // runtime reopens it), as the user asked.
     let printed = {
         let mut out = std::io::stdout().lock();
         writeln!(out, "{uri}").and_then(|()| out.flush())
