@@ -161,7 +161,7 @@ fn attempt(socket: &Path, line: &str, timeout: Duration) -> Result<String, Attem
         let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
         let _ = stream.read_to_end(&mut rest);
         got.extend_from_slice(&rest);
-        return parse_reply(&String::from_utf8_lossy(&got)).map_err(|m| not_run(m));
+        return parse_reply(&String::from_utf8_lossy(&got)).map_err(not_run);
     }
     // It runs: wait for the action however long it takes.
     let _ = stream.set_read_timeout(None);
