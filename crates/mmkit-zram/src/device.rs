@@ -228,8 +228,7 @@ impl Device {
             let (index, start) = ((at / PAGE_SIZE as u64) as usize, (at % PAGE_SIZE as u64) as usize);
             let n = (PAGE_SIZE - start).min(data.len() - done);
             // A new chunk of the slot table counts against mem_limit.
-            let fresh_chunk = if self.slots.chunk_exists(index) { Ok(()) } else { self.check_mem_limit() };
-            let slot = match fresh_chunk.and_then(|()| self.slots.get_or_alloc(index)) {
+            let slot = match self.slots.get(index).map_or_else(|| self.new_chunk_slot(index), Ok) {
                 Ok(slot) => slot.lock(),
                 Err(e) => {
                     self.counters.failed_writes.fetch_add(1, Relaxed);
@@ -495,6 +494,14 @@ impl Device {
         self.check_mem_limit()?;
         let handle = self.pool.zs_malloc_copy(bytes, ZRAM_GFP, 0).map_err(|_| ZramError::NoSpace)?;
         Ok((handle, bytes.len()))
+    }
+
+    /// The slot of page `index`, whose chunk of the slot table does not
+    /// exist yet: allocated if `mem_limit` allows.
+    #[cold]
+    fn new_chunk_slot(&self, index: usize) -> Result<&crate::slot::Slot, ZramError> {
+        self.check_mem_limit()?;
+        self.slots.get_or_alloc(index)
     }
 
     /// [`ZramError::NoSpace`] once the device holds `mem_limit` bytes (the
