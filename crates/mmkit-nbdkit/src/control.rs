@@ -358,9 +358,16 @@ mod tests {
 
     #[test]
     fn a_peer_beyond_the_limit_reads_busy_not_a_reset_and_nothing_runs() {
-        let dir = std::env::temp_dir().join(format!("mmkit-nbdkit-busy-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("ctl.sock");
+        /// Removed when dropped, however the test ends.
+        struct Scratch(PathBuf);
+        impl Drop for Scratch {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let dir = Scratch(std::env::temp_dir().join(format!("mmkit-nbdkit-busy-{}", std::process::id())));
+        std::fs::create_dir_all(&dir.0).unwrap();
+        let path = dir.0.join("ctl.sock");
         let zram = device();
         zram.write(0, &page()).unwrap();
         ControlSocket::bind(&path).unwrap().serve(Arc::clone(&zram)).unwrap();
@@ -391,7 +398,6 @@ mod tests {
             assert!(started.elapsed() < 2 * PEER_TIMEOUT, "still busy");
             std::thread::sleep(Duration::from_millis(20));
         }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

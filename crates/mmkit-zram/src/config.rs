@@ -393,8 +393,16 @@ mod tests {
 
     #[test]
     fn a_backing_file_holding_data_is_refused_unless_overwrite_is_said_first() {
-        let dir = std::env::temp_dir().join(format!("mmkit-zram-backing-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        /// Removed when dropped, however the test ends.
+        struct Scratch(PathBuf);
+        impl Drop for Scratch {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let scratch = Scratch(std::env::temp_dir().join(format!("mmkit-zram-backing-{}", std::process::id())));
+        let dir = &scratch.0;
+        std::fs::create_dir_all(dir).unwrap();
         let sparse = dir.join("sparse.img");
         std::fs::File::create(&sparse).unwrap().set_len(8 << 20).unwrap();
         let zeroes = dir.join("zeroes.img");
@@ -415,6 +423,5 @@ mod tests {
         config.set("backing_overwrite", "1").unwrap();
         config.set("backing_dev", data.to_str().unwrap()).unwrap();
         assert_eq!(config.backing_dev.as_deref(), Some(data.as_path()));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
