@@ -50,14 +50,17 @@ pub fn hangup_workaround(nbdkit_args: &[String]) -> Option<&'static str> {
 const OWN_LONG: &[&str] = &[
     "unix",
     "ipaddr",
+    "ip-addr",
     "port",
     "foreground",
+    "no-fork",
     "pidfile",
+    "pid-file",
     "exit-with-parent",
     "run",
     "single",
+    "stdin",
     "vsock",
-    "socket-activation",
 ];
 const OWN_SHORT: &[char] = &['U', 'i', 'p', 'f', 'P', 's'];
 /// nbdkit's short options that take a value (the rest of the word, or the
@@ -94,6 +97,7 @@ pub fn contradicting_option(nbdkit_args: &[String]) -> Option<String> {
                 && matches!(
                     name,
                     "debug"
+                        | "export"
                         | "export-name"
                         | "exportname"
                         | "group"
@@ -104,7 +108,7 @@ pub fn contradicting_option(nbdkit_args: &[String]) -> Option<String> {
                         | "tls"
                         | "tls-certificates"
                         | "tls-psk"
-                        | "tls-verify-peer"
+                        | "selinux-label"
                         | "log"
                 );
             continue;
@@ -410,6 +414,13 @@ mod tests {
             "-s",
             "--vsock",
             "-t 4 -U x",
+            "--tls-verify-peer -U x",
+            "--threads 4 --unix=x",
+            "--no-fork",
+            "--pid-file=p",
+            "--ip-addr=::",
+            "--stdin",
+            "--export x -p 1",
         ] {
             assert!(contradicting_option(&words(refused)).is_some(), "{refused} was let through");
         }

@@ -76,7 +76,7 @@ pub struct ServeArgs {
     /// Options for nbdkit itself, placed before the plugin (e.g. -- -t 8 --filter=log logfile=x,
     /// or -- --tls=require --tls-psk=FILE). Those serve sets itself (-U/--unix, -i/--ipaddr,
     /// -p/--port, -f/--foreground, -P/--pidfile, --exit-with-parent, --run, -s/--single,
-    /// --vsock, --socket-activation) are refused: use --unix, --listen and --control instead.
+    /// --vsock and their aliases) are refused: use --unix, --listen and --control instead.
     #[arg(last = true, value_name = "NBDKIT-ARGS")]
     pub nbdkit_args: Vec<String>,
 }
