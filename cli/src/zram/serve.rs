@@ -46,7 +46,8 @@ pub struct ServeArgs {
     /// "algo=zstd level=9 dict=PATH" (repeatable; `mmkit zram train-dict` makes dictionaries).
     #[arg(long, value_name = "PARAMS", value_parser = algorithm_params)]
     pub algorithm_params: Vec<String>,
-    /// Most memory the compressed pages may use; writes beyond it fail with ENOSPC.
+    /// Most memory the device may use (its compressed pages and its slot table, as mm_stat's
+    /// mem_used_total counts them); writes beyond it fail with ENOSPC.
     #[arg(long, value_name = "SIZE", value_parser = device_param("mem_limit"))]
     pub mem_limit: Option<String>,
     /// An existing file for `writeback` of idle, huge or incompressible pages, locked: no

@@ -35,7 +35,8 @@ pub struct ZramConfig {
     /// Secondary algorithms for recompression, priority 1, 2, 3 in order
     /// (Linux's `CONFIG_ZRAM_MULTI_COMP`).
     pub recomp_algorithms: Vec<Algorithm>,
-    /// Most memory the pool may hold, in bytes; 0 for no limit.
+    /// Most memory the device may hold (the pool and the slot table), in
+    /// bytes; 0 for no limit.
     pub mem_limit: u64,
     /// The file idle and huge pages are written back to.
     pub backing_dev: Option<PathBuf>,
@@ -75,7 +76,7 @@ impl ZramConfig {
             "algorithm_params",
             "\"algo=NAME [priority=N] [level=N] [dict=PATH]\": level and zstd dictionary of an algorithm set above",
         ),
-        ("mem_limit", "most memory the compressed pages may use, K/M/G suffixes; 0 for none"),
+        ("mem_limit", "most memory the device may use (compressed pages and slot table), K/M/G suffixes; 0 for none"),
         (
             "backing_dev",
             "an existing file for writeback of idle and huge pages; one holding data (a byte not zero) is refused \
