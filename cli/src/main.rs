@@ -95,7 +95,7 @@ fn main() -> ExitCode {
             },
             zram::ZramCommand::Ctl(args) => match zram::ctl::run(&args) {
                 Ok(text) => print(&text),
-                Err(msg) => fail(&msg, 1),
+                Err(e) => fail(e.message(), e.exit_code()),
             },
             zram::ZramCommand::TrainDict(args) => match zram::train::run(&args) {
                 Ok(text) => print(&text),

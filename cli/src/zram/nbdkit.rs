@@ -42,6 +42,109 @@ pub fn hangup_workaround(nbdkit_args: &[String]) -> Option<&'static str> {
     aborts_on_early_hangup(version).then_some("--threads=1")
 }
 
+/// nbdkit's options that [`Nbdkit::start`] sets itself or that would
+/// contradict how it runs nbdkit (in the foreground, on the socket it
+/// names, with the pid file it waits for): long names, and the short
+/// letters. `--run` and `-s` would make nbdkit serve something else than
+/// the socket whose URI is printed.
+const OWN_LONG: &[&str] = &[
+    "unix",
+    "ipaddr",
+    "ip-addr",
+    "port",
+    "foreground",
+    "no-fork",
+    "pidfile",
+    "pid-file",
+    "exit-with-parent",
+    "run",
+    "single",
+    "stdin",
+    "vsock",
+];
+const OWN_SHORT: &[char] = &['U', 'i', 'p', 'f', 'P', 's'];
+/// nbdkit's short options that take a value (the rest of the word, or the
+/// next word), after which a cluster of letters ends.
+const SHORT_WITH_VALUE: &[char] = &['D', 'e', 'g', 'i', 'p', 'P', 't', 'u', 'U'];
+
+/// A message naming the first of `nbdkit_args` that `serve` sets itself
+/// (`-U`, `--unix=…`, `-p`, `-f`, `-P`, `--exit-with-parent`, `--run`, …),
+/// or `None`. A word that is the value of the option before it is not an
+/// option.
+pub fn contradicting_option(nbdkit_args: &[String]) -> Option<String> {
+    let refuse = |option: &str| {
+        Some(format!(
+            "nbdkit option {option}: mmkit zram serve sets it itself (it runs nbdkit in the foreground with \
+             -f --exit-with-parent -P PIDFILE and -U SOCKET or -i ADDR -p PORT); use --unix, --listen and \
+             --control instead, and leave --run, -s and --vsock out"
+        ))
+    };
+    let mut value_next = false;
+    for arg in nbdkit_args {
+        if std::mem::take(&mut value_next) {
+            continue;
+        }
+        if arg == "--" {
+            break;
+        }
+        if let Some(long) = arg.strip_prefix("--") {
+            let name = long.split_once('=').map_or(long, |(name, _)| name);
+            if OWN_LONG.contains(&name) {
+                return refuse(&format!("--{name}"));
+            }
+            // Long options of nbdkit that take the next word as their value.
+            value_next = !long.contains('=')
+                && matches!(
+                    name,
+                    "debug"
+                        | "export"
+                        | "export-name"
+                        | "exportname"
+                        | "group"
+                        | "threads"
+                        | "user"
+                        | "filter"
+                        | "mask-handshake"
+                        | "tls"
+                        | "tls-certificates"
+                        | "tls-psk"
+                        | "selinux-label"
+                        | "log"
+                );
+            continue;
+        }
+        let Some(letters) = arg.strip_prefix('-') else { continue };
+        for (i, letter) in letters.char_indices() {
+            if OWN_SHORT.contains(&letter) {
+                return refuse(&format!("-{letter}"));
+            }
+            if SHORT_WITH_VALUE.contains(&letter) {
+                value_next = i + letter.len_utf8() == letters.len();
+                break;
+            }
+        }
+    }
+    None
+}
+
+/// Whether `nbdkit_args` ask nbdkit for TLS that clients must or may use
+/// (`--tls=on`, `--tls=require`, or either as the next word): the URI then
+/// says `nbds`.
+pub fn tls_requested(nbdkit_args: &[String]) -> bool {
+    let mut words = nbdkit_args.iter();
+    while let Some(arg) = words.next() {
+        let value = match arg.strip_prefix("--tls") {
+            Some(rest) if rest.starts_with('=') => Some(rest[1..].to_owned()),
+            Some("") => words.next().cloned(),
+            _ => None,
+        };
+        if value.is_some_and(|v| matches!(v.as_str(), "on" | "require")) {
+            return true;
+        }
+    }
+    false
+}
+
 /// `(major, minor, patch)` from `nbdkit --version` ("nbdkit 1.32.5").
 fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
     let word = text.split_whitespace().find(|w| w.starts_with(|c: char| c.is_ascii_digit()))?;
@@ -79,6 +182,15 @@ impl Listen {
         match self {
             Self::Unix(path) => format!("nbd+unix:///?socket={}", path.display()),
             Self::Tcp(addr) => format!("nbd://{addr}"),
+        }
+    }
+
+    /// The NBD URI of a server that offers TLS (`nbds`, as libnbd names
+    /// it): a client connects with TLS.
+    pub fn tls_uri(&self) -> String {
+        match self {
+            Self::Unix(path) => format!("nbds+unix:///?socket={}", path.display()),
+            Self::Tcp(addr) => format!("nbds://{addr}"),
         }
     }
 }
@@ -195,6 +307,11 @@ impl Nbdkit {
         self.listen.uri()
     }
 
+    /// The NBD URI to connect to with TLS.
+    pub fn tls_uri(&self) -> String {
+        self.listen.tls_uri()
+    }
+
     /// nbdkit's process id while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
@@ -269,5 +386,60 @@ mod tests {
         assert_eq!(Listen::Unix("/run/x/nbd.sock".into()).uri(), "nbd+unix:///?socket=/run/x/nbd.sock");
         assert_eq!(Listen::Tcp("127.0.0.1:10809".parse().unwrap()).uri(), "nbd://127.0.0.1:10809");
         assert_eq!(Listen::Tcp("[::1]:10809".parse().unwrap()).uri(), "nbd://[::1]:10809");
+        assert_eq!(Listen::Tcp("127.0.0.1:10809".parse().unwrap()).tls_uri(), "nbds://127.0.0.1:10809");
+        assert_eq!(Listen::Unix("/run/x/nbd.sock".into()).tls_uri(), "nbds+unix:///?socket=/run/x/nbd.sock");
+    }
+
+    fn words(text: &str) -> Vec<String> {
+        text.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn options_serve_sets_itself_are_caught_in_every_spelling() {
+        for refused in [
+            "-U other.sock",
+            "-Uother.sock",
+            "--unix other.sock",
+            "--unix=other.sock",
+            "-p 10810",
+            "--port=10810",
+            "-i 0.0.0.0",
+            "-f",
+            "-vf",
+            "--foreground",
+            "-P x.pid",
+            "--pidfile=x.pid",
+            "--exit-with-parent",
+            "--run sh",
+            "-s",
+            "--vsock",
+            "-t 4 -U x",
+            "--tls-verify-peer -U x",
+            "--threads 4 --unix=x",
+            "--no-fork",
+            "--pid-file=p",
+            "--ip-addr=::",
+            "--stdin",
+            "--export x -p 1",
+        ] {
+            assert!(contradicting_option(&words(refused)).is_some(), "{refused} was let through");
+        }
+        for taken in
+            ["-t 4", "-t4", "--threads 8", "-v", "--filter=log logfile=x", "-D mmkit.x=1", "--tls=require", "-e -U"]
+        {
+            assert_eq!(contradicting_option(&words(taken)), None, "{taken} was refused");
+        }
+        let message = contradicting_option(&words("-U x")).unwrap();
+        assert!(message.contains("-U") && message.contains("--unix"), "{message}");
+    }
+
+    #[test]
+    fn tls_on_or_required_makes_the_uri_nbds() {
+        for yes in ["--tls=require", "--tls=on", "--tls require", "-t 2 --tls on --tls-psk=k"] {
+            assert!(tls_requested(&words(yes)), "{yes}");
+        }
+        for no in ["", "--tls=off", "--tls off", "--tls-psk=k", "-v"] {
+            assert!(!tls_requested(&words(no)), "{no}");
+        }
     }
 }

@@ -1,14 +1,18 @@
 //! `mmkit zram serve`: a zram device of mmkit served over NBD by nbdkit
-//! with the `mmkit-nbdkit` plugin, in the foreground until SIGINT or
-//! SIGTERM.
+//! with the `mmkit-nbdkit` plugin, in the foreground until SIGINT, SIGTERM
+//! or SIGHUP.
 //!
 //! Owns the command's arguments and the life of one server: the device
-//! parameters are checked here with the parser the plugin uses, the
-//! sockets go in a private directory unless paths are given, the URI is
-//! printed once nbdkit is ready, and a signal stops nbdkit and removes
-//! every file it made (exit 0). Starting nbdkit is `nbdkit`'s.
+//! parameters are checked here with the parser the plugin uses, nbdkit
+//! options that would contradict serve's own are refused, the sockets go
+//! in a private directory unless paths are given, the URI is printed once
+//! nbdkit is ready (a stdout that cannot take it stops the server with an
+//! error), and a signal stops nbdkit and removes every file it made
+//! (exit 0). Starting nbdkit is `nbdkit`'s.
 
-use super::nbdkit::{hangup_workaround, plugin_beside_binary, Listen, Nbdkit, NbdkitError, Spec};
+use super::nbdkit::{
+    contradicting_option, hangup_workaround, plugin_beside_binary, tls_requested, Listen, Nbdkit, NbdkitError, Spec,
+};
 use clap::Args;
 use mmkit_zram::ZramConfig;
 use std::io::Write;
@@ -22,29 +26,38 @@ use std::time::Duration;
 
 /// `mmkit zram serve`'s arguments.
 #[derive(Clone, Debug, Args)]
-#[command(after_help = "Prints the NBD URI on stdout once the export is ready, and runs until SIGINT or SIGTERM \
-    (then exit 0, socket files removed). Example: mmkit zram serve --size 1G --comp lz4 --control zram.ctl")]
+#[command(after_help = "Prints the NBD URI on stdout once the export is ready (nbds:// when nbdkit is given \
+    --tls=on or --tls=require after --), and runs until SIGINT, SIGTERM or SIGHUP (then exit 0, socket files \
+    removed); if stdout cannot take the URI, it stops with an error. Freed memory goes back to the OS a few \
+    seconds after a large trim, without compact. Example: mmkit zram serve --size 1G --comp lz4 --control zram.ctl")]
 pub struct ServeArgs {
-    /// Device size (K, M, G, T suffixes).
-    #[arg(long, default_value = "1G", value_parser = device_param("size"))]
+    /// Device size (K, M, G, T suffixes); refused when its slot table alone (16 bytes a
+    /// page) would need more than the machine's memory, as `ctl disksize` is.
+    #[arg(long, default_value = "1G", value_parser = size_param)]
     pub size: String,
-    /// Primary compression algorithm: lz4, zstd or zstd:LEVEL.
+    /// Primary compression algorithm: lz4, lz4_flex, lz4hc, zstd, or lz4hc:LEVEL, zstd:LEVEL.
     #[arg(long, default_value = "lz4", value_parser = device_param("comp"))]
     pub comp: String,
-    /// Up to 3 secondary algorithms for `recompress`, comma-separated, by priority.
+    /// Up to 3 secondary algorithms for `recompress`, comma-separated, by priority
+    /// (or one in the kernel's form, "algo=zstd priority=1").
     #[arg(long, value_parser = device_param("recomp"))]
     pub recomp: Option<String>,
     /// Level and zstd dictionary of an algorithm above, as zram's attribute:
     /// "algo=zstd level=9 dict=PATH" (repeatable; `mmkit zram train-dict` makes dictionaries).
     #[arg(long, value_name = "PARAMS", value_parser = algorithm_params)]
     pub algorithm_params: Vec<String>,
-    /// Most memory the compressed pages may use; writes beyond it fail with ENOSPC.
+    /// Most memory the device may use (its compressed pages and its slot table, as mm_stat's
+    /// mem_used_total counts them); writes beyond it fail with ENOSPC.
     #[arg(long, value_name = "SIZE", value_parser = device_param("mem_limit"))]
     pub mem_limit: Option<String>,
-    /// An existing file for `writeback` of idle, huge or incompressible pages; its contents
-    /// are overwritten, and it is locked: no other device may use it while this one runs.
-    #[arg(long, value_name = "FILE", value_parser = device_param("backing_dev"))]
+    /// An existing file for `writeback` of idle, huge or incompressible pages, locked: no
+    /// other device may use it while this one runs. It must read as zeroes (`truncate -s 1G
+    /// FILE` makes one); a file holding data is refused unless --force-backing is given.
+    #[arg(long, value_name = "FILE")]
     pub backing_dev: Option<String>,
+    /// Let --backing-dev name a file that holds data: writeback overwrites it from its first block.
+    #[arg(long, requires = "backing_dev")]
+    pub force_backing: bool,
     /// Most pages in one zspage (4..=16).
     #[arg(long, value_name = "N", value_parser = device_param("chain_size"))]
     pub chain_size: Option<String>,
@@ -61,7 +74,10 @@ pub struct ServeArgs {
     /// The plugin to load (default: libmmkit_nbdkit.so next to the mmkit binary).
     #[arg(long, value_name = "PATH")]
     pub plugin: Option<PathBuf>,
-    /// Options for nbdkit itself, placed before the plugin (e.g. -- -t 8 --filter=log logfile=x).
+    /// Options for nbdkit itself, placed before the plugin (e.g. -- -t 8 --filter=log logfile=x,
+    /// or -- --tls=require --tls-psk=FILE). Those serve sets itself (-U/--unix, -i/--ipaddr,
+    /// -p/--port, -f/--foreground, -P/--pidfile, --exit-with-parent, --run, -s/--single,
+    /// --vsock and their aliases) are refused: use --unix, --listen and --control instead.
     #[arg(last = true, value_name = "NBDKIT-ARGS")]
     pub nbdkit_args: Vec<String>,
 }
@@ -70,6 +86,17 @@ pub struct ServeArgs {
 /// plugin uses, so a bad value is refused before nbdkit starts.
 fn device_param(key: &'static str) -> impl Fn(&str) -> Result<String, String> + Clone + Send + Sync + 'static {
     move |value: &str| ZramConfig::default().set(key, value).map(|()| value.to_owned()).map_err(|e| e.to_string())
+}
+
+/// A clap value parser for `--size`: a size of at least one byte. Whether
+/// the machine can hold its slot table is `check_size`'s, in the user's
+/// units.
+fn size_param(value: &str) -> Result<String, String> {
+    match mmkit_zram::parse_size(value) {
+        Some(0) => Err(format!("{value}: the device needs at least one page")),
+        Some(_) => Ok(value.to_owned()),
+        None => Err(format!("{value}: not a size (K, M, G, T suffixes)")),
+    }
 }
 
 /// A clap value parser for `--algorithm-params`: the words only; which
@@ -91,6 +118,10 @@ impl ServeArgs {
     /// The plugin's `key=value` arguments for the device.
     pub fn plugin_args(&self) -> Vec<String> {
         let mut args = vec![format!("size={}", self.size), format!("comp={}", self.comp)];
+        // Before backing_dev=, which checks the file's contents.
+        if self.force_backing {
+            args.push("backing_overwrite=1".into());
+        }
         let optional = [
             ("recomp", &self.recomp),
             ("mem_limit", &self.mem_limit),
@@ -145,20 +176,18 @@ fn clear_dead_socket(path: &Path) -> Result<(), String> {
     }
 }
 
-/// Bytes per slot of the device's table (Linux's `zram_table_entry`).
-const SLOT_BYTES: u64 = 16;
-
 /// `--size` in bytes, rounded up to whole pages (said so on stderr when
 /// it was not), and checked against the machine: a device every page of
 /// which would need more slot table than the machine has memory is refused
-/// in the user's units.
+/// in the user's units. The device makes the same check on every
+/// `disksize` (`mmkit_zram::slot_table_bytes`).
 fn check_size(text: &str) -> Result<u64, ServeError> {
     let asked = mmkit_zram::parse_size(text).ok_or_else(|| ServeError::Usage(format!("--size {text}: not a size")))?;
     let page = mmkit_zram::PAGE_SIZE as u64;
     let size =
         asked.checked_next_multiple_of(page).ok_or_else(|| ServeError::Usage(format!("--size {text}: too large")))?;
     if let Some(memory) = mmkit_zram::machine_memory() {
-        let table = (size / page).saturating_mul(SLOT_BYTES);
+        let table = mmkit_zram::slot_table_bytes(size);
         if table > memory {
             return Err(ServeError::Usage(format!(
                 "--size {text}: the slot table alone would need {}, this machine has {}",
@@ -171,6 +200,14 @@ fn check_size(text: &str) -> Result<u64, ServeError> {
         eprintln!("mmkit zram serve: --size {text} rounded up to {size} bytes (whole {page}-byte pages)");
     }
     Ok(size)
+}
+
+/// The algorithm with its level, for the start-up line (`zstd level 3`).
+fn algorithm_words(algorithm: mmkit_zram::Algorithm) -> String {
+    match algorithm.level() {
+        Some(level) => format!("{} level {level}", algorithm.name()),
+        None => algorithm.name().to_owned(),
+    }
 }
 
 /// Bytes in GiB, as a person reads them.
@@ -191,9 +228,13 @@ fn gib(bytes: u64) -> String {
 /// [`ServeError::Failed`] when the plugin or nbdkit is missing, nbdkit
 /// fails to start, or it stops by itself.
 pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
-    // First, so that a bad dictionary or level is a usage error even where
+    if let Some(message) = contradicting_option(&args.nbdkit_args) {
+        return Err(ServeError::Usage(message));
+    }
+    let size = check_size(&args.size)?;
+    // Then, so that a bad dictionary or level is a usage error even where
     // nbdkit or the plugin is missing.
-    args.check_config().map_err(ServeError::Usage)?;
+    let config = args.check_config().map_err(ServeError::Usage)?;
     let plugin = match &args.plugin {
         Some(path) if path.is_file() => path.clone(),
         Some(path) => return Err(ServeError::Usage(format!("--plugin {}: no such file", path.display()))),
@@ -221,7 +262,6 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
     for path in [Some(&control), args.unix.as_ref()].into_iter().flatten() {
         clear_dead_socket(path).map_err(ServeError::Usage)?;
     }
-    let size = check_size(&args.size)?;
     let mut plugin_args = args.plugin_args();
     plugin_args.push(format!("control={}", control.display()));
     // Removed by the plugin when nbdkit exits, should this process be
@@ -247,7 +287,8 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
         stderr: None,
     };
     let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+    // SIGHUP too: a closed terminal must not leave the sockets behind.
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
         signal_hook::flag::register(signal, Arc::clone(&stop))
             .map_err(|e| ServeError::Failed(format!("installing the signal handler: {e}")))?;
     }
@@ -258,13 +299,23 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
         Err(_) if stopping() => return Ok(()),
         Err(NbdkitError(e)) => return Err(ServeError::Failed(e)),
     };
-    {
+    let uri = if tls_requested(&args.nbdkit_args) { server.tls_uri() } else { server.uri() };
+    // A full (`/dev/full`) or closed (reader gone: EPIPE) stdout is an
+    // error: a server whose URI nobody could read is of no use. A stdout
+    // closed before start (`>&-`) is /dev/null by the time this runs (the
+    // runtime reopens it), as the user asked.
+    let printed = {
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{}", server.uri()).and_then(|()| out.flush());
+        writeln!(out, "{uri}").and_then(|()| out.flush())
+    };
+    if let Err(e) = printed {
+        server.stop();
+        return Err(ServeError::Failed(format!("printing the URI {uri} on stdout: {e}; stopped")));
     }
     eprintln!(
-        "mmkit zram serve: size {size} bytes, {}; control socket {} (mmkit zram ctl {} mm_stat); SIGINT or SIGTERM stops it",
-        args.comp,
+        "mmkit zram serve: size {size} bytes, {}; control socket {} (mmkit zram ctl {} mm_stat); SIGINT, SIGTERM \
+         or SIGHUP stops it",
+        algorithm_words(config.algorithm),
         control.display(),
         control.display()
     );
@@ -288,6 +339,10 @@ mod tests {
     fn device_parameters_are_checked_as_the_plugin_checks_them() {
         assert_eq!(device_param("size")("64M").unwrap(), "64M");
         assert!(device_param("size")("lots").unwrap_err().contains("size=lots"));
+        assert!(size_param("lots").is_err() && size_param("0").is_err());
+        assert_eq!(size_param("20T").unwrap(), "20T", "the memory check is check_size's, in the user's units");
+        assert_eq!(algorithm_words(mmkit_zram::Algorithm::Zstd { level: 3 }), "zstd level 3");
+        assert_eq!(algorithm_words(mmkit_zram::Algorithm::Lz4), "lz4");
         assert!(device_param("comp")("lzma").is_err());
         assert!(device_param("chain_size")("3").is_err());
         assert!(algorithm_params("algo=zstd level=x").is_err());
@@ -301,7 +356,7 @@ mod tests {
         assert_eq!(check_size("1M").unwrap(), 1 << 20);
         if let Some(memory) = mmkit_zram::machine_memory() {
             // A device whose slot table is twice the machine's memory.
-            let pages = memory / SLOT_BYTES * 2;
+            let pages = memory / 16 * 2;
             let text = format!("{}", pages * 4096);
             match check_size(&text) {
                 Err(ServeError::Usage(message)) => {

@@ -120,11 +120,11 @@ fn mem_limit_reached_mid_copy_is_enospc_and_keeps_what_was_written() {
 }
 
 #[test]
-fn sigterm_and_sigint_stop_the_server_with_exit_0_and_no_socket_files() {
+fn sigterm_sigint_and_sighup_stop_the_server_with_exit_0_and_no_socket_files() {
     if !require(&["nbdkit", "nbdinfo"]) {
         return;
     }
-    for signal in [rustix::process::Signal::TERM, rustix::process::Signal::INT] {
+    for signal in [rustix::process::Signal::TERM, rustix::process::Signal::INT, rustix::process::Signal::HUP] {
         let mut server = Server::start("16M", &[]);
         check(Command::new("nbdinfo").arg(server.uri()));
         assert!(server.dir().join("nbd.sock").exists() && server.control().exists());

@@ -4,11 +4,16 @@
 //! a private directory. A missing client skips the test with a message
 //! (fails it when `MMKIT_REQUIRE_NBD_CLIENTS=1`, as `.ci/run` sets).
 
+mod backing;
 mod common;
 mod control;
 mod faults;
 mod fio;
 mod libnbd;
 mod lifecycle;
+mod memory;
+mod protocol;
 mod qemu;
 mod reclaim;
+mod serve_edges;
+mod syntax;

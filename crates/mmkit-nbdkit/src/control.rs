@@ -4,10 +4,20 @@
 //!
 //! The exchange is one request per connection: the client sends one line,
 //! `NAME` or `NAME VALUE` (`mm_stat`, `idle all`, `recompress type=huge`,
-//! `mem_limit 64M`); the server answers `ok` on the first line followed by
-//! the attribute's text in the kernel's format, or `error MESSAGE`, and
-//! closes. A bare `NAME` shows the attribute, or for `compact` and `reset`
-//! performs it; `NAME VALUE` stores. The device's `attr_show` and
+//! `mem_limit 64M`); the server answers on its first line with one of
+//!
+//! - `busy MESSAGE`: too many requests at once; this one was not run, try
+//!   again (sent only after the request line was read, so that closing
+//!   does not reset the connection and lose the line);
+//! - `running`: the request was taken and runs now; then, when it is done,
+//!   `ok` followed by the attribute's text in the kernel's format, or
+//!   `error MESSAGE` (refused: nothing changed);
+//! - `error MESSAGE` alone: no request line came (it was not run);
+//!
+//! and closes. A client can thus give a silent peer a short deadline for
+//! the first line and still wait for a long `writeback` or `recompress`
+//! once it runs. A bare `NAME` shows the attribute, or for `compact` and
+//! `reset` performs it; `NAME VALUE` stores. The device's `attr_show` and
 //! `attr_store` do the work.
 //!
 //! Owns the socket's life (bound under a temporary name, made 0600, then
@@ -15,8 +25,9 @@
 //! a dead server — nothing listening, connect refused — is replaced, a
 //! live one never), the peers (each on a thread of its own, at most
 //! [`MAX_PEERS`] at once, each with [`PEER_TIMEOUT`] to send its line and
-//! take its answer, so a slow peer holds up nobody else) and the request
-//! format; knows nothing of nbdkit.
+//! take its answer, so a slow peer holds up nobody else; one more has
+//! [`BUSY_READ_TIMEOUT`] to send its line before it is told `busy`) and the
+//! request format; knows nothing of nbdkit.
 
 use mmkit_zram::{Zram, SHOW_ATTRS};
 use std::io::{Read, Write};
@@ -36,6 +47,18 @@ pub const MAX_PEERS: usize = 16;
 /// How long a peer has to send its request line, and again to take the
 /// answer.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a peer beyond [`MAX_PEERS`] has to send its request line
+/// before it is told `busy`: the accepting thread reads it, so this bounds
+/// how long one silent peer can hold up the others' accepts.
+pub const BUSY_READ_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// The first line of an answer to a request taken and run.
+pub const RUNNING: &str = "running";
+
+/// The first word of the answer to a request not run because
+/// [`MAX_PEERS`] are being answered.
+pub const BUSY: &str = "busy";
 
 /// Clears the way for a socket at `path`: nothing there, or a socket no
 /// server listens on any more (connecting is refused), which is removed.
@@ -119,8 +142,14 @@ impl ControlSocket {
 fn accept(mut stream: UnixStream, zram: &Arc<Zram>, peers: &Arc<AtomicUsize>) {
     if peers.fetch_add(1, AcqRel) >= MAX_PEERS {
         peers.fetch_sub(1, AcqRel);
-        let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
-        let _ = stream.write_all(format!("error busy: {MAX_PEERS} control requests at once; try again\n").as_bytes());
+        // The request line first: closing with it unread would reset the
+        // connection, and the peer would read the reset, not the line.
+        let _ = read_request(&mut stream, BUSY_READ_TIMEOUT);
+        let _ = stream.set_write_timeout(Some(BUSY_READ_TIMEOUT));
+        let line = format!("{BUSY} {MAX_PEERS} control requests are being answered; not run, try again\n");
+        if stream.write_all(line.as_bytes()).is_ok() {
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+        }
         return;
     }
     let (zram, done) = (Arc::clone(zram), Arc::clone(peers));
@@ -134,20 +163,23 @@ fn accept(mut stream: UnixStream, zram: &Arc<Zram>, peers: &Arc<AtomicUsize>) {
     }
 }
 
-/// Reads one request line within [`PEER_TIMEOUT`] (however slowly the peer
-/// trickles it in), at most [`MAX_REQUEST`] bytes.
-fn read_request(stream: &mut UnixStream) -> Result<String, String> {
-    let deadline = Instant::now() + PEER_TIMEOUT;
+/// Reads one request line within `timeout` (however slowly the peer
+/// trickles it in), at most [`MAX_REQUEST`] bytes, ended by a newline.
+fn read_request(stream: &mut UnixStream, timeout: Duration) -> Result<String, String> {
+    let deadline = Instant::now() + timeout;
     let mut line = Vec::new();
     let mut chunk = [0u8; 512];
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(format!("no request line within {} s", PEER_TIMEOUT.as_secs()));
+            return Err(format!("no request line within {} s", timeout.as_secs_f64()));
         }
         let _ = stream.set_read_timeout(Some(left));
         match stream.read(&mut chunk) {
-            Ok(0) => break,
+            // A line cut short by a peer that went away is not run: `reset`
+            // may be all that arrived of `reset_stats`, `writeback` of
+            // `writeback page_index=7`.
+            Ok(0) => return Err("the request line ended without a newline; not run".into()),
             Ok(n) => {
                 line.extend_from_slice(&chunk[..n]);
                 if line.contains(&b'\n') || line.len() >= MAX_REQUEST {
@@ -156,7 +188,7 @@ fn read_request(stream: &mut UnixStream) -> Result<String, String> {
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                return Err(format!("no request line within {} s", PEER_TIMEOUT.as_secs()));
+                return Err(format!("no request line within {} s", timeout.as_secs_f64()));
             }
             Err(e) => return Err(format!("reading the request: {e}")),
         }
@@ -168,19 +200,27 @@ fn read_request(stream: &mut UnixStream) -> Result<String, String> {
     String::from_utf8(line[..end].to_vec()).map_err(|_| "the request is not UTF-8".to_owned())
 }
 
-/// One connection: a request line in, the answer out. What follows the
-/// request line is read and dropped after the answer: closing a Unix
-/// socket with unread input would reset the connection and lose the
+/// One connection: a request line in, `running`, the answer out. What
+/// follows the request line is read and dropped after the answer: closing
+/// a Unix socket with unread input would reset the connection and lose the
 /// answer.
 fn handle(mut stream: UnixStream, zram: &Zram) {
-    let reply = match read_request(&mut stream) {
-        Ok(line) => match answer(zram, &line) {
-            Ok(text) => format!("ok\n{text}"),
-            Err(message) => format!("error {message}\n"),
-        },
+    let _ = stream.set_write_timeout(Some(PEER_TIMEOUT));
+    let reply = match read_request(&mut stream, PEER_TIMEOUT) {
+        Ok(line) => {
+            // Said before the request runs, so that the client's deadline
+            // for a first line does not cut a long writeback short. A peer
+            // gone already is answered no further, and the request not run.
+            if stream.write_all(format!("{RUNNING}\n").as_bytes()).is_err() {
+                return;
+            }
+            match answer(zram, &line) {
+                Ok(text) => format!("ok\n{text}"),
+                Err(message) => format!("error {message}\n"),
+            }
+        }
         Err(message) => format!("error {message}\n"),
     };
-    let _ = stream.set_write_timeout(Some(PEER_TIMEOUT));
     if stream.write_all(reply.as_bytes()).is_ok() && stream.shutdown(std::net::Shutdown::Write).is_ok() {
         let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
         let _ = std::io::copy(&mut (&mut stream).take(1 << 20), &mut std::io::sink());
@@ -305,7 +345,7 @@ mod tests {
             })
             .collect();
         let started = Instant::now();
-        assert!(ask(&path, "mm_stat\n").starts_with("ok\n"));
+        assert!(ask(&path, "mm_stat\n").starts_with("running\nok\n"));
         assert!(started.elapsed() < Duration::from_secs(2), "held up by slow peers: {:?}", started.elapsed());
         // A slow peer gets its error once its time is up, not before.
         let mut first = slow.into_iter().next().unwrap();
@@ -314,6 +354,50 @@ mod tests {
         assert!(reply.starts_with("error no request line"), "{reply}");
         assert!(started.elapsed() >= PEER_TIMEOUT - Duration::from_millis(500));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_peer_beyond_the_limit_reads_busy_not_a_reset_and_nothing_runs() {
+        /// Removed when dropped, however the test ends.
+        struct Scratch(PathBuf);
+        impl Drop for Scratch {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let dir = Scratch(std::env::temp_dir().join(format!("mmkit-nbdkit-busy-{}", std::process::id())));
+        std::fs::create_dir_all(&dir.0).unwrap();
+        let path = dir.0.join("ctl.sock");
+        let zram = device();
+        zram.write(0, &page()).unwrap();
+        ControlSocket::bind(&path).unwrap().serve(Arc::clone(&zram)).unwrap();
+        // Every peer thread taken by a peer that sends half a line.
+        let slow: Vec<UnixStream> = (0..MAX_PEERS)
+            .map(|_| {
+                let mut s = UnixStream::connect(&path).unwrap();
+                s.write_all(b"mm_").unwrap();
+                s
+            })
+            .collect();
+        // The accepting thread counts them as it accepts: wait until a
+        // request is refused.
+        let started = Instant::now();
+        let reply = loop {
+            let reply = ask(&path, "idle all\n");
+            if reply.starts_with(BUSY) || started.elapsed() > PEER_TIMEOUT {
+                break reply;
+            }
+        };
+        assert!(reply.starts_with("busy ") && reply.contains("not run"), "{reply:?}");
+        drop(slow);
+        let state = zram.attr_show("block_state").unwrap();
+        assert!(!state.split_whitespace().nth(2).unwrap().contains('i'), "idle all ran: {state}");
+        // Once they are gone, requests run again.
+        let started = Instant::now();
+        while !ask(&path, "mm_stat\n").starts_with("running\nok\n") {
+            assert!(started.elapsed() < 2 * PEER_TIMEOUT, "still busy");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     #[test]
@@ -335,11 +419,20 @@ mod tests {
         zram.write(0, &page()).unwrap();
         socket.serve(Arc::clone(&zram)).unwrap();
         let reply = ask(&path, "mm_stat\n");
+        let reply = reply.strip_prefix("running\n").expect("running first");
         let (status, body) = reply.split_once('\n').unwrap();
         assert_eq!(status, "ok");
         assert_eq!(body.split_whitespace().next(), Some(PAGE_SIZE.to_string().as_str()), "{reply}");
-        assert!(ask(&path, "colour\n").starts_with("error "));
+        assert!(ask(&path, "colour\n").starts_with("running\nerror "));
         assert!(ask(&path, &"x".repeat(10_000)).starts_with("error "), "an overlong request");
+        // A line cut short (the peer went away) is not run.
+        let mut cut = UnixStream::connect(&path).unwrap();
+        cut.write_all(b"reset").unwrap();
+        cut.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut reply = String::new();
+        cut.read_to_string(&mut reply).unwrap();
+        assert!(reply.starts_with("error the request line ended without a newline"), "{reply}");
+        assert!(zram.is_initialised(), "reset ran from a cut line");
         let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(leftovers, vec![std::ffi::OsString::from("ctl.sock")], "no staging file left");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -3,7 +3,7 @@
 //! them with nbdkit's preferred block size added.
 //!
 //! Owns the plugin's global state (parameters while nbdkit configures, then
-//! the device and the control socket) and the only `unsafe` of the crate:
+//! the device, the control socket and the reclaim thread) and the only `unsafe` of the crate:
 //! the `block_size` callback, which the `nbdkit` crate (0.3) does not bind
 //! although nbdkit has had it since 1.30. The NBD protocol itself is
 //! nbdkit's; this module only answers its callbacks.
@@ -11,6 +11,7 @@
 use crate::control::ControlSocket;
 use crate::ops::{self, BlockState};
 use crate::params::{Params, MAGIC_KEY};
+use crate::reclaim::Reclaimer;
 use mmkit_zram::{OpenHandle, Zram, ZramError};
 use nbdkit::{CacheFlags, Error, ExtentHandle, ExtentType, Flags, FuaFlags, Result, Server, ThreadModel};
 use std::os::raw::{c_int, c_void};
@@ -26,6 +27,9 @@ static DEVICE: OnceLock<Arc<Zram>> = OnceLock::new();
 /// reports itself ready) and `after_fork` (served: threads must start after
 /// nbdkit's fork into the background).
 static CONTROL: Mutex<Option<ControlSocket>> = Mutex::new(None);
+/// The thread that gives trimmed memory back to the OS (started in
+/// `after_fork`, as threads must be; never stopped before exit).
+static RECLAIMER: OnceLock<Reclaimer> = OnceLock::new();
 /// The control socket's path, removed at unload.
 static CONTROL_PATH: OnceLock<PathBuf> = OnceLock::new();
 /// Files of a private directory to remove at unload (`cleanup=`).
@@ -105,10 +109,13 @@ impl Server for Connection {
     }
 
     fn after_fork() -> Result<()> {
+        let zram = DEVICE.get().cloned().ok_or_else(|| Error::new(libc::EIO, "the device is not ready"))?;
         if let Some(socket) = CONTROL.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            let zram = DEVICE.get().cloned().ok_or_else(|| Error::new(libc::EIO, "the device is not ready"))?;
-            socket.serve(zram).map_err(Error::from)?;
+            socket.serve(Arc::clone(&zram)).map_err(Error::from)?;
         }
+        // Runs for the life of the process, as the control socket's thread.
+        let reclaimer = Reclaimer::start(zram).map_err(Error::from)?;
+        let _ = RECLAIMER.set(reclaimer);
         Ok(())
     }
 

@@ -14,7 +14,9 @@
 //! zero pages; fast zero is always honoured (zeroing never compresses);
 //! block status reports holes and zero pages from the slot table;
 //! `mem_limit` reaches the client as `ENOSPC`. The preferred block size
-//! advertised is 4096. `mmkit zram serve` starts nbdkit with this plugin.
+//! advertised is 4096. Memory freed by trims goes back to the OS a couple
+//! of seconds later without a `compact` ([`reclaim`]). `mmkit zram serve`
+//! starts nbdkit with this plugin.
 //!
 //! Parameters: see [`params`]; the control socket: see [`control`].
 
@@ -23,3 +25,4 @@ pub mod control;
 mod glue;
 pub mod ops;
 pub mod params;
+pub mod reclaim;

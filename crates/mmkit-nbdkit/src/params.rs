@@ -59,7 +59,11 @@ impl Params {
         for (key, what) in ZramConfig::KEYS {
             text.push_str(&format!("{key}=...\n    {what}\n"));
         }
-        text.push_str("control=PATH\n    a Unix socket (mode 0600) answering zram's sysfs attributes: mm_stat, io_stat,\n    bd_stat, debug_stat, compact, reset, idle all, recompress ..., writeback ...\n");
+        text.push_str(
+            "control=PATH\n    a Unix socket (mode 0600) answering zram's sysfs attributes: mm_stat, io_stat,\n    \
+             bd_stat, debug_stat, compact, reset, idle all, recompress ..., writeback ...\n    \
+             (one line in; back `busy ...`, or `running` then `ok` and the text or `error MESSAGE`)\n",
+        );
         text.push_str(
             "cleanup=PATH\n    a file to remove when nbdkit exits, then its directory if empty (repeatable)\n",
         );

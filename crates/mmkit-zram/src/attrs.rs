@@ -74,6 +74,7 @@ pub const STORE_ATTRS: &[&str] = &[
     "mem_used_max",
     "writeback_limit",
     "writeback_limit_enable",
+    "backing_overwrite",
 ];
 
 impl Device {
@@ -168,13 +169,19 @@ impl Device {
                 "all" => self.idle_all(),
                 _ => self.idle_older_than(u32::try_from(number()?).unwrap_or(u32::MAX)),
             },
-            "writeback" => return self.writeback(WritebackMode::parse(value)?).map(|n| format!("{n}\n")),
+            "writeback" => {
+                let mut written = 0;
+                for mode in self.writeback_requests(value)? {
+                    written += self.writeback(mode)?;
+                }
+                return Ok(format!("{written}\n"));
+            }
             "recompress" => return self.recompress(&RecompressParams::parse(value)?).map(|n| format!("{n}\n")),
             "mem_used_max" => {
                 if number()? != 0 {
                     return Err(ZramError::Invalid("mem_used_max: only 0 (reset to the current use) is taken".into()));
                 }
-                self.counters.mem_used_max.store(self.pool.zs_get_total_pages() * PAGE_SIZE as u64, Relaxed);
+                self.counters.mem_used_max.store(self.mem_used(), Relaxed);
             }
             "writeback_limit" => self.set_writeback_limit(number()?),
             "writeback_limit_enable" => self.set_writeback_limit_enable(number()? != 0),
@@ -185,6 +192,47 @@ impl Device {
             _ => return Err(ZramError::Invalid(format!("no attribute {name:?} to store"))),
         }
         Ok(String::new())
+    }
+}
+
+impl Device {
+    /// A `writeback` store's words, in the kernel's forms (Linux 6.13's
+    /// `writeback_store`): a mode alone (`idle`, `huge`, `huge_idle`,
+    /// `incompressible`) or as `type=MODE`, or any number of
+    /// `page_index=N` and `page_indexes=FIRST-LAST`; a mode and page
+    /// indexes together, or two modes, are refused. Every word is checked,
+    /// page indexes against the device, before anything is written back.
+    fn writeback_requests(&self, value: &str) -> Result<Vec<WritebackMode>, ZramError> {
+        let mut modes = Vec::new();
+        let mut pages = Vec::new();
+        for word in value.split_whitespace() {
+            let word = word.strip_prefix("type=").unwrap_or(word);
+            let mode = WritebackMode::parse(word)?;
+            match mode {
+                WritebackMode::Pages { last, .. } => {
+                    if last >= self.slots.len() {
+                        return Err(ZramError::Invalid(format!(
+                            "writeback {word}: the device has {} pages",
+                            self.slots.len()
+                        )));
+                    }
+                    pages.push(mode);
+                }
+                _ => modes.push(mode),
+            }
+        }
+        match (modes.len(), pages.is_empty()) {
+            (0, false) => Ok(pages),
+            (1, true) => Ok(modes),
+            (0, true) => Err(ZramError::Invalid(
+                "writeback: say which pages: idle, huge, huge_idle, incompressible (or type=MODE), \
+                 page_index=N or page_indexes=N-M"
+                    .into(),
+            )),
+            _ => Err(ZramError::Invalid(format!(
+                "writeback {value:?}: one mode, or page indexes, not both and not two modes"
+            ))),
+        }
     }
 }
 

@@ -35,10 +35,15 @@ pub struct ZramConfig {
     /// Secondary algorithms for recompression, priority 1, 2, 3 in order
     /// (Linux's `CONFIG_ZRAM_MULTI_COMP`).
     pub recomp_algorithms: Vec<Algorithm>,
-    /// Most memory the pool may hold, in bytes; 0 for no limit.
+    /// Most memory the device may hold (the pool and the slot table), in
+    /// bytes; 0 for no limit.
     pub mem_limit: u64,
     /// The file idle and huge pages are written back to.
     pub backing_dev: Option<PathBuf>,
+    /// Whether `backing_dev` may name a file that holds data (any byte not
+    /// zero), which writeback then overwrites; without it such a file is
+    /// refused when named (`backing_overwrite=1` before `backing_dev=`).
+    pub backing_overwrite: bool,
     /// Most pages in one zspage (4 ..= 16).
     pub chain_size: usize,
     /// The zstd dictionary of each priority that has one (0 the primary),
@@ -54,6 +59,7 @@ impl Default for ZramConfig {
             recomp_algorithms: Vec::new(),
             mem_limit: 0,
             backing_dev: None,
+            backing_overwrite: false,
             chain_size: 8,
             dictionaries: BTreeMap::new(),
         }
@@ -70,8 +76,13 @@ impl ZramConfig {
             "algorithm_params",
             "\"algo=NAME [priority=N] [level=N] [dict=PATH]\": level and zstd dictionary of an algorithm set above",
         ),
-        ("mem_limit", "most memory the compressed pages may use, K/M/G suffixes; 0 for none"),
-        ("backing_dev", "an existing file for writeback of idle and huge pages"),
+        ("mem_limit", "most memory the device may use (compressed pages and slot table), K/M/G suffixes; 0 for none"),
+        (
+            "backing_dev",
+            "an existing file for writeback of idle and huge pages; one holding data (a byte not zero) is refused \
+             unless backing_overwrite=1 comes first",
+        ),
+        ("backing_overwrite", "1: let backing_dev name a file that holds data, which writeback overwrites"),
         ("chain_size", "most pages in one zspage, 4..=16"),
     ];
 
@@ -88,12 +99,14 @@ impl ZramConfig {
                 if size == 0 {
                     return Err(bad("the device needs at least one page"));
                 }
+                check_disksize(size).map_err(|what| bad(&what))?;
                 self.disksize = size;
             }
             "comp" | "comp_algorithm" => {
                 self.algorithm = Algorithm::parse(value)
                     .ok_or_else(|| bad("unknown algorithm (lz4, lz4hc, lz4hc:1..12, zstd, zstd:1..22)"))?;
             }
+            "recomp" | "recomp_algorithm" if value.contains('=') => self.set_recomp_priority(value)?,
             "recomp" | "recomp_algorithm" => {
                 let mut list = Vec::new();
                 for name in value.split(',').filter(|n| !n.is_empty()) {
@@ -114,13 +127,59 @@ impl ZramConfig {
                 self.mem_limit = bytes;
             }
             "backing_dev" => {
-                self.backing_dev = (!value.is_empty() && value != "none").then(|| PathBuf::from(value));
+                let path = (!value.is_empty() && value != "none").then(|| PathBuf::from(value));
+                if let Some(path) = &path {
+                    if !self.backing_overwrite {
+                        refuse_backing_with_data(path).map_err(|what| bad(&what))?;
+                    }
+                }
+                self.backing_dev = path;
+            }
+            "backing_overwrite" => {
+                self.backing_overwrite = match value {
+                    "1" | "yes" | "true" => true,
+                    "0" | "no" | "false" => false,
+                    _ => return Err(bad("want 1 or 0")),
+                };
             }
             "chain_size" => {
                 self.chain_size =
                     value.parse().ok().filter(|n| (4..=16).contains(n)).ok_or_else(|| bad("not in 4..=16"))?;
             }
             _ => return Err(ZramError::Invalid(format!("unknown parameter {key:?}"))),
+        }
+        Ok(())
+    }
+
+    /// `recomp_algorithm` in the kernel's form, `algo=NAME [priority=N]`
+    /// (`recomp_algorithm_store`: priority 1 when not given, 1..=3): sets
+    /// the secondary algorithm of one priority. A priority may replace one
+    /// set before or come next after them (the secondaries are kept in
+    /// order with no gap).
+    fn set_recomp_priority(&mut self, value: &str) -> Result<(), ZramError> {
+        let bad = |what: String| ZramError::Invalid(format!("recomp_algorithm {value:?}: {what}"));
+        let (mut algo, mut priority) = (None, None);
+        for word in value.split_whitespace() {
+            match word.split_once('=') {
+                Some(("algo", name)) if algo.is_none() => algo = Some(name),
+                Some(("priority", n)) if priority.is_none() => {
+                    priority = Some(n.parse::<usize>().map_err(|_| bad(format!("priority={n}: not a number")))?)
+                }
+                _ => return Err(bad(format!("{word:?}: want algo=NAME [priority=1..=3], each once"))),
+            }
+        }
+        let name = algo.ok_or_else(|| bad("algo=NAME is missing".into()))?;
+        let algorithm = Algorithm::parse(name)
+            .ok_or_else(|| bad(format!("unknown algorithm {name:?} (lz4, lz4hc, lz4hc:1..12, zstd, zstd:1..22)")))?;
+        let priority = priority.unwrap_or(1);
+        if !(1..=MAX_RECOMP_ALGORITHMS).contains(&priority) {
+            return Err(bad(format!("priority {priority}: secondary priorities are 1..={MAX_RECOMP_ALGORITHMS}")));
+        }
+        let set = self.recomp_algorithms.len();
+        match priority - 1 {
+            i if i < set => self.recomp_algorithms[i] = algorithm,
+            i if i == set => self.recomp_algorithms.push(algorithm),
+            _ => return Err(bad(format!("priority {priority}: set priority {} first", set + 1))),
         }
         Ok(())
     }
@@ -135,6 +194,95 @@ impl ZramConfig {
 /// can be read; the page allocator's, which also bounds real-memory maps.
 pub fn machine_memory() -> Option<u64> {
     mmkit::machine_memory()
+}
+
+/// Bytes of slot table a device of `disksize` bytes needs when every page
+/// of it has been written: a 16-byte slot a page (Linux's
+/// `zram_table_entry`) and the table's directory. The table is allocated
+/// as pages arrive; `mm_stat`'s `mem_used_total` counts what it holds.
+pub fn slot_table_bytes(disksize: u64) -> u64 {
+    crate::table::table_bytes_for(disksize.div_ceil(crate::PAGE_SIZE as u64))
+}
+
+/// The memory check every size change makes (start-up and `disksize`):
+/// a device whose slot table alone would need more than the machine's
+/// memory is refused, as the kernel's `disksize_store` fails when it cannot
+/// vmalloc the table. Returns the reason in GiB.
+fn check_disksize(disksize: u64) -> Result<(), String> {
+    let table = slot_table_bytes(disksize);
+    match machine_memory() {
+        Some(memory) if table > memory => {
+            Err(format!("the slot table alone would need {}, this machine has {}", gib(table), gib(memory)))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Bytes in GiB, as a person reads them.
+pub(crate) fn gib(bytes: u64) -> String {
+    let g = bytes as f64 / f64::from(1u32 << 30);
+    if g >= 10.0 {
+        format!("{g:.0} GiB")
+    } else {
+        format!("{g:.1} GiB")
+    }
+}
+
+/// Refuses a backing file that holds data: any byte that is not zero,
+/// looked for in its data extents only (`SEEK_DATA`; a file made with
+/// `truncate -s` or `fallocate` has none). Writeback overwrites the file
+/// from its first block, and the kernel's zram takes only block devices,
+/// claimed exclusively; a regular file full of someone's data is refused
+/// unless `backing_overwrite` says otherwise. A path that cannot be opened
+/// or is not a regular file is left to the backing device's own checks.
+fn refuse_backing_with_data(path: &std::path::Path) -> Result<(), String> {
+    let Ok(file) = std::fs::File::open(path) else { return Ok(()) };
+    match file.metadata() {
+        Ok(meta) if meta.is_file() => {}
+        _ => return Ok(()),
+    }
+    match first_data_byte(&file) {
+        Ok(None) => Ok(()),
+        Ok(Some(at)) => Err(format!(
+            "the file holds data (a byte not zero at offset {at}) that writeback would overwrite; empty it \
+             (truncate -s 0, then to the size wanted) or say backing_overwrite=1 first (serve --force-backing)"
+        )),
+        Err(e) => Err(format!("cannot check whether the file holds data: {e}")),
+    }
+}
+
+/// The offset of the first byte not zero in `file`, reading only its data
+/// extents (every byte where `SEEK_DATA` is not supported).
+fn first_data_byte(file: &std::fs::File) -> std::io::Result<Option<u64>> {
+    use rustix::fs::{seek, SeekFrom};
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata()?.len();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    while at < len {
+        let data = match seek(file, SeekFrom::Data(at)) {
+            Ok(data) => data,
+            // No data past `at`: the rest is a hole.
+            Err(rustix::io::Errno::NXIO) => return Ok(None),
+            Err(rustix::io::Errno::INVAL) if at == 0 => 0,
+            Err(e) => return Err(e.into()),
+        };
+        let hole = seek(file, SeekFrom::Hole(data)).unwrap_or(len).min(len);
+        let mut pos = data;
+        while pos < hole {
+            let want = usize::try_from((hole - pos).min(buf.len() as u64)).unwrap_or(buf.len());
+            let n = file.read_at(&mut buf[..want], pos)?;
+            if n == 0 {
+                return Ok(None);
+            }
+            if let Some(i) = buf[..n].iter().position(|&b| b != 0) {
+                return Ok(Some(pos + i as u64));
+            }
+            pos += n as u64;
+        }
+        at = hole.max(at + 1);
+    }
+    Ok(None)
 }
 
 /// A `mem_limit` that makes sense: 0 (none), or from one page up to the
@@ -195,5 +343,86 @@ mod tests {
         config.set("backing_dev", "wb.img").unwrap();
         assert_eq!(config.algorithms().len(), 3);
         assert_eq!(config.backing_dev, Some(PathBuf::from("wb.img")));
+    }
+
+    #[test]
+    fn recomp_algorithm_takes_the_kernels_form_and_refuses_bad_ones_changing_nothing() {
+        let mut config = ZramConfig::default();
+        config.set("recomp_algorithm", "algo=zstd priority=1").unwrap();
+        assert_eq!(config.recomp_algorithms, vec![Algorithm::Zstd { level: 3 }]);
+        config.set("recomp_algorithm", "algo=lz4hc").unwrap();
+        assert_eq!(config.recomp_algorithms, vec![Algorithm::Lz4Hc { level: 9 }], "priority 1 when not given");
+        config.set("recomp_algorithm", "priority=2 algo=zstd:9").unwrap();
+        assert_eq!(config.recomp_algorithms[1], Algorithm::Zstd { level: 9 });
+        let before = config.clone();
+        for bad in [
+            "algo=lzma priority=1",
+            "priority=1",
+            "algo=zstd priority=0",
+            "algo=zstd priority=4",
+            "algo=zstd priority=x",
+            "algo=zstd priority=1 priority=2",
+            "algo=zstd colour=blue",
+            "algo=zstd stray",
+        ] {
+            let err = config.set("recomp_algorithm", bad).unwrap_err();
+            assert!(err.to_string().contains("recomp_algorithm"), "{bad}: {err}");
+            assert_eq!(config, before, "{bad} changed the configuration");
+        }
+        let mut fresh = ZramConfig::default();
+        assert!(fresh.set("recomp_algorithm", "algo=zstd priority=3").unwrap_err().to_string().contains("priority 1"));
+        // mmkit's own comma-separated form still works.
+        fresh.set("recomp", "zstd,lz4hc").unwrap();
+        assert_eq!(fresh.recomp_algorithms.len(), 2);
+    }
+
+    #[test]
+    fn sizes_whose_slot_table_exceeds_the_machine_are_refused_wherever_they_are_set() {
+        assert_eq!(slot_table_bytes(16 << 20), 64 * 1024 + table_entry());
+        let Some(memory) = machine_memory() else { return };
+        let too_big = (memory / 16 + 4096) * 4096 * 2;
+        let mut config = ZramConfig::default();
+        let err = config.set("disksize", &too_big.to_string()).unwrap_err().to_string();
+        assert!(err.contains("slot table alone would need") && err.contains("GiB"), "{err}");
+        assert_eq!(config, ZramConfig::default());
+        config.set("size", "1T").unwrap_or_else(|e| assert!(memory < 4 << 30, "{e}"));
+    }
+
+    fn table_entry() -> u64 {
+        slot_table_bytes(1) - 64 * 1024
+    }
+
+    #[test]
+    fn a_backing_file_holding_data_is_refused_unless_overwrite_is_said_first() {
+        /// Removed when dropped, however the test ends.
+        struct Scratch(PathBuf);
+        impl Drop for Scratch {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let scratch = Scratch(std::env::temp_dir().join(format!("mmkit-zram-backing-{}", std::process::id())));
+        let dir = &scratch.0;
+        std::fs::create_dir_all(dir).unwrap();
+        let sparse = dir.join("sparse.img");
+        std::fs::File::create(&sparse).unwrap().set_len(8 << 20).unwrap();
+        let zeroes = dir.join("zeroes.img");
+        std::fs::write(&zeroes, vec![0u8; 1 << 20]).unwrap();
+        let data = dir.join("data.img");
+        let mut bytes = vec![0u8; 3 << 20];
+        bytes[(2 << 20) + 5] = 1;
+        std::fs::write(&data, &bytes).unwrap();
+        let mut config = ZramConfig::default();
+        config.set("backing_dev", sparse.to_str().unwrap()).unwrap();
+        config.set("backing_dev", zeroes.to_str().unwrap()).unwrap();
+        let before = config.clone();
+        let err = config.set("backing_dev", data.to_str().unwrap()).unwrap_err().to_string();
+        assert!(err.contains("holds data") && err.contains(&((2 << 20) + 5).to_string()), "{err}");
+        assert!(err.contains("backing_overwrite=1"), "{err}");
+        assert_eq!(config, before, "nothing changed");
+        assert!(config.set("backing_overwrite", "maybe").is_err());
+        config.set("backing_overwrite", "1").unwrap();
+        config.set("backing_dev", data.to_str().unwrap()).unwrap();
+        assert_eq!(config.backing_dev.as_deref(), Some(data.as_path()));
     }
 }

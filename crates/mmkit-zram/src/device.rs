@@ -227,7 +227,8 @@ impl Device {
             let at = offset + done as u64;
             let (index, start) = ((at / PAGE_SIZE as u64) as usize, (at % PAGE_SIZE as u64) as usize);
             let n = (PAGE_SIZE - start).min(data.len() - done);
-            let slot = match self.slots.get_or_alloc(index) {
+            // A new chunk of the slot table counts against mem_limit.
+            let slot = match self.slots.get(index).map_or_else(|| self.new_chunk_slot(index), Ok) {
                 Ok(slot) => slot.lock(),
                 Err(e) => {
                     self.counters.failed_writes.fetch_add(1, Relaxed);
@@ -441,7 +442,7 @@ impl Device {
             // Ours: the old contents go once the new are in place.
             let _ = self.pool.zs_free(old);
         }
-        self.counters.note_memory(self.pool.zs_get_total_pages() * PAGE_SIZE as u64);
+        self.counters.note_memory(self.mem_used());
         Ok(())
     }
 
@@ -495,10 +496,19 @@ impl Device {
         Ok((handle, bytes.len()))
     }
 
-    /// [`ZramError::NoSpace`] once the pool holds `mem_limit` bytes.
+    /// The slot of page `index`, whose chunk of the slot table does not
+    /// exist yet: allocated if `mem_limit` allows.
+    #[cold]
+    fn new_chunk_slot(&self, index: usize) -> Result<&crate::slot::Slot, ZramError> {
+        self.check_mem_limit()?;
+        self.slots.get_or_alloc(index)
+    }
+
+    /// [`ZramError::NoSpace`] once the device holds `mem_limit` bytes (the
+    /// pool and the slot table, `stats`' `mem_used`).
     fn check_mem_limit(&self) -> Result<(), ZramError> {
         let limit = self.mem_limit();
-        if limit != 0 && self.pool.zs_get_total_pages() * PAGE_SIZE as u64 >= limit {
+        if limit != 0 && self.mem_used() >= limit {
             return Err(ZramError::NoSpace);
         }
         Ok(())

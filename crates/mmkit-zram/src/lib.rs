@@ -31,7 +31,7 @@ mod table;
 mod writeback;
 
 pub use attrs::{Extent, ExtentKind, SHOW_ATTRS, STORE_ATTRS};
-pub use config::{machine_memory, parse_size, ZramConfig, MAX_RECOMP_ALGORITHMS};
+pub use config::{machine_memory, parse_size, slot_table_bytes, ZramConfig, MAX_RECOMP_ALGORITHMS};
 pub use device::PAGE_SIZE;
 pub use lifecycle::{OpenHandle, Zram};
 pub use mmkit_compress::{Algorithm, CompressError, Compressor, Dictionary};

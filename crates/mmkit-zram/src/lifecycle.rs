@@ -578,7 +578,7 @@ impl Zram {
                 self.reset()?;
             }
             "disksize" | "comp_algorithm" | "comp" | "recomp_algorithm" | "recomp" | "backing_dev"
-            | "max_comp_streams" | "algorithm_params" => {
+            | "max_comp_streams" | "algorithm_params" | "backing_overwrite" => {
                 let name = match name {
                     "comp" => "comp_algorithm",
                     "recomp" => "recomp_algorithm",

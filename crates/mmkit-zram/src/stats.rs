@@ -81,7 +81,8 @@ pub struct MmStat {
     pub orig_data_size: u64,
     /// Bytes after compression (huge pages count 4096).
     pub compr_data_size: u64,
-    /// Bytes of memory the pool holds, fragmentation included.
+    /// Bytes of memory the device holds: the pool's pages, fragmentation
+    /// included, and the slot table.
     pub mem_used_total: u64,
     /// The memory limit (0: none).
     pub mem_limit: u64,
@@ -118,15 +119,27 @@ impl core::fmt::Display for MmStat {
 }
 
 impl Device {
+    /// The memory the device holds, as `mem_used_total` shows it and
+    /// `mem_limit` bounds it: the pool's pages, fragmentation included, and
+    /// the slot table's directory and chunks. Linux's zram allocates its
+    /// whole table at `disksize` time; here it grows with the pages written
+    /// (a one-byte write every 16 MiB costs a 64 KiB chunk), so it is
+    /// counted with the pool, or a device far larger than the memory it
+    /// may use would grow past its limit unseen.
+    pub(crate) fn mem_used(&self) -> u64 {
+        self.pool.zs_get_total_pages() * PAGE_SIZE as u64 + self.slots.bytes()
+    }
+
     /// `mm_stat` as numbers.
     pub fn mm_stat_values(&self) -> MmStat {
         let c = &self.counters;
+        let mem_used_total = self.mem_used();
         MmStat {
             orig_data_size: c.total(|h| &h.pages_stored) * PAGE_SIZE as u64,
             compr_data_size: c.total(|h| &h.compr_data_size),
-            mem_used_total: self.pool.zs_get_total_pages() * PAGE_SIZE as u64,
+            mem_used_total,
             mem_limit: self.mem_limit(),
-            mem_used_max: c.mem_used_max.load(Relaxed),
+            mem_used_max: c.mem_used_max.load(Relaxed).max(mem_used_total),
             same_pages: c.total(|h| &h.same_pages),
             pages_compacted: self.pool.zs_pool_stats().pages_compacted,
             huge_pages: c.total(|h| &h.huge_pages),

@@ -8,11 +8,25 @@
 //! Owns the table's memory: the directory is reserved with `try_reserve`
 //! and a chunk that cannot be allocated is a typed error, never an abort.
 //! Chunks are never freed before the device is (a freed slot is a cleared
-//! entry, as in the kernel). Knows nothing of what a slot holds.
+//! entry, as in the kernel). The bytes the table holds are counted, so that
+//! `mm_stat` and `mem_limit` see them. Knows nothing of what a slot holds.
 
 use crate::slot::Slot;
 use crate::ZramError;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::OnceLock;
+
+/// Bytes of one directory entry.
+const ENTRY_BYTES: u64 = size_of::<OnceLock<Box<[Slot]>>>() as u64;
+/// Bytes of one chunk of slots.
+const CHUNK_BYTES: u64 = (CHUNK_PAGES * size_of::<Slot>()) as u64;
+
+/// Bytes the table of a device of `pages` pages holds once every chunk
+/// exists: the directory and every chunk.
+pub(crate) fn table_bytes_for(pages: u64) -> u64 {
+    let chunks = pages.div_ceil(CHUNK_PAGES as u64);
+    chunks.saturating_mul(ENTRY_BYTES + CHUNK_BYTES)
+}
 
 /// Pages per chunk: 4096 slots, 64 KiB, covering 16 MiB of device.
 pub(crate) const CHUNK_PAGES: usize = 4096;
@@ -21,6 +35,8 @@ pub(crate) const CHUNK_PAGES: usize = 4096;
 pub(crate) struct SlotTable {
     chunks: Box<[OnceLock<Box<[Slot]>>]>,
     len: usize,
+    /// Chunks allocated so far.
+    allocated: AtomicUsize,
 }
 
 /// A typed error for memory the table could not get.
@@ -40,7 +56,7 @@ impl SlotTable {
             .try_reserve_exact(nr_chunks)
             .map_err(|_| no_memory("directory", nr_chunks.saturating_mul(size_of::<OnceLock<Box<[Slot]>>>())))?;
         chunks.resize_with(nr_chunks, OnceLock::new);
-        Ok(Self { chunks: chunks.into_boxed_slice(), len })
+        Ok(Self { chunks: chunks.into_boxed_slice(), len, allocated: AtomicUsize::new(0) })
     }
 
     /// Pages in the table.
@@ -68,21 +84,29 @@ impl SlotTable {
             .ok_or_else(|| ZramError::Invalid(format!("page {index} is past the slot table")))?;
         let chunk: &[Slot] = match cell.get() {
             Some(chunk) => chunk,
-            None => Self::alloc_chunk(cell)?,
+            None => self.alloc_chunk(cell)?,
         };
         Ok(&chunk[index % CHUNK_PAGES])
     }
 
     #[cold]
-    fn alloc_chunk(cell: &OnceLock<Box<[Slot]>>) -> Result<&[Slot], ZramError> {
+    fn alloc_chunk<'a>(&self, cell: &'a OnceLock<Box<[Slot]>>) -> Result<&'a [Slot], ZramError> {
         let mut slots: Vec<Slot> = Vec::new();
         // No memory for the chunk: the write fails as at mem_limit (ENOSPC).
         slots.try_reserve_exact(CHUNK_PAGES).map_err(|_| ZramError::NoSpace)?;
         slots.resize_with(CHUNK_PAGES, Slot::default);
         let fresh = slots.into_boxed_slice();
         // Two first writers may race: one chunk is kept, the other dropped
-        // before any slot of it was used.
-        Ok(cell.get_or_init(move || fresh))
+        // before any slot of it was used; only the kept one is counted.
+        if cell.set(fresh).is_ok() {
+            self.allocated.fetch_add(1, Relaxed);
+        }
+        cell.get().map(|chunk| &chunk[..]).ok_or(ZramError::NoSpace)
+    }
+
+    /// Bytes the table holds now: the directory and the chunks allocated.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.chunks.len() as u64 * ENTRY_BYTES + self.allocated.load(Relaxed) as u64 * CHUNK_BYTES
     }
 
     /// Whether the chunk holding page `index` exists.
@@ -101,13 +125,6 @@ impl SlotTable {
             },
         )
     }
-
-    /// Bytes the table holds now (directory and chunks).
-    #[cfg(test)]
-    pub(crate) fn bytes(&self) -> usize {
-        let chunks = self.chunks.iter().filter(|c| c.get().is_some()).count();
-        self.chunks.len() * size_of::<OnceLock<Box<[Slot]>>>() + chunks * CHUNK_PAGES * size_of::<Slot>()
-    }
 }
 
 #[cfg(test)]
@@ -122,6 +139,7 @@ mod tests {
         table.get_or_alloc(CHUNK_PAGES + 7).unwrap();
         assert!(table.chunk_exists(CHUNK_PAGES) && table.get(CHUNK_PAGES).is_some());
         assert!(table.get(0).is_none(), "other chunks stay unallocated");
+        assert_eq!(table.bytes(), 4 * ENTRY_BYTES + CHUNK_BYTES, "the directory and one chunk");
         table.get_or_alloc(3 * CHUNK_PAGES + 4).unwrap();
         assert!(table.get_or_alloc(4 * CHUNK_PAGES).is_err(), "past the directory");
         let indexes: Vec<usize> = table.iter().map(|(i, _)| i).collect();
