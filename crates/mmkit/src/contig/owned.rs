@@ -48,7 +48,8 @@ pub struct ContigRange {
     start: Pfn,
     nr_pages: u64,
     owner: PageOwner,
-    map_id: u32,
+    /// The map's id: unique in the process, never reused.
+    map_id: u64,
 }
 
 impl ContigRange {

@@ -17,7 +17,7 @@ use crate::Pfn;
 pub struct PageBlock {
     pfn: Pfn,
     /// Order (bits 0..8), owner tag (8..16) and the allocator's map id
-    /// (32..64), packed into one word: a cache of handles (a quicklist's
+    /// (16..64; ids stop at 2^48 - 1 and are never reused), packed into one word: a cache of handles (a quicklist's
     /// stack) stores and reloads a handle as two 8-byte words, which the
     /// CPU forwards from its store buffer. Separate narrow fields were
     /// stored in pieces and reloaded with one wider load, a failed
@@ -31,8 +31,9 @@ impl PageBlock {
     /// The handle of block `pfn` of `order`, owned by `owner`, in the
     /// allocator with `map_id`. Only the allocator's block API makes one.
     #[inline(always)]
-    pub(crate) fn new(pfn: Pfn, order: u32, owner: PageOwner, map_id: u32) -> Self {
-        let meta = u64::from(order as u8) | u64::from(owner.id()) << 8 | u64::from(map_id) << 32;
+    pub(crate) fn new(pfn: Pfn, order: u32, owner: PageOwner, map_id: u64) -> Self {
+        // Map ids fit 48 bits (`page_alloc::MAX_MAP_ID`).
+        let meta = u64::from(order as u8) | u64::from(owner.id()) << 8 | map_id << 16;
         Self { pfn, meta }
     }
     /// First page.
@@ -59,7 +60,7 @@ impl PageBlock {
     }
     /// The allocator the block belongs to.
     #[inline(always)]
-    pub(crate) fn map_id(&self) -> u32 {
-        (self.meta >> 32) as u32
+    pub(crate) fn map_id(&self) -> u64 {
+        self.meta >> 16
     }
 }

@@ -296,6 +296,10 @@ pub enum BuildError {
         /// Bytes asked for.
         bytes: usize,
     },
+    /// Every map id has been handed out: the process built 2^48 - 1 maps.
+    /// Ids are never reused, so that a handle of a dropped map cannot pass
+    /// a later map's check.
+    MapIdsExhausted,
     /// A [`Backing::RealMemory`](crate::Backing) map larger than the
     /// machine's memory: its pages would fail only when touched.
     RealMemoryTooLarge {
@@ -354,6 +358,7 @@ impl fmt::Display for BuildError {
             Self::BadRange { kind, pfns, reason } => write!(f, "{} {pfns:?}: {reason}", kind.name()),
             Self::ZoneOrder { lower, upper } => write!(f, "zone {lower:?} lies above zone {upper:?}"),
             Self::NoMetadataMemory { bytes } => write!(f, "cannot allocate {bytes} bytes of allocator metadata"),
+            Self::MapIdsExhausted => f.write_str("every map id has been handed out"),
             Self::RealMemoryTooLarge { bytes, machine } => {
                 write!(f, "real memory of {bytes} bytes is more than the machine's {machine}")
             }
