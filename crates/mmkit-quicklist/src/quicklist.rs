@@ -8,8 +8,10 @@
 //! CPU's stack and the page's descriptor, never the page allocator's lists.
 //!
 //! Talks to the page allocator only through its public owned-block API:
-//! the quicklists hold their pages as [`PageBlock`]s tagged
-//! [`QUICKLIST_OWNER`] (the allocator's ordinary free paths refuse them),
+//! the quicklists hold their pages as [`PageBlock`]s tagged with the
+//! [`OwnerKey`] each `Quicklists` takes from its map
+//! ([`Quicklists::owner`]; the allocator's ordinary free paths refuse
+//! them, and only this key takes a handed-out page back),
 //! hand a page to their caller as a bare PFN with
 //! [`hand_out_block`](PageAllocator::hand_out_block) and take it back with
 //! [`take_back_block`](PageAllocator::take_back_block), one compare-and-swap
@@ -47,7 +49,7 @@
 //! as the page allocator refuses another CPU's free of a pinned CPU's
 //! `LOCAL` page.
 
-use mmkit::{BlockError, FreeError, Gfp, PageAllocator, PageBlock, PageOwner, Pfn};
+use mmkit::{BlockError, FreeError, Gfp, OwnerKey, PageAllocator, PageBlock, PageOwner, Pfn};
 use spin::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
@@ -60,12 +62,6 @@ pub use pinned::QuicklistCpu;
 
 /// A page constructor or destructor: gets the whole page as bytes.
 pub type PageFn<'f> = &'f dyn Fn(&mut [u8]);
-
-/// The owner tag of pages the quicklists hold or handed out.
-pub const QUICKLIST_OWNER: PageOwner = match PageOwner::new(1) {
-    Some(owner) => owner,
-    None => panic!("1 is a valid owner tag"),
-};
 
 /// Linux's default `CONFIG_NR_QUICK`.
 pub const DEFAULT_NR_QUICK: usize = 1;
@@ -182,6 +178,9 @@ struct ListState {
 /// ```
 pub struct Quicklists {
     alloc: Arc<PageAllocator>,
+    /// The map's key for this set's pages; `None` only once `Drop` gave
+    /// it back.
+    key: Option<OwnerKey>,
     /// False for the comparison mode of [`Quicklists::uncached`].
     caching: bool,
     /// One node only: no page can be another node's.
@@ -195,11 +194,14 @@ impl Quicklists {
     /// `nr_quick` lists for each of the allocator's CPUs.
     ///
     /// # Errors
-    /// [`QuicklistError::NoRealMemory`] for a metadata-only map.
+    /// [`QuicklistError::NoRealMemory`] for a metadata-only map;
+    /// [`QuicklistError::NoOwnerTag`] when the map has no owner tag left
+    /// ([`PageAllocator::new_owner_key`]).
     pub fn new(alloc: Arc<PageAllocator>, nr_quick: usize) -> Result<Self, QuicklistError> {
         if !alloc.has_real_memory() {
             return Err(QuicklistError::NoRealMemory);
         }
+        let key = alloc.new_owner_key().map_err(|_| QuicklistError::NoOwnerTag)?;
         let cpus = (0..alloc.nr_cpus())
             .map(|_| CpuLists {
                 stacks: Mutex::new((0..nr_quick).map(|_| Vec::with_capacity(64)).collect()),
@@ -209,7 +211,7 @@ impl Quicklists {
             .collect();
         let states = (0..nr_quick).map(|_| ListState { template: OnceLock::new() }).collect();
         let single_node = alloc.nr_nodes() <= 1;
-        Ok(Self { alloc, caching: true, single_node, nr_quick, cpus, states })
+        Ok(Self { alloc, key: Some(key), caching: true, single_node, nr_quick, cpus, states })
     }
 
     /// The same interface without the caching: every allocation is a fresh
@@ -238,6 +240,18 @@ impl Quicklists {
     /// The allocator the pages come from.
     pub fn allocator(&self) -> &Arc<PageAllocator> {
         &self.alloc
+    }
+
+    /// The owner tag of the pages this set holds or handed out (what
+    /// [`PageAllocator::page_owner`] and [`FreeError::Owned`] report).
+    pub fn owner(&self) -> Option<PageOwner> {
+        self.key.as_ref().map(OwnerKey::owner)
+    }
+
+    /// This set's key; an error only after `Drop` gave it back.
+    #[inline(always)]
+    fn key(&self) -> Result<&OwnerKey, QuicklistError> {
+        self.key.as_ref().ok_or(QuicklistError::NoOwnerTag)
     }
 
     /// A page from list `nr` of the calling CPU, or a fresh zeroed page
@@ -304,7 +318,7 @@ impl Quicklists {
 
     /// Gives back a page taken with
     /// [`quicklist_alloc_block`](Self::quicklist_alloc_block) (or any
-    /// order-0 block of [`QUICKLIST_OWNER`]); as
+    /// order-0 block of this set's [`owner`](Self::owner)); as
     /// [`quicklist_free_page`](Self::quicklist_free_page).
     ///
     /// # Errors
@@ -513,7 +527,7 @@ impl Quicklists {
         ctor: Option<PageFn<'_>>,
     ) -> Result<PageBlock, QuicklistError> {
         let on_cpu = self.alloc.cpu(cpu).map_err(|_| QuicklistError::NoSuchCpu(cpu))?;
-        let mut block = on_cpu.alloc_block(QUICKLIST_OWNER, gfp | Gfp::ZERO, 0).map_err(QuicklistError::Alloc)?;
+        let mut block = on_cpu.alloc_block(self.key()?, gfp | Gfp::ZERO, 0).map_err(QuicklistError::Alloc)?;
         if let Some(ctor) = ctor {
             if let Some(bytes) = self.alloc.block_bytes_mut(&mut block) {
                 ctor(bytes);
@@ -586,7 +600,7 @@ impl Quicklists {
     /// refused unchanged.
     #[inline(always)]
     fn take_back(&self, pfn: Pfn) -> Result<PageBlock, QuicklistError> {
-        self.alloc.take_back_block(QUICKLIST_OWNER, pfn, 0).map_err(|e| match e {
+        self.alloc.take_back_block(self.key()?, pfn, 0).map_err(|e| match e {
             FreeError::FlagsSet { pfn, flags } => QuicklistError::FlagsSet { pfn, flags },
             other => QuicklistError::Free(other),
         })
@@ -694,6 +708,11 @@ impl Drop for Quicklists {
     fn drop(&mut self) {
         for nr in 0..self.nr_quick {
             let _ = self.quicklist_drain(nr, None);
+        }
+        if let Some(key) = self.key.take() {
+            // A page still handed out keeps the tag retired (see
+            // `release_owner_key`): nobody else can take it back.
+            self.alloc.release_owner_key(key);
         }
     }
 }

@@ -2,7 +2,7 @@
 //! enforced, trim arithmetic, node and poison bypasses.
 
 use mmkit::{Backing, Contig, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, PageFlags, Pfn, Report};
-use mmkit_quicklist::{QuicklistError, Quicklists, FRACTION_OF_NODE_MEM, QUICKLIST_OWNER};
+use mmkit_quicklist::{QuicklistError, Quicklists, FRACTION_OF_NODE_MEM};
 use std::cell::Cell;
 
 fn real_map(bytes: u64, cpus: usize) -> Arc<PageAllocator> {
@@ -168,10 +168,10 @@ fn bad_frees_are_refused_and_change_nothing() {
     assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), free);
     assert_eq!(ql.quicklist_total_size(), size);
     // The allocator's own free paths refuse quicklist pages, cached or held.
-    assert_eq!(mm.free_pages(a, 0), Err(FreeError::Owned { pfn: a, owner: QUICKLIST_OWNER }));
-    assert_eq!(mm.put_page(a), Err(FreeError::Owned { pfn: a, owner: QUICKLIST_OWNER }));
+    assert_eq!(mm.free_pages(a, 0), Err(FreeError::Owned { pfn: a, owner: ql.owner().unwrap() }));
+    assert_eq!(mm.put_page(a), Err(FreeError::Owned { pfn: a, owner: ql.owner().unwrap() }));
     let held = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
-    assert_eq!(mm.free_pages(held, 0), Err(FreeError::Owned { pfn: held, owner: QUICKLIST_OWNER }));
+    assert_eq!(mm.free_pages(held, 0), Err(FreeError::Owned { pfn: held, owner: ql.owner().unwrap() }));
     assert_eq!(Contig::new(&mm).free_contig_range(held, 1).unwrap().still_in_use, 1);
     ql.quicklist_free_page(0, None, held).unwrap();
     mm.clear_page_flags(shared, PageFlags::LRU).unwrap();

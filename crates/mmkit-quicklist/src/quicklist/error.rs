@@ -8,6 +8,9 @@ use mmkit::{AllocError, FreeError, PageFlags, Pfn};
 pub enum QuicklistError {
     /// Quicklists need a map with real memory behind it.
     NoRealMemory,
+    /// The map has no owner tag left for another set of quicklists
+    /// ([`PageAllocator::new_owner_key`](mmkit::PageAllocator::new_owner_key)).
+    NoOwnerTag,
     /// `nr >= nr_quick`.
     NoSuchList {
         /// The list asked for.
@@ -53,6 +56,7 @@ impl core::fmt::Display for QuicklistError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             Self::NoRealMemory => f.write_str("quicklists need a memory map with real backing"),
+            Self::NoOwnerTag => f.write_str("the memory map has no owner tag left for these quicklists"),
             Self::NoSuchList { nr, nr_quick } => write!(f, "no quicklist {nr} (there are {nr_quick} per cpu)"),
             Self::NoSuchCpu(cpu) => write!(f, "no cpu {cpu}"),
             Self::AlreadyPinned(cpu) => write!(f, "the quicklists of cpu {cpu} are pinned by another handle"),

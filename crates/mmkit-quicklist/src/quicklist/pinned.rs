@@ -13,7 +13,7 @@
 //! `mmkit bench quicklist`, case `quicklist/hit_alloc_free`).
 //! The handle instead keeps the page frozen (refcount 0, owned) and keeps
 //! its [`PageBlock`]. The race the compare-and-swap settled cannot happen
-//! then: a frozen page of [`QUICKLIST_OWNER`](super::QUICKLIST_OWNER) is
+//! then: a frozen page of the set's owner tag ([`Quicklists::owner`](super::Quicklists::owner)) is
 //! refused by every other free path (the allocator's own frees see an
 //! owned page, another CPU's `take_back_block` sees refcount 0), so only
 //! this handle can take it back. This is the quicklist's counterpart of the

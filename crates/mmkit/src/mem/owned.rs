@@ -1,7 +1,8 @@
 //! The handle of an owned block: what proves to `rawmem`'s safe byte
-//! accessors that the caller alone holds a block. Built and consumed only
-//! by the allocator's block API (`page_alloc::block`); this file holds the
-//! type, not the transitions.
+//! accessors that the caller alone holds a block; and the key of a layer
+//! that owns blocks, what proves to `take_back_block` that the caller is
+//! that layer. Built and consumed only by the allocator's block API
+//! (`page_alloc::block`); this file holds the types, not the transitions.
 
 use crate::types::page_flags::PageOwner;
 use crate::Pfn;
@@ -55,12 +56,55 @@ impl PageBlock {
         match PageOwner::new((self.meta >> 8) as u8) {
             Some(owner) => owner,
             // `new` stored a valid tag; unreachable, but no panic path.
-            None => PageOwner::MIN,
+            None => PageOwner::MIN_TAG,
         }
     }
     /// The allocator the block belongs to.
     #[inline(always)]
     pub(crate) fn map_id(&self) -> u64 {
         self.meta >> 16
+    }
+}
+
+/// The right to be one owner of pages in one map: issued by
+/// [`PageAllocator::new_owner_key`](crate::PageAllocator::new_owner_key)
+/// with a tag no other live key of the map has, neither `Clone` nor
+/// `Copy`, and made nowhere else. Allocating owned blocks
+/// ([`alloc_block`](crate::PageAllocator::alloc_block)) and taking back a
+/// block handed out as a bare PFN
+/// ([`take_back_block`](crate::PageAllocator::take_back_block)) ask for it,
+/// so only the layer holding the key can turn its handed-out PFNs into
+/// [`PageBlock`]s again; a tag alone grants nothing. Give it back with
+/// [`release_owner_key`](crate::PageAllocator::release_owner_key) when the
+/// layer is done (a dropped key keeps its tag taken).
+///
+/// ```compile_fail
+/// # let mm = mmkit::MemoryMapBuilder::with_memory(16 << 20).build().unwrap();
+/// let key = mm.new_owner_key().unwrap();
+/// let copy = key.clone(); // not Clone: one holder per tag
+/// ```
+#[derive(Debug, PartialEq, Eq)]
+pub struct OwnerKey {
+    owner: PageOwner,
+    map_id: u64,
+}
+
+impl OwnerKey {
+    /// The key of tag `owner` in map `map_id`; only the allocator's block
+    /// API makes one, after claiming the tag.
+    pub(crate) fn new(owner: PageOwner, map_id: u64) -> Self {
+        Self { owner, map_id }
+    }
+    /// The tag the key's blocks carry (what
+    /// [`page_owner`](crate::PageAllocator::page_owner) and
+    /// [`FreeError::Owned`](crate::FreeError::Owned) report).
+    #[inline(always)]
+    pub fn owner(&self) -> PageOwner {
+        self.owner
+    }
+    /// The map that issued the key.
+    #[inline(always)]
+    pub(crate) fn map_id(&self) -> u64 {
+        self.map_id
     }
 }

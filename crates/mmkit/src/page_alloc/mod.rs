@@ -127,6 +127,9 @@ pub struct PageAllocator {
     /// [`ContigRange`](crate::ContigRange)s from others': unique among the
     /// maps of the process, never reused (see [`next_map_id`]).
     map_id: u64,
+    /// Owner tags held by live [`OwnerKey`](crate::OwnerKey)s or retired:
+    /// bit `t` for tag `t` (`page_alloc::block`).
+    pub(crate) owner_tags: core::sync::atomic::AtomicU32,
     /// The per-CPU order-0 caches of the shared API
     /// (`page_alloc::cpu_cache`); `None` where restartable sequences are
     /// unavailable or the map was built without them.
@@ -199,6 +202,7 @@ impl PageAllocator {
             min_free_kbytes: p.min_free_kbytes,
             pcp,
             map_id,
+            owner_tags: core::sync::atomic::AtomicU32::new(0),
             mobility_disabled: p.mobility_disabled,
             migrator: p.migrator,
             cma: p.cma,
