@@ -20,4 +20,5 @@ pub mod quicklist;
 
 pub use quicklist::{
     PageFn, QuicklistCpu, QuicklistError, QuicklistStats, Quicklists, DEFAULT_NR_QUICK, FRACTION_OF_NODE_MEM,
+    MAX_NR_QUICK,
 };

@@ -66,6 +66,11 @@ pub type PageFn<'f> = &'f dyn Fn(&mut [u8]);
 /// Linux's default `CONFIG_NR_QUICK`.
 pub const DEFAULT_NR_QUICK: usize = 1;
 
+/// Most lists per CPU [`Quicklists::new`] accepts. Linux had one or two
+/// (`CONFIG_NR_QUICK`: one per kind of table page); the bound keeps a
+/// caller's count from sizing the per-CPU tables without limit.
+pub const MAX_NR_QUICK: usize = 64;
+
 /// A trim keeps at least 1/16 of the node's free pages cached (Linux's
 /// `FRACTION_OF_NODE_MEM`).
 pub const FRACTION_OF_NODE_MEM: u64 = 16;
@@ -195,11 +200,15 @@ impl Quicklists {
     ///
     /// # Errors
     /// [`QuicklistError::NoRealMemory`] for a metadata-only map;
-    /// [`QuicklistError::NoOwnerTag`] when the map has no owner tag left
-    /// ([`PageAllocator::new_owner_key`]).
+    /// [`QuicklistError::TooManyLists`] for more than [`MAX_NR_QUICK`]
+    /// lists; [`QuicklistError::NoOwnerTag`] when the map has no owner tag
+    /// left ([`PageAllocator::new_owner_key`]). Nothing is allocated then.
     pub fn new(alloc: Arc<PageAllocator>, nr_quick: usize) -> Result<Self, QuicklistError> {
         if !alloc.has_real_memory() {
             return Err(QuicklistError::NoRealMemory);
+        }
+        if nr_quick > MAX_NR_QUICK {
+            return Err(QuicklistError::TooManyLists { nr_quick, max: MAX_NR_QUICK });
         }
         let key = alloc.new_owner_key().map_err(|_| QuicklistError::NoOwnerTag)?;
         let cpus = (0..alloc.nr_cpus())

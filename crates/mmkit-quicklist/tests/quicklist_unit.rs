@@ -271,3 +271,22 @@ fn metadata_only_maps_are_refused() {
     let mm = Arc::new(MemoryMapBuilder::with_memory(16 << 20).build().unwrap());
     assert_eq!(Quicklists::new(Arc::clone(&mm), 1).err(), Some(QuicklistError::NoRealMemory));
 }
+
+/// A count of lists from the caller sized every CPU's tables unchecked:
+/// `usize::MAX` lists aborted the process. Now it is a typed error, and
+/// the map's owner key is not taken for a refused set.
+#[test]
+fn a_huge_list_count_is_refused() {
+    let mm = real_map(4 << 20, 2);
+    for nr_quick in [mmkit_quicklist::MAX_NR_QUICK + 1, 1 << 40, usize::MAX] {
+        let refused = Quicklists::new(Arc::clone(&mm), nr_quick).err();
+        assert_eq!(refused, Some(QuicklistError::TooManyLists { nr_quick, max: mmkit_quicklist::MAX_NR_QUICK }));
+    }
+    let keys: Vec<_> = (0..mmkit::PageOwner::MAX).map(|_| mm.new_owner_key().unwrap()).collect();
+    assert_eq!(keys.len(), 15, "no key was kept by a refused set");
+    assert!(Quicklists::new(Arc::clone(&mm), mmkit_quicklist::MAX_NR_QUICK).is_err(), "no tag left");
+    for key in keys {
+        assert!(mm.release_owner_key(key));
+    }
+    assert!(Quicklists::new(Arc::clone(&mm), mmkit_quicklist::MAX_NR_QUICK).is_ok());
+}
