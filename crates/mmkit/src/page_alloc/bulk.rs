@@ -200,7 +200,7 @@ impl PageAllocator {
     pub(crate) fn alloc_pages_bulk_vec_on(&self, cpu: usize, gfp: Gfp, nr_pages: usize, out: &mut Vec<Pfn>) -> usize {
         // No request can get more pages than the map has; and the vector
         // grows only by what the heap grants, never by an aborting reserve.
-        let mut wanted = nr_pages.min(self.mem.pages.len() as usize);
+        let mut wanted = nr_pages.min(self.mem.pages.len());
         if out.try_reserve(wanted).is_err() {
             wanted = out.capacity() - out.len();
         }
