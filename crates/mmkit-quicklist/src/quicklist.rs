@@ -56,6 +56,9 @@ use std::sync::{Arc, OnceLock};
 
 mod error;
 mod pinned;
+mod unwind;
+
+use unwind::FreeOnUnwind;
 
 pub use error::QuicklistError;
 pub use pinned::QuicklistCpu;
@@ -536,16 +539,19 @@ impl Quicklists {
         ctor: Option<PageFn<'_>>,
     ) -> Result<PageBlock, QuicklistError> {
         let on_cpu = self.alloc.cpu(cpu).map_err(|_| QuicklistError::NoSuchCpu(cpu))?;
-        let mut block = on_cpu.alloc_block(self.key()?, gfp | Gfp::ZERO, 0).map_err(QuicklistError::Alloc)?;
-        if let Some(ctor) = ctor {
-            if let Some(bytes) = self.alloc.block_bytes_mut(&mut block) {
-                ctor(bytes);
-                // The first constructed page is the list's state: every
-                // page freed to the list is compared with it.
-                self.states[nr].template.get_or_init(|| bytes.to_vec().into_boxed_slice());
-            }
+        let block = on_cpu.alloc_block(self.key()?, gfp | Gfp::ZERO, 0).map_err(QuicklistError::Alloc)?;
+        let Some(ctor) = ctor else {
+            return Ok(block);
+        };
+        // The caller's constructor may panic: the page goes back then.
+        let mut guard = FreeOnUnwind { alloc: &self.alloc, block: Some(block) };
+        if let Some(bytes) = guard.block.as_mut().and_then(|block| self.alloc.block_bytes_mut(block)) {
+            ctor(bytes);
+            // The first constructed page is the list's state: every
+            // page freed to the list is compared with it.
+            self.states[nr].template.get_or_init(|| bytes.to_vec().into_boxed_slice());
         }
-        Ok(block)
+        guard.block.take().ok_or(QuicklistError::NoOwnerTag)
     }
 
     #[inline(always)]
@@ -626,12 +632,18 @@ impl Quicklists {
 
     /// Runs `dtor` and gives a held page back to the page allocator,
     /// through `cpu`'s per-CPU lists.
-    fn release(&self, cpu: usize, mut block: PageBlock, dtor: Option<PageFn<'_>>) -> Result<(), QuicklistError> {
-        if let Some(dtor) = dtor {
-            if let Some(bytes) = self.alloc.block_bytes_mut(&mut block) {
-                dtor(bytes);
+    fn release(&self, cpu: usize, block: PageBlock, dtor: Option<PageFn<'_>>) -> Result<(), QuicklistError> {
+        let block = match dtor {
+            None => block,
+            Some(dtor) => {
+                // The caller's destructor may panic: the page goes back then.
+                let mut guard = FreeOnUnwind { alloc: &self.alloc, block: Some(block) };
+                if let Some(bytes) = guard.block.as_mut().and_then(|block| self.alloc.block_bytes_mut(block)) {
+                    dtor(bytes);
+                }
+                guard.block.take().ok_or(QuicklistError::NoOwnerTag)?
             }
-        }
+        };
         let result = match self.alloc.cpu(cpu) {
             Ok(on_cpu) => on_cpu.free_block(block),
             Err(_) => self.alloc.free_block(block),

@@ -290,3 +290,26 @@ fn a_huge_list_count_is_refused() {
     }
     assert!(Quicklists::new(Arc::clone(&mm), mmkit_quicklist::MAX_NR_QUICK).is_ok());
 }
+
+/// A constructor or destructor that panics used to leave its page
+/// allocated with no handle: owned by the quicklists, reachable by nobody,
+/// lost. Now the page goes back to the allocator as the panic unwinds.
+#[test]
+fn a_panicking_constructor_or_destructor_loses_no_page() {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    let mm = real_map(4 << 20, 1);
+    mm.drain_all_pages();
+    let start = mm.nr_free_pages();
+    let boom = |_: &mut [u8]| panic!("constructor failed");
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
+    assert!(catch_unwind(AssertUnwindSafe(|| ql.quicklist_alloc(0, Gfp::KERNEL, Some(&boom)))).is_err());
+    assert_conserved(&mm, &ql, start, 0);
+    let uncached = Quicklists::uncached(Arc::clone(&mm), 1).unwrap();
+    let page = uncached.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
+    assert!(catch_unwind(AssertUnwindSafe(|| uncached.quicklist_free_page(0, Some(&boom), page))).is_err());
+    assert_conserved(&mm, &uncached, start, 0);
+    drop((ql, uncached));
+    mm.drain_all_pages();
+    Report::new(&mm).check_invariants().unwrap();
+    assert_eq!(mm.nr_free_pages(), start);
+}
