@@ -19,6 +19,6 @@ pub mod pagetable;
 pub mod quicklist;
 
 pub use quicklist::{
-    PageFn, QuicklistCpu, QuicklistError, QuicklistStats, Quicklists, DEFAULT_NR_QUICK, FRACTION_OF_NODE_MEM,
-    MAX_NR_QUICK,
+    PageFn, QuickPage, QuicklistCpu, QuicklistError, QuicklistStats, Quicklists, DEFAULT_NR_QUICK,
+    FRACTION_OF_NODE_MEM, MAX_NR_QUICK,
 };

@@ -55,12 +55,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
 mod error;
+mod page;
 mod pinned;
 mod unwind;
 
 use unwind::FreeOnUnwind;
 
 pub use error::QuicklistError;
+pub use page::QuickPage;
 pub use pinned::QuicklistCpu;
 
 /// A page constructor or destructor: gets the whole page as bytes.
@@ -582,18 +584,22 @@ impl Quicklists {
         (cpu, cpu_nid): (usize, usize),
         nr: usize,
         dtor: Option<PageFn<'_>>,
-        block: PageBlock,
+        mut block: PageBlock,
         check: StateCheck,
     ) -> Result<Option<PageBlock>, QuicklistError> {
         if !self.caching || !self.is_local_node(&block, cpu_nid) || self.is_poisoned(&block) {
             counters.bypassed.add(1);
             return self.release(cpu, block, dtor).map(|()| None);
         }
+        if check == StateCheck::Restore {
+            self.restore(&mut block, nr);
+            return Ok(Some(block));
+        }
         // In every build, unless the caller's own bookkeeping proves the
         // state: a page cached in the wrong state would be handed out as if
         // it were in the list's (a dirty page as a zeroed page table is
         // garbage entries).
-        let scan = check == StateCheck::Scan || cfg!(debug_assertions);
+        let scan = check == StateCheck::Scan || (check == StateCheck::KnownByCaller && cfg!(debug_assertions));
         if let Some(offset) = scan.then(|| self.first_difference(&block, nr)).flatten() {
             counters.bypassed.add(1);
             let pfn = block.pfn();
@@ -688,6 +694,17 @@ impl Quicklists {
     /// (against the template, or a zero block 4 KiB at a time); only a
     /// page that differs is searched byte by byte.
     #[inline]
+    /// Puts list `nr`'s state back into a page whose bytes were written:
+    /// the first constructed page's bytes, or zeroes.
+    fn restore(&self, block: &mut PageBlock, nr: usize) {
+        if let Some(bytes) = self.alloc.block_bytes_mut(block) {
+            match self.states[nr].template.get() {
+                Some(template) if template.len() == bytes.len() => bytes.copy_from_slice(template),
+                _ => bytes.fill(0),
+            }
+        }
+    }
+
     fn first_difference(&self, block: &PageBlock, nr: usize) -> Option<usize> {
         let bytes = self.alloc.block_bytes(block)?;
         match self.states[nr].template.get() {
@@ -706,6 +723,13 @@ enum StateCheck {
     /// The crate's page tables, whose count of used entries proves the
     /// state (scanned in debug builds all the same).
     KnownByCaller,
+    /// A [`QuickPage`] never written: its handle is the proof, in every
+    /// build (only `unsafe` code can write it behind the handle's back).
+    Clean,
+    /// A [`QuickPage`] that was written: its state is unknown, so it is
+    /// restored to the list's (the constructed bytes, or zeroes), not
+    /// scanned.
+    Restore,
 }
 
 /// A zero block to compare pages with (4 KiB: most pages are one).
