@@ -41,6 +41,8 @@ use crate::{PageOwner, Pfn};
 /// [`Contig::alloc_contig_block`]: frozen, owned by one layer, and
 /// held only through this handle.
 ///
+/// It carries its map's identity (never reused by another map), so
+/// another map refuses it, and its owner key's tag; freeing consumes it.
 /// Give it back with [`Contig::free_contig_block`]; a dropped
 /// `ContigRange` leaks its pages (they stay allocated and owned).
 #[must_use = "a dropped ContigRange leaks its pages; free it with Contig::free_contig_block"]

@@ -11,8 +11,15 @@ use crate::Pfn;
 /// (refcount 0). Exactly one `PageBlock` exists for such a block, so the
 /// borrow rules on it decide who may read or write the block's bytes.
 ///
+/// It carries its map's identity (an id no other map of the process ever
+/// gets: see `docs/architecture.md`, "Ownership of pages"), so another
+/// map refuses it and hands it back; it is consumed when it is freed or
+/// handed out, so it cannot be freed twice.
+///
 /// Give it back with [`PageAllocator::free_block`](crate::PageAllocator::free_block); a dropped `PageBlock`
-/// leaks its pages (they stay allocated and owned).
+/// leaks its pages (they stay allocated and owned, and
+/// [`check_invariants`](crate::Report::check_invariants) counts them as
+/// allocated).
 #[must_use = "a dropped PageBlock leaks its pages; free it with PageAllocator::free_block"]
 #[derive(Debug, PartialEq, Eq)]
 pub struct PageBlock {
