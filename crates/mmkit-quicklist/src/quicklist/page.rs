@@ -125,11 +125,12 @@ impl Quicklists {
         self.free_block_checked(page.nr, dtor, page.block, check)
     }
 
-    /// Whether `page` is one of this set's (its tag is this set's key's):
-    /// another set's page goes to the page allocator, not on these lists.
+    /// Whether `page` is one of this set's (its tag and map are this set's
+    /// key's): another set's page goes to the page allocator, not on these
+    /// lists.
     #[inline(always)]
     pub(super) fn owns(&self, page: &QuickPage) -> bool {
-        self.owner() == Some(page.block.owner())
+        self.key.as_ref().is_some_and(|key| page.block.belongs_to(key))
     }
 }
 

@@ -66,6 +66,12 @@ impl PageBlock {
             None => PageOwner::MIN_TAG,
         }
     }
+    /// Whether the block is one of `key`'s: its tag and its map (a layer's
+    /// check that a block handed to it is its own, in one compare each).
+    #[inline(always)]
+    pub fn belongs_to(&self, key: &OwnerKey) -> bool {
+        (self.meta >> 8) as u8 == key.owner().id() && self.map_id() == key.map_id()
+    }
     /// The allocator the block belongs to.
     #[inline(always)]
     pub(crate) fn map_id(&self) -> u64 {
