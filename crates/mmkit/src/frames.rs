@@ -56,6 +56,17 @@ const FRAME_SHIFT: u32 = 12;
 /// assert_ne!(next, table);
 /// ```
 ///
+/// and giving a frame back is `unsafe`, with the trait's contract:
+///
+/// ```compile_fail
+/// # use mmkit::{Gfp, MemoryMapBuilder, X86Frames};
+/// # use x86_64::structures::paging::{FrameAllocator, PhysFrame, Size4KiB};
+/// # let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
+/// # let mut frames = X86Frames::new(&mm, Gfp::KERNEL).unwrap();
+/// let table: PhysFrame<Size4KiB> = frames.allocate_frame().unwrap();
+/// frames.try_deallocate(table).unwrap(); // error: unsafe without an unsafe block
+/// ```
+///
 /// ```
 /// use mmkit::{Gfp, MemoryMapBuilder, Report, X86Frames};
 /// use x86_64::structures::paging::{FrameAllocator, FrameDeallocator, PhysFrame, Size2MiB, Size4KiB};

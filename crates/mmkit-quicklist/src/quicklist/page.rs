@@ -41,6 +41,18 @@ use mmkit::{Gfp, PageBlock, Pfn};
 /// assert_eq!(ql.page_bytes(&page)[8], 0);
 /// # ql.free_quick_page(None, page).unwrap();
 /// ```
+///
+/// A `QuickPage` cannot be copied, nor freed twice (freeing consumes it):
+///
+/// ```compile_fail
+/// # use mmkit_quicklist::Quicklists;
+/// # use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
+/// # let mm = MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
+/// # let ql = Quicklists::new(std::sync::Arc::new(mm), 1).unwrap();
+/// let page = ql.alloc_page(0, Gfp::KERNEL, None).unwrap();
+/// ql.free_quick_page(None, page).unwrap();
+/// ql.free_quick_page(None, page).unwrap(); // error: use of a moved value
+/// ```
 #[must_use = "a dropped QuickPage leaks its page; give it back with free_quick_page"]
 #[derive(Debug)]
 pub struct QuickPage {

@@ -16,6 +16,13 @@ use crate::Pfn;
 /// map refuses it and hands it back; it is consumed when it is freed or
 /// handed out, so it cannot be freed twice.
 ///
+/// ```compile_fail
+/// # let mm = mmkit::MemoryMapBuilder::with_memory(16 << 20).build().unwrap();
+/// # let key = mm.new_owner_key().unwrap();
+/// let block = mm.alloc_block(&key, mmkit::Gfp::KERNEL, 0).unwrap();
+/// let twin = block.clone(); // not Clone: one holder per block
+/// ```
+///
 /// Give it back with [`PageAllocator::free_block`](crate::PageAllocator::free_block); a dropped `PageBlock`
 /// leaks its pages (they stay allocated and owned, and
 /// [`check_invariants`](crate::Report::check_invariants) counts them as
