@@ -27,19 +27,13 @@
 
 use mmkit::{
     BuildError, CmaError, CmaId, Contig, ContigError, ContigRange, ContigRangeError, FreeError, Gfp, MemoryMapBuilder,
-    MigrateType, PageAllocator, PageOwner, Pfn, ZoneType,
+    MigrateType, OwnerKey, PageAllocator, Pfn, ZoneType,
 };
 use std::fmt;
 
 /// Pages per iteration: 64 MiB of 4 KiB pages, 16 of Linux's x86-64
 /// `MAX_PAGE_ORDER` blocks (`include/linux/mmzone.h`).
 pub const RANGE_PAGES: u64 = 16384;
-
-/// The owner tag of the bench's owned ranges.
-const BENCH_OWNER: PageOwner = match PageOwner::new(PageOwner::MAX) {
-    Some(owner) => owner,
-    None => PageOwner::MIN,
-};
 
 /// Name of the CMA area [`ContigBench::new`] declares.
 const CMA_AREA: &str = "bench";
@@ -53,6 +47,8 @@ pub enum ContigBenchError {
     /// The map was built but has no CMA area of the name it was declared
     /// with.
     CmaAreaNotFound,
+    /// The map had no owner tag for the bench's owned ranges.
+    NoOwnerTag,
 }
 
 impl fmt::Display for ContigBenchError {
@@ -60,6 +56,7 @@ impl fmt::Display for ContigBenchError {
         match self {
             ContigBenchError::Build(e) => write!(f, "{e}"),
             ContigBenchError::CmaAreaNotFound => write!(f, "CMA area `{CMA_AREA}` not found in the built map"),
+            ContigBenchError::NoOwnerTag => write!(f, "the map has no owner tag left"),
         }
     }
 }
@@ -68,7 +65,7 @@ impl std::error::Error for ContigBenchError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ContigBenchError::Build(e) => Some(e),
-            ContigBenchError::CmaAreaNotFound => None,
+            ContigBenchError::CmaAreaNotFound | ContigBenchError::NoOwnerTag => None,
         }
     }
 }
@@ -84,6 +81,8 @@ impl From<BuildError> for ContigBenchError {
 /// pageblocks, and a CMA area of the same size.
 pub struct ContigBench {
     mm: PageAllocator,
+    /// The owner of the bench's owned ranges.
+    key: OwnerKey,
     cma: CmaId,
     start: Pfn,
     nr_pages: u64,
@@ -105,7 +104,8 @@ impl ContigBench {
             .cma(CMA_AREA, 2 * base..2 * base + nr_pages)
             .build()?;
         let cma = Contig::new(&mm).cma_area(CMA_AREA).ok_or(ContigBenchError::CmaAreaNotFound)?;
-        Ok(Self { mm, cma, start: Pfn(base), nr_pages })
+        let key = mm.new_owner_key().map_err(|_| ContigBenchError::NoOwnerTag)?;
+        Ok(Self { mm, key, cma, start: Pfn(base), nr_pages })
     }
 
     /// The allocator, for inspection.
@@ -172,7 +172,7 @@ impl ContigBench {
     /// As [`Contig::alloc_contig_block`] (none expected).
     pub fn alloc_owned_range(&self) -> Result<ContigRange, ContigError> {
         let end = Pfn(self.start.0 + self.nr_pages);
-        Contig::new(&self.mm).alloc_contig_block(BENCH_OWNER, self.start, end, MigrateType::Movable, Gfp::KERNEL)
+        Contig::new(&self.mm).alloc_contig_block(&self.key, self.start, end, MigrateType::Movable, Gfp::KERNEL)
     }
 
     /// The free of an owned range: one `free_contig_block`.

@@ -38,11 +38,25 @@ fn hit_path(c: &mut Criterion) {
                 cpu.free_page(0, None, black_box(pfn)).expect("free");
             });
         });
+        // The same hit with the page as a `QuickPage`: never written, so
+        // it goes back without a scan.
+        group.bench_function("hit_alloc_free/pinned_page", |b| {
+            b.iter(|| {
+                let page = cpu.alloc_page(0, Gfp::KERNEL, None).expect("alloc");
+                cpu.free_quick_page(None, black_box(page)).expect("free");
+            });
+        });
     }
     group.bench_function("hit_alloc_free/shared", |b| {
         b.iter(|| {
             let pfn = ql.quicklist_alloc(0, Gfp::KERNEL, None).expect("alloc");
             ql.quicklist_free_page(0, None, black_box(pfn)).expect("free");
+        });
+    });
+    group.bench_function("hit_alloc_free/shared_page", |b| {
+        b.iter(|| {
+            let page = ql.alloc_page(0, Gfp::KERNEL, None).expect("alloc");
+            ql.free_quick_page(None, black_box(page)).expect("free");
         });
     });
     group.bench_function("alloc_zero_4k_free", |b| {

@@ -2,7 +2,8 @@
 //! `perf` or `valgrind --tool=callgrind` (the benchmarks of record are
 //! `mmkit bench quicklist` and the criterion benches).
 //!
-//! Usage: `quicklist_probe [pinned|shared|zero] [pairs]`
+//! Usage: `quicklist_probe [pinned|pinned_page|shared|shared_page|zero] [pairs]`
+//! (`*_page`: the pair as a `QuickPage`, which goes back without a scan).
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
 use mmkit_quicklist::Quicklists;
 use std::hint::black_box;
@@ -24,6 +25,19 @@ fn main() {
             for _ in 0..n {
                 let p = cpu.alloc(0, Gfp::KERNEL, None).unwrap();
                 cpu.free_page(0, None, black_box(p)).unwrap();
+            }
+        }
+        "pinned_page" => {
+            let mut cpu = ql.pin_cpu(0).unwrap();
+            for _ in 0..n {
+                let p = cpu.alloc_page(0, Gfp::KERNEL, None).unwrap();
+                cpu.free_quick_page(None, black_box(p)).unwrap();
+            }
+        }
+        "shared_page" => {
+            for _ in 0..n {
+                let p = ql.alloc_page(0, Gfp::KERNEL, None).unwrap();
+                ql.free_quick_page(None, black_box(p)).unwrap();
             }
         }
         "shared" => {

@@ -7,7 +7,8 @@
 //! its table pages from them.
 //!
 //! Built on the page allocator's public API only: pages are held as
-//! [`mmkit::PageBlock`]s tagged [`QUICKLIST_OWNER`], whose bytes are reached
+//! [`mmkit::PageBlock`]s tagged with each set's own [`mmkit::OwnerKey`]
+//! ([`Quicklists::owner`]), whose bytes are reached
 //! through [`mmkit::PageAllocator::block_bytes`], so this crate has no
 //! `unsafe`. Needs a map with real memory
 //! ([`mmkit::Backing::RealMemory`]).
@@ -18,6 +19,6 @@ pub mod pagetable;
 pub mod quicklist;
 
 pub use quicklist::{
-    PageFn, QuicklistCpu, QuicklistError, QuicklistStats, Quicklists, DEFAULT_NR_QUICK, FRACTION_OF_NODE_MEM,
-    QUICKLIST_OWNER,
+    PageFn, QuickPage, QuicklistCpu, QuicklistError, QuicklistStats, Quicklists, DEFAULT_NR_QUICK,
+    FRACTION_OF_NODE_MEM, MAX_NR_QUICK,
 };

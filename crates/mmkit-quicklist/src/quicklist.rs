@@ -8,8 +8,10 @@
 //! CPU's stack and the page's descriptor, never the page allocator's lists.
 //!
 //! Talks to the page allocator only through its public owned-block API:
-//! the quicklists hold their pages as [`PageBlock`]s tagged
-//! [`QUICKLIST_OWNER`] (the allocator's ordinary free paths refuse them),
+//! the quicklists hold their pages as [`PageBlock`]s tagged with the
+//! [`OwnerKey`] each `Quicklists` takes from its map
+//! ([`Quicklists::owner`]; the allocator's ordinary free paths refuse
+//! them, and only this key takes a handed-out page back),
 //! hand a page to their caller as a bare PFN with
 //! [`hand_out_block`](PageAllocator::hand_out_block) and take it back with
 //! [`take_back_block`](PageAllocator::take_back_block), one compare-and-swap
@@ -47,28 +49,32 @@
 //! as the page allocator refuses another CPU's free of a pinned CPU's
 //! `LOCAL` page.
 
-use mmkit::{BlockError, FreeError, Gfp, PageAllocator, PageBlock, PageOwner, Pfn};
+use mmkit::{BlockError, FreeError, Gfp, OwnerKey, PageAllocator, PageBlock, PageOwner, Pfn};
 use spin::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
 mod error;
+mod page;
 mod pinned;
+mod unwind;
+
+use unwind::FreeOnUnwind;
 
 pub use error::QuicklistError;
+pub use page::QuickPage;
 pub use pinned::QuicklistCpu;
 
 /// A page constructor or destructor: gets the whole page as bytes.
 pub type PageFn<'f> = &'f dyn Fn(&mut [u8]);
 
-/// The owner tag of pages the quicklists hold or handed out.
-pub const QUICKLIST_OWNER: PageOwner = match PageOwner::new(1) {
-    Some(owner) => owner,
-    None => panic!("1 is a valid owner tag"),
-};
-
 /// Linux's default `CONFIG_NR_QUICK`.
 pub const DEFAULT_NR_QUICK: usize = 1;
+
+/// Most lists per CPU [`Quicklists::new`] accepts. Linux had one or two
+/// (`CONFIG_NR_QUICK`: one per kind of table page); the bound keeps a
+/// caller's count from sizing the per-CPU tables without limit.
+pub const MAX_NR_QUICK: usize = 64;
 
 /// A trim keeps at least 1/16 of the node's free pages cached (Linux's
 /// `FRACTION_OF_NODE_MEM`).
@@ -182,6 +188,9 @@ struct ListState {
 /// ```
 pub struct Quicklists {
     alloc: Arc<PageAllocator>,
+    /// The map's key for this set's pages; `None` only once `Drop` gave
+    /// it back.
+    key: Option<OwnerKey>,
     /// False for the comparison mode of [`Quicklists::uncached`].
     caching: bool,
     /// One node only: no page can be another node's.
@@ -195,11 +204,18 @@ impl Quicklists {
     /// `nr_quick` lists for each of the allocator's CPUs.
     ///
     /// # Errors
-    /// [`QuicklistError::NoRealMemory`] for a metadata-only map.
+    /// [`QuicklistError::NoRealMemory`] for a metadata-only map;
+    /// [`QuicklistError::TooManyLists`] for more than [`MAX_NR_QUICK`]
+    /// lists; [`QuicklistError::NoOwnerTag`] when the map has no owner tag
+    /// left ([`PageAllocator::new_owner_key`]). Nothing is allocated then.
     pub fn new(alloc: Arc<PageAllocator>, nr_quick: usize) -> Result<Self, QuicklistError> {
         if !alloc.has_real_memory() {
             return Err(QuicklistError::NoRealMemory);
         }
+        if nr_quick > MAX_NR_QUICK {
+            return Err(QuicklistError::TooManyLists { nr_quick, max: MAX_NR_QUICK });
+        }
+        let key = alloc.new_owner_key().map_err(|_| QuicklistError::NoOwnerTag)?;
         let cpus = (0..alloc.nr_cpus())
             .map(|_| CpuLists {
                 stacks: Mutex::new((0..nr_quick).map(|_| Vec::with_capacity(64)).collect()),
@@ -209,7 +225,7 @@ impl Quicklists {
             .collect();
         let states = (0..nr_quick).map(|_| ListState { template: OnceLock::new() }).collect();
         let single_node = alloc.nr_nodes() <= 1;
-        Ok(Self { alloc, caching: true, single_node, nr_quick, cpus, states })
+        Ok(Self { alloc, key: Some(key), caching: true, single_node, nr_quick, cpus, states })
     }
 
     /// The same interface without the caching: every allocation is a fresh
@@ -238,6 +254,18 @@ impl Quicklists {
     /// The allocator the pages come from.
     pub fn allocator(&self) -> &Arc<PageAllocator> {
         &self.alloc
+    }
+
+    /// The owner tag of the pages this set holds or handed out (what
+    /// [`PageAllocator::page_owner`] and [`FreeError::Owned`] report).
+    pub fn owner(&self) -> Option<PageOwner> {
+        self.key.as_ref().map(OwnerKey::owner)
+    }
+
+    /// This set's key; an error only after `Drop` gave it back.
+    #[inline(always)]
+    fn key(&self) -> Result<&OwnerKey, QuicklistError> {
+        self.key.as_ref().ok_or(QuicklistError::NoOwnerTag)
     }
 
     /// A page from list `nr` of the calling CPU, or a fresh zeroed page
@@ -304,7 +332,7 @@ impl Quicklists {
 
     /// Gives back a page taken with
     /// [`quicklist_alloc_block`](Self::quicklist_alloc_block) (or any
-    /// order-0 block of [`QUICKLIST_OWNER`]); as
+    /// order-0 block of this set's [`owner`](Self::owner)); as
     /// [`quicklist_free_page`](Self::quicklist_free_page).
     ///
     /// # Errors
@@ -513,16 +541,19 @@ impl Quicklists {
         ctor: Option<PageFn<'_>>,
     ) -> Result<PageBlock, QuicklistError> {
         let on_cpu = self.alloc.cpu(cpu).map_err(|_| QuicklistError::NoSuchCpu(cpu))?;
-        let mut block = on_cpu.alloc_block(QUICKLIST_OWNER, gfp | Gfp::ZERO, 0).map_err(QuicklistError::Alloc)?;
-        if let Some(ctor) = ctor {
-            if let Some(bytes) = self.alloc.block_bytes_mut(&mut block) {
-                ctor(bytes);
-                // The first constructed page is the list's state: every
-                // page freed to the list is compared with it.
-                self.states[nr].template.get_or_init(|| bytes.to_vec().into_boxed_slice());
-            }
+        let block = on_cpu.alloc_block(self.key()?, gfp | Gfp::ZERO, 0).map_err(QuicklistError::Alloc)?;
+        let Some(ctor) = ctor else {
+            return Ok(block);
+        };
+        // The caller's constructor may panic: the page goes back then.
+        let mut guard = FreeOnUnwind { alloc: &self.alloc, block: Some(block) };
+        if let Some(bytes) = guard.block.as_mut().and_then(|block| self.alloc.block_bytes_mut(block)) {
+            ctor(bytes);
+            // The first constructed page is the list's state: every
+            // page freed to the list is compared with it.
+            self.states[nr].template.get_or_init(|| bytes.to_vec().into_boxed_slice());
         }
-        Ok(block)
+        guard.block.take().ok_or(QuicklistError::NoOwnerTag)
     }
 
     #[inline(always)]
@@ -553,18 +584,22 @@ impl Quicklists {
         (cpu, cpu_nid): (usize, usize),
         nr: usize,
         dtor: Option<PageFn<'_>>,
-        block: PageBlock,
+        mut block: PageBlock,
         check: StateCheck,
     ) -> Result<Option<PageBlock>, QuicklistError> {
         if !self.caching || !self.is_local_node(&block, cpu_nid) || self.is_poisoned(&block) {
             counters.bypassed.add(1);
             return self.release(cpu, block, dtor).map(|()| None);
         }
+        if check == StateCheck::Restore {
+            self.restore(&mut block, nr);
+            return Ok(Some(block));
+        }
         // In every build, unless the caller's own bookkeeping proves the
         // state: a page cached in the wrong state would be handed out as if
         // it were in the list's (a dirty page as a zeroed page table is
         // garbage entries).
-        let scan = check == StateCheck::Scan || cfg!(debug_assertions);
+        let scan = check == StateCheck::Scan || (check == StateCheck::KnownByCaller && cfg!(debug_assertions));
         if let Some(offset) = scan.then(|| self.first_difference(&block, nr)).flatten() {
             counters.bypassed.add(1);
             let pfn = block.pfn();
@@ -586,7 +621,7 @@ impl Quicklists {
     /// refused unchanged.
     #[inline(always)]
     fn take_back(&self, pfn: Pfn) -> Result<PageBlock, QuicklistError> {
-        self.alloc.take_back_block(QUICKLIST_OWNER, pfn, 0).map_err(|e| match e {
+        self.alloc.take_back_block(self.key()?, pfn, 0).map_err(|e| match e {
             FreeError::FlagsSet { pfn, flags } => QuicklistError::FlagsSet { pfn, flags },
             other => QuicklistError::Free(other),
         })
@@ -603,12 +638,18 @@ impl Quicklists {
 
     /// Runs `dtor` and gives a held page back to the page allocator,
     /// through `cpu`'s per-CPU lists.
-    fn release(&self, cpu: usize, mut block: PageBlock, dtor: Option<PageFn<'_>>) -> Result<(), QuicklistError> {
-        if let Some(dtor) = dtor {
-            if let Some(bytes) = self.alloc.block_bytes_mut(&mut block) {
-                dtor(bytes);
+    fn release(&self, cpu: usize, block: PageBlock, dtor: Option<PageFn<'_>>) -> Result<(), QuicklistError> {
+        let block = match dtor {
+            None => block,
+            Some(dtor) => {
+                // The caller's destructor may panic: the page goes back then.
+                let mut guard = FreeOnUnwind { alloc: &self.alloc, block: Some(block) };
+                if let Some(bytes) = guard.block.as_mut().and_then(|block| self.alloc.block_bytes_mut(block)) {
+                    dtor(bytes);
+                }
+                guard.block.take().ok_or(QuicklistError::NoOwnerTag)?
             }
-        }
+        };
         let result = match self.alloc.cpu(cpu) {
             Ok(on_cpu) => on_cpu.free_block(block),
             Err(_) => self.alloc.free_block(block),
@@ -653,6 +694,17 @@ impl Quicklists {
     /// (against the template, or a zero block 4 KiB at a time); only a
     /// page that differs is searched byte by byte.
     #[inline]
+    /// Puts list `nr`'s state back into a page whose bytes were written:
+    /// the first constructed page's bytes, or zeroes.
+    fn restore(&self, block: &mut PageBlock, nr: usize) {
+        if let Some(bytes) = self.alloc.block_bytes_mut(block) {
+            match self.states[nr].template.get() {
+                Some(template) if template.len() == bytes.len() => bytes.copy_from_slice(template),
+                _ => bytes.fill(0),
+            }
+        }
+    }
+
     fn first_difference(&self, block: &PageBlock, nr: usize) -> Option<usize> {
         let bytes = self.alloc.block_bytes(block)?;
         match self.states[nr].template.get() {
@@ -671,6 +723,13 @@ enum StateCheck {
     /// The crate's page tables, whose count of used entries proves the
     /// state (scanned in debug builds all the same).
     KnownByCaller,
+    /// A [`QuickPage`] never written: its handle is the proof, in every
+    /// build (only `unsafe` code can write it behind the handle's back).
+    Clean,
+    /// A [`QuickPage`] that was written: its state is unknown, so it is
+    /// restored to the list's (the constructed bytes, or zeroes), not
+    /// scanned.
+    Restore,
 }
 
 /// A zero block to compare pages with (4 KiB: most pages are one).
@@ -694,6 +753,11 @@ impl Drop for Quicklists {
     fn drop(&mut self) {
         for nr in 0..self.nr_quick {
             let _ = self.quicklist_drain(nr, None);
+        }
+        if let Some(key) = self.key.take() {
+            // A page still handed out keeps the tag retired (see
+            // `release_owner_key`): nobody else can take it back.
+            self.alloc.release_owner_key(key);
         }
     }
 }

@@ -4,7 +4,7 @@
 //! its list's state), and a multi-threaded stress over real memory.
 
 use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn, Report};
-use mmkit_quicklist::{PageFn, QuicklistError, Quicklists, FRACTION_OF_NODE_MEM, QUICKLIST_OWNER};
+use mmkit_quicklist::{PageFn, QuicklistError, Quicklists, FRACTION_OF_NODE_MEM};
 use mmkit_testkit::XorShift64;
 use proptest::prelude::*;
 use std::cell::Cell;
@@ -118,7 +118,7 @@ proptest! {
                 }
                 Op::FreeThroughAllocator { nth } if !held.is_empty() => {
                     let (pfn, _) = held[nth % held.len()];
-                    prop_assert_eq!(mm.free_pages(pfn, 0), Err(FreeError::Owned { pfn, owner: QUICKLIST_OWNER }));
+                    prop_assert_eq!(mm.free_pages(pfn, 0), Err(FreeError::Owned { pfn, owner: ql.owner().unwrap() }));
                 }
                 Op::Trim { list, cpu, min_pages, max_free } => {
                     CPU.with(|c| c.set(cpu));

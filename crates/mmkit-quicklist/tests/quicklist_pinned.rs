@@ -3,7 +3,7 @@
 //! or the handle is dropped; every other free of it is refused unchanged.
 
 use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
-use mmkit_quicklist::{QuicklistError, Quicklists, QUICKLIST_OWNER};
+use mmkit_quicklist::{QuicklistError, Quicklists};
 use std::sync::Arc;
 
 fn real_map(cpus: usize) -> Arc<PageAllocator> {
@@ -52,8 +52,9 @@ fn pinned_pages_are_refused_elsewhere_until_handed_over() {
     let free = mm.nr_free_pages();
     // The shared API (on CPU 0) and the allocator refuse it, changing nothing.
     assert_eq!(ql.quicklist_free_page(0, None, p), Err(QuicklistError::PinnedCpu(p)));
-    assert_eq!(mm.free_pages(p, 0), Err(FreeError::Owned { pfn: p, owner: QUICKLIST_OWNER }));
-    assert!(mm.take_back_block(QUICKLIST_OWNER, p, 0).is_err());
+    assert_eq!(mm.free_pages(p, 0), Err(FreeError::Owned { pfn: p, owner: ql.owner().unwrap() }));
+    let thief = mm.new_owner_key().unwrap();
+    assert!(mm.take_back_block(&thief, p, 0).is_err(), "another key cannot take it");
     {
         let mut cpu0 = ql.pin_cpu(0).unwrap();
         assert_eq!(cpu0.free_page(0, None, p), Err(QuicklistError::PinnedCpu(p)));

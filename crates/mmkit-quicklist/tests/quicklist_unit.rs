@@ -2,7 +2,7 @@
 //! enforced, trim arithmetic, node and poison bypasses.
 
 use mmkit::{Backing, Contig, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, PageFlags, Pfn, Report};
-use mmkit_quicklist::{QuicklistError, Quicklists, FRACTION_OF_NODE_MEM, QUICKLIST_OWNER};
+use mmkit_quicklist::{QuicklistError, Quicklists, FRACTION_OF_NODE_MEM};
 use std::cell::Cell;
 
 fn real_map(bytes: u64, cpus: usize) -> Arc<PageAllocator> {
@@ -168,10 +168,10 @@ fn bad_frees_are_refused_and_change_nothing() {
     assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), free);
     assert_eq!(ql.quicklist_total_size(), size);
     // The allocator's own free paths refuse quicklist pages, cached or held.
-    assert_eq!(mm.free_pages(a, 0), Err(FreeError::Owned { pfn: a, owner: QUICKLIST_OWNER }));
-    assert_eq!(mm.put_page(a), Err(FreeError::Owned { pfn: a, owner: QUICKLIST_OWNER }));
+    assert_eq!(mm.free_pages(a, 0), Err(FreeError::Owned { pfn: a, owner: ql.owner().unwrap() }));
+    assert_eq!(mm.put_page(a), Err(FreeError::Owned { pfn: a, owner: ql.owner().unwrap() }));
     let held = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
-    assert_eq!(mm.free_pages(held, 0), Err(FreeError::Owned { pfn: held, owner: QUICKLIST_OWNER }));
+    assert_eq!(mm.free_pages(held, 0), Err(FreeError::Owned { pfn: held, owner: ql.owner().unwrap() }));
     assert_eq!(Contig::new(&mm).free_contig_range(held, 1).unwrap().still_in_use, 1);
     ql.quicklist_free_page(0, None, held).unwrap();
     mm.clear_page_flags(shared, PageFlags::LRU).unwrap();
@@ -270,4 +270,46 @@ fn a_pinned_cpu_is_bypassed_by_the_shared_api() {
 fn metadata_only_maps_are_refused() {
     let mm = Arc::new(MemoryMapBuilder::with_memory(16 << 20).build().unwrap());
     assert_eq!(Quicklists::new(Arc::clone(&mm), 1).err(), Some(QuicklistError::NoRealMemory));
+}
+
+/// A count of lists from the caller sized every CPU's tables unchecked:
+/// `usize::MAX` lists aborted the process. Now it is a typed error, and
+/// the map's owner key is not taken for a refused set.
+#[test]
+fn a_huge_list_count_is_refused() {
+    let mm = real_map(4 << 20, 2);
+    for nr_quick in [mmkit_quicklist::MAX_NR_QUICK + 1, 1 << 40, usize::MAX] {
+        let refused = Quicklists::new(Arc::clone(&mm), nr_quick).err();
+        assert_eq!(refused, Some(QuicklistError::TooManyLists { nr_quick, max: mmkit_quicklist::MAX_NR_QUICK }));
+    }
+    let keys: Vec<_> = (0..mmkit::PageOwner::MAX).map(|_| mm.new_owner_key().unwrap()).collect();
+    assert_eq!(keys.len(), 15, "no key was kept by a refused set");
+    assert!(Quicklists::new(Arc::clone(&mm), mmkit_quicklist::MAX_NR_QUICK).is_err(), "no tag left");
+    for key in keys {
+        assert!(mm.release_owner_key(key));
+    }
+    assert!(Quicklists::new(Arc::clone(&mm), mmkit_quicklist::MAX_NR_QUICK).is_ok());
+}
+
+/// A constructor or destructor that panics used to leave its page
+/// allocated with no handle: owned by the quicklists, reachable by nobody,
+/// lost. Now the page goes back to the allocator as the panic unwinds.
+#[test]
+fn a_panicking_constructor_or_destructor_loses_no_page() {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    let mm = real_map(4 << 20, 1);
+    mm.drain_all_pages();
+    let start = mm.nr_free_pages();
+    let boom = |_: &mut [u8]| panic!("constructor failed");
+    let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
+    assert!(catch_unwind(AssertUnwindSafe(|| ql.quicklist_alloc(0, Gfp::KERNEL, Some(&boom)))).is_err());
+    assert_conserved(&mm, &ql, start, 0);
+    let uncached = Quicklists::uncached(Arc::clone(&mm), 1).unwrap();
+    let page = uncached.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
+    assert!(catch_unwind(AssertUnwindSafe(|| uncached.quicklist_free_page(0, Some(&boom), page))).is_err());
+    assert_conserved(&mm, &uncached, start, 0);
+    drop((ql, uncached));
+    mm.drain_all_pages();
+    Report::new(&mm).check_invariants().unwrap();
+    assert_eq!(mm.nr_free_pages(), start);
 }

@@ -12,7 +12,7 @@
 //! contiguous allocations (`zs_migrate_page`).
 //!
 //! Its pages come from a [`mmkit::PageAllocator`] with real memory through
-//! the public owned-block API (tagged [`ZSMALLOC_OWNER`]), so the crate has
+//! the public owned-block API (tagged with each pool's own key, [`ZsPool::owner`]), so the crate has
 //! no `unsafe`. See [`ZsPool`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -31,13 +31,7 @@ pub use deferred::{DeferredLayout, DeferredStats};
 pub use handle::Handle;
 pub use pool::{ZsConfig, ZsPool, ZsPoolStats};
 
-use mmkit::{AllocError, PageOwner};
-
-/// The owner tag of zsmalloc's pages (1 is the quicklists').
-pub const ZSMALLOC_OWNER: PageOwner = match PageOwner::new(2) {
-    Some(owner) => owner,
-    None => panic!("2 is a valid owner tag"),
-};
+use mmkit::AllocError;
 
 /// Why a zsmalloc call failed. Nothing was changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,7 +61,9 @@ pub enum ZsError {
     },
     /// `zs_migrate_page` of a page no zspage of the pool holds.
     UnknownPage(mmkit::Pfn),
-    /// Every pool id is taken: 4095 pools are alive at once.
+    /// Every pool id is taken (4095 pools are alive at once), or the page
+    /// allocator has no owner tag left for another pool
+    /// ([`PageAllocator::new_owner_key`](mmkit::PageAllocator::new_owner_key)).
     TooManyPools,
     /// The caller's buffer cannot hold the object.
     BufferTooSmall {

@@ -6,12 +6,12 @@
 //! Owns the swap of one page of a chain for a copy of it. The page
 //! allocator's default migrator refuses pages a layer owns; an embedder's
 //! [`Migrator`](mmkit::Migrator) hands a page whose owner is
-//! [`ZSMALLOC_OWNER`] to [`ZsPool::zs_migrate_page`]. Handles name zspages
+//! the pool's ([`ZsPool::owner`](crate::ZsPool::owner)) to [`ZsPool::zs_migrate_page`]. Handles name zspages
 //! and object indices, not pages, so no handle changes. The target is
 //! allocated and the old page freed with no class lock held.
 
 use crate::pool::Inner;
-use crate::{ZsError, ZSMALLOC_OWNER};
+use crate::ZsError;
 use mmkit::{Gfp, Pfn};
 
 impl Inner {
@@ -32,8 +32,7 @@ impl Inner {
 
     pub(crate) fn migrate_page(&self, pfn: Pfn, gfp: Gfp, nid: usize) -> Result<Pfn, ZsError> {
         let (class, id, at) = self.find_page(pfn).ok_or(ZsError::UnknownPage(pfn))?;
-        let mut target =
-            self.mm.alloc_block_node(nid, ZSMALLOC_OWNER, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
+        let mut target = self.mm.alloc_block_node(nid, self.key()?, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
         let new = target.pfn();
         let old = {
             let mut state = self.lock(class);
@@ -68,7 +67,7 @@ impl crate::ZsPool {
     /// allocated with `gfp` on node `nid`, and frees the old one; returns
     /// the new page. For an embedder's [`Migrator`](mmkit::Migrator) asked
     /// to move a page whose [`page_owner`](mmkit::PageAllocator::page_owner)
-    /// is [`ZSMALLOC_OWNER`].
+    /// is this pool's [`owner`](Self::owner).
     ///
     /// # Errors
     /// [`ZsError::UnknownPage`] when no zspage of this pool holds `pfn`

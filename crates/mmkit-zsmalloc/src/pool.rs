@@ -17,7 +17,7 @@ use crate::deferred::{DeferredLayout, DeferredQueue};
 use crate::handle::{Handle, PoolId};
 use crate::size_class::{AllocMiss, ClassState};
 use crate::zspage::Zspage;
-use crate::{ZsError, ZSMALLOC_OWNER};
+use crate::ZsError;
 use mmkit::{Gfp, PageAllocator, PageBlock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -51,6 +51,10 @@ pub(crate) struct Inner {
     /// Stamped on every handle; a handle with another id is refused.
     pool_id: PoolId,
     pub(crate) mm: Arc<PageAllocator>,
+    /// The map's key for this pool's pages; `None` only in `Drop`.
+    pub(crate) key: Option<mmkit::OwnerKey>,
+    /// The key's tag.
+    pub(crate) owner: mmkit::PageOwner,
     pub(crate) table: ClassTable,
     /// One per class index; only the classes that serve others are used.
     pub(crate) classes: Box<[RwLock<ClassState>]>,
@@ -64,7 +68,21 @@ pub(crate) struct Inner {
     pub(crate) legacy_pool_lock: std::sync::RwLock<()>,
 }
 
+impl Drop for Inner {
+    /// Gives the pool's owner key back once its pages are freed.
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.mm.release_owner_key(key);
+        }
+    }
+}
+
 impl Inner {
+    /// The pool's owner key; refused only while the pool is dropped.
+    pub(crate) fn key(&self) -> Result<&mmkit::OwnerKey, ZsError> {
+        self.key.as_ref().ok_or(ZsError::NoMemory(None))
+    }
+
     pub(crate) fn new(name: &str, mm: Arc<PageAllocator>, config: ZsConfig) -> Result<Self, ZsError> {
         let ZsConfig { chain_size, deferred } = config;
         if !mm.has_real_memory() {
@@ -73,7 +91,11 @@ impl Inner {
         if !crate::class::CHAIN_SIZES.contains(&chain_size) {
             return Err(ZsError::BadChainSize(chain_size));
         }
-        let pool_id = PoolId::register().ok_or(ZsError::TooManyPools)?;
+        let key = mm.new_owner_key().map_err(|_| ZsError::TooManyPools)?;
+        let Some(pool_id) = PoolId::register() else {
+            mm.release_owner_key(key);
+            return Err(ZsError::TooManyPools);
+        };
         let table = ClassTable::new(mm.geometry().page_size() as usize, chain_size);
         let classes =
             (0..table.nr_classes()).map(|i| RwLock::new(ClassState::new(pool_id.get(), i, table.shape(i)))).collect();
@@ -86,6 +108,8 @@ impl Inner {
             name: name.to_string(),
             pool_id,
             mm,
+            owner: key.owner(),
+            key: Some(key),
             table,
             classes,
             pages_allocated: AtomicU64::new(0),
@@ -191,7 +215,7 @@ impl Inner {
 
     /// One page for a zspage, allocated with no lock held.
     fn alloc_page(&self, gfp: Gfp, nid: usize) -> Result<PageBlock, ZsError> {
-        let block = self.mm.alloc_block_node(nid, ZSMALLOC_OWNER, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
+        let block = self.mm.alloc_block_node(nid, self.key()?, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
         self.pages_allocated.fetch_add(1, Relaxed);
         Ok(block)
     }
@@ -330,6 +354,14 @@ pub struct ZsPool {
 }
 
 impl ZsPool {
+    /// The owner tag of this pool's pages (what
+    /// [`PageAllocator::page_owner`] reports for them): an embedder's
+    /// [`Migrator`](mmkit::Migrator) hands such a page to
+    /// [`zs_migrate_page`](Self::zs_migrate_page).
+    pub fn owner(&self) -> mmkit::PageOwner {
+        self.inner.owner
+    }
+
     /// A pool named `name` with the default chain size (8 pages), whose
     /// zspages come from `mm` (Linux's `zs_create_pool`). It starts the
     /// worker that drains deferred frees.

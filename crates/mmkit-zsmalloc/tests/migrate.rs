@@ -7,7 +7,7 @@ use mmkit::{
     Backing, Contig, CopyMigrator, Gfp, HugePages, MemoryMapBuilder, MigrateError, MigrateRequest, MigrateType,
     Migrator, PageAllocator, Pfn, Report,
 };
-use mmkit_zsmalloc::{Handle, ZsPool, ZSMALLOC_OWNER};
+use mmkit_zsmalloc::{Handle, ZsPool};
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock, Weak};
 
@@ -20,10 +20,10 @@ struct Dispatch {
 
 impl Migrator for Dispatch {
     fn migrate_page(&self, alloc: &PageAllocator, request: &MigrateRequest) -> Result<Pfn, MigrateError> {
-        if alloc.page_owner(request.pfn) != Some(ZSMALLOC_OWNER) {
+        let pool = self.pool.get().and_then(Weak::upgrade);
+        let Some(pool) = pool.filter(|pool| alloc.page_owner(request.pfn) == Some(pool.owner())) else {
             return self.other.migrate_page(alloc, request);
-        }
-        let pool = self.pool.get().and_then(Weak::upgrade).ok_or(MigrateError::Refused(request.pfn))?;
+        };
         pool.zs_migrate_page(request.pfn, request.gfp, request.nid).map_err(|_| MigrateError::Refused(request.pfn))
     }
 }
@@ -58,11 +58,11 @@ fn a_contiguous_range_is_collected_through_live_zspages() {
     // A pageblock that holds zspage pages.
     let pb = 1u64 << mm.geometry().pageblock_order;
     let owned: HashSet<u64> = (mm.start_pfn().0..mm.end_pfn().0)
-        .filter(|&p| mm.page_owner(Pfn(p)) == Some(ZSMALLOC_OWNER))
+        .filter(|&p| mm.page_owner(Pfn(p)) == Some(pool.owner()))
         .map(|p| p & !(pb - 1))
         .collect();
     let start = *owned.iter().min().unwrap();
-    let in_range = (start..start + pb).filter(|&p| mm.page_owner(Pfn(p)) == Some(ZSMALLOC_OWNER)).count();
+    let in_range = (start..start + pb).filter(|&p| mm.page_owner(Pfn(p)) == Some(pool.owner())).count();
     assert!(in_range > 100, "the range is full of zspage pages ({in_range})");
     let pages_before = pool.zs_get_total_pages();
 

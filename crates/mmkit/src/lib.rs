@@ -84,7 +84,7 @@ pub use contig::free_contig::ContigFreeSummary;
 pub use contig::owned::{ContigRange, ContigRangeError};
 #[cfg(feature = "x86_64")]
 pub use frames::X86Frames;
-pub use mem::owned::PageBlock;
+pub use mem::owned::{OwnerKey, PageBlock};
 pub use mem::rawmem::prefetch;
 #[cfg(feature = "std")]
 pub use mem::rawmem::HugePages;
@@ -112,7 +112,7 @@ pub use report::info::ZoneSnapshot;
 pub use report::invariants::InvariantViolation;
 pub use types::error::{
     AllocError, BadCmaReason, BadPageReason, BadRangeReason, BuildError, CmaError, ContigError, FreeError, IndexError,
-    MigrateError, PageError, RangeKind, Tunable,
+    MigrateError, OwnerTagsExhausted, PageError, RangeKind, Tunable,
 };
 pub use types::geometry::{Geometry, ZoneSpec};
 pub use types::gfp::{AllocFlags, Gfp, MigrateType, Watermark, ZoneType};

@@ -226,3 +226,17 @@ fn real_memory_larger_than_the_machine_is_refused() {
     // A map the machine can hold still builds.
     MemoryMapBuilder::with_memory(64 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
 }
+
+/// Sizes and counts handed to the builder never reach an allocation
+/// unchecked: a map, CMA area or hole past what the machine can describe
+/// is a `BuildError`, not an abort.
+#[test]
+fn huge_sizes_are_build_errors_not_aborts() {
+    for bytes in [1u64 << 62, u64::MAX] {
+        assert!(MemoryMapBuilder::with_memory(bytes).build().is_err(), "{bytes} bytes");
+    }
+    let cma = MemoryMapBuilder::with_memory(16 << 20).cma("huge", 0..u64::MAX).build();
+    assert!(cma.is_err());
+    let hole = MemoryMapBuilder::with_memory(16 << 20).hole(0..u64::MAX).build();
+    assert!(hole.is_err());
+}

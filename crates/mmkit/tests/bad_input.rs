@@ -535,3 +535,33 @@ fn hwpoison_of_a_page_on_a_per_cpu_list() {
     assert_eq!(all.len() as u64, free - 1);
     assert!(all.iter().all(|&(b, _)| b != p2));
 }
+
+/// A count from the caller is a wish bounded by the map. The old
+/// `alloc_pages_bulk_vec` reserved room for it first: `1 << 40` pages
+/// aborted the process (allocation failure) and `usize::MAX` panicked
+/// (capacity overflow). Now it is a short count, and the pages it did get
+/// are the caller's to free.
+#[test]
+fn a_huge_bulk_count_is_a_short_count_not_an_abort() {
+    let mm = small();
+    let total = mm.end_pfn().0 - mm.start_pfn().0;
+    let free = mm.nr_free_pages();
+    for n in [1usize << 40, usize::MAX, (1usize << 40) + 7] {
+        let mut pages = Vec::new();
+        let got = mm.alloc_pages_bulk_vec(Gfp::KERNEL, n, &mut pages);
+        assert_eq!(got, pages.len());
+        assert!(got >= 1 && got as u64 <= total, "{got} pages of {total}");
+        mm.free_pages_bulk(&pages).unwrap();
+        let mut pages = Vec::new();
+        let got = mm.cpu(0).unwrap().alloc_pages_bulk_vec(Gfp::KERNEL, n, &mut pages);
+        assert!(got >= 1 && got as u64 <= total);
+        mm.free_pages_bulk(&pages).unwrap();
+    }
+    assert_eq!(mm.nr_free_pages(), free, "every page came back");
+    let before = state(&mm);
+    let contig = mmkit::Contig::new(&mm);
+    assert!(contig.alloc_contig_pages(u64::MAX, Gfp::KERNEL, 0).is_err());
+    assert!(contig.alloc_contig_pages(1 << 40, Gfp::KERNEL, 0).is_err());
+    assert_eq!(state(&mm), before);
+    Report::new(&mm).check_invariants().unwrap();
+}

@@ -4,32 +4,69 @@
 
 use mmkit::{
     Backing, BlockError, Contig, CopyMigrator, FreeError, Gfp, HugePages, MemoryMapBuilder, MigrateType, PageAllocator,
-    PageFlags, PageOwner, Pfn, Report,
+    PageFlags, Pfn, Report,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-
-const OWNER: PageOwner = PageOwner::new(3).unwrap();
-const OTHER: PageOwner = PageOwner::new(4).unwrap();
 
 fn real(bytes: u64) -> PageAllocator {
     MemoryMapBuilder::with_memory(bytes).backing(Backing::RealMemory(HugePages::None)).nr_cpus(2).build().unwrap()
 }
 
 #[test]
-fn owner_tags_are_one_to_fifteen() {
-    assert!(PageOwner::new(0).is_none());
-    assert!(PageOwner::new(16).is_none());
-    assert_eq!(PageOwner::new(15).unwrap().id(), 15);
+fn a_map_issues_fifteen_distinct_keys_and_reuses_only_clean_tags() {
+    let mm = real(16 << 20);
+    let keys: Vec<_> = (0..15).map(|_| mm.new_owner_key().unwrap()).collect();
+    let mut tags: Vec<u8> = keys.iter().map(|k| k.owner().id()).collect();
+    tags.sort_unstable();
+    assert_eq!(tags, (1..=15).collect::<Vec<u8>>());
+    assert_eq!(mm.new_owner_key().unwrap_err(), mmkit::OwnerTagsExhausted);
+    let mut keys = keys.into_iter();
+    // A key whose tag no page carries frees the tag for the next key.
+    let clean = keys.next().unwrap();
+    let clean_tag = clean.owner();
+    assert!(mm.release_owner_key(clean));
+    let again = mm.new_owner_key().unwrap();
+    assert_eq!(again.owner(), clean_tag);
+    // A key whose handed-out page is still out retires its tag: the next
+    // holder of the tag must not be able to take that page back.
+    let dirty = keys.next().unwrap();
+    let pfn = mm.hand_out_block(mm.alloc_block(&dirty, Gfp::KERNEL, 0).unwrap()).unwrap();
+    assert!(!mm.release_owner_key(dirty));
+    assert_eq!(mm.new_owner_key().unwrap_err(), mmkit::OwnerTagsExhausted, "the tag is retired");
+    assert_eq!(mm.free_pages(pfn, 0).unwrap_err(), FreeError::Owned { pfn, owner: mm.page_owner(pfn).unwrap() });
+    Report::new(&mm).check_invariants().unwrap();
+}
+
+/// The old API took a `PageOwner` made by `PageOwner::new`, so anyone could
+/// name a layer's tag and take its handed-out page back. Now only the key
+/// the map issued takes it back; another key of the map, or the same tag's
+/// key of another map, is refused and the page stays where it was.
+#[test]
+fn only_the_issuing_key_takes_a_handed_out_block_back() {
+    let mm = real(16 << 20);
+    let other_map = real(16 << 20);
+    let (key, thief) = (mm.new_owner_key().unwrap(), mm.new_owner_key().unwrap());
+    let foreign = other_map.new_owner_key().unwrap();
+    assert_eq!(foreign.owner(), key.owner(), "the same tag number, in another map");
+    let pfn = mm.hand_out_block(mm.alloc_block(&key, Gfp::KERNEL, 0).unwrap()).unwrap();
+    assert_eq!(mm.take_back_block(&thief, pfn, 0).unwrap_err(), FreeError::Owned { pfn, owner: key.owner() });
+    assert_eq!(mm.take_back_block(&foreign, pfn, 0).unwrap_err(), FreeError::ForeignOwnerKey(pfn));
+    assert_eq!(mm.alloc_block(&foreign, Gfp::KERNEL, 0).unwrap_err(), mmkit::AllocError::ForeignOwnerKey);
+    let block = mm.take_back_block(&key, pfn, 0).unwrap();
+    mm.free_block(block).unwrap();
+    assert!(mm.release_owner_key(key));
+    Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
 fn a_block_has_bytes_its_holder_alone_writes() {
     let mm = real(16 << 20);
+    let key = mm.new_owner_key().unwrap();
     let free_before = mm.nr_free_pages() + mm.nr_pcp_pages();
-    let mut block = mm.alloc_block(OWNER, Gfp::KERNEL | Gfp::ZERO, 2).unwrap();
+    let mut block = mm.alloc_block(&key, Gfp::KERNEL | Gfp::ZERO, 2).unwrap();
     assert_eq!(block.nr_pages(), 4);
-    assert_eq!(mm.page_owner(block.pfn()), Some(OWNER));
+    assert_eq!(mm.page_owner(block.pfn()), Some(key.owner()));
     let bytes = mm.block_bytes_mut(&mut block).unwrap();
     assert_eq!(bytes.len(), 4 * 4096);
     assert!(bytes.iter().all(|&b| b == 0), "__GFP_ZERO");
@@ -46,9 +83,10 @@ fn a_block_has_bytes_its_holder_alone_writes() {
 #[test]
 fn the_plain_free_paths_refuse_an_owned_block_and_change_nothing() {
     let mm = real(16 << 20);
-    let block = mm.alloc_block(OWNER, Gfp::KERNEL, 0).unwrap();
+    let key = mm.new_owner_key().unwrap();
+    let block = mm.alloc_block(&key, Gfp::KERNEL, 0).unwrap();
     let pfn = block.pfn();
-    let owned = Err(FreeError::Owned { pfn, owner: OWNER });
+    let owned = Err(FreeError::Owned { pfn, owner: key.owner() });
     assert_eq!(mm.free_pages(pfn, 0), owned);
     assert_eq!(mm.put_page(pfn), owned);
     assert_eq!(mm.free_frozen_pages(pfn, 0), owned);
@@ -57,7 +95,7 @@ fn the_plain_free_paths_refuse_an_owned_block_and_change_nothing() {
     // anything; a handed-out one is skipped (see the quicklist tests).
     assert_eq!(Contig::new(&mm).free_contig_range(pfn, 1), Err(FreeError::RefcountMismatch { pfn, refcount: 0 }));
     assert_eq!(Contig::new(&mm).free_contig_frozen_range(pfn, 1).unwrap().still_in_use, 1);
-    assert_eq!(mm.page_owner(pfn), Some(OWNER));
+    assert_eq!(mm.page_owner(pfn), Some(key.owner()));
     mm.free_block(block).unwrap();
     assert_eq!(mm.page_owner(pfn), None);
     Report::new(&mm).check_invariants().unwrap();
@@ -66,40 +104,44 @@ fn the_plain_free_paths_refuse_an_owned_block_and_change_nothing() {
 #[test]
 fn hand_out_and_take_back_have_one_winner() {
     let mm = real(16 << 20);
-    let pfn = mm.hand_out_block(mm.alloc_block(OWNER, Gfp::KERNEL, 0).unwrap()).unwrap();
-    assert_eq!(mm.free_pages(pfn, 0), Err(FreeError::Owned { pfn, owner: OWNER }));
-    assert_eq!(mm.take_back_block(OTHER, pfn, 0).unwrap_err(), FreeError::Owned { pfn, owner: OWNER });
-    assert_eq!(mm.take_back_block(OWNER, pfn, 1).unwrap_err(), FreeError::WrongOrder { pfn, allocated: 0, given: 1 });
-    let block = mm.take_back_block(OWNER, pfn, 0).unwrap();
-    assert_eq!(mm.take_back_block(OWNER, pfn, 0).unwrap_err(), FreeError::DoubleFree(pfn));
+    let key = mm.new_owner_key().unwrap();
+    let other = mm.new_owner_key().unwrap();
+    let pfn = mm.hand_out_block(mm.alloc_block(&key, Gfp::KERNEL, 0).unwrap()).unwrap();
+    assert_eq!(mm.free_pages(pfn, 0), Err(FreeError::Owned { pfn, owner: key.owner() }));
+    assert_eq!(mm.take_back_block(&other, pfn, 0).unwrap_err(), FreeError::Owned { pfn, owner: key.owner() });
+    assert_eq!(mm.take_back_block(&key, pfn, 1).unwrap_err(), FreeError::WrongOrder { pfn, allocated: 0, given: 1 });
+    let block = mm.take_back_block(&key, pfn, 0).unwrap();
+    assert_eq!(mm.take_back_block(&key, pfn, 0).unwrap_err(), FreeError::DoubleFree(pfn));
     mm.free_block(block).unwrap();
-    assert_eq!(mm.take_back_block(OWNER, pfn, 0).unwrap_err(), FreeError::DoubleFree(pfn));
+    assert_eq!(mm.take_back_block(&key, pfn, 0).unwrap_err(), FreeError::DoubleFree(pfn));
     Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
 fn take_back_adopts_a_plain_page_unless_it_is_shared_or_flagged() {
     let mm = real(16 << 20);
+    let key = mm.new_owner_key().unwrap();
     let pfn = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
     mm.get_page(pfn).unwrap();
-    assert_eq!(mm.take_back_block(OWNER, pfn, 0).unwrap_err(), FreeError::RefcountMismatch { pfn, refcount: 2 });
+    assert_eq!(mm.take_back_block(&key, pfn, 0).unwrap_err(), FreeError::RefcountMismatch { pfn, refcount: 2 });
     assert_eq!(mm.page_owner(pfn), None, "the mark is undone");
     mm.put_page(pfn).unwrap();
     mm.set_page_flags(pfn, PageFlags::LRU).unwrap();
-    assert_eq!(mm.take_back_block(OWNER, pfn, 0).unwrap_err(), FreeError::FlagsSet { pfn, flags: PageFlags::LRU });
+    assert_eq!(mm.take_back_block(&key, pfn, 0).unwrap_err(), FreeError::FlagsSet { pfn, flags: PageFlags::LRU });
     mm.clear_page_flags(pfn, PageFlags::LRU).unwrap();
-    let block = mm.take_back_block(OWNER, pfn, 0).unwrap();
-    assert_eq!(mm.page_owner(pfn), Some(OWNER));
+    let block = mm.take_back_block(&key, pfn, 0).unwrap();
+    assert_eq!(mm.page_owner(pfn), Some(key.owner()));
     mm.free_block(block).unwrap();
-    assert_eq!(mm.take_back_block(OWNER, Pfn(u64::MAX), 0).unwrap_err(), FreeError::OutOfRange(Pfn(u64::MAX)));
+    assert_eq!(mm.take_back_block(&key, Pfn(u64::MAX), 0).unwrap_err(), FreeError::OutOfRange(Pfn(u64::MAX)));
     Report::new(&mm).check_invariants().unwrap();
 }
 
 #[test]
 fn another_allocators_block_is_handed_back_untouched() {
     let a = real(8 << 20);
+    let key = a.new_owner_key().unwrap();
     let b = real(8 << 20);
-    let mut block = a.alloc_block(OWNER, Gfp::KERNEL, 0).unwrap();
+    let mut block = a.alloc_block(&key, Gfp::KERNEL, 0).unwrap();
     assert!(b.block_bytes(&block).is_none());
     assert!(b.block_bytes_mut(&mut block).is_none());
     let block = match b.free_block(block) {
@@ -118,7 +160,8 @@ fn another_allocators_block_is_handed_back_untouched() {
 #[test]
 fn a_metadata_only_map_gives_blocks_without_bytes() {
     let mm = MemoryMapBuilder::with_memory(8 << 20).build().unwrap();
-    let block = mm.alloc_block(OWNER, Gfp::KERNEL, 0).unwrap();
+    let key = mm.new_owner_key().unwrap();
+    let block = mm.alloc_block(&key, Gfp::KERNEL, 0).unwrap();
     assert!(mm.block_bytes(&block).is_none());
     mm.free_block(block).unwrap();
 }
@@ -130,13 +173,14 @@ fn the_default_migrator_refuses_an_owned_block() {
         .migrator(CopyMigrator::new(|_, _, _| {}))
         .build()
         .unwrap();
-    let block = mm.alloc_block(OWNER, Gfp::HIGHUSER_MOVABLE, 0).unwrap();
+    let key = mm.new_owner_key().unwrap();
+    let block = mm.alloc_block(&key, Gfp::HIGHUSER_MOVABLE, 0).unwrap();
     let pb = 1u64 << mm.geometry().pageblock_order;
     let start = Pfn(block.pfn().0 & !(pb - 1));
     let err =
         Contig::new(&mm).alloc_contig_range(start, Pfn(start.0 + pb), MigrateType::Movable, Gfp::KERNEL).unwrap_err();
     assert!(matches!(err, mmkit::ContigError::Busy { .. }), "{err:?}");
-    assert_eq!(mm.page_owner(block.pfn()), Some(OWNER));
+    assert_eq!(mm.page_owner(block.pfn()), Some(key.owner()));
     mm.free_block(block).unwrap();
     Report::new(&mm).check_invariants().unwrap();
 }
@@ -144,14 +188,15 @@ fn the_default_migrator_refuses_an_owned_block() {
 #[test]
 fn racing_take_backs_of_one_page_have_exactly_one_winner() {
     let mm = Arc::new(real(16 << 20));
+    let key = Arc::new(mm.new_owner_key().unwrap());
     for _ in 0..200 {
-        let pfn = mm.hand_out_block(mm.alloc_block(OWNER, Gfp::KERNEL, 0).unwrap()).unwrap();
+        let pfn = mm.hand_out_block(mm.alloc_block(&key, Gfp::KERNEL, 0).unwrap()).unwrap();
         let wins = Arc::new(AtomicUsize::new(0));
         let threads: Vec<_> = (0..2)
             .map(|_| {
-                let (mm, wins) = (mm.clone(), wins.clone());
+                let (mm, wins, key) = (mm.clone(), wins.clone(), key.clone());
                 std::thread::spawn(move || {
-                    if let Ok(block) = mm.take_back_block(OWNER, pfn, 0) {
+                    if let Ok(block) = mm.take_back_block(&key, pfn, 0) {
                         wins.fetch_add(1, Ordering::Relaxed);
                         mm.free_block(block).unwrap();
                     }
@@ -167,13 +212,14 @@ fn racing_take_backs_of_one_page_have_exactly_one_winner() {
 #[test]
 fn threads_write_and_verify_patterns_in_their_own_blocks() {
     let mm = Arc::new(real(32 << 20));
+    let key = Arc::new(mm.new_owner_key().unwrap());
     let threads: Vec<_> = (0..4u8)
         .map(|t| {
-            let mm = mm.clone();
+            let (mm, key) = (mm.clone(), key.clone());
             std::thread::spawn(move || {
                 let mut held = Vec::new();
                 for round in 0..200u32 {
-                    let mut block = mm.alloc_block(OWNER, Gfp::KERNEL, round % 3).unwrap();
+                    let mut block = mm.alloc_block(&key, Gfp::KERNEL, round % 3).unwrap();
                     let tag = t ^ round as u8;
                     mm.block_bytes_mut(&mut block).unwrap().fill(tag);
                     held.push((block, tag));
@@ -205,6 +251,7 @@ fn threads_write_and_verify_patterns_in_their_own_blocks() {
 fn a_take_back_racing_a_frozen_free_never_marks_the_page() {
     use std::sync::atomic::{AtomicBool, AtomicU64};
     let mm = Arc::new(MemoryMapBuilder::with_memory(16 << 20).nr_cpus(1).build().unwrap());
+    let key = mm.new_owner_key().unwrap();
     let latest = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let taker = {
@@ -212,7 +259,7 @@ fn a_take_back_racing_a_frozen_free_never_marks_the_page() {
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 let pfn = Pfn(latest.load(Ordering::Relaxed));
-                assert!(mm.take_back_block(OWNER, pfn, 0).is_err(), "a frozen page is never taken back");
+                assert!(mm.take_back_block(&key, pfn, 0).is_err(), "a frozen page is never taken back");
             }
         })
     };

@@ -9,16 +9,11 @@
 
 use mmkit::{
     Contig, ContigError, ContigRangeError, FreeError, Gfp, MemoryFailure, MemoryMapBuilder, MigrateType, PageAllocator,
-    PageError, PageFlags, PageOwner, Pfn, QuietHooks, Report, ZoneType,
+    PageError, PageFlags, Pfn, QuietHooks, Report, ZoneType,
 };
 
 mod common;
 use common::{first_difference, observe};
-
-const POOL: PageOwner = match PageOwner::new(11) {
-    Some(owner) => owner,
-    None => panic!("tag in range"),
-};
 
 fn map() -> PageAllocator {
     MemoryMapBuilder::new().zone(0, ZoneType::Normal, 0..0x8000).hooks(QuietHooks).cpu_id_fn(|| 0).build().unwrap()
@@ -27,10 +22,11 @@ fn map() -> PageAllocator {
 #[test]
 fn owned_free_leaves_what_the_frozen_free_leaves() {
     let (owned, frozen) = (map(), map());
+    let pool = owned.new_owner_key().unwrap();
     for (start, end) in [(0x1000, 0x2000), (0x2003, 0x2a11), (0x4001, 0x4002), (0x5000, 0x7fff)] {
         let (start, end) = (Pfn(start), Pfn(end));
         let range =
-            Contig::new(&owned).alloc_contig_block(POOL, start, end, MigrateType::Movable, Gfp::KERNEL).unwrap();
+            Contig::new(&owned).alloc_contig_block(&pool, start, end, MigrateType::Movable, Gfp::KERNEL).unwrap();
         assert_eq!((range.start(), range.end(), range.nr_pages()), (start, end, end.0 - start.0));
         Contig::new(&frozen).alloc_contig_frozen_range(start, end, MigrateType::Movable, Gfp::KERNEL).unwrap();
         let a = Contig::new(&owned).free_contig_block(range).unwrap();
@@ -49,10 +45,11 @@ fn owned_free_leaves_what_the_frozen_free_leaves() {
 #[test]
 fn other_paths_refuse_owned_pages() {
     let mm = map();
+    let pool = mm.new_owner_key().unwrap();
     let contig = Contig::new(&mm);
-    let range = contig.alloc_contig_block(POOL, Pfn(0x1000), Pfn(0x1010), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    let range = contig.alloc_contig_block(&pool, Pfn(0x1000), Pfn(0x1010), MigrateType::Movable, Gfp::KERNEL).unwrap();
     let free_before = mm.nr_free_pages();
-    let owned = FreeError::Owned { pfn: Pfn(0x1004), owner: POOL };
+    let owned = FreeError::Owned { pfn: Pfn(0x1004), owner: pool.owner() };
     assert_eq!(mm.free_pages(Pfn(0x1004), 0), Err(owned));
     assert_eq!(mm.free_frozen_pages(Pfn(0x1004), 0), Err(owned));
     assert_eq!(mm.put_page(Pfn(0x1004)), Err(owned));
@@ -64,10 +61,10 @@ fn other_paths_refuse_owned_pages() {
     );
     assert_eq!(contig.free_contig_frozen_range(Pfn(0x1000), 16).unwrap().still_in_use, 16);
     assert_eq!(mm.get_page(Pfn(0x1004)), Err(PageError::NotInUse(Pfn(0x1004))), "frozen: no references");
-    assert!(mm.take_back_block(POOL, Pfn(0x1004), 0).is_err());
+    assert!(mm.take_back_block(&pool, Pfn(0x1004), 0).is_err());
     assert_eq!(mm.nr_free_pages(), free_before, "nothing changed");
     assert_eq!(
-        contig.alloc_contig_block(POOL, Pfn(0x1008), Pfn(0x1020), MigrateType::Movable, Gfp::KERNEL),
+        contig.alloc_contig_block(&pool, Pfn(0x1008), Pfn(0x1020), MigrateType::Movable, Gfp::KERNEL),
         Err(ContigError::Busy { pfn: Pfn(0x1008) }),
         "an owned range is not collected again"
     );
@@ -79,8 +76,9 @@ fn other_paths_refuse_owned_pages() {
 #[test]
 fn compound_owned_ranges_are_refused() {
     let mm = map();
+    let pool = mm.new_owner_key().unwrap();
     let got = Contig::new(&mm).alloc_contig_block(
-        POOL,
+        &pool,
         Pfn(0x1000),
         Pfn(0x1010),
         MigrateType::Movable,
@@ -93,8 +91,9 @@ fn compound_owned_ranges_are_refused() {
 #[test]
 fn a_foreign_range_is_handed_back() {
     let (a, b) = (map(), map());
+    let pool = a.new_owner_key().unwrap();
     let range =
-        Contig::new(&a).alloc_contig_block(POOL, Pfn(0x1000), Pfn(0x1100), MigrateType::Movable, Gfp::KERNEL).unwrap();
+        Contig::new(&a).alloc_contig_block(&pool, Pfn(0x1000), Pfn(0x1100), MigrateType::Movable, Gfp::KERNEL).unwrap();
     let free_b = b.nr_free_pages();
     let Err(ContigRangeError::Foreign(range)) = Contig::new(&b).free_contig_block(range) else {
         panic!("another allocator's range must be refused");
@@ -107,9 +106,11 @@ fn a_foreign_range_is_handed_back() {
 #[test]
 fn poisoned_pages_leave_service_and_the_rest_is_freed() {
     let mm = map();
+    let pool = mm.new_owner_key().unwrap();
     let free_before = mm.nr_free_pages();
-    let range =
-        Contig::new(&mm).alloc_contig_block(POOL, Pfn(0x2000), Pfn(0x2400), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    let range = Contig::new(&mm)
+        .alloc_contig_block(&pool, Pfn(0x2000), Pfn(0x2400), MigrateType::Movable, Gfp::KERNEL)
+        .unwrap();
     assert_eq!(mm.memory_failure(Pfn(0x2123)), Ok(MemoryFailure::InUse));
     let summary = Contig::new(&mm).free_contig_block(range).unwrap();
     assert_eq!((summary.freed, summary.hwpoisoned, summary.bad), (0x3ff, 1, 0));
@@ -130,9 +131,11 @@ fn poisoned_pages_leave_service_and_the_rest_is_freed() {
 #[test]
 fn pages_changed_behind_the_handle_are_reported_and_leaked() {
     let mm = map();
+    let pool = mm.new_owner_key().unwrap();
     let free_before = mm.nr_free_pages();
-    let range =
-        Contig::new(&mm).alloc_contig_block(POOL, Pfn(0x3000), Pfn(0x3040), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    let range = Contig::new(&mm)
+        .alloc_contig_block(&pool, Pfn(0x3000), Pfn(0x3040), MigrateType::Movable, Gfp::KERNEL)
+        .unwrap();
     mm.set_page_flags(Pfn(0x3007), PageFlags::LRU).unwrap();
     let summary = Contig::new(&mm).free_contig_block(range).unwrap();
     assert_eq!((summary.freed, summary.bad), (0x3f, 1));

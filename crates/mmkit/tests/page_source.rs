@@ -6,7 +6,7 @@
 //! it: `put_page` and `free_pages_bulk` of its own `LOCAL` pages and the
 //! refusal of another pinned CPU's.
 
-use mmkit::{FreeError, Gfp, PageAllocator, PageOwner, PageSource, Pfn, Report};
+use mmkit::{FreeError, Gfp, PageAllocator, PageSource, Pfn, Report};
 use proptest::prelude::*;
 
 mod live_blocks;
@@ -37,7 +37,7 @@ fn op() -> impl Strategy<Value = Op> {
 /// model's own checks run until the handle is dropped (then `settle`).
 fn run(source: &mut impl PageSource, ops: &[Op], pinned: bool) {
     let mut model = LiveBlocks::default();
-    let owner = PageOwner::new(3).unwrap();
+    let owner = source.allocator().new_owner_key().unwrap();
     for op in ops {
         match *op {
             Op::Alloc { order } => {
@@ -76,7 +76,7 @@ fn run(source: &mut impl PageSource, ops: &[Op], pinned: bool) {
                 assert_eq!(source.free_pages_bulk(&pfns), Ok(pfns.len()));
             }
             Op::Block { order, byte } => {
-                if let Ok(mut block) = source.alloc_block(owner, Gfp::KERNEL, order) {
+                if let Ok(mut block) = source.alloc_block(&owner, Gfp::KERNEL, order) {
                     if let Some(bytes) = source.allocator().block_bytes_mut(&mut block) {
                         bytes.fill(byte);
                     }

@@ -38,7 +38,8 @@ fn frames_are_unique_aligned_and_go_back() {
         unsafe { frames.deallocate_frame(f) };
     }
     for f in huge {
-        frames.try_deallocate(f).unwrap();
+        // SAFETY: nothing uses the frame.
+        unsafe { frames.try_deallocate(f) }.unwrap();
     }
     mm.drain_all_pages();
     assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), before);
@@ -50,13 +51,20 @@ fn a_bad_deallocation_changes_nothing() {
     let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
     let mut frames = X86Frames::new(&mm, Gfp::KERNEL).unwrap();
     let frame: PhysFrame<Size4KiB> = frames.allocate_frame().unwrap();
-    frames.try_deallocate(frame).unwrap();
-    assert!(matches!(frames.try_deallocate(frame), Err(FreeError::DoubleFree(_) | FreeError::NotAllocated(_))));
+    // SAFETY: nothing uses the frame.
+    unsafe { frames.try_deallocate(frame) }.unwrap();
+    assert!(matches!(
+        // SAFETY: nothing uses the frame; the double free is refused inside.
+        unsafe { frames.try_deallocate(frame) },
+        Err(FreeError::DoubleFree(_) | FreeError::NotAllocated(_))
+    ));
     // SAFETY: the trait's contract holds: nothing uses the frame; the double
     // free is refused inside.
     unsafe { frames.deallocate_frame(frame) };
     let far = PhysFrame::<Size4KiB>::from_start_address(PhysAddr::new(1 << 40)).unwrap();
-    assert!(matches!(frames.try_deallocate(far), Err(FreeError::OutOfRange(_))));
+    // SAFETY: nothing uses the frame; it is outside the map and refused.
+    let refused = unsafe { frames.try_deallocate(far) };
+    assert!(matches!(refused, Err(FreeError::OutOfRange(_))));
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -67,5 +75,78 @@ fn only_4_kib_pages_make_frames_and_a_pinned_cpu_is_a_source_too() {
     let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
     let mut frames = X86Frames::new(mm.pin_cpu(0).unwrap(), Gfp::KERNEL).unwrap();
     let f: PhysFrame<Size4KiB> = frames.allocate_frame().unwrap();
-    frames.try_deallocate(f).unwrap();
+    // SAFETY: nothing uses the frame.
+    unsafe { frames.try_deallocate(f) }.unwrap();
+}
+
+/// On the old adapter every safe free path freed a frame it had handed out
+/// (a live page table, say), and the next `allocate_frame` returned the
+/// same frame: the `unsafe impl FrameAllocator` broke its promise. Now
+/// each one is refused, the next frames differ, and only the adapter's own
+/// (unsafe) deallocation gives the frame back.
+#[test]
+fn safe_frees_of_a_handed_out_frame_are_refused_and_it_is_never_handed_out_twice() {
+    use mmkit::Pfn;
+    let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(1).build().unwrap();
+    let mut frames = X86Frames::new(&mm, Gfp::KERNEL).unwrap();
+    let table: PhysFrame<Size4KiB> = frames.allocate_frame().unwrap();
+    let huge: PhysFrame<Size2MiB> = frames.allocate_frame().unwrap();
+    let pfn = Pfn(table.start_address().as_u64() >> 12);
+    let huge_pfn = Pfn(huge.start_address().as_u64() >> 12);
+    let owned = |e| matches!(e, Err(FreeError::Owned { .. }));
+    assert!(owned(mm.free_pages(pfn, 0)));
+    assert!(owned(mm.put_page(pfn)));
+    assert!(owned(mm.free_pages(huge_pfn, 9)));
+    assert!(mm.free_pages_bulk(&[pfn]).is_err());
+    assert!(mm.free_frozen_pages(pfn, 0).is_err());
+    // The range free drops references page by page and skips an owned one.
+    let tag = mm.page_owner(pfn);
+    assert!(tag.is_some());
+    assert!(mmkit::Contig::new(&mm).free_contig_range(pfn, 1).map_or(true, |s| s.still_in_use == 1));
+    assert_eq!(mm.page_owner(pfn), tag, "still the adapter's");
+    // A guard whose block was freed behind its back and reallocated as a
+    // frame: its drop must not free the frame.
+    let guard = mm.alloc_pages_guarded(Gfp::KERNEL, 0).unwrap();
+    let guarded = guard.pfn();
+    mm.free_pages(guarded, 0).unwrap();
+    let mut reused = None;
+    for _ in 0..64 {
+        let f: PhysFrame<Size4KiB> = frames.allocate_frame().unwrap();
+        if f.start_address().as_u64() >> 12 == guarded.0 {
+            reused = Some(f);
+            break;
+        }
+    }
+    drop(guard);
+    assert!(reused.is_none() || mm.page_owner(guarded).is_some(), "the guard's drop left the frame owned");
+    // Another adapter of the same map cannot give the frame back either.
+    let mut other = X86Frames::new(&mm, Gfp::KERNEL).unwrap();
+    // SAFETY: the call is refused; nothing is freed.
+    assert!(unsafe { other.try_deallocate(table) }.is_err());
+    // Nor is a plain page of the map adopted and freed through the adapter.
+    let plain = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
+    let plain_frame = PhysFrame::<Size4KiB>::from_start_address(PhysAddr::new(plain.0 << 12)).unwrap();
+    // SAFETY: refused; nothing is freed.
+    assert!(unsafe { frames.try_deallocate(plain_frame) }.is_err());
+    mm.free_pages(plain, 0).unwrap();
+    let mut seen = HashSet::new();
+    for _ in 0..256 {
+        let f: PhysFrame<Size4KiB> = frames.allocate_frame().unwrap();
+        assert_ne!(f, table, "a live frame handed out again");
+        assert!(seen.insert(f));
+    }
+    // SAFETY: nothing uses these frames.
+    unsafe {
+        frames.try_deallocate(table).unwrap();
+        frames.try_deallocate(huge).unwrap();
+        for f in seen {
+            frames.deallocate_frame(f);
+        }
+        if let Some(f) = reused {
+            frames.try_deallocate(f).unwrap();
+        }
+    }
+    let _ = (frames.into_inner(), other.into_inner());
+    mm.drain_all_pages();
+    Report::new(&mm).check_invariants().unwrap();
 }

@@ -5,8 +5,9 @@
 //! one descriptor per frame (16 bytes per 4 KiB page: 4 MiB for 1 GiB).
 //! Linux solves this with memblock: it takes `mem_map` out of the physical
 //! memory it is about to manage and marks those frames reserved. [`boot`]
-//! does the same with mmkit: from the boot loader's usable regions it
-//! builds one node, turns the gaps into holes, takes the first frames of a
+//! does the same with mmkit: from the boot loader's usable regions (any
+//! number of them, in any order) it builds one node, turns every gap
+//! into a hole, takes the first frames of a
 //! region big enough for the descriptor table, reserves them and lends
 //! their mapping to
 //! [`MemoryMapBuilder::descriptor_memory`]. What else the map needs (zones,
@@ -81,17 +82,22 @@ pub fn boot(
     // the PC's DMA and DMA32 limits; the gaps between regions are holes.
     let mut builder =
         MemoryMapBuilder::new().add_pc_node(0, lowest, (highest - lowest) * FRAME_SIZE).nr_cpus(1).cpu_id_fn(|| 0);
-    let mut sorted: [Option<Range<u64>>; 32] = Default::default();
-    for (slot, f) in sorted.iter_mut().zip(usable()) {
-        *slot = Some(f);
-    }
-    sorted.sort_unstable_by_key(|f| f.as_ref().map_or(u64::MAX, |f| f.start));
+    // Every frame of the span outside every region is a hole, however
+    // many regions there are and in whatever order (overlaps allowed): a
+    // walk from the lowest frame that skips to the end of the regions
+    // covering it, or else marks the gap to the next region's start. No
+    // table of regions, so no limit on their number (a real UEFI map has
+    // well over 32).
     let mut cursor = lowest;
-    for f in sorted.iter().flatten() {
-        if cursor < f.start {
-            builder = builder.hole(cursor..f.start);
+    while cursor < highest {
+        match usable().filter(|f| f.start <= cursor && cursor < f.end).map(|f| f.end).max() {
+            Some(end) => cursor = end,
+            None => {
+                let next = usable().map(|f| f.start).filter(|&s| s > cursor).min().unwrap_or(highest);
+                builder = builder.hole(cursor..next);
+                cursor = next;
+            }
         }
-        cursor = cursor.max(f.end);
     }
     let bytes = builder.descriptor_table_bytes().map_err(BootError::Build)? as u64;
     let needed = bytes.div_ceil(FRAME_SIZE);
@@ -140,6 +146,32 @@ mod tests {
         }
         // All but the watermark reserves.
         assert!(held.len() as u64 > usable * 95 / 100, "{} frames of {usable}", held.len());
+        mm.free_pages_bulk(&held).unwrap();
+        Report::new(mm).check_invariants().unwrap();
+    }
+
+    /// A boot map with more usable regions than the old fixed table of 32
+    /// (given out of order): the regions past the 32nd were never walked,
+    /// so the gaps between them were handed out as RAM. Every frame the
+    /// allocator hands out must lie in a region.
+    #[test]
+    fn every_gap_of_a_map_with_many_regions_is_a_hole() {
+        // 1 MiB regions every 2 MiB from 16 MiB up, listed backwards, and a
+        // big region first for the descriptors.
+        let mut regions: Vec<Range<u64>> = std::vec![0x1000..0x80_0000];
+        regions.extend((0..80u64).rev().map(|i| (16 << 20) + (i << 21)..(16 << 20) + (i << 21) + (1 << 20)));
+        let boot = boot(&regions, direct_map).unwrap();
+        let mm = &boot.mm;
+        Report::new(mm).check_invariants().unwrap();
+        let usable: u64 = regions.iter().map(|r| (r.end / FRAME_SIZE) - r.start.div_ceil(FRAME_SIZE)).sum();
+        let descriptors = boot.descriptor_frames.end - boot.descriptor_frames.start;
+        assert_eq!(mm.nr_free_pages(), usable - descriptors, "only usable frames are free");
+        let mut held: Vec<Pfn> = Vec::new();
+        while let Ok(pfn) = mm.alloc_pages(Gfp::KERNEL | Gfp::DMA32, 0) {
+            let byte = pfn.0 * FRAME_SIZE;
+            assert!(regions.iter().any(|r| r.contains(&byte)), "frame {pfn} is a firmware gap");
+            held.push(pfn);
+        }
         mm.free_pages_bulk(&held).unwrap();
         Report::new(mm).check_invariants().unwrap();
     }

@@ -8,6 +8,17 @@ use mmkit::{AllocError, FreeError, PageFlags, Pfn};
 pub enum QuicklistError {
     /// Quicklists need a map with real memory behind it.
     NoRealMemory,
+    /// The map has no owner tag left for another set of quicklists
+    /// ([`PageAllocator::new_owner_key`](mmkit::PageAllocator::new_owner_key)).
+    NoOwnerTag,
+    /// [`Quicklists::new`](super::Quicklists::new) of more lists per CPU
+    /// than [`MAX_NR_QUICK`](super::MAX_NR_QUICK).
+    TooManyLists {
+        /// Lists asked for.
+        nr_quick: usize,
+        /// The most accepted.
+        max: usize,
+    },
     /// `nr >= nr_quick`.
     NoSuchList {
         /// The list asked for.
@@ -53,6 +64,8 @@ impl core::fmt::Display for QuicklistError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             Self::NoRealMemory => f.write_str("quicklists need a memory map with real backing"),
+            Self::TooManyLists { nr_quick, max } => write!(f, "{nr_quick} quicklists per cpu; at most {max}"),
+            Self::NoOwnerTag => f.write_str("the memory map has no owner tag left for these quicklists"),
             Self::NoSuchList { nr, nr_quick } => write!(f, "no quicklist {nr} (there are {nr_quick} per cpu)"),
             Self::NoSuchCpu(cpu) => write!(f, "no cpu {cpu}"),
             Self::AlreadyPinned(cpu) => write!(f, "the quicklists of cpu {cpu} are pinned by another handle"),

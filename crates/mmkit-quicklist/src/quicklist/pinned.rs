@@ -13,7 +13,7 @@
 //! `mmkit bench quicklist`, case `quicklist/hit_alloc_free`).
 //! The handle instead keeps the page frozen (refcount 0, owned) and keeps
 //! its [`PageBlock`]. The race the compare-and-swap settled cannot happen
-//! then: a frozen page of [`QUICKLIST_OWNER`](super::QUICKLIST_OWNER) is
+//! then: a frozen page of the set's owner tag ([`Quicklists::owner`](super::Quicklists::owner)) is
 //! refused by every other free path (the allocator's own frees see an
 //! owned page, another CPU's `take_back_block` sees refcount 0), so only
 //! this handle can take it back. This is the quicklist's counterpart of the
@@ -51,20 +51,20 @@ use std::sync::atomic::Ordering::Relaxed;
 const RECENT: usize = 16;
 
 /// One list while the handle holds it.
-struct PinnedList<'q> {
+pub(super) struct PinnedList<'q> {
     /// The cached pages (`..top`, the next to hand out at `top - 1`), then
     /// pages handed out from this list that the handle still holds (`top..`,
     /// the newest at `top`). A hit moves `top` down, the free of that page
     /// moves it back up: neither moves a block.
-    stack: Vec<PageBlock>,
-    top: usize,
-    counters: &'q ListCounters,
+    pub(super) stack: Vec<PageBlock>,
+    pub(super) top: usize,
+    pub(super) counters: &'q ListCounters,
 }
 
 impl PinnedList<'_> {
     /// Publishes the cached count.
     #[inline(always)]
-    fn set_top(&mut self, top: usize) {
+    pub(super) fn set_top(&mut self, top: usize) {
         self.top = top;
         self.counters.nr_pages.store(top, Relaxed);
     }
@@ -111,16 +111,16 @@ impl Hasher for PfnHasher {
 /// assert_eq!(ql.quicklist_size(1, 1), Some(1));
 /// ```
 pub struct QuicklistCpu<'q> {
-    ql: &'q Quicklists,
+    pub(super) ql: &'q Quicklists,
     /// The CPU's lock; its stacks are moved into `lists` meanwhile (and
     /// back on drop), one indirection and one bounds check less per call.
     stacks: MutexGuard<'q, Stacks>,
-    lists: Box<[PinnedList<'q>]>,
+    pub(super) lists: Box<[PinnedList<'q>]>,
     /// Pages out of the handle that left their list's `RECENT` window.
     older: HashMap<u64, PageBlock, BuildHasherDefault<PfnHasher>>,
-    cpu: usize,
+    pub(super) cpu: usize,
     /// The CPU's node, looked up once.
-    nid: usize,
+    pub(super) nid: usize,
 }
 
 impl<'q> QuicklistCpu<'q> {
@@ -254,9 +254,26 @@ impl<'q> QuicklistCpu<'q> {
             Some(block) => block,
             None => self.take_back_other(pfn)?,
         };
+        self.free_block_to_list(nr, dtor, block, super::StateCheck::Scan)
+    }
+
+    /// A held block back to list `nr` under `check`, on top of the cached
+    /// pages; for a list that does not exist the block goes back to the
+    /// page allocator and the error says so.
+    pub(super) fn free_block_to_list(
+        &mut self,
+        nr: usize,
+        dtor: Option<PageFn<'_>>,
+        block: PageBlock,
+        check: super::StateCheck,
+    ) -> Result<(), QuicklistError> {
         let (ql, cpu, nid) = (self.ql, self.cpu, self.nid);
-        let list = &mut self.lists[nr];
-        if let Some(block) = ql.admit(list.counters, (cpu, nid), nr, dtor, block, super::StateCheck::Scan)? {
+        let Some(list) = self.lists.get_mut(nr) else {
+            let nr_quick = self.lists.len();
+            ql.release(cpu, block, None)?;
+            return Err(QuicklistError::NoSuchList { nr, nr_quick });
+        };
+        if let Some(block) = ql.admit(list.counters, (cpu, nid), nr, dtor, block, check)? {
             list.stack.insert(list.top, block);
             list.set_top(list.top + 1);
             list.counters.cached.add(1);

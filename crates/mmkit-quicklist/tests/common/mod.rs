@@ -1,16 +1,18 @@
 //! Access to the bytes of a page the quicklists handed out, for the test
-//! files: the page is taken back as a block, read or written, and handed
-//! out again, all through the allocator's public owned-block API.
+//! files. Only the quicklists' own key takes a handed-out page back as a
+//! block, so the test reaches the bytes as the page's holder would: by
+//! its address.
 
 use mmkit::{PageAllocator, Pfn};
-use mmkit_quicklist::QUICKLIST_OWNER;
 
 /// Runs `f` on the page's bytes.
 pub fn with_page<R>(mm: &PageAllocator, pfn: Pfn, f: impl FnOnce(&mut [u8]) -> R) -> R {
-    let mut block = mm.take_back_block(QUICKLIST_OWNER, pfn, 0).unwrap();
-    let result = f(mm.block_bytes_mut(&mut block).unwrap());
-    assert_eq!(mm.hand_out_block(block).unwrap(), pfn);
-    result
+    let addr = mm.page_address(pfn).unwrap();
+    // SAFETY: the test holds the page (the quicklists handed it out to it
+    // and nobody else has its PFN), the address is valid for one page while
+    // the map lives, and no other reference to these bytes exists during `f`.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(addr.as_ptr(), mm.geometry().page_size() as usize) };
+    f(bytes)
 }
 
 /// Writes one byte of the page.

@@ -31,6 +31,7 @@
 use crate::contig::free_contig::ContigFreeSummary;
 use crate::contig::Contig;
 use crate::contig::Prep;
+use crate::mem::owned::OwnerKey;
 use crate::mem::page::{DescWord, PageFlags, PageIdx};
 use crate::types::error::{BadPageReason, ContigError};
 use crate::types::gfp::{Gfp, MigrateType};
@@ -40,6 +41,8 @@ use crate::{PageOwner, Pfn};
 /// [`Contig::alloc_contig_block`]: frozen, owned by one layer, and
 /// held only through this handle.
 ///
+/// It carries its map's identity (never reused by another map), so
+/// another map refuses it, and its owner key's tag; freeing consumes it.
 /// Give it back with [`Contig::free_contig_block`]; a dropped
 /// `ContigRange` leaks its pages (they stay allocated and owned).
 #[must_use = "a dropped ContigRange leaks its pages; free it with Contig::free_contig_block"]
@@ -48,7 +51,8 @@ pub struct ContigRange {
     start: Pfn,
     nr_pages: u64,
     owner: PageOwner,
-    map_id: u32,
+    /// The map's id: unique in the process, never reused.
+    map_id: u64,
 }
 
 impl ContigRange {
@@ -98,28 +102,33 @@ impl Contig<'_> {
     /// gives them back.
     ///
     /// ```
-    /// use mmkit::{Contig, Gfp, MemoryMapBuilder, MigrateType, PageOwner, Pfn};
-    /// const POOL: PageOwner = PageOwner::new(9).unwrap();
+    /// use mmkit::{Contig, Gfp, MemoryMapBuilder, MigrateType, Pfn};
     /// let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
+    /// let pool = mm.new_owner_key().unwrap();
     /// let contig = Contig::new(&mm);
-    /// let range = contig.alloc_contig_block(POOL, Pfn(4096), Pfn(8192), MigrateType::Movable, Gfp::KERNEL).unwrap();
+    /// let range = contig.alloc_contig_block(&pool, Pfn(4096), Pfn(8192), MigrateType::Movable, Gfp::KERNEL).unwrap();
     /// assert!(contig.free_contig_range(Pfn(4096), 1).is_err()); // owned: the plain free refuses it
     /// let summary = contig.free_contig_block(range).unwrap();
     /// assert_eq!(summary.freed, 4096);
     /// ```
     ///
     /// # Errors
-    /// As [`alloc_contig_range`](Self::alloc_contig_range), and
+    /// As [`alloc_contig_range`](Self::alloc_contig_range),
     /// [`ContigError::InvalidGfp`] for `Gfp::COMP` (an owned range is
-    /// order-0 pages).
+    /// order-0 pages), and [`ContigError::ForeignOwnerKey`] for a key of
+    /// another map.
     pub fn alloc_contig_block(
         &self,
-        owner: PageOwner,
+        key: &OwnerKey,
         start: Pfn,
         end: Pfn,
         migratetype: MigrateType,
         gfp: Gfp,
     ) -> Result<ContigRange, ContigError> {
+        if key.map_id() != self.mm.map_id() {
+            return Err(ContigError::ForeignOwnerKey);
+        }
+        let owner = key.owner();
         self.collect_contig_range(start, end, migratetype, gfp, Prep::Owned(owner))?;
         Ok(ContigRange { start, nr_pages: end.0 - start.0, owner, map_id: self.mm.map_id() })
     }

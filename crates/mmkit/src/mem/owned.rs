@@ -1,7 +1,8 @@
 //! The handle of an owned block: what proves to `rawmem`'s safe byte
-//! accessors that the caller alone holds a block. Built and consumed only
-//! by the allocator's block API (`page_alloc::block`); this file holds the
-//! type, not the transitions.
+//! accessors that the caller alone holds a block; and the key of a layer
+//! that owns blocks, what proves to `take_back_block` that the caller is
+//! that layer. Built and consumed only by the allocator's block API
+//! (`page_alloc::block`); this file holds the types, not the transitions.
 
 use crate::types::page_flags::PageOwner;
 use crate::Pfn;
@@ -10,14 +11,28 @@ use crate::Pfn;
 /// (refcount 0). Exactly one `PageBlock` exists for such a block, so the
 /// borrow rules on it decide who may read or write the block's bytes.
 ///
+/// It carries its map's identity (an id no other map of the process ever
+/// gets: see `docs/architecture.md`, "Ownership of pages"), so another
+/// map refuses it and hands it back; it is consumed when it is freed or
+/// handed out, so it cannot be freed twice.
+///
+/// ```compile_fail
+/// # let mm = mmkit::MemoryMapBuilder::with_memory(16 << 20).build().unwrap();
+/// # let key = mm.new_owner_key().unwrap();
+/// let block = mm.alloc_block(&key, mmkit::Gfp::KERNEL, 0).unwrap();
+/// let twin = block.clone(); // not Clone: one holder per block
+/// ```
+///
 /// Give it back with [`PageAllocator::free_block`](crate::PageAllocator::free_block); a dropped `PageBlock`
-/// leaks its pages (they stay allocated and owned).
+/// leaks its pages (they stay allocated and owned, and
+/// [`check_invariants`](crate::Report::check_invariants) counts them as
+/// allocated).
 #[must_use = "a dropped PageBlock leaks its pages; free it with PageAllocator::free_block"]
 #[derive(Debug, PartialEq, Eq)]
 pub struct PageBlock {
     pfn: Pfn,
     /// Order (bits 0..8), owner tag (8..16) and the allocator's map id
-    /// (32..64), packed into one word: a cache of handles (a quicklist's
+    /// (16..64; ids stop at 2^48 - 1 and are never reused), packed into one word: a cache of handles (a quicklist's
     /// stack) stores and reloads a handle as two 8-byte words, which the
     /// CPU forwards from its store buffer. Separate narrow fields were
     /// stored in pieces and reloaded with one wider load, a failed
@@ -31,8 +46,9 @@ impl PageBlock {
     /// The handle of block `pfn` of `order`, owned by `owner`, in the
     /// allocator with `map_id`. Only the allocator's block API makes one.
     #[inline(always)]
-    pub(crate) fn new(pfn: Pfn, order: u32, owner: PageOwner, map_id: u32) -> Self {
-        let meta = u64::from(order as u8) | u64::from(owner.id()) << 8 | u64::from(map_id) << 32;
+    pub(crate) fn new(pfn: Pfn, order: u32, owner: PageOwner, map_id: u64) -> Self {
+        // Map ids fit 48 bits (`page_alloc::MAX_MAP_ID`).
+        let meta = u64::from(order as u8) | u64::from(owner.id()) << 8 | map_id << 16;
         Self { pfn, meta }
     }
     /// First page.
@@ -54,12 +70,61 @@ impl PageBlock {
         match PageOwner::new((self.meta >> 8) as u8) {
             Some(owner) => owner,
             // `new` stored a valid tag; unreachable, but no panic path.
-            None => PageOwner::MIN,
+            None => PageOwner::MIN_TAG,
         }
+    }
+    /// Whether the block is one of `key`'s: its tag and its map (a layer's
+    /// check that a block handed to it is its own, in one compare each).
+    #[inline(always)]
+    pub fn belongs_to(&self, key: &OwnerKey) -> bool {
+        (self.meta >> 8) as u8 == key.owner().id() && self.map_id() == key.map_id()
     }
     /// The allocator the block belongs to.
     #[inline(always)]
-    pub(crate) fn map_id(&self) -> u32 {
-        (self.meta >> 32) as u32
+    pub(crate) fn map_id(&self) -> u64 {
+        self.meta >> 16
+    }
+}
+
+/// The right to be one owner of pages in one map: issued by
+/// [`PageAllocator::new_owner_key`](crate::PageAllocator::new_owner_key)
+/// with a tag no other live key of the map has, neither `Clone` nor
+/// `Copy`, and made nowhere else. Allocating owned blocks
+/// ([`alloc_block`](crate::PageAllocator::alloc_block)) and taking back a
+/// block handed out as a bare PFN
+/// ([`take_back_block`](crate::PageAllocator::take_back_block)) ask for it,
+/// so only the layer holding the key can turn its handed-out PFNs into
+/// [`PageBlock`]s again; a tag alone grants nothing. Give it back with
+/// [`release_owner_key`](crate::PageAllocator::release_owner_key) when the
+/// layer is done (a dropped key keeps its tag taken).
+///
+/// ```compile_fail
+/// # let mm = mmkit::MemoryMapBuilder::with_memory(16 << 20).build().unwrap();
+/// let key = mm.new_owner_key().unwrap();
+/// let copy = key.clone(); // not Clone: one holder per tag
+/// ```
+#[derive(Debug, PartialEq, Eq)]
+pub struct OwnerKey {
+    owner: PageOwner,
+    map_id: u64,
+}
+
+impl OwnerKey {
+    /// The key of tag `owner` in map `map_id`; only the allocator's block
+    /// API makes one, after claiming the tag.
+    pub(crate) fn new(owner: PageOwner, map_id: u64) -> Self {
+        Self { owner, map_id }
+    }
+    /// The tag the key's blocks carry (what
+    /// [`page_owner`](crate::PageAllocator::page_owner) and
+    /// [`FreeError::Owned`](crate::FreeError::Owned) report).
+    #[inline(always)]
+    pub fn owner(&self) -> PageOwner {
+        self.owner
+    }
+    /// The map that issued the key.
+    #[inline(always)]
+    pub(crate) fn map_id(&self) -> u64 {
+        self.map_id
     }
 }

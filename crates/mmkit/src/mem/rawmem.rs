@@ -488,7 +488,7 @@ mod real {
 
         /// The handle of a block at `index` (the accessors only borrow it).
         fn holder(index: u64, order: u32) -> crate::PageBlock {
-            crate::PageBlock::new(crate::Pfn(index), order, crate::PageOwner::MIN, 0)
+            crate::PageBlock::new(crate::Pfn(index), order, crate::PageOwner::MIN_TAG, 0)
         }
 
         #[test]

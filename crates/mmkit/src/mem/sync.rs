@@ -57,6 +57,41 @@ impl<T> Lock<T> {
         return self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     }
 
+    /// [`lock`](Self::lock) for a caller that holds prepared pages
+    /// `[idx, idx + count)` to put under the lock. When this thread holds
+    /// the lock for a burst, the pages are parked for the burst's holder,
+    /// which releases them when the burst ends
+    /// ([`take_parked`](Self::take_parked)), and then it panics as `lock`
+    /// does: so a panic here leaves no page neither allocated nor free.
+    ///
+    /// # Panics
+    /// As [`lock`](Self::lock).
+    #[inline]
+    pub(crate) fn lock_or_park(&self, idx: u32, count: u32) -> LockGuard<'_, T> {
+        #[cfg(not(loom))]
+        if let Some(guard) = self.inner.try_lock() {
+            return guard;
+        }
+        #[cfg(all(not(loom), feature = "std"))]
+        held::park_and_refuse(self.id(), idx, count);
+        #[cfg(not(all(not(loom), feature = "std")))]
+        let _ = (idx, count);
+        #[cfg(not(loom))]
+        return self.inner.lock();
+        #[cfg(loom)]
+        return self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    }
+
+    /// The page runs parked by [`lock_or_park`](Self::lock_or_park) on this
+    /// thread for this lock, taken out: for the burst that holds the lock
+    /// to release before it unlocks. Empty without `std`.
+    pub(crate) fn take_parked(&self) -> alloc::vec::Vec<(u32, u32)> {
+        #[cfg(all(not(loom), feature = "std"))]
+        return held::take_parked(self.id());
+        #[allow(unreachable_code)]
+        alloc::vec::Vec::new()
+    }
+
     /// Takes the lock if it is free (one compare-and-swap).
     #[inline]
     pub(crate) fn try_lock(&self) -> Option<LockGuard<'_, T>> {
@@ -135,6 +170,34 @@ mod held {
 
     std::thread_local! {
         static HELD: [Cell<usize>; SLOTS] = const { [const { Cell::new(0) }; SLOTS] };
+        /// Page runs `(lock, first, count)` a refused call had prepared.
+        static PARKED: core::cell::RefCell<Vec<(usize, u32, u32)>> = const { core::cell::RefCell::new(Vec::new()) };
+    }
+
+    /// Parks `[idx, idx + count)` for lock `id` if this thread holds it for
+    /// a burst, then refuses (panics); returns when it does not hold it.
+    #[cold]
+    pub(super) fn park_and_refuse(id: usize, idx: u32, count: u32) {
+        let mine = HELD.try_with(|held| held.iter().any(|slot| slot.get() == id)).unwrap_or(false);
+        if mine {
+            let _ = PARKED.try_with(|parked| parked.borrow_mut().push((id, idx, count)));
+        }
+        refuse_self_deadlock(id);
+    }
+
+    /// The runs parked for lock `id`, removed.
+    pub(super) fn take_parked(id: usize) -> Vec<(u32, u32)> {
+        PARKED
+            .try_with(|parked| {
+                let mut parked = parked.borrow_mut();
+                if parked.is_empty() {
+                    return Vec::new();
+                }
+                let mine = parked.iter().filter(|p| p.0 == id).map(|p| (p.1, p.2)).collect();
+                parked.retain(|p| p.0 != id);
+                mine
+            })
+            .unwrap_or_default()
     }
 
     pub(super) fn enter(id: usize) {

@@ -1,12 +1,16 @@
 //! Owned blocks: the public API that layers above the page allocator
 //! (quicklists, page tables, zsmalloc) build on.
 //!
-//! Owns [`PageOwner`], [`PageBlock`] and the descriptor transitions between
+//! Owns [`OwnerKey`]s (which map issues which tag), [`PageBlock`] and the
+//! descriptor transitions between
 //! "allocated", "owned by a layer" and "handed out by that layer". Must not
 //! touch free lists or per-CPU lists: allocation and free go through the
 //! ordinary paths.
 //!
-//! A layer marks the pages it manages with its [`PageOwner`] tag, much as
+//! A layer first asks the map for an [`OwnerKey`]
+//! ([`PageAllocator::new_owner_key`]): the right to one tag of the map, not
+//! `Clone`, made nowhere else, so the tag's pages answer to one holder.
+//! It marks the pages it manages with the key's [`PageOwner`] tag, much as
 //! Linux marks them with a page type (`PGTY_zsmalloc`, `PGTY_table`): the
 //! ordinary free paths (`free_pages`, `put_page`, `free_frozen_pages`,
 //! `free_contig_range`) refuse an owned page with [`FreeError::Owned`], and
@@ -15,26 +19,28 @@
 //! exclusive access to the block's bytes and giving the block back consumes
 //! the handle. A block the layer hands to its own caller as a bare PFN
 //! ([`PageAllocator::hand_out_block`]) carries refcount 1; taking it back
-//! ([`PageAllocator::take_back_block`]) is one compare-and-swap of that
-//! refcount to 0, so of two racing frees of the same page exactly one wins.
+//! ([`PageAllocator::take_back_block`]) needs the key, and is one
+//! compare-and-swap of that refcount to 0, so of two racing frees of the
+//! same page exactly one wins, and nobody without the key wins at all.
 //!
 //! ```
-//! use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageOwner};
+//! use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
 //!
-//! const MINE: PageOwner = PageOwner::new(7).unwrap();
 //! let mm = MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
-//! let mut block = mm.alloc_block(MINE, Gfp::KERNEL | Gfp::ZERO, 0).unwrap();
+//! let mine = mm.new_owner_key().unwrap();
+//! let mut block = mm.alloc_block(&mine, Gfp::KERNEL | Gfp::ZERO, 0).unwrap();
 //! mm.block_bytes_mut(&mut block).unwrap()[..5].copy_from_slice(b"hello");
 //! assert_eq!(&mm.block_bytes(&block).unwrap()[..5], b"hello");
 //! assert!(mm.free_pages(block.pfn(), 0).is_err());   // owned: the plain free refuses it
 //! mm.free_block(block).unwrap();
+//! mm.release_owner_key(mine);
 //! ```
 #![deny(unsafe_code)]
 
-pub use crate::mem::owned::PageBlock;
+pub use crate::mem::owned::{OwnerKey, PageBlock};
 use crate::mem::page::{PageFlags, PageIdx};
 use crate::page_alloc::cpu::CpuHandle;
-use crate::types::error::{BadPageReason, FreeError};
+use crate::types::error::{BadPageReason, FreeError, OwnerTagsExhausted};
 use crate::types::gfp::Gfp;
 pub use crate::types::page_flags::PageOwner;
 use crate::{AllocError, PageAllocator, Pfn};
@@ -61,14 +67,57 @@ impl core::fmt::Display for BlockError {
 impl std::error::Error for BlockError {}
 
 impl PageAllocator {
+    /// A key for a tag no live key of this map holds: the right to own
+    /// blocks here ([`alloc_block`](Self::alloc_block)) and to take back
+    /// the ones handed out ([`take_back_block`](Self::take_back_block)).
+    /// Each layer instance (a quicklist set, a zsmalloc pool, a frame
+    /// adapter) takes its own, so that none can take another's pages.
+    ///
+    /// # Errors
+    /// [`OwnerTagsExhausted`] when all [`PageOwner::MAX`] tags are held.
+    pub fn new_owner_key(&self) -> Result<OwnerKey, OwnerTagsExhausted> {
+        let all = ((1u32 << (PageOwner::MAX + 1)) - 1) & !1;
+        let taken = self
+            .owner_tags
+            .fetch_update(core::sync::atomic::Ordering::AcqRel, core::sync::atomic::Ordering::Acquire, |t| {
+                let free = all & !t;
+                (free != 0).then(|| t | (free & free.wrapping_neg()))
+            })
+            .map_err(|_| OwnerTagsExhausted)?;
+        let free = all & !taken;
+        let tag = free.trailing_zeros() as u8;
+        Ok(OwnerKey::new(PageOwner::new(tag).ok_or(OwnerTagsExhausted)?, self.map_id()))
+    }
+
+    /// Gives a key back. Its tag becomes free for a later key only if no
+    /// page of the map carries it any more (one pass over the
+    /// descriptors): a page the layer handed out and never took back
+    /// would otherwise fall to the tag's next holder, so such a tag is
+    /// retired for the map's life instead. Returns whether the tag was
+    /// freed. A key of another map is dropped and its tag stays taken there.
+    pub fn release_owner_key(&self, key: OwnerKey) -> bool {
+        if key.map_id() != self.map_id() {
+            return false;
+        }
+        let tag = key.owner().id();
+        // The key is consumed: no block gets this tag from now on, so a
+        // pass that finds none stays true.
+        let in_use = (0..self.mem.pages.len() as PageIdx).any(|idx| self.desc(idx).owner() == tag);
+        if !in_use {
+            self.owner_tags.fetch_and(!(1u32 << tag), core::sync::atomic::Ordering::AcqRel);
+        }
+        !in_use
+    }
+
     /// Allocates a block of 2^`order` pages for layer `owner` on the calling
     /// CPU: the ordinary allocation path, then the block is marked as
     /// `owner`'s and frozen.
     ///
     /// # Errors
-    /// As [`alloc_pages`](Self::alloc_pages).
+    /// As [`alloc_pages`](Self::alloc_pages);
+    /// [`AllocError::ForeignOwnerKey`] for a key of another map.
     #[inline]
-    pub fn alloc_block(&self, owner: PageOwner, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
+    pub fn alloc_block(&self, owner: &OwnerKey, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
         let cpu = self.current_cpu();
         self.alloc_block_on(cpu, self.node_of_cpu(cpu), owner, gfp, order)
     }
@@ -82,7 +131,7 @@ impl PageAllocator {
     pub fn alloc_block_node(
         &self,
         nid: usize,
-        owner: PageOwner,
+        owner: &OwnerKey,
         gfp: Gfp,
         order: u32,
     ) -> Result<PageBlock, AllocError> {
@@ -94,10 +143,14 @@ impl PageAllocator {
         &self,
         cpu: usize,
         nid: usize,
-        owner: PageOwner,
+        key: &OwnerKey,
         gfp: Gfp,
         order: u32,
     ) -> Result<PageBlock, AllocError> {
+        if key.map_id() != self.map_id() {
+            return Err(AllocError::ForeignOwnerKey);
+        }
+        let owner = key.owner();
         let pfn = self.alloc_on(cpu, nid, gfp, order, true)?;
         let idx = self.pfn_to_idx(pfn).unwrap_or_default();
         // Nobody else knows the block yet, so marking it cannot race.
@@ -173,10 +226,15 @@ impl PageAllocator {
     /// that does not start an allocated block of `order`;
     /// [`FreeError::Owned`] for another owner's block;
     /// [`FreeError::FlagsSet`] for a block with embedder flags still set;
-    /// [`FreeError::RefcountMismatch`] for a block with other references.
+    /// [`FreeError::RefcountMismatch`] for a block with other references;
+    /// [`FreeError::ForeignOwnerKey`] for a key of another map.
     /// Nothing is changed.
     #[inline]
-    pub fn take_back_block(&self, owner: PageOwner, pfn: Pfn, order: u32) -> Result<PageBlock, FreeError> {
+    pub fn take_back_block(&self, key: &OwnerKey, pfn: Pfn, order: u32) -> Result<PageBlock, FreeError> {
+        if key.map_id() != self.map_id() {
+            return Err(FreeError::ForeignOwnerKey(pfn));
+        }
+        let owner = key.owner();
         let (idx, page) = self.pfn_to_desc(pfn).ok_or(FreeError::OutOfRange(pfn))?;
         let (flags, got_order) = page.flags_and_order();
         // The common case: a block this owner handed out, back unchanged.
@@ -288,7 +346,7 @@ impl CpuHandle<'_> {
     /// # Errors
     /// As `alloc_block`.
     #[inline]
-    pub fn alloc_block(&self, owner: PageOwner, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
+    pub fn alloc_block(&self, owner: &OwnerKey, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
         let mm = self.allocator();
         mm.alloc_block_on(self.cpu_id(), mm.node_of_cpu(self.cpu_id()), owner, gfp, order)
     }
@@ -307,9 +365,7 @@ impl CpuHandle<'_> {
 /// `mem::rawmem`) along the allocator's own path here.
 #[cfg(all(test, feature = "std"))]
 mod tests {
-    use crate::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, PageOwner};
-
-    const OWNER: PageOwner = PageOwner::MIN;
+    use crate::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator};
 
     /// 1 MiB of real memory: 256 pages.
     fn small_real_map() -> PageAllocator {
@@ -319,8 +375,9 @@ mod tests {
     #[test]
     fn held_blocks_have_zeroed_bytes_of_their_own() {
         let mm = small_real_map();
-        let mut a = mm.alloc_block(OWNER, Gfp::KERNEL | Gfp::ZERO, 0).unwrap();
-        let mut b = mm.alloc_block(OWNER, Gfp::KERNEL | Gfp::ZERO, 2).unwrap();
+        let key = mm.new_owner_key().unwrap();
+        let mut a = mm.alloc_block(&key, Gfp::KERNEL | Gfp::ZERO, 0).unwrap();
+        let mut b = mm.alloc_block(&key, Gfp::KERNEL | Gfp::ZERO, 2).unwrap();
         let (bytes_a, bytes_b) = (mm.block_bytes_mut(&mut a).unwrap(), mm.block_bytes_mut(&mut b).unwrap());
         assert_eq!((bytes_a.len(), bytes_b.len()), (4096, 4 * 4096));
         assert!(bytes_a.iter().all(|&x| x == 0), "__GFP_ZERO");
@@ -331,7 +388,7 @@ mod tests {
         assert_eq!(mm.address_to_pfn(addr.as_ptr()), Some(b.pfn()));
         mm.free_block(a).unwrap();
         // The page just freed holds 0xa5; __GFP_ZERO clears whichever comes.
-        let mut c = mm.alloc_block(OWNER, Gfp::KERNEL | Gfp::ZERO, 0).unwrap();
+        let mut c = mm.alloc_block(&key, Gfp::KERNEL | Gfp::ZERO, 0).unwrap();
         assert!(mm.block_bytes_mut(&mut c).unwrap().iter().all(|&x| x == 0), "__GFP_ZERO");
         assert!(mm.block_bytes(&b).unwrap().iter().all(|&x| x == 0x5a), "the other block kept its bytes");
         mm.free_block(b).unwrap();
@@ -344,12 +401,13 @@ mod tests {
     #[test]
     fn blocks_pass_between_threads_with_their_bytes() {
         let mm = small_real_map();
+        let key = mm.new_owner_key().unwrap();
         let (to_consumer, from_producer) = std::sync::mpsc::sync_channel(2);
         std::thread::scope(|scope| {
-            let mm = &mm;
+            let (mm, key) = (&mm, &key);
             scope.spawn(move || {
                 for round in 1..=8u8 {
-                    let mut block = mm.alloc_block(OWNER, Gfp::KERNEL, round as u32 % 2).unwrap();
+                    let mut block = mm.alloc_block(key, Gfp::KERNEL, round as u32 % 2).unwrap();
                     mm.block_bytes_mut(&mut block).unwrap().fill(round);
                     to_consumer.send((block, round)).unwrap();
                 }

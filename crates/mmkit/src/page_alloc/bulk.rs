@@ -155,6 +155,20 @@ impl PageAllocator {
 
     /// Appends up to `nr_pages` order-0 pages to `out` (the list flavour of
     /// [`alloc_pages_bulk`](Self::alloc_pages_bulk)); returns how many.
+    ///
+    /// `nr_pages` is a wish, not a size to reserve: the request is cut to
+    /// the map's pages, and when `out` cannot grow by that much the call
+    /// fills only the room `out` already has (a short count, never an
+    /// abort).
+    ///
+    /// ```
+    /// use mmkit::{Gfp, MemoryMapBuilder};
+    /// let mm = MemoryMapBuilder::with_memory(16 << 20).build().unwrap();
+    /// let mut pages = Vec::new();
+    /// let got = mm.alloc_pages_bulk_vec(Gfp::KERNEL, usize::MAX, &mut pages);
+    /// assert!(got > 0 && got <= 4096);
+    /// # mm.free_pages_bulk(&pages).unwrap();
+    /// ```
     pub fn alloc_pages_bulk_vec(&self, gfp: Gfp, nr_pages: usize, out: &mut Vec<Pfn>) -> usize {
         self.alloc_pages_bulk_vec_on(self.current_cpu(), gfp, nr_pages, out)
     }
@@ -184,8 +198,15 @@ impl PageAllocator {
     }
 
     pub(crate) fn alloc_pages_bulk_vec_on(&self, cpu: usize, gfp: Gfp, nr_pages: usize, out: &mut Vec<Pfn>) -> usize {
-        out.reserve(nr_pages);
-        self.bulk_take(cpu, gfp, nr_pages, move |pfn| out.push(pfn))
+        // No request can get more pages than the map has; and the vector
+        // grows only by what the heap grants, never by an aborting reserve.
+        let mut wanted = nr_pages.min(self.mem.pages.len());
+        if out.try_reserve(wanted).is_err() {
+            wanted = out.capacity() - out.len();
+        }
+        // `bulk_take` hands out at most `wanted` pages: every push fits the
+        // capacity reserved above.
+        self.bulk_take(cpu, gfp, wanted, move |pfn| out.push(pfn))
     }
 
     /// Allocates up to `wanted` order-0 pages, handing each to `put`.

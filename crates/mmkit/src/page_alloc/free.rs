@@ -437,7 +437,9 @@ impl PageAllocator {
     #[inline(always)]
     fn release_prepared_inline(&self, zone: &Zone, idx: PageIdx, count: u32, placement: Placement) {
         let cx = zone.cx(&self.mem);
-        let mut state = zone.state.lock();
+        // A burst of this thread holding the zone gets the prepared pages
+        // if this panics (mem::sync), so they are freed, not lost.
+        let mut state = zone.state.lock_or_park(idx, count);
         // Poisoned pages never reach the lists and are not counted as freed
         // (Linux counts PGFREE only for pages free_pages_prepare accepted).
         let freed = self.release_locked(&mut state, cx, idx, count, placement);

@@ -15,6 +15,12 @@ use crate::{PageAllocator, Pfn};
 /// A block of 2^order pages with its one reference, freed with
 /// [`PageAllocator::free_pages`] when the guard is dropped.
 ///
+/// The guard borrows its map, so it can neither outlive it nor be freed
+/// by another; it is consumed by [`free`](Self::free) and
+/// [`into_pfn`](Self::into_pfn) (the `Box::into_raw` of a guard). A guard
+/// forgotten with `mem::forget` leaves its block allocated, which
+/// [`check_invariants`](crate::Report::check_invariants) counts as such.
+///
 /// Take the PFN out with [`into_pfn`](Self::into_pfn) to manage the block
 /// by hand again, or free it with [`free`](Self::free) to see the result.
 /// Freeing the guard's PFN by hand as well is a double free, as with a

@@ -90,7 +90,7 @@ use crate::types::gfp::{fast_path_alloc_flags, gfp_zone, AllocFlags, Gfp, Migrat
 use crate::zone::buddy::{BuddyCtx, Placement};
 use crate::zone::fallback::{self, RmqueueMode, RmqueueRequest};
 use crate::zone::{Zone, ZoneState};
-use crate::{AllocError, FreeError, Pfn};
+use crate::{AllocError, FreeError, PageAllocator, Pfn};
 
 /// One zone's free lists, held by a pinned CPU; see the module doc.
 ///
@@ -145,7 +145,9 @@ impl<'a> PinnedCpu<'a> {
     /// While `f` runs, allocate and free through the `LockedZone` it is
     /// given. A call on the map itself that needs this zone's lock would
     /// wait for this thread forever; it panics instead, naming the mistake
-    /// (the zone is unlocked as the panic unwinds).
+    /// (the zone is unlocked as the panic unwinds, and a block that call
+    /// was freeing is put on the zone's free lists first, so the panic
+    /// loses no page: `tests/unwind.rs`).
     ///
     /// ```
     /// use mmkit::{Gfp, MemoryMapBuilder, Report};
@@ -186,7 +188,7 @@ impl<'a> PinnedCpu<'a> {
             return Err(AllocError::NoSuchNode(self.nid));
         }
         let mut locked = LockedZone {
-            held: Held::lock(zone),
+            held: Held::lock(alloc, zone),
             zi,
             cx: zone.cx(&alloc.mem),
             base_pfn: alloc.mem.base_pfn,
@@ -375,7 +377,7 @@ impl<'h, 'a> LockedZone<'h, 'a> {
         self.recount();
         self.held.release();
         let out = f(self.cpu);
-        self.held = Held::lock(self.held.zone);
+        self.held = Held::lock(self.held.mm, self.held.zone);
         self.recount();
         out
     }
@@ -415,23 +417,52 @@ struct Held<'a> {
     state: Option<LockGuard<'a, ZoneState>>,
     burst: Option<HeldForBurst>,
     zone: &'a Zone,
+    mm: &'a PageAllocator,
 }
 
 impl<'a> Held<'a> {
-    fn lock(zone: &'a Zone) -> Self {
+    fn lock(mm: &'a PageAllocator, zone: &'a Zone) -> Self {
         let state = zone.state.lock();
-        Self { state: Some(state), burst: Some(HeldForBurst::new(&zone.state)), zone }
+        Self { state: Some(state), burst: Some(HeldForBurst::new(&zone.state)), zone, mm }
     }
 
     /// Unlocks the zone (the caller published its counts).
     fn release(&mut self) {
+        self.release_parked();
         self.state = None;
         self.burst = None;
+    }
+
+    /// Frees the pages a call on the map refused to wait for this zone
+    /// with (it panicked, naming the mistake, after parking them: see
+    /// `mem::sync`): the burst ends here, so they go to the free lists
+    /// under the lock it still holds, and no page is lost to the panic.
+    #[cold]
+    fn release_parked_slow(&mut self, parked: alloc::vec::Vec<(u32, u32)>) {
+        if let Some(state) = self.state.as_mut() {
+            let cx = self.zone.cx(&self.mm.mem);
+            for (idx, count) in parked {
+                let freed = self.mm.release_locked(state, cx, idx, count, Placement::Auto);
+                state.counters.pgfree_pages += u64::from(freed);
+            }
+            self.zone.publish(state);
+        }
+    }
+
+    #[inline]
+    fn release_parked(&mut self) {
+        if self.state.is_some() {
+            let parked = self.zone.state.take_parked();
+            if !parked.is_empty() {
+                self.release_parked_slow(parked);
+            }
+        }
     }
 }
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
+        self.release_parked();
         if let Some(state) = &self.state {
             self.zone.publish(state);
         }

@@ -83,9 +83,16 @@ pub trait Migrator: Send + Sync {
 /// one), as Linux's migration refuses pinned pages, and blocks a layer
 /// owns ([`PageOwner`](crate::PageOwner)): those only their owner can move
 /// (a migrator of the embedder's hands them to it, as zsmalloc's
-/// `zs_migrate_page`). Copying races with
-/// writers: the embedder must keep the owner from writing the block while it
-/// is being moved (Linux unmaps it first).
+/// `zs_migrate_page`). A block with one reference is frozen first, as
+/// Linux's `folio_ref_freeze` (`mm/migrate.c`, `__folio_migrate_mapping`)
+/// freezes a folio's count before it moves it: the reference count goes
+/// from 1 to 0 in one compare-and-swap, so from then until the move ends no
+/// one takes a reference, adopts the block
+/// ([`take_back_block`](crate::PageAllocator::take_back_block) sees a
+/// frozen block and refuses it) or frees it, and a block adopted before
+/// the freeze is refused. Copying still races with plain writes through a
+/// pointer: the embedder must keep the owner from writing the block while
+/// it is being moved (Linux unmaps it first).
 pub struct CopyMigrator<F> {
     on_moved: F,
 }
@@ -145,16 +152,51 @@ where
         if refcount > 1 {
             return Err(MigrateError::Pinned { pfn: old, refcount });
         }
+        // A layer that adopted the block between the flags load above and
+        // the count load marked it before its count went to 0
+        // (`take_back_block` marks, then swaps the count), and this load of
+        // the same word comes after the count's: a 0 read here is the
+        // holder's freeze, not an adoption.
+        if alloc.page_flags(old).map_or(true, |f| f.contains(PageFlags::OWNED)) {
+            return Err(MigrateError::Refused(old));
+        }
         let frozen = refcount == 0;
+        // The caller's target holds a reference; a frozen block needs a
+        // frozen one.
+        if frozen && target.is_some() {
+            return Err(MigrateError::Refused(old));
+        }
+        if !frozen {
+            // Linux's `folio_ref_freeze(folio, 1)`: the block is in flight
+            // from here, and the one reference checked above is still the
+            // only one, or nothing happens.
+            if !alloc.ref_freeze(old, 1) {
+                let refcount = alloc.page_count(old).unwrap_or(0);
+                return Err(MigrateError::Pinned { pfn: old, refcount });
+            }
+            // Adopted by a layer between the check above and the freeze:
+            // the layer's take-back loses its compare-and-swap only if we
+            // keep the count at 0, so give the reference back instead.
+            if alloc.page_flags(old).map_or(true, |f| f.contains(PageFlags::OWNED)) {
+                alloc.ref_unfreeze(old, 1);
+                return Err(MigrateError::Refused(old));
+            }
+        }
         let compound = flags.contains(PageFlags::HEAD);
         let gfp = if compound { request.gfp | Gfp::COMP } else { request.gfp };
         let new = match target {
-            // The caller's target holds a reference; a frozen block needs a
-            // frozen one.
-            Some(_) if frozen => return Err(MigrateError::Refused(old)),
-            Some(target) => target,
-            None if frozen => alloc.alloc_frozen_pages_node(request.nid, gfp, order).map_err(MigrateError::NoTarget)?,
-            None => alloc.alloc_pages_node(request.nid, gfp, order).map_err(MigrateError::NoTarget)?,
+            Some(target) => Ok(target),
+            None if frozen => alloc.alloc_frozen_pages_node(request.nid, gfp, order),
+            None => alloc.alloc_pages_node(request.nid, gfp, order),
+        };
+        let new = match new {
+            Ok(new) => new,
+            Err(e) => {
+                if !frozen {
+                    alloc.ref_unfreeze(old, 1);
+                }
+                return Err(MigrateError::NoTarget(e));
+            }
         };
         #[cfg(feature = "std")]
         alloc.copy_page_contents(old, new, 1 << order);
@@ -175,8 +217,27 @@ where
         (self.on_moved)(old, new, order);
         // A failure here is reported (bad page) by the free path itself; the
         // range check that follows the migration then fails as busy.
-        let _ = if frozen { alloc.free_frozen_pages(old, order) } else { alloc.free_pages(old, order) };
+        // The old block is frozen now either way (by its holder or by the
+        // freeze above).
+        let _ = alloc.free_frozen_pages(old, order);
         Ok(new)
+    }
+}
+
+impl PageAllocator {
+    /// Linux's `folio_ref_freeze`: the head's reference count from
+    /// `expected` to 0 in one compare-and-swap; false (nothing changed) if
+    /// it held another count or the page is `LOCAL`.
+    pub(crate) fn ref_freeze(&self, pfn: Pfn, expected: u32) -> bool {
+        self.pfn_to_desc(pfn).is_some_and(|(_, page)| page.refcount_exchange(expected, 0))
+    }
+
+    /// Linux's `folio_ref_unfreeze`: a block frozen by
+    /// [`ref_freeze`](Self::ref_freeze) gets `count` references back.
+    pub(crate) fn ref_unfreeze(&self, pfn: Pfn, count: u32) {
+        if let Some((_, page)) = self.pfn_to_desc(pfn) {
+            let _ = page.refcount_exchange(0, count);
+        }
     }
 }
 

@@ -53,6 +53,26 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering::Relaxed;
 
+#[cfg(test)]
+mod map_id_tests {
+    use super::{next_map_id, MAX_MAP_ID};
+    use core::sync::atomic::AtomicU64;
+
+    /// The old counter was a wrapping `u32`: after 2^32 builds a map got
+    /// an id an earlier map still used. Now the last id is handed out once
+    /// and every later request is refused.
+    #[test]
+    fn map_ids_stop_at_the_limit_instead_of_wrapping() {
+        let counter = AtomicU64::new(u64::from(u32::MAX));
+        assert_eq!(next_map_id(&counter), Some(u64::from(u32::MAX)));
+        assert_eq!(next_map_id(&counter), Some(1 << 32), "no wrap at 2^32");
+        let counter = AtomicU64::new(MAX_MAP_ID);
+        assert_eq!(next_map_id(&counter), Some(MAX_MAP_ID));
+        assert_eq!(next_map_id(&counter), None);
+        assert_eq!(next_map_id(&counter), None, "refused for good");
+    }
+}
+
 /// Retries of reclaim without progress before giving up (Linux's
 /// `MAX_RECLAIM_RETRIES`).
 pub(crate) const MAX_RECLAIM_RETRIES: u32 = 16;
@@ -103,8 +123,13 @@ pub struct PageAllocator {
     pub(crate) migrator: Option<Box<dyn Migrator>>,
     /// CMA areas, in declaration order.
     pub(crate) cma: Vec<CmaArea>,
-    /// Tells this allocator's [`PageBlock`](crate::PageBlock)s from others'.
-    map_id: u32,
+    /// Tells this allocator's [`PageBlock`](crate::PageBlock)s and
+    /// [`ContigRange`](crate::ContigRange)s from others': unique among the
+    /// maps of the process, never reused (see [`next_map_id`]).
+    map_id: u64,
+    /// Owner tags held by live [`OwnerKey`](crate::OwnerKey)s or retired:
+    /// bit `t` for tag `t` (`page_alloc::block`).
+    pub(crate) owner_tags: core::sync::atomic::AtomicU32,
     /// The per-CPU order-0 caches of the shared API
     /// (`page_alloc::cpu_cache`); `None` where restartable sequences are
     /// unavailable or the map was built without them.
@@ -112,8 +137,23 @@ pub struct PageAllocator {
     pub(crate) cpu_caches: Option<cpu_cache::CpuCaches>,
 }
 
-/// Source of [`PageAllocator::map_id`]s.
-static NEXT_MAP_ID: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(1);
+/// Source of [`PageAllocator::map_id`]s: the next id to hand out.
+static NEXT_MAP_ID: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
+
+/// Largest map id: a [`PageBlock`](crate::PageBlock) packs its map's id
+/// into 48 bits beside its order and owner tag, so that a handle stays
+/// two words. At one map built per microsecond the ids last 8.9 years of
+/// builds; past them a build fails rather than reuse one.
+pub(crate) const MAX_MAP_ID: u64 = (1 << 48) - 1;
+
+/// Takes the next id from `counter`, or `None` once every id up to
+/// [`MAX_MAP_ID`] has been handed out. Never wraps: a compare-and-swap
+/// that stops at the limit (as `std::thread::ThreadId`), so an id, once
+/// taken, is never handed out again and a handle of a dropped map can
+/// never pass a later map's check.
+pub(crate) fn next_map_id(counter: &core::sync::atomic::AtomicU64) -> Option<u64> {
+    counter.fetch_update(Relaxed, Relaxed, |id| (id <= MAX_MAP_ID).then_some(id + 1)).ok()
+}
 
 /// Where an allocation is headed, fixed at entry (Linux's `alloc_context`).
 #[derive(Clone, Copy)]
@@ -134,6 +174,7 @@ impl PageAllocator {
     /// [`BuildError::NoMetadataMemory`](crate::BuildError::NoMetadataMemory)
     /// when the zone table or the per-CPU pagesets cannot be allocated.
     pub(crate) fn from_parts(p: Parts) -> Result<Self, crate::types::error::BuildError> {
+        let map_id = next_map_id(&NEXT_MAP_ID).ok_or(crate::types::error::BuildError::MapIdsExhausted)?;
         let zones = ZoneSet::try_new(p.zones, p.mem.pages.len(), p.mem.geometry.pageblock_order)?;
         let nr_cpus = p.nr_cpus.max(1);
         let nr_pagesets = nr_cpus.saturating_mul(zones.len());
@@ -160,7 +201,8 @@ impl PageAllocator {
             hwpoison: PendingPoison::default(),
             min_free_kbytes: p.min_free_kbytes,
             pcp,
-            map_id: NEXT_MAP_ID.fetch_add(1, Relaxed),
+            map_id,
+            owner_tags: core::sync::atomic::AtomicU32::new(0),
             mobility_disabled: p.mobility_disabled,
             migrator: p.migrator,
             cma: p.cma,
@@ -176,7 +218,7 @@ impl PageAllocator {
 
     /// This allocator's identity among the allocators of the process.
     #[inline(always)]
-    pub(crate) fn map_id(&self) -> u32 {
+    pub(crate) fn map_id(&self) -> u64 {
         self.map_id
     }
 

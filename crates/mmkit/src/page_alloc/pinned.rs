@@ -30,6 +30,7 @@
 //! `drain_all_pages`.
 #![deny(unsafe_code)]
 
+use crate::mem::owned::OwnerKey;
 use crate::mem::owned::PageBlock;
 use crate::mem::sync::LockGuard;
 use crate::page_alloc::block::BlockError;
@@ -39,7 +40,6 @@ use crate::page_alloc::magazine::Magazine;
 use crate::pcp::cpus::{REQUEST_DRAIN, REQUEST_RESIZE};
 use crate::pcp::{pcp_allowed_order, PcpState};
 use crate::types::gfp::Gfp;
-use crate::types::page_flags::PageOwner;
 use crate::{AllocError, FreeError, PageAllocator, Pfn};
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering::{AcqRel, Release};
@@ -323,7 +323,7 @@ impl<'a> PinnedCpu<'a> {
     ///
     /// # Errors
     /// As [`PageAllocator::alloc_pages`].
-    pub fn alloc_block(&mut self, owner: PageOwner, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
+    pub fn alloc_block(&mut self, owner: &OwnerKey, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
         self.serve_drain_request();
         self.alloc.alloc_block_on(self.cpu, self.nid, owner, gfp, order)
     }

@@ -7,12 +7,12 @@
 //! to the path its type already has. It must not add a path of its own.
 #![deny(unsafe_code)]
 
+use crate::mem::owned::OwnerKey;
 use crate::mem::owned::PageBlock;
 use crate::page_alloc::block::BlockError;
 use crate::page_alloc::bulk::BulkFreeError;
 use crate::types::error::{AllocError, FreeError};
 use crate::types::gfp::Gfp;
-use crate::types::page_flags::PageOwner;
 use crate::{CpuHandle, PageAllocator, Pfn, PinnedCpu};
 
 /// Allocation, free, bulk, references and owned blocks, the same on
@@ -22,7 +22,7 @@ use crate::{CpuHandle, PageAllocator, Pfn, PinnedCpu};
 /// and costs of the method of the same name on the implementing type.
 ///
 /// ```
-/// use mmkit::{Gfp, MemoryMapBuilder, PageOwner, PageSource, Report};
+/// use mmkit::{Gfp, MemoryMapBuilder, PageSource, Report};
 ///
 /// /// A tiny pool that works on any source.
 /// fn fill_and_check(source: &mut impl PageSource) {
@@ -30,11 +30,13 @@ use crate::{CpuHandle, PageAllocator, Pfn, PinnedCpu};
 ///     for &pfn in &pages {
 ///         source.free_pages(pfn, 0).unwrap();
 ///     }
-///     let mut block = source.alloc_block(PageOwner::new(1).unwrap(), Gfp::KERNEL, 0).unwrap();
+///     let key = source.allocator().new_owner_key().unwrap();
+///     let mut block = source.alloc_block(&key, Gfp::KERNEL, 0).unwrap();
 ///     if let Some(bytes) = source.allocator().block_bytes_mut(&mut block) {
 ///         bytes[0] = 7; // safe bytes: the block is owned, nobody else frees it
 ///     }
 ///     source.free_block(block).unwrap();
+///     assert!(source.allocator().release_owner_key(key));
 /// }
 ///
 /// let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
@@ -87,7 +89,7 @@ pub trait PageSource {
     ///
     /// # Errors
     /// As [`PageAllocator::alloc_pages`].
-    fn alloc_block(&mut self, owner: PageOwner, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError>;
+    fn alloc_block(&mut self, owner: &OwnerKey, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError>;
 
     /// Frees an owned block (see [`PageAllocator::free_block`]).
     ///
@@ -117,7 +119,7 @@ impl PageSource for &PageAllocator {
     fn free_pages_bulk(&mut self, pfns: &[Pfn]) -> Result<usize, BulkFreeError> {
         PageAllocator::free_pages_bulk(self, pfns)
     }
-    fn alloc_block(&mut self, owner: PageOwner, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
+    fn alloc_block(&mut self, owner: &OwnerKey, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
         PageAllocator::alloc_block(self, owner, gfp, order)
     }
     fn free_block(&mut self, block: PageBlock) -> Result<(), BlockError> {
@@ -146,7 +148,7 @@ impl PageSource for CpuHandle<'_> {
     fn free_pages_bulk(&mut self, pfns: &[Pfn]) -> Result<usize, BulkFreeError> {
         CpuHandle::free_pages_bulk(self, pfns)
     }
-    fn alloc_block(&mut self, owner: PageOwner, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
+    fn alloc_block(&mut self, owner: &OwnerKey, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
         CpuHandle::alloc_block(self, owner, gfp, order)
     }
     fn free_block(&mut self, block: PageBlock) -> Result<(), BlockError> {
@@ -175,7 +177,7 @@ impl PageSource for PinnedCpu<'_> {
     fn free_pages_bulk(&mut self, pfns: &[Pfn]) -> Result<usize, BulkFreeError> {
         PinnedCpu::free_pages_bulk(self, pfns)
     }
-    fn alloc_block(&mut self, owner: PageOwner, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
+    fn alloc_block(&mut self, owner: &OwnerKey, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
         PinnedCpu::alloc_block(self, owner, gfp, order)
     }
     fn free_block(&mut self, block: PageBlock) -> Result<(), BlockError> {

@@ -31,6 +31,8 @@ pub enum AllocError {
     InvalidGfp(Gfp),
     /// The node does not exist in the map.
     NoSuchNode(usize),
+    /// The [`OwnerKey`](crate::OwnerKey) passed was issued by another map.
+    ForeignOwnerKey,
     /// [`alloc_pages_at`](crate::PageAllocator::alloc_pages_at): the block
     /// is not naturally aligned to its order, lies (partly) outside the map,
     /// or is not inside one zone.
@@ -50,6 +52,7 @@ impl fmt::Display for AllocError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::NoMemory { order, gfp } => write!(f, "out of memory: order {order}, gfp {gfp}"),
+            Self::ForeignOwnerKey => f.write_str("the owner key belongs to another map"),
             Self::OrderTooLarge { order, max } => {
                 write!(f, "order {order} above the largest order {max}")
             }
@@ -151,6 +154,9 @@ pub enum FreeError {
         /// Its owner.
         owner: crate::PageOwner,
     },
+    /// The [`OwnerKey`](crate::OwnerKey) passed was issued by another map;
+    /// the page is left as it was.
+    ForeignOwnerKey(Pfn),
     /// The page was handed out by a pinned CPU's magazine and is still
     /// that CPU's ([`PageFlags::LOCAL`](crate::PageFlags::LOCAL)): free it
     /// through that CPU's [`PinnedCpu`](crate::PinnedCpu), or have the
@@ -182,6 +188,7 @@ impl fmt::Display for FreeError {
         match self {
             Self::OutOfRange(p) => write!(f, "pfn {p} is outside the memory map"),
             Self::Hole(p) => write!(f, "pfn {p} is in a hole"),
+            Self::ForeignOwnerKey(p) => write!(f, "pfn {p}: the owner key belongs to another map"),
             Self::Owned { pfn, owner } => {
                 write!(f, "pfn {pfn} is owned by layer {}; give it back through that layer", owner.id())
             }
@@ -296,6 +303,10 @@ pub enum BuildError {
         /// Bytes asked for.
         bytes: usize,
     },
+    /// Every map id has been handed out: the process built 2^48 - 1 maps.
+    /// Ids are never reused, so that a handle of a dropped map cannot pass
+    /// a later map's check.
+    MapIdsExhausted,
     /// A [`Backing::RealMemory`](crate::Backing) map larger than the
     /// machine's memory: its pages would fail only when touched.
     RealMemoryTooLarge {
@@ -354,6 +365,7 @@ impl fmt::Display for BuildError {
             Self::BadRange { kind, pfns, reason } => write!(f, "{} {pfns:?}: {reason}", kind.name()),
             Self::ZoneOrder { lower, upper } => write!(f, "zone {lower:?} lies above zone {upper:?}"),
             Self::NoMetadataMemory { bytes } => write!(f, "cannot allocate {bytes} bytes of allocator metadata"),
+            Self::MapIdsExhausted => f.write_str("every map id has been handed out"),
             Self::RealMemoryTooLarge { bytes, machine } => {
                 write!(f, "real memory of {bytes} bytes is more than the machine's {machine}")
             }
@@ -425,6 +437,8 @@ impl fmt::Display for BadCmaReason {
 /// Why a contiguous range could not be allocated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ContigError {
+    /// The [`OwnerKey`](crate::OwnerKey) passed was issued by another map.
+    ForeignOwnerKey,
     /// The range is empty or reversed.
     InvalidRange {
         /// First PFN.
@@ -475,6 +489,7 @@ impl fmt::Display for ContigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::InvalidRange { start, end } => write!(f, "invalid PFN range {start}..{end}"),
+            Self::ForeignOwnerKey => f.write_str("the owner key belongs to another map"),
             Self::OutOfRange(p) => write!(f, "pfn {p} is outside the memory map"),
             Self::NotInOneZone { start, end } => {
                 write!(f, "range {start}..{end} is not inside one zone")
@@ -623,3 +638,18 @@ impl core::fmt::Display for RealMemoryError {
         write!(f, "mmap of {} bytes failed with errno {}", self.bytes, self.errno)
     }
 }
+
+/// [`PageAllocator::new_owner_key`](crate::PageAllocator::new_owner_key):
+/// every owner tag of the map is held by a live key (or retired, see
+/// [`release_owner_key`](crate::PageAllocator::release_owner_key)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnerTagsExhausted;
+
+impl fmt::Display for OwnerTagsExhausted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "all {} owner tags of the map are in use", crate::PageOwner::MAX)
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for OwnerTagsExhausted {}

@@ -164,21 +164,31 @@ impl core::fmt::Debug for PageFlags {
     }
 }
 
-/// The tag of a layer that owns pages (1 ..= [`PageOwner::MAX`]).
+/// The tag of a layer that owns pages (1 ..= [`PageOwner::MAX`]) in one
+/// map: a label that says whose a page is, as Linux's page types do.
 ///
-/// Tags are chosen by the layers themselves, like Linux's page types; two
-/// layers on one allocator must use different tags.
+/// A tag is not a right: it is made only inside the crate, from the
+/// [`OwnerKey`](crate::OwnerKey) a map issued
+/// ([`OwnerKey::owner`](crate::OwnerKey::owner)), and what it guards
+/// (taking a handed-out block back) asks for the key, not the tag. So no
+/// code outside the crate can make a tag, and holding one grants nothing.
+///
+/// ```compile_fail
+/// let forged = mmkit::PageOwner::new(1); // private: tags come from keys
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct PageOwner(NonZeroU8);
 
 impl PageOwner {
-    /// Largest tag the descriptor can hold.
+    /// Largest tag the descriptor can hold: a map issues at most this
+    /// many keys at once.
     pub const MAX: u8 = 15;
+
     /// The smallest tag.
-    pub const MIN: Self = Self(NonZeroU8::MIN);
+    pub(crate) const MIN_TAG: Self = Self(NonZeroU8::MIN);
 
     /// Tag `id`; `None` for 0 or above [`MAX`](Self::MAX).
-    pub const fn new(id: u8) -> Option<Self> {
+    pub(crate) const fn new(id: u8) -> Option<Self> {
         match NonZeroU8::new(id) {
             Some(id) if id.get() <= Self::MAX => Some(Self(id)),
             _ => None,
