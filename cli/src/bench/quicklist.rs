@@ -1,5 +1,7 @@
 //! Suite `quicklist`: the experiment of Linux's quicklist series ("Quicklists for page table pages", 2007). The raw quicklist hit (take a
-//! cached page, give it back) against allocating and zeroing a fresh 4 KiB
+//! cached page, held as a `QuickPage` and given back unwritten, so it needs
+//! no scan; `mmkit-pfn` is the bare-PFN calls, whose free reads the page)
+//! against allocating and zeroing a fresh 4 KiB
 //! page through mmkit's per-CPU lists and through the heap peers; then a
 //! fork/exec-like churn of short-lived address spaces whose page tables come
 //! from quicklists or straight from the allocator, reported per level as in
@@ -41,6 +43,9 @@ pub const SUITE: Suite = Suite {
 
 /// mmkit through the shared API (lock per call) rather than a pinned handle.
 const MMKIT_SHARED: &str = "mmkit-shared";
+/// The pinned handle through the bare-PFN calls, whose free reads the page
+/// to check its state.
+const MMKIT_PFN: &str = "mmkit-pfn";
 /// Page tables whose pages come straight from the allocator.
 const NO_QUICKLISTS: &str = "mmkit-no-quicklists";
 
@@ -88,10 +93,23 @@ fn churn(tables: &PageTables, data: Pfn, spaces: u64) -> Result<(), BenchError> 
     Ok(())
 }
 
-/// `pairs` quicklist hits through a pinned handle: the loop is kept free of
-/// the harness's error plumbing so that it measures the quicklist alone.
+/// `pairs` quicklist hits through a pinned handle, each page held as a
+/// [`QuickPage`](mmkit_quicklist::QuickPage) that is given back unwritten (no scan, no restore): the
+/// loop is kept free of the harness's error plumbing so that it measures
+/// the quicklist alone.
 #[inline(never)]
 fn hit_loop(handle: &mut QuicklistCpu<'_>, pairs: u64) -> Result<(), QuicklistError> {
+    for _ in 0..pairs {
+        let page = handle.alloc_page(0, Gfp::KERNEL, None)?;
+        handle.free_quick_page(None, black_box(page))?;
+    }
+    Ok(())
+}
+
+/// The same through the bare-PFN calls, whose free checks the page's state
+/// by reading it (the caller's writes are not recorded).
+#[inline(never)]
+fn pfn_hit_loop(handle: &mut QuicklistCpu<'_>, pairs: u64) -> Result<(), QuicklistError> {
     for _ in 0..pairs {
         let pfn = handle.alloc(0, Gfp::KERNEL, None)?;
         handle.free_page(0, None, black_box(pfn))?;
@@ -118,18 +136,22 @@ fn hit_cases(settings: &Settings, progress: &mut Progress<'_>) -> Result<Vec<Cas
     let mut results = {
         // A pinned handle takes no lock; it is dropped before the shared
         // API runs, which would otherwise bypass a pinned CPU's lists.
-        let mut handle = ql.pin_cpu(0).map_err(|e| BenchError::context("pin", e))?;
-        let pinned =
-            Contender::new(MMKIT, |n| hit_loop(&mut handle, n * ops).map_err(|e| BenchError::context("hit", e)));
-        let mut contenders = [pinned];
+        let handle = std::cell::RefCell::new(ql.pin_cpu(0).map_err(|e| BenchError::context("pin", e))?);
+        let pinned = Contender::new(MMKIT, |n| {
+            hit_loop(&mut handle.borrow_mut(), n * ops).map_err(|e| BenchError::context("hit", e))
+        });
+        let pfn = Contender::new(MMKIT_PFN, |n| {
+            pfn_hit_loop(&mut handle.borrow_mut(), n * ops).map_err(|e| BenchError::context("hit", e))
+        });
+        let mut contenders = [pinned, pfn];
         let results = measure(SUITE.name, spec("quicklist/hit_alloc_free"), &mut contenders, settings.runs);
         drop(contenders);
         results?
     };
     let shared = Contender::new(MMKIT_SHARED, |n| {
         for _ in 0..n * ops {
-            let pfn = ql.quicklist_alloc(0, Gfp::KERNEL, None).map_err(|e| BenchError::context("alloc", e))?;
-            ql.quicklist_free_page(0, None, black_box(pfn)).map_err(|e| BenchError::context("free", e))?;
+            let page = ql.alloc_page(0, Gfp::KERNEL, None).map_err(|e| BenchError::context("alloc", e))?;
+            ql.free_quick_page(None, black_box(page)).map_err(|e| BenchError::context("free", e))?;
         }
         Ok(())
     });
