@@ -24,6 +24,49 @@ struct SlotMap {
     hint: usize,
 }
 
+impl SlotMap {
+    /// The file's size and an empty bitmap for `nr_slots` slots, or why
+    /// they cannot be had: checked before anything touches the disk.
+    fn new(nr_slots: u64) -> Result<(u64, Self), ZswapError> {
+        if nr_slots == 0 {
+            return Err(ZswapError::SwapFull);
+        }
+        let too_many = ZswapError::TooManySlots(nr_slots);
+        let bytes = match nr_slots.checked_mul(PAGE_SIZE as u64) {
+            Some(bytes) if i64::try_from(bytes).is_ok() => bytes,
+            _ => return Err(too_many),
+        };
+        // The bitmap takes a bit per slot; one larger than a quarter of the
+        // machine's memory is refused rather than left to the OOM killer
+        // (an allocation that overcommit grants is only made real as it is
+        // zeroed).
+        let bitmap_bytes = nr_slots.div_ceil(64) * 8;
+        if bitmap_bytes > machine_memory() / 4 {
+            return Err(too_many);
+        }
+        let words = usize::try_from(nr_slots.div_ceil(64)).map_err(|_| ZswapError::TooManySlots(nr_slots))?;
+        let mut bits = Vec::new();
+        bits.try_reserve_exact(words).map_err(|_| too_many)?;
+        bits.resize(words, 0u64);
+        // Bits past the last slot are permanently taken.
+        if nr_slots % 64 != 0 {
+            bits[words - 1] = !0u64 << (nr_slots % 64);
+        }
+        Ok((bytes, Self { bits, used: 0, hint: 0 }))
+    }
+}
+
+/// Bytes of memory this machine has (`u64::MAX` where it cannot be read).
+fn machine_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(u64::MAX, |kib| kib.saturating_mul(1024))
+}
+
 /// A swap file: `nr_slots` slots of 4 KiB, exclusively locked while open.
 pub struct SwapFile {
     file: File,
@@ -44,12 +87,27 @@ impl SwapFile {
     /// `nr_slots` slots, sized to `nr_slots × 4 KiB`, and locks it.
     ///
     /// # Errors
-    /// [`ZswapError::Busy`] when another owner holds the lock (nothing is
-    /// changed, the file is not resized); [`ZswapError::Io`] when it cannot
-    /// be opened or sized; [`ZswapError::SwapFull`] for 0 slots.
+    /// [`ZswapError::SwapFull`] for 0 slots and [`ZswapError::TooManySlots`]
+    /// for a count whose file or slot bitmap cannot be made, both before
+    /// anything is created on disk; [`ZswapError::Busy`] when another owner
+    /// holds the lock (nothing is changed, the file is not resized);
+    /// [`ZswapError::Io`] when it cannot be opened or sized (a file this
+    /// call created is removed again).
     pub fn open(path: &Path, nr_slots: u64) -> Result<Self, ZswapError> {
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
-        Self::from_file(file, nr_slots)
+        let (bytes, map) = SlotMap::new(nr_slots)?;
+        let created = OpenOptions::new().read(true).write(true).create_new(true).open(path);
+        let (file, created) = match created {
+            Ok(file) => (file, true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                (OpenOptions::new().read(true).write(true).open(path)?, false)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let opened = Self::from_file(file, nr_slots, bytes, map);
+        if opened.is_err() && created {
+            let _ = std::fs::remove_file(path);
+        }
+        opened
     }
 
     /// A swap file of `nr_slots` slots in the system's temporary directory,
@@ -59,33 +117,24 @@ impl SwapFile {
     /// As [`open`](Self::open).
     pub fn create_temp(nr_slots: u64) -> Result<Self, ZswapError> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
+        let (bytes, map) = SlotMap::new(nr_slots)?;
         let name = format!("mmkit-zswap-{}-{}", std::process::id(), NEXT.fetch_add(1, Relaxed));
         let path = std::env::temp_dir().join(name);
         let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
         let _ = std::fs::remove_file(&path);
-        Self::from_file(file, nr_slots)
+        Self::from_file(file, nr_slots, bytes, map)
     }
 
-    fn from_file(file: File, nr_slots: u64) -> Result<Self, ZswapError> {
-        if nr_slots == 0 {
-            return Err(ZswapError::SwapFull);
-        }
+    fn from_file(file: File, nr_slots: u64, bytes: u64, map: SlotMap) -> Result<Self, ZswapError> {
         match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
             Err(e) if e == rustix::io::Errno::WOULDBLOCK => return Err(ZswapError::Busy),
             Err(e) => return Err(ZswapError::Io(e.into())),
         }
-        let bytes = nr_slots.checked_mul(PAGE_SIZE as u64).ok_or(ZswapError::SwapFull)?;
         if file.metadata()?.len() < bytes {
             file.set_len(bytes)?;
         }
-        let words = nr_slots.div_ceil(64) as usize;
-        let mut bits = vec![0u64; words];
-        // Bits past the last slot are permanently taken.
-        if nr_slots % 64 != 0 {
-            bits[words - 1] = !0u64 << (nr_slots % 64);
-        }
-        Ok(Self { file, nr_slots, map: Mutex::new(SlotMap { bits, used: 0, hint: 0 }), fail_writes: AtomicU64::new(0) })
+        Ok(Self { file, nr_slots, map: Mutex::new(map), fail_writes: AtomicU64::new(0) })
     }
 
     /// Slots in the file.
@@ -209,5 +258,18 @@ mod tests {
         assert_eq!(again.used_slots(), 0);
         drop(again);
         assert!(matches!(SwapFile::create_temp(0), Err(ZswapError::SwapFull)));
+    }
+
+    #[test]
+    fn a_huge_slot_count_is_refused_before_the_file_is_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("swap");
+        for n in [u64::MAX, u64::MAX / 4096 + 1, 1 << 60, 1 << 50] {
+            assert!(matches!(SwapFile::open(&path, n), Err(ZswapError::TooManySlots(m)) if m == n), "{n}");
+            assert!(!path.exists(), "{n}: nothing made on disk");
+        }
+        assert!(matches!(SwapFile::open(&path, 0), Err(ZswapError::SwapFull)));
+        assert!(!path.exists());
+        assert!(matches!(SwapFile::create_temp(u64::MAX), Err(ZswapError::TooManySlots(_))));
     }
 }

@@ -104,8 +104,11 @@ pub enum ZswapError {
     /// The stored data did not decompress (`decompress_fail`); the entry
     /// is kept.
     DecompressFail(SwpEntry),
-    /// Every slot of the swap file is in use.
+    /// Every slot of the swap file is in use (or a swap file of 0 slots).
     SwapFull,
+    /// A slot count whose swap file or slot bitmap cannot be made: refused
+    /// before anything is created on disk.
+    TooManySlots(u64),
     /// The swap file is locked by another owner (another process or another
     /// open file description): it holds someone's swapped pages.
     Busy,
@@ -137,6 +140,7 @@ impl core::fmt::Display for ZswapError {
             Self::DecompressFail(e) => write!(f, "swap entry {e} did not decompress"),
             Self::SwapFull => f.write_str("every swap slot is in use"),
             Self::Busy => f.write_str("the swap file is locked by another owner"),
+            Self::TooManySlots(n) => write!(f, "a swap file of {n} slots cannot be made"),
             Self::Io(e) => write!(f, "swap file: {e}"),
             Self::Allocator(why) => write!(f, "page allocator: {why}"),
             Self::BadParam { name, value } => write!(f, "zswap parameter {name}={value:?} refused"),
