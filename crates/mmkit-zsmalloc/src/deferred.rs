@@ -12,9 +12,15 @@
 //! shard, and frees synchronously when it is contended or full, so
 //! `zs_free_deferred` never waits. The worker is
 //! woken when the queue is half full; `zs_free_deferred_flush` and the
-//! pool's teardown drain it synchronously. A handle that turns out invalid
-//! when drained is counted (`DeferredStats::invalid`): its caller has
-//! returned already.
+//! pool's teardown drain it synchronously.
+//!
+//! A queued handle was consumed by the call, so it can be neither queued
+//! twice nor freed after it was queued: safe code cannot express either
+//! (the `compile_fail` examples on [`Handle`]). A handle of another pool
+//! is refused at the call, and a raw word (`zs_free_deferred_raw`) is
+//! taken back into a handle at the call, which refuses a word freed or
+//! queued already. `DeferredStats::invalid` counts queued handles found
+//! invalid when drained, which these checks keep at zero.
 
 use crate::handle::Handle;
 use crate::pool::Inner;
@@ -177,7 +183,7 @@ impl Inner {
     pub(crate) fn free_deferred(&self, handle: Handle, worker: Option<&Worker>) -> Result<(), ZsError> {
         // Another pool's handle is refused now: queued, it would only be
         // counted invalid later, and the caller would believe it freed.
-        self.class_of(handle)?;
+        self.name_of(&handle)?;
         match self.deferred.try_push(self.mm.current_cpu(), handle) {
             Pushed::Queued { kick } => {
                 if kick {
@@ -187,7 +193,10 @@ impl Inner {
                 }
                 Ok(())
             }
-            Pushed::Fallback(handle) => self.free(handle),
+            Pushed::Fallback(handle) => {
+                let (class, name) = self.name_of(&handle)?;
+                self.free(class, &name)
+            }
         }
     }
 
@@ -216,8 +225,12 @@ impl Inner {
             let mut emptied = Vec::new();
             {
                 let mut state = self.lock(class);
-                for &handle in run {
-                    match state.free(&self.mm, handle) {
+                for handle in run {
+                    let freed_now = match self.name_of(handle) {
+                        Ok((_, name)) => state.free(&self.mm, &name),
+                        Err(e) => Err(e),
+                    };
+                    match freed_now {
                         Ok(pages) => {
                             freed += 1;
                             emptied.extend(pages.into_iter().flatten());
@@ -295,13 +308,12 @@ impl Worker {
 impl crate::ZsPool {
     /// Queues `handle` to be freed later and returns at once (Linux's
     /// `zs_free_deferred`): for callers on a latency-critical path. When
-    /// the queue is busy or full the handle is freed now instead.
+    /// the queue is busy or full the handle is freed now instead. The
+    /// handle is consumed: it cannot be queued twice, nor used after.
     ///
     /// # Errors
     /// [`ZsError::InvalidHandle`] at once for a handle of another pool (or
-    /// of a dropped one) or of no class, and when it was freed now and
-    /// found invalid; a stale handle of this pool that was queued is counted in
-    /// [`DeferredStats::invalid`] when drained.
+    /// of a dropped one); nothing is queued.
     pub fn zs_free_deferred(&self, handle: Handle) -> Result<(), ZsError> {
         self.inner.free_deferred(handle, self.worker.as_ref())
     }
@@ -350,13 +362,13 @@ mod loom_model {
                 let queue = queue.clone();
                 loom::thread::spawn(move || queue.take_all())
             };
-            let mut seen: Vec<Handle> = drainer.join().unwrap();
+            let mut seen: Vec<_> = drainer.join().unwrap().iter().map(Handle::id).collect();
             for p in pushers {
-                seen.extend(p.join().unwrap());
+                seen.extend(p.join().unwrap().iter().map(Handle::id));
             }
-            seen.extend(queue.take_all());
+            seen.extend(queue.take_all().iter().map(Handle::id));
             seen.sort();
-            let want: Vec<Handle> = (0..4).map(|s| Handle::new(0, s, 0, 1)).collect();
+            let want: Vec<_> = (0..4).map(|s| Handle::new(0, s, 0, 1).id()).collect();
             assert_eq!(seen, want);
         });
     }
