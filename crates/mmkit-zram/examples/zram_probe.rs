@@ -37,7 +37,7 @@ fn main() {
     let pages = (64u64 << 20) / PAGE_SIZE as u64;
     let zram = Zram::with_own_memory(ZramConfig { disksize: 64 << 20, algorithm, ..ZramConfig::default() }).unwrap();
     for i in 0..pages {
-        zram.write(i * PAGE_SIZE as u64, &data[i as usize % data.len()]).unwrap();
+        zram.open().unwrap().write(i * PAGE_SIZE as u64, &data[i as usize % data.len()]).unwrap();
     }
     let start = Instant::now();
     std::thread::scope(|s| {
@@ -50,9 +50,9 @@ fn main() {
                     let at = (rng.next_u64() % pages) * PAGE_SIZE as u64;
                     if write {
                         let page = &data[(rng.next_u64() % data.len() as u64) as usize];
-                        zram.write(at, page).unwrap();
+                        zram.open().unwrap().write(at, page).unwrap();
                     } else {
-                        zram.read(at, &mut buf).unwrap();
+                        zram.open().unwrap().read(at, &mut buf).unwrap();
                     }
                 }
             });
