@@ -48,7 +48,7 @@ impl Shared {
 }
 
 /// One page's state, as only the handler sees it.
-#[derive(Clone, Copy, Default)]
+#[derive(Default)]
 struct PageState {
     /// Where the page's last stored copy is, if any.
     swap: Option<SwpEntry>,
@@ -79,7 +79,7 @@ impl Handler {
         Self {
             shared,
             wake_r,
-            pages: vec![PageState::default(); n],
+            pages: (0..n).map(|_| PageState::default()).collect(),
             resident: 0,
             hand: 0,
             last_fault: usize::MAX,
@@ -87,9 +87,10 @@ impl Handler {
         }
     }
 
-    /// Every swap entry the region holds, for the release.
-    pub(crate) fn swap_entries(&self) -> Vec<SwpEntry> {
-        self.pages.iter().filter_map(|p| p.swap).collect()
+    /// Every swap entry the region holds, for the release: the entries
+    /// never leave the handler otherwise.
+    pub(crate) fn into_swap_entries(self) -> Vec<SwpEntry> {
+        self.pages.into_iter().filter_map(|p| p.swap).collect()
     }
 
     /// Serves faults and requests until the region is dropped.
@@ -178,10 +179,10 @@ impl Handler {
         }
         let sequential = self.last_fault.wrapping_add(1) == index;
         self.last_fault = index;
-        let Some(entry) = self.pages[index].swap else {
+        if self.pages[index].swap.is_none() {
             self.zero_fill(index);
             return;
-        };
+        }
         // Fault-around: on a sequential run, the next swapped pages come
         // with this one, as far as the budget allows.
         let mut n = 1;
@@ -194,7 +195,7 @@ impl Handler {
         }
         let mut loaded = 0;
         for k in 0..n {
-            let e = if k == 0 { entry } else { self.pages[index + k].swap.unwrap_or(entry) };
+            let Some(e) = self.pages[index + k].swap.as_ref() else { break };
             let page = &mut self.buf[k * PAGE_SIZE..(k + 1) * PAGE_SIZE];
             match self.shared.zswap.swap_in(e, page, KeepEntry::Keep) {
                 Ok(()) => loaded += 1,
@@ -275,7 +276,7 @@ impl Handler {
         let mut page = vec![0u8; PAGE_SIZE];
         let mut gone = Vec::with_capacity(victims.len());
         for &v in &victims {
-            let state = self.pages[v];
+            let state = &self.pages[v];
             if !state.dirty && state.swap.is_some() {
                 Counters::bump(&self.shared.counters.evicted_clean);
                 gone.push(v);
@@ -285,12 +286,14 @@ impl Handler {
             let addr = self.shared.map.page_addr(v);
             let _ = self.shared.uffd.write_protect(addr, PAGE_SIZE);
             self.shared.map.read(v * PAGE_SIZE, &mut page);
-            match self.store(state.swap, &page) {
+            let old = self.pages[v].swap.take();
+            match self.store(old, &page) {
                 Ok(entry) => {
                     self.pages[v].swap = Some(entry);
                     gone.push(v);
                 }
-                Err(_) => {
+                Err(old) => {
+                    self.pages[v].swap = old;
                     Counters::bump(&self.shared.counters.evict_failures);
                     let _ = self.shared.uffd.remove_write_protection(addr, PAGE_SIZE, true);
                 }
@@ -322,16 +325,20 @@ impl Handler {
     }
 
     /// Stores a dirty page: over its old slot when it has one (the store
-    /// replaces the old entry), else in a new slot.
-    fn store(&self, old: Option<SwpEntry>, page: &[u8]) -> Result<SwpEntry, ZswapError> {
+    /// replaces the old entry), else in a new slot. On failure the old
+    /// entry comes back, still the page's.
+    fn store(&self, old: Option<SwpEntry>, page: &[u8]) -> Result<SwpEntry, Option<SwpEntry>> {
         let zswap = &self.shared.zswap;
         match old {
-            Some(entry) => match zswap.zswap_store(entry, page) {
+            Some(entry) => match zswap.zswap_store(&entry, page) {
                 Ok(()) => Ok(entry),
-                Err(ZswapError::Rejected(_)) => zswap.swap_writepage(entry, page).map(|()| entry),
-                Err(e) => Err(e),
+                Err(ZswapError::Rejected(_)) => match zswap.swap_writepage(&entry, page) {
+                    Ok(()) => Ok(entry),
+                    Err(_) => Err(Some(entry)),
+                },
+                Err(_) => Err(Some(entry)),
             },
-            None => zswap.swap_out(page),
+            None => zswap.swap_out(page).map_err(|_| None),
         }
     }
 }

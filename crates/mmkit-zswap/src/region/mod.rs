@@ -356,7 +356,12 @@ impl SwapRegion {
         }
     }
 
-    /// The zswap the region swaps to.
+    /// The zswap the region swaps to. Sharing it gives no reach into the
+    /// region's pages: the region's swap entries never leave its handler,
+    /// and every zswap call that touches a slot takes the entry token its
+    /// allocation made (entries cannot be built from numbers), so another
+    /// region's user, or this one's, can reach only the slots it allocated
+    /// itself.
     pub fn zswap(&self) -> &Arc<Zswap> {
         &self.shared.zswap
     }
@@ -372,8 +377,9 @@ impl Drop for SwapRegion {
         self.shared.kick();
         if let Some(thread) = self.handler.take() {
             if let Ok(handler) = thread.join() {
-                let entries = handler.swap_entries();
-                self.shared.zswap.swap_free_batch(&entries, self.shared.config.release);
+                let entries = handler.into_swap_entries();
+                // Every entry is this instance's: the region made them all.
+                let _ = self.shared.zswap.swap_free_batch(entries, self.shared.config.release);
             }
         }
     }
