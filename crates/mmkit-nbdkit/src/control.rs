@@ -238,8 +238,8 @@ mod tests {
     #[test]
     fn requests_show_and_store_attributes_in_the_kernels_formats() {
         let zram = device();
-        zram.write(0, &page()).unwrap();
-        zram.write(PAGE_SIZE as u64, &[5; PAGE_SIZE]).unwrap();
+        zram.open().unwrap().write(0, &page()).unwrap();
+        zram.open().unwrap().write(PAGE_SIZE as u64, &[5; PAGE_SIZE]).unwrap();
         let mm: Vec<u64> = answer(&zram, "mm_stat\n").unwrap().split_whitespace().map(|c| c.parse().unwrap()).collect();
         assert_eq!(mm.len(), 9);
         assert_eq!(mm[0], 2 * PAGE_SIZE as u64, "orig_data_size");
@@ -265,7 +265,7 @@ mod tests {
     #[test]
     fn bad_requests_are_refused_and_change_nothing() {
         let zram = device();
-        zram.write(0, &page()).unwrap();
+        zram.open().unwrap().write(0, &page()).unwrap();
         let before = zram.mm_stat();
         for request in [
             "",
@@ -332,7 +332,7 @@ mod tests {
         assert!(ControlSocket::bind(&plain).is_err(), "nor a file that is not a socket");
         std::fs::remove_file(&plain).unwrap();
         let zram = device();
-        zram.write(0, &page()).unwrap();
+        zram.open().unwrap().write(0, &page()).unwrap();
         socket.serve(Arc::clone(&zram)).unwrap();
         let reply = ask(&path, "mm_stat\n");
         let (status, body) = reply.split_once('\n').unwrap();
