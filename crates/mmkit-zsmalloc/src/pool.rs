@@ -244,8 +244,7 @@ impl Inner {
     /// A copy of `data` in a new object (held as `raw` says), then the
     /// object `old` names freed: under one hold of the class lock when both
     /// are of one class and the class has a backed free object, else as
-    /// `malloc` followed by `free`. `old` is checked first: on any error
-    /// nothing changed.
+    /// `malloc` followed by `free`. On any error nothing changed.
     pub(crate) fn replace(
         &self,
         (old_class, old): (usize, Name),
@@ -273,13 +272,25 @@ impl Inner {
                 }
             }
         }
-        // `old` is the caller's (its handle was consumed, or its raw-held
-        // word is the key holder's): checked now, nobody frees it between
-        // this check and the free below.
-        self.read_lock(old_class).resolve(&old)?;
-        let new = self.malloc(size, Some(data), gfp, nid, raw)?;
-        self.free(old_class, &old)?;
-        Ok(new)
+        // No check of `old` before the store: that would cost the
+        // overwrite a third lock round trip. A handle of this pool names a
+        // live object until it is consumed, so its free cannot fail; a word
+        // that names nothing it may reach has the store undone, so that
+        // nothing changed.
+        let (class, new) = self.malloc(size, Some(data), gfp, nid, raw)?;
+        if let Err(e) = self.free(old_class, &old) {
+            let _ = self.free(class, &self.name_of_new(class, new, raw));
+            return Err(e);
+        }
+        Ok((class, new))
+    }
+
+    /// The name of object `new` of `class`, just allocated and held as
+    /// `raw` says.
+    fn name_of_new(&self, class: usize, new: NewObj, raw: bool) -> Name {
+        let id = Handle::new(self.pool_id, new.slot, class, new.generation).id();
+        let held = if raw { Held::Raw(new.generation) } else { Held::Handle(new.generation) };
+        Name { slot: new.slot as usize, held, id }
     }
 
     pub(crate) fn free(&self, class: usize, name: &Name) -> Result<(), ZsError> {

@@ -200,3 +200,26 @@ fn many_pools_keep_distinct_handles() {
         p.check_invariants().unwrap();
     }
 }
+
+#[test]
+fn a_replace_of_a_word_that_names_nothing_stores_nothing() {
+    let mm = real_map(16 << 20);
+    let (pool, key) = raw_pool(&mm, "raw");
+    let w = pool.zs_malloc_copy_raw(&key, &[1; 100], gfp(), 0).unwrap();
+    let keep = pool.zs_malloc_copy_raw(&key, &[2; 100], gfp(), 0).unwrap();
+    pool.zs_free_raw(&key, w).unwrap();
+    let pages = pool.zs_get_total_pages();
+    // Same class and another class for the new object: both refused.
+    for len in [100, 3000] {
+        assert!(matches!(pool.zs_replace_raw(&key, w, &vec![3; len], gfp(), 0), Err(ZsError::InvalidHandle(_))));
+        assert_eq!(pool.zs_get_total_pages(), pages, "the store was undone");
+        pool.check_invariants().unwrap();
+    }
+    let mut out = [0; 4096];
+    assert_eq!(pool.zs_obj_read_raw(&key, keep, &mut out), Ok(100));
+    let moved = pool.zs_replace_raw(&key, keep, &[4; 3000], gfp(), 0).unwrap();
+    assert!(matches!(pool.zs_obj_read_raw(&key, keep, &mut out), Err(ZsError::InvalidHandle(_))), "spent");
+    assert_eq!(pool.zs_obj_read_raw(&key, moved, &mut out), Ok(3000));
+    pool.zs_free_raw(&key, moved).unwrap();
+    assert_eq!(pool.zs_get_total_pages(), 0);
+}
