@@ -33,6 +33,8 @@ pub(crate) struct Slot {
     len: u16,
 }
 
+const _: () = assert!(size_of::<Slot>() == 16, "64-bit generations cost the slot table nothing");
+
 /// Free slot.
 const HELD_NONE: u32 = 0;
 /// The object is owned by a [`Handle`](crate::Handle).
