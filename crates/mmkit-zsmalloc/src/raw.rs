@@ -165,4 +165,37 @@ mod tests {
         pool.zs_free_raw(&key, next).unwrap();
         pool.check_invariants().unwrap();
     }
+
+    /// The owned-handle and raw-word paths end to end on a small map, for
+    /// Miri too (`.ci/run`): every byte copy into and out of zspages, both
+    /// replace paths, the deferred queue and its drain, and the refusals.
+    #[test]
+    fn owned_handles_and_raw_words_end_to_end() {
+        let (pool, key) = pool();
+        let other = ZsPool::zs_create_pool("other", pool.allocator().clone()).unwrap();
+        let gfp = Gfp::NOIO;
+        let mut out = [0u8; 4096];
+        let h = pool.zs_malloc_copy(&[1; 700], gfp, 0).unwrap();
+        pool.zs_obj_write(&h, &[2; 10]).unwrap();
+        assert_eq!(pool.zs_obj_read(&h, &mut out), Ok(700));
+        assert_eq!((out[0], out[10]), (2, 1));
+        // Same class, then across classes (a straddling object among them).
+        let h = pool.zs_replace(h, &[3; 690], gfp, 0).map_err(|(e, _)| e).unwrap();
+        let h = pool.zs_replace(h, &[4; 3000], gfp, 0).map_err(|(e, _)| e).unwrap();
+        assert!(pool.zs_obj_read_with(&h, &mut out, |b| b.iter().all(|&x| x == 4)).unwrap());
+        let id = h.id();
+        assert_eq!(other.zs_obj_read(&h, &mut out), Err(ZsError::InvalidHandle(id)));
+        let w = pool.zs_handle_into_raw(&key, h).unwrap();
+        assert_eq!(pool.zs_obj_read_raw(&key, w, &mut out), Ok(3000));
+        let w = pool.zs_replace_raw(&key, w, &[5; 100], gfp, 0).unwrap();
+        let h = pool.zs_handle_from_raw(&key, w).unwrap();
+        assert!(matches!(pool.zs_free_raw(&key, w), Err(ZsError::InvalidHandle(_))));
+        pool.zs_free_deferred(h).unwrap();
+        let w = pool.zs_malloc_copy_raw(&key, &[6; 1500], gfp, 0).unwrap();
+        pool.zs_free_deferred_raw(&key, w).unwrap();
+        assert!(matches!(pool.zs_free_deferred_raw(&key, w), Err(ZsError::InvalidHandle(_))));
+        pool.zs_free_deferred_flush();
+        assert_eq!((pool.deferred_stats().invalid, pool.zs_get_total_pages()), (0, 0));
+        pool.check_invariants().unwrap();
+    }
 }
