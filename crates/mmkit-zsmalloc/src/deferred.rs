@@ -22,8 +22,9 @@
 //! queued already. `DeferredStats::invalid` counts queued handles found
 //! invalid when drained, which these checks keep at zero.
 
-use crate::handle::Handle;
+use crate::handle::{raw_fields, raw_id, Handle};
 use crate::pool::Inner;
+use crate::size_class::{Held, Name};
 use crate::ZsError;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Weak};
@@ -75,14 +76,16 @@ pub(crate) enum Pushed {
     /// Queued; `kick` when the queue just reached half full.
     Queued { kick: bool },
     /// Not queued (queue busy or full): the caller frees it now.
-    Fallback(Handle),
+    Fallback(u64),
 }
 
 /// One CPU's part of the queue and its counters, on its own cache lines,
 /// so that pushes from different CPUs share no line.
 #[repr(align(128))]
 struct Shard {
-    handles: Mutex<Vec<Handle>>,
+    /// Queued handles as one word each (`Handle::queued_word`): the
+    /// queue's memory is what it was when handles were words.
+    handles: Mutex<Vec<u64>>,
     queued: AtomicU64,
     fallback: AtomicU64,
 }
@@ -116,7 +119,7 @@ impl DeferredQueue {
 
     /// Queues `handle` on shard `cpu` if its lock is free and there is
     /// room; never waits.
-    pub(crate) fn try_push(&self, cpu: usize, handle: Handle) -> Pushed {
+    pub(crate) fn try_push(&self, cpu: usize, handle: u64) -> Pushed {
         let shard = &self.shards[cpu % self.shards.len()];
         let Ok(mut queue) = shard.handles.try_lock() else {
             shard.fallback.fetch_add(1, Relaxed);
@@ -140,13 +143,13 @@ impl DeferredQueue {
     /// Everything queued so far, emptying every shard (waits for their
     /// locks).
     #[cfg(loom)]
-    pub(crate) fn take_all(&self) -> Vec<Handle> {
+    pub(crate) fn take_all(&self) -> Vec<u64> {
         self.take_up_to(usize::MAX)
     }
 
     /// The oldest `per_shard` handles of each shard, or all of them if it
     /// holds fewer (waits for the shards' locks).
-    pub(crate) fn take_up_to(&self, per_shard: usize) -> Vec<Handle> {
+    pub(crate) fn take_up_to(&self, per_shard: usize) -> Vec<u64> {
         let mut taken = Vec::new();
         for shard in self.shards.iter() {
             let mut queue = match shard.handles.lock() {
@@ -183,8 +186,8 @@ impl Inner {
     pub(crate) fn free_deferred(&self, handle: Handle, worker: Option<&Worker>) -> Result<(), ZsError> {
         // Another pool's handle is refused now: queued, it would only be
         // counted invalid later, and the caller would believe it freed.
-        self.name_of(&handle)?;
-        match self.deferred.try_push(self.mm.current_cpu(), handle) {
+        let (class, name) = self.name_of(&handle)?;
+        match self.deferred.try_push(self.mm.current_cpu(), handle.queued_word()) {
             Pushed::Queued { kick } => {
                 if kick {
                     if let Some(worker) = worker {
@@ -193,10 +196,7 @@ impl Inner {
                 }
                 Ok(())
             }
-            Pushed::Fallback(handle) => {
-                let (class, name) = self.name_of(&handle)?;
-                self.free(class, &name)
-            }
+            Pushed::Fallback(_) => self.free(class, &name),
         }
     }
 
@@ -214,10 +214,11 @@ impl Inner {
         if batch.is_empty() {
             return;
         }
-        batch.sort_unstable_by_key(|h| h.class());
+        let class_of = |word: &u64| raw_fields(*word).1;
+        batch.sort_unstable_by_key(class_of);
         let (mut freed, mut invalid) = (0, 0);
-        for run in batch.chunk_by(|a, b| a.class() == b.class()) {
-            let class = run[0].class();
+        for run in batch.chunk_by(|a, b| class_of(a) == class_of(b)) {
+            let class = class_of(&run[0]);
             if class >= self.classes.len() || self.table.serving(class) != class {
                 invalid += run.len() as u64;
                 continue;
@@ -225,12 +226,10 @@ impl Inner {
             let mut emptied = Vec::new();
             {
                 let mut state = self.lock(class);
-                for handle in run {
-                    let freed_now = match self.name_of(handle) {
-                        Ok((_, name)) => state.free(&self.mm, &name),
-                        Err(e) => Err(e),
-                    };
-                    match freed_now {
+                for &word in run {
+                    let (slot, _, generation) = raw_fields(word);
+                    let name = Name { slot, held: Held::Queued(generation), id: raw_id(self.pool_id, word) };
+                    match state.free(&self.mm, &name) {
                         Ok(pages) => {
                             freed += 1;
                             emptied.extend(pages.into_iter().flatten());
@@ -348,9 +347,7 @@ mod loom_model {
                         let mut sync_freed = Vec::new();
                         for i in 0..2u32 {
                             // Both threads on shard 0 half the time: contention and a full shard.
-                            if let Pushed::Fallback(h) =
-                                queue.try_push((t * i) as usize, Handle::new(0, t * 2 + i, 0, 1))
-                            {
+                            if let Pushed::Fallback(h) = queue.try_push((t * i) as usize, u64::from(t * 2 + i)) {
                                 sync_freed.push(h);
                             }
                         }
@@ -362,13 +359,13 @@ mod loom_model {
                 let queue = queue.clone();
                 loom::thread::spawn(move || queue.take_all())
             };
-            let mut seen: Vec<_> = drainer.join().unwrap().iter().map(Handle::id).collect();
+            let mut seen: Vec<u64> = drainer.join().unwrap();
             for p in pushers {
-                seen.extend(p.join().unwrap().iter().map(Handle::id));
+                seen.extend(p.join().unwrap());
             }
-            seen.extend(queue.take_all().iter().map(Handle::id));
+            seen.extend(queue.take_all());
             seen.sort();
-            let want: Vec<_> = (0..4).map(|s| Handle::new(0, s, 0, 1).id()).collect();
+            let want: Vec<u64> = (0..4).collect();
             assert_eq!(seen, want);
         });
     }

@@ -199,6 +199,16 @@ impl Handle {
     pub(crate) fn pool(&self) -> u64 {
         self.id.pool
     }
+
+    /// The handle as the deferred-free queue keeps it, one word
+    /// (`[generation's low 28 bits | class:8 | slot:28]`): the queue took
+    /// the handle by value, so no other call can reach the object before
+    /// the drain; the generation bits are a check on that, not its proof.
+    pub(crate) fn queued_word(&self) -> u64 {
+        self.id.slot as u64
+            | u64::from(self.id.class) << CLASS_SHIFT
+            | (self.id.generation & (RAW_GEN_LIMIT - 1)) << GEN_SHIFT
+    }
 }
 
 impl HandleId {

@@ -62,6 +62,9 @@ impl Slot {
 pub(crate) enum Held {
     Handle(u64),
     Raw(u64),
+    /// A handle queued for a deferred free, by its generation's low bits
+    /// (the object must still be handle-held).
+    Queued(u64),
 }
 
 /// An object as a call names it: slot, holder check, and what to report.
@@ -243,6 +246,7 @@ impl ClassState {
         let found = self.slots.get(name.slot).filter(|slot| match name.held {
             Held::Handle(generation) => slot.held() == HELD_HANDLE && slot.generation == generation,
             Held::Raw(low) => slot.held() == HELD_RAW && slot.generation & (RAW_GEN_LIMIT - 1) == low,
+            Held::Queued(low) => slot.held() == HELD_HANDLE && slot.generation & (RAW_GEN_LIMIT - 1) == low,
         });
         match found {
             Some(slot) => Ok(Resolved { zspage: slot.zspage(), obj: slot.obj, len: usize::from(slot.len) }),
@@ -256,7 +260,7 @@ impl ClassState {
         self.resolve(name)?;
         let slot = &mut self.slots[name.slot];
         let to = match name.held {
-            Held::Handle(_) => HELD_RAW,
+            Held::Handle(_) | Held::Queued(_) => HELD_RAW,
             Held::Raw(_) => HELD_HANDLE,
         };
         slot.zspage_held = (slot.zspage_held & ZSPAGE_MASK) | to << HELD_SHIFT;
