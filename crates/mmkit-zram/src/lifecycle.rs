@@ -103,6 +103,13 @@ pub struct Zram {
 
 /// A user of the device (a connection, a mount): while any exists,
 /// [`Zram::reset`] is [`ZramError::Busy`]. Dropping it closes.
+///
+/// Every read and write goes through one ([`read`](Self::read),
+/// [`write`](Self::write), [`discard`](Self::discard),
+/// [`write_zeroes`](Self::write_zeroes),
+/// [`slot_free_notify`](Self::slot_free_notify)): a writer is always one of
+/// the openers `reset` counts, so a reset never drops the data of a user it
+/// did not see.
 #[must_use = "the device counts as open only while the handle lives"]
 pub struct OpenHandle<'a> {
     zram: &'a Zram,
