@@ -45,7 +45,7 @@ fn make_blank(zram: &Zram) {
         }
         answer(zram, &format!("disksize {SIZE}")).expect("an uninitialised device takes a size");
     }
-    zram.discard(0, rounded).expect("an initialised device");
+    zram.open().expect("no reset runs").discard(0, rounded).expect("an initialised device");
 }
 
 /// Runs one input on two blank devices.
@@ -76,7 +76,7 @@ fn run(devices: &[Zram; 2], data: &[u8]) {
         let result: Result<(), ZramError> = match op[0] >> 1 & 15 {
             0 | 1 => {
                 let mut buf = vec![0xa5; len as usize];
-                let got = zram.read(offset, &mut buf);
+                let got = zram.open().and_then(|io| io.read(offset, &mut buf));
                 if got.is_ok() {
                     let want = &model.bytes.as_ref().expect("read ok on an uninitialised device")
                         [offset as usize..(offset + len) as usize];
@@ -86,7 +86,7 @@ fn run(devices: &[Zram; 2], data: &[u8]) {
             }
             2 | 3 => {
                 let bytes: Vec<u8> = (0..len).map(|i| fill ^ (i as u8).wrapping_mul(31) ^ (i / 5) as u8).collect();
-                let got = zram.write(offset, &bytes);
+                let got = zram.open().and_then(|io| io.write(offset, &bytes));
                 if got.is_ok() {
                     model.bytes.as_mut().expect("write ok uninitialised")[offset as usize..(offset + len) as usize]
                         .copy_from_slice(&bytes);
@@ -94,7 +94,7 @@ fn run(devices: &[Zram; 2], data: &[u8]) {
                 got
             }
             4 => {
-                let got = ops::trim(zram, offset, len);
+                let got = zram.open().and_then(|io| ops::trim(&io, offset, len));
                 if got.is_ok() {
                     // Whole pages inside the range read as zeroes after a trim.
                     let first = offset.div_ceil(4096) * 4096;
@@ -106,7 +106,7 @@ fn run(devices: &[Zram; 2], data: &[u8]) {
                 got
             }
             5 | 6 => {
-                let got = ops::zero(zram, offset, len, op[0] >> 1 & 15 == 5);
+                let got = zram.open().and_then(|io| ops::zero(&io, offset, len, op[0] >> 1 & 15 == 5));
                 if got.is_ok() {
                     model.bytes.as_mut().expect("zero ok uninitialised")[offset as usize..(offset + len) as usize]
                         .fill(0);

@@ -43,11 +43,13 @@ fuzz_target!(|data: &[u8]| {
 
 /// Runs one input; returns whether it changed the configuration.
 fn run(zram: &Zram, text: &str) -> bool {
-    zram.discard(0, DISKSIZE).expect("an initialised device");
+    let io = zram.open().expect("no reset runs between inputs");
+    io.discard(0, DISKSIZE).expect("an initialised device");
     for page in 0..8u64 {
         let fill: Vec<u8> = (0..4096).map(|i| ((i * (page + 1)) % 251) as u8).collect();
-        zram.write(page * 4096, &fill).expect("room for eight pages");
+        io.write(page * 4096, &fill).expect("room for eight pages");
     }
+    drop(io);
     let mut config = config();
     let mut reconfigured = false;
     for line in text.lines().take(32) {

@@ -50,11 +50,13 @@ fuzz_target!(|data: &[u8]| {
 
 /// Runs one input; returns whether it changed the configuration.
 fn run(zram: &Zram, data: &[u8]) -> bool {
-    zram.discard(0, DISKSIZE).expect("an initialised device");
+    let io = zram.open().expect("no reset runs between inputs");
+    io.discard(0, DISKSIZE).expect("an initialised device");
     for page in 0..6u64 {
         let fill: Vec<u8> = (0..4096).map(|i| ((i * (page + 1)) % 251) as u8).collect();
-        zram.write(page * 4096, &fill).expect("room for six pages");
+        io.write(page * 4096, &fill).expect("room for six pages");
     }
+    drop(io);
     let text = String::from_utf8_lossy(data);
     let mut reconfigured = false;
     let mut open = None;

@@ -21,7 +21,7 @@ use super::{Progress, Suite};
 use mmkit::{Backing, HugePages, MemoryMapBuilder};
 use mmkit_testkit::kernel_zram::{real_pages, AlignedPage, KernelZram};
 use mmkit_testkit::XorShift64;
-use mmkit_zram::{Algorithm, Zram, ZramConfig, PAGE_SIZE};
+use mmkit_zram::{Algorithm, OpenHandle, Zram, ZramConfig, PAGE_SIZE};
 use std::sync::Arc;
 
 /// The suite as the registry lists it.
@@ -66,13 +66,19 @@ trait BlockDev: Sync {
     fn read_page(&self, index: u64, page: &mut [u8]) -> Result<(), BenchError>;
 }
 
-impl BlockDev for Zram {
+/// The device through the open handle its I/O needs (held for the run).
+impl BlockDev for OpenHandle<'_> {
     fn write_page(&self, index: u64, page: &[u8]) -> Result<(), BenchError> {
         self.write(index * PAGE_SIZE as u64, page).map_err(|e| BenchError::context("zram write", e))
     }
     fn read_page(&self, index: u64, page: &mut [u8]) -> Result<(), BenchError> {
         self.read(index * PAGE_SIZE as u64, page).map_err(|e| BenchError::context("zram read", e))
     }
+}
+
+/// The open handle a device's I/O goes through.
+fn open(zram: &Zram) -> Result<OpenHandle<'_>, BenchError> {
+    zram.open().map_err(|e| BenchError::context("zram open", e))
 }
 
 fn mmkit_device(algorithm: Algorithm, bytes: u64) -> Result<Zram, BenchError> {
@@ -134,9 +140,12 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
     let same = same_pages(64);
     let bytes = device_bytes(settings);
     let pages = bytes / PAGE_SIZE as u64;
-    let lz4 = mmkit_device(Algorithm::Lz4, bytes)?;
-    let lz4_flex = mmkit_device(Algorithm::Lz4Flex, bytes)?;
-    let zstd = mmkit_device(Algorithm::Zstd { level: 3 }, bytes)?;
+    let (lz4, lz4_flex, zstd) = (
+        mmkit_device(Algorithm::Lz4, bytes)?,
+        mmkit_device(Algorithm::Lz4Flex, bytes)?,
+        mmkit_device(Algorithm::Zstd { level: 3 }, bytes)?,
+    );
+    let (lz4, lz4_flex, zstd) = (open(&lz4)?, open(&lz4_flex)?, open(&zstd)?);
     let kernel = KernelZram::add("lz4", bytes);
     let mut notes = Vec::new();
     match &kernel {
@@ -230,9 +239,11 @@ fn ratio_case(settings: &Settings, kernel: Option<&KernelZram>) -> Result<Vec<Ca
         let dev =
             Zram::new(Arc::new(mm), ZramConfig { disksize: bytes, algorithm, mem_limit: 0, ..ZramConfig::default() })
                 .map_err(|e| BenchError::context("zram device", e))?;
+        let io = open(&dev)?;
         for (i, page) in pages.iter().enumerate() {
-            dev.write_page(i as u64, page)?;
+            io.write_page(i as u64, page)?;
         }
+        drop(io);
         let s = dev.mm_stat_values();
         out.push(row(impl_name, s.orig_data_size as f64 / s.mem_used_total.max(1) as f64));
     }

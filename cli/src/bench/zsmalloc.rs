@@ -182,7 +182,7 @@ fn memory_case(sizes: &[usize], objects: usize, settings: &Settings) -> Result<C
     for i in 0..objects {
         let size = sizes[i % sizes.len()];
         let h = zs.zs_malloc(size, GFP, 0).map_err(zs_err("zs_malloc"))?;
-        zs.zs_obj_write(h, &page[..size]).map_err(zs_err("zs_obj_write"))?;
+        zs.zs_obj_write(&h, &page[..size]).map_err(zs_err("zs_obj_write"))?;
         live.push((h, size));
     }
     let mut kept = Vec::with_capacity(objects / 2 + 1);
@@ -275,12 +275,17 @@ fn release_case(
                 handles.push(zs.zs_malloc(sizes[i % sizes.len()], GFP, 0).map_err(zs_err("zs_malloc"))?);
             }
             let chunk = objects.div_ceil(threads);
+            // Each thread's share, owned (handles are consumed by the free).
+            let mut parts: Vec<Vec<Handle>> = (0..threads).map(|_| Vec::with_capacity(chunk)).collect();
+            for (i, h) in handles.into_iter().enumerate() {
+                parts[i / chunk].push(h);
+            }
             let start = Instant::now();
             std::thread::scope(|s| {
-                for part in handles.chunks(chunk) {
+                for part in parts {
                     let zs = &zs;
                     s.spawn(move || {
-                        for &h in part {
+                        for h in part {
                             let _ = match variant {
                                 "pool_locked" => zs.zs_free_pool_locked(h),
                                 "lock_light" => zs.zs_free(h),

@@ -278,8 +278,8 @@ mod tests {
     #[test]
     fn requests_show_and_store_attributes_in_the_kernels_formats() {
         let zram = device();
-        zram.write(0, &page()).unwrap();
-        zram.write(PAGE_SIZE as u64, &[5; PAGE_SIZE]).unwrap();
+        zram.open().unwrap().write(0, &page()).unwrap();
+        zram.open().unwrap().write(PAGE_SIZE as u64, &[5; PAGE_SIZE]).unwrap();
         let mm: Vec<u64> = answer(&zram, "mm_stat\n").unwrap().split_whitespace().map(|c| c.parse().unwrap()).collect();
         assert_eq!(mm.len(), 9);
         assert_eq!(mm[0], 2 * PAGE_SIZE as u64, "orig_data_size");
@@ -305,7 +305,7 @@ mod tests {
     #[test]
     fn bad_requests_are_refused_and_change_nothing() {
         let zram = device();
-        zram.write(0, &page()).unwrap();
+        zram.open().unwrap().write(0, &page()).unwrap();
         let before = zram.mm_stat();
         for request in [
             "",
@@ -369,7 +369,7 @@ mod tests {
         std::fs::create_dir_all(&dir.0).unwrap();
         let path = dir.0.join("ctl.sock");
         let zram = device();
-        zram.write(0, &page()).unwrap();
+        zram.open().unwrap().write(0, &page()).unwrap();
         ControlSocket::bind(&path).unwrap().serve(Arc::clone(&zram)).unwrap();
         // Every peer thread taken by a peer that sends half a line.
         let slow: Vec<UnixStream> = (0..MAX_PEERS)
@@ -416,7 +416,7 @@ mod tests {
         assert!(ControlSocket::bind(&plain).is_err(), "nor a file that is not a socket");
         std::fs::remove_file(&plain).unwrap();
         let zram = device();
-        zram.write(0, &page()).unwrap();
+        zram.open().unwrap().write(0, &page()).unwrap();
         socket.serve(Arc::clone(&zram)).unwrap();
         let reply = ask(&path, "mm_stat\n");
         let reply = reply.strip_prefix("running\n").expect("running first");

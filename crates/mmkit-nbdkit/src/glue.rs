@@ -51,9 +51,10 @@ fn zram_error(e: ZramError) -> Error {
 
 /// One client connection: it holds the device open (Linux's `zram_open`),
 /// so a `reset` through the control socket is refused until nbdkit closes
-/// it; all other state is the shared device's.
+/// it, and its I/O goes through that handle (the device has no other way
+/// in); all other state is the shared device's.
 struct Connection {
-    _open: OpenHandle<'static>,
+    open: OpenHandle<'static>,
 }
 
 impl Server for Connection {
@@ -138,7 +139,7 @@ impl Server for Connection {
     fn open(_readonly: bool) -> Result<Box<dyn Server>> {
         // Dropped in nbdkit's `close` callback, with the connection.
         let open = device()?.open().map_err(zram_error)?;
-        Ok(Box::new(Connection { _open: open }))
+        Ok(Box::new(Connection { open }))
     }
 
     fn get_size(&self) -> Result<i64> {
@@ -187,15 +188,15 @@ impl Server for Connection {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        device()?.read(offset, buf).map_err(zram_error)
+        self.open.read(offset, buf).map_err(zram_error)
     }
 
     fn write_at(&self, buf: &[u8], offset: u64, _flags: Flags) -> Result<()> {
-        device()?.write(offset, buf).map_err(zram_error)
+        self.open.write(offset, buf).map_err(zram_error)
     }
 
     fn flush(&self) -> Result<()> {
-        device()?.flush();
+        self.open.flush();
         Ok(())
     }
 
@@ -205,11 +206,11 @@ impl Server for Connection {
     }
 
     fn trim(&self, count: u32, offset: u64, _flags: Flags) -> Result<()> {
-        ops::trim(device()?, offset, u64::from(count)).map_err(zram_error)
+        ops::trim(&self.open, offset, u64::from(count)).map_err(zram_error)
     }
 
     fn zero(&self, count: u32, offset: u64, flags: Flags) -> Result<()> {
-        ops::zero(device()?, offset, u64::from(count), flags.contains(Flags::MAY_TRIM)).map_err(zram_error)
+        ops::zero(&self.open, offset, u64::from(count), flags.contains(Flags::MAY_TRIM)).map_err(zram_error)
     }
 
     fn extents(&self, count: u32, offset: u64, flags: Flags, handle: &mut ExtentHandle) -> Result<()> {

@@ -7,7 +7,7 @@
 //! device's own calls; the nbdkit glue (`glue`) calls these and turns
 //! their results into nbdkit's.
 
-use mmkit_zram::{ExtentKind, Zram, ZramError};
+use mmkit_zram::{ExtentKind, OpenHandle, Zram, ZramError};
 
 /// What block status reports for a run of bytes (NBD's `base:allocation`
 /// states).
@@ -68,8 +68,8 @@ static ZEROES: [u8; 64 << 10] = [0; 64 << 10];
 /// # Errors
 /// The device's: [`ZramError::OutOfRange`], and [`ZramError::NoSpace`] /
 /// [`ZramError::Corrupt`] from the read-modify-write of a partial page.
-pub fn zero(zram: &Zram, offset: u64, len: u64, may_trim: bool) -> Result<(), ZramError> {
-    let in_range = offset.checked_add(len).is_some_and(|end| end <= zram.disksize());
+pub fn zero(zram: &OpenHandle<'_>, offset: u64, len: u64, may_trim: bool) -> Result<(), ZramError> {
+    let in_range = offset.checked_add(len).is_some_and(|end| end <= zram.zram().disksize());
     // The device's write-zeroes also answers an uninitialised device and a
     // range past the end before touching anything (and counts the latter
     // in `invalid_io`). A reset between this check and the writes below
@@ -94,7 +94,7 @@ pub fn zero(zram: &Zram, offset: u64, len: u64, may_trim: bool) -> Result<(), Zr
 ///
 /// # Errors
 /// [`ZramError::OutOfRange`].
-pub fn trim(zram: &Zram, offset: u64, len: u64) -> Result<(), ZramError> {
+pub fn trim(zram: &OpenHandle<'_>, offset: u64, len: u64) -> Result<(), ZramError> {
     zram.discard(offset, len)
 }
 
@@ -147,10 +147,10 @@ mod tests {
     fn zero_punches_holes_only_when_allowed() {
         let zram = device(8);
         for i in 0..8 {
-            zram.write(i * PAGE, &data_page(i as u8 + 1)).unwrap();
+            zram.open().unwrap().write(i * PAGE, &data_page(i as u8 + 1)).unwrap();
         }
-        zero(&zram, PAGE, 2 * PAGE, true).unwrap();
-        zero(&zram, 4 * PAGE, 2 * PAGE, false).unwrap();
+        zero(&zram.open().unwrap(), PAGE, 2 * PAGE, true).unwrap();
+        zero(&zram.open().unwrap(), 4 * PAGE, 2 * PAGE, false).unwrap();
         assert_eq!(
             states(&zram),
             vec![
@@ -162,7 +162,7 @@ mod tests {
             ]
         );
         let mut back = vec![1u8; 5 * PAGE_SIZE];
-        zram.read(PAGE, &mut back).unwrap();
+        zram.open().unwrap().read(PAGE, &mut back).unwrap();
         assert!(back[..2 * PAGE_SIZE].iter().all(|&b| b == 0));
         assert_eq!(back[2 * PAGE_SIZE..3 * PAGE_SIZE], data_page(4)[..]);
         assert!(back[3 * PAGE_SIZE..].iter().all(|&b| b == 0));
@@ -172,19 +172,19 @@ mod tests {
     fn zero_of_partial_pages_zeroes_exactly_the_bytes_asked() {
         let zram = device(4);
         for i in 0..4 {
-            zram.write(i * PAGE, &data_page(i as u8 + 3)).unwrap();
+            zram.open().unwrap().write(i * PAGE, &data_page(i as u8 + 3)).unwrap();
         }
         for may_trim in [true, false] {
-            zero(&zram, 100, 3 * PAGE - 200, may_trim).unwrap();
+            zero(&zram.open().unwrap(), 100, 3 * PAGE - 200, may_trim).unwrap();
             let mut back = vec![0u8; 3 * PAGE_SIZE];
-            zram.read(0, &mut back).unwrap();
+            zram.open().unwrap().read(0, &mut back).unwrap();
             assert_eq!(back[..100], data_page(3)[..100]);
             assert!(back[100..3 * PAGE_SIZE - 100].iter().all(|&b| b == 0));
             assert_eq!(back[3 * PAGE_SIZE - 100..], data_page(5)[PAGE_SIZE - 100..]);
         }
         // More than one buffer of zeroes, without holes.
         let zram = device(40);
-        zero(&zram, 0, 40 * PAGE, false).unwrap();
+        zero(&zram.open().unwrap(), 0, 40 * PAGE, false).unwrap();
         assert_eq!(states(&zram), vec![(0, 40 * PAGE, BlockState::Zero)]);
     }
 
@@ -192,9 +192,9 @@ mod tests {
     fn trim_frees_whole_pages_and_keeps_partial_ones() {
         let zram = device(4);
         for i in 0..4 {
-            zram.write(i * PAGE, &data_page(i as u8 + 1)).unwrap();
+            zram.open().unwrap().write(i * PAGE, &data_page(i as u8 + 1)).unwrap();
         }
-        trim(&zram, PAGE / 2, 2 * PAGE).unwrap();
+        trim(&zram.open().unwrap(), PAGE / 2, 2 * PAGE).unwrap();
         assert_eq!(
             states(&zram),
             vec![
@@ -204,9 +204,9 @@ mod tests {
             ]
         );
         let mut back = vec![0u8; PAGE_SIZE];
-        zram.read(0, &mut back).unwrap();
+        zram.open().unwrap().read(0, &mut back).unwrap();
         assert_eq!(back, data_page(1));
-        zram.read(2 * PAGE, &mut back).unwrap();
+        zram.open().unwrap().read(2 * PAGE, &mut back).unwrap();
         assert_eq!(back, data_page(3));
     }
 
@@ -214,7 +214,7 @@ mod tests {
     fn block_status_of_a_fresh_device_is_one_hole_and_req_one_cuts_to_one_run() {
         let zram = device(16);
         assert_eq!(states(&zram), vec![(0, 16 * PAGE, BlockState::HoleZero)]);
-        zram.write(5 * PAGE + 10, b"x").unwrap();
+        zram.open().unwrap().write(5 * PAGE + 10, b"x").unwrap();
         let runs = extents(&zram, 3 * PAGE + 1, 10 * PAGE, false).unwrap();
         assert_eq!(runs.len(), 3);
         assert_eq!((runs[0].offset, runs[0].length), (3 * PAGE + 1, 2 * PAGE - 1));
@@ -226,10 +226,10 @@ mod tests {
     fn requests_past_the_end_are_typed_errors_sent_as_einval() {
         let zram = device(4);
         for result in [
-            zero(&zram, 3 * PAGE, 2 * PAGE, true),
-            zero(&zram, 3 * PAGE, 2 * PAGE, false),
-            zero(&zram, u64::MAX - 1, 8, false),
-            trim(&zram, 4 * PAGE, 1),
+            zero(&zram.open().unwrap(), 3 * PAGE, 2 * PAGE, true),
+            zero(&zram.open().unwrap(), 3 * PAGE, 2 * PAGE, false),
+            zero(&zram.open().unwrap(), u64::MAX - 1, 8, false),
+            trim(&zram.open().unwrap(), 4 * PAGE, 1),
             extents(&zram, 0, 5 * PAGE, false).map(|_| ()),
         ] {
             let err = result.unwrap_err();

@@ -162,17 +162,18 @@ mod tests {
         // Pages that compress to about a third: many zspages, all emptied
         // by the discard.
         let page: Vec<u8> = (0..PAGE_SIZE).map(|i| if i % 3 == 0 { (i * 7 % 251) as u8 } else { 0 }).collect();
+        let dev = zram.open().unwrap();
         for index in 0..8192u64 {
             let mut p = page.clone();
             p[..8].copy_from_slice(&index.to_le_bytes());
-            zram.write(index * PAGE_SIZE as u64, &p).unwrap();
+            dev.write(index * PAGE_SIZE as u64, &p).unwrap();
         }
         let pool = zram.pool().unwrap();
         assert!(pool.zs_get_total_pages() > 2 * SHRINK_PAGES);
         let reported_before = pool.allocator().nr_reported_pages();
         let _reclaimer = Reclaimer::with_delay(Arc::clone(&zram), Duration::from_millis(300)).unwrap();
         std::thread::sleep(2 * SAMPLE_EVERY);
-        zram.discard(0, 64 << 20).unwrap();
+        dev.discard(0, 64 << 20).unwrap();
         assert_eq!(pool.zs_get_total_pages(), 0, "zsmalloc gave every emptied zspage back at once");
         let started = Instant::now();
         while pool.allocator().nr_reported_pages() <= reported_before {

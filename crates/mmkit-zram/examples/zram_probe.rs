@@ -36,13 +36,14 @@ fn main() {
     let ops: u64 = arg(4, "200000").parse().unwrap_or(200_000);
     let pages = (64u64 << 20) / PAGE_SIZE as u64;
     let zram = Zram::with_own_memory(ZramConfig { disksize: 64 << 20, algorithm, ..ZramConfig::default() }).unwrap();
+    let io = zram.open().unwrap();
     for i in 0..pages {
-        zram.write(i * PAGE_SIZE as u64, &data[i as usize % data.len()]).unwrap();
+        io.write(i * PAGE_SIZE as u64, &data[i as usize % data.len()]).unwrap();
     }
     let start = Instant::now();
     std::thread::scope(|s| {
         for t in 0..threads {
-            let (zram, data) = (&zram, &data);
+            let (io, data) = (&io, &data);
             s.spawn(move || {
                 let mut rng = XorShift64::new(7 ^ (t << 32));
                 let mut buf = vec![0u8; PAGE_SIZE];
@@ -50,9 +51,9 @@ fn main() {
                     let at = (rng.next_u64() % pages) * PAGE_SIZE as u64;
                     if write {
                         let page = &data[(rng.next_u64() % data.len() as u64) as usize];
-                        zram.write(at, page).unwrap();
+                        io.write(at, page).unwrap();
                     } else {
-                        zram.read(at, &mut buf).unwrap();
+                        io.read(at, &mut buf).unwrap();
                     }
                 }
             });

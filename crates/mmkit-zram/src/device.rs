@@ -18,7 +18,7 @@ use crate::writeback::{BackingDev, Writeback};
 use crate::ZramError;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator};
 use mmkit_compress::{fill_same, same_filled, Algorithm, Compressor};
-use mmkit_zsmalloc::{Handle, ZsConfig, ZsPool};
+use mmkit_zsmalloc::{RawKey, ZsConfig, ZsPool};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
@@ -45,13 +45,19 @@ const CLEARED_ON_FREE: u32 = flags::SAME
 /// What a slot will hold after a write.
 enum Content {
     Same(u64),
-    Stored { handle: Handle, size: usize, huge: bool },
+    Stored { handle: u64, size: usize, huge: bool },
 }
 
 /// An initialised zram device: the slots, the pool and the counters. The
 /// public [`Zram`](crate::Zram) holds one while initialised (`lifecycle`).
 pub(crate) struct Device {
     pub(crate) pool: Arc<ZsPool>,
+    /// The right to hold the pool's objects as raw words: the slot table
+    /// keeps one word per page (the zsmalloc handle module argues why a
+    /// word checked under this key cannot reach an object zram does not
+    /// own). Only the device holds it, so every raw-held object of the
+    /// pool is one of its slots'.
+    pub(crate) key: RawKey,
     pub(crate) slots: SlotTable,
     pub(crate) config: ZramConfig,
     /// The compressor of each priority: 0 the primary, then the secondaries.
@@ -83,10 +89,12 @@ impl Device {
         let nr = usize::try_from(config.disksize.div_ceil(PAGE_SIZE as u64))
             .map_err(|_| ZramError::Invalid(format!("disksize {}: too many pages", config.disksize)))?;
         let slots = SlotTable::new(nr)?;
-        let pool = Arc::new(ZsPool::with_config("zram", mm, zs_config).map_err(ZramError::Pool)?);
+        let (pool, key) = ZsPool::with_raw_key("zram", mm, zs_config).map_err(ZramError::Pool)?;
+        let pool = Arc::new(pool);
         let huge_size = pool.zs_huge_class_size();
         Ok(Self {
             pool,
+            key,
             slots,
             comps: crate::params::compressors(&config)?,
             mem_limit: AtomicU64::new(config.mem_limit),
@@ -307,7 +315,7 @@ impl Device {
         if let Some(handle) = handle {
             // The handle came from the slot, so the free can only fail on
             // a corrupted table: counted by the pool's deferred statistics.
-            let _ = self.pool.zs_free_deferred(handle);
+            let _ = self.pool.zs_free_deferred_raw(&self.key, handle);
         }
     }
 
@@ -383,16 +391,17 @@ impl Device {
                 self.counters.failed_reads.fetch_add(1, Relaxed);
             });
         }
-        let Some(handle) = Handle::from_raw(slot.handle()) else {
+        let handle = slot.handle();
+        if handle == 0 {
             out.fill(0);
             return Ok(());
-        };
+        }
         let corrupt = |_| {
             self.counters.failed_reads.fetch_add(1, Relaxed);
             ZramError::Corrupt { index }
         };
         if slot.has(flags::HUGE) {
-            self.pool.zs_obj_read(handle, out).map_err(corrupt)?;
+            self.pool.zs_obj_read_raw(&self.key, handle, out).map_err(corrupt)?;
             return Ok(());
         }
         let algorithm = &self.comps[slot.priority()];
@@ -401,7 +410,8 @@ impl Device {
         let ok = BOUNCE
             .with(|bounce| {
                 let mut bounce = bounce.borrow_mut();
-                self.pool.zs_obj_read_with(handle, &mut bounce[..], |bytes| algorithm.decompress(bytes, out))
+                self.pool
+                    .zs_obj_read_with_raw(&self.key, handle, &mut bounce[..], |bytes| algorithm.decompress(bytes, out))
             })
             .map_err(corrupt)?;
         if ok {
@@ -426,7 +436,7 @@ impl Device {
                 self.counters.hot().same_pages.fetch_add(1, Relaxed);
             }
             Content::Stored { handle, size, huge } => {
-                slot.set_handle(handle.to_raw());
+                slot.set_handle(handle);
                 slot.set_size(size);
                 if huge {
                     slot.update_flags(flags::HUGE, 0);
@@ -440,7 +450,7 @@ impl Device {
         self.counters.hot().pages_stored.fetch_add(1, Relaxed);
         if let Some(old) = old {
             // Ours: the old contents go once the new are in place.
-            let _ = self.pool.zs_free(old);
+            let _ = self.pool.zs_free_raw(&self.key, old);
         }
         self.counters.note_memory(self.mem_used());
         Ok(())
@@ -452,7 +462,7 @@ impl Device {
     /// With `replacing`, the slot's current object is freed as the new one
     /// is stored, and the flag returned says so (false: the caller frees
     /// it, as for same-filled contents).
-    fn store(&self, page: &[u8], replacing: Option<Handle>) -> Result<(Content, bool), ZramError> {
+    fn store(&self, page: &[u8], replacing: Option<u64>) -> Result<(Content, bool), ZramError> {
         if let Some(word) = same_filled(page) {
             return Ok((Content::Same(word), false));
         }
@@ -468,31 +478,28 @@ impl Device {
 
     /// The pool object slot `slot` holds, if any (not same-filled, not
     /// written back).
-    fn stored_object(&self, slot: &SlotGuard<'_>) -> Option<Handle> {
-        (slot.allocated() && !slot.has(flags::SAME | flags::WB)).then(|| Handle::from_raw(slot.handle())).flatten()
+    fn stored_object(&self, slot: &SlotGuard<'_>) -> Option<u64> {
+        (slot.allocated() && !slot.has(flags::SAME | flags::WB) && slot.handle() != 0).then(|| slot.handle())
     }
 
     /// [`alloc_object`](Self::alloc_object), freeing `replacing` with the
     /// same hold of the class lock when there is one; the flag says whether
     /// it was freed.
-    fn alloc_object_replacing(
-        &self,
-        bytes: &[u8],
-        replacing: Option<Handle>,
-    ) -> Result<(Handle, usize, bool), ZramError> {
+    fn alloc_object_replacing(&self, bytes: &[u8], replacing: Option<u64>) -> Result<(u64, usize, bool), ZramError> {
         let Some(old) = replacing else {
             return self.alloc_object(bytes).map(|(handle, size)| (handle, size, false));
         };
         self.check_mem_limit()?;
-        // The old handle came from the slot, so freeing it can only fail on
-        // a corrupted table; it is then left alone, as `zs_free` leaves it.
-        let (handle, _freed) = self.pool.zs_replace(old, bytes, ZRAM_GFP, 0).map_err(|_| ZramError::NoSpace)?;
+        // The old word came from the slot, which holds it under the slot
+        // lock: the pool can only refuse it on a corrupted table, and then
+        // stores nothing.
+        let handle = self.pool.zs_replace_raw(&self.key, old, bytes, ZRAM_GFP, 0).map_err(|_| ZramError::NoSpace)?;
         Ok((handle, bytes.len(), true))
     }
 
-    pub(crate) fn alloc_object(&self, bytes: &[u8]) -> Result<(Handle, usize), ZramError> {
+    pub(crate) fn alloc_object(&self, bytes: &[u8]) -> Result<(u64, usize), ZramError> {
         self.check_mem_limit()?;
-        let handle = self.pool.zs_malloc_copy(bytes, ZRAM_GFP, 0).map_err(|_| ZramError::NoSpace)?;
+        let handle = self.pool.zs_malloc_copy_raw(&self.key, bytes, ZRAM_GFP, 0).map_err(|_| ZramError::NoSpace)?;
         Ok((handle, bytes.len()))
     }
 
@@ -517,7 +524,7 @@ impl Device {
     /// Clears a slot under its lock (Linux's `slot_free_extract`: flags,
     /// statistics, size and handle at once) and returns the object to free
     /// once the lock is dropped.
-    pub(crate) fn slot_free_extract(&self, slot: &SlotGuard<'_>) -> Option<Handle> {
+    pub(crate) fn slot_free_extract(&self, slot: &SlotGuard<'_>) -> Option<u64> {
         if !slot.allocated() {
             return None;
         }
@@ -535,7 +542,7 @@ impl Device {
                 self.counters.hot().huge_pages.fetch_sub(1, Relaxed);
             }
             self.counters.hot().compr_data_size.fetch_sub(slot.size() as i64, Relaxed);
-            Handle::from_raw(slot.handle())
+            Some(slot.handle()).filter(|&word| word != 0)
         };
         self.counters.hot().pages_stored.fetch_sub(1, Relaxed);
         slot.update_flags(0, CLEARED_ON_FREE);
@@ -564,7 +571,7 @@ impl Device {
         let handle = self.slot_free_extract(&guard);
         drop(guard);
         if let Some(handle) = handle {
-            let _ = self.pool.zs_free(handle);
+            let _ = self.pool.zs_free_raw(&self.key, handle);
         }
     }
 }
@@ -587,9 +594,9 @@ mod tests {
         zram.write(PAGE_SIZE as u64, &page).unwrap();
         let (handle, size) = {
             let slot = zram.slots.get(0).unwrap().lock();
-            (Handle::from_raw(slot.handle()).unwrap(), slot.size())
+            (slot.handle(), slot.size())
         };
-        zram.pool.zs_obj_write(handle, &vec![0xff; size]).unwrap();
+        zram.pool.zs_obj_write_raw(&zram.key, handle, &vec![0xff; size]).unwrap();
         let before = zram.mm_stat();
         let mut back = vec![0; PAGE_SIZE];
         assert_eq!(zram.read(0, &mut back), Err(ZramError::Corrupt { index: 0 }));

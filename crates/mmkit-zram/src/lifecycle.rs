@@ -53,6 +53,24 @@ struct Setup {
 /// A zram device: initialised when built with a configuration, and after
 /// a [`reset`](Self::reset) uninitialised until `disksize` is written.
 ///
+/// # Ownership
+///
+/// Reads and writes go only through an [`OpenHandle`] ([`open`](Self::open)):
+/// while any handle lives, [`reset`](Self::reset) is [`ZramError::Busy`],
+/// so a reset can never discard the data of a user it did not see. There
+/// is no I/O on `&Zram`:
+///
+/// ```compile_fail,E0599
+/// # use mmkit_zram::{Zram, ZramConfig};
+/// let zram = Zram::with_own_memory(ZramConfig { disksize: 1 << 20, ..ZramConfig::default() }).unwrap();
+/// zram.write(0, b"no handle").unwrap(); // error[E0599]: no method named `write`
+/// ```
+///
+/// Setters that act on the initialised device (`mem_limit`, the writeback
+/// limit, the actions of [`attr_store`](Self::attr_store)) hold it for the
+/// whole call, so a reset waits for them and they never land on a device
+/// a reset already dropped.
+///
 /// Any number of threads may do I/O at once; setting up and resetting wait
 /// for the I/O in flight. On an uninitialised device I/O and actions are
 /// [`ZramError::NotInitialised`], statistics read as zeroes.
@@ -61,13 +79,13 @@ struct Setup {
 /// use mmkit_zram::{Zram, ZramConfig, ZramError};
 ///
 /// let zram = Zram::with_own_memory(ZramConfig { disksize: 1 << 20, ..ZramConfig::default() }).unwrap();
-/// zram.write(4096 + 10, b"hello").unwrap();
 /// let open = zram.open().unwrap();                    // a user, as a mounted disk is
+/// open.write(4096 + 10, b"hello").unwrap();           // I/O only through an open handle
 /// assert!(matches!(zram.attr_store("reset", "1"), Err(ZramError::Busy(_))));
 /// drop(open);
 /// zram.attr_store("reset", "1").unwrap();             // back to uninitialised
 /// assert_eq!(zram.attr_show("initstate").unwrap(), "0\n");
-/// assert_eq!(zram.write(0, b"x"), Err(ZramError::NotInitialised));
+/// assert_eq!(zram.open().unwrap().write(0, b"x"), Err(ZramError::NotInitialised));
 /// zram.attr_store("comp_algorithm", "zstd").unwrap();
 /// zram.attr_store("disksize", "64K").unwrap();        // initialised again
 /// assert_eq!(zram.attr_show("comp_algorithm").unwrap(), "lz4 lz4_flex lz4hc [zstd]\n");
@@ -85,9 +103,82 @@ pub struct Zram {
 
 /// A user of the device (a connection, a mount): while any exists,
 /// [`Zram::reset`] is [`ZramError::Busy`]. Dropping it closes.
+///
+/// Every read and write goes through one ([`read`](Self::read),
+/// [`write`](Self::write), [`discard`](Self::discard),
+/// [`write_zeroes`](Self::write_zeroes),
+/// [`slot_free_notify`](Self::slot_free_notify)): a writer is always one of
+/// the openers `reset` counts, so a reset never drops the data of a user it
+/// did not see.
 #[must_use = "the device counts as open only while the handle lives"]
 pub struct OpenHandle<'a> {
     zram: &'a Zram,
+}
+
+/// The I/O of a user: only through an open handle, so that
+/// [`Zram::reset`]'s busy check covers every reader and writer (Linux's
+/// block layer reaches `zram_bio_read`/`zram_bio_write` only through an
+/// opened block device).
+impl<'a> OpenHandle<'a> {
+    /// Reads `buf.len()` bytes at `offset`. Never-written bytes read as 0.
+    ///
+    /// # Errors
+    /// [`ZramError::NotInitialised`]; [`ZramError::OutOfRange`];
+    /// [`ZramError::Corrupt`] if a page does not decompress (counted in
+    /// `failed_reads`).
+    #[inline]
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ZramError> {
+        self.zram.with(|d| d.read(offset, buf))
+    }
+
+    /// Writes `data` at `offset`; partial pages are read, patched and
+    /// written whole, under their slot lock.
+    ///
+    /// # Errors
+    /// [`ZramError::NotInitialised`]; [`ZramError::OutOfRange`] (nothing
+    /// written); [`ZramError::NoSpace`] at `mem_limit` or when the page
+    /// allocator has no page (the pages before it were written, this one
+    /// and those after were not); [`ZramError::Corrupt`] if a partial
+    /// page's old contents do not decompress.
+    #[inline]
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), ZramError> {
+        self.zram.with(|d| d.write(offset, data))
+    }
+
+    /// Frees the whole pages inside `[offset, offset + len)` (zram's
+    /// discard); partial pages are left as they are.
+    ///
+    /// # Errors
+    /// [`ZramError::NotInitialised`]; [`ZramError::OutOfRange`].
+    pub fn discard(&self, offset: u64, len: u64) -> Result<(), ZramError> {
+        self.zram.with(|d| d.discard(offset, len))
+    }
+
+    /// Makes `[offset, offset + len)` read as zeroes: whole pages are
+    /// freed, the partial pages at the ends are written with zeroes.
+    ///
+    /// # Errors
+    /// As [`write`](Self::write).
+    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), ZramError> {
+        self.zram.with(|d| d.write_zeroes(offset, len))
+    }
+
+    /// Nothing to do: the device is RAM.
+    pub fn flush(&self) {}
+
+    /// The device this handle holds open (its attributes and actions).
+    pub fn zram(&self) -> &'a Zram {
+        self.zram
+    }
+
+    /// The free notification of a swap-like user (Linux's
+    /// `zram_slot_free_notify`); nothing on an uninitialised device.
+    pub fn slot_free_notify(&self, index: usize) {
+        let _ = self.zram.with(|d| {
+            d.slot_free_notify(index);
+            Ok(())
+        });
+    }
 }
 
 impl Drop for OpenHandle<'_> {
@@ -327,6 +418,11 @@ impl Zram {
         if bytes != 0 && bytes < PAGE_SIZE as u64 {
             return Err(ZramError::Invalid(format!("mem_limit {bytes}: below one {PAGE_SIZE}-byte page")));
         }
+        // Under the setup lock, which `reset` and `initialise` hold while
+        // they swap the device: the device found here is the current one
+        // until the limit is set, never one a reset dropped meanwhile (the
+        // limit would be lost with it, and the call would say Ok).
+        let mut setup = self.lock_setup();
         if let Some(device) = self.device() {
             return device.set_mem_limit(bytes);
         }
@@ -334,68 +430,13 @@ impl Zram {
         if bytes > most {
             return Err(ZramError::Invalid(format!("mem_limit {bytes}: more than this machine's {most} bytes")));
         }
-        self.lock_setup().pending.mem_limit = bytes;
+        setup.pending.mem_limit = bytes;
         Ok(())
     }
 
     /// The zsmalloc pool under the device (`None` while uninitialised).
     pub fn pool(&self) -> Option<Arc<ZsPool>> {
         self.current().as_deref().map(|d| Arc::clone(&d.pool))
-    }
-
-    /// Reads `buf.len()` bytes at `offset`. Never-written bytes read as 0.
-    ///
-    /// # Errors
-    /// [`ZramError::NotInitialised`]; [`ZramError::OutOfRange`];
-    /// [`ZramError::Corrupt`] if a page does not decompress (counted in
-    /// `failed_reads`).
-    #[inline]
-    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ZramError> {
-        self.with(|d| d.read(offset, buf))
-    }
-
-    /// Writes `data` at `offset`; partial pages are read, patched and
-    /// written whole, under their slot lock.
-    ///
-    /// # Errors
-    /// [`ZramError::NotInitialised`]; [`ZramError::OutOfRange`] (nothing
-    /// written); [`ZramError::NoSpace`] at `mem_limit` or when the page
-    /// allocator has no page (the pages before it were written, this one
-    /// and those after were not); [`ZramError::Corrupt`] if a partial
-    /// page's old contents do not decompress.
-    #[inline]
-    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), ZramError> {
-        self.with(|d| d.write(offset, data))
-    }
-
-    /// Frees the whole pages inside `[offset, offset + len)` (zram's
-    /// discard); partial pages are left as they are.
-    ///
-    /// # Errors
-    /// [`ZramError::NotInitialised`]; [`ZramError::OutOfRange`].
-    pub fn discard(&self, offset: u64, len: u64) -> Result<(), ZramError> {
-        self.with(|d| d.discard(offset, len))
-    }
-
-    /// Makes `[offset, offset + len)` read as zeroes: whole pages are
-    /// freed, the partial pages at the ends are written with zeroes.
-    ///
-    /// # Errors
-    /// As [`write`](Self::write).
-    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), ZramError> {
-        self.with(|d| d.write_zeroes(offset, len))
-    }
-
-    /// Nothing to do: the device is RAM.
-    pub fn flush(&self) {}
-
-    /// The free notification of a swap-like user (Linux's
-    /// `zram_slot_free_notify`); nothing on an uninitialised device.
-    pub fn slot_free_notify(&self, index: usize) {
-        let _ = self.with(|d| {
-            d.slot_free_notify(index);
-            Ok(())
-        });
     }
 
     /// Marks every stored page idle (`echo all > idle`).
@@ -603,4 +644,33 @@ impl Zram {
 fn default_streams() -> u64 {
     static STREAMS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *STREAMS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `mem_limit` set while a reset swaps the device out lands on the
+    /// device that is current when it is applied, never on the one the
+    /// reset dropped. Before issue 37 the setter cloned the device outside
+    /// the setup lock and set the limit on it with no lock held: here it
+    /// ran while the test held the lock, set the limit on the device about
+    /// to go, answered Ok, and the limit was lost with the device.
+    #[test]
+    fn a_mem_limit_racing_a_reset_is_not_lost_with_the_old_device() {
+        let zram = Zram::with_own_memory(ZramConfig { disksize: 1 << 20, ..ZramConfig::default() }).unwrap();
+        let setup = zram.lock_setup();
+        std::thread::scope(|s| {
+            let setter = s.spawn(|| zram.set_mem_limit(8 << 20));
+            // Give the setter every chance to run now (it must wait).
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            // What `reset` does under the setup lock: the device goes.
+            let old = zram.replace(None);
+            assert!(old.is_some());
+            drop(setup);
+            assert_eq!(setter.join().unwrap(), Ok(()));
+        });
+        assert_eq!(zram.mem_limit(), 8 << 20, "the limit the call answered Ok for is in force");
+        assert_eq!(zram.attr_show("mem_limit").unwrap(), format!("{}\n", 8 << 20));
+    }
 }

@@ -208,14 +208,14 @@ impl Device {
                 let (handle, size) = stored?;
                 let idle = slot.flags() & flags::IDLE;
                 let old = self.slot_free_extract(slot);
-                slot.set_handle(handle.to_raw());
+                slot.set_handle(handle);
                 slot.set_size(size);
                 slot.set_priority(priority);
                 slot.update_flags(idle, 0);
                 self.counters.hot().pages_stored.fetch_add(1, Relaxed);
                 self.counters.hot().compr_data_size.fetch_add(size as i64, Relaxed);
                 if let Some(old) = old {
-                    let _ = self.pool.zs_free(old);
+                    let _ = self.pool.zs_free_raw(&self.key, old);
                 }
                 return Ok(true);
             }

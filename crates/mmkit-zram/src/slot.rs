@@ -1,8 +1,9 @@
 //! The slot table: one 16-byte entry per 4 KiB page of the device, as in
 //! Linux's `struct zram_table_entry` (`drivers/block/zram/zram_drv.h`).
 //!
-//! Owns the entry layout and its lock. Word 0 is the zsmalloc handle, or
-//! the fill word of a `SAME` slot; word 1 holds the flags, whose low
+//! Owns the entry layout and its lock. Word 0 is the zsmalloc object's raw
+//! word (held under the device's `RawKey`, checked by the pool on every
+//! use), or the fill word of a `SAME` slot; word 1 holds the flags, whose low
 //! `ZRAM_FLAG_SHIFT` bits store the compressed size, with the lock bit
 //! among them (Linux replaced a per-entry spinlock by this bit to keep the
 //! table small); word 2 is the last access time in seconds. Knows nothing
@@ -45,7 +46,8 @@ const PRIORITY_MASK: u32 = flags::COMP_PRIORITY_BIT1 | flags::COMP_PRIORITY_BIT2
 #[derive(Default)]
 #[repr(C)]
 pub(crate) struct Slot {
-    /// zsmalloc handle (raw), or the fill word of a `SAME` page.
+    /// zsmalloc raw word (0: none), the fill word of a `SAME` page, or a
+    /// `WB` page's block.
     handle: AtomicU64,
     flags: AtomicU32,
     /// Seconds since the device started, at the last access.

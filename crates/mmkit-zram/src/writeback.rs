@@ -270,7 +270,7 @@ impl Device {
             let _ = self.wb.limit.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
         }
         if let Some(old) = old {
-            let _ = self.pool.zs_free(old);
+            let _ = self.pool.zs_free_raw(&self.key, old);
         }
         Ok(())
     }

@@ -71,22 +71,22 @@ fn a_million_mixed_operations_lose_and_tear_nothing() {
                     let private = rng.next_u64() % PRIVATE;
                     let private_offset = (first_private + private) * PAGE_SIZE as u64;
                     match rng.next_u64() % 16 {
-                        0..=4 => zram.write(offset, &stamped(thread, shared, version)).unwrap(),
-                        5 => zram.discard(offset, PAGE_SIZE as u64).unwrap(),
-                        6 => zram.slot_free_notify(shared as usize),
+                        0..=4 => zram.open().unwrap().write(offset, &stamped(thread, shared, version)).unwrap(),
+                        5 => zram.open().unwrap().discard(offset, PAGE_SIZE as u64).unwrap(),
+                        6 => zram.open().unwrap().slot_free_notify(shared as usize),
                         7 => {
                             let data = stamped(thread, first_private + private, version);
-                            zram.write(private_offset, &data).unwrap();
+                            zram.open().unwrap().write(private_offset, &data).unwrap();
                             mine[private as usize] = data;
                         }
                         8 => {
                             let (start, len) = ((rng.next_u64() % 4000) as usize, 1 + (rng.next_u64() % 96) as usize);
                             let bytes = vec![version as u8; len];
-                            zram.write(private_offset + start as u64, &bytes).unwrap();
+                            zram.open().unwrap().write(private_offset + start as u64, &bytes).unwrap();
                             mine[private as usize][start..start + len].copy_from_slice(&bytes);
                         }
                         9 => {
-                            zram.read(private_offset, &mut page).unwrap();
+                            zram.open().unwrap().read(private_offset, &mut page).unwrap();
                             assert!(page == mine[private as usize], "thread {thread} lost a write to its page");
                         }
                         10 if thread == 0 && version % 512 == 0 => {
@@ -96,13 +96,13 @@ fn a_million_mixed_operations_lose_and_tear_nothing() {
                             let _ = zram.recompress(&RecompressParams::default());
                         }
                         _ => {
-                            zram.read(offset, &mut page).unwrap();
+                            zram.open().unwrap().read(offset, &mut page).unwrap();
                             assert!(whole(shared, &page), "page {shared} is torn or misplaced");
                         }
                     }
                 }
                 for (i, expected) in mine.iter().enumerate() {
-                    zram.read((first_private + i as u64) * PAGE_SIZE as u64, &mut page).unwrap();
+                    zram.open().unwrap().read((first_private + i as u64) * PAGE_SIZE as u64, &mut page).unwrap();
                     assert!(&page == expected, "thread {thread} lost its private page {i}");
                 }
             });
@@ -111,7 +111,7 @@ fn a_million_mixed_operations_lose_and_tear_nothing() {
     zram.pool().unwrap().zs_free_deferred_flush();
     let mut page = vec![0u8; PAGE_SIZE];
     for index in 0..SHARED {
-        zram.read(index * PAGE_SIZE as u64, &mut page).unwrap();
+        zram.open().unwrap().read(index * PAGE_SIZE as u64, &mut page).unwrap();
         assert!(whole(index, &page));
     }
     let bd: Vec<u64> = zram.bd_stat().split_whitespace().map(|n| n.parse().unwrap()).collect();

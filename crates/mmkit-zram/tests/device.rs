@@ -30,11 +30,11 @@ fn every_kind_of_page_reads_back_and_is_accounted_as_the_kernel_does() {
         let same = [0xabu8, 0xcd, 0, 1, 2, 3, 4, 5].repeat(PAGE_SIZE / 8);
         let contents = [pages[0].clone(), pages[1].clone(), vec![0; PAGE_SIZE], same.clone(), noise(7)];
         for (i, page) in contents.iter().enumerate() {
-            zram.write((i * PAGE_SIZE) as u64, page).unwrap();
+            zram.open().unwrap().write((i * PAGE_SIZE) as u64, page).unwrap();
         }
         for (i, page) in contents.iter().enumerate() {
             let mut back = vec![0; PAGE_SIZE];
-            zram.read((i * PAGE_SIZE) as u64, &mut back).unwrap();
+            zram.open().unwrap().read((i * PAGE_SIZE) as u64, &mut back).unwrap();
             assert_eq!(&back, page, "{algorithm:?} page {i}");
         }
         let s = zram.mm_stat_values();
@@ -44,7 +44,7 @@ fn every_kind_of_page_reads_back_and_is_accounted_as_the_kernel_does() {
         assert!(s.compr_data_size < 3 * PAGE_SIZE as u64 && s.compr_data_size >= PAGE_SIZE as u64);
         assert!(s.mem_used_total > 0 && s.mem_used_max >= s.mem_used_total);
         let never = &mut [1u8; 100];
-        zram.read(900_000, never).unwrap();
+        zram.open().unwrap().read(900_000, never).unwrap();
         assert_eq!(never, &[0; 100], "never-written bytes read as zero");
         assert_eq!(zram.mm_stat().split_whitespace().count(), 9);
     }
@@ -54,11 +54,11 @@ fn every_kind_of_page_reads_back_and_is_accounted_as_the_kernel_does() {
 fn partial_pages_are_read_modified_and_written() {
     let zram = device(1 << 20, Algorithm::Lz4);
     let page = real_pages(1).remove(0);
-    zram.write(0, &page).unwrap();
-    zram.write(100, b"patch").unwrap();
-    zram.write(PAGE_SIZE as u64 - 2, b"span").unwrap(); // across two pages
+    zram.open().unwrap().write(0, &page).unwrap();
+    zram.open().unwrap().write(100, b"patch").unwrap();
+    zram.open().unwrap().write(PAGE_SIZE as u64 - 2, b"span").unwrap(); // across two pages
     let mut back = vec![0; 2 * PAGE_SIZE];
-    zram.read(0, &mut back).unwrap();
+    zram.open().unwrap().read(0, &mut back).unwrap();
     let mut want = page.clone();
     want[100..105].copy_from_slice(b"patch");
     want[PAGE_SIZE - 2..].copy_from_slice(b"sp");
@@ -72,20 +72,20 @@ fn discard_frees_whole_pages_only_and_write_zeroes_zeroes_everything() {
     let zram = device(1 << 20, Algorithm::Lz4);
     let pages = real_pages(4);
     for (i, page) in pages.iter().enumerate() {
-        zram.write((i * PAGE_SIZE) as u64, page).unwrap();
+        zram.open().unwrap().write((i * PAGE_SIZE) as u64, page).unwrap();
     }
     // From the middle of page 0 to the middle of page 2: only page 1 goes.
-    zram.discard(PAGE_SIZE as u64 / 2, 2 * PAGE_SIZE as u64).unwrap();
+    zram.open().unwrap().discard(PAGE_SIZE as u64 / 2, 2 * PAGE_SIZE as u64).unwrap();
     let mut back = vec![0; PAGE_SIZE];
-    zram.read(0, &mut back).unwrap();
+    zram.open().unwrap().read(0, &mut back).unwrap();
     assert_eq!(back, pages[0], "partial page kept");
-    zram.read(PAGE_SIZE as u64, &mut back).unwrap();
+    zram.open().unwrap().read(PAGE_SIZE as u64, &mut back).unwrap();
     assert!(back.iter().all(|&b| b == 0));
     assert_eq!(zram.mm_stat_values().orig_data_size, 3 * PAGE_SIZE as u64);
     // write-zeroes over the same span zeroes the partial pages too.
-    zram.write_zeroes(PAGE_SIZE as u64 / 2, 2 * PAGE_SIZE as u64).unwrap();
+    zram.open().unwrap().write_zeroes(PAGE_SIZE as u64 / 2, 2 * PAGE_SIZE as u64).unwrap();
     let mut all = vec![1; 3 * PAGE_SIZE];
-    zram.read(0, &mut all).unwrap();
+    zram.open().unwrap().read(0, &mut all).unwrap();
     assert_eq!(&all[..PAGE_SIZE / 2], &pages[0][..PAGE_SIZE / 2]);
     assert!(all[PAGE_SIZE / 2..2 * PAGE_SIZE + PAGE_SIZE / 2].iter().all(|&b| b == 0));
     assert_eq!(&all[2 * PAGE_SIZE + PAGE_SIZE / 2..], &pages[2][PAGE_SIZE / 2..]);
@@ -95,17 +95,17 @@ fn discard_frees_whole_pages_only_and_write_zeroes_zeroes_everything() {
 #[test]
 fn out_of_range_io_is_a_typed_error_that_changes_nothing() {
     let zram = device(1 << 20, Algorithm::Lz4);
-    zram.write(0, &real_pages(1)[0]).unwrap();
+    zram.open().unwrap().write(0, &real_pages(1)[0]).unwrap();
     let before = zram.mm_stat();
     let size = 1 << 20;
     let err = ZramError::OutOfRange { offset: size - 1, len: 2, size };
-    assert_eq!(zram.write(size - 1, b"xy"), Err(err.clone()));
-    assert_eq!(zram.read(size - 1, &mut [0; 2]), Err(err));
-    assert!(zram.discard(u64::MAX, 2).is_err());
-    assert!(zram.write_zeroes(size, 1).is_err());
+    assert_eq!(zram.open().unwrap().write(size - 1, b"xy"), Err(err.clone()));
+    assert_eq!(zram.open().unwrap().read(size - 1, &mut [0; 2]), Err(err));
+    assert!(zram.open().unwrap().discard(u64::MAX, 2).is_err());
+    assert!(zram.open().unwrap().write_zeroes(size, 1).is_err());
     assert_eq!(zram.mm_stat(), before);
     assert_eq!(zram.io_stat().split_whitespace().nth(2), Some("4"), "invalid_io counts them");
-    zram.slot_free_notify(usize::MAX);
+    zram.open().unwrap().slot_free_notify(usize::MAX);
 }
 
 #[test]
@@ -122,7 +122,7 @@ fn the_memory_limit_refuses_writes_and_keeps_old_contents() {
     .unwrap();
     let mut written = 0;
     let err = loop {
-        match zram.write((written * PAGE_SIZE) as u64, &noise(written as u64 + 1)) {
+        match zram.open().unwrap().write((written * PAGE_SIZE) as u64, &noise(written as u64 + 1)) {
             Ok(()) => written += 1,
             Err(e) => break e,
         }
@@ -135,9 +135,9 @@ fn the_memory_limit_refuses_writes_and_keeps_old_contents() {
     assert!(zram.mm_stat_values().mem_used_total <= 64 * PAGE_SIZE as u64 + 2 * PAGE_SIZE as u64);
     // Overwriting an existing page needs new memory first: refused, and the
     // page keeps what it had.
-    assert_eq!(zram.write(0, &noise(999)), Err(ZramError::NoSpace));
+    assert_eq!(zram.open().unwrap().write(0, &noise(999)), Err(ZramError::NoSpace));
     let mut back = vec![0; PAGE_SIZE];
-    zram.read(0, &mut back).unwrap();
+    zram.open().unwrap().read(0, &mut back).unwrap();
     assert_eq!(back, noise(1));
     assert_eq!(zram.io_stat().split_whitespace().nth(1), Some("2"), "failed_writes");
 }
@@ -145,8 +145,8 @@ fn the_memory_limit_refuses_writes_and_keeps_old_contents() {
 #[test]
 fn free_notify_defers_the_free() {
     let zram = device(1 << 20, Algorithm::Lz4);
-    zram.write(0, &real_pages(1)[0]).unwrap();
-    zram.slot_free_notify(0);
+    zram.open().unwrap().write(0, &real_pages(1)[0]).unwrap();
+    zram.open().unwrap().slot_free_notify(0);
     zram.pool().unwrap().zs_free_deferred_flush();
     assert_eq!(zram.mm_stat_values().orig_data_size, 0);
     assert_eq!(zram.pool().unwrap().zs_get_total_pages(), 0);
@@ -157,9 +157,9 @@ fn free_notify_defers_the_free() {
 #[test]
 fn idle_marking_and_block_state_use_the_kernel_letters() {
     let zram = device(1 << 20, Algorithm::Lz4);
-    zram.write(0, &real_pages(1)[0]).unwrap();
-    zram.write(PAGE_SIZE as u64, &[0; PAGE_SIZE]).unwrap();
-    zram.write(2 * PAGE_SIZE as u64, &noise(3)).unwrap();
+    zram.open().unwrap().write(0, &real_pages(1)[0]).unwrap();
+    zram.open().unwrap().write(PAGE_SIZE as u64, &[0; PAGE_SIZE]).unwrap();
+    zram.open().unwrap().write(2 * PAGE_SIZE as u64, &noise(3)).unwrap();
     zram.idle_all().unwrap();
     let state = zram.block_state();
     let lines: Vec<&str> = state.lines().collect();
@@ -167,7 +167,7 @@ fn idle_marking_and_block_state_use_the_kernel_letters() {
     assert!(lines[0].ends_with("...i.."), "{}", lines[0]);
     assert!(lines[1].ends_with("s....."), "same-filled pages are never idle: {}", lines[1]);
     assert!(lines[2].ends_with("..hi.."), "{}", lines[2]);
-    zram.read(0, &mut [0; 10]).unwrap();
+    zram.open().unwrap().read(0, &mut [0; 10]).unwrap();
     assert!(zram.block_state().lines().next().unwrap().ends_with("......"), "a read clears idle");
     zram.reset().unwrap();
     assert_eq!(zram.block_state(), "");

@@ -48,12 +48,12 @@ fn write_patterns(zram: &Zram) -> Vec<Vec<u8>> {
     expected[41] = noise(41);
     expected[42] = 0xdead_beef_u64.to_le_bytes().repeat(PAGE_SIZE / 8);
     for (i, page) in expected.iter().enumerate().take(43) {
-        zram.write((i * PAGE_SIZE) as u64, page).unwrap();
+        zram.open().unwrap().write((i * PAGE_SIZE) as u64, page).unwrap();
     }
     // A partial page over a compressed one, and one over a hole.
-    zram.write((3 * PAGE_SIZE + 100) as u64, b"partial").unwrap();
+    zram.open().unwrap().write((3 * PAGE_SIZE + 100) as u64, b"partial").unwrap();
     expected[3][100..107].copy_from_slice(b"partial");
-    zram.write((50 * PAGE_SIZE + 4000) as u64, b"tail of a hole").unwrap();
+    zram.open().unwrap().write((50 * PAGE_SIZE + 4000) as u64, b"tail of a hole").unwrap();
     expected[50][4000..4014].copy_from_slice(b"tail of a hole");
     expected
 }
@@ -61,7 +61,7 @@ fn write_patterns(zram: &Zram) -> Vec<Vec<u8>> {
 fn check(zram: &Zram, expected: &[Vec<u8>]) {
     let mut page = vec![0u8; PAGE_SIZE];
     for (i, want) in expected.iter().enumerate() {
-        zram.read((i * PAGE_SIZE) as u64, &mut page).unwrap();
+        zram.open().unwrap().read((i * PAGE_SIZE) as u64, &mut page).unwrap();
         assert!(page == *want, "page {i} differs");
     }
 }
@@ -86,7 +86,7 @@ fn a_dictionary_device_stores_and_reads_every_pattern_in_less_memory() {
     assert!(a.compr_data_size < b.compr_data_size, "with {} bytes, without {}", a.compr_data_size, b.compr_data_size);
     // Rewritten pages free the old objects: the totals stay consistent.
     for i in 0..40 {
-        with.write((i * PAGE_SIZE) as u64, &expected[39 - i]).unwrap();
+        with.open().unwrap().write((i * PAGE_SIZE) as u64, &expected[39 - i]).unwrap();
     }
     let mut swapped = expected.clone();
     swapped[..40].reverse();

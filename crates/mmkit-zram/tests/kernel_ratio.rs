@@ -40,7 +40,7 @@ fn mm_stat_agrees_with_the_kernels_zram_on_the_same_data() {
     for (i, page) in pages.iter().enumerate() {
         buf.bytes_mut().copy_from_slice(page);
         kernel.write_page(i as u64, buf.bytes()).unwrap();
-        ours.write((i * PAGE_SIZE) as u64, page).unwrap();
+        ours.open().unwrap().write((i * PAGE_SIZE) as u64, page).unwrap();
     }
     let theirs = kernel.mm_stat().expect("the kernel device's mm_stat");
     let s = ours.mm_stat_values();

@@ -18,10 +18,10 @@ fn text(seed: u8) -> Vec<u8> {
 fn reset_is_busy_while_open_and_otherwise_returns_to_uninitialised_with_zeroed_stats() {
     let zram = Zram::with_own_memory(ZramConfig { disksize: 64 * PAGE_SIZE as u64, ..ZramConfig::default() }).unwrap();
     for i in 0..32 {
-        zram.write(i * PAGE_SIZE as u64, &if i % 2 == 0 { text(i as u8) } else { noise(i) }).unwrap();
+        zram.open().unwrap().write(i * PAGE_SIZE as u64, &if i % 2 == 0 { text(i as u8) } else { noise(i) }).unwrap();
     }
     for i in (0..32).step_by(2) {
-        zram.discard(i * PAGE_SIZE as u64, PAGE_SIZE as u64).unwrap();
+        zram.open().unwrap().discard(i * PAGE_SIZE as u64, PAGE_SIZE as u64).unwrap();
     }
     zram.compact().unwrap();
     let open = zram.open().unwrap();
@@ -30,7 +30,7 @@ fn reset_is_busy_while_open_and_otherwise_returns_to_uninitialised_with_zeroed_s
     assert!(matches!(zram.reset(), Err(ZramError::Busy(_))));
     assert_eq!(zram.mm_stat(), before, "a refused reset changes nothing");
     let mut back = vec![0; PAGE_SIZE];
-    zram.read(PAGE_SIZE as u64, &mut back).unwrap();
+    zram.open().unwrap().read(PAGE_SIZE as u64, &mut back).unwrap();
     assert_eq!(back, noise(1));
     drop(open);
     assert!(matches!(zram.attr_store("reset", "0"), Err(ZramError::Invalid(_))));
@@ -40,8 +40,8 @@ fn reset_is_busy_while_open_and_otherwise_returns_to_uninitialised_with_zeroed_s
     assert_eq!(zram.attr_show("disksize").unwrap(), "0\n");
     assert_eq!(zram.mm_stat_values(), mmkit_zram::MmStat::default(), "pages_compacted too");
     assert!(zram.io_stat().split_whitespace().all(|c| c == "0"));
-    assert_eq!(zram.read(0, &mut back), Err(ZramError::NotInitialised));
-    assert_eq!(zram.write(0, &back), Err(ZramError::NotInitialised));
+    assert_eq!(zram.open().unwrap().read(0, &mut back), Err(ZramError::NotInitialised));
+    assert_eq!(zram.open().unwrap().write(0, &back), Err(ZramError::NotInitialised));
     assert!(matches!(zram.attr_store("compact", "1"), Err(ZramError::NotInitialised)));
     // Configured while uninitialised; disksize initialises.
     zram.attr_store("comp_algorithm", "zstd").unwrap();
@@ -53,10 +53,10 @@ fn reset_is_busy_while_open_and_otherwise_returns_to_uninitialised_with_zeroed_s
     zram.attr_store("disksize", "40K").unwrap();
     assert_eq!((zram.disksize(), zram.attr_show("initstate").unwrap().as_str()), (40 << 10, "1\n"));
     assert_eq!(zram.attr_show("recomp_algorithm").unwrap(), "#1: [lz4] lz4_flex lz4hc zstd\n");
-    zram.read(0, &mut back).unwrap();
+    zram.open().unwrap().read(0, &mut back).unwrap();
     assert!(back.iter().all(|&b| b == 0), "a new device reads as zeroes");
-    zram.write(0, &text(3)).unwrap();
-    zram.read(0, &mut back).unwrap();
+    zram.open().unwrap().write(0, &text(3)).unwrap();
+    zram.open().unwrap().read(0, &mut back).unwrap();
     assert_eq!(back, text(3));
     for (name, value) in [
         ("disksize", "1M"),
@@ -107,4 +107,27 @@ fn a_backing_file_serves_one_device_and_bad_limits_are_refused() {
     second.attr_store("mem_limit", "4096").unwrap();
     assert!(matches!(second.attr_store("recompress", ""), Err(ZramError::Invalid(_))), "a bare recompress");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Issue 37: I/O goes only through an open handle, so a writer is always
+/// one of the openers `reset` counts. Before, `Zram::write` needed no
+/// handle: a reset between two writes of a user that never opened the
+/// device answered Ok and dropped the first write's data.
+#[test]
+fn a_writer_holds_the_device_open_so_reset_cannot_drop_its_data() {
+    let zram = Zram::with_own_memory(ZramConfig { disksize: 1 << 20, ..ZramConfig::default() }).unwrap();
+    let writer = zram.open().unwrap();
+    writer.write(0, &text(9)).unwrap();
+    assert!(matches!(zram.reset(), Err(ZramError::Busy(_))), "the writer holds the device open");
+    let mut back = vec![0; PAGE_SIZE];
+    writer.read(0, &mut back).unwrap();
+    assert_eq!(back, text(9), "the writer's data is still there");
+    std::thread::scope(|s| {
+        // A reset from another thread is refused as long as the writer lives.
+        s.spawn(|| assert!(matches!(zram.reset(), Err(ZramError::Busy(_)))));
+    });
+    assert_eq!(writer.zram().openers(), 1);
+    drop(writer);
+    zram.reset().unwrap();
+    assert_eq!(zram.open().unwrap().read(0, &mut back), Err(ZramError::NotInitialised));
 }

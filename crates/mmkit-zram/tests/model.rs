@@ -95,17 +95,17 @@ proptest! {
             match op {
                 Op::WritePage { page, fill } => {
                     let data = page_of(&fill, &real);
-                    zram.write((page * PAGE_SIZE) as u64, &data).unwrap();
+                    zram.open().unwrap().write((page * PAGE_SIZE) as u64, &data).unwrap();
                     model[page * PAGE_SIZE..(page + 1) * PAGE_SIZE].copy_from_slice(&data);
                 }
                 Op::WriteBytes { offset, len, byte } => {
                     let len = len.min(model.len() - offset);
-                    zram.write(offset as u64, &vec![byte; len]).unwrap();
+                    zram.open().unwrap().write(offset as u64, &vec![byte; len]).unwrap();
                     model[offset..offset + len].fill(byte);
                 }
                 Op::Discard { offset, len } => {
                     let len = len.min(model.len() - offset);
-                    zram.discard(offset as u64, len as u64).unwrap();
+                    zram.open().unwrap().discard(offset as u64, len as u64).unwrap();
                     // Whole pages only.
                     let first = offset.div_ceil(PAGE_SIZE);
                     let end = (offset + len) / PAGE_SIZE;
@@ -115,13 +115,13 @@ proptest! {
                 }
                 Op::WriteZeroes { offset, len } => {
                     let len = len.min(model.len() - offset);
-                    zram.write_zeroes(offset as u64, len as u64).unwrap();
+                    zram.open().unwrap().write_zeroes(offset as u64, len as u64).unwrap();
                     model[offset..offset + len].fill(0);
                 }
                 Op::Read { offset, len } => {
                     let len = len.min(model.len() - offset);
                     let mut back = vec![0; len];
-                    zram.read(offset as u64, &mut back).unwrap();
+                    zram.open().unwrap().read(offset as u64, &mut back).unwrap();
                     prop_assert_eq!(&back[..], &model[offset..offset + len]);
                 }
                 Op::Compact => {
@@ -139,7 +139,7 @@ proptest! {
                 },
             }
             let mut all = vec![0; model.len()];
-            zram.read(0, &mut all).unwrap();
+            zram.open().unwrap().read(0, &mut all).unwrap();
             prop_assert!(all == model, "device and model differ");
             // mm_stat adds up: every stored page is same-filled, huge or
             // compressed, and never-written or discarded pages hold nothing.

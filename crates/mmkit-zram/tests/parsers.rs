@@ -74,7 +74,7 @@ proptest! {
         .unwrap();
         let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         for (i, page) in exe.chunks_exact(PAGE_SIZE).skip(4).take(16).enumerate() {
-            zram.write((i * PAGE_SIZE) as u64, page).unwrap();
+            zram.open().unwrap().write((i * PAGE_SIZE) as u64, page).unwrap();
         }
         for (name, value) in &stores {
             let before = state(&zram);

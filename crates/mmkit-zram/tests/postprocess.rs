@@ -43,7 +43,7 @@ fn device(config: ZramConfig) -> Zram {
 
 fn read_page(zram: &Zram, index: usize) -> Vec<u8> {
     let mut page = vec![0; PAGE_SIZE];
-    zram.read((index * PAGE_SIZE) as u64, &mut page).unwrap();
+    zram.open().unwrap().read((index * PAGE_SIZE) as u64, &mut page).unwrap();
     page
 }
 
@@ -61,9 +61,9 @@ fn recompression_shrinks_idle_pages_and_marks_what_it_cannot() {
     });
     let pages = real_pages(32);
     for (i, page) in pages.iter().enumerate() {
-        zram.write((i * PAGE_SIZE) as u64, page).unwrap();
+        zram.open().unwrap().write((i * PAGE_SIZE) as u64, page).unwrap();
     }
-    zram.write(40 * PAGE_SIZE as u64, &noise(1)).unwrap();
+    zram.open().unwrap().write(40 * PAGE_SIZE as u64, &noise(1)).unwrap();
     let before = zram.mm_stat_values();
     assert!(matches!(
         zram.recompress(&RecompressParams::parse("type=idle algo=lzma").unwrap()),
@@ -76,7 +76,7 @@ fn recompression_shrinks_idle_pages_and_marks_what_it_cannot() {
     assert_eq!(zram.mm_stat_values(), before, "a refused request changes nothing");
     assert_eq!(zram.recompress(&RecompressParams::parse("type=idle").unwrap()), Ok(0), "nothing is idle yet");
     zram.idle_all().unwrap();
-    zram.read(0, &mut [0; 8]).unwrap(); // page 0 is no longer idle
+    zram.open().unwrap().read(0, &mut [0; 8]).unwrap(); // page 0 is no longer idle
     let done = zram.recompress(&RecompressParams::parse("type=idle").unwrap()).unwrap();
     let after = zram.mm_stat_values();
     assert!(done >= 16, "zstd -9 shrinks most lz4 pages of a binary: {done}");
@@ -108,10 +108,10 @@ fn writeback_moves_pages_to_the_file_and_reads_come_from_it() {
     });
     let pages = real_pages(8);
     for (i, page) in pages.iter().enumerate() {
-        zram.write((i * PAGE_SIZE) as u64, page).unwrap();
+        zram.open().unwrap().write((i * PAGE_SIZE) as u64, page).unwrap();
     }
-    zram.write(10 * PAGE_SIZE as u64, &noise(2)).unwrap();
-    zram.write(11 * PAGE_SIZE as u64, &[0; PAGE_SIZE]).unwrap();
+    zram.open().unwrap().write(10 * PAGE_SIZE as u64, &noise(2)).unwrap();
+    zram.open().unwrap().write(11 * PAGE_SIZE as u64, &[0; PAGE_SIZE]).unwrap();
     let before = zram.mm_stat_values();
     assert_eq!(zram.writeback(WritebackMode::Huge), Ok(1));
     assert_eq!(bd_stat(&zram), [1, 0, 1]);
@@ -127,11 +127,11 @@ fn writeback_moves_pages_to_the_file_and_reads_come_from_it() {
         assert_eq!(&read_page(&zram, i), page);
     }
     // Rewriting or discarding a written-back page returns its block.
-    zram.write(0, &pages[1]).unwrap();
-    zram.discard(PAGE_SIZE as u64, PAGE_SIZE as u64).unwrap();
+    zram.open().unwrap().write(0, &pages[1]).unwrap();
+    zram.open().unwrap().discard(PAGE_SIZE as u64, PAGE_SIZE as u64).unwrap();
     assert_eq!(bd_stat(&zram)[0], 7);
     // A partial write to a written-back page patches the page from the file.
-    zram.write(2 * PAGE_SIZE as u64 + 100, b"patch").unwrap();
+    zram.open().unwrap().write(2 * PAGE_SIZE as u64 + 100, b"patch").unwrap();
     let mut expected = pages[2].clone();
     expected[100..105].copy_from_slice(b"patch");
     assert_eq!(read_page(&zram, 2), expected);
@@ -151,7 +151,7 @@ fn the_limit_and_a_full_file_stop_writeback_after_what_fits() {
     });
     let pages = real_pages(8);
     for (i, page) in pages.iter().enumerate() {
-        zram.write((i * PAGE_SIZE) as u64, page).unwrap();
+        zram.open().unwrap().write((i * PAGE_SIZE) as u64, page).unwrap();
     }
     zram.idle_all().unwrap();
     zram.set_writeback_limit_enable(true).unwrap();
@@ -178,11 +178,11 @@ fn a_bad_backing_file_is_a_typed_error() {
     let path = scratch.file("shrinks", 8);
     let zram = device(config(path.clone()));
     let pages = real_pages(2);
-    zram.write(0, &pages[0]).unwrap();
-    zram.write(PAGE_SIZE as u64, &pages[1]).unwrap();
+    zram.open().unwrap().write(0, &pages[0]).unwrap();
+    zram.open().unwrap().write(PAGE_SIZE as u64, &pages[1]).unwrap();
     assert_eq!(zram.writeback(WritebackMode::parse("page_index=0").unwrap()), Ok(1));
     std::fs::File::options().write(true).open(&path).unwrap().set_len(0).unwrap();
-    assert!(matches!(zram.read(0, &mut [0; PAGE_SIZE]), Err(ZramError::Backing(_))));
+    assert!(matches!(zram.open().unwrap().read(0, &mut [0; PAGE_SIZE]), Err(ZramError::Backing(_))));
     assert_eq!(zram.io_stat().split_whitespace().next(), Some("1"), "failed_reads");
     assert_eq!(read_page(&zram, 1), pages[1]);
 }
@@ -208,7 +208,7 @@ fn attributes_by_name_show_and_store_as_sysfs_does() {
     assert!(matches!(zram.attr_store("disksize", "1G"), Err(ZramError::Busy(_))), "set: busy, not unknown");
     zram.attr_store("mem_limit", "1M").unwrap();
     assert_eq!(zram.mm_stat_values().mem_limit, 1 << 20);
-    zram.write(0, &real_pages(1)[0]).unwrap();
+    zram.open().unwrap().write(0, &real_pages(1)[0]).unwrap();
     zram.attr_store("idle", "all").unwrap();
     assert_eq!(zram.attr_store("writeback", "idle").unwrap(), "1\n");
     assert_eq!(zram.attr_show("bd_stat").unwrap().split_whitespace().collect::<Vec<_>>(), ["1", "0", "1"]);
@@ -225,9 +225,9 @@ fn extents_report_holes_zero_pages_and_data() {
     let zram = device(ZramConfig { disksize: 16 * PAGE_SIZE as u64, ..ZramConfig::default() });
     let size = 16 * PAGE_SIZE as u64;
     assert_eq!(zram.extents(0, size).unwrap(), [Extent { offset: 0, length: size, kind: ExtentKind::Hole }]);
-    zram.write(2 * PAGE_SIZE as u64, &real_pages(1)[0]).unwrap();
-    zram.write(3 * PAGE_SIZE as u64, &[0; PAGE_SIZE]).unwrap();
-    zram.write(4 * PAGE_SIZE as u64, &[7; PAGE_SIZE]).unwrap();
+    zram.open().unwrap().write(2 * PAGE_SIZE as u64, &real_pages(1)[0]).unwrap();
+    zram.open().unwrap().write(3 * PAGE_SIZE as u64, &[0; PAGE_SIZE]).unwrap();
+    zram.open().unwrap().write(4 * PAGE_SIZE as u64, &[7; PAGE_SIZE]).unwrap();
     let page = PAGE_SIZE as u64;
     assert_eq!(
         zram.extents(100, 6 * page).unwrap(),

@@ -21,7 +21,7 @@ fn resident_bytes(mm: &PageAllocator) -> u64 {
 
 fn write_all(zram: &Zram, pages: &[Vec<u8>]) {
     for i in 0..WRITTEN / PAGE_SIZE {
-        zram.write((i * PAGE_SIZE) as u64, &pages[i % pages.len()]).unwrap();
+        zram.open().unwrap().write((i * PAGE_SIZE) as u64, &pages[i % pages.len()]).unwrap();
     }
 }
 
@@ -39,7 +39,7 @@ fn discard_and_compact_give_the_memory_back() {
     let stored = zram.pool().unwrap().zs_get_total_pages() * PAGE_SIZE as u64;
     assert!(stored > 16 << 20 && peak >= stored, "stored {stored} bytes, {peak} resident");
 
-    zram.discard(0, WRITTEN as u64).unwrap();
+    zram.open().unwrap().discard(0, WRITTEN as u64).unwrap();
     let discarded = resident_bytes(&mm);
     zram.attr_store("compact", "1").unwrap();
     let after = resident_bytes(&mm);
@@ -57,7 +57,7 @@ fn discard_and_compact_give_the_memory_back() {
     assert!(resident_bytes(&mm) * 10 >= peak * 8, "the device's pages refaulted");
     let mut out = vec![0u8; PAGE_SIZE];
     for i in (0..WRITTEN / PAGE_SIZE).step_by(97) {
-        zram.read((i * PAGE_SIZE) as u64, &mut out).unwrap();
+        zram.open().unwrap().read((i * PAGE_SIZE) as u64, &mut out).unwrap();
         assert_eq!(out, pages[i % pages.len()], "page {i}");
     }
     zram.attr_store("reset", "1").unwrap();

@@ -3,16 +3,15 @@
 //! the emptied zspages' pages back.
 //!
 //! Owns the migration of objects between zspages of one class: it walks a
-//! source zspage by its object headers (a non-zero header is the live
-//! object's handle), copies each object into a free object of the
+//! source zspage by its object headers (a non-zero header names the live
+//! object's handle slot), copies each object into a free object of the
 //! destination and points the handle's slot at the new place, so handles
 //! stay valid. Single-flight per pool; it holds one class lock for one
 //! source zspage at a time and frees pages with no lock held, so
 //! allocations and frees go on meanwhile.
 
-use crate::handle::Handle;
 use crate::pool::Inner;
-use crate::size_class::{ClassState, GROUP_FULL};
+use crate::size_class::{slot_of_header, ClassState, GROUP_FULL};
 use mmkit::{PageAllocator, PageBlock};
 use std::sync::atomic::Ordering::{AcqRel, Relaxed, Release};
 
@@ -61,7 +60,7 @@ fn compact_one(mm: &PageAllocator, state: &mut ClassState) -> Option<Vec<PageBlo
     let mut moved = 0;
     for obj in 0..shape.objs_per_zspage as u16 {
         let raw = state.zspages[src].as_ref()?.header(mm, shape, obj);
-        let Some(handle) = Handle::from_raw(raw) else { continue };
+        let Some(slot) = slot_of_header(raw) else { continue };
         // Destination: the fullest zspage with room other than the source
         // (`isolate_dst_zspage` scans from ZS_INUSE_RATIO_99 down).
         // Only into objects the destination's pages already hold: growing
@@ -72,7 +71,7 @@ fn compact_one(mm: &PageAllocator, state: &mut ClassState) -> Option<Vec<PageBlo
         let Some(new_obj) = target.alloc_obj(mm, shape, raw) else { break };
         target.write(mm, usize::from(new_obj) * shape.size, &buf);
         state.zspages[src].as_mut()?.free_obj(mm, shape, obj);
-        state.relocate(handle, dst, new_obj);
+        state.relocate(slot, dst, new_obj);
         state.regroup(dst);
         moved += 1;
     }

@@ -12,12 +12,19 @@
 //! shard, and frees synchronously when it is contended or full, so
 //! `zs_free_deferred` never waits. The worker is
 //! woken when the queue is half full; `zs_free_deferred_flush` and the
-//! pool's teardown drain it synchronously. A handle that turns out invalid
-//! when drained is counted (`DeferredStats::invalid`): its caller has
-//! returned already.
+//! pool's teardown drain it synchronously.
+//!
+//! A queued handle was consumed by the call, so it can be neither queued
+//! twice nor freed after it was queued: safe code cannot express either
+//! (the `compile_fail` examples on [`Handle`]). A handle of another pool
+//! is refused at the call, and a raw word (`zs_free_deferred_raw`) is
+//! taken back into a handle at the call, which refuses a word freed or
+//! queued already. `DeferredStats::invalid` counts queued handles found
+//! invalid when drained, which these checks keep at zero.
 
-use crate::handle::Handle;
+use crate::handle::{raw_fields, raw_id, Handle};
 use crate::pool::Inner;
+use crate::size_class::{Held, Name};
 use crate::ZsError;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Weak};
@@ -69,14 +76,16 @@ pub(crate) enum Pushed {
     /// Queued; `kick` when the queue just reached half full.
     Queued { kick: bool },
     /// Not queued (queue busy or full): the caller frees it now.
-    Fallback(Handle),
+    Fallback(u64),
 }
 
 /// One CPU's part of the queue and its counters, on its own cache lines,
 /// so that pushes from different CPUs share no line.
 #[repr(align(128))]
 struct Shard {
-    handles: Mutex<Vec<Handle>>,
+    /// Queued handles as one word each (`Handle::queued_word`): the
+    /// queue's memory is what it was when handles were words.
+    handles: Mutex<Vec<u64>>,
     queued: AtomicU64,
     fallback: AtomicU64,
 }
@@ -110,7 +119,7 @@ impl DeferredQueue {
 
     /// Queues `handle` on shard `cpu` if its lock is free and there is
     /// room; never waits.
-    pub(crate) fn try_push(&self, cpu: usize, handle: Handle) -> Pushed {
+    pub(crate) fn try_push(&self, cpu: usize, handle: u64) -> Pushed {
         let shard = &self.shards[cpu % self.shards.len()];
         let Ok(mut queue) = shard.handles.try_lock() else {
             shard.fallback.fetch_add(1, Relaxed);
@@ -134,13 +143,13 @@ impl DeferredQueue {
     /// Everything queued so far, emptying every shard (waits for their
     /// locks).
     #[cfg(loom)]
-    pub(crate) fn take_all(&self) -> Vec<Handle> {
+    pub(crate) fn take_all(&self) -> Vec<u64> {
         self.take_up_to(usize::MAX)
     }
 
     /// The oldest `per_shard` handles of each shard, or all of them if it
     /// holds fewer (waits for the shards' locks).
-    pub(crate) fn take_up_to(&self, per_shard: usize) -> Vec<Handle> {
+    pub(crate) fn take_up_to(&self, per_shard: usize) -> Vec<u64> {
         let mut taken = Vec::new();
         for shard in self.shards.iter() {
             let mut queue = match shard.handles.lock() {
@@ -177,8 +186,8 @@ impl Inner {
     pub(crate) fn free_deferred(&self, handle: Handle, worker: Option<&Worker>) -> Result<(), ZsError> {
         // Another pool's handle is refused now: queued, it would only be
         // counted invalid later, and the caller would believe it freed.
-        self.class_of(handle)?;
-        match self.deferred.try_push(self.mm.current_cpu(), handle) {
+        let (class, name) = self.name_of(&handle)?;
+        match self.deferred.try_push(self.mm.current_cpu(), handle.queued_word()) {
             Pushed::Queued { kick } => {
                 if kick {
                     if let Some(worker) = worker {
@@ -187,7 +196,7 @@ impl Inner {
                 }
                 Ok(())
             }
-            Pushed::Fallback(handle) => self.free(handle),
+            Pushed::Fallback(_) => self.free(class, &name),
         }
     }
 
@@ -205,10 +214,11 @@ impl Inner {
         if batch.is_empty() {
             return;
         }
-        batch.sort_unstable_by_key(|h| h.class());
+        let class_of = |word: &u64| raw_fields(*word).1;
+        batch.sort_unstable_by_key(class_of);
         let (mut freed, mut invalid) = (0, 0);
-        for run in batch.chunk_by(|a, b| a.class() == b.class()) {
-            let class = run[0].class();
+        for run in batch.chunk_by(|a, b| class_of(a) == class_of(b)) {
+            let class = class_of(&run[0]);
             if class >= self.classes.len() || self.table.serving(class) != class {
                 invalid += run.len() as u64;
                 continue;
@@ -216,8 +226,10 @@ impl Inner {
             let mut emptied = Vec::new();
             {
                 let mut state = self.lock(class);
-                for &handle in run {
-                    match state.free(&self.mm, handle) {
+                for &word in run {
+                    let (slot, _, generation) = raw_fields(word);
+                    let name = Name { slot, held: Held::Queued(generation), id: raw_id(self.pool_id, word) };
+                    match state.free(&self.mm, &name) {
                         Ok(pages) => {
                             freed += 1;
                             emptied.extend(pages.into_iter().flatten());
@@ -295,13 +307,12 @@ impl Worker {
 impl crate::ZsPool {
     /// Queues `handle` to be freed later and returns at once (Linux's
     /// `zs_free_deferred`): for callers on a latency-critical path. When
-    /// the queue is busy or full the handle is freed now instead.
+    /// the queue is busy or full the handle is freed now instead. The
+    /// handle is consumed: it cannot be queued twice, nor used after.
     ///
     /// # Errors
     /// [`ZsError::InvalidHandle`] at once for a handle of another pool (or
-    /// of a dropped one) or of no class, and when it was freed now and
-    /// found invalid; a stale handle of this pool that was queued is counted in
-    /// [`DeferredStats::invalid`] when drained.
+    /// of a dropped one); nothing is queued.
     pub fn zs_free_deferred(&self, handle: Handle) -> Result<(), ZsError> {
         self.inner.free_deferred(handle, self.worker.as_ref())
     }
@@ -336,9 +347,7 @@ mod loom_model {
                         let mut sync_freed = Vec::new();
                         for i in 0..2u32 {
                             // Both threads on shard 0 half the time: contention and a full shard.
-                            if let Pushed::Fallback(h) =
-                                queue.try_push((t * i) as usize, Handle::new(0, t * 2 + i, 0, 1))
-                            {
+                            if let Pushed::Fallback(h) = queue.try_push((t * i) as usize, u64::from(t * 2 + i)) {
                                 sync_freed.push(h);
                             }
                         }
@@ -350,13 +359,13 @@ mod loom_model {
                 let queue = queue.clone();
                 loom::thread::spawn(move || queue.take_all())
             };
-            let mut seen: Vec<Handle> = drainer.join().unwrap();
+            let mut seen: Vec<u64> = drainer.join().unwrap();
             for p in pushers {
                 seen.extend(p.join().unwrap());
             }
             seen.extend(queue.take_all());
             seen.sort();
-            let want: Vec<Handle> = (0..4).map(|s| Handle::new(0, s, 0, 1)).collect();
+            let want: Vec<u64> = (0..4).collect();
             assert_eq!(seen, want);
         });
     }

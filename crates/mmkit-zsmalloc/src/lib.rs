@@ -14,6 +14,12 @@
 //! Its pages come from a [`mmkit::PageAllocator`] with real memory through
 //! the public owned-block API (tagged with each pool's own key, [`ZsPool::owner`]), so the crate has
 //! no `unsafe`. See [`ZsPool`].
+//!
+//! Objects are owned: [`Handle`] is a token that is not `Copy`, borrowed
+//! by reads and writes and consumed by frees, carrying 64-bit pool ids and
+//! generations that are never reused; a slot table that needs one word per
+//! object holds them as raw words under the pool's [`RawKey`], checked on
+//! every use (the handle module's documentation argues why that is safe).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -23,12 +29,13 @@ mod deferred;
 mod handle;
 mod migrate;
 mod pool;
+mod raw;
 mod size_class;
 mod stats;
 mod zspage;
 
 pub use deferred::{DeferredLayout, DeferredStats};
-pub use handle::Handle;
+pub use handle::{Handle, HandleId, RawKey};
 pub use pool::{ZsConfig, ZsPool, ZsPoolStats};
 
 use mmkit::AllocError;
@@ -49,9 +56,11 @@ pub enum ZsError {
     },
     /// The page allocator could not supply a zspage.
     NoMemory(Option<AllocError>),
-    /// The handle names no live object: freed already, forged, or from
-    /// another pool.
-    InvalidHandle(Handle),
+    /// The handle or raw word names no live object of this pool that it
+    /// may reach: a handle of another (or a dropped) pool, a raw word
+    /// freed, queued or taken back already, stale, forged, or of another
+    /// pool's key.
+    InvalidHandle(HandleId),
     /// `zs_obj_write` of more bytes than the object has.
     TooLong {
         /// Bytes given.
@@ -61,9 +70,10 @@ pub enum ZsError {
     },
     /// `zs_migrate_page` of a page no zspage of the pool holds.
     UnknownPage(mmkit::Pfn),
-    /// Every pool id is taken (4095 pools are alive at once), or the page
-    /// allocator has no owner tag left for another pool
-    /// ([`PageAllocator::new_owner_key`](mmkit::PageAllocator::new_owner_key)).
+    /// No pool can be made: every pool id was handed out (the process made
+    /// 2^64 - 1 pools; ids are never reused, so they are refused rather
+    /// than wrapped), or the page allocator has no owner tag left for
+    /// another pool ([`PageAllocator::new_owner_key`](mmkit::PageAllocator::new_owner_key)).
     TooManyPools,
     /// The caller's buffer cannot hold the object.
     BufferTooSmall {
@@ -83,7 +93,7 @@ impl core::fmt::Display for ZsError {
             Self::NoMemory(Some(e)) => write!(f, "no zspage: {e}"),
             Self::NoMemory(None) => f.write_str("no zspage"),
             Self::InvalidHandle(h) => write!(f, "handle {h} names no live object"),
-            Self::TooManyPools => f.write_str("4095 zsmalloc pools are alive already"),
+            Self::TooManyPools => f.write_str("every zsmalloc pool id was handed out"),
             Self::UnknownPage(pfn) => write!(f, "pfn {pfn} is in no zspage of this pool"),
             Self::TooLong { len, size } => write!(f, "{len} bytes do not fit an object of {size}"),
             Self::BufferTooSmall { need, got } => write!(f, "the object has {need} bytes, the buffer {got}"),

@@ -14,8 +14,8 @@
 
 use crate::class::{ClassTable, DEFAULT_CHAIN_SIZE, ZS_HANDLE_SIZE};
 use crate::deferred::{DeferredLayout, DeferredQueue};
-use crate::handle::{Handle, PoolId};
-use crate::size_class::{AllocMiss, ClassState};
+use crate::handle::{new_pool_id, raw_fields, raw_id, Handle, RawKey, RAW_GEN_LIMIT};
+use crate::size_class::{AllocMiss, ClassState, Held, Name, NewObj};
 use crate::zspage::Zspage;
 use crate::ZsError;
 use mmkit::{Gfp, PageAllocator, PageBlock};
@@ -48,8 +48,12 @@ pub struct ZsPoolStats {
 /// What a pool shares with its deferred-free worker.
 pub(crate) struct Inner {
     pub(crate) name: String,
-    /// Stamped on every handle; a handle with another id is refused.
-    pool_id: PoolId,
+    /// Stamped on every handle; a handle with another id is refused. No
+    /// other pool of the process ever has it.
+    pub(crate) pool_id: u64,
+    /// Whether the pool was made with a raw key (its slots retire at
+    /// `RAW_GEN_LIMIT`, and raw words are accepted).
+    pub(crate) raw_keyed: bool,
     pub(crate) mm: Arc<PageAllocator>,
     /// The map's key for this pool's pages; `None` only in `Drop`.
     pub(crate) key: Option<mmkit::OwnerKey>,
@@ -83,7 +87,7 @@ impl Inner {
         self.key.as_ref().ok_or(ZsError::NoMemory(None))
     }
 
-    pub(crate) fn new(name: &str, mm: Arc<PageAllocator>, config: ZsConfig) -> Result<Self, ZsError> {
+    pub(crate) fn new(name: &str, mm: Arc<PageAllocator>, config: ZsConfig, raw_keyed: bool) -> Result<Self, ZsError> {
         let ZsConfig { chain_size, deferred } = config;
         if !mm.has_real_memory() {
             return Err(ZsError::NoRealMemory);
@@ -91,14 +95,13 @@ impl Inner {
         if !crate::class::CHAIN_SIZES.contains(&chain_size) {
             return Err(ZsError::BadChainSize(chain_size));
         }
+        let pool_id = new_pool_id().ok_or(ZsError::TooManyPools)?;
         let key = mm.new_owner_key().map_err(|_| ZsError::TooManyPools)?;
-        let Some(pool_id) = PoolId::register() else {
-            mm.release_owner_key(key);
-            return Err(ZsError::TooManyPools);
-        };
+        let gen_limit = if raw_keyed { RAW_GEN_LIMIT } else { u64::MAX };
         let table = ClassTable::new(mm.geometry().page_size() as usize, chain_size);
-        let classes =
-            (0..table.nr_classes()).map(|i| RwLock::new(ClassState::new(pool_id.get(), i, table.shape(i)))).collect();
+        let classes = (0..table.nr_classes())
+            .map(|i| RwLock::new(ClassState::new(pool_id, gen_limit, i, table.shape(i))))
+            .collect();
         let shards = match deferred {
             DeferredLayout::PerCpu => mm.nr_cpus(),
             DeferredLayout::PerPool => 1,
@@ -107,6 +110,7 @@ impl Inner {
         Ok(Self {
             name: name.to_string(),
             pool_id,
+            raw_keyed,
             mm,
             owner: key.owner(),
             key: Some(key),
@@ -134,34 +138,60 @@ impl Inner {
         self.classes[index].read().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The class of `handle`, if the handle is this pool's and could name
-    /// one.
-    pub(crate) fn class_of(&self, handle: Handle) -> Result<usize, ZsError> {
+    /// The class and name of `handle`'s object, if the handle is this
+    /// pool's (a handle of this pool is live until it is consumed).
+    pub(crate) fn name_of(&self, handle: &Handle) -> Result<(usize, Name), ZsError> {
         let class = handle.class();
-        if self.owns(handle) && class < self.table.nr_classes() && self.table.serving(class) == class {
-            Ok(class)
+        let name = Name { slot: handle.slot(), held: Held::Handle(handle.generation()), id: handle.id() };
+        if handle.pool() == self.pool_id && self.serves(class) {
+            Ok((class, name))
         } else {
-            Err(ZsError::InvalidHandle(handle))
+            Err(ZsError::InvalidHandle(name.id))
         }
     }
 
-    /// Whether `handle` was made by this pool (it may still be stale).
-    pub(crate) fn owns(&self, handle: Handle) -> bool {
-        handle.pool() == self.pool_id.get()
+    /// The class and name of the object raw word `word` names under `key`,
+    /// if the key is this pool's and the word could name an object (whether
+    /// it does, and is raw-held, the class lock tells).
+    pub(crate) fn name_of_raw(&self, key: &RawKey, word: u64) -> Result<(usize, Name), ZsError> {
+        let (slot, class, generation) = raw_fields(word);
+        let name = Name { slot, held: Held::Raw(generation), id: raw_id(key.pool, word) };
+        if key.pool == self.pool_id && self.raw_keyed && word != 0 && self.serves(class) {
+            Ok((class, name))
+        } else {
+            Err(ZsError::InvalidHandle(name.id))
+        }
     }
 
-    /// An object of `size` bytes; with `data`, its bytes are written before
-    /// the class lock is dropped.
-    pub(crate) fn malloc(&self, size: usize, data: Option<&[u8]>, gfp: Gfp, nid: usize) -> Result<Handle, ZsError> {
+    fn serves(&self, class: usize) -> bool {
+        class < self.table.nr_classes() && self.table.serving(class) == class
+    }
+
+    /// The handle of new object `new` of `class`.
+    pub(crate) fn handle_of(&self, class: usize, new: NewObj) -> Handle {
+        Handle::new(self.pool_id, new.slot, class, new.generation)
+    }
+
+    /// An object of `size` bytes, held by a handle or (`raw`) a raw word;
+    /// with `data`, its bytes are written before the class lock is
+    /// dropped. Returns its class and slot.
+    pub(crate) fn malloc(
+        &self,
+        size: usize,
+        data: Option<&[u8]>,
+        gfp: Gfp,
+        nid: usize,
+        raw: bool,
+    ) -> Result<(usize, NewObj), ZsError> {
         let page_size = self.table.page_size();
         if size == 0 || size > page_size {
             return Err(ZsError::BadSize { size, max: page_size });
         }
         // The header is added before the lookup, as in Linux.
         let class = self.table.class_for(size + ZS_HANDLE_SIZE);
-        let fill = |state: &mut ClassState, handle: Handle| match data {
-            Some(bytes) => state.write_obj(&self.mm, handle, bytes).map(|()| handle),
-            None => Ok(handle),
+        let fill = |state: &mut ClassState, new: NewObj| match data {
+            Some(bytes) => state.write_new(&self.mm, new, bytes).map(|()| (class, new)),
+            None => Ok((class, new)),
         };
         loop {
             let miss = {
@@ -169,8 +199,8 @@ impl Inner {
                 if state.slots_exhausted() {
                     return Err(ZsError::NoMemory(None));
                 }
-                match state.alloc(&self.mm, size) {
-                    Ok(handle) => return fill(&mut state, handle),
+                match state.alloc(&self.mm, size, raw) {
+                    Ok(new) => return fill(&mut state, new),
                     Err(miss) => miss,
                 }
             };
@@ -182,8 +212,8 @@ impl Inner {
             match miss {
                 AllocMiss::NeedsPage(id) => match state.attach_page(&self.mm, id, page) {
                     Ok(()) => {
-                        if let Some(handle) = state.alloc_in(&self.mm, id, size) {
-                            return fill(&mut state, handle);
+                        if let Some(new) = state.alloc_in(&self.mm, id, size, raw) {
+                            return fill(&mut state, new);
                         }
                     }
                     Err(unused) => {
@@ -193,9 +223,10 @@ impl Inner {
                         self.free_pages(vec![unused]);
                     }
                 },
-                AllocMiss::NoRoom if state.slots_exhausted() => {
-                    // Every handle the class can name is live (2^28): an
-                    // empty zspage would stay behind, so the page goes back.
+                AllocMiss::NoRoom if state.slots_exhausted() || state.zspages_exhausted() => {
+                    // Every handle the class can name is live or retired
+                    // (2^28), or every zspage id is taken: an empty zspage
+                    // would stay behind, so the page goes back.
                     drop(state);
                     self.free_pages(vec![page]);
                     return Err(ZsError::NoMemory(None));
@@ -206,8 +237,8 @@ impl Inner {
                     // does): an empty zspage left behind would never be
                     // freed.
                     let id = state.insert_zspage(&self.mm, Zspage::new(&self.mm, page, self.table.shape(class)));
-                    let handle = state.alloc_in(&self.mm, id, size).ok_or(ZsError::NoMemory(None))?;
-                    return fill(&mut state, handle);
+                    let new = state.alloc_in(&self.mm, id, size, raw).ok_or(ZsError::NoMemory(None))?;
+                    return fill(&mut state, new);
                 }
             }
         }
@@ -231,39 +262,60 @@ impl Inner {
         self.pages_allocated.fetch_sub(n, Relaxed);
     }
 
-    /// A copy of `data` in a new object, then `old` freed: under one hold
-    /// of the class lock when both are of one class and the class has a
-    /// backed free object, else as `malloc` followed by `free`. Returns the
-    /// new handle and how freeing `old` went; on an error nothing changed.
+    /// A copy of `data` in a new object (held as `raw` says), then the
+    /// object `old` names freed: under one hold of the class lock when both
+    /// are of one class and the class has a backed free object, else as
+    /// `malloc` followed by `free`. On any error nothing changed.
     pub(crate) fn replace(
         &self,
-        old: Handle,
+        (old_class, old): (usize, Name),
         data: &[u8],
         gfp: Gfp,
         nid: usize,
-    ) -> Result<(Handle, Result<(), ZsError>), ZsError> {
+        raw: bool,
+    ) -> Result<(usize, NewObj), ZsError> {
         let size = data.len();
         if size > 0 && size <= self.table.page_size() {
             let class = self.table.class_for(size + ZS_HANDLE_SIZE);
-            if self.class_of(old) == Ok(class) {
+            if old_class == class {
                 let mut state = self.lock(class);
+                state.resolve(&old)?;
                 if !state.slots_exhausted() {
-                    if let Ok(handle) = state.alloc(&self.mm, size) {
-                        state.write_obj(&self.mm, handle, data)?;
-                        let emptied = state.free(&self.mm, old);
+                    if let Ok(new) = state.alloc(&self.mm, size, raw) {
+                        state.write_new(&self.mm, new, data)?;
+                        let emptied = state.free(&self.mm, &old)?;
                         drop(state);
-                        return Ok((handle, emptied.map(|pages| pages.map_or((), |pages| self.free_pages(pages)))));
+                        if let Some(pages) = emptied {
+                            self.free_pages(pages);
+                        }
+                        return Ok((class, new));
                     }
                 }
             }
         }
-        let handle = self.malloc(size, Some(data), gfp, nid)?;
-        Ok((handle, self.free(old)))
+        // No check of `old` before the store: that would cost the
+        // overwrite a third lock round trip. A handle of this pool names a
+        // live object until it is consumed, so its free cannot fail; a word
+        // that names nothing it may reach has the store undone, so that
+        // nothing changed.
+        let (class, new) = self.malloc(size, Some(data), gfp, nid, raw)?;
+        if let Err(e) = self.free(old_class, &old) {
+            let _ = self.free(class, &self.name_of_new(class, new, raw));
+            return Err(e);
+        }
+        Ok((class, new))
     }
 
-    pub(crate) fn free(&self, handle: Handle) -> Result<(), ZsError> {
-        let class = self.class_of(handle)?;
-        let emptied = self.lock(class).free(&self.mm, handle)?;
+    /// The name of object `new` of `class`, just allocated and held as
+    /// `raw` says.
+    fn name_of_new(&self, class: usize, new: NewObj, raw: bool) -> Name {
+        let id = Handle::new(self.pool_id, new.slot, class, new.generation).id();
+        let held = if raw { Held::Raw(new.generation) } else { Held::Handle(new.generation) };
+        Name { slot: new.slot as usize, held, id }
+    }
+
+    pub(crate) fn free(&self, class: usize, name: &Name) -> Result<(), ZsError> {
+        let emptied = self.lock(class).free(&self.mm, name)?;
         if let Some(pages) = emptied {
             self.free_pages(pages);
         }
@@ -272,14 +324,13 @@ impl Inner {
 
     pub(crate) fn read_with<R>(
         &self,
-        handle: Handle,
+        (class, name): (usize, Name),
         local_copy: &mut [u8],
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R, ZsError> {
-        let class = self.class_of(handle)?;
         let state = self.read_lock(class);
-        let at = state.resolve(handle)?;
-        let zspage = state.zspages[at.zspage].as_ref().ok_or(ZsError::InvalidHandle(handle))?;
+        let at = state.resolve(&name)?;
+        let zspage = state.zspages[at.zspage].as_ref().ok_or(ZsError::InvalidHandle(name.id))?;
         let offset = Zspage::payload_offset(state.shape, at.obj);
         if let Some(bytes) = zspage.contiguous(&self.mm, offset, at.len) {
             return Ok(f(bytes));
@@ -290,18 +341,16 @@ impl Inner {
         Ok(f(buf))
     }
 
-    pub(crate) fn write(&self, handle: Handle, data: &[u8]) -> Result<(), ZsError> {
-        let class = self.class_of(handle)?;
-        self.lock(class).write_obj(&self.mm, handle, data)
+    pub(crate) fn write(&self, (class, name): (usize, Name), data: &[u8]) -> Result<(), ZsError> {
+        self.lock(class).write_obj(&self.mm, &name, data)
     }
 
-    pub(crate) fn read_into(&self, handle: Handle, out: &mut [u8]) -> Result<usize, ZsError> {
-        let class = self.class_of(handle)?;
+    pub(crate) fn read_into(&self, (class, name): (usize, Name), out: &mut [u8]) -> Result<usize, ZsError> {
         let state = self.read_lock(class);
-        let at = state.resolve(handle)?;
+        let at = state.resolve(&name)?;
         let got = out.len();
         let dst = out.get_mut(..at.len).ok_or(ZsError::BufferTooSmall { need: at.len, got })?;
-        let zspage = state.zspages[at.zspage].as_ref().ok_or(ZsError::InvalidHandle(handle))?;
+        let zspage = state.zspages[at.zspage].as_ref().ok_or(ZsError::InvalidHandle(name.id))?;
         zspage.read(&self.mm, Zspage::payload_offset(state.shape, at.obj), dst);
         Ok(at.len)
     }
@@ -333,20 +382,25 @@ impl Inner {
 
 /// A zsmalloc pool over pages of a [`PageAllocator`] with real memory.
 ///
+/// Objects are owned through [`Handle`]s (see its documentation): reads
+/// and writes borrow a handle, frees consume it, and a handle of another
+/// pool, or of a dropped one, is refused with [`ZsError::InvalidHandle`].
+///
 /// ```
 /// use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
-/// use mmkit_zsmalloc::ZsPool;
+/// use mmkit_zsmalloc::{ZsError, ZsPool};
 /// use std::sync::Arc;
 ///
 /// let mm = Arc::new(MemoryMapBuilder::with_memory(64 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap());
 /// let pool = ZsPool::zs_create_pool("zram0", mm.clone()).unwrap();
 /// let h = pool.zs_malloc(700, Gfp::NOIO | Gfp::HIGHMEM | Gfp::MOVABLE, 0).unwrap();
-/// pool.zs_obj_write(h, &[7; 700]).unwrap();
+/// pool.zs_obj_write(&h, &[7; 700]).unwrap();
 /// let mut out = [0; 700];
-/// assert_eq!(pool.zs_obj_read(h, &mut out).unwrap(), 700);
+/// assert_eq!(pool.zs_obj_read(&h, &mut out).unwrap(), 700);
 /// assert_eq!(out, [7; 700]);
-/// pool.zs_free(h).unwrap();
-/// assert!(pool.zs_free(h).is_err()); // a freed handle is an error, not a corruption
+/// let other = ZsPool::zs_create_pool("zram1", mm).unwrap();
+/// let id = h.id();
+/// assert_eq!(other.zs_free(h), Err(ZsError::InvalidHandle(id))); // not the other pool's
 /// ```
 pub struct ZsPool {
     pub(crate) inner: Arc<Inner>,
@@ -367,7 +421,8 @@ impl ZsPool {
     /// worker that drains deferred frees.
     ///
     /// # Errors
-    /// [`ZsError::NoRealMemory`] for a metadata-only map.
+    /// [`ZsError::NoRealMemory`] for a metadata-only map;
+    /// [`ZsError::TooManyPools`] once the process made 2^64 - 1 pools.
     pub fn zs_create_pool(name: &str, mm: Arc<PageAllocator>) -> Result<Self, ZsError> {
         Self::with_config(name, mm, ZsConfig::default())
     }
@@ -377,7 +432,8 @@ impl ZsPool {
     /// 4 ..= 16).
     ///
     /// # Errors
-    /// [`ZsError::NoRealMemory`], [`ZsError::BadChainSize`].
+    /// [`ZsError::NoRealMemory`], [`ZsError::BadChainSize`],
+    /// [`ZsError::TooManyPools`].
     pub fn with_chain_size(name: &str, mm: Arc<PageAllocator>, chain_size: usize) -> Result<Self, ZsError> {
         Self::with_config(name, mm, ZsConfig { chain_size, ..ZsConfig::default() })
     }
@@ -385,9 +441,28 @@ impl ZsPool {
     /// A pool built as `config` says.
     ///
     /// # Errors
-    /// [`ZsError::NoRealMemory`], [`ZsError::BadChainSize`].
+    /// [`ZsError::NoRealMemory`], [`ZsError::BadChainSize`],
+    /// [`ZsError::TooManyPools`].
     pub fn with_config(name: &str, mm: Arc<PageAllocator>, config: ZsConfig) -> Result<Self, ZsError> {
-        let inner = Arc::new(Inner::new(name, mm, config)?);
+        Self::build(name, mm, config, false)
+    }
+
+    /// A pool built as `config` says, and the [`RawKey`] under which its
+    /// objects may be held as raw words, one word each (for a slot table
+    /// such as zram's; see the raw calls, `zs_malloc_copy_raw` and the
+    /// others). A slot of such a pool is retired after 2^28 objects, so
+    /// that the 28 generation bits a word carries never repeat.
+    ///
+    /// # Errors
+    /// As [`with_config`](Self::with_config).
+    pub fn with_raw_key(name: &str, mm: Arc<PageAllocator>, config: ZsConfig) -> Result<(Self, RawKey), ZsError> {
+        let pool = Self::build(name, mm, config, true)?;
+        let key = RawKey { pool: pool.inner.pool_id };
+        Ok((pool, key))
+    }
+
+    fn build(name: &str, mm: Arc<PageAllocator>, config: ZsConfig, raw_keyed: bool) -> Result<Self, ZsError> {
+        let inner = Arc::new(Inner::new(name, mm, config, raw_keyed)?);
         let worker = crate::deferred::Worker::start(&inner);
         Ok(Self { inner, worker: Some(worker) })
     }
@@ -395,6 +470,12 @@ impl ZsPool {
     /// The pool's name.
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// The pool's id, which its handles carry: no other pool of the
+    /// process has had it or will.
+    pub fn id(&self) -> u64 {
+        self.inner.pool_id
     }
 
     /// The page allocator the zspages come from.
@@ -409,7 +490,8 @@ impl ZsPool {
     /// # Errors
     /// [`ZsError::BadSize`], [`ZsError::NoMemory`].
     pub fn zs_malloc(&self, size: usize, gfp: Gfp, nid: usize) -> Result<Handle, ZsError> {
-        self.inner.malloc(size, None, gfp, nid)
+        let (class, new) = self.inner.malloc(size, None, gfp, nid, false)?;
+        Ok(self.inner.handle_of(class, new))
     }
 
     /// [`zs_malloc`](Self::zs_malloc) of `data.len()` bytes and
@@ -420,7 +502,8 @@ impl ZsPool {
     /// # Errors
     /// As `zs_malloc`.
     pub fn zs_malloc_copy(&self, data: &[u8], gfp: Gfp, nid: usize) -> Result<Handle, ZsError> {
-        self.inner.malloc(data.len(), Some(data), gfp, nid)
+        let (class, new) = self.inner.malloc(data.len(), Some(data), gfp, nid, false)?;
+        Ok(self.inner.handle_of(class, new))
     }
 
     /// [`zs_malloc_copy`](Self::zs_malloc_copy) of `data`, then
@@ -428,47 +511,46 @@ impl ZsPool {
     /// page again. When both objects are of one class the two share one
     /// hold of the class lock, the store's second lock round trip that two
     /// threads overwriting objects of one class otherwise queue on. The new
-    /// object is complete before `old` goes, so a failed store keeps `old`.
-    ///
-    /// Returns the new handle and the result of freeing `old` (an invalid
-    /// `old` is refused as `zs_free` refuses it, and changes nothing).
+    /// object is complete before `old` goes.
     ///
     /// ```
     /// use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
-    /// use mmkit_zsmalloc::{ZsError, ZsPool};
+    /// use mmkit_zsmalloc::ZsPool;
     /// use std::sync::Arc;
     ///
     /// let mm = Arc::new(MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap());
     /// let pool = ZsPool::zs_create_pool("zram0", mm).unwrap();
     /// let gfp = Gfp::NOIO | Gfp::HIGHMEM | Gfp::MOVABLE;
     /// let old = pool.zs_malloc_copy(&[1; 1800], gfp, 0).unwrap();
-    /// let (new, freed) = pool.zs_replace(old, &[2; 1790], gfp, 0).unwrap();
-    /// assert_eq!(freed, Ok(()));
-    /// assert_eq!(pool.zs_free(old), Err(ZsError::InvalidHandle(old))); // gone
+    /// let new = pool.zs_replace(old, &[2; 1790], gfp, 0).unwrap(); // `old` is consumed
     /// let mut back = [0; 4096];
-    /// assert_eq!(pool.zs_obj_read(new, &mut back), Ok(1790));
+    /// assert_eq!(pool.zs_obj_read(&new, &mut back), Ok(1790));
     /// ```
     ///
     /// # Errors
-    /// As `zs_malloc_copy`; then `old` is not freed.
-    pub fn zs_replace(
-        &self,
-        old: Handle,
-        data: &[u8],
-        gfp: Gfp,
-        nid: usize,
-    ) -> Result<(Handle, Result<(), ZsError>), ZsError> {
-        self.inner.replace(old, data, gfp, nid)
+    /// As `zs_malloc_copy`, and [`ZsError::InvalidHandle`] for a handle of
+    /// another pool: then nothing changed and `old` comes back with the
+    /// error.
+    pub fn zs_replace(&self, old: Handle, data: &[u8], gfp: Gfp, nid: usize) -> Result<Handle, (ZsError, Handle)> {
+        let name = match self.inner.name_of(&old) {
+            Ok(name) => name,
+            Err(e) => return Err((e, old)),
+        };
+        match self.inner.replace(name, data, gfp, nid, false) {
+            Ok((class, new)) => Ok(self.inner.handle_of(class, new)),
+            Err(e) => Err((e, old)),
+        }
     }
 
-    /// Frees `handle`'s object; an emptied zspage goes back to the page
-    /// allocator after the class lock is dropped.
+    /// Frees `handle`'s object, consuming the handle; an emptied zspage
+    /// goes back to the page allocator after the class lock is dropped.
     ///
     /// # Errors
-    /// [`ZsError::InvalidHandle`] for a freed, forged or stale handle;
-    /// nothing changes.
+    /// [`ZsError::InvalidHandle`] for a handle of another pool or of a
+    /// dropped one; nothing changes.
     pub fn zs_free(&self, handle: Handle) -> Result<(), ZsError> {
-        self.inner.free(handle)
+        let (class, name) = self.inner.name_of(&handle)?;
+        self.inner.free(class, &name)
     }
 
     /// `zs_free` as Linux had it before its 2026 series: the pool lock
@@ -482,9 +564,9 @@ impl ZsPool {
     #[cfg(feature = "legacy-free")]
     pub fn zs_free_pool_locked(&self, handle: Handle) -> Result<(), ZsError> {
         let _pool = self.inner.legacy_pool_lock.read().unwrap_or_else(|p| p.into_inner());
-        let class = self.inner.class_of(handle)?;
+        let (class, name) = self.inner.name_of(&handle)?;
         let mut state = self.inner.lock(class);
-        if let Some(pages) = state.free(&self.inner.mm, handle)? {
+        if let Some(pages) = state.free(&self.inner.mm, &name)? {
             self.inner.free_pages(pages);
         }
         Ok(())
@@ -494,8 +576,8 @@ impl ZsPool {
     ///
     /// # Errors
     /// [`ZsError::InvalidHandle`], [`ZsError::BufferTooSmall`].
-    pub fn zs_obj_read(&self, handle: Handle, out: &mut [u8]) -> Result<usize, ZsError> {
-        self.inner.read_into(handle, out)
+    pub fn zs_obj_read(&self, handle: &Handle, out: &mut [u8]) -> Result<usize, ZsError> {
+        self.inner.read_into(self.inner.name_of(handle)?, out)
     }
 
     /// Runs `f` on `handle`'s object (Linux's `zs_obj_read_begin` …
@@ -507,11 +589,11 @@ impl ZsPool {
     /// [`ZsError::InvalidHandle`], [`ZsError::BufferTooSmall`].
     pub fn zs_obj_read_with<R>(
         &self,
-        handle: Handle,
+        handle: &Handle,
         local_copy: &mut [u8],
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R, ZsError> {
-        self.inner.read_with(handle, local_copy, f)
+        self.inner.read_with(self.inner.name_of(handle)?, local_copy, f)
     }
 
     /// Writes `data` at the start of `handle`'s object (Linux's
@@ -519,8 +601,8 @@ impl ZsPool {
     ///
     /// # Errors
     /// [`ZsError::InvalidHandle`], [`ZsError::TooLong`] (nothing written).
-    pub fn zs_obj_write(&self, handle: Handle, data: &[u8]) -> Result<(), ZsError> {
-        self.inner.write(handle, data)
+    pub fn zs_obj_write(&self, handle: &Handle, data: &[u8]) -> Result<(), ZsError> {
+        self.inner.write(self.inner.name_of(handle)?, data)
     }
 
     /// Pages the pool holds (Linux's `zs_get_total_pages`).

@@ -9,7 +9,7 @@
 //! 2026 `zs_free` series: the zone lock is not taken under the class lock).
 
 use crate::class::ClassShape;
-use crate::handle::{next_generation, Handle};
+use crate::handle::{HandleId, MAX_SLOTS, RAW_GEN_LIMIT};
 use crate::zspage::Zspage;
 use crate::ZsError;
 use mmkit::{PageAllocator, PageBlock};
@@ -19,15 +19,67 @@ pub(crate) const NR_GROUPS: usize = 12;
 /// The group of full zspages.
 pub(crate) const GROUP_FULL: usize = NR_GROUPS - 1;
 
-/// Where a live object is.
+/// Where a live object is, and who holds it.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Slot {
-    generation: u32,
-    live: bool,
-    zspage: u32,
+    /// Objects the slot held before this one (64-bit; the slot is retired
+    /// before it reaches the pool's limit, never wrapped).
+    generation: u64,
+    /// The zspage id, with who holds the object in the top two bits
+    /// (`HELD_*`): the slot stays 16 bytes.
+    zspage_held: u32,
     obj: u16,
     /// Bytes the caller asked for.
     len: u16,
+}
+
+const _: () = assert!(size_of::<Slot>() == 16, "64-bit generations cost the slot table nothing");
+
+/// Free slot.
+const HELD_NONE: u32 = 0;
+/// The object is owned by a [`Handle`](crate::Handle).
+const HELD_HANDLE: u32 = 1;
+/// The object is owned by a raw word under the pool's raw key.
+const HELD_RAW: u32 = 2;
+const HELD_SHIFT: u32 = 30;
+const ZSPAGE_MASK: u32 = (1 << HELD_SHIFT) - 1;
+/// Zspages a class may have (ids below the holder bits).
+pub(crate) const MAX_ZSPAGES: usize = 1 << HELD_SHIFT;
+
+impl Slot {
+    fn held(&self) -> u32 {
+        self.zspage_held >> HELD_SHIFT
+    }
+    fn zspage(&self) -> usize {
+        (self.zspage_held & ZSPAGE_MASK) as usize
+    }
+}
+
+/// How a call names an object: by the full generation a [`Handle`](crate::Handle)
+/// carries, or by the low bits a raw word carries (then the object must be
+/// raw-held).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Held {
+    Handle(u64),
+    Raw(u64),
+    /// A handle queued for a deferred free, by its generation's low bits
+    /// (the object must still be handle-held).
+    Queued(u64),
+}
+
+/// An object as a call names it: slot, holder check, and what to report.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Name {
+    pub(crate) slot: usize,
+    pub(crate) held: Held,
+    pub(crate) id: HandleId,
+}
+
+/// A new object's slot and generation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NewObj {
+    pub(crate) slot: u32,
+    pub(crate) generation: u64,
 }
 
 /// A class's zspages, groups, handles and counts.
@@ -35,7 +87,9 @@ pub(crate) struct ClassState {
     pub(crate) shape: ClassShape,
     pub(crate) index: usize,
     /// The id of the pool the class belongs to, stamped on its handles.
-    pool: u16,
+    pool: u64,
+    /// A slot whose generation reaches this is retired.
+    gen_limit: u64,
     pub(crate) zspages: Vec<Option<Zspage>>,
     free_ids: Vec<u32>,
     pub(crate) groups: [Vec<u32>; NR_GROUPS],
@@ -68,11 +122,12 @@ pub(crate) struct Resolved {
 }
 
 impl ClassState {
-    pub(crate) fn new(pool: u16, index: usize, shape: ClassShape) -> Self {
+    pub(crate) fn new(pool: u64, gen_limit: u64, index: usize, shape: ClassShape) -> Self {
         Self {
             shape,
             index,
             pool,
+            gen_limit,
             zspages: Vec::new(),
             free_ids: Vec::new(),
             groups: Default::default(),
@@ -112,10 +167,10 @@ impl ClassState {
     /// Allocates an object of `len` bytes in an existing zspage: the
     /// fullest with a backed free object, else [`AllocMiss::NeedsPage`] for
     /// the fullest that has room once it has another page.
-    pub(crate) fn alloc(&mut self, mm: &PageAllocator, len: usize) -> Result<Handle, AllocMiss> {
+    pub(crate) fn alloc(&mut self, mm: &PageAllocator, len: usize, raw: bool) -> Result<NewObj, AllocMiss> {
         let page_size = mm.geometry().page_size() as usize;
         if let Some(id) = self.zspage_with_backed_room(page_size, None) {
-            return self.alloc_in(mm, id, len).ok_or(AllocMiss::NoRoom);
+            return self.alloc_in(mm, id, len, raw).ok_or(AllocMiss::NoRoom);
         }
         match self.zspages_with_room().next() {
             Some(id) => Err(AllocMiss::NeedsPage(id)),
@@ -139,23 +194,31 @@ impl ClassState {
         Ok(())
     }
 
-    /// Allocates an object of `len` bytes in zspage `id`; `None` (and no
-    /// change) when its next free object is not backed.
-    pub(crate) fn alloc_in(&mut self, mm: &PageAllocator, id: usize, len: usize) -> Option<Handle> {
+    /// Allocates an object of `len` bytes in zspage `id`, held by a
+    /// handle or (`raw`) by a raw word; `None` (and no change) when its
+    /// next free object is not backed.
+    pub(crate) fn alloc_in(&mut self, mm: &PageAllocator, id: usize, len: usize, raw: bool) -> Option<NewObj> {
         let page_size = mm.geometry().page_size() as usize;
         if !self.zspages.get(id)?.as_ref()?.has_backed_room(self.shape, page_size) {
             return None;
         }
         let slot = self.take_slot()?;
-        let handle = Handle::new(self.pool, slot, self.index, self.slots[slot as usize].generation);
         let shape = self.shape;
         let zspage = self.zspages[id].as_mut()?;
-        let obj = zspage.alloc_obj(mm, shape, handle.to_raw())?;
-        self.slots[slot as usize] =
-            Slot { live: true, zspage: id as u32, obj, len: len as u16, ..self.slots[slot as usize] };
+        let obj = zspage.alloc_obj(mm, shape, header_of(slot as usize))?;
+        let held = if raw { HELD_RAW } else { HELD_HANDLE };
+        let s = &mut self.slots[slot as usize];
+        *s = Slot { zspage_held: id as u32 | held << HELD_SHIFT, obj, len: len as u16, ..*s };
+        let generation = s.generation;
         self.objs_inuse += 1;
         self.regroup(id);
-        Some(handle)
+        Some(NewObj { slot, generation })
+    }
+
+    /// Whether the class can take another zspage (ids fit below the
+    /// holder bits of a slot).
+    pub(crate) fn zspages_exhausted(&self) -> bool {
+        self.free_ids.is_empty() && self.zspages.len() >= MAX_ZSPAGES
     }
 
     /// Adds a new, empty zspage to the class; returns its id.
@@ -175,39 +238,70 @@ impl ClassState {
         id
     }
 
-    /// The live object `handle` names, or why it names none.
-    pub(crate) fn resolve(&self, handle: Handle) -> Result<Resolved, ZsError> {
-        match self.slots.get(handle.slot()) {
-            Some(slot) if slot.live && slot.generation == handle.generation() => {
-                Ok(Resolved { zspage: slot.zspage as usize, obj: slot.obj, len: usize::from(slot.len) })
-            }
-            _ => Err(ZsError::InvalidHandle(handle)),
+    /// The live object `name` names, or why it names none: the slot must
+    /// be live, held as the name says (by a handle, or by a raw word), and
+    /// of the name's generation (all 64 bits for a handle, the low bits a
+    /// raw word carries for a word).
+    pub(crate) fn resolve(&self, name: &Name) -> Result<Resolved, ZsError> {
+        let found = self.slots.get(name.slot).filter(|slot| match name.held {
+            Held::Handle(generation) => slot.held() == HELD_HANDLE && slot.generation == generation,
+            Held::Raw(low) => slot.held() == HELD_RAW && slot.generation & (RAW_GEN_LIMIT - 1) == low,
+            Held::Queued(low) => slot.held() == HELD_HANDLE && slot.generation & (RAW_GEN_LIMIT - 1) == low,
+        });
+        match found {
+            Some(slot) => Ok(Resolved { zspage: slot.zspage(), obj: slot.obj, len: usize::from(slot.len) }),
+            None => Err(ZsError::InvalidHandle(name.id)),
         }
     }
 
-    /// Writes `data` at the start of `handle`'s object.
-    pub(crate) fn write_obj(&mut self, mm: &PageAllocator, handle: Handle, data: &[u8]) -> Result<(), ZsError> {
-        let at = self.resolve(handle)?;
+    /// Hands the live object `name` names to the other kind of holder (a
+    /// handle's object to a raw word, or back); returns its generation.
+    pub(crate) fn change_holder(&mut self, name: &Name) -> Result<u64, ZsError> {
+        self.resolve(name)?;
+        let slot = &mut self.slots[name.slot];
+        let to = match name.held {
+            Held::Handle(_) | Held::Queued(_) => HELD_RAW,
+            Held::Raw(_) => HELD_HANDLE,
+        };
+        slot.zspage_held = (slot.zspage_held & ZSPAGE_MASK) | to << HELD_SHIFT;
+        Ok(slot.generation)
+    }
+
+    /// Writes `data` at the start of `name`'s object.
+    pub(crate) fn write_obj(&mut self, mm: &PageAllocator, name: &Name, data: &[u8]) -> Result<(), ZsError> {
+        let at = self.resolve(name)?;
+        self.write_at(mm, at, data).map_err(|e| e.unwrap_or(ZsError::InvalidHandle(name.id)))
+    }
+
+    /// Writes `data` into the new object `new` (just allocated, under the
+    /// same hold of the lock).
+    pub(crate) fn write_new(&mut self, mm: &PageAllocator, new: NewObj, data: &[u8]) -> Result<(), ZsError> {
+        let s = self.slots[new.slot as usize];
+        let at = Resolved { zspage: s.zspage(), obj: s.obj, len: usize::from(s.len) };
+        self.write_at(mm, at, data).map_err(|e| e.unwrap_or(ZsError::NoMemory(None)))
+    }
+
+    fn write_at(&mut self, mm: &PageAllocator, at: Resolved, data: &[u8]) -> Result<(), Option<ZsError>> {
         if data.len() > at.len {
-            return Err(ZsError::TooLong { len: data.len(), size: at.len });
+            return Err(Some(ZsError::TooLong { len: data.len(), size: at.len }));
         }
         let offset = Zspage::payload_offset(self.shape, at.obj);
-        let zspage = self.zspages[at.zspage].as_mut().ok_or(ZsError::InvalidHandle(handle))?;
+        let zspage = self.zspages[at.zspage].as_mut().ok_or(None)?;
         zspage.write(mm, offset, data);
         Ok(())
     }
 
-    /// Frees `handle`'s object. A zspage left empty is unlinked and its
+    /// Frees `name`'s object. A zspage left empty is unlinked and its
     /// pages returned, for the caller to free once the lock is dropped.
-    pub(crate) fn free(&mut self, mm: &PageAllocator, handle: Handle) -> Result<Option<Vec<PageBlock>>, ZsError> {
-        let at = self.resolve(handle)?;
+    pub(crate) fn free(&mut self, mm: &PageAllocator, name: &Name) -> Result<Option<Vec<PageBlock>>, ZsError> {
+        let at = self.resolve(name)?;
         let shape = self.shape;
         let Some(zspage) = self.zspages[at.zspage].as_mut() else {
-            return Err(ZsError::InvalidHandle(handle));
+            return Err(ZsError::InvalidHandle(name.id));
         };
         zspage.free_obj(mm, shape, at.obj);
         self.objs_inuse -= 1;
-        self.release_slot(handle.slot());
+        self.release_slot(name.slot);
         Ok(self.regroup_or_unlink(mm, at.zspage))
     }
 
@@ -228,11 +322,11 @@ impl ClassState {
         Some(zspage.pages)
     }
 
-    /// Points `handle`'s slot at its object's new place (compaction).
-    pub(crate) fn relocate(&mut self, handle: Handle, zspage: usize, obj: u16) {
-        if let Some(slot) = self.slots.get_mut(handle.slot()) {
-            slot.zspage = zspage as u32;
-            slot.obj = obj;
+    /// Points slot `slot` at its object's new place (compaction).
+    pub(crate) fn relocate(&mut self, slot: usize, zspage: usize, obj: u16) {
+        if let Some(s) = self.slots.get_mut(slot) {
+            s.zspage_held = (s.zspage_held & !ZSPAGE_MASK) | zspage as u32;
+            s.obj = obj;
         }
     }
 
@@ -267,9 +361,9 @@ impl ClassState {
         }
     }
 
-    /// Whether every slot a handle can name is live.
+    /// Whether every slot a handle can name is live or retired.
     pub(crate) fn slots_exhausted(&self) -> bool {
-        self.free_slots.is_empty() && self.slots.len() >= crate::handle::MAX_SLOTS
+        self.free_slots.is_empty() && self.slots.len() >= MAX_SLOTS
     }
 
     /// A free handle slot; `None` when the class has every slot a handle
@@ -277,7 +371,7 @@ impl ClassState {
     fn take_slot(&mut self) -> Option<u32> {
         match self.free_slots.pop() {
             Some(slot) => Some(slot),
-            None if self.slots.len() < crate::handle::MAX_SLOTS => {
+            None if self.slots.len() < MAX_SLOTS => {
                 self.slots.push(Slot { generation: 1, ..Slot::default() });
                 Some(self.slots.len() as u32 - 1)
             }
@@ -285,11 +379,25 @@ impl ClassState {
         }
     }
 
+    /// Frees slot `slot` with its generation bumped; a slot whose next
+    /// generation would reach the pool's limit is retired instead (never
+    /// handed out again): generations do not wrap.
     fn release_slot(&mut self, slot: usize) {
         let s = &mut self.slots[slot];
-        s.live = false;
-        s.generation = next_generation(s.generation);
-        self.free_slots.push(slot as u32);
+        s.zspage_held = HELD_NONE << HELD_SHIFT;
+        s.generation += 1;
+        if s.generation < self.gen_limit {
+            self.free_slots.push(slot as u32);
+        }
+    }
+
+    /// Test hook: slot `slot`'s generation set to `generation` (a free
+    /// slot only), to reach the limit without 2^28 cycles.
+    #[cfg(test)]
+    pub(crate) fn set_generation(&mut self, slot: usize, generation: u64) {
+        if self.slots[slot].held() == HELD_NONE {
+            self.slots[slot].generation = generation;
+        }
     }
 
     /// Linux's `zs_can_compact`: pages a perfect compaction would free
@@ -342,16 +450,17 @@ impl ClassState {
             return Err(format!("class {}: counts disagree", self.index));
         }
         let mut live = 0u64;
-        for (i, slot) in self.slots.iter().enumerate().filter(|(_, s)| s.live) {
+        for (i, slot) in self.slots.iter().enumerate().filter(|(_, s)| s.held() != HELD_NONE) {
             live += 1;
-            let handle = Handle::new(self.pool, i as u32, self.index, slot.generation);
-            let z = self.zspages[slot.zspage as usize]
-                .as_ref()
-                .ok_or_else(|| format!("handle {handle} in a freed zspage"))?;
-            if usize::from(slot.obj) >= Zspage::backed_objs(self.shape, page_size, z.pages.len()) {
-                return Err(format!("class {}: object of handle {handle} lies past its zspage's pages", self.index));
+            let handle = format!("pool {} class {} slot {i} gen {}", self.pool, self.index, slot.generation);
+            if slot.held() > HELD_RAW || slot.generation >= self.gen_limit {
+                return Err(format!("class {}: {handle} has holder {} past the limits", self.index, slot.held()));
             }
-            if z.header(mm, self.shape, slot.obj) != handle.to_raw() {
+            let z = self.zspages[slot.zspage()].as_ref().ok_or_else(|| format!("{handle} in a freed zspage"))?;
+            if usize::from(slot.obj) >= Zspage::backed_objs(self.shape, page_size, z.pages.len()) {
+                return Err(format!("class {}: object of {handle} lies past its zspage's pages", self.index));
+            }
+            if z.header(mm, self.shape, slot.obj) != header_of(i) {
                 return Err(format!("class {}: object of handle {handle} has another header", self.index));
             }
         }
@@ -360,4 +469,15 @@ impl ClassState {
         }
         Ok(())
     }
+}
+
+/// The in-object header of the object in slot `slot`: what compaction
+/// reads to find a live object's slot (never 0, which marks a free object).
+pub(crate) fn header_of(slot: usize) -> u64 {
+    slot as u64 + 1
+}
+
+/// The slot an in-object header names; `None` for a free object.
+pub(crate) fn slot_of_header(header: u64) -> Option<usize> {
+    header.checked_sub(1).map(|slot| slot as usize)
 }

@@ -3,8 +3,8 @@
 //! that may straddle two of its pages.
 //!
 //! Owns the chain (as [`PageBlock`]s), the stack of free object indices and
-//! the in-use count. Every object starts with an 8-byte header: the handle
-//! of the object while it is allocated, 0 while it is free — what lets
+//! the in-use count. Every object starts with an 8-byte header: its handle
+//! slot plus one while it is allocated, 0 while it is free — what lets
 //! compaction walk a zspage and find its live objects (Linux's
 //! `obj_allocated`). Huge classes (one object per page) keep no header;
 //! their one handle lives in the zspage. Knows nothing of classes' lists

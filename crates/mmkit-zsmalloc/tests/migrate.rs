@@ -51,7 +51,7 @@ fn a_contiguous_range_is_collected_through_live_zspages() {
             let len = 100 + (i * 37) % 3900;
             let h = pool.zs_malloc(len, gfp, 0).unwrap();
             let data = pattern(i, len);
-            pool.zs_obj_write(h, &data).unwrap();
+            pool.zs_obj_write(&h, &data).unwrap();
             (h, data)
         })
         .collect();
@@ -73,7 +73,7 @@ fn a_contiguous_range_is_collected_through_live_zspages() {
     pool.check_invariants().unwrap();
     let mut out = vec![0; 4096];
     for (h, data) in &objects {
-        let n = pool.zs_obj_read(*h, &mut out).unwrap();
+        let n = pool.zs_obj_read(h, &mut out).unwrap();
         assert_eq!(&out[..n], &data[..], "object {h} after migration");
     }
     Contig::new(&mm).free_contig_range(Pfn(start), pb).unwrap();

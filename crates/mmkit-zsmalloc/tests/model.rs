@@ -1,12 +1,15 @@
-//! zsmalloc against a `HashMap` model: random malloc, write, read, free,
-//! deferred free, replace (store a copy, free the old), flush and compaction. After every step the pool's own
+//! zsmalloc against a model of its live objects: random malloc, write,
+//! read, free, deferred free, replace (store a copy, free the old), flush
+//! and compaction; no handle is ever handed out twice. (A stale or doubly
+//! freed handle cannot be expressed: handles are consumed by frees.)
+//! After every step the pool's own
 //! bookkeeping is checked and every live object is read back; at the end
 //! the pool is dropped and the page allocator must have every page back.
 
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, Report};
-use mmkit_zsmalloc::{Handle, ZsError, ZsPool};
+use mmkit_zsmalloc::{Handle, HandleId, ZsPool};
 use proptest::prelude::*;
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 #[derive(Clone, Debug)]
@@ -18,7 +21,6 @@ enum Op {
     Replace { pick: usize, size: usize, seed: u8 },
     Flush,
     Compact,
-    FreeStale,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -31,7 +33,6 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(pick, size, seed)| Op::Replace { pick, size, seed }),
         1 => Just(Op::Flush),
         1 => Just(Op::Compact),
-        1 => Just(Op::FreeStale),
     ]
 }
 
@@ -49,71 +50,55 @@ proptest! {
         let start = mm.nr_free_pages();
         {
             let pool = ZsPool::with_chain_size("model", mm.clone(), chain).unwrap();
-            // Live objects: handle → contents (unwritten objects are zero-length in the model's eyes).
-            let mut model: HashMap<Handle, Vec<u8>> = HashMap::new();
-            let mut order: Vec<Handle> = Vec::new();
-            let mut freed: Vec<Handle> = Vec::new();
+            // Live objects: handle and contents (unwritten objects are zero-length in the model's eyes).
+            let mut live: Vec<(Handle, Vec<u8>)> = Vec::new();
+            let mut seen: HashSet<HandleId> = HashSet::new();
             let gfp = Gfp::NOIO | Gfp::HIGHMEM | Gfp::MOVABLE;
             for op in ops {
                 match op {
                     Op::Malloc { size } => {
                         let h = pool.zs_malloc(size, gfp, 0).unwrap();
-                        prop_assert!(!model.contains_key(&h));
-                        pool.zs_obj_write(h, &vec![0; size]).unwrap();
-                        model.insert(h, vec![0; size]);
-                        order.push(h);
+                        prop_assert!(seen.insert(h.id()), "a handle is never handed out twice");
+                        pool.zs_obj_write(&h, &vec![0; size]).unwrap();
+                        live.push((h, vec![0; size]));
                     }
-                    Op::Write { pick, seed } if !order.is_empty() => {
-                        let h = order[pick % order.len()];
-                        let len = model[&h].len();
-                        let data = bytes(seed, len);
-                        pool.zs_obj_write(h, &data).unwrap();
-                        model.insert(h, data);
+                    Op::Write { pick, seed } if !live.is_empty() => {
+                        let at = pick % live.len();
+                        let data = bytes(seed, live[at].1.len());
+                        pool.zs_obj_write(&live[at].0, &data).unwrap();
+                        live[at].1 = data;
                     }
-                    Op::Free { pick } | Op::FreeDeferred { pick } if !order.is_empty() => {
-                        let h = order.swap_remove(pick % order.len());
-                        model.remove(&h);
+                    Op::Free { pick } | Op::FreeDeferred { pick } if !live.is_empty() => {
+                        let (h, _) = live.swap_remove(pick % live.len());
                         if matches!(op, Op::Free { .. }) {
                             pool.zs_free(h).unwrap();
                         } else {
                             pool.zs_free_deferred(h).unwrap();
                         }
-                        freed.push(h);
                     }
-                    Op::Replace { pick, size, seed } if !order.is_empty() => {
-                        let at = pick % order.len();
-                        let old = order[at];
+                    Op::Replace { pick, size, seed } if !live.is_empty() => {
+                        let at = pick % live.len();
+                        let (old, _) = live.swap_remove(at);
                         let data = bytes(seed, size);
-                        let (h, freed_old) = pool.zs_replace(old, &data, gfp, 0).unwrap();
-                        prop_assert_eq!(freed_old, Ok(()));
-                        model.remove(&old);
-                        prop_assert!(!model.contains_key(&h));
-                        model.insert(h, data);
-                        order[at] = h;
-                        freed.push(old);
-                        // The old handle is gone; a second replace of it
-                        // stores nothing new in its place and says so.
-                        let again = pool.zs_replace(old, &[seed; 8], gfp, 0).unwrap();
-                        prop_assert_eq!(again.1, Err(ZsError::InvalidHandle(old)));
-                        pool.zs_free(again.0).unwrap();
+                        let h = pool.zs_replace(old, &data, gfp, 0).map_err(|(e, _)| e).unwrap();
+                        prop_assert!(seen.insert(h.id()), "a handle is never handed out twice");
+                        live.push((h, data));
                     }
                     Op::Flush => pool.zs_free_deferred_flush(),
                     Op::Compact => {
                         pool.zs_compact();
                     }
-                    Op::FreeStale if !freed.is_empty() => {
-                        pool.zs_free_deferred_flush();
-                        let h = freed[freed.len() - 1];
-                        prop_assert_eq!(pool.zs_free(h), Err(ZsError::InvalidHandle(h)));
-                    }
                     _ => {}
                 }
                 pool.check_invariants().map_err(TestCaseError::fail)?;
                 let mut out = vec![0; 4096];
-                for (h, want) in &model {
-                    let n = pool.zs_obj_read(*h, &mut out).unwrap();
+                for (h, want) in &live {
+                    let n = pool.zs_obj_read(h, &mut out).unwrap();
                     prop_assert_eq!(&out[..n], &want[..]);
                 }
+            }
+            for (h, _) in live {
+                pool.zs_free(h).unwrap();
             }
             pool.zs_free_deferred_flush();
             pool.check_invariants().map_err(TestCaseError::fail)?;

@@ -18,7 +18,7 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
     (0..len).map(|i| (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) >> 3) as u8).collect()
 }
 
-fn read(pool: &ZsPool, h: Handle) -> Vec<u8> {
+fn read(pool: &ZsPool, h: &Handle) -> Vec<u8> {
     let mut out = vec![0; 4096];
     let n = pool.zs_obj_read(h, &mut out).unwrap();
     out.truncate(n);
@@ -38,7 +38,7 @@ fn objects_of_every_size_keep_their_bytes_even_across_pages() {
             // Every other object through the one-lock store.
             let h = if i % 2 == 0 {
                 let h = pool.zs_malloc(size, gfp(), 0).unwrap();
-                pool.zs_obj_write(h, &data).unwrap();
+                pool.zs_obj_write(&h, &data).unwrap();
                 h
             } else {
                 pool.zs_malloc_copy(&data, gfp(), 0).unwrap()
@@ -50,10 +50,10 @@ fn objects_of_every_size_keep_their_bytes_even_across_pages() {
     assert!(matches!(pool.zs_malloc_copy(&[], gfp(), 0), Err(ZsError::BadSize { .. })));
     assert!(matches!(pool.zs_malloc_copy(&[1; 4097], gfp(), 0), Err(ZsError::BadSize { .. })));
     for (h, data) in &handles {
-        assert_eq!(&read(&pool, *h), data);
+        assert_eq!(&read(&pool, h), data);
         // The closure form sees the same bytes, in place or through the copy.
         let mut local = vec![0; 4096];
-        assert!(pool.zs_obj_read_with(*h, &mut local, |bytes| bytes == &data[..]).unwrap());
+        assert!(pool.zs_obj_read_with(h, &mut local, |bytes| bytes == &data[..]).unwrap());
     }
     for (h, _) in handles {
         pool.zs_free(h).unwrap();
@@ -69,29 +69,13 @@ fn bad_input_is_a_typed_error_and_changes_nothing() {
     assert_eq!(pool.zs_malloc(0, gfp(), 0), Err(ZsError::BadSize { size: 0, max: 4096 }));
     assert_eq!(pool.zs_malloc(4097, gfp(), 0), Err(ZsError::BadSize { size: 4097, max: 4096 }));
     let h = pool.zs_malloc(100, gfp(), 0).unwrap();
-    pool.zs_obj_write(h, &[1; 100]).unwrap();
+    pool.zs_obj_write(&h, &[1; 100]).unwrap();
     let pages = pool.zs_get_total_pages();
-    assert_eq!(pool.zs_obj_write(h, &[2; 101]), Err(ZsError::TooLong { len: 101, size: 100 }));
-    assert_eq!(pool.zs_obj_read(h, &mut [0; 99]), Err(ZsError::BufferTooSmall { need: 100, got: 99 }));
-    // Forged handles: other slots, other classes, other generations.
-    for raw in [1u64, h.to_raw() ^ 1, h.to_raw() ^ (1 << 32), h.to_raw() ^ (1 << 40), u64::MAX, 0xff << 32] {
-        let forged = Handle::from_raw(raw).unwrap();
-        if forged == h {
-            continue;
-        }
-        assert_eq!(pool.zs_free(forged), Err(ZsError::InvalidHandle(forged)), "{raw:#x}");
-        assert_eq!(pool.zs_obj_read(forged, &mut [0; 4096]), Err(ZsError::InvalidHandle(forged)));
-        assert_eq!(pool.zs_obj_write(forged, &[0]), Err(ZsError::InvalidHandle(forged)));
-    }
-    assert_eq!(read(&pool, h), vec![1; 100], "the object is untouched");
+    assert_eq!(pool.zs_obj_write(&h, &[2; 101]), Err(ZsError::TooLong { len: 101, size: 100 }));
+    assert_eq!(pool.zs_obj_read(&h, &mut [0; 99]), Err(ZsError::BufferTooSmall { need: 100, got: 99 }));
+    assert_eq!(read(&pool, &h), vec![1; 100], "the object is untouched");
     assert_eq!(pool.zs_get_total_pages(), pages);
     pool.zs_free(h).unwrap();
-    // A freed handle stays invalid even after its slot is reused.
-    assert_eq!(pool.zs_free(h), Err(ZsError::InvalidHandle(h)));
-    let again = pool.zs_malloc(100, gfp(), 0).unwrap();
-    assert_ne!(again, h);
-    assert_eq!(pool.zs_obj_read(h, &mut [0; 4096]), Err(ZsError::InvalidHandle(h)));
-    pool.zs_free(again).unwrap();
     pool.check_invariants().unwrap();
     assert!(matches!(ZsPool::with_chain_size("t", mm.clone(), 3), Err(ZsError::BadChainSize(3))));
     let meta = Arc::new(MemoryMapBuilder::with_memory(16 << 20).build().unwrap());
@@ -127,7 +111,7 @@ fn compaction_frees_pages_and_keeps_every_object_reachable() {
         let size = [200, 700, 1500, 2500][i as usize % 4];
         let h = pool.zs_malloc(size, gfp(), 0).unwrap();
         let data = pattern(i, size);
-        pool.zs_obj_write(h, &data).unwrap();
+        pool.zs_obj_write(&h, &data).unwrap();
         live.push((h, data));
     }
     // Free two objects in three, across all four sizes: every zspage is
@@ -149,7 +133,7 @@ fn compaction_frees_pages_and_keeps_every_object_reachable() {
     assert!(pool.zs_get_total_pages() * 4096 < stored * 6 / 5, "compacted to within 20 % of the bytes stored");
     pool.check_invariants().unwrap();
     for (h, data) in &kept {
-        assert_eq!(&read(&pool, *h), data, "handle {h} after compaction");
+        assert_eq!(&read(&pool, h), data, "handle {h} after compaction");
     }
     assert_eq!(pool.zs_compact(), 0, "nothing left to gain");
     for (h, _) in kept {
@@ -159,19 +143,18 @@ fn compaction_frees_pages_and_keeps_every_object_reachable() {
 }
 
 #[test]
-fn deferred_frees_happen_by_the_flush_and_bad_ones_are_counted() {
+fn deferred_frees_happen_by_the_flush() {
     let mm = real_map(32 << 20);
     let pool = ZsPool::zs_create_pool("t", mm.clone()).unwrap();
     let handles: Vec<Handle> = (0..100).map(|_| pool.zs_malloc(300, gfp(), 0).unwrap()).collect();
-    for &h in &handles {
+    for h in handles {
         pool.zs_free_deferred(h).unwrap();
     }
-    pool.zs_free_deferred(handles[0]).unwrap(); // a double free, queued
     pool.zs_free_deferred_flush();
     let stats = pool.deferred_stats();
-    assert_eq!(stats.queued + stats.fallback, 101);
+    assert_eq!(stats.queued + stats.fallback, 100);
     assert_eq!(stats.drained + stats.fallback, 100);
-    assert_eq!(stats.invalid, 1);
+    assert_eq!(stats.invalid, 0);
     assert_eq!(pool.zs_get_total_pages(), 0);
     pool.check_invariants().unwrap();
 }
@@ -217,7 +200,7 @@ fn running_out_of_pages_is_a_typed_error_and_the_pool_stays_whole() {
     let err = loop {
         match pool.zs_malloc(3000, gfp(), 0) {
             Ok(h) => {
-                pool.zs_obj_write(h, &pattern(held.len() as u64, 3000)).unwrap();
+                pool.zs_obj_write(&h, &pattern(held.len() as u64, 3000)).unwrap();
                 held.push(h);
             }
             Err(e) => break e,
@@ -230,7 +213,7 @@ fn running_out_of_pages_is_a_typed_error_and_the_pool_stays_whole() {
     assert_eq!(pool.zs_get_total_pages(), pages);
     pool.check_invariants().unwrap();
     for (i, h) in held.iter().enumerate() {
-        assert_eq!(read(&pool, *h), pattern(i as u64, 3000));
+        assert_eq!(read(&pool, h), pattern(i as u64, 3000));
     }
     for h in held {
         pool.zs_free(h).unwrap();
@@ -244,11 +227,14 @@ fn both_deferred_layouts_free_everything() {
     for deferred in [DeferredLayout::PerCpu, DeferredLayout::PerPool] {
         let mm = real_map(32 << 20);
         let pool = ZsPool::with_config("t", mm.clone(), ZsConfig { deferred, ..ZsConfig::default() }).unwrap();
-        let handles: Vec<Handle> = (0..2000).map(|i| pool.zs_malloc(100 + i % 3000, gfp(), 0).unwrap()).collect();
+        let mut parts: Vec<Vec<Handle>> = (0..4).map(|_| Vec::new()).collect();
+        for i in 0..2000 {
+            parts[i / 500].push(pool.zs_malloc(100 + i % 3000, gfp(), 0).unwrap());
+        }
         std::thread::scope(|s| {
-            for part in handles.chunks(500) {
+            for part in parts {
                 let pool = &pool;
-                s.spawn(move || part.iter().for_each(|&h| pool.zs_free_deferred(h).unwrap()));
+                s.spawn(move || part.into_iter().for_each(|h| pool.zs_free_deferred(h).unwrap()));
             }
         });
         pool.zs_free_deferred_flush();
@@ -286,7 +272,7 @@ fn a_zspage_takes_its_pages_as_its_objects_reach_them() {
     handles.push(pool.zs_malloc_copy(&pattern(99, 1100), gfp(), 0).unwrap());
     assert_eq!(pool.zs_get_total_pages(), pages);
     for (i, h) in handles.iter().enumerate().take(5) {
-        assert_eq!(read(&pool, *h), pattern(i as u64 + 1, 1100));
+        assert_eq!(read(&pool, h), pattern(i as u64 + 1, 1100));
     }
     for h in handles {
         pool.zs_free(h).unwrap();

@@ -1,9 +1,17 @@
-//! Handles name their pool: a handle from another pool, or from a pool that
-//! was dropped, is refused by every call that takes one, and the refusal
-//! changes nothing in either pool (issue 22, finding 3).
+//! Handles and raw words name their pool and their object for good: a
+//! handle from another pool, or from a pool that was dropped, is refused
+//! by every call that takes one, however many pools came and went since;
+//! a raw word that is stale, spent, forged or of another key is refused by
+//! every raw call, however many cycles its slot went through since (issue
+//! 22, finding 3; issue 37, zsmalloc). Each refusal changes nothing.
+//!
+//! On the code before issue 37 (16-bit generations, 12-bit pool ids handed
+//! out round-robin, `Handle: Copy`), the stale word after 65,536 cycles
+//! and the handle of a pool dropped 4095 pools ago both reached a live
+//! object, and a second `zs_free_deferred` of one handle returned `Ok`.
 
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator};
-use mmkit_zsmalloc::{Handle, ZsError, ZsPool};
+use mmkit_zsmalloc::{Handle, RawKey, ZsConfig, ZsError, ZsPool};
 use std::sync::Arc;
 
 fn gfp() -> Gfp {
@@ -14,23 +22,30 @@ fn real_map(bytes: u64) -> Arc<PageAllocator> {
     Arc::new(MemoryMapBuilder::with_memory(bytes).backing(Backing::RealMemory(HugePages::None)).build().unwrap())
 }
 
-fn read(pool: &ZsPool, h: Handle) -> Result<Vec<u8>, ZsError> {
+fn read(pool: &ZsPool, h: &Handle) -> Result<Vec<u8>, ZsError> {
     let mut out = vec![0; 4096];
     let n = pool.zs_obj_read(h, &mut out)?;
     out.truncate(n);
     Ok(out)
 }
 
-/// Every call that takes a handle refuses `foreign` on `pool`, and `pool`'s
-/// own object `own` (holding `bytes`) is untouched afterwards.
-fn refuses_everywhere(pool: &ZsPool, foreign: Handle, own: Handle, bytes: &[u8]) {
+fn raw_pool(mm: &Arc<PageAllocator>, name: &str) -> (ZsPool, RawKey) {
+    ZsPool::with_raw_key(name, mm.clone(), ZsConfig::default()).unwrap()
+}
+
+/// Every borrowing call refuses `foreign` on `pool`, and `pool`'s own
+/// object `own` (holding `bytes`) is untouched afterwards; then the
+/// consuming calls refuse it too.
+fn refuses_everywhere(pool: &ZsPool, foreign: Handle, own: &Handle, bytes: &[u8]) {
     let pages = pool.zs_get_total_pages();
-    let invalid = Err(ZsError::InvalidHandle(foreign));
-    assert_eq!(pool.zs_free(foreign), invalid);
-    assert_eq!(pool.zs_free_deferred(foreign), invalid);
-    assert_eq!(pool.zs_obj_read(foreign, &mut [0; 4096]), Err(ZsError::InvalidHandle(foreign)));
-    assert_eq!(pool.zs_obj_read_with(foreign, &mut [0; 4096], |b| b.len()), Err(ZsError::InvalidHandle(foreign)));
-    assert_eq!(pool.zs_obj_write(foreign, &[0xaa; 8]), invalid);
+    let invalid = ZsError::InvalidHandle(foreign.id());
+    assert_eq!(pool.zs_obj_read(&foreign, &mut [0; 4096]), Err(invalid));
+    assert_eq!(pool.zs_obj_read_with(&foreign, &mut [0; 4096], |b| b.len()), Err(invalid));
+    assert_eq!(pool.zs_obj_write(&foreign, &[0xaa; 8]), Err(invalid));
+    let (err, foreign) = pool.zs_replace(foreign, &[1; 8], gfp(), 0).unwrap_err();
+    assert_eq!(err, invalid, "a replace of a foreign handle stores nothing");
+    let foreign_id = foreign.id();
+    assert_eq!(pool.zs_free_deferred(foreign), Err(ZsError::InvalidHandle(foreign_id)));
     pool.zs_free_deferred_flush();
     assert_eq!(pool.deferred_stats().invalid, 0, "nothing foreign was queued");
     assert_eq!(read(pool, own).unwrap(), bytes, "the pool's own object is untouched");
@@ -43,29 +58,129 @@ fn a_handle_from_another_pool_is_refused_by_every_call() {
     let mm = real_map(32 << 20);
     let a = ZsPool::zs_create_pool("a", mm.clone()).unwrap();
     let b = ZsPool::zs_create_pool("b", mm.clone()).unwrap();
+    // Same size, same class, same first slot: only the pool tells them apart.
     let ha = a.zs_malloc_copy(&[1; 100], gfp(), 0).unwrap();
     let hb = b.zs_malloc_copy(&[2; 100], gfp(), 0).unwrap();
-    // Same size, same class, same first slot: only the pool tells them apart.
-    assert_ne!(ha, hb, "two pools must not hand out the same handle");
-    refuses_everywhere(&b, ha, hb, &[2; 100]);
-    refuses_everywhere(&a, hb, ha, &[1; 100]);
-    // The raw word round-trips (zram stores it) and keeps naming its pool.
-    let raw = Handle::from_raw(ha.to_raw()).unwrap();
-    assert_eq!(b.zs_free(raw), Err(ZsError::InvalidHandle(raw)));
-    a.zs_free(raw).unwrap();
+    assert_ne!(ha.id(), hb.id(), "two pools must not hand out the same handle");
+    let ha2 = a.zs_malloc_copy(&[1; 100], gfp(), 0).unwrap();
+    refuses_everywhere(&b, ha2, &hb, &[2; 100]);
+    let id = ha.id();
+    assert_eq!(b.zs_free(ha), Err(ZsError::InvalidHandle(id)));
+    assert_eq!(a.check_invariants(), Ok(()));
     b.zs_free(hb).unwrap();
 }
 
 #[test]
-fn a_handle_from_a_dropped_pool_is_refused() {
+fn a_handle_of_a_dropped_pool_is_refused_by_every_newer_pool() {
     let mm = real_map(32 << 20);
     let old = ZsPool::zs_create_pool("old", mm.clone()).unwrap();
     let stale = old.zs_malloc_copy(&[3; 64], gfp(), 0).unwrap();
+    let stale2 = old.zs_malloc_copy(&[3; 64], gfp(), 0).unwrap();
     drop(old);
+    // More pools than the old 12-bit id space held: the old id came back
+    // to a new pool after 4095 of them, and the stale handle freed its
+    // object. Pool ids are never reused now.
+    for round in 0..4100 {
+        let new = ZsPool::zs_create_pool("new", mm.clone()).unwrap();
+        let own = new.zs_malloc_copy(&[4; 64], gfp(), 0).unwrap();
+        assert_ne!(new.id(), stale.id().pool());
+        assert_eq!(new.zs_obj_read(&stale, &mut [0; 4096]), Err(ZsError::InvalidHandle(stale.id())), "round {round}");
+        assert_eq!(read(&new, &own).unwrap(), vec![4; 64]);
+        new.zs_free(own).unwrap();
+    }
     let new = ZsPool::zs_create_pool("new", mm.clone()).unwrap();
     let own = new.zs_malloc_copy(&[4; 64], gfp(), 0).unwrap();
-    refuses_everywhere(&new, stale, own, &[4; 64]);
+    refuses_everywhere(&new, stale2, &own, &[4; 64]);
+    let id = stale.id();
+    assert_eq!(new.zs_free(stale), Err(ZsError::InvalidHandle(id)));
     new.zs_free(own).unwrap();
+}
+
+#[test]
+fn a_stale_raw_word_is_refused_after_65536_cycles_of_its_slot() {
+    let mm = real_map(16 << 20);
+    let (pool, key) = raw_pool(&mm, "raw");
+    let stale = pool.zs_malloc_copy_raw(&key, &[1; 100], gfp(), 0).unwrap();
+    pool.zs_free_raw(&key, stale).unwrap();
+    // The slot goes round 65,536 times: a 16-bit generation is back where
+    // it started, and the next object would carry the stale word's value.
+    for _ in 0..65_536 {
+        let w = pool.zs_malloc_copy_raw(&key, &[2; 100], gfp(), 0).unwrap();
+        pool.zs_free_raw(&key, w).unwrap();
+    }
+    let live = pool.zs_malloc_copy_raw(&key, &[7; 100], gfp(), 0).unwrap();
+    assert_ne!(live, stale, "the slot's generation went on, it did not wrap");
+    assert!(matches!(pool.zs_free_raw(&key, stale), Err(ZsError::InvalidHandle(_))));
+    assert!(matches!(pool.zs_free_deferred_raw(&key, stale), Err(ZsError::InvalidHandle(_))));
+    assert!(matches!(pool.zs_obj_write_raw(&key, stale, &[0; 8]), Err(ZsError::InvalidHandle(_))));
+    assert!(matches!(pool.zs_handle_from_raw(&key, stale), Err(ZsError::InvalidHandle(_))));
+    let mut out = [0; 4096];
+    assert_eq!(pool.zs_obj_read_raw(&key, live, &mut out), Ok(100));
+    assert_eq!(out[..100], [7; 100], "the live object is untouched");
+    pool.zs_free_raw(&key, live).unwrap();
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn a_deferred_free_of_a_word_freed_or_queued_already_is_refused_at_the_call() {
+    let mm = real_map(16 << 20);
+    let (pool, key) = raw_pool(&mm, "raw");
+    let w = pool.zs_malloc_copy_raw(&key, &[1; 300], gfp(), 0).unwrap();
+    pool.zs_free_deferred_raw(&key, w).unwrap();
+    assert!(matches!(pool.zs_free_deferred_raw(&key, w), Err(ZsError::InvalidHandle(_))), "queued already");
+    assert!(matches!(pool.zs_free_raw(&key, w), Err(ZsError::InvalidHandle(_))), "queued already");
+    let v = pool.zs_malloc_copy_raw(&key, &[2; 300], gfp(), 0).unwrap();
+    pool.zs_free_raw(&key, v).unwrap();
+    assert!(matches!(pool.zs_free_deferred_raw(&key, v), Err(ZsError::InvalidHandle(_))), "freed already");
+    pool.zs_free_deferred_flush();
+    let stats = pool.deferred_stats();
+    assert_eq!((stats.queued + stats.fallback, stats.invalid), (1, 0));
+    assert_eq!(pool.zs_get_total_pages(), 0);
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn a_word_reaches_only_objects_held_as_words_under_the_pools_key() {
+    let mm = real_map(16 << 20);
+    let (a, key_a) = raw_pool(&mm, "a");
+    let (b, key_b) = raw_pool(&mm, "b");
+    let wa = a.zs_malloc_copy_raw(&key_a, &[1; 100], gfp(), 0).unwrap();
+    let wb = b.zs_malloc_copy_raw(&key_b, &[2; 100], gfp(), 0).unwrap();
+    // Another pool's key is refused, even with a word that names a live
+    // raw-held object of this pool.
+    assert!(matches!(b.zs_free_raw(&key_a, wb), Err(ZsError::InvalidHandle(_))));
+    assert!(matches!(b.zs_obj_read_raw(&key_a, wb, &mut [0; 4096]), Err(ZsError::InvalidHandle(_))));
+    assert!(matches!(b.zs_malloc_copy_raw(&key_a, &[0; 8], gfp(), 0), Err(ZsError::InvalidHandle(_))));
+    // An object held by a handle is out of every word's reach: the word
+    // that would name it (same class, slot and generation as a raw-held
+    // object of its slot) is refused.
+    let h = a.zs_handle_from_raw(&key_a, wa).unwrap();
+    assert!(matches!(a.zs_obj_write_raw(&key_a, wa, &[9; 8]), Err(ZsError::InvalidHandle(_))));
+    assert!(matches!(a.zs_free_raw(&key_a, wa), Err(ZsError::InvalidHandle(_))));
+    assert_eq!(read(&a, &h).unwrap(), vec![1; 100]);
+    // A handle goes to a word and back; the spent word is refused.
+    let w2 = a.zs_handle_into_raw(&key_a, h).unwrap();
+    let h = a.zs_handle_from_raw(&key_a, w2).unwrap();
+    assert!(matches!(a.zs_handle_from_raw(&key_a, w2), Err(ZsError::InvalidHandle(_))), "spent");
+    // A pool without a key takes no word, and its handles cannot become one.
+    let plain = ZsPool::zs_create_pool("plain", mm.clone()).unwrap();
+    let hp = plain.zs_malloc_copy(&[3; 100], gfp(), 0).unwrap();
+    let (_, hp) = plain.zs_handle_into_raw(&key_a, hp).unwrap_err();
+    let (_, h) = b.zs_handle_into_raw(&key_b, h).unwrap_err();
+    // Forged words: every bit pattern near a live one.
+    for forged in [0, 1, u64::MAX, wb ^ 1, wb ^ (1 << 30), wb ^ (1 << 40), wb ^ (1 << 63)] {
+        assert!(matches!(b.zs_free_raw(&key_b, forged), Err(ZsError::InvalidHandle(_))), "{forged:#x}");
+    }
+    let mut out = [0; 4096];
+    assert_eq!(b.zs_obj_read_raw(&key_b, wb, &mut out), Ok(100));
+    assert_eq!(out[..100], [2; 100]);
+    a.zs_free(h).unwrap();
+    b.zs_free_raw(&key_b, wb).unwrap();
+    plain.zs_free(hp).unwrap();
+    for pool in [&a, &b, &plain] {
+        assert_eq!(pool.zs_get_total_pages(), 0);
+        pool.check_invariants().unwrap();
+    }
 }
 
 #[test]
@@ -75,9 +190,9 @@ fn many_pools_keep_distinct_handles() {
     let pools: Vec<ZsPool> = (0..15).map(|i| ZsPool::zs_create_pool(&format!("p{i}"), mm.clone()).unwrap()).collect();
     let handles: Vec<Handle> = pools.iter().map(|p| p.zs_malloc_copy(&[7; 40], gfp(), 0).unwrap()).collect();
     for (i, p) in pools.iter().enumerate() {
-        for (j, &h) in handles.iter().enumerate() {
+        for (j, h) in handles.iter().enumerate() {
             if i != j {
-                assert_eq!(p.zs_obj_write(h, &[0]), Err(ZsError::InvalidHandle(h)));
+                assert_eq!(p.zs_obj_write(h, &[0]), Err(ZsError::InvalidHandle(h.id())));
             }
         }
     }
@@ -87,114 +202,25 @@ fn many_pools_keep_distinct_handles() {
     }
 }
 
-/// Found by the `two_pools` fuzz target: once ids had wrapped round to 0,
-/// a pool's `zs_free_deferred` took a forged word with clear top bits (its
-/// pool field 0) as its own, queued it and answered Ok. Id 0 is never
-/// handed out, however many pools come and go.
 #[test]
-fn a_forged_small_word_names_no_pool_even_after_ids_wrap() {
-    let mm = real_map(8 << 20);
-    for round in 0..5000 {
-        let pool = ZsPool::zs_create_pool("wrap", mm.clone()).unwrap();
-        if round % 1000 == 0 || round > 4090 {
-            for raw in [1u64, 2, 0xffff, 1 << 40, (1 << 52) - 1] {
-                let forged = Handle::from_raw(raw).unwrap();
-                assert_eq!(pool.zs_free_deferred(forged), Err(ZsError::InvalidHandle(forged)), "round {round}");
-                assert_eq!(pool.zs_free(forged), Err(ZsError::InvalidHandle(forged)), "round {round}");
-            }
-        }
+fn a_replace_of_a_word_that_names_nothing_stores_nothing() {
+    let mm = real_map(16 << 20);
+    let (pool, key) = raw_pool(&mm, "raw");
+    let w = pool.zs_malloc_copy_raw(&key, &[1; 100], gfp(), 0).unwrap();
+    let keep = pool.zs_malloc_copy_raw(&key, &[2; 100], gfp(), 0).unwrap();
+    pool.zs_free_raw(&key, w).unwrap();
+    let pages = pool.zs_get_total_pages();
+    // Same class and another class for the new object: both refused.
+    for len in [100, 3000] {
+        assert!(matches!(pool.zs_replace_raw(&key, w, &vec![3; len], gfp(), 0), Err(ZsError::InvalidHandle(_))));
+        assert_eq!(pool.zs_get_total_pages(), pages, "the store was undone");
+        pool.check_invariants().unwrap();
     }
-}
-
-mod crossing {
-    use super::*;
-    use proptest::prelude::*;
-    use std::collections::HashMap;
-
-    #[derive(Clone, Debug)]
-    enum Op {
-        Malloc { pool: usize, size: usize, seed: u8 },
-        Free { pool: usize, pick: usize },
-        Deferred { pool: usize, pick: usize },
-        Write { pool: usize, pick: usize, seed: u8 },
-        Compact { pool: usize },
-    }
-
-    fn op() -> impl Strategy<Value = Op> {
-        prop_oneof![
-            3 => (0..2usize, 1..4096usize, any::<u8>()).prop_map(|(pool, size, seed)| Op::Malloc { pool, size, seed }),
-            2 => (0..2usize, any::<usize>()).prop_map(|(pool, pick)| Op::Free { pool, pick }),
-            1 => (0..2usize, any::<usize>()).prop_map(|(pool, pick)| Op::Deferred { pool, pick }),
-            2 => (0..2usize, any::<usize>(), any::<u8>()).prop_map(|(pool, pick, seed)| Op::Write { pool, pick, seed }),
-            1 => (0..2usize).prop_map(|pool| Op::Compact { pool }),
-        ]
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(32))]
-
-        /// Handles of both pools used on either: a call succeeds exactly
-        /// when the pool it is made on handed the handle out and has not
-        /// freed it, and every live object keeps its bytes.
-        #[test]
-        fn handles_crossing_pools_match_a_model(ops in proptest::collection::vec(op(), 1..80)) {
-            let mm = real_map(32 << 20);
-            let pools = [ZsPool::zs_create_pool("a", mm.clone()).unwrap(), ZsPool::zs_create_pool("b", mm.clone()).unwrap()];
-            let mut live: [HashMap<Handle, Vec<u8>>; 2] = [HashMap::new(), HashMap::new()];
-            let gfp = gfp();
-            for op in ops {
-                let all: Vec<Handle> = {
-                    let mut v: Vec<Handle> = live.iter().flat_map(|m| m.keys().copied()).collect();
-                    v.sort_unstable();
-                    v
-                };
-                let pick = |i: usize| (!all.is_empty()).then(|| all[i % all.len()]);
-                match op {
-                    Op::Malloc { pool, size, seed } => {
-                        let data = vec![seed; size];
-                        let h = pools[pool].zs_malloc_copy(&data, gfp, 0).unwrap();
-                        prop_assert!(!live[0].contains_key(&h) && !live[1].contains_key(&h));
-                        live[pool].insert(h, data);
-                    }
-                    Op::Free { pool, pick: i } | Op::Deferred { pool, pick: i } => {
-                        let Some(h) = pick(i) else { continue };
-                        let got = if matches!(op, Op::Free { .. }) {
-                            pools[pool].zs_free(h)
-                        } else {
-                            pools[pool].zs_free_deferred(h)
-                        };
-                        if live[pool].remove(&h).is_some() {
-                            prop_assert_eq!(got, Ok(()));
-                        } else {
-                            prop_assert_eq!(got, Err(ZsError::InvalidHandle(h)));
-                        }
-                    }
-                    Op::Write { pool, pick: i, seed } => {
-                        let Some(h) = pick(i) else { continue };
-                        match live[pool].get_mut(&h) {
-                            Some(obj) => {
-                                let data = vec![seed; obj.len()];
-                                pools[pool].zs_obj_write(h, &data).unwrap();
-                                *obj = data;
-                            }
-                            None => prop_assert_eq!(pools[pool].zs_obj_write(h, &[seed]), Err(ZsError::InvalidHandle(h))),
-                        }
-                    }
-                    Op::Compact { pool } => {
-                        pools[pool].zs_compact();
-                    }
-                }
-                for (pool, objs) in pools.iter().zip(&live) {
-                    pool.check_invariants().map_err(TestCaseError::fail)?;
-                    for (&h, want) in objs {
-                        prop_assert_eq!(&read(pool, h).unwrap(), want);
-                    }
-                }
-            }
-            for pool in &pools {
-                pool.zs_free_deferred_flush();
-                prop_assert_eq!(pool.deferred_stats().invalid, 0);
-            }
-        }
-    }
+    let mut out = [0; 4096];
+    assert_eq!(pool.zs_obj_read_raw(&key, keep, &mut out), Ok(100));
+    let moved = pool.zs_replace_raw(&key, keep, &[4; 3000], gfp(), 0).unwrap();
+    assert!(matches!(pool.zs_obj_read_raw(&key, keep, &mut out), Err(ZsError::InvalidHandle(_))), "spent");
+    assert_eq!(pool.zs_obj_read_raw(&key, moved, &mut out), Ok(3000));
+    pool.zs_free_raw(&key, moved).unwrap();
+    assert_eq!(pool.zs_get_total_pages(), 0);
 }

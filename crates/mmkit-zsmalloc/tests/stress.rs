@@ -44,12 +44,12 @@ fn four_threads_and_a_compactor() {
                                 let len = 1 + (rng.next_u64() % 4096) as usize;
                                 let h = pool.zs_malloc(len, Gfp::NOIO | Gfp::HIGHMEM | Gfp::MOVABLE, 0).unwrap();
                                 let tag = t << 56 | round;
-                                pool.zs_obj_write(h, &pattern(tag, len)).unwrap();
+                                pool.zs_obj_write(&h, &pattern(tag, len)).unwrap();
                                 held.push((h, tag, len));
                             } else {
                                 let i = (rng.next_u64() % held.len() as u64) as usize;
                                 let (h, tag, len) = held.swap_remove(i);
-                                let n = pool.zs_obj_read(h, &mut out).unwrap();
+                                let n = pool.zs_obj_read(&h, &mut out).unwrap();
                                 assert_eq!(n, len);
                                 assert!(out[..n] == pattern(tag, len)[..], "object {h} read wrong");
                                 if round % 2 == 0 {
@@ -60,7 +60,7 @@ fn four_threads_and_a_compactor() {
                             }
                         }
                         for (h, tag, len) in held {
-                            let n = pool.zs_obj_read(h, &mut out).unwrap();
+                            let n = pool.zs_obj_read(&h, &mut out).unwrap();
                             assert!(out[..n] == pattern(tag, len)[..]);
                             pool.zs_free(h).unwrap();
                         }

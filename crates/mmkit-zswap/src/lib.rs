@@ -12,7 +12,8 @@
 //! allocator ([`SwapFile`]).
 //!
 //! Two layers:
-//! - [`Zswap`] — the cache: entries keyed by swap entry ([`SwpEntry`]), an
+//! - [`Zswap`] — the cache: entries keyed by swap entry ([`SwpEntry`], an
+//!   owned token made by allocating a slot and consumed by freeing it), an
 //!   LRU with a second-chance shrinker, the pool limit with hysteresis,
 //!   same-filled pages kept as their value, reject counters and parameters
 //!   named as Linux names them. No `unsafe`.
@@ -33,13 +34,13 @@
 //! let mm = MemoryMapBuilder::with_memory(64 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
 //! let swap = SwapFile::create_temp(1024).unwrap();           // 1024 slots of 4 KiB, locked
 //! let zswap = Zswap::new(Arc::new(mm), swap, ZswapParams::default()).unwrap();
-//! let entry = zswap.alloc_swap_slot().unwrap();              // Linux's folio_alloc_swap
+//! let entry = zswap.alloc_swap_slot().unwrap();              // Linux's folio_alloc_swap: an owned token
 //! let page = [0x5au8; 4096];
-//! zswap.zswap_store(entry, &page).unwrap();                  // same-filled: kept as its value
+//! zswap.zswap_store(&entry, &page).unwrap();                 // same-filled: kept as its value
 //! let mut back = [0u8; 4096];
-//! assert!(zswap.zswap_load(entry, &mut back).unwrap());      // exclusive load: the entry is gone
+//! assert!(zswap.zswap_load(&entry, &mut back).unwrap());     // exclusive load: the entry is gone
 //! assert_eq!(back, page);
-//! zswap.swap_free(entry).unwrap();                           // the slot goes back to the file
+//! zswap.swap_free(entry).unwrap();                           // consumed: the slot goes back to the file
 //! assert_eq!(zswap.stats().stored_pages, 0);
 //! ```
 #![deny(unsafe_code)]
@@ -55,7 +56,7 @@ mod tree;
 mod zswap;
 
 pub use backing::SwapFile;
-pub use entry::SwpEntry;
+pub use entry::{EntryId, SwpEntry};
 pub use params::{ZswapParams, PARAM_NAMES};
 
 pub use region::{RegionConfig, RegionError, RegionStats, SwapRegion};
@@ -93,17 +94,17 @@ pub enum ZswapError {
     /// still the caller's.
     Rejected(Reject),
     /// A swap entry of another swap device (another [`Zswap`]).
-    ForeignEntry(SwpEntry),
+    ForeignEntry(EntryId),
     /// A swap entry whose slot is not allocated on this device.
-    BadSlot(SwpEntry),
+    BadSlot(EntryId),
     /// The entry is not in zswap (never stored, loaded exclusively,
     /// invalidated or written back already).
-    NoEntry(SwpEntry),
+    NoEntry(EntryId),
     /// A page buffer that is not exactly [`PAGE_SIZE`] bytes.
     BadPageSize(usize),
     /// The stored data did not decompress (`decompress_fail`); the entry
     /// is kept.
-    DecompressFail(SwpEntry),
+    DecompressFail(EntryId),
     /// Every slot of the swap file is in use (or a swap file of 0 slots).
     SwapFull,
     /// A slot count whose swap file or slot bitmap cannot be made: refused
@@ -126,7 +127,7 @@ pub enum ZswapError {
     },
     /// `zswap_writeback_entry` found the writeback failing
     /// (`reject_reclaim_fail`); the entry stays in zswap.
-    WritebackFail(SwpEntry),
+    WritebackFail(EntryId),
 }
 
 impl core::fmt::Display for ZswapError {

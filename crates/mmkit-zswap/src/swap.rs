@@ -38,7 +38,7 @@ impl Zswap {
     /// # Errors
     /// [`ZswapError::Io`]; [`ZswapError::ForeignEntry`],
     /// [`ZswapError::BadSlot`], [`ZswapError::BadPageSize`].
-    pub fn swap_writepage(&self, entry: SwpEntry, page: &[u8]) -> Result<(), ZswapError> {
+    pub fn swap_writepage(&self, entry: &SwpEntry, page: &[u8]) -> Result<(), ZswapError> {
         let offset = self.check(entry, page.len())?;
         Ok(self.file.write_slot(offset, page)?)
     }
@@ -54,9 +54,9 @@ impl Zswap {
             return Err(ZswapError::BadPageSize(page.len()));
         }
         let entry = self.alloc_swap_slot()?;
-        match self.zswap_store(entry, page) {
+        match self.zswap_store(&entry, page) {
             Ok(()) => Ok(entry),
-            Err(ZswapError::Rejected(_)) => match self.swap_writepage(entry, page) {
+            Err(ZswapError::Rejected(_)) => match self.swap_writepage(&entry, page) {
                 Ok(()) => Ok(entry),
                 Err(e) => {
                     self.file.free_slot(entry.offset());
@@ -77,7 +77,7 @@ impl Zswap {
     ///
     /// # Errors
     /// As the load; [`ZswapError::Io`].
-    pub fn swap_in(&self, entry: SwpEntry, page: &mut [u8], keep: KeepEntry) -> Result<(), ZswapError> {
+    pub fn swap_in(&self, entry: &SwpEntry, page: &mut [u8], keep: KeepEntry) -> Result<(), ZswapError> {
         let found = match keep {
             KeepEntry::Keep => self.zswap_load_keep(entry, page)?,
             KeepEntry::Drop => self.zswap_load(entry, page)?,
@@ -88,29 +88,35 @@ impl Zswap {
         Ok(())
     }
 
-    /// Frees swap slot `entry`: its zswap entry is invalidated (deferred
-    /// free) and the slot goes back to the file (Linux's `swap_free`).
+    /// Frees swap slot `entry`, consuming the entry: its zswap entry is
+    /// invalidated (deferred free) and the slot goes back to the file
+    /// (Linux's `swap_free`). A second free of one entry does not compile.
     ///
     /// # Errors
-    /// [`ZswapError::ForeignEntry`], [`ZswapError::BadSlot`]; nothing
+    /// [`ZswapError::ForeignEntry`] for an entry of another instance (the
+    /// entry comes back with the error, still its owner's); nothing
     /// changes.
-    pub fn swap_free(&self, entry: SwpEntry) -> Result<(), ZswapError> {
-        self.check(entry, PAGE_SIZE)?;
-        self.zswap_invalidate(entry)?;
+    pub fn swap_free(&self, entry: SwpEntry) -> Result<(), (ZswapError, SwpEntry)> {
+        if let Err(e) = self.check(&entry, PAGE_SIZE) {
+            return Err((e, entry));
+        }
+        if let Err(e) = self.zswap_invalidate(&entry) {
+            return Err((e, entry));
+        }
         self.file.free_slot(entry.offset());
         Ok(())
     }
 
-    /// Frees many slots at once, taking the tree lock once per chunk of 256 (a process
-    /// exit's `free_swap_and_cache_nr` over its whole range): entries are
-    /// invalidated with their objects freed as `mode` says. Entries of
-    /// another device or unallocated slots are skipped and counted in the
-    /// result's second field.
-    pub fn swap_free_batch(&self, entries: &[SwpEntry], mode: ReleaseMode) -> (usize, usize) {
+    /// Frees many slots at once, consuming their entries, taking the tree
+    /// lock once per chunk of 256 (a process exit's
+    /// `free_swap_and_cache_nr` over its whole range): entries are
+    /// invalidated with their objects freed as `mode` says. Returns the
+    /// slots freed and the entries of another device, which are given back
+    /// untouched.
+    pub fn swap_free_batch(&self, entries: Vec<SwpEntry>, mode: ReleaseMode) -> (usize, Vec<SwpEntry>) {
         const CHUNK: usize = 256;
         let mut handles = Vec::with_capacity(CHUNK);
         let mut offsets = Vec::with_capacity(entries.len());
-        let mut skipped = 0;
         let (mut pages, mut same, mut bytes) = (0u64, 0u64, 0u64);
         // The tree lock is held for one chunk at a time, and the chunk's
         // objects are freed after it is dropped: two threads exiting at
@@ -119,9 +125,8 @@ impl Zswap {
         for chunk in entries.chunks(CHUNK) {
             {
                 let mut tree = self.lock();
-                for &entry in chunk {
+                for entry in chunk {
                     if entry.swap_type() != self.swap_type {
-                        skipped += 1;
                         continue;
                     }
                     offsets.push(entry.offset());
@@ -147,6 +152,9 @@ impl Zswap {
         self.counters.same_filled_pages.fetch_sub(same, Relaxed);
         self.counters.stored_bytes.fetch_sub(bytes, Relaxed);
         let freed = self.file.free_slots(&offsets);
-        (freed, skipped + offsets.len() - freed)
+        // Only this device's entries were freed; every one named an
+        // allocated slot (an entry is consumed by its free), so `freed`
+        // is all of them.
+        (freed, entries.into_iter().filter(|e| e.swap_type() != self.swap_type).collect())
     }
 }

@@ -8,7 +8,6 @@
 //! counters, no zsmalloc calls.
 
 use mmkit_compress::Algorithm;
-use mmkit_zsmalloc::Handle;
 
 /// No slot: the end of the list.
 const NIL: u64 = u64::MAX;
@@ -18,8 +17,10 @@ const NIL: u64 = u64::MAX;
 pub(crate) enum Stored {
     /// A page of one repeated word (`zswap_is_page_same_filled`).
     Same(u64),
-    /// A zsmalloc object of `len` compressed bytes.
-    Zs { handle: Handle, len: u32, algorithm: Algorithm },
+    /// A zsmalloc object of `len` compressed bytes, held as a raw word
+    /// under the instance's key (so that a keeping load can read it with
+    /// the tree lock dropped, and is refused if it was freed meanwhile).
+    Zs { handle: u64, len: u32, algorithm: Algorithm },
 }
 
 /// One stored page (Linux's `struct zswap_entry`).

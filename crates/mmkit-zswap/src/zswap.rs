@@ -11,8 +11,13 @@
 //! and the `list_lru` lock). Compression runs outside it; an exclusive load
 //! takes its entry out under the lock and decompresses outside; a keeping
 //! load reads the object outside the lock, which is safe because zsmalloc
-//! refuses a handle freed meanwhile (generations) instead of reading
-//! another object. Writeback runs whole under the lock, so a stale
+//! refuses a raw word freed meanwhile (its slot's generation moved on, and
+//! never comes back) instead of reading another object; the load then
+//! looks the entry up again, so a store that replaced it is seen.
+//!
+//! Ownership: entries are tokens the caller owns (see [`SwpEntry`]); the
+//! zsmalloc objects are held as raw words under this instance's `RawKey`,
+//! which nothing outside it has. Writeback runs whole under the lock, so a stale
 //! writeback can never land in a slot after its owner wrote newer data
 //! there.
 
@@ -20,11 +25,11 @@ use crate::backing::SwapFile;
 use crate::params::ZswapParams;
 use crate::stats::{Counters, ZswapStats};
 use crate::tree::{Entry, Stored, Tree};
-use crate::{Reject, SwpEntry, ZswapError, PAGE_SIZE};
+use crate::{EntryId, Reject, SwpEntry, ZswapError, PAGE_SIZE};
 use mmkit::{Gfp, PageAllocator};
 use mmkit_compress::{fill_same, same_filled};
-use mmkit_zsmalloc::{Handle, ZsPool};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use mmkit_zsmalloc::{RawKey, ZsConfig, ZsPool};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 /// zsmalloc allocation flags for zswap's objects (Linux's `zswap_store`
@@ -36,8 +41,10 @@ const GFP: Gfp = Gfp::NORETRY.union(Gfp::NOWARN).union(Gfp::KSWAPD_RECLAIM).unio
 /// (Linux's `MAX_RECLAIM_RETRIES` in `shrink_worker`).
 const MAX_RECLAIM_RETRIES: u32 = 16;
 
-/// Swap types handed out so far: each [`Zswap`] is one swap device.
-static NEXT_SWAP_TYPE: AtomicU32 = AtomicU32::new(1);
+/// Swap types handed out so far: each [`Zswap`] is one swap device. A
+/// 64-bit counter that refuses to wrap (as `std::thread::ThreadId`), so
+/// an entry of a dropped instance never names a later one.
+static NEXT_SWAP_TYPE: AtomicU64 = AtomicU64::new(1);
 
 /// How a batch of swap entries is released.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -84,8 +91,11 @@ fn take(counter: &AtomicU64) -> bool {
 /// [`ZswapError::ForeignEntry`]. Every method takes `&self` and may be
 /// called from any number of threads.
 pub struct Zswap {
-    pub(crate) swap_type: u32,
+    pub(crate) swap_type: u64,
     pool: ZsPool,
+    /// The right to hold the pool's objects as raw words; only this
+    /// instance has it, so every object of the pool is one of its entries'.
+    key: RawKey,
     page_bytes: u64,
     total_pages: u64,
     params: RwLock<ZswapParams>,
@@ -118,10 +128,15 @@ impl Zswap {
             return Err(ZswapError::Allocator(format!("pages of {page_bytes} bytes, zswap needs {PAGE_SIZE}")));
         }
         let total_pages = mm.zones().iter().map(|z| z.managed_pages()).sum();
-        let pool = ZsPool::zs_create_pool("zswap", mm).map_err(|e| ZswapError::Allocator(e.to_string()))?;
+        let swap_type = NEXT_SWAP_TYPE
+            .fetch_update(Relaxed, Relaxed, |n| n.checked_add(1))
+            .map_err(|_| ZswapError::Allocator("every swap type was handed out".into()))?;
+        let (pool, key) =
+            ZsPool::with_raw_key("zswap", mm, ZsConfig::default()).map_err(|e| ZswapError::Allocator(e.to_string()))?;
         Ok(Self {
-            swap_type: NEXT_SWAP_TYPE.fetch_add(1, Relaxed),
+            swap_type,
             pool,
+            key,
             page_bytes,
             total_pages,
             params: RwLock::new(params),
@@ -135,7 +150,7 @@ impl Zswap {
     }
 
     /// This device's swap type.
-    pub fn swap_type(&self) -> u32 {
+    pub fn swap_type(&self) -> u64 {
         self.swap_type
     }
 
@@ -192,15 +207,15 @@ impl Zswap {
     }
 
     /// Checks that `entry` is a slot of this device and `len` a page.
-    pub(crate) fn check(&self, entry: SwpEntry, len: usize) -> Result<u64, ZswapError> {
+    pub(crate) fn check(&self, entry: &SwpEntry, len: usize) -> Result<u64, ZswapError> {
         if entry.swap_type() != self.swap_type {
-            return Err(ZswapError::ForeignEntry(entry));
+            return Err(ZswapError::ForeignEntry(entry.id()));
         }
         if len != PAGE_SIZE {
             return Err(ZswapError::BadPageSize(len));
         }
         if !self.file.is_allocated(entry.offset()) {
-            return Err(ZswapError::BadSlot(entry));
+            return Err(ZswapError::BadSlot(entry.id()));
         }
         Ok(entry.offset())
     }
@@ -243,7 +258,7 @@ impl Zswap {
     /// contents are stale now. [`ZswapError::ForeignEntry`],
     /// [`ZswapError::BadSlot`], [`ZswapError::BadPageSize`]: nothing
     /// changes.
-    pub fn zswap_store(&self, entry: SwpEntry, page: &[u8]) -> Result<(), ZswapError> {
+    pub fn zswap_store(&self, entry: &SwpEntry, page: &[u8]) -> Result<(), ZswapError> {
         let offset = self.check(entry, page.len())?;
         match self.store_inner(page) {
             Ok(stored) => {
@@ -252,15 +267,15 @@ impl Zswap {
                     // Unreachable: `check` found the slot allocated, so inside the tree.
                     drop(tree);
                     if let Stored::Zs { handle, .. } = stored {
-                        let _ = self.pool.zs_free(handle);
+                        let _ = self.pool.zs_free_raw(&self.key, handle);
                     }
-                    return Err(ZswapError::BadSlot(entry));
+                    return Err(ZswapError::BadSlot(entry.id()));
                 };
                 self.account(&stored, 1);
                 let old = old.and_then(|old| self.unlink(old));
                 drop(tree);
                 if let Some(handle) = old {
-                    let _ = self.pool.zs_free(handle);
+                    let _ = self.pool.zs_free_raw(&self.key, handle);
                 }
                 Ok(())
             }
@@ -297,7 +312,7 @@ impl Zswap {
             if take(&self.inject.alloc) {
                 return Err(Reject::AllocFail);
             }
-            let handle = self.pool.zs_malloc_copy(data, GFP, 0).map_err(|_| Reject::AllocFail)?;
+            let handle = self.pool.zs_malloc_copy_raw(&self.key, data, GFP, 0).map_err(|_| Reject::AllocFail)?;
             Ok(Stored::Zs { handle, len: data.len() as u32, algorithm })
         };
         // `compress` gives `None` when the output would not be smaller than
@@ -334,7 +349,7 @@ impl Zswap {
 
     /// Takes a removed entry out of the counts; returns its handle to free
     /// once the lock is dropped.
-    fn unlink(&self, old: Entry) -> Option<Handle> {
+    fn unlink(&self, old: Entry) -> Option<u64> {
         self.account(&old.stored, -1);
         match old.stored {
             Stored::Same(_) => None,
@@ -354,13 +369,13 @@ impl Zswap {
     /// [`ZswapError::DecompressFail`] (the entry is kept);
     /// [`ZswapError::ForeignEntry`], [`ZswapError::BadSlot`],
     /// [`ZswapError::BadPageSize`]: nothing changes.
-    pub fn zswap_load(&self, entry: SwpEntry, page: &mut [u8]) -> Result<bool, ZswapError> {
+    pub fn zswap_load(&self, entry: &SwpEntry, page: &mut [u8]) -> Result<bool, ZswapError> {
         let offset = self.check(entry, page.len())?;
         let Some(found) = self.lock().remove(offset) else { return Ok(false) };
-        match self.expand(entry, found.stored, page) {
+        match self.expand(entry.id(), found.stored, page) {
             Ok(()) => {
                 if let Some(handle) = self.unlink(found) {
-                    let _ = self.pool.zs_free(handle);
+                    let _ = self.pool.zs_free_raw(&self.key, handle);
                 }
                 Ok(true)
             }
@@ -372,7 +387,7 @@ impl Zswap {
                 } else {
                     drop(tree);
                     if let Some(handle) = self.unlink(found) {
-                        let _ = self.pool.zs_free(handle);
+                        let _ = self.pool.zs_free_raw(&self.key, handle);
                     }
                 }
                 Err(e)
@@ -389,29 +404,36 @@ impl Zswap {
     ///
     /// # Errors
     /// As [`zswap_load`](Self::zswap_load).
-    pub fn zswap_load_keep(&self, entry: SwpEntry, page: &mut [u8]) -> Result<bool, ZswapError> {
+    pub fn zswap_load_keep(&self, entry: &SwpEntry, page: &mut [u8]) -> Result<bool, ZswapError> {
         let offset = self.check(entry, page.len())?;
-        let stored = {
-            let mut tree = self.lock();
-            let Some(found) = tree.get_mut(offset) else { return Ok(false) };
-            found.referenced = true;
-            found.stored
-        };
-        match self.expand(entry, stored, page) {
-            Ok(()) => Ok(true),
-            // Invalidated while we read it: zsmalloc refused the old handle.
-            Err(ZswapError::NoEntry(_)) => Ok(false),
-            Err(e) => Err(e),
+        loop {
+            let stored = {
+                let mut tree = self.lock();
+                let Some(found) = tree.get_mut(offset) else { return Ok(false) };
+                found.referenced = true;
+                found.stored
+            };
+            match self.expand(entry.id(), stored, page) {
+                Ok(()) => return Ok(true),
+                // The object went while we read it (zsmalloc refused its
+                // word: freed, and its slot's generation moved on): a store
+                // replaced the entry, or an invalidation or writeback took
+                // it. Look again. Answering "not in zswap" here sent the
+                // caller to the swap file's slot, which a replacing store
+                // never wrote: stale data.
+                Err(ZswapError::NoEntry(_)) => continue,
+                Err(e) => return Err(e),
+            }
         }
     }
 
     /// Whether slot `entry` has an entry in zswap.
-    pub fn contains(&self, entry: SwpEntry) -> bool {
+    pub fn contains(&self, entry: &SwpEntry) -> bool {
         entry.swap_type() == self.swap_type && self.lock().contains(entry.offset())
     }
 
     /// Decompresses `stored` into `page`.
-    fn expand(&self, entry: SwpEntry, stored: Stored, page: &mut [u8]) -> Result<(), ZswapError> {
+    fn expand(&self, entry: EntryId, stored: Stored, page: &mut [u8]) -> Result<(), ZswapError> {
         match stored {
             Stored::Same(word) => {
                 fill_same(page, word);
@@ -421,7 +443,7 @@ impl Zswap {
                 let mut local = [0u8; PAGE_SIZE];
                 let ok = self
                     .pool
-                    .zs_obj_read_with(handle, &mut local, |data| {
+                    .zs_obj_read_with_raw(&self.key, handle, &mut local, |data| {
                         !take(&self.inject.decompress) && algorithm.decompress(data, page)
                     })
                     .map_err(|_| ZswapError::NoEntry(entry))?;
@@ -444,7 +466,7 @@ impl Zswap {
     ///
     /// # Errors
     /// [`ZswapError::ForeignEntry`]; nothing changes.
-    pub fn zswap_invalidate(&self, entry: SwpEntry) -> Result<bool, ZswapError> {
+    pub fn zswap_invalidate(&self, entry: &SwpEntry) -> Result<bool, ZswapError> {
         self.zswap_invalidate_mode(entry, ReleaseMode::Deferred)
     }
 
@@ -453,9 +475,9 @@ impl Zswap {
     ///
     /// # Errors
     /// As `zswap_invalidate`.
-    pub fn zswap_invalidate_mode(&self, entry: SwpEntry, mode: ReleaseMode) -> Result<bool, ZswapError> {
+    pub fn zswap_invalidate_mode(&self, entry: &SwpEntry, mode: ReleaseMode) -> Result<bool, ZswapError> {
         if entry.swap_type() != self.swap_type {
-            return Err(ZswapError::ForeignEntry(entry));
+            return Err(ZswapError::ForeignEntry(entry.id()));
         }
         let mut tree = self.lock();
         let Some(old) = tree.remove(entry.offset()) else { return Ok(false) };
@@ -467,10 +489,10 @@ impl Zswap {
         Ok(true)
     }
 
-    pub(crate) fn free_handle(&self, handle: Handle, mode: ReleaseMode) {
+    pub(crate) fn free_handle(&self, handle: u64, mode: ReleaseMode) {
         let _ = match mode {
-            ReleaseMode::Deferred => self.pool.zs_free_deferred(handle),
-            ReleaseMode::Sync => self.pool.zs_free(handle),
+            ReleaseMode::Deferred => self.pool.zs_free_deferred_raw(&self.key, handle),
+            ReleaseMode::Sync => self.pool.zs_free_raw(&self.key, handle),
         };
     }
 
@@ -491,17 +513,17 @@ impl Zswap {
     /// [`ZswapError::WritebackFail`] when decompression or the write
     /// failed (counted in `reject_reclaim_fail`; the entry stays);
     /// [`ZswapError::ForeignEntry`], [`ZswapError::BadSlot`].
-    pub fn zswap_writeback_entry(&self, entry: SwpEntry) -> Result<(), ZswapError> {
+    pub fn zswap_writeback_entry(&self, entry: &SwpEntry) -> Result<(), ZswapError> {
         let offset = self.check(entry, PAGE_SIZE)?;
         let mut tree = self.lock();
         if !tree.contains(offset) {
-            return Err(ZswapError::NoEntry(entry));
+            return Err(ZswapError::NoEntry(entry.id()));
         }
         self.writeback_locked(&mut tree, offset)
     }
 
     fn writeback_locked(&self, tree: &mut Tree, offset: u64) -> Result<(), ZswapError> {
-        let entry = SwpEntry::new(self.swap_type, offset);
+        let entry = EntryId::new(self.swap_type, offset);
         let Some(&found) = tree.get(offset) else { return Err(ZswapError::NoEntry(entry)) };
         let mut page = [0u8; PAGE_SIZE];
         let done = self.expand(entry, found.stored, &mut page).is_ok() && self.file.write_slot(offset, &page).is_ok();
@@ -511,7 +533,7 @@ impl Zswap {
         }
         tree.remove(offset);
         if let Some(handle) = self.unlink(found) {
-            let _ = self.pool.zs_free(handle);
+            let _ = self.pool.zs_free_raw(&self.key, handle);
         }
         Counters::inc(&self.counters.written_back_pages);
         Ok(())
@@ -587,7 +609,7 @@ impl Zswap {
                 Stored::Zs { handle, len, .. } => {
                     bytes += u64::from(len);
                     let mut buf = [0u8; PAGE_SIZE];
-                    match self.pool.zs_obj_read(handle, &mut buf) {
+                    match self.pool.zs_obj_read_raw(&self.key, handle, &mut buf) {
                         Ok(n) if n == len as usize => {}
                         other => return Err(format!("slot {offset}: object read gave {other:?}, stored {len}")),
                     }

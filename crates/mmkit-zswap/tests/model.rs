@@ -1,17 +1,17 @@
 //! zswap against a model: random swap-outs, stores, loads (keeping and
 //! exclusive), invalidations, writebacks, shrinks, parameter changes and
-//! foreign entries, checked against a `HashMap` of what each slot must read
-//! back, with `check_invariants` after every step.
+//! foreign entries, checked against a model of what each slot must read
+//! back, with `check_invariants` after every step. Entries are owned
+//! tokens: the model holds them, and a freed one is gone from it.
 //!
 //! Properties: a slot reads back the last page stored or swapped out to
 //! it, whether it sits in zswap or was written back or rejected to the
-//! file; a bad call (foreign entry, unallocated slot, wrong page size)
+//! file; a bad call (foreign entry, wrong page size)
 //! changes no statistic and no slot; the counters agree with the tree.
 
 use mmkit::{Backing, HugePages, MemoryMapBuilder};
 use mmkit_zswap::{KeepEntry, SwapFile, SwpEntry, Zswap, ZswapError, ZswapParams, PAGE_SIZE};
 use proptest::prelude::*;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 #[derive(Clone, Debug)]
@@ -66,8 +66,8 @@ fn zswap() -> Zswap {
     Zswap::new(Arc::new(mm), SwapFile::create_temp(256).unwrap(), ZswapParams::default()).unwrap()
 }
 
-fn pick(slots: &[SwpEntry], i: usize) -> Option<SwpEntry> {
-    (!slots.is_empty()).then(|| slots[i % slots.len()])
+fn pick(slots: &[(SwpEntry, Vec<u8>)], i: usize) -> Option<usize> {
+    (!slots.is_empty()).then(|| i % slots.len())
 }
 
 proptest! {
@@ -76,21 +76,22 @@ proptest! {
     fn zswap_matches_the_model(ops in prop::collection::vec(op(), 1..120)) {
         let z = zswap();
         let other = zswap();
-        let mut model: HashMap<SwpEntry, Vec<u8>> = HashMap::new();
-        let mut slots: Vec<SwpEntry> = Vec::new();
+        // Every entry held, with what its slot must read back.
+        let mut slots: Vec<(SwpEntry, Vec<u8>)> = Vec::new();
         let mut buf = vec![0u8; PAGE_SIZE];
         for op in ops {
             match op {
                 Op::SwapOut(kind, seed) => {
                     let data = page(kind, seed);
                     match z.swap_out(&data) {
-                        Ok(e) => { model.insert(e, data); slots.push(e); }
+                        Ok(e) => slots.push((e, data)),
                         Err(ZswapError::SwapFull) => prop_assert_eq!(slots.len(), 256),
                         Err(e) => prop_assert!(false, "swap_out: {e}"),
                     }
                 }
-                Op::Store(i, kind, seed) => if let Some(e) = pick(&slots, i) {
+                Op::Store(i, kind, seed) => if let Some(at) = pick(&slots, i) {
                     let data = page(kind, seed);
+                    let e = &slots[at].0;
                     match z.zswap_store(e, &data) {
                         Ok(()) => {}
                         Err(ZswapError::Rejected(_)) => {
@@ -99,28 +100,27 @@ proptest! {
                         }
                         Err(e) => prop_assert!(false, "store: {e}"),
                     }
-                    model.insert(e, data);
+                    slots[at].1 = data;
                 },
-                Op::LoadKeep(i) => if let Some(e) = pick(&slots, i) {
-                    z.swap_in(e, &mut buf, KeepEntry::Keep).unwrap();
-                    prop_assert_eq!(&buf, &model[&e]);
+                Op::LoadKeep(i) => if let Some(at) = pick(&slots, i) {
+                    z.swap_in(&slots[at].0, &mut buf, KeepEntry::Keep).unwrap();
+                    prop_assert_eq!(&buf, &slots[at].1);
                 },
-                Op::LoadExclusive(i) => if let Some(e) = pick(&slots, i) {
+                Op::LoadExclusive(i) => if let Some(at) = pick(&slots, i) {
                     // The page's owner now holds the only copy: it frees the slot.
-                    z.swap_in(e, &mut buf, KeepEntry::Drop).unwrap();
-                    prop_assert_eq!(&buf, &model[&e]);
-                    prop_assert!(!z.contains(e));
-                    z.swap_free(e).unwrap();
-                    model.remove(&e);
-                    slots.retain(|s| *s != e);
+                    let (e, want) = slots.swap_remove(at);
+                    z.swap_in(&e, &mut buf, KeepEntry::Drop).unwrap();
+                    prop_assert_eq!(&buf, &want);
+                    prop_assert!(!z.contains(&e));
+                    z.swap_free(e).map_err(|(e, _)| e).unwrap();
                 },
-                Op::Free(i) => if let Some(e) = pick(&slots, i) {
-                    z.swap_free(e).unwrap();
-                    model.remove(&e);
-                    slots.retain(|s| *s != e);
-                    prop_assert!(matches!(z.swap_free(e), Err(ZswapError::BadSlot(_))), "freed twice");
+                Op::Free(i) => if let Some(at) = pick(&slots, i) {
+                    // A second free of the entry does not compile: it is consumed.
+                    let (e, _) = slots.swap_remove(at);
+                    z.swap_free(e).map_err(|(e, _)| e).unwrap();
                 },
-                Op::Writeback(i) => if let Some(e) = pick(&slots, i) {
+                Op::Writeback(i) => if let Some(at) = pick(&slots, i) {
+                    let e = &slots[at].0;
                     let was = z.contains(e);
                     match z.zswap_writeback_entry(e) {
                         Ok(()) => prop_assert!(was && !z.contains(e)),
@@ -134,30 +134,34 @@ proptest! {
                 Op::Foreign(i) => {
                     let before = z.stats();
                     let foreign = other.alloc_swap_slot().unwrap();
-                    prop_assert!(matches!(z.zswap_store(foreign, &page(0, 1)), Err(ZswapError::ForeignEntry(_))));
-                    prop_assert!(matches!(z.zswap_load(foreign, &mut buf), Err(ZswapError::ForeignEntry(_))));
-                    prop_assert!(matches!(z.zswap_invalidate(foreign), Err(ZswapError::ForeignEntry(_))));
-                    prop_assert!(matches!(z.swap_free(foreign), Err(ZswapError::ForeignEntry(_))));
-                    let unallocated = SwpEntry::new(z.swap_type(), 100_000);
-                    prop_assert!(matches!(z.zswap_store(unallocated, &page(0, 1)), Err(ZswapError::BadSlot(_))));
-                    if let Some(e) = pick(&slots, i) {
+                    prop_assert!(matches!(z.zswap_store(&foreign, &page(0, 1)), Err(ZswapError::ForeignEntry(_))));
+                    prop_assert!(matches!(z.zswap_load(&foreign, &mut buf), Err(ZswapError::ForeignEntry(_))));
+                    prop_assert!(matches!(z.zswap_load_keep(&foreign, &mut buf), Err(ZswapError::ForeignEntry(_))));
+                    prop_assert!(matches!(z.zswap_invalidate(&foreign), Err(ZswapError::ForeignEntry(_))));
+                    let Err((ZswapError::ForeignEntry(_), foreign)) = z.swap_free(foreign) else {
+                        panic!("a foreign entry is refused and given back");
+                    };
+                    if let Some(at) = pick(&slots, i) {
+                        let e = &slots[at].0;
                         prop_assert!(matches!(z.zswap_store(e, &[0u8; 100]), Err(ZswapError::BadPageSize(100))));
                         prop_assert!(matches!(z.zswap_load(e, &mut [0u8; 4097]), Err(ZswapError::BadPageSize(4097))));
                     }
                     prop_assert_eq!(z.stats(), before);
-                    other.swap_free(foreign).unwrap();
+                    other.swap_free(foreign).map_err(|(e, _)| e).unwrap();
                 }
             }
             if let Err(why) = z.check_invariants() {
                 prop_assert!(false, "invariant: {why}");
             }
         }
-        for e in slots.clone() {
+        for (e, want) in &slots {
             z.swap_in(e, &mut buf, KeepEntry::Keep).unwrap();
-            prop_assert_eq!(&buf, &model[&e]);
+            prop_assert_eq!(&buf, want);
         }
-        let (freed, skipped) = z.swap_free_batch(&slots, mmkit_zswap::ReleaseMode::Deferred);
-        prop_assert_eq!((freed, skipped), (slots.len(), 0));
+        let n = slots.len();
+        let entries: Vec<SwpEntry> = slots.into_iter().map(|(e, _)| e).collect();
+        let (freed, foreign) = z.swap_free_batch(entries, mmkit_zswap::ReleaseMode::Deferred);
+        prop_assert_eq!((freed, foreign.len()), (n, 0));
         z.flush_deferred();
         prop_assert_eq!(z.stats().stored_pages, 0);
         prop_assert_eq!(z.pool().zs_get_total_pages(), 0);

@@ -29,14 +29,14 @@ fn random_page(seed: u64) -> Vec<u8> {
 fn same_filled_pages_take_no_pool_memory() {
     let z = zswap_with(16 << 20, 64, ZswapParams::default());
     let e = z.alloc_swap_slot().unwrap();
-    z.zswap_store(e, &[0u8; PAGE_SIZE]).unwrap();
+    z.zswap_store(&e, &[0u8; PAGE_SIZE]).unwrap();
     let s = z.stats();
     assert_eq!((s.stored_pages, s.same_filled_pages, s.pool_total_size), (1, 1, 0));
     let mut back = vec![1u8; PAGE_SIZE];
-    assert!(z.zswap_load_keep(e, &mut back).unwrap());
+    assert!(z.zswap_load_keep(&e, &mut back).unwrap());
     assert_eq!(back, vec![0u8; PAGE_SIZE]);
-    assert!(z.zswap_invalidate(e).unwrap());
-    assert!(!z.zswap_invalidate(e).unwrap(), "nothing left to invalidate");
+    assert!(z.zswap_invalidate(&e).unwrap());
+    assert!(!z.zswap_invalidate(&e).unwrap(), "nothing left to invalidate");
     assert_eq!(z.stats().stored_pages, 0);
 }
 
@@ -55,15 +55,15 @@ fn every_reject_is_counted_and_the_page_goes_to_the_swap_file() {
             z.inject(what, 1);
         }
         let e = z.alloc_swap_slot().unwrap();
-        assert!(matches!(z.zswap_store(e, &page), Err(ZswapError::Rejected(r)) if r == why), "{why:?}");
+        assert!(matches!(z.zswap_store(&e, &page), Err(ZswapError::Rejected(r)) if r == why), "{why:?}");
         // swap_out does what a pager does with a reject: the file takes it.
         if let Some(what) = inject {
             z.inject(what, 1);
         }
         let e2 = z.swap_out(&page).unwrap();
-        assert!(!z.contains(e2));
+        assert!(!z.contains(&e2));
         let mut back = vec![0u8; PAGE_SIZE];
-        z.swap_in(e2, &mut back, KeepEntry::Keep).unwrap();
+        z.swap_in(&e2, &mut back, KeepEntry::Keep).unwrap();
         assert_eq!(back, page);
         z.swap_free(e).unwrap();
         z.swap_free(e2).unwrap();
@@ -75,7 +75,7 @@ fn every_reject_is_counted_and_the_page_goes_to_the_swap_file() {
     );
     z.param_set("enabled", "N").unwrap();
     let e = z.alloc_swap_slot().unwrap();
-    assert!(matches!(z.zswap_store(e, &text_page(1)), Err(ZswapError::Rejected(Reject::Disabled))));
+    assert!(matches!(z.zswap_store(&e, &text_page(1)), Err(ZswapError::Rejected(Reject::Disabled))));
     z.check_invariants().unwrap();
 }
 
@@ -84,17 +84,17 @@ fn a_failed_decompression_keeps_the_entry() {
     let z = zswap_with(16 << 20, 64, ZswapParams::default());
     let e = z.alloc_swap_slot().unwrap();
     let page = text_page(3);
-    z.zswap_store(e, &page).unwrap();
+    z.zswap_store(&e, &page).unwrap();
     let mut back = vec![0u8; PAGE_SIZE];
     z.inject(Injected::DecompressFail, 2);
-    assert!(matches!(z.zswap_load(e, &mut back), Err(ZswapError::DecompressFail(_))));
-    assert!(matches!(z.zswap_load_keep(e, &mut back), Err(ZswapError::DecompressFail(_))));
+    assert!(matches!(z.zswap_load(&e, &mut back), Err(ZswapError::DecompressFail(_))));
+    assert!(matches!(z.zswap_load_keep(&e, &mut back), Err(ZswapError::DecompressFail(_))));
     assert_eq!(z.stats().decompress_fail, 2);
-    assert!(z.contains(e));
+    assert!(z.contains(&e));
     z.check_invariants().unwrap();
-    assert!(z.zswap_load(e, &mut back).unwrap());
+    assert!(z.zswap_load(&e, &mut back).unwrap());
     assert_eq!(back, page);
-    assert!(!z.contains(e), "an exclusive load drops the entry");
+    assert!(!z.contains(&e), "an exclusive load drops the entry");
 }
 
 #[test]
@@ -107,7 +107,7 @@ fn the_pool_limit_refuses_until_below_the_accept_threshold() {
     let mut k = 0;
     loop {
         let e = z.alloc_swap_slot().unwrap();
-        match z.zswap_store(e, &random_page(k + 1)[..PAGE_SIZE / 2].repeat(2)) {
+        match z.zswap_store(&e, &random_page(k + 1)[..PAGE_SIZE / 2].repeat(2)) {
             Ok(()) => stored.push(e),
             Err(ZswapError::Rejected(Reject::PoolLimit)) => break,
             Err(other) => panic!("{other}"),
@@ -121,12 +121,12 @@ fn the_pool_limit_refuses_until_below_the_accept_threshold() {
     z.swap_free(stored.pop().unwrap()).unwrap();
     z.flush_deferred();
     let e = z.alloc_swap_slot().unwrap();
-    assert!(matches!(z.zswap_store(e, &text_page(1)), Err(ZswapError::Rejected(Reject::PoolLimit))));
+    assert!(matches!(z.zswap_store(&e, &text_page(1)), Err(ZswapError::Rejected(Reject::PoolLimit))));
     while z.pool().zs_get_total_pages() * 100 > max_pages * 85 {
         z.swap_free(stored.pop().unwrap()).unwrap();
         z.flush_deferred();
     }
-    z.zswap_store(e, &text_page(1)).unwrap();
+    z.zswap_store(&e, &text_page(1)).unwrap();
     z.check_invariants().unwrap();
 }
 
@@ -137,22 +137,22 @@ fn the_shrinker_gives_referenced_entries_a_second_chance_and_writes_back_the_res
     // New entries are referenced: the first pass only clears the bits.
     assert_eq!(z.zswap_shrink(8), 0);
     let mut back = vec![0u8; PAGE_SIZE];
-    z.zswap_load_keep(entries[0], &mut back).unwrap(); // entry 0 referenced again
+    z.zswap_load_keep(&entries[0], &mut back).unwrap(); // entry 0 referenced again
     assert_eq!(z.zswap_shrink(8), 7);
-    assert!(z.contains(entries[0]));
+    assert!(z.contains(&entries[0]));
     assert_eq!(z.stats().written_back_pages, 7);
-    for (k, &e) in entries.iter().enumerate() {
+    for (k, e) in entries.iter().enumerate() {
         z.swap_in(e, &mut back, KeepEntry::Keep).unwrap();
         assert_eq!(back, text_page(k), "entry {k} reads back from the file");
     }
     // A failing swap file: the writeback is refused and counted, the entry stays.
     z.swap_file().fail_next_writes(1);
     z.zswap_shrink(1);
-    assert!(matches!(z.zswap_writeback_entry(entries[0]), Ok(()) | Err(ZswapError::WritebackFail(_))));
+    assert!(matches!(z.zswap_writeback_entry(&entries[0]), Ok(()) | Err(ZswapError::WritebackFail(_))));
     z.swap_file().fail_next_writes(1);
     let e = z.swap_out(&text_page(40)).unwrap();
-    assert!(matches!(z.zswap_writeback_entry(e), Err(ZswapError::WritebackFail(_))));
-    assert!(z.contains(e));
+    assert!(matches!(z.zswap_writeback_entry(&e), Err(ZswapError::WritebackFail(_))));
+    assert!(z.contains(&e));
     assert!(z.stats().reject_reclaim_fail >= 1);
     z.param_set("shrinker_enabled", "N").unwrap();
     assert_eq!(z.zswap_shrink(100), 0);
@@ -168,11 +168,11 @@ fn a_full_swap_file_is_a_typed_error_that_changes_nothing() {
     assert!(matches!(z.alloc_swap_slot(), Err(ZswapError::SwapFull)));
     assert_eq!(z.stats(), before);
     // Every entry written back: the file holds them all.
-    for &e in &slots {
+    for e in &slots {
         z.zswap_writeback_entry(e).unwrap();
     }
     let mut back = vec![0u8; PAGE_SIZE];
-    for (k, &e) in slots.iter().enumerate() {
+    for (k, e) in slots.iter().enumerate() {
         z.swap_in(e, &mut back, KeepEntry::Drop).unwrap();
         assert_eq!(back, text_page(k));
     }
@@ -206,9 +206,9 @@ fn parameters_and_statistics_carry_linux_names() {
     z.param_set("compressor", "zstd:3").unwrap();
     let f = z.swap_out(&text_page(6)).unwrap();
     let mut back = vec![0u8; PAGE_SIZE];
-    z.swap_in(e, &mut back, KeepEntry::Keep).unwrap();
+    z.swap_in(&e, &mut back, KeepEntry::Keep).unwrap();
     assert_eq!(back, text_page(5));
-    z.swap_in(f, &mut back, KeepEntry::Keep).unwrap();
+    z.swap_in(&f, &mut back, KeepEntry::Keep).unwrap();
     assert_eq!(back, text_page(6));
     let text = z.stats().debugfs();
     for name in [

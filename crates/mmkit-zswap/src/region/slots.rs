@@ -31,15 +31,16 @@ impl Slots {
     /// so no lock is taken: the release of a large region is a walk.
     pub(crate) fn release(&mut self, zswap: &Zswap, mode: ReleaseMode) {
         let entries: Vec<SwpEntry> =
-            self.0.iter_mut().filter_map(|slot| *slot.get_mut().unwrap_or_else(|p| p.into_inner())).collect();
-        zswap.swap_free_batch(&entries, mode);
+            self.0.iter_mut().filter_map(|slot| slot.get_mut().unwrap_or_else(|p| p.into_inner()).take()).collect();
+        // Every entry is this region's, made by this zswap: none comes back.
+        let _ = zswap.swap_free_batch(entries, mode);
     }
 
     /// [`release`](Self::release) where other references may remain.
     pub(crate) fn release_shared(&self, zswap: &Zswap, mode: ReleaseMode) {
         let entries: Vec<SwpEntry> =
-            self.0.iter().filter_map(|slot| *slot.lock().unwrap_or_else(|p| p.into_inner())).collect();
-        zswap.swap_free_batch(&entries, mode);
+            self.0.iter().filter_map(|slot| slot.lock().unwrap_or_else(|p| p.into_inner()).take()).collect();
+        let _ = zswap.swap_free_batch(entries, mode);
     }
 }
 
@@ -55,7 +56,7 @@ impl Slot<'_> {
     /// # Errors
     /// The load's: the stored copy stays where it was.
     pub(crate) fn load(&self, zswap: &Zswap, page: &mut [u8]) -> Result<bool, ZswapError> {
-        match *self.0 {
+        match &*self.0 {
             Some(entry) => zswap.swap_in(entry, page, KeepEntry::Keep).map(|()| true),
             None => Ok(false),
         }
@@ -68,7 +69,7 @@ impl Slot<'_> {
     /// # Errors
     /// The store's; the page keeps its old copy, if any.
     pub(crate) fn store(&mut self, zswap: &Zswap, page: &[u8]) -> Result<(), ZswapError> {
-        match *self.0 {
+        match &*self.0 {
             Some(entry) => match zswap.zswap_store(entry, page) {
                 Ok(()) => Ok(()),
                 Err(ZswapError::Rejected(_)) => zswap.swap_writepage(entry, page),
