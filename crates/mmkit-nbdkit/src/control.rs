@@ -328,8 +328,8 @@ mod tests {
 
     #[test]
     fn peers_are_answered_at_once_and_a_dead_servers_socket_is_replaced() {
-        let dir = std::env::temp_dir().join(format!("mmkit-nbdkit-peers-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let path = dir.join("ctl.sock");
         // A dead server's socket: bound, then its listener dropped.
         drop(UnixListener::bind(&path).unwrap());
@@ -353,21 +353,12 @@ mod tests {
         first.read_to_string(&mut reply).unwrap();
         assert!(reply.starts_with("error no request line"), "{reply}");
         assert!(started.elapsed() >= PEER_TIMEOUT - Duration::from_millis(500));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_peer_beyond_the_limit_reads_busy_not_a_reset_and_nothing_runs() {
-        /// Removed when dropped, however the test ends.
-        struct Scratch(PathBuf);
-        impl Drop for Scratch {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
-        let dir = Scratch(std::env::temp_dir().join(format!("mmkit-nbdkit-busy-{}", std::process::id())));
-        std::fs::create_dir_all(&dir.0).unwrap();
-        let path = dir.0.join("ctl.sock");
+        let scratch = tempfile::tempdir().unwrap();
+        let path = scratch.path().join("ctl.sock");
         let zram = device();
         zram.open().unwrap().write(0, &page()).unwrap();
         ControlSocket::bind(&path).unwrap().serve(Arc::clone(&zram)).unwrap();
@@ -402,8 +393,8 @@ mod tests {
 
     #[test]
     fn the_socket_is_private_answers_each_connection_and_never_replaces_a_file() {
-        let dir = std::env::temp_dir().join(format!("mmkit-nbdkit-control-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let path = dir.join("ctl.sock");
         let _ = std::fs::remove_file(&path);
         let socket = ControlSocket::bind(&path).unwrap();
@@ -435,6 +426,5 @@ mod tests {
         assert!(zram.is_initialised(), "reset ran from a cut line");
         let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(leftovers, vec![std::ffi::OsString::from("ctl.sock")], "no staging file left");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

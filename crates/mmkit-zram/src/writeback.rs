@@ -329,8 +329,8 @@ mod tests {
 
     #[test]
     fn a_missing_or_empty_file_is_refused() {
-        let dir = std::env::temp_dir().join(format!("mmkit-zram-wb-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         assert!(matches!(BackingDev::open(&dir.join("absent")), Err(ZramError::Backing(_))));
         let small = dir.join("small");
         std::fs::write(&small, [0u8; 100]).unwrap();
@@ -353,6 +353,5 @@ mod tests {
         }
         drop(dev);
         BackingDev::open(&hard).expect("free again once the first device let go");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

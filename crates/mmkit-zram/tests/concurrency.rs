@@ -44,8 +44,8 @@ fn whole(index: u64, page: &[u8]) -> bool {
 
 #[test]
 fn a_million_mixed_operations_lose_and_tear_nothing() {
-    let dir = std::env::temp_dir().join(format!("mmkit-zram-concurrency-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path().to_path_buf();
     let backing = dir.join("backing");
     std::fs::write(&backing, vec![0u8; 256 * PAGE_SIZE]).unwrap();
     let pages = SHARED + THREADS * PRIVATE;
@@ -120,5 +120,4 @@ fn a_million_mixed_operations_lose_and_tear_nothing() {
     zram.reset().unwrap();
     assert!(zram.pool().is_none(), "reset drops the pool with its pages");
     assert_eq!(zram.bd_stat().split_whitespace().next(), Some("0"), "reset returns every block");
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -13,15 +13,15 @@ use common::{exe_pages, noise};
 
 /// A dictionary trained on the even pages of a stretch of this test
 /// binary (the tests store odd ones: neighbours, never the same page),
-/// written to a file of this test's own.
-fn dictionary_file(name: &str) -> (PathBuf, Dictionary) {
-    let dir = std::env::temp_dir().join(format!("mmkit-zram-dict-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+/// written to a file of this test's own (in a directory removed when the
+/// returned guard drops).
+fn dictionary_file(name: &str) -> (PathBuf, Dictionary, tempfile::TempDir) {
+    let dir = tempfile::Builder::new().prefix(&format!("mmkit-zram-dict-{name}-")).tempdir().unwrap();
     let training: Vec<Vec<u8>> = exe_pages(100, 800).into_iter().step_by(2).collect();
     let dict = Dictionary::train(training.iter().map(Vec::as_slice), 16 << 10).unwrap();
-    let path = dir.join("zram.dict");
+    let path = dir.path().join("zram.dict");
     dict.save(&path).unwrap();
-    (path, dict)
+    (path, dict, dir)
 }
 
 /// `ZramConfig::set` calls, in order.
@@ -68,7 +68,7 @@ fn check(zram: &Zram, expected: &[Vec<u8>]) {
 
 #[test]
 fn a_dictionary_device_stores_and_reads_every_pattern_in_less_memory() {
-    let (path, dict) = dictionary_file("patterns");
+    let (path, dict, _dir) = dictionary_file("patterns");
     // Level 9: below level 6 zstd reuses a dictionary's entropy tables
     // on small blocks without pricing them, and pages can grow.
     let params = format!("algo=zstd level=9 dict={}", path.display());
@@ -110,7 +110,7 @@ fn lz4hc_and_levels_through_algorithm_params() {
 
 #[test]
 fn recompression_into_a_dictionary_algorithm_reads_back() {
-    let (path, _) = dictionary_file("recompress");
+    let (path, _, _dir) = dictionary_file("recompress");
     let params = format!("priority=1 level=9 dict={}", path.display());
     let zram = device(&[("comp", "lz4"), ("recomp", "zstd"), ("algorithm_params", &params)]).unwrap();
     assert!(zram.dictionary(1).is_some());
@@ -126,7 +126,7 @@ fn recompression_into_a_dictionary_algorithm_reads_back() {
 
 #[test]
 fn refused_parameters_are_typed_and_change_nothing() {
-    let (path, _) = dictionary_file("refused");
+    let (path, _, _dir) = dictionary_file("refused");
     let dict = format!("dict={}", path.display());
     let refused: [(Settings, Expected); 5] = [
         (&[("comp", "lz4"), ("algorithm_params", "algo=zstd level=3")], |e| matches!(e, ZramError::Invalid(_))),

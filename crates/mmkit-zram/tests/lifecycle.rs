@@ -75,8 +75,8 @@ fn reset_is_busy_while_open_and_otherwise_returns_to_uninitialised_with_zeroed_s
 
 #[test]
 fn a_backing_file_serves_one_device_and_bad_limits_are_refused() {
-    let dir = std::env::temp_dir().join(format!("mmkit-zram-lifecycle-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path().to_path_buf();
     let file = dir.join("bk.img");
     std::fs::write(&file, vec![0u8; 16 * PAGE_SIZE]).unwrap();
     let link = dir.join("link.img");
@@ -106,7 +106,6 @@ fn a_backing_file_serves_one_device_and_bad_limits_are_refused() {
     }
     second.attr_store("mem_limit", "4096").unwrap();
     assert!(matches!(second.attr_store("recompress", ""), Err(ZramError::Invalid(_))), "a bare recompress");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Issue 37: I/O goes only through an open handle, so a writer is always

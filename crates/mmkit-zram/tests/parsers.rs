@@ -61,8 +61,8 @@ proptest! {
     fn attribute_stores_never_panic_and_invalid_ones_change_nothing(
         stores in proptest::collection::vec((name(), word()), 1..12),
     ) {
-        let dir = std::env::temp_dir().join(format!("mmkit-zram-parsers-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let backing = dir.join(format!("b{}", stores.len()));
         std::fs::write(&backing, vec![0u8; 8 * PAGE_SIZE]).unwrap();
         let zram = Zram::with_own_memory(ZramConfig {
@@ -87,6 +87,5 @@ proptest! {
                 pool.check_invariants().map_err(TestCaseError::fail)?;
             }
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -16,24 +16,16 @@ fn real_pages(n: usize) -> Vec<Vec<u8>> {
 }
 
 /// A scratch directory of this test's own, removed when dropped.
-struct Scratch(PathBuf);
+struct Scratch(tempfile::TempDir);
 
 impl Scratch {
     fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("mmkit-zram-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
+        Self(tempfile::Builder::new().prefix(&format!("mmkit-zram-{name}-")).tempdir().unwrap())
     }
     fn file(&self, name: &str, pages: usize) -> PathBuf {
-        let path = self.0.join(name);
+        let path = self.0.path().join(name);
         std::fs::write(&path, vec![0u8; pages * PAGE_SIZE]).unwrap();
         path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -171,7 +163,7 @@ fn the_limit_and_a_full_file_stop_writeback_after_what_fits() {
 fn a_bad_backing_file_is_a_typed_error() {
     let scratch = Scratch::new("wb-bad");
     let config = |path: PathBuf| ZramConfig { disksize: 1 << 20, backing_dev: Some(path), ..ZramConfig::default() };
-    assert!(matches!(Zram::with_own_memory(config(scratch.0.join("absent"))), Err(ZramError::Backing(_))));
+    assert!(matches!(Zram::with_own_memory(config(scratch.0.path().join("absent"))), Err(ZramError::Backing(_))));
     assert!(matches!(Zram::with_own_memory(config(scratch.file("empty", 0))), Err(ZramError::Backing(_))));
     // A file cut short under the device: the read fails, is counted, and
     // the other pages are untouched.
