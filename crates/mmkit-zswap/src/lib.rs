@@ -59,7 +59,7 @@ pub use backing::SwapFile;
 pub use entry::{EntryId, SwpEntry};
 pub use params::{ZswapParams, PARAM_NAMES};
 
-pub use region::{RegionConfig, RegionError, RegionStats, SwapRegion};
+pub use region::{PinnedRange, RegionConfig, RegionError, RegionStats, SwapRegion};
 pub use stats::ZswapStats;
 pub use swap::KeepEntry;
 pub use zswap::{Injected, ReleaseMode, Zswap};

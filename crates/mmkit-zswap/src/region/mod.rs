@@ -67,6 +67,7 @@
 mod handler;
 mod page;
 mod pager;
+mod pinned;
 mod signal;
 mod slots;
 mod sys;
@@ -77,6 +78,7 @@ use crate::{ReleaseMode, Zswap, PAGE_SIZE};
 use handler::Handler;
 use page::{DIRTY, FAILED, RESIDENT};
 use pager::Shared;
+pub use pinned::PinnedRange;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -159,6 +161,13 @@ pub enum RegionError {
         /// The offset of the first byte of the page that failed.
         offset: usize,
     },
+    /// A [`SwapRegion::pin`] of more pages than the resident budget.
+    PinTooLarge {
+        /// Pages the range touches.
+        pages: usize,
+        /// The region's resident budget.
+        budget: usize,
+    },
 }
 
 impl core::fmt::Display for RegionError {
@@ -175,6 +184,9 @@ impl core::fmt::Display for RegionError {
             Self::Misaligned(offset) => write!(f, "word access at {offset}, not 8-aligned"),
             Self::HandlerGone => f.write_str("the fault handler has stopped"),
             Self::LoadFailed { offset } => write!(f, "the page at {offset} could not be loaded"),
+            Self::PinTooLarge { pages, budget } => {
+                write!(f, "a pin of {pages} pages, more than the resident budget of {budget}")
+            }
         }
     }
 }

@@ -349,3 +349,22 @@ impl Mapping {
         })
     }
 }
+
+/// What a system call sees of `len` bytes at `ptr`: it writes them into a
+/// pipe (the kernel reads the memory, as `write(2)` to a file would) and
+/// reads them back; the error is the system call's (`EFAULT` for a page
+/// the kernel would not fault in).
+#[cfg(test)]
+pub(crate) fn through_a_pipe(ptr: *const u8, len: usize) -> std::io::Result<Vec<u8>> {
+    let (r, w) = rustix::pipe::pipe()?;
+    // SAFETY: `write(2)` only reads `len` bytes at `ptr` from the kernel,
+    // which checks the addresses and answers `EFAULT` for one it cannot
+    // read; no Rust reference to that memory is made.
+    let written = unsafe { libc::write(std::os::fd::AsRawFd::as_raw_fd(&w), ptr.cast(), len) };
+    if written < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut out = vec![0u8; written as usize];
+    rustix::io::read(&r, &mut out)?;
+    Ok(out)
+}

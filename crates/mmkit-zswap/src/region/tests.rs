@@ -390,3 +390,33 @@ fn a_forked_child_in_sigbus_mode_does_not_reach_into_the_parent() {
         assert_eq!(r.shared.map.load_u64(p * PAGE_SIZE), word(p, 1));
     }
 }
+
+#[test]
+fn a_pinned_range_is_what_a_system_call_can_read() {
+    let z = zswap(256);
+    let Some(r) = region(&z, RegionConfig::new(16 * PAGE_SIZE, 4)) else { return };
+    let data: Vec<u8> = (0..3 * PAGE_SIZE).map(|i| (i % 251) as u8).collect();
+    r.write(PAGE_SIZE, &data).unwrap();
+    r.reclaim(0).unwrap();
+    assert_eq!(r.stats().resident, 0);
+    // Evicted: the kernel does not fault the page in for a system call.
+    let err = super::sys::through_a_pipe(r.as_ptr().wrapping_add(PAGE_SIZE), 16).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EFAULT), "{err}");
+    {
+        let pinned = r.pin(PAGE_SIZE + 100, 2 * PAGE_SIZE, false).unwrap();
+        assert_eq!(pinned.as_mut_ptr(), None, "read-only pin");
+        assert_eq!(r.reclaim(0).unwrap(), 0, "pinned pages are not evicted");
+        assert_eq!(r.stats().resident, 3);
+        let seen = super::sys::through_a_pipe(pinned.as_ptr(), pinned.len()).unwrap();
+        assert_eq!(seen, data[100..100 + 2 * PAGE_SIZE]);
+    }
+    assert_eq!(r.reclaim(0).unwrap(), 3, "unpinned when the guard drops");
+    assert!(matches!(r.pin(0, 5 * PAGE_SIZE, false), Err(RegionError::PinTooLarge { pages: 5, budget: 4 })));
+    assert!(matches!(r.pin(15 * PAGE_SIZE, PAGE_SIZE + 1, true), Err(RegionError::OutOfBounds { .. })));
+    let writable = r.pin(0, 8, true).unwrap();
+    assert!(writable.as_mut_ptr().is_some());
+    drop(writable);
+    assert_eq!(r.stats().resident, 1);
+    assert_eq!(r.reclaim(0).unwrap(), 1);
+    assert!(r.pin(0, 0, false).unwrap().is_empty());
+}
