@@ -63,37 +63,44 @@ fn fifty_ctl_clients_during_a_verified_fio_run_each_run_or_say_busy() {
         .collect();
     std::thread::sleep(Duration::from_millis(200));
     let requests: [&[&str]; 5] = [&["mm_stat"], &["idle", "all"], &["compact"], &["io_stat"], &["mem_limit", "0"]];
-    let clients: Vec<_> = (0..50)
-        .map(|i| {
-            let request = requests[i % requests.len()];
-            let retry = if i < 20 { "0" } else { "5" };
-            let child = Command::new(mmkit())
-                .args(["zram", "ctl", "--busy-retry", retry])
-                .arg(server.control())
-                .args(request)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("ctl starts");
-            (i, request, child)
-        })
-        .collect();
+    let ctl = |i: usize, retry: &str| {
+        let request = requests[i % requests.len()];
+        let child = Command::new(mmkit())
+            .args(["zram", "ctl", "--busy-retry", retry])
+            .arg(server.control())
+            .args(request)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ctl starts");
+        (i, request, child)
+    };
+    // The first 20 try once, and all of them end while every slot is
+    // still held (however slowly a loaded machine starts them): busy.
+    let once: Vec<_> = (0..20).map(|i| ctl(i, "0")).collect();
+    // The other 30 retry, and find the slots free within their retries.
+    let retrying: Vec<_> = (20..50).map(|i| ctl(i, "5")).collect();
     assert!(fio.try_wait().expect("fio").is_none(), "fio ended before the clients started");
-    std::thread::sleep(Duration::from_secs(1));
-    drop(held);
     let (mut ran, mut busy) = (0, 0);
-    for (i, request, child) in clients {
+    let mut end = |(i, request, child): (usize, &[&str], std::process::Child)| {
         let out = child.wait_with_output().expect("ctl ends");
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         match out.status.code() {
             Some(0) => ran += 1,
             Some(3) if stderr.contains("busy") && stderr.contains("not run") => busy += 1,
             other => panic!("client {i} {request:?}: exit {other:?}, neither ran nor busy: {stderr}"),
         }
-        if i < 20 {
-            assert_eq!(out.status.code(), Some(3), "client {i} tried once while every slot was held: {stderr}");
-        }
+        (out.status.code(), stderr)
+    };
+    for client in once {
+        let i = client.0;
+        let (code, stderr) = end(client);
+        assert_eq!(code, Some(3), "client {i} tried once while every slot was held: {stderr}");
+    }
+    drop(held);
+    for client in retrying {
+        end(client);
     }
     assert!(ran >= 25, "{ran} of the 30 retrying clients ran once the slots freed up");
     let fio = fio.wait_with_output().expect("fio ends");
