@@ -195,6 +195,36 @@ impl Server {
         }
     }
 
+    /// fio's nbd engine on the export, ready to run: four jobs (four
+    /// connections) writing 4 KiB blocks at random at queue depth 16, each
+    /// `per_job` bytes of its own, `loops` times, every block checked with
+    /// crc32c when read back; JSON on stdout. It runs in the server's
+    /// private directory, where fio would keep its verify state (it is told
+    /// to keep none).
+    pub fn fio_verify(&self, per_job: &str, loops: u32) -> Command {
+        let mut fio = Command::new("fio");
+        fio.current_dir(self.dir()).args([
+            "--name=verify",
+            "--ioengine=nbd",
+            &format!("--uri={}", self.uri()),
+            "--rw=randwrite",
+            "--bs=4k",
+            "--iodepth=16",
+            "--numjobs=4",
+            &format!("--size={per_job}"),
+            &format!("--loops={loops}"),
+            &format!("--offset_increment={per_job}"),
+            "--verify=crc32c",
+            "--do_verify=1",
+            "--verify_fatal=1",
+            "--verify_state_save=0",
+            "--buffer_compress_percentage=50",
+            "--refill_buffers",
+            "--output-format=json",
+        ]);
+        fio
+    }
+
     /// `mm_stat`'s nine columns.
     pub fn mm_stat(&self) -> Vec<u64> {
         let text = self.ctl(&["mm_stat"]).expect("mm_stat");

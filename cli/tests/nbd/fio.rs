@@ -3,7 +3,6 @@
 //! crc32c when read back.
 
 use crate::common::{check, require, Server};
-use std::process::Command;
 
 #[test]
 fn fio_randwrite_qd16_over_four_connections_verifies_with_crc32c() {
@@ -11,26 +10,7 @@ fn fio_randwrite_qd16_over_four_connections_verifies_with_crc32c() {
         return;
     }
     let server = Server::start("64M", &[]);
-    // fio saves a verify state file per job in its working directory:
-    // none, and in the server's private directory at that.
-    let out = check(Command::new("fio").current_dir(server.dir()).args([
-        "--name=verify",
-        "--ioengine=nbd",
-        &format!("--uri={}", server.uri()),
-        "--rw=randwrite",
-        "--bs=4k",
-        "--iodepth=16",
-        "--numjobs=4",
-        "--size=8m",
-        "--offset_increment=8m",
-        "--verify=crc32c",
-        "--do_verify=1",
-        "--verify_fatal=1",
-        "--verify_state_save=0",
-        "--buffer_compress_percentage=50",
-        "--refill_buffers",
-        "--output-format=json",
-    ]));
+    let out = check(&mut server.fio_verify("8m", 1));
     let json: serde_json::Value =
         serde_json::from_str(&out[out.find('{').expect("fio's JSON")..]).expect("fio's JSON parses");
     let jobs = json["jobs"].as_array().expect("jobs");

@@ -26,27 +26,8 @@ fn fifty_ctl_clients_during_a_verified_fio_run_each_run_or_say_busy() {
         return;
     }
     let server = Server::start("64M", &[]);
-    let mut fio = Command::new("fio")
-        .current_dir(server.dir())
-        .args([
-            "--name=verify",
-            "--ioengine=nbd",
-            &format!("--uri={}", server.uri()),
-            "--rw=randwrite",
-            "--bs=4k",
-            "--iodepth=16",
-            "--numjobs=4",
-            "--size=16m",
-            "--loops=8",
-            "--offset_increment=16m",
-            "--verify=crc32c",
-            "--do_verify=1",
-            "--verify_fatal=1",
-            "--verify_state_save=0",
-            "--buffer_compress_percentage=50",
-            "--refill_buffers",
-            "--output-format=json",
-        ])
+    let mut fio = server
+        .fio_verify("16m", 8)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
