@@ -183,7 +183,6 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
                     .collect();
                 let mut results = measure(SUITE.name, spec, &mut contenders, settings.runs)?;
                 for r in &mut results {
-                    r.ratio_vs_mmkit = None;
                     r.extra.push(("ops_per_sec", 1e9 / r.median_ns));
                 }
                 cases.extend(results);
