@@ -104,21 +104,18 @@ fn safe_frees_of_a_handed_out_frame_are_refused_and_it_is_never_handed_out_twice
     assert!(tag.is_some());
     assert!(mmkit::Contig::new(&mm).free_contig_range(pfn, 1).map_or(true, |s| s.still_in_use == 1));
     assert_eq!(mm.page_owner(pfn), tag, "still the adapter's");
-    // A guard whose block was freed behind its back and reallocated as a
-    // frame: its drop must not free the frame.
+    // A guard's block cannot be freed behind its back (it carries the
+    // map's guard tag), so it is never reallocated as a frame meanwhile.
     let guard = mm.alloc_pages_guarded(Gfp::KERNEL, 0).unwrap();
+    assert!(owned(mm.free_pages(guard.pfn(), 0)));
     let guarded = guard.pfn();
-    mm.free_pages(guarded, 0).unwrap();
-    let mut reused = None;
+    let mut meanwhile = Vec::new();
     for _ in 0..64 {
         let f: PhysFrame<Size4KiB> = frames.allocate_frame().unwrap();
-        if f.start_address().as_u64() >> 12 == guarded.0 {
-            reused = Some(f);
-            break;
-        }
+        assert_ne!(f.start_address().as_u64() >> 12, guarded.0, "a guarded page handed out as a frame");
+        meanwhile.push(f);
     }
     drop(guard);
-    assert!(reused.is_none() || mm.page_owner(guarded).is_some(), "the guard's drop left the frame owned");
     // Another adapter of the same map cannot give the frame back either.
     let mut other = X86Frames::new(&mm, Gfp::KERNEL).unwrap();
     // SAFETY: the call is refused; nothing is freed.
@@ -142,7 +139,7 @@ fn safe_frees_of_a_handed_out_frame_are_refused_and_it_is_never_handed_out_twice
         for f in seen {
             frames.deallocate_frame(f);
         }
-        if let Some(f) = reused {
+        for f in meanwhile {
             frames.try_deallocate(f).unwrap();
         }
     }

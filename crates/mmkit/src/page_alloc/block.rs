@@ -215,6 +215,21 @@ impl PageAllocator {
         Ok(self.idx_to_pfn(idx))
     }
 
+    /// Turns an owned block into a plain one with one reference, as
+    /// [`alloc_pages`](Self::alloc_pages) returns it (a
+    /// [`PageGuard`](crate::PageGuard) given up). The refcount is set while
+    /// the tag still guards the block, so no PFN call can claim it in
+    /// between; then the tag goes.
+    pub(crate) fn disown_block(&self, block: PageBlock) -> Pfn {
+        let pfn = block.pfn();
+        if let Ok(idx) = self.block_idx(&block) {
+            let page = self.desc(idx);
+            page.set_refcount(1);
+            page.clear_owner();
+        }
+        pfn
+    }
+
     /// Takes back a block of `order` that `owner` handed out (or, to adopt
     /// it, a plain block from [`alloc_pages`](Self::alloc_pages) with one
     /// reference): afterwards it is `owner`'s and frozen, and the returned

@@ -130,6 +130,9 @@ pub struct PageAllocator {
     /// Owner tags held by live [`OwnerKey`](crate::OwnerKey)s or retired:
     /// bit `t` for tag `t` (`page_alloc::block`).
     pub(crate) owner_tags: core::sync::atomic::AtomicU32,
+    /// The tag of this map's [`PageGuard`](crate::PageGuard)s, 0 until the
+    /// first guard takes one (`page_alloc::guard`).
+    pub(crate) guard_tag: core::sync::atomic::AtomicU8,
     /// The per-CPU order-0 caches of the shared API
     /// (`page_alloc::cpu_cache`); `None` where restartable sequences are
     /// unavailable or the map was built without them.
@@ -203,6 +206,7 @@ impl PageAllocator {
             pcp,
             map_id,
             owner_tags: core::sync::atomic::AtomicU32::new(0),
+            guard_tag: core::sync::atomic::AtomicU8::new(0),
             mobility_disabled: p.mobility_disabled,
             migrator: p.migrator,
             cma: p.cma,

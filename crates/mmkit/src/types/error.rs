@@ -33,6 +33,10 @@ pub enum AllocError {
     NoSuchNode(usize),
     /// The [`OwnerKey`](crate::OwnerKey) passed was issued by another map.
     ForeignOwnerKey,
+    /// [`alloc_pages_guarded`](crate::PageAllocator::alloc_pages_guarded):
+    /// the map's guards need an owner tag and every tag is held by an
+    /// [`OwnerKey`](crate::OwnerKey).
+    OwnerTagsExhausted,
     /// [`alloc_pages_at`](crate::PageAllocator::alloc_pages_at): the block
     /// is not naturally aligned to its order, lies (partly) outside the map,
     /// or is not inside one zone.
@@ -53,6 +57,7 @@ impl fmt::Display for AllocError {
         match self {
             Self::NoMemory { order, gfp } => write!(f, "out of memory: order {order}, gfp {gfp}"),
             Self::ForeignOwnerKey => f.write_str("the owner key belongs to another map"),
+            Self::OwnerTagsExhausted => f.write_str("every owner tag of the map is held; none is left for guards"),
             Self::OrderTooLarge { order, max } => {
                 write!(f, "order {order} above the largest order {max}")
             }
