@@ -1,8 +1,9 @@
 //! Fuzz target for two page allocators side by side: operation sequences
 //! (allocations, frees, bulk, references, contiguous ranges, compaction,
-//! drains, pinned CPUs) where PFNs cross from one map to the other. The two
-//! maps overlap in PFN values, so a PFN of one names a page of the other
-//! too. A simple model of each map (which blocks it handed out, with what
+//! drains, pinned CPUs, owned `PageGuard`s) where PFNs cross from one map
+//! to the other. The two maps overlap in PFN values, so a PFN of one names
+//! a page of the other too, and a guarded block's PFN is tried on every
+//! bare-PFN call of both maps: its own map must refuse it. A simple model of each map (which blocks it handed out, with what
 //! order and how many references) predicts every result; after every
 //! operation both maps keep their invariants and conserve their pages.
 //!
@@ -14,7 +15,9 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use mmkit::{Contig, Gfp, IndexError, MemoryMapBuilder, MigrateType, PageAllocator, Pfn, Report, ZoneType};
+use mmkit::{
+    Contig, FreeError, Gfp, IndexError, MemoryMapBuilder, MigrateType, PageAllocator, PageGuard, Pfn, Report, ZoneType,
+};
 use mmkit_fuzz::Persistent;
 use std::collections::BTreeMap;
 
@@ -32,11 +35,14 @@ enum Op {
     Drain { map: bool, cpu: u8 },
     Pinned { map: bool, cpu: u8, order: u8 },
     Score { map: bool, nid: u8 },
+    Guard { map: bool, gfp: u8, order: u8 },
+    GuardDrop { pick: u16 },
+    GuardIntoPfn { pick: u16 },
 }
 
 const GFPS: [Gfp; 5] = [Gfp::KERNEL, Gfp::ATOMIC, Gfp::HIGHUSER_MOVABLE, Gfp::KERNEL.union(Gfp::ZERO), Gfp::NOWAIT];
 
-/// What the model knows of one map.
+/// One map and what the model knows of it, kept between inputs.
 struct Side {
     mm: PageAllocator,
     /// Block start → (order, references).
@@ -54,27 +60,66 @@ impl Side {
         Self { mm, blocks: BTreeMap::new(), contig: BTreeMap::new(), total }
     }
 
+    /// The map borrowed apart from the model, so that guards can borrow
+    /// the map while the model changes.
+    fn view(&mut self) -> View<'_> {
+        View {
+            mm: &self.mm,
+            blocks: &mut self.blocks,
+            contig: &mut self.contig,
+            guarded: BTreeMap::new(),
+            total: self.total,
+        }
+    }
+}
+
+/// One input's view of a side.
+struct View<'a> {
+    mm: &'a PageAllocator,
+    blocks: &'a mut BTreeMap<u64, (u32, u32)>,
+    contig: &'a mut BTreeMap<u64, u64>,
+    /// Blocks held by this input's guards: start → order.
+    guarded: BTreeMap<u64, u32>,
+    total: u64,
+}
+
+impl View<'_> {
     fn held_pages(&self) -> u64 {
-        self.blocks.values().map(|&(o, _)| 1u64 << o).sum::<u64>() + self.contig.values().sum::<u64>()
+        let blocks = self.blocks.values().map(|&(o, _)| 1u64 << o).sum::<u64>();
+        let guarded = self.guarded.values().map(|&o| 1u64 << o).sum::<u64>();
+        blocks + guarded + self.contig.values().sum::<u64>()
     }
 
     fn overlaps(&self, start: u64, pages: u64) -> bool {
         let hit_block = self.blocks.iter().any(|(&s, &(o, _))| s < start + pages && start < s + (1 << o));
+        let hit_guard = self.guarded.iter().any(|(&s, &o)| s < start + pages && start < s + (1 << o));
         let hit_range = self.contig.iter().any(|(&s, &n)| s < start + pages && start < s + n);
-        hit_block || hit_range
+        hit_block || hit_guard || hit_range
     }
 
     fn check(&self) {
-        Report::new(&self.mm).check_invariants().unwrap();
+        Report::new(self.mm).check_invariants().unwrap();
         let free = self.mm.nr_free_pages() + self.mm.nr_pcp_pages();
         assert_eq!(free + self.held_pages(), self.total, "pages lost or made up");
+    }
+
+    /// Every bare-PFN call on a page of this map's guards: refused, and
+    /// nothing changes.
+    fn refuse_guarded(&self, pfn: u64, order: u32) {
+        let owned = |r: Result<(), FreeError>| matches!(r, Err(FreeError::Owned { .. }));
+        assert!(owned(self.mm.free_pages(Pfn(pfn), order)), "freed guarded {pfn} by pfn");
+        assert!(owned(self.mm.free_frozen_pages(Pfn(pfn), order)), "freed guarded {pfn} frozen");
+        assert!(self.mm.put_page(Pfn(pfn)).is_err(), "put guarded {pfn}");
+        assert!(self.mm.get_page(Pfn(pfn)).is_err(), "referenced guarded {pfn}");
+        assert!(self.mm.free_pages_bulk(&[Pfn(pfn)]).is_err(), "bulk-freed guarded {pfn}");
     }
 }
 
 /// A PFN chosen among both maps' blocks (so it crosses maps half the time),
 /// or a raw value.
-fn pick(sides: &[Side; 2], pick: u16) -> u64 {
-    let all: Vec<u64> = sides.iter().flat_map(|s| s.blocks.keys().copied()).collect();
+fn pick(sides: &[View; 2], pick: u16) -> u64 {
+    let held = |s: &View| s.blocks.keys().chain(s.guarded.keys()).copied().collect::<Vec<_>>();
+    let all: Vec<u64> = sides.iter().flat_map(held).collect();
     if all.is_empty() || pick % 8 == 7 {
         u64::from(pick)
     } else {
@@ -101,11 +146,16 @@ fn fresh_sides() -> [Side; 2] {
 fuzz_target!(|ops: Vec<Op>| SIDES.with(fresh_sides, |sides| run(sides, ops)));
 
 /// Runs one input on maps that hold nothing, and frees everything it took.
-fn run(sides: &mut [Side; 2], ops: Vec<Op>) {
+fn run(persistent: &mut [Side; 2], ops: Vec<Op>) {
+    let [a, b] = persistent;
+    let mut sides = [a.view(), b.view()];
+    let sides = &mut sides;
     for s in sides.iter() {
         assert!(s.blocks.is_empty() && s.contig.is_empty());
         s.check();
     }
+    // This input's guards, each with its map's index; dropped at the end.
+    let mut guards: Vec<(usize, PageGuard<'_>)> = Vec::new();
     for op in ops.into_iter().take(64) {
         match op {
             Op::Alloc { map, gfp, order } => {
@@ -120,6 +170,10 @@ fn run(sides: &mut [Side; 2], ops: Vec<Op>) {
             Op::Free { map, pick: p, wrong_order } => {
                 let pfn = pick(sides, p);
                 let s = &mut sides[map as usize];
+                if let Some(&order) = s.guarded.get(&pfn) {
+                    s.refuse_guarded(pfn, order);
+                    continue;
+                }
                 match s.blocks.get(&pfn).copied() {
                     Some((order, 1)) if !wrong_order => {
                         s.mm.free_pages(Pfn(pfn), order).unwrap();
@@ -163,6 +217,7 @@ fn run(sides: &mut [Side; 2], ops: Vec<Op>) {
                 // Any held block start is valid (freed with its own order,
                 // or one reference dropped); every valid entry is handled
                 // even when others are refused.
+                // A guarded block is refused like any page not handed out.
                 let valid: Vec<u64> = pfns.iter().copied().filter(|p| s.blocks.contains_key(p)).collect();
                 let list: Vec<Pfn> = pfns.iter().map(|&p| Pfn(p)).collect();
                 let invalid = pfns.len() - valid.len();
@@ -264,18 +319,53 @@ fn run(sides: &mut [Side; 2], ops: Vec<Op>) {
                 let nid = usize::from(nid % 3);
                 assert_eq!(s.mm.fragmentation_score(nid).is_ok(), nid < s.mm.nr_nodes());
             }
+            Op::Guard { map, gfp, order } => {
+                let s = &mut sides[map as usize];
+                let order = u32::from(order % 6);
+                let mm: &PageAllocator = s.mm;
+                if let Ok(guard) = mm.alloc_pages_guarded(GFPS[usize::from(gfp) % GFPS.len()], order) {
+                    let pfn = guard.pfn().0;
+                    assert!(!s.overlaps(pfn, 1 << order), "guard over held pages: {pfn} order {order}");
+                    s.guarded.insert(pfn, order);
+                    s.refuse_guarded(pfn, order);
+                    guards.push((map as usize, guard));
+                }
+            }
+            Op::GuardDrop { pick } => {
+                if guards.is_empty() {
+                    continue;
+                }
+                let (map, guard) = guards.swap_remove(usize::from(pick) % guards.len());
+                sides[map].guarded.remove(&guard.pfn().0);
+                assert_eq!(guard.free(), Ok(()));
+            }
+            Op::GuardIntoPfn { pick } => {
+                if guards.is_empty() {
+                    continue;
+                }
+                let (map, guard) = guards.swap_remove(usize::from(pick) % guards.len());
+                let s = &mut sides[map];
+                let order = s.guarded.remove(&guard.pfn().0).unwrap();
+                let pfn = guard.into_pfn();
+                assert_eq!(s.mm.page_count(pfn), Ok(1), "a plain block with one reference");
+                s.blocks.insert(pfn.0, (order, 1));
+            }
         }
         for s in sides.iter() {
             s.check();
         }
     }
+    for (map, guard) in guards {
+        sides[map].guarded.remove(&guard.pfn().0);
+        drop(guard);
+    }
     for s in sides.iter_mut() {
-        for (pfn, (order, refs)) in std::mem::take(&mut s.blocks) {
+        for (pfn, (order, refs)) in std::mem::take(s.blocks) {
             for _ in 0..refs {
                 s.mm.free_pages(Pfn(pfn), order).unwrap();
             }
         }
-        for (start, pages) in std::mem::take(&mut s.contig) {
+        for (start, pages) in std::mem::take(s.contig) {
             Contig::new(&s.mm).free_contig_range(Pfn(start), pages).unwrap();
         }
         s.mm.drain_all_pages();
