@@ -49,7 +49,7 @@
 //! as the page allocator refuses another CPU's free of a pinned CPU's
 //! `LOCAL` page.
 
-use mmkit::{BlockError, FreeError, Gfp, OwnerKey, PageAllocator, PageBlock, PageOwner, Pfn};
+use mmkit::{BlockError, BlockStack, FreeError, Gfp, OwnerKey, PageAllocator, PageBlock, PageOwner, Pfn};
 use spin::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
@@ -139,7 +139,7 @@ impl ListCounters {
 }
 
 /// The cached pages of one CPU's lists, top of each stack last.
-type Stacks = Box<[Vec<PageBlock>]>;
+type Stacks = Box<[BlockStack]>;
 
 /// One CPU's lists, on their own cache lines. Holding `stacks`' lock (or
 /// the pinned handle, which holds it) makes a thread the lists' only user.
@@ -154,7 +154,7 @@ struct CpuLists {
 
 /// List `nr` of CPU `cpu`, borrowed from its held lock.
 struct HeldList<'h> {
-    stack: &'h mut Vec<PageBlock>,
+    stack: &'h mut BlockStack,
     counters: &'h ListCounters,
     cpu: usize,
     nr: usize,
@@ -218,7 +218,7 @@ impl Quicklists {
         let key = alloc.new_owner_key().map_err(|_| QuicklistError::NoOwnerTag)?;
         let cpus = (0..alloc.nr_cpus())
             .map(|_| CpuLists {
-                stacks: Mutex::new((0..nr_quick).map(|_| Vec::with_capacity(64)).collect()),
+                stacks: Mutex::new((0..nr_quick).map(|_| BlockStack::with_capacity(&key, 0, 64)).collect()),
                 counters: (0..nr_quick).map(|_| ListCounters::default()).collect(),
                 pinned: AtomicBool::new(false),
             })
@@ -433,7 +433,7 @@ impl Quicklists {
     /// or busy.
     pub fn cached_pages(&self, cpu: usize, nr: usize) -> Option<Vec<Pfn>> {
         let stacks = self.cpus.get(cpu)?.stacks.try_lock()?;
-        Some(stacks.get(nr)?.iter().rev().map(PageBlock::pfn).collect())
+        Some(stacks.get(nr)?.pfns().iter().rev().copied().collect())
     }
 
     /// Counters of list `nr` summed over every CPU.
@@ -482,7 +482,7 @@ impl Quicklists {
             if slot.pinned.load(Relaxed) {
                 pinned = true;
             } else if let Some(stacks) = slot.stacks.try_lock() {
-                if stacks.iter().any(|s| s.iter().any(|b| b.pfn() == pfn)) {
+                if stacks.iter().any(|s| s.pfns().contains(&pfn)) {
                     return QuicklistError::Free(FreeError::DoubleFree(pfn));
                 }
             }
@@ -566,7 +566,12 @@ impl Quicklists {
         check: StateCheck,
     ) -> Result<(), QuicklistError> {
         if let Some(block) = self.admit(at.counters, (at.cpu, cpu_nid), at.nr, dtor, block, check)? {
-            at.stack.push(block);
+            // Every block admitted is this set's (its key, order 0), which
+            // is all the stack asks; were it not, it goes back to the
+            // allocator rather than being lost.
+            if let Err(block) = at.stack.push(block) {
+                return self.release(at.cpu, block, None);
+            }
             at.counters.nr_pages.store(at.stack.len(), Relaxed);
             at.counters.cached.add(1);
         }
@@ -587,7 +592,7 @@ impl Quicklists {
         mut block: PageBlock,
         check: StateCheck,
     ) -> Result<Option<PageBlock>, QuicklistError> {
-        if !self.caching || !self.is_local_node(&block, cpu_nid) || self.is_poisoned(&block) {
+        if !self.caching || !self.is_local_node(block.pfn(), cpu_nid) || self.is_poisoned(&block) {
             counters.bypassed.add(1);
             return self.release(cpu, block, dtor).map(|()| None);
         }
@@ -612,8 +617,8 @@ impl Quicklists {
 
     /// Whether the page is on node `nid` (always, with one node).
     #[inline(always)]
-    fn is_local_node(&self, block: &PageBlock, nid: usize) -> bool {
-        self.single_node || self.alloc.page_to_nid(block.pfn()) == Some(nid)
+    fn is_local_node(&self, pfn: Pfn, nid: usize) -> bool {
+        self.single_node || self.alloc.page_to_nid(pfn) == Some(nid)
     }
 
     /// Takes `pfn` back from its holder: afterwards only the returned

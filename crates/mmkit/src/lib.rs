@@ -84,7 +84,7 @@ pub use contig::free_contig::ContigFreeSummary;
 pub use contig::owned::{ContigRange, ContigRangeError};
 #[cfg(feature = "x86_64")]
 pub use frames::X86Frames;
-pub use mem::owned::{OwnerKey, PageBlock};
+pub use mem::owned::{BlockRef, BlockStack, OwnerKey, PageBlock};
 pub use mem::rawmem::prefetch;
 #[cfg(feature = "std")]
 pub use mem::rawmem::HugePages;

@@ -274,3 +274,60 @@ fn a_take_back_racing_a_frozen_free_never_marks_the_page() {
     mm.drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
 }
+
+/// A `BlockStack` keeps only PFNs, but takes only blocks of its own key,
+/// order and map, and gives back exactly the blocks pushed onto it.
+#[test]
+fn block_stacks_hold_only_their_own_kind() {
+    use mmkit::BlockStack;
+    let mm = MemoryMapBuilder::with_memory(16 << 20).build().unwrap();
+    let other_map = MemoryMapBuilder::with_memory(16 << 20).build().unwrap();
+    let key = mm.new_owner_key().unwrap();
+    let other_key = mm.new_owner_key().unwrap();
+    let foreign_key = other_map.new_owner_key().unwrap();
+    let mut stack = BlockStack::with_capacity(&key, 0, 4);
+
+    let a = mm.alloc_block(&key, Gfp::KERNEL, 0).unwrap();
+    let b = mm.alloc_block(&key, Gfp::KERNEL, 0).unwrap();
+    let (pa, pb) = (a.pfn(), b.pfn());
+    stack.push(a).unwrap();
+    stack.push(b).unwrap();
+    // Another order, another key of the same map, another map's block of
+    // the same number: each handed back unchanged.
+    let wrong_order = stack.push(mm.alloc_block(&key, Gfp::KERNEL, 1).unwrap()).unwrap_err();
+    let wrong_key = stack.push(mm.alloc_block(&other_key, Gfp::KERNEL, 0).unwrap()).unwrap_err();
+    let foreign = stack.push(other_map.alloc_block(&foreign_key, Gfp::KERNEL, 0).unwrap()).unwrap_err();
+    assert_eq!(stack.len(), 2);
+    assert_eq!(stack.pfns(), &[pa, pb]);
+    assert_eq!(stack.get(0).map(|b| b.pfn()), Some(pa));
+    assert!(stack.get(2).is_none());
+    assert!(stack.insert(3, mm.alloc_block(&key, Gfp::KERNEL, 0).unwrap()).is_err_and(|c| mm.free_block(c).is_ok()));
+
+    // Moves in and out keep every block exactly once.
+    let mut top = stack.split_off(1);
+    assert_eq!((stack.pfns(), top.pfns()), (&[pa][..], &[pb][..]));
+    assert!(stack.append(&mut top));
+    assert!(top.is_empty());
+    let mut strangers = BlockStack::new(&other_key, 0);
+    strangers.push(wrong_key).unwrap();
+    assert!(!stack.append(&mut strangers), "another kind's stack is refused");
+    assert_eq!(strangers.len(), 1);
+    let b = stack.remove(1).unwrap();
+    assert_eq!(b.pfn(), pb);
+    assert!(stack.remove(1).is_none());
+    stack.insert(0, b).unwrap();
+    assert_eq!(stack.pfns(), &[pb, pa]);
+
+    // A default stack takes nothing.
+    let mut inert = BlockStack::default();
+    let back = inert.push(stack.pop().unwrap()).unwrap_err();
+    assert!(inert.is_empty());
+
+    for block in [back, stack.pop().unwrap(), strangers.pop().unwrap(), wrong_order] {
+        mm.free_block(block).unwrap();
+    }
+    other_map.free_block(foreign).unwrap();
+    assert!(stack.pop().is_none());
+    assert!(mm.release_owner_key(key) && mm.release_owner_key(other_key));
+    Report::new(&mm).check_invariants().unwrap();
+}

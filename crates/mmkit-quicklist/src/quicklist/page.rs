@@ -57,11 +57,26 @@ use mmkit::{Gfp, PageBlock, Pfn};
 #[derive(Debug)]
 pub struct QuickPage {
     block: PageBlock,
-    nr: usize,
-    written: bool,
+    /// The list (bits 0..32, below [`MAX_NR_QUICK`](super::MAX_NR_QUICK))
+    /// and whether the bytes were handed out writable ([`WRITTEN`]), in
+    /// one word: the handle is stored and reloaded as whole words, which
+    /// the CPU forwards from its store buffer (a word stored in two
+    /// narrow pieces and reloaded whole waits for the stores to reach the
+    /// cache, on every hit: `quicklist_probe pinned_page`).
+    list_and_state: u64,
 }
 
+/// The bit of [`QuickPage::list_and_state`] that says the bytes were
+/// handed out writable.
+const WRITTEN: u64 = 1 << 32;
+
 impl QuickPage {
+    /// A clean page of list `nr` (a list that exists: below
+    /// [`MAX_NR_QUICK`](super::MAX_NR_QUICK)).
+    #[inline(always)]
+    fn new(block: PageBlock, nr: usize) -> Self {
+        Self { block, list_and_state: nr as u64 }
+    }
     /// The page.
     #[inline(always)]
     pub fn pfn(&self) -> Pfn {
@@ -70,13 +85,13 @@ impl QuickPage {
     /// The list it came from, and goes back to.
     #[inline(always)]
     pub fn list(&self) -> usize {
-        self.nr
+        (self.list_and_state & u64::from(u32::MAX)) as usize
     }
     /// Whether its bytes were handed out writable since it left its list
     /// (then it is restored on the way back).
     #[inline(always)]
     pub fn is_written(&self) -> bool {
-        self.written
+        self.list_and_state & WRITTEN != 0
     }
     /// The page as a plain owned block, for a caller that keeps it: its
     /// state is no longer tracked (give it back with
@@ -87,7 +102,7 @@ impl QuickPage {
 
     #[inline(always)]
     fn check(&self) -> StateCheck {
-        if self.written {
+        if self.is_written() {
             StateCheck::Restore
         } else {
             StateCheck::Clean
@@ -105,7 +120,7 @@ impl Quicklists {
     #[inline]
     pub fn alloc_page(&self, nr: usize, gfp: Gfp, ctor: Option<PageFn<'_>>) -> Result<QuickPage, QuicklistError> {
         let block = self.quicklist_alloc_block(nr, gfp, ctor)?;
-        Ok(QuickPage { block, nr, written: false })
+        Ok(QuickPage::new(block, nr))
     }
 
     /// The page's bytes, to read; the page stays clean.
@@ -116,7 +131,7 @@ impl Quicklists {
     /// The page's bytes, writable; the page is marked written, so that it
     /// is restored to its list's state when it goes back.
     pub fn page_bytes_mut<'p>(&'p self, page: &'p mut QuickPage) -> &'p mut [u8] {
-        page.written = true;
+        page.list_and_state |= WRITTEN;
         self.alloc.block_bytes_mut(&mut page.block).unwrap_or_default()
     }
 
@@ -134,7 +149,7 @@ impl Quicklists {
             return self.release(self.alloc.current_cpu(), page.block, dtor);
         }
         let check = page.check();
-        self.free_block_checked(page.nr, dtor, page.block, check)
+        self.free_block_checked(page.list(), dtor, page.block, check)
     }
 
     /// Whether `page` is one of this set's (its tag and map are this set's
@@ -154,29 +169,41 @@ impl QuicklistCpu<'_> {
     /// As [`alloc`](Self::alloc).
     #[inline(always)]
     pub fn alloc_page(&mut self, nr: usize, gfp: Gfp, ctor: Option<PageFn<'_>>) -> Result<QuickPage, QuicklistError> {
+        // The slow path's result is unpacked here, so that both paths meet
+        // with the handle in registers rather than in the result's memory
+        // (which the hit filled in pieces and the caller then copied whole).
+        let block = match self.hit(nr) {
+            Some(block) => block,
+            None => self.alloc_page_slow(nr, gfp, ctor)?,
+        };
+        Ok(QuickPage::new(block, nr))
+    }
+
+    /// The hit: the top cached page of list `nr`, unless hardware
+    /// poisoned it.
+    #[inline(always)]
+    fn hit(&mut self, nr: usize) -> Option<PageBlock> {
         let ql = self.ql;
-        if let Some(list) = self.lists.get_mut(nr) {
-            // The hit: the top cached page, unless hardware poisoned it.
-            if list.top == list.stack.len() && ql.caching {
-                if let Some(block) = list.stack.last() {
-                    if !ql.is_poisoned(block) {
-                        let block = list.stack.pop();
-                        list.set_top(list.stack.len());
-                        list.counters.hits.add(1);
-                        if let Some(block) = block {
-                            return Ok(QuickPage { block, nr, written: false });
-                        }
-                    }
-                }
-            }
+        let list = self.lists.get_mut(nr)?;
+        if list.top != list.stack.len() || !ql.caching {
+            return None;
         }
-        self.alloc_page_slow(nr, gfp, ctor)
+        let block = list.stack.pop()?;
+        if !ql.is_poisoned(&block) {
+            list.set_top(list.stack.len());
+            list.counters.hits.add(1);
+            return Some(block);
+        }
+        // Back where it was; the slow path frees it.
+        if let Err(block) = list.stack.push(block) {
+            let _ = ql.release(self.cpu, block, None);
+        }
+        None
     }
 
     #[cold]
-    fn alloc_page_slow(&mut self, nr: usize, gfp: Gfp, ctor: Option<PageFn<'_>>) -> Result<QuickPage, QuicklistError> {
-        let block = self.alloc_block(nr, gfp, ctor)?;
-        Ok(QuickPage { block, nr, written: false })
+    fn alloc_page_slow(&mut self, nr: usize, gfp: Gfp, ctor: Option<PageFn<'_>>) -> Result<PageBlock, QuicklistError> {
+        self.alloc_block(nr, gfp, ctor)
     }
 
     /// The page's bytes, to read (see [`Quicklists::page_bytes`]).
@@ -199,17 +226,22 @@ impl QuicklistCpu<'_> {
     #[inline(always)]
     pub fn free_quick_page(&mut self, dtor: Option<PageFn<'_>>, page: QuickPage) -> Result<(), QuicklistError> {
         let (ql, nid) = (self.ql, self.nid);
-        if let Some(list) = self.lists.get_mut(page.nr) {
-            if !page.written
+        if let Some(list) = self.lists.get_mut(page.list()) {
+            if !page.is_written()
                 && list.top == list.stack.len()
                 && ql.caching
-                && ql.owns(&page)
-                && ql.is_local_node(&page.block, nid)
+                && ql.is_local_node(page.block.pfn(), nid)
             {
-                list.stack.push(page.block);
-                list.set_top(list.stack.len());
-                list.counters.cached.add(1);
-                return Ok(());
+                // The stack takes only this set's blocks: the push is the
+                // check that the page is ours.
+                match list.stack.push(page.block) {
+                    Ok(()) => {
+                        list.set_top(list.stack.len());
+                        list.counters.cached.add(1);
+                        return Ok(());
+                    }
+                    Err(block) => return self.free_quick_page_slow(dtor, QuickPage { block, ..page }),
+                }
             }
         }
         self.free_quick_page_slow(dtor, page)
@@ -221,6 +253,6 @@ impl QuicklistCpu<'_> {
             return self.ql.release(self.cpu, page.block, dtor);
         }
         let check = page.check();
-        self.free_block_to_list(page.nr, dtor, page.block, check)
+        self.free_block_to_list(page.list(), dtor, page.block, check)
     }
 }

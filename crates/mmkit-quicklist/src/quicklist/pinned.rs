@@ -38,7 +38,7 @@
 //! ([`QuicklistCpu::alloc_block`]) instead.
 
 use super::{HeldList, ListCounters, PageFn, QuicklistError, QuicklistStats, Quicklists, Stacks};
-use mmkit::{FreeError, Gfp, PageBlock, Pfn};
+use mmkit::{BlockStack, FreeError, Gfp, PageBlock, Pfn};
 use spin::MutexGuard;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -56,7 +56,7 @@ pub(super) struct PinnedList<'q> {
     /// pages handed out from this list that the handle still holds (`top..`,
     /// the newest at `top`). A hit moves `top` down, the free of that page
     /// moves it back up: neither moves a block.
-    pub(super) stack: Vec<PageBlock>,
+    pub(super) stack: BlockStack,
     pub(super) top: usize,
     pub(super) counters: &'q ListCounters,
 }
@@ -167,7 +167,7 @@ impl<'q> QuicklistCpu<'q> {
         // it was cached (the slow path frees it then).
         if let Some(top) = list.top.checked_sub(1) {
             if let Some(block) = list.stack.get(top) {
-                if ql.caching && !ql.is_poisoned(block) {
+                if ql.caching && !ql.is_poisoned(&block) {
                     let pfn = block.pfn();
                     list.set_top(top);
                     list.counters.hits.add(1);
@@ -187,8 +187,13 @@ impl<'q> QuicklistCpu<'q> {
     fn alloc_slow(&mut self, nr: usize, gfp: Gfp, ctor: Option<PageFn<'_>>) -> Result<Pfn, QuicklistError> {
         let block = self.on_cached(nr, |ql, at| ql.alloc_on(at, gfp, ctor))??;
         let pfn = block.pfn();
+        let ql = self.ql;
         let list = &mut self.lists[nr];
-        list.stack.insert(list.top, block);
+        if let Err(block) = list.stack.insert(list.top, block) {
+            // Not this set's block (which `alloc_on` never returns): out
+            // as the shared API hands pages out.
+            return Ok(ql.hand_out(block));
+        }
         if list.stack.len() - list.top > RECENT {
             self.spill(nr);
         }
@@ -234,8 +239,8 @@ impl<'q> QuicklistCpu<'q> {
         if let Some(block) = list.stack.get(list.top) {
             if block.pfn() == pfn
                 && ql.caching
-                && ql.is_local_node(block, nid)
-                && ql.first_difference(block, nr).is_none()
+                && ql.is_local_node(pfn, nid)
+                && ql.first_difference(&block, nr).is_none()
             {
                 list.set_top(list.top + 1);
                 list.counters.cached.add(1);
@@ -274,7 +279,9 @@ impl<'q> QuicklistCpu<'q> {
             return Err(QuicklistError::NoSuchList { nr, nr_quick });
         };
         if let Some(block) = ql.admit(list.counters, (cpu, nid), nr, dtor, block, check)? {
-            list.stack.insert(list.top, block);
+            if let Err(block) = list.stack.insert(list.top, block) {
+                return ql.release(cpu, block, None);
+            }
             list.set_top(list.top + 1);
             list.counters.cached.add(1);
         }
@@ -284,8 +291,8 @@ impl<'q> QuicklistCpu<'q> {
     /// Removes `pfn` from the pages out of the handle.
     fn take_out(&mut self, pfn: Pfn) -> Option<PageBlock> {
         for list in self.lists.iter_mut() {
-            if let Some(i) = list.stack[list.top..].iter().position(|b| b.pfn() == pfn) {
-                return Some(list.stack.remove(list.top + i));
+            if let Some(i) = list.stack.pfns()[list.top..].iter().position(|&p| p == pfn) {
+                return list.stack.remove(list.top + i);
             }
         }
         self.older.remove(&pfn.0)
@@ -295,7 +302,7 @@ impl<'q> QuicklistCpu<'q> {
     fn take_back_other(&mut self, pfn: Pfn) -> Result<PageBlock, QuicklistError> {
         self.ql.take_back(pfn).map_err(|e| match e {
             QuicklistError::Free(FreeError::DoubleFree(_))
-                if !self.lists.iter().any(|l| l.stack[..l.top].iter().any(|b| b.pfn() == pfn)) =>
+                if !self.lists.iter().any(|l| l.stack.pfns()[..l.top].contains(&pfn)) =>
             {
                 self.ql.held_elsewhere(pfn, Some(self.cpu))
             }
@@ -326,10 +333,16 @@ impl<'q> QuicklistCpu<'q> {
         let Some(list) = self.lists.get_mut(nr) else {
             return Err(self.no_such_list(nr));
         };
-        let out = list.stack.split_off(list.top);
+        let mut out = list.stack.split_off(list.top);
         let result = f(ql, HeldList { stack: &mut list.stack, counters: list.counters, cpu, nr });
         list.top = list.stack.len();
-        list.stack.extend(out);
+        // Both halves are the same stack's, so they always join; were they
+        // not, the pages out would be handed out rather than lost.
+        if !list.stack.append(&mut out) {
+            while let Some(block) = out.pop() {
+                ql.hand_out(block);
+            }
+        }
         Ok(result)
     }
 
@@ -367,7 +380,8 @@ impl Drop for QuicklistCpu<'_> {
     fn drop(&mut self) {
         let ql = self.ql;
         for (slot, list) in self.stacks.iter_mut().zip(self.lists.iter_mut()) {
-            for block in list.stack.drain(list.top..) {
+            let mut out = list.stack.split_off(list.top);
+            while let Some(block) = out.pop() {
                 ql.hand_out(block);
             }
             *slot = std::mem::take(&mut list.stack);
