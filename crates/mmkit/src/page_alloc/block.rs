@@ -438,4 +438,27 @@ mod tests {
         });
         assert_eq!(mm.stats().bad_pages, 0);
     }
+
+    /// Blocks through a `BlockStack` (kept as PFNs, handles rebuilt on the
+    /// pop) keep their bytes, and a lent `BlockRef` reads them.
+    #[test]
+    fn blocks_keep_their_bytes_through_a_block_stack() {
+        let mm = small_real_map();
+        let key = mm.new_owner_key().unwrap();
+        let mut stack = crate::BlockStack::new(&key, 0);
+        for i in 0..4u8 {
+            let mut block = mm.alloc_block(&key, Gfp::KERNEL, 0).unwrap();
+            mm.block_bytes_mut(&mut block).unwrap().fill(i);
+            stack.push(block).unwrap();
+        }
+        let lent = stack.get(1).unwrap();
+        assert!(mm.block_bytes(&lent).unwrap().iter().all(|&b| b == 1));
+        drop(lent);
+        for i in (0..4u8).rev() {
+            let block = stack.pop().unwrap();
+            assert!(mm.block_bytes(&block).unwrap().iter().all(|&b| b == i));
+            mm.free_block(block).unwrap();
+        }
+        assert!(mm.release_owner_key(key));
+    }
 }
