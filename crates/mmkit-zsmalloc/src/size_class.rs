@@ -15,7 +15,7 @@
 
 use crate::class::ClassShape;
 use crate::handle::{HandleId, MAX_SLOTS, RAW_GEN_LIMIT};
-use crate::slot_state::{holder, state, SlotStates, FREE, HANDLE, QUEUED, RAW};
+use crate::slot_state::{holder, load_word, state, swap_word, SlotStates, StateWord, FREE, HANDLE, QUEUED, RAW};
 use crate::zspage::Zspage;
 use crate::ZsError;
 use mmkit::{PageAllocator, PageBlock};
@@ -237,25 +237,7 @@ impl ClassState {
     /// of the name's generation (all 64 bits for a handle, the low bits a
     /// raw word carries for a word).
     pub(crate) fn resolve(&self, name: &Name) -> Result<Resolved, ZsError> {
-        self.resolve_state(name).map(|(at, _)| at)
-    }
-
-    /// [`resolve`](Self::resolve), and the state word that matched, for a
-    /// compare-and-swap from it.
-    fn resolve_state(&self, name: &Name) -> Result<(Resolved, u32), ZsError> {
-        let refused = ZsError::InvalidHandle(name.id);
-        let slot = self.slots.get(name.slot).ok_or(refused)?;
-        let word = self.states.load(name.slot);
-        let low = slot.generation & (RAW_GEN_LIMIT - 1);
-        let named = match name.held {
-            Held::Handle(generation) => slot.generation == generation && word == state(HANDLE, generation),
-            Held::Raw(g) => g == low && word == state(RAW, g),
-            Held::Queued(g) => g == low && (word == state(QUEUED, g) || word == state(HANDLE, g)),
-        };
-        if !named {
-            return Err(refused);
-        }
-        Ok((Resolved { zspage: slot.zspage as usize, obj: slot.obj, len: usize::from(slot.len) }, word))
+        resolve_in(&self.slots, &self.states, name).map(|(at, _, _)| at)
     }
 
     /// Writes `data` at the start of `name`'s object.
@@ -287,12 +269,12 @@ impl ClassState {
     /// The object is taken from its holder by compare-and-swap: refused,
     /// with nothing changed, when a lock-free call took it first.
     pub(crate) fn free(&mut self, mm: &PageAllocator, name: &Name) -> Result<Option<Vec<PageBlock>>, ZsError> {
-        let (at, word) = self.resolve_state(name)?;
+        let (at, cell, word) = resolve_in(&self.slots, &self.states, name)?;
         let shape = self.shape;
         let Some(zspage) = self.zspages[at.zspage].as_mut() else {
             return Err(ZsError::InvalidHandle(name.id));
         };
-        if !self.states.swap_if(name.slot, word, FREE) {
+        if !swap_word(cell, word, FREE) {
             return Err(ZsError::InvalidHandle(name.id));
         }
         zspage.free_obj(mm, shape, at.obj);
@@ -473,6 +455,32 @@ impl ClassState {
         }
         Ok(())
     }
+}
+
+/// The live object `name` names in a class with slots `slots` and state
+/// words `states`, or why it names none: the slot must be live, held as
+/// the name says (by a handle, or by a raw word), and of the name's
+/// generation (all 64 bits for a handle, the low bits a raw word carries
+/// for a word). With the state word and its value, for a compare-and-swap
+/// from it (a free).
+fn resolve_in<'a>(
+    slots: &[Slot],
+    states: &'a SlotStates,
+    name: &Name,
+) -> Result<(Resolved, &'a StateWord, u32), ZsError> {
+    let refused = ZsError::InvalidHandle(name.id);
+    let (Some(slot), Some(cell)) = (slots.get(name.slot), states.get(name.slot)) else { return Err(refused) };
+    let word = load_word(cell);
+    let low = slot.generation & (RAW_GEN_LIMIT - 1);
+    let named = match name.held {
+        Held::Handle(generation) => slot.generation == generation && word == state(HANDLE, generation),
+        Held::Raw(g) => g == low && word == state(RAW, g),
+        Held::Queued(g) => g == low && (word == state(QUEUED, g) || word == state(HANDLE, g)),
+    };
+    if !named {
+        return Err(refused);
+    }
+    Ok((Resolved { zspage: slot.zspage as usize, obj: slot.obj, len: usize::from(slot.len) }, cell, word))
 }
 
 /// The in-object header of the object in slot `slot`: what compaction

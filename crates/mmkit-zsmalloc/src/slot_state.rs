@@ -46,6 +46,9 @@ use loom::sync::atomic::AtomicU32;
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 
+/// One slot's state word.
+pub(crate) type StateWord = AtomicU32;
+
 /// Free slot (or one not handed out yet: a new chunk is zeroed).
 pub(crate) const FREE: u32 = 0;
 /// The object is owned by a [`Handle`](crate::Handle).
@@ -91,8 +94,9 @@ impl SlotStates {
         Self { chunks: std::array::from_fn(|_| OnceLock::new()) }
     }
 
-    /// Slot `slot`'s word, if its chunk was made.
-    fn get(&self, slot: usize) -> Option<&AtomicU32> {
+    /// Slot `slot`'s word, if its chunk was made (one lookup, for a call
+    /// that loads the word and then swaps it: [`swap_word`]).
+    pub(crate) fn get(&self, slot: usize) -> Option<&AtomicU32> {
         if slot >= MAX_SLOTS {
             return None;
         }
@@ -127,8 +131,18 @@ impl SlotStates {
     /// Moves slot `slot` from state `from` to `to` if it is in `from` now;
     /// whether it was. Of two calls from one word, exactly one wins.
     pub(crate) fn swap_if(&self, slot: usize, from: u32, to: u32) -> bool {
-        self.get(slot).is_some_and(|w| w.compare_exchange(from, to, AcqRel, Acquire).is_ok())
+        self.get(slot).is_some_and(|w| swap_word(w, from, to))
     }
+}
+
+/// Slot word `word`'s value, as [`SlotStates::load`] gives it.
+pub(crate) fn load_word(word: &AtomicU32) -> u32 {
+    word.load(Acquire)
+}
+
+/// [`SlotStates::swap_if`] on a word found already.
+pub(crate) fn swap_word(word: &AtomicU32, from: u32, to: u32) -> bool {
+    word.compare_exchange(from, to, AcqRel, Acquire).is_ok()
 }
 
 #[cfg(all(test, not(loom)))]
