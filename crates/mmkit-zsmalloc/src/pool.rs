@@ -105,7 +105,12 @@ impl Inner {
         let key = mm.new_owner_key().map_err(|_| ZsError::TooManyPools)?;
         let gen_limit = if raw_keyed { RAW_GEN_LIMIT } else { u64::MAX };
         let table = ClassTable::new(mm.geometry().page_size() as usize, chain_size);
-        let states: Box<[Arc<SlotStates>]> = (0..table.nr_classes()).map(|_| Arc::new(SlotStates::new())).collect();
+        // A merged class never has a slot (its sizes go to the class that
+        // serves it): those share one empty table.
+        let unused = Arc::new(SlotStates::new());
+        let states: Box<[Arc<SlotStates>]> = (0..table.nr_classes())
+            .map(|i| if table.serving(i) == i { Arc::new(SlotStates::new()) } else { unused.clone() })
+            .collect();
         let classes = (0..table.nr_classes())
             .map(|i| RwLock::new(ClassState::new(pool_id, gen_limit, i, table.shape(i), states[i].clone())))
             .collect();
