@@ -18,9 +18,12 @@
 //! twice nor freed after it was queued: safe code cannot express either
 //! (the `compile_fail` examples on [`Handle`]). A handle of another pool
 //! is refused at the call, and a raw word (`zs_free_deferred_raw`) is
-//! taken back into a handle at the call, which refuses a word freed or
-//! queued already. `DeferredStats::invalid` counts queued handles found
-//! invalid when drained, which these checks keep at zero.
+//! taken from its object at the call by one compare-and-swap of the
+//! object's state word (`slot_state`: raw-held to queued), which refuses a
+//! word freed, queued or stale. Neither call takes a class lock: only the
+//! drain does (and the synchronous fallback). `DeferredStats::invalid`
+//! counts queued words found invalid when drained, which these checks keep
+//! at zero.
 
 use crate::handle::{raw_fields, raw_id, Handle};
 use crate::pool::Inner;
@@ -187,7 +190,21 @@ impl Inner {
         // Another pool's handle is refused now: queued, it would only be
         // counted invalid later, and the caller would believe it freed.
         let (class, name) = self.name_of(&handle)?;
-        match self.deferred.try_push(self.mm.current_cpu(), handle.queued_word()) {
+        self.queue_taken(class, &name, handle.queued_word(), worker)
+    }
+
+    /// Queues `word`, whose object `name` (of `class`) the caller took
+    /// from its holder already (a consumed handle, or a raw word's object
+    /// moved to the queued state); frees it now, under the class lock,
+    /// when the queue is busy or full. Takes no class lock otherwise.
+    pub(crate) fn queue_taken(
+        &self,
+        class: usize,
+        name: &Name,
+        word: u64,
+        worker: Option<&Worker>,
+    ) -> Result<(), ZsError> {
+        match self.deferred.try_push(self.mm.current_cpu(), word) {
             Pushed::Queued { kick } => {
                 if kick {
                     if let Some(worker) = worker {
@@ -196,7 +213,7 @@ impl Inner {
                 }
                 Ok(())
             }
-            Pushed::Fallback(_) => self.free(class, &name),
+            Pushed::Fallback(_) => self.free(class, name),
         }
     }
 

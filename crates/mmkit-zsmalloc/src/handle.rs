@@ -42,10 +42,14 @@
 //!
 //! 1. the key names the pool: another pool's key is refused;
 //! 2. each object records whether it is held by a `Handle` or by a raw
-//!    word, and a raw call accepts only raw-held objects, a `Handle` call
-//!    only handle-held ones — so a word can never reach an object some
-//!    `Handle` owns, and a word turned back into a `Handle` (or freed, or
-//!    queued for a deferred free) is refused the second time;
+//!    word (or queued for a deferred free), and a raw call accepts only
+//!    raw-held objects, a `Handle` call only handle-held ones — so a word
+//!    can never reach an object some `Handle` owns, and a word turned back
+//!    into a `Handle` (or freed, or queued for a deferred free) is refused
+//!    the second time. The record is the slot's atomic state word, with
+//!    the generation's low bits beside the holder, and every change of
+//!    holder is one compare-and-swap of it: of two calls with one word,
+//!    even two at once on two threads, exactly one wins;
 //! 3. a raw word carries its generation's low 28 bits
 //!    (`[class:8 | slot:28 | generation:28]`), and a pool with a raw key
 //!    retires a slot before its generation needs a 29th bit: a stale word

@@ -31,6 +31,7 @@ mod migrate;
 mod pool;
 mod raw;
 mod size_class;
+mod slot_state;
 mod stats;
 mod zspage;
 

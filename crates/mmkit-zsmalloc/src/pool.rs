@@ -1,6 +1,8 @@
 //! The pool: `zs_create_pool` … `zs_destroy_pool` in Linux's vocabulary.
 //!
-//! Owns the class table, one lock per size class and the page counts.
+//! Owns the class table, one lock per size class (with the class's slot
+//! state words beside it, which calls read and change without the lock:
+//! `slot_state`) and the page counts.
 //! There is no pool-wide lock: a handle names its class, so `zs_free`,
 //! reads and writes lock that class only (Linux reached this in 2026 by
 //! encoding `class_idx` in the object and dropping `pool->lock` from
@@ -16,6 +18,7 @@ use crate::class::{ClassTable, DEFAULT_CHAIN_SIZE, ZS_HANDLE_SIZE};
 use crate::deferred::{DeferredLayout, DeferredQueue};
 use crate::handle::{new_pool_id, raw_fields, raw_id, Handle, RawKey, RAW_GEN_LIMIT};
 use crate::size_class::{AllocMiss, ClassState, Held, Name, NewObj};
+use crate::slot_state::SlotStates;
 use crate::zspage::Zspage;
 use crate::ZsError;
 use mmkit::{Gfp, PageAllocator, PageBlock};
@@ -62,6 +65,9 @@ pub(crate) struct Inner {
     pub(crate) table: ClassTable,
     /// One per class index; only the classes that serve others are used.
     pub(crate) classes: Box<[RwLock<ClassState>]>,
+    /// Each class's slot state words (the same table its `ClassState`
+    /// holds), for the calls that need no class lock.
+    pub(crate) states: Box<[Arc<SlotStates>]>,
     pub(crate) pages_allocated: AtomicU64,
     pub(crate) pages_compacted: AtomicU64,
     /// Compaction is single-flight (Linux's `compaction_in_progress`).
@@ -99,8 +105,14 @@ impl Inner {
         let key = mm.new_owner_key().map_err(|_| ZsError::TooManyPools)?;
         let gen_limit = if raw_keyed { RAW_GEN_LIMIT } else { u64::MAX };
         let table = ClassTable::new(mm.geometry().page_size() as usize, chain_size);
+        // A merged class never has a slot (its sizes go to the class that
+        // serves it): those share one empty table.
+        let unused = Arc::new(SlotStates::new());
+        let states: Box<[Arc<SlotStates>]> = (0..table.nr_classes())
+            .map(|i| if table.serving(i) == i { Arc::new(SlotStates::new()) } else { unused.clone() })
+            .collect();
         let classes = (0..table.nr_classes())
-            .map(|i| RwLock::new(ClassState::new(pool_id, gen_limit, i, table.shape(i))))
+            .map(|i| RwLock::new(ClassState::new(pool_id, gen_limit, i, table.shape(i), states[i].clone())))
             .collect();
         let shards = match deferred {
             DeferredLayout::PerCpu => mm.nr_cpus(),
@@ -116,6 +128,7 @@ impl Inner {
             key: Some(key),
             table,
             classes,
+            states,
             pages_allocated: AtomicU64::new(0),
             pages_compacted: AtomicU64::new(0),
             compacting: AtomicBool::new(false),
@@ -282,13 +295,19 @@ impl Inner {
                 state.resolve(&old)?;
                 if !state.slots_exhausted() {
                     if let Ok(new) = state.alloc(&self.mm, size, raw) {
-                        state.write_new(&self.mm, new, data)?;
-                        let emptied = state.free(&self.mm, &old)?;
+                        let freed = state.write_new(&self.mm, new, data).and_then(|()| state.free(&self.mm, &old));
+                        // A lock-free call (a deferred free of its word) can
+                        // have taken `old` since it was resolved: then the
+                        // new object goes too, and nothing changed.
+                        let (result, emptied) = match freed {
+                            Ok(emptied) => (Ok((class, new)), emptied),
+                            Err(e) => (Err(e), state.free(&self.mm, &self.name_of_new(class, new, raw)).ok().flatten()),
+                        };
                         drop(state);
                         if let Some(pages) = emptied {
                             self.free_pages(pages);
                         }
-                        return Ok((class, new));
+                        return result;
                     }
                 }
             }

@@ -10,8 +10,16 @@
 //! refuses a word that names no object held as a raw word now: another
 //! pool's key, a word freed, queued for a deferred free or turned back
 //! into a handle already, and a stale word of a slot reused since.
+//!
+//! The calls that only change who holds an object (a handle to a word and
+//! back, and the deferred free, which takes the object from its word for
+//! the queue) take no class lock: each is one compare-and-swap of the
+//! slot's state word (`slot_state`), so of two calls with one word exactly
+//! one wins and the other is refused at the call.
 
-use crate::handle::{raw_word, Handle, RawKey};
+use crate::handle::{raw_word, Handle, RawKey, RAW_GEN_LIMIT};
+use crate::size_class::{Held, Name};
+use crate::slot_state::{state, HANDLE, QUEUED, RAW};
 use crate::{ZsError, ZsPool};
 use mmkit::Gfp;
 
@@ -28,9 +36,15 @@ impl ZsPool {
             Ok((_, name)) => return Err((ZsError::InvalidHandle(name.id), handle)),
             Err(e) => return Err((e, handle)),
         };
-        match self.inner.lock(class).change_holder(&name) {
-            Ok(generation) => Ok(raw_word(name.slot, class, generation)),
-            Err(e) => Err((e, handle)),
+        // A raw-keyed pool's generations are below the limit: the state
+        // word holds all of it.
+        let generation = handle.generation();
+        if generation < RAW_GEN_LIMIT
+            && self.inner.states[class].swap_if(name.slot, state(HANDLE, generation), state(RAW, generation))
+        {
+            Ok(raw_word(name.slot, class, generation))
+        } else {
+            Err((ZsError::InvalidHandle(name.id), handle))
         }
     }
 
@@ -42,8 +56,7 @@ impl ZsPool {
     /// raw word under `key` now (freed, queued, taken back already, stale,
     /// forged, or of another pool).
     pub fn zs_handle_from_raw(&self, key: &RawKey, word: u64) -> Result<Handle, ZsError> {
-        let (class, name) = self.inner.name_of_raw(key, word)?;
-        let generation = self.inner.lock(class).change_holder(&name)?;
+        let (class, name, generation) = self.take_word(key, word, HANDLE)?;
         Ok(Handle::new(self.inner.pool_id, name.slot as u32, class, generation))
     }
 
@@ -83,14 +96,17 @@ impl ZsPool {
 
     /// [`zs_free_deferred`](Self::zs_free_deferred) of the object `word`
     /// names: checked and taken from the word now, freed later. A word
-    /// already freed or queued is refused here, at the call.
+    /// already freed or queued is refused here, at the call, which takes
+    /// no class lock (one compare-and-swap of the object's state word; the
+    /// drain frees it under the lock).
     ///
     /// # Errors
     /// [`ZsError::InvalidHandle`] as for
     /// [`zs_handle_from_raw`](Self::zs_handle_from_raw); nothing changes.
     pub fn zs_free_deferred_raw(&self, key: &RawKey, word: u64) -> Result<(), ZsError> {
-        let handle = self.zs_handle_from_raw(key, word)?;
-        self.zs_free_deferred(handle)
+        let (class, name, generation) = self.take_word(key, word, QUEUED)?;
+        let queued = Name { held: Held::Queued(generation), ..name };
+        self.inner.queue_taken(class, &queued, word, self.worker.as_ref())
     }
 
     /// [`zs_obj_read`](Self::zs_obj_read) of the object `word` names.
@@ -122,6 +138,21 @@ impl ZsPool {
     /// As `zs_obj_write`.
     pub fn zs_obj_write_raw(&self, key: &RawKey, word: u64, data: &[u8]) -> Result<(), ZsError> {
         self.inner.write(self.inner.name_of_raw(key, word)?, data)
+    }
+
+    /// Takes the object `word` names from the word, handing it to holder
+    /// `to` (a handle, or the deferred queue), without the class lock: one
+    /// compare-and-swap of its state word from "raw-held, of the word's
+    /// generation". Returns its class, name and generation (all of it, in
+    /// a raw-keyed pool).
+    fn take_word(&self, key: &RawKey, word: u64, to: u32) -> Result<(usize, Name, u64), ZsError> {
+        let (class, name) = self.inner.name_of_raw(key, word)?;
+        let Held::Raw(generation) = name.held else { return Err(ZsError::InvalidHandle(name.id)) };
+        if self.inner.states[class].swap_if(name.slot, state(RAW, generation), state(to, generation)) {
+            Ok((class, name, generation))
+        } else {
+            Err(ZsError::InvalidHandle(name.id))
+        }
     }
 
     fn check_key(&self, key: &RawKey) -> Result<(), ZsError> {

@@ -1,33 +1,39 @@
-//! One size class's state, all of it behind the class lock: its zspages
-//! sorted into fullness groups, its handle table and its object counts.
+//! One size class's state behind the class lock: its zspages sorted into
+//! fullness groups, its handle table and its object counts.
 //!
 //! Owns the fullness groups (Linux's `ZS_INUSE_RATIO_0, _10, …, _99, _100`:
 //! allocation takes the fullest zspage that is not full, `find_get_zspage`),
-//! the handle slots and the object operations on them. Must not allocate or
+//! the handle slots and the object operations on them. Who holds each
+//! slot's object is the one thing kept outside the lock, in the class's
+//! atomic state words (`slot_state`): the lock-free calls change it by
+//! compare-and-swap, so a free here takes the object by compare-and-swap
+//! too, and is refused when a lock-free call took it first. Must not
+//! allocate or
 //! free pages: a zspage that empties is handed back to the caller, which
 //! returns its pages after dropping the lock (the first patch of Linux's
 //! 2026 `zs_free` series: the zone lock is not taken under the class lock).
 
 use crate::class::ClassShape;
 use crate::handle::{HandleId, MAX_SLOTS, RAW_GEN_LIMIT};
+use crate::slot_state::{holder, load_word, state, swap_word, SlotStates, StateWord, FREE, HANDLE, QUEUED, RAW};
 use crate::zspage::Zspage;
 use crate::ZsError;
 use mmkit::{PageAllocator, PageBlock};
+use std::sync::Arc;
 
 /// Fullness groups: 0 %, then one per 10 % up to 99 %, then 100 %.
 pub(crate) const NR_GROUPS: usize = 12;
 /// The group of full zspages.
 pub(crate) const GROUP_FULL: usize = NR_GROUPS - 1;
 
-/// Where a live object is, and who holds it.
+/// Where a live object is (who holds it is its state word's, in
+/// `slot_state`).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Slot {
     /// Objects the slot held before this one (64-bit; the slot is retired
     /// before it reaches the pool's limit, never wrapped).
     generation: u64,
-    /// The zspage id, with who holds the object in the top two bits
-    /// (`HELD_*`): the slot stays 16 bytes.
-    zspage_held: u32,
+    zspage: u32,
     obj: u16,
     /// Bytes the caller asked for.
     len: u16,
@@ -35,25 +41,8 @@ pub(crate) struct Slot {
 
 const _: () = assert!(size_of::<Slot>() == 16, "64-bit generations cost the slot table nothing");
 
-/// Free slot.
-const HELD_NONE: u32 = 0;
-/// The object is owned by a [`Handle`](crate::Handle).
-const HELD_HANDLE: u32 = 1;
-/// The object is owned by a raw word under the pool's raw key.
-const HELD_RAW: u32 = 2;
-const HELD_SHIFT: u32 = 30;
-const ZSPAGE_MASK: u32 = (1 << HELD_SHIFT) - 1;
-/// Zspages a class may have (ids below the holder bits).
-pub(crate) const MAX_ZSPAGES: usize = 1 << HELD_SHIFT;
-
-impl Slot {
-    fn held(&self) -> u32 {
-        self.zspage_held >> HELD_SHIFT
-    }
-    fn zspage(&self) -> usize {
-        (self.zspage_held & ZSPAGE_MASK) as usize
-    }
-}
+/// Zspages a class may have.
+pub(crate) const MAX_ZSPAGES: usize = 1 << 30;
 
 /// How a call names an object: by the full generation a [`Handle`](crate::Handle)
 /// carries, or by the low bits a raw word carries (then the object must be
@@ -62,8 +51,9 @@ impl Slot {
 pub(crate) enum Held {
     Handle(u64),
     Raw(u64),
-    /// A handle queued for a deferred free, by its generation's low bits
-    /// (the object must still be handle-held).
+    /// A word of the deferred-free queue, by its generation's low bits:
+    /// the object must be queued (a raw word's, taken at the call) or
+    /// still handle-held (a handle's, which the call consumed).
     Queued(u64),
 }
 
@@ -94,6 +84,9 @@ pub(crate) struct ClassState {
     free_ids: Vec<u32>,
     pub(crate) groups: [Vec<u32>; NR_GROUPS],
     slots: Vec<Slot>,
+    /// Who holds each slot's object; shared with the pool, which reads and
+    /// changes it without the lock.
+    states: Arc<SlotStates>,
     free_slots: Vec<u32>,
     /// Objects the class's zspages can hold in the pages they have
     /// (Linux's `ZS_OBJS_ALLOCATED`, where a zspage always has them all).
@@ -122,7 +115,7 @@ pub(crate) struct Resolved {
 }
 
 impl ClassState {
-    pub(crate) fn new(pool: u64, gen_limit: u64, index: usize, shape: ClassShape) -> Self {
+    pub(crate) fn new(pool: u64, gen_limit: u64, index: usize, shape: ClassShape, states: Arc<SlotStates>) -> Self {
         Self {
             shape,
             index,
@@ -132,6 +125,7 @@ impl ClassState {
             free_ids: Vec::new(),
             groups: Default::default(),
             slots: Vec::new(),
+            states,
             free_slots: Vec::new(),
             objs_allocated: 0,
             pages: 0,
@@ -206,10 +200,10 @@ impl ClassState {
         let shape = self.shape;
         let zspage = self.zspages[id].as_mut()?;
         let obj = zspage.alloc_obj(mm, shape, header_of(slot as usize))?;
-        let held = if raw { HELD_RAW } else { HELD_HANDLE };
         let s = &mut self.slots[slot as usize];
-        *s = Slot { zspage_held: id as u32 | held << HELD_SHIFT, obj, len: len as u16, ..*s };
+        *s = Slot { zspage: id as u32, obj, len: len as u16, ..*s };
         let generation = s.generation;
+        self.states.set_free_slot(slot as usize, state(if raw { RAW } else { HANDLE }, generation));
         self.objs_inuse += 1;
         self.regroup(id);
         Some(NewObj { slot, generation })
@@ -243,28 +237,7 @@ impl ClassState {
     /// of the name's generation (all 64 bits for a handle, the low bits a
     /// raw word carries for a word).
     pub(crate) fn resolve(&self, name: &Name) -> Result<Resolved, ZsError> {
-        let found = self.slots.get(name.slot).filter(|slot| match name.held {
-            Held::Handle(generation) => slot.held() == HELD_HANDLE && slot.generation == generation,
-            Held::Raw(low) => slot.held() == HELD_RAW && slot.generation & (RAW_GEN_LIMIT - 1) == low,
-            Held::Queued(low) => slot.held() == HELD_HANDLE && slot.generation & (RAW_GEN_LIMIT - 1) == low,
-        });
-        match found {
-            Some(slot) => Ok(Resolved { zspage: slot.zspage(), obj: slot.obj, len: usize::from(slot.len) }),
-            None => Err(ZsError::InvalidHandle(name.id)),
-        }
-    }
-
-    /// Hands the live object `name` names to the other kind of holder (a
-    /// handle's object to a raw word, or back); returns its generation.
-    pub(crate) fn change_holder(&mut self, name: &Name) -> Result<u64, ZsError> {
-        self.resolve(name)?;
-        let slot = &mut self.slots[name.slot];
-        let to = match name.held {
-            Held::Handle(_) | Held::Queued(_) => HELD_RAW,
-            Held::Raw(_) => HELD_HANDLE,
-        };
-        slot.zspage_held = (slot.zspage_held & ZSPAGE_MASK) | to << HELD_SHIFT;
-        Ok(slot.generation)
+        resolve_in(&self.slots, &self.states, name).map(|(at, _, _)| at)
     }
 
     /// Writes `data` at the start of `name`'s object.
@@ -277,7 +250,7 @@ impl ClassState {
     /// same hold of the lock).
     pub(crate) fn write_new(&mut self, mm: &PageAllocator, new: NewObj, data: &[u8]) -> Result<(), ZsError> {
         let s = self.slots[new.slot as usize];
-        let at = Resolved { zspage: s.zspage(), obj: s.obj, len: usize::from(s.len) };
+        let at = Resolved { zspage: s.zspage as usize, obj: s.obj, len: usize::from(s.len) };
         self.write_at(mm, at, data).map_err(|e| e.unwrap_or(ZsError::NoMemory(None)))
     }
 
@@ -293,12 +266,17 @@ impl ClassState {
 
     /// Frees `name`'s object. A zspage left empty is unlinked and its
     /// pages returned, for the caller to free once the lock is dropped.
+    /// The object is taken from its holder by compare-and-swap: refused,
+    /// with nothing changed, when a lock-free call took it first.
     pub(crate) fn free(&mut self, mm: &PageAllocator, name: &Name) -> Result<Option<Vec<PageBlock>>, ZsError> {
-        let at = self.resolve(name)?;
+        let (at, cell, word) = resolve_in(&self.slots, &self.states, name)?;
         let shape = self.shape;
         let Some(zspage) = self.zspages[at.zspage].as_mut() else {
             return Err(ZsError::InvalidHandle(name.id));
         };
+        if !swap_word(cell, word, FREE) {
+            return Err(ZsError::InvalidHandle(name.id));
+        }
         zspage.free_obj(mm, shape, at.obj);
         self.objs_inuse -= 1;
         self.release_slot(name.slot);
@@ -325,7 +303,7 @@ impl ClassState {
     /// Points slot `slot` at its object's new place (compaction).
     pub(crate) fn relocate(&mut self, slot: usize, zspage: usize, obj: u16) {
         if let Some(s) = self.slots.get_mut(slot) {
-            s.zspage_held = (s.zspage_held & !ZSPAGE_MASK) | zspage as u32;
+            s.zspage = zspage as u32;
             s.obj = obj;
         }
     }
@@ -372,6 +350,8 @@ impl ClassState {
         match self.free_slots.pop() {
             Some(slot) => Some(slot),
             None if self.slots.len() < MAX_SLOTS => {
+                // The state word first: a slot in `slots` always has one.
+                self.states.grow_to(self.slots.len());
                 self.slots.push(Slot { generation: 1, ..Slot::default() });
                 Some(self.slots.len() as u32 - 1)
             }
@@ -379,12 +359,13 @@ impl ClassState {
         }
     }
 
-    /// Frees slot `slot` with its generation bumped; a slot whose next
-    /// generation would reach the pool's limit is retired instead (never
-    /// handed out again): generations do not wrap.
+    /// Frees slot `slot` (its state word already `FREE`) with its
+    /// generation bumped; a slot whose next generation would reach the
+    /// pool's limit is retired instead (never handed out again):
+    /// generations do not wrap.
     fn release_slot(&mut self, slot: usize) {
         let s = &mut self.slots[slot];
-        s.zspage_held = HELD_NONE << HELD_SHIFT;
+        s.zspage = 0;
         s.generation += 1;
         if s.generation < self.gen_limit {
             self.free_slots.push(slot as u32);
@@ -395,7 +376,7 @@ impl ClassState {
     /// slot only), to reach the limit without 2^28 cycles.
     #[cfg(test)]
     pub(crate) fn set_generation(&mut self, slot: usize, generation: u64) {
-        if self.slots[slot].held() == HELD_NONE {
+        if self.states.load(slot) == FREE {
             self.slots[slot].generation = generation;
         }
     }
@@ -450,13 +431,18 @@ impl ClassState {
             return Err(format!("class {}: counts disagree", self.index));
         }
         let mut live = 0u64;
-        for (i, slot) in self.slots.iter().enumerate().filter(|(_, s)| s.held() != HELD_NONE) {
+        for (i, slot) in self.slots.iter().enumerate() {
+            let word = self.states.load(i);
+            if word == FREE {
+                continue;
+            }
             live += 1;
             let handle = format!("pool {} class {} slot {i} gen {}", self.pool, self.index, slot.generation);
-            if slot.held() > HELD_RAW || slot.generation >= self.gen_limit {
-                return Err(format!("class {}: {handle} has holder {} past the limits", self.index, slot.held()));
+            if holder(word) == FREE || word != state(holder(word), slot.generation) || slot.generation >= self.gen_limit
+            {
+                return Err(format!("class {}: {handle} has state word {word:#x} past the limits", self.index));
             }
-            let z = self.zspages[slot.zspage()].as_ref().ok_or_else(|| format!("{handle} in a freed zspage"))?;
+            let z = self.zspages[slot.zspage as usize].as_ref().ok_or_else(|| format!("{handle} in a freed zspage"))?;
             if usize::from(slot.obj) >= Zspage::backed_objs(self.shape, page_size, z.pages.len()) {
                 return Err(format!("class {}: object of {handle} lies past its zspage's pages", self.index));
             }
@@ -469,6 +455,32 @@ impl ClassState {
         }
         Ok(())
     }
+}
+
+/// The live object `name` names in a class with slots `slots` and state
+/// words `states`, or why it names none: the slot must be live, held as
+/// the name says (by a handle, or by a raw word), and of the name's
+/// generation (all 64 bits for a handle, the low bits a raw word carries
+/// for a word). With the state word and its value, for a compare-and-swap
+/// from it (a free).
+fn resolve_in<'a>(
+    slots: &[Slot],
+    states: &'a SlotStates,
+    name: &Name,
+) -> Result<(Resolved, &'a StateWord, u32), ZsError> {
+    let refused = ZsError::InvalidHandle(name.id);
+    let (Some(slot), Some(cell)) = (slots.get(name.slot), states.get(name.slot)) else { return Err(refused) };
+    let word = load_word(cell);
+    let low = slot.generation & (RAW_GEN_LIMIT - 1);
+    let named = match name.held {
+        Held::Handle(generation) => slot.generation == generation && word == state(HANDLE, generation),
+        Held::Raw(g) => g == low && word == state(RAW, g),
+        Held::Queued(g) => g == low && (word == state(QUEUED, g) || word == state(HANDLE, g)),
+    };
+    if !named {
+        return Err(refused);
+    }
+    Ok((Resolved { zspage: slot.zspage as usize, obj: slot.obj, len: usize::from(slot.len) }, cell, word))
 }
 
 /// The in-object header of the object in slot `slot`: what compaction

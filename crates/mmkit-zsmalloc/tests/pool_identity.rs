@@ -139,6 +139,69 @@ fn a_deferred_free_of_a_word_freed_or_queued_already_is_refused_at_the_call() {
     pool.check_invariants().unwrap();
 }
 
+/// The refusals of a deferred free happen at the call, not at the drain:
+/// every refused call returns the error itself, queues nothing (the
+/// queue's counters do not move) and leaves the object as it was; the
+/// drain then finds nothing invalid. A word of a slot that was freed and
+/// handed out again (same slot, next generation) is refused too, and the
+/// slot's new object is untouched.
+#[test]
+fn a_deferred_free_is_refused_at_the_call_for_a_word_queued_freed_or_stale() {
+    let mm = real_map(16 << 20);
+    let (pool, key) = raw_pool(&mm, "raw");
+    let queued_so_far = |pool: &ZsPool| {
+        let s = pool.deferred_stats();
+        s.queued + s.fallback
+    };
+    // Twice the same word: the second is refused before anything is queued.
+    let w = pool.zs_malloc_copy_raw(&key, &[1; 300], gfp(), 0).unwrap();
+    pool.zs_free_deferred_raw(&key, w).unwrap();
+    assert_eq!(queued_so_far(&pool), 1);
+    assert!(matches!(pool.zs_free_deferred_raw(&key, w), Err(ZsError::InvalidHandle(_))), "queued already");
+    assert!(matches!(pool.zs_handle_from_raw(&key, w), Err(ZsError::InvalidHandle(_))), "queued already");
+    assert!(matches!(pool.zs_obj_read_raw(&key, w, &mut [0; 4096]), Err(ZsError::InvalidHandle(_))), "queued");
+    assert_eq!(queued_so_far(&pool), 1, "nothing queued by a refused call");
+    // After zs_free_raw.
+    let v = pool.zs_malloc_copy_raw(&key, &[2; 300], gfp(), 0).unwrap();
+    pool.zs_free_raw(&key, v).unwrap();
+    assert!(matches!(pool.zs_free_deferred_raw(&key, v), Err(ZsError::InvalidHandle(_))), "freed already");
+    assert_eq!(queued_so_far(&pool), 1);
+    // After the word went back to a handle: the handle still owns the object.
+    let u = pool.zs_malloc_copy_raw(&key, &[3; 300], gfp(), 0).unwrap();
+    let h = pool.zs_handle_from_raw(&key, u).unwrap();
+    assert!(matches!(pool.zs_free_deferred_raw(&key, u), Err(ZsError::InvalidHandle(_))), "taken back");
+    assert_eq!(read(&pool, &h).unwrap(), vec![3; 300]);
+    pool.zs_free(h).unwrap();
+    // Stale: the queued object is drained, its slot handed out again.
+    pool.zs_free_deferred_flush();
+    let slot_of = |word: u64| word & ((1 << 28) - 1);
+    let mut fresh = Vec::new();
+    let reused = loop {
+        let x = pool.zs_malloc_copy_raw(&key, &[4; 300], gfp(), 0).unwrap();
+        if slot_of(x) == slot_of(w) {
+            break x;
+        }
+        fresh.push(x);
+        assert!(fresh.len() < 64, "the freed slot is handed out again");
+    };
+    assert_ne!(reused, w, "same slot, next generation");
+    assert!(matches!(pool.zs_free_deferred_raw(&key, w), Err(ZsError::InvalidHandle(_))), "stale");
+    assert!(matches!(pool.zs_free_raw(&key, w), Err(ZsError::InvalidHandle(_))), "stale");
+    let mut out = [0; 4096];
+    assert_eq!(pool.zs_obj_read_raw(&key, reused, &mut out), Ok(300));
+    assert_eq!(out[..300], [4; 300]);
+    assert_eq!(queued_so_far(&pool), 1);
+    for x in fresh.into_iter().chain([reused]) {
+        pool.zs_free_deferred_raw(&key, x).unwrap();
+    }
+    pool.zs_free_deferred_flush();
+    let stats = pool.deferred_stats();
+    assert_eq!(stats.invalid, 0, "nothing refused at the drain");
+    assert_eq!(stats.queued, stats.drained);
+    assert_eq!(pool.zs_get_total_pages(), 0);
+    pool.check_invariants().unwrap();
+}
+
 #[test]
 fn a_word_reaches_only_objects_held_as_words_under_the_pools_key() {
     let mm = real_map(16 << 20);
