@@ -6,7 +6,7 @@
 //! Owns the swap of one page of a chain for a copy of it. The page
 //! allocator's default migrator refuses pages a layer owns; an embedder's
 //! [`Migrator`](mmkit::Migrator) hands a page whose owner is
-//! the pool's ([`ZsPool::owner`](crate::ZsPool::owner)) to [`ZsPool::zs_migrate_page`]. Handles name zspages
+//! the pool's ([`ZsPool::owner`](crate::ZsPool::owner)) to [`ZsPool::zs_migrate_page`](crate::ZsPool::zs_migrate_page). Handles name zspages
 //! and object indices, not pages, so no handle changes. The target is
 //! allocated and the old page freed with no class lock held.
 
