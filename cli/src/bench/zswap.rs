@@ -245,8 +245,8 @@ struct Kernel {
 
 fn kernel_side(working_set: u64, budget: u64) -> Result<Kernel, String> {
     let zram = ZramSwap::add(working_set * 4)?;
-    let cgroup = MemCgroup::create(&format!("mmkit-zswap-{}", std::process::id()))?;
-    let child = AccessChild::start(&cgroup, working_set, |footprint| cgroup_limit(budget, working_set, footprint))
+    let mut cgroup = MemCgroup::create(&format!("mmkit-zswap-{}", std::process::id()))?;
+    let child = AccessChild::start(&mut cgroup, working_set, |footprint| cgroup_limit(budget, working_set, footprint))
         .map_err(|e| e.0)?;
     Ok(Kernel { child, cgroup, zram })
 }
@@ -341,7 +341,7 @@ fn access_cases(
                     let restarted = attempt < 2
                         && kernel.as_mut().is_some_and(|k| {
                             let limit = |footprint| cgroup_limit(budget, working_set, footprint);
-                            match AccessChild::start(&k.cgroup, working_set, limit) {
+                            match AccessChild::start(&mut k.cgroup, working_set, limit) {
                                 Ok(child) => {
                                     k.child = child;
                                     true
@@ -403,6 +403,14 @@ fn access_cases(
         rs.evicted_clean,
         rs.load_p99_ns as f64 / 1e3
     ));
+    if let Some(k) = &kernel {
+        notes.push(format!(
+            "kernel/zram-swap: OOM kills in the child's cgroup: {}; times a thread of the child slept at the cgroup's limit where the OOM killer would have run (v1's is disabled) and the watchdog lifted the limit by {} MiB until none slept: {}",
+            k.cgroup.oom_kills(),
+            super::zswap_kernel::RESCUE_BYTES >> 20,
+            k.cgroup.rescues()
+        ));
+    }
     notes.push("ratio/real: mmkit is stored pages × 4096 / pool_total_size after the access cases; the kernel is orig_data_size / mem_used_total of its zram swap at the same point".into());
     drop(kernel);
     Ok(())

@@ -14,8 +14,10 @@ use mmkit_testkit::kernel_zram::real_pages;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 fn sys(path: &str, value: &str) -> Result<(), String> {
     std::fs::write(path, value).map_err(|e| format!("{path}: {e}"))
@@ -85,14 +87,42 @@ impl Drop for ZramSwap {
 }
 
 /// A memory cgroup made for one child: v1 `memory.limit_in_bytes`, or v2
-/// `memory.max` where that is the hierarchy. Made without a limit, so that
+/// `memory.high` where that is the hierarchy. Made without a limit, so that
 /// the child's own footprint can be measured before the limit is set.
+///
+/// The child must never be OOM-killed: a memory cgroup at its limit whose
+/// threads fault faster than reclaim frees pages (two threads refaulting
+/// pages the LRU had just activated) can fail reclaim often enough in a row
+/// to call its OOM killer, though there is swap to spare. So v1's OOM
+/// killer is disabled (`memory.oom_control`): a thread that would have been
+/// killed sleeps until the cgroup uncharges a page, which, when every
+/// thread of the child sleeps, nothing would do. A watchdog thread sees
+/// `under_oom`, lifts the limit by [`RESCUE_BYTES`] (which wakes the
+/// sleepers), puts it back once none sleeps, and counts those rescues: the
+/// data's resident budget is the kernel's as before but for those moments.
+/// v2 has no such switch; its limit is `memory.high`, which throttles and
+/// reclaims but never kills.
 pub struct MemCgroup {
     dir: PathBuf,
     /// The file a process writes its pid to, to join.
     pub procs: PathBuf,
     limit_file: &'static str,
     usage_file: &'static str,
+    /// The limit set, for the watchdog to put back (0: none yet).
+    limit: Arc<AtomicU64>,
+    /// The v1 watchdog, once a limit is set.
+    watchdog: Option<Watchdog>,
+}
+
+/// How far the watchdog lifts a v1 limit to wake a child whose every
+/// thread sleeps in the cgroup's OOM wait.
+pub const RESCUE_BYTES: u64 = 1 << 20;
+
+/// The thread that wakes a v1 cgroup's OOM sleepers (see [`MemCgroup`]).
+struct Watchdog {
+    stop: Arc<AtomicBool>,
+    rescues: Arc<AtomicU64>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl MemCgroup {
@@ -102,22 +132,41 @@ impl MemCgroup {
         let (dir, limit_file, usage_file) = if v1.join("memory.limit_in_bytes").exists() {
             (v1.join(name), "memory.limit_in_bytes", "memory.usage_in_bytes")
         } else if PathBuf::from("/sys/fs/cgroup/cgroup.controllers").exists() {
-            (PathBuf::from("/sys/fs/cgroup").join(name), "memory.max", "memory.current")
+            (PathBuf::from("/sys/fs/cgroup").join(name), "memory.high", "memory.current")
         } else {
             return Err("no memory cgroup controller".into());
         };
         std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let group = Self { procs: dir.join("cgroup.procs"), dir, limit_file, usage_file };
+        let group = Self {
+            procs: dir.join("cgroup.procs"),
+            dir,
+            limit_file,
+            usage_file,
+            limit: Arc::new(AtomicU64::new(0)),
+            watchdog: None,
+        };
         // v1 only: reclaim anonymous memory as readily as file pages, so that
         // reclaim keeps the child's program text and swaps its buffer.
         // Best effort: v2 has no such file.
         let _ = std::fs::write(group.dir.join("memory.swappiness"), "100");
+        if group.is_v1() {
+            sys(&group.dir.join("memory.oom_control").to_string_lossy(), "1")?;
+        }
         Ok(group)
     }
 
-    /// Limits the cgroup to `bytes`.
-    pub fn set_limit(&self, bytes: u64) -> Result<(), String> {
-        sys(&self.dir.join(self.limit_file).to_string_lossy(), &bytes.to_string())
+    fn is_v1(&self) -> bool {
+        self.limit_file == "memory.limit_in_bytes"
+    }
+
+    /// Limits the cgroup to `bytes` (and, on v1, starts the watchdog).
+    pub fn set_limit(&mut self, bytes: u64) -> Result<(), String> {
+        sys(&self.dir.join(self.limit_file).to_string_lossy(), &bytes.to_string())?;
+        self.limit.store(bytes, Relaxed);
+        if self.is_v1() && self.watchdog.is_none() {
+            self.watchdog = Some(Watchdog::start(self.dir.clone(), self.limit.clone()));
+        }
+        Ok(())
     }
 
     /// Bytes charged to the cgroup now: its processes' memory, the page
@@ -127,10 +176,79 @@ impl MemCgroup {
         let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         text.trim().parse().map_err(|e| format!("{}: {e}", path.display()))
     }
+
+    /// Times the watchdog lifted the limit to wake the child's threads
+    /// sleeping at it.
+    pub fn rescues(&self) -> u64 {
+        self.watchdog.as_ref().map_or(0, |w| w.rescues.load(Relaxed))
+    }
+
+    /// Processes the kernel's OOM killer killed in the cgroup (v1's
+    /// `oom_kill`, v2's `memory.events` `oom_kill`); 0 where unreadable.
+    pub fn oom_kills(&self) -> u64 {
+        let file = if self.is_v1() { "memory.oom_control" } else { "memory.events" };
+        oom_field(&self.dir.join(file), "oom_kill").unwrap_or(0)
+    }
+}
+
+/// The number after `key` in a cgroup's `key value` lines.
+fn oom_field(path: &std::path::Path, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines().find_map(|line| line.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+impl Watchdog {
+    /// How often the watchdog looks at `under_oom`.
+    const PERIOD: Duration = Duration::from_millis(2);
+
+    fn start(dir: PathBuf, limit: Arc<AtomicU64>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let rescues = Arc::new(AtomicU64::new(0));
+        let (stop2, rescues2) = (stop.clone(), rescues.clone());
+        let thread = std::thread::Builder::new()
+            .name("memcg-watchdog".into())
+            .spawn(move || {
+                let oom = dir.join("memory.oom_control");
+                let limit_file = dir.join("memory.limit_in_bytes").to_string_lossy().into_owned();
+                let mut raised = false;
+                while !stop2.load(Relaxed) {
+                    std::thread::sleep(Self::PERIOD);
+                    let under_oom = oom_field(&oom, "under_oom") == Some(1);
+                    let base = limit.load(Relaxed);
+                    if under_oom && !raised {
+                        // A larger limit wakes the sleepers (the kernel's
+                        // recovery on a raised limit), and they charge and
+                        // run.
+                        rescues2.fetch_add(1, Relaxed);
+                        raised = sys(&limit_file, &(base + RESCUE_BYTES).to_string()).is_ok();
+                    } else if raised && !under_oom {
+                        // Back once none sleeps: this reclaims down to it
+                        // in this thread, and may be refused (EBUSY) while
+                        // the child's pages are hot; tried again next time.
+                        raised = sys(&limit_file, &base.to_string()).is_err();
+                    }
+                }
+                if raised {
+                    let _ = sys(&limit_file, &limit.load(Relaxed).to_string());
+                }
+            })
+            .ok();
+        Self { stop, rescues, thread }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl Drop for MemCgroup {
     fn drop(&mut self) {
+        drop(self.watchdog.take());
         // The child has exited by now; its charge may take a moment to go.
         for _ in 0..50 {
             if std::fs::remove_dir(&self.dir).is_ok() {
@@ -158,7 +276,7 @@ impl AccessChild {
     /// besides the buffer: the program, libraries, stacks, page tables) and
     /// limits the cgroup to `limit(footprint)`, which swaps out whatever is
     /// over it.
-    pub fn start(cgroup: &MemCgroup, bytes: u64, limit: impl Fn(u64) -> u64) -> Result<Self, BenchError> {
+    pub fn start(cgroup: &mut MemCgroup, bytes: u64, limit: impl Fn(u64) -> u64) -> Result<Self, BenchError> {
         let exe = std::env::current_exe().map_err(|e| BenchError::context("current_exe", e))?;
         let mut child = Command::new(exe)
             .args(["__zswap-access", "--procs"])
