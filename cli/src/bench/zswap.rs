@@ -16,7 +16,9 @@
 //!   touch is timed on both sides into the same histogram: `mean_ns` and
 //!   `p99_ns` per touch (the kernel's tail is its synchronous reclaim).
 //!   The kernel's cgroup is limited to the budget plus the child's own
-//!   footprint, measured once it has joined the cgroup.
+//!   footprint, measured once it has joined the cgroup; its OOM killer is
+//!   off, and a watchdog wakes a child sleeping at the limit
+//!   (`zswap_kernel::MemCgroup`), so that the child is never killed.
 //! - `randaccess/2x/2threads`: two threads touching one region (one
 //!   buffer) at random; `median_ns` is the time per touch of the pair.
 //! - `ratio/real`: after the access cases, mmkit's stored bytes over
@@ -405,7 +407,7 @@ fn access_cases(
     ));
     if let Some(k) = &kernel {
         notes.push(format!(
-            "kernel/zram-swap: OOM kills in the child's cgroup: {}; times a thread of the child slept at the cgroup's limit where the OOM killer would have run (v1's is disabled) and the watchdog lifted the limit by {} MiB until none slept: {}",
+            "kernel/zram-swap: OOM kills in the child's cgroup: {}; times a thread of the child slept at the cgroup's limit where the OOM killer would have run (v1's is disabled) and the watchdog reclaimed {} MiB for it (the limit lowered by that much and put back, which wakes it): {}",
             k.cgroup.oom_kills(),
             super::zswap_kernel::RESCUE_BYTES >> 20,
             k.cgroup.rescues()

@@ -96,10 +96,13 @@ impl Drop for ZramSwap {
 /// to call its OOM killer, though there is swap to spare. So v1's OOM
 /// killer is disabled (`memory.oom_control`): a thread that would have been
 /// killed sleeps until the cgroup uncharges a page, which, when every
-/// thread of the child sleeps, nothing would do. A watchdog thread sees
-/// `under_oom`, lifts the limit by [`RESCUE_BYTES`] (which wakes the
-/// sleepers), puts it back once none sleeps, and counts those rescues: the
-/// data's resident budget is the kernel's as before but for those moments.
+/// thread of the child sleeps, nothing would do (and the sleepers' own
+/// reclaim may fail again as soon as they wake). A watchdog thread sees
+/// `under_oom`, lowers the limit by [`RESCUE_BYTES`], which reclaims that
+/// much in the watchdog's thread, and puts it back, which wakes the
+/// sleepers (where the lowering is refused, it lifts the limit by as much
+/// until none sleeps), and counts those rescues: the data's resident budget
+/// is the kernel's as before, less (rarely more) by a MiB for a moment.
 /// v2 has no such switch; its limit is `memory.high`, which throttles and
 /// reclaims but never kills.
 pub struct MemCgroup {
@@ -114,8 +117,8 @@ pub struct MemCgroup {
     watchdog: Option<Watchdog>,
 }
 
-/// How far the watchdog lifts a v1 limit to wake a child whose every
-/// thread sleeps in the cgroup's OOM wait.
+/// How far the watchdog lowers (or lifts) a v1 limit to wake a child
+/// sleeping in the cgroup's OOM wait.
 pub const RESCUE_BYTES: u64 = 1 << 20;
 
 /// The thread that wakes a v1 cgroup's OOM sleepers (see [`MemCgroup`]).
@@ -177,7 +180,7 @@ impl MemCgroup {
         text.trim().parse().map_err(|e| format!("{}: {e}", path.display()))
     }
 
-    /// Times the watchdog lifted the limit to wake the child's threads
+    /// Times the watchdog moved the limit to wake the child's threads
     /// sleeping at it.
     pub fn rescues(&self) -> u64 {
         self.watchdog.as_ref().map_or(0, |w| w.rescues.load(Relaxed))
@@ -198,8 +201,9 @@ fn oom_field(path: &std::path::Path, key: &str) -> Option<u64> {
 }
 
 impl Watchdog {
-    /// How often the watchdog looks at `under_oom`.
-    const PERIOD: Duration = Duration::from_millis(2);
+    /// How long the watchdog waits for the cgroup's OOM notification
+    /// before it looks at `under_oom` anyway (and at whether to stop).
+    const PERIOD: Duration = Duration::from_millis(20);
 
     fn start(dir: PathBuf, limit: Arc<AtomicU64>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
@@ -210,31 +214,63 @@ impl Watchdog {
             .spawn(move || {
                 let oom = dir.join("memory.oom_control");
                 let limit_file = dir.join("memory.limit_in_bytes").to_string_lossy().into_owned();
+                let set = |bytes: u64| sys(&limit_file, &bytes.to_string()).is_ok();
+                // v1's OOM notification: an eventfd the kernel signals when
+                // a task of the cgroup goes to sleep at its limit, so that
+                // the sleep lasts one wake-up, not a polling period.
+                let notify = oom_eventfd(&dir, &oom);
                 let mut raised = false;
                 while !stop2.load(Relaxed) {
-                    std::thread::sleep(Self::PERIOD);
+                    match &notify {
+                        Some((efd, _)) => {
+                            let mut fds = [rustix::event::PollFd::new(efd, rustix::event::PollFlags::IN)];
+                            let timeout =
+                                rustix::event::Timespec { tv_sec: 0, tv_nsec: Self::PERIOD.as_nanos() as i64 };
+                            if matches!(rustix::event::poll(&mut fds, Some(&timeout)), Ok(n) if n > 0) {
+                                let _ = rustix::io::read(efd, &mut [0u8; 8]);
+                            }
+                        }
+                        None => std::thread::sleep(Duration::from_millis(1)),
+                    }
                     let under_oom = oom_field(&oom, "under_oom") == Some(1);
                     let base = limit.load(Relaxed);
-                    if under_oom && !raised {
-                        // A larger limit wakes the sleepers (the kernel's
-                        // recovery on a raised limit), and they charge and
-                        // run.
+                    if under_oom {
                         rescues2.fetch_add(1, Relaxed);
-                        raised = sys(&limit_file, &(base + RESCUE_BYTES).to_string()).is_ok();
-                    } else if raised && !under_oom {
-                        // Back once none sleeps: this reclaims down to it
-                        // in this thread, and may be refused (EBUSY) while
-                        // the child's pages are hot; tried again next time.
-                        raised = sys(&limit_file, &base.to_string()).is_err();
+                        // Lowering the limit reclaims down to it in this
+                        // thread (which succeeds where the sleepers'
+                        // reclaim kept failing); raising it back wakes them
+                        // (the kernel's recovery on a larger limit). Where
+                        // the lowering is refused (EBUSY), the limit goes
+                        // above the budget instead, until none sleeps.
+                        if set(base.saturating_sub(RESCUE_BYTES)) {
+                            raised = !set(base);
+                        } else {
+                            raised = set(base + RESCUE_BYTES);
+                        }
+                    } else if raised {
+                        raised = !set(base);
                     }
                 }
                 if raised {
-                    let _ = sys(&limit_file, &limit.load(Relaxed).to_string());
+                    set(limit.load(Relaxed));
                 }
             })
             .ok();
         Self { stop, rescues, thread }
     }
+}
+
+/// An eventfd registered for `oom_control`'s notifications through
+/// `cgroup.event_control` (v1), with the open control file it names; `None`
+/// where the kernel refuses (the watchdog then polls).
+fn oom_eventfd(dir: &std::path::Path, oom: &std::path::Path) -> Option<(std::os::fd::OwnedFd, std::fs::File)> {
+    use std::os::fd::AsRawFd;
+    let efd =
+        rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK).ok()?;
+    let control = std::fs::File::open(oom).ok()?;
+    let line = format!("{} {}", efd.as_raw_fd(), control.as_raw_fd());
+    std::fs::write(dir.join("cgroup.event_control"), line).ok()?;
+    Some((efd, control))
 }
 
 impl Drop for Watchdog {
