@@ -5,7 +5,8 @@
 //! reclaimer) from `/proc/self/task/*/schedstat` and the region's counters.
 //!
 //! `cargo run --release -p mmkit-zswap --example region_probe -- THREADS TOUCHES [MiB [direct]]`
-//! (`direct`: no background reclaimer; loads evict for themselves)
+//! (`direct`: no background reclaimer; loads evict for themselves), or
+//! `-- codec`: LZ4's time a page alone, on the same pages.
 
 use mmkit::{Backing, HugePages, MemoryMapBuilder};
 use mmkit_testkit::kernel_zram::real_pages;
@@ -110,6 +111,10 @@ fn codec_times(data: &[Vec<u8>]) {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("codec") {
+        codec_times(&real_pages(4096));
+        return;
+    }
     let mut args = std::env::args().skip(1);
     let threads: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
     let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(400_000);
