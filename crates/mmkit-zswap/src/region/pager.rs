@@ -99,10 +99,13 @@ impl Shared {
     /// region to `high` resident pages, and evicts down to `low`. A load
     /// evicts for itself only at the budget. (kswapd's shape: woken at the
     /// low watermark of free pages, reclaiming up to the high one, with
-    /// direct reclaim below min; mm/vmscan.c.)
+    /// direct reclaim below min; mm/vmscan.c.) The gap between the marks is
+    /// four batches, or 1/64 of the budget if that is more (a reclaimer
+    /// kept off its CPU for a scheduler's time slice must not send every
+    /// load into direct reclaim), at most 1/8 of it.
     pub(crate) fn marks(&self) -> (usize, usize) {
         let budget = self.config.resident_budget;
-        let gap = (4 * self.config.evict_batch).min(budget / 8).max(1);
+        let gap = (4 * self.config.evict_batch).max(budget / 64).min(budget / 8).max(1);
         (budget.saturating_sub(2 * gap), budget.saturating_sub(gap))
     }
 
