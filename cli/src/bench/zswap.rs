@@ -16,7 +16,9 @@
 //!   touch is timed on both sides into the same histogram: `mean_ns` and
 //!   `p99_ns` per touch (the kernel's tail is its synchronous reclaim).
 //!   The kernel's cgroup is limited to the budget plus the child's own
-//!   footprint, measured once it has joined the cgroup.
+//!   footprint, measured once it has joined the cgroup; its OOM killer is
+//!   off, and a watchdog wakes a child sleeping at the limit
+//!   (`zswap_kernel::MemCgroup`), so that the child is never killed.
 //! - `randaccess/2x/2threads`: two threads touching one region (one
 //!   buffer) at random; `median_ns` is the time per touch of the pair.
 //! - `ratio/real`: after the access cases, mmkit's stored bytes over
@@ -245,8 +247,8 @@ struct Kernel {
 
 fn kernel_side(working_set: u64, budget: u64) -> Result<Kernel, String> {
     let zram = ZramSwap::add(working_set * 4)?;
-    let cgroup = MemCgroup::create(&format!("mmkit-zswap-{}", std::process::id()))?;
-    let child = AccessChild::start(&cgroup, working_set, |footprint| cgroup_limit(budget, working_set, footprint))
+    let mut cgroup = MemCgroup::create(&format!("mmkit-zswap-{}", std::process::id()))?;
+    let child = AccessChild::start(&mut cgroup, working_set, |footprint| cgroup_limit(budget, working_set, footprint))
         .map_err(|e| e.0)?;
     Ok(Kernel { child, cgroup, zram })
 }
@@ -341,7 +343,7 @@ fn access_cases(
                     let restarted = attempt < 2
                         && kernel.as_mut().is_some_and(|k| {
                             let limit = |footprint| cgroup_limit(budget, working_set, footprint);
-                            match AccessChild::start(&k.cgroup, working_set, limit) {
+                            match AccessChild::start(&mut k.cgroup, working_set, limit) {
                                 Ok(child) => {
                                     k.child = child;
                                     true
@@ -403,6 +405,14 @@ fn access_cases(
         rs.evicted_clean,
         rs.load_p99_ns as f64 / 1e3
     ));
+    if let Some(k) = &kernel {
+        notes.push(format!(
+            "kernel/zram-swap: OOM kills in the child's cgroup: {}; times a thread of the child slept at the cgroup's limit where the OOM killer would have run (v1's is disabled) and the watchdog reclaimed {} MiB for it (the limit lowered by that much and put back, which wakes it): {}",
+            k.cgroup.oom_kills(),
+            super::zswap_kernel::RESCUE_BYTES >> 20,
+            k.cgroup.rescues()
+        ));
+    }
     notes.push("ratio/real: mmkit is stored pages × 4096 / pool_total_size after the access cases; the kernel is orig_data_size / mem_used_total of its zram swap at the same point".into());
     drop(kernel);
     Ok(())

@@ -14,8 +14,10 @@ use mmkit_testkit::kernel_zram::real_pages;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 fn sys(path: &str, value: &str) -> Result<(), String> {
     std::fs::write(path, value).map_err(|e| format!("{path}: {e}"))
@@ -85,14 +87,45 @@ impl Drop for ZramSwap {
 }
 
 /// A memory cgroup made for one child: v1 `memory.limit_in_bytes`, or v2
-/// `memory.max` where that is the hierarchy. Made without a limit, so that
+/// `memory.high` where that is the hierarchy. Made without a limit, so that
 /// the child's own footprint can be measured before the limit is set.
+///
+/// The child must never be OOM-killed: a memory cgroup at its limit whose
+/// threads fault faster than reclaim frees pages (two threads refaulting
+/// pages the LRU had just activated) can fail reclaim often enough in a row
+/// to call its OOM killer, though there is swap to spare. So v1's OOM
+/// killer is disabled (`memory.oom_control`): a thread that would have been
+/// killed sleeps until the cgroup uncharges a page, which, when every
+/// thread of the child sleeps, nothing would do (and the sleepers' own
+/// reclaim may fail again as soon as they wake). A watchdog thread sees
+/// `under_oom`, lowers the limit by [`RESCUE_BYTES`], which reclaims that
+/// much in the watchdog's thread, and puts it back, which wakes the
+/// sleepers (where the lowering is refused, it lifts the limit by as much
+/// until none sleeps), and counts those rescues: the data's resident budget
+/// is the kernel's as before, less (rarely more) by a MiB for a moment.
+/// v2 has no such switch; its limit is `memory.high`, which throttles and
+/// reclaims but never kills.
 pub struct MemCgroup {
     dir: PathBuf,
     /// The file a process writes its pid to, to join.
     pub procs: PathBuf,
     limit_file: &'static str,
     usage_file: &'static str,
+    /// The limit set, for the watchdog to put back (0: none yet).
+    limit: Arc<AtomicU64>,
+    /// The v1 watchdog, once a limit is set.
+    watchdog: Option<Watchdog>,
+}
+
+/// How far the watchdog lowers (or lifts) a v1 limit to wake a child
+/// sleeping in the cgroup's OOM wait.
+pub const RESCUE_BYTES: u64 = 1 << 20;
+
+/// The thread that wakes a v1 cgroup's OOM sleepers (see [`MemCgroup`]).
+struct Watchdog {
+    stop: Arc<AtomicBool>,
+    rescues: Arc<AtomicU64>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl MemCgroup {
@@ -102,22 +135,41 @@ impl MemCgroup {
         let (dir, limit_file, usage_file) = if v1.join("memory.limit_in_bytes").exists() {
             (v1.join(name), "memory.limit_in_bytes", "memory.usage_in_bytes")
         } else if PathBuf::from("/sys/fs/cgroup/cgroup.controllers").exists() {
-            (PathBuf::from("/sys/fs/cgroup").join(name), "memory.max", "memory.current")
+            (PathBuf::from("/sys/fs/cgroup").join(name), "memory.high", "memory.current")
         } else {
             return Err("no memory cgroup controller".into());
         };
         std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let group = Self { procs: dir.join("cgroup.procs"), dir, limit_file, usage_file };
+        let group = Self {
+            procs: dir.join("cgroup.procs"),
+            dir,
+            limit_file,
+            usage_file,
+            limit: Arc::new(AtomicU64::new(0)),
+            watchdog: None,
+        };
         // v1 only: reclaim anonymous memory as readily as file pages, so that
         // reclaim keeps the child's program text and swaps its buffer.
         // Best effort: v2 has no such file.
         let _ = std::fs::write(group.dir.join("memory.swappiness"), "100");
+        if group.is_v1() {
+            sys(&group.dir.join("memory.oom_control").to_string_lossy(), "1")?;
+        }
         Ok(group)
     }
 
-    /// Limits the cgroup to `bytes`.
-    pub fn set_limit(&self, bytes: u64) -> Result<(), String> {
-        sys(&self.dir.join(self.limit_file).to_string_lossy(), &bytes.to_string())
+    fn is_v1(&self) -> bool {
+        self.limit_file == "memory.limit_in_bytes"
+    }
+
+    /// Limits the cgroup to `bytes` (and, on v1, starts the watchdog).
+    pub fn set_limit(&mut self, bytes: u64) -> Result<(), String> {
+        sys(&self.dir.join(self.limit_file).to_string_lossy(), &bytes.to_string())?;
+        self.limit.store(bytes, Relaxed);
+        if self.is_v1() && self.watchdog.is_none() {
+            self.watchdog = Some(Watchdog::start(self.dir.clone(), self.limit.clone()));
+        }
+        Ok(())
     }
 
     /// Bytes charged to the cgroup now: its processes' memory, the page
@@ -127,10 +179,112 @@ impl MemCgroup {
         let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         text.trim().parse().map_err(|e| format!("{}: {e}", path.display()))
     }
+
+    /// Times the watchdog moved the limit to wake the child's threads
+    /// sleeping at it.
+    pub fn rescues(&self) -> u64 {
+        self.watchdog.as_ref().map_or(0, |w| w.rescues.load(Relaxed))
+    }
+
+    /// Processes the kernel's OOM killer killed in the cgroup (v1's
+    /// `oom_kill`, v2's `memory.events` `oom_kill`); 0 where unreadable.
+    pub fn oom_kills(&self) -> u64 {
+        let file = if self.is_v1() { "memory.oom_control" } else { "memory.events" };
+        oom_field(&self.dir.join(file), "oom_kill").unwrap_or(0)
+    }
+}
+
+/// The number after `key` in a cgroup's `key value` lines.
+fn oom_field(path: &std::path::Path, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines().find_map(|line| line.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+impl Watchdog {
+    /// How long the watchdog waits for the cgroup's OOM notification
+    /// before it looks at `under_oom` anyway (and at whether to stop).
+    const PERIOD: Duration = Duration::from_millis(20);
+
+    fn start(dir: PathBuf, limit: Arc<AtomicU64>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let rescues = Arc::new(AtomicU64::new(0));
+        let (stop2, rescues2) = (stop.clone(), rescues.clone());
+        let thread = std::thread::Builder::new()
+            .name("memcg-watchdog".into())
+            .spawn(move || {
+                let oom = dir.join("memory.oom_control");
+                let limit_file = dir.join("memory.limit_in_bytes").to_string_lossy().into_owned();
+                let set = |bytes: u64| sys(&limit_file, &bytes.to_string()).is_ok();
+                // v1's OOM notification: an eventfd the kernel signals when
+                // a task of the cgroup goes to sleep at its limit, so that
+                // the sleep lasts one wake-up, not a polling period.
+                let notify = oom_eventfd(&dir, &oom);
+                let mut raised = false;
+                while !stop2.load(Relaxed) {
+                    match &notify {
+                        Some((efd, _)) => {
+                            let mut fds = [rustix::event::PollFd::new(efd, rustix::event::PollFlags::IN)];
+                            let timeout =
+                                rustix::event::Timespec { tv_sec: 0, tv_nsec: Self::PERIOD.as_nanos() as i64 };
+                            if matches!(rustix::event::poll(&mut fds, Some(&timeout)), Ok(n) if n > 0) {
+                                let _ = rustix::io::read(efd, &mut [0u8; 8]);
+                            }
+                        }
+                        None => std::thread::sleep(Duration::from_millis(1)),
+                    }
+                    let under_oom = oom_field(&oom, "under_oom") == Some(1);
+                    let base = limit.load(Relaxed);
+                    if under_oom {
+                        rescues2.fetch_add(1, Relaxed);
+                        // Lowering the limit reclaims down to it in this
+                        // thread (which succeeds where the sleepers'
+                        // reclaim kept failing); raising it back wakes them
+                        // (the kernel's recovery on a larger limit). Where
+                        // the lowering is refused (EBUSY), the limit goes
+                        // above the budget instead, until none sleeps.
+                        if set(base.saturating_sub(RESCUE_BYTES)) {
+                            raised = !set(base);
+                        } else {
+                            raised = set(base + RESCUE_BYTES);
+                        }
+                    } else if raised {
+                        raised = !set(base);
+                    }
+                }
+                if raised {
+                    set(limit.load(Relaxed));
+                }
+            })
+            .ok();
+        Self { stop, rescues, thread }
+    }
+}
+
+/// An eventfd registered for `oom_control`'s notifications through
+/// `cgroup.event_control` (v1), with the open control file it names; `None`
+/// where the kernel refuses (the watchdog then polls).
+fn oom_eventfd(dir: &std::path::Path, oom: &std::path::Path) -> Option<(std::os::fd::OwnedFd, std::fs::File)> {
+    use std::os::fd::AsRawFd;
+    let efd =
+        rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK).ok()?;
+    let control = std::fs::File::open(oom).ok()?;
+    let line = format!("{} {}", efd.as_raw_fd(), control.as_raw_fd());
+    std::fs::write(dir.join("cgroup.event_control"), line).ok()?;
+    Some((efd, control))
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl Drop for MemCgroup {
     fn drop(&mut self) {
+        drop(self.watchdog.take());
         // The child has exited by now; its charge may take a moment to go.
         for _ in 0..50 {
             if std::fs::remove_dir(&self.dir).is_ok() {
@@ -158,7 +312,7 @@ impl AccessChild {
     /// besides the buffer: the program, libraries, stacks, page tables) and
     /// limits the cgroup to `limit(footprint)`, which swaps out whatever is
     /// over it.
-    pub fn start(cgroup: &MemCgroup, bytes: u64, limit: impl Fn(u64) -> u64) -> Result<Self, BenchError> {
+    pub fn start(cgroup: &mut MemCgroup, bytes: u64, limit: impl Fn(u64) -> u64) -> Result<Self, BenchError> {
         let exe = std::env::current_exe().map_err(|e| BenchError::context("current_exe", e))?;
         let mut child = Command::new(exe)
             .args(["__zswap-access", "--procs"])

@@ -97,7 +97,14 @@ impl Handler {
         let state = &self.shared.states[index];
         // Pinned, the page cannot be evicted while it is made writable; one
         // being evicted is left to the eviction, which wakes the writer.
-        let Some(flags) = page::try_pin(state) else { return };
+        let flags = loop {
+            match page::try_pin(state) {
+                Some(flags) => break flags,
+                None if page::defer_to_eviction(state) => return,
+                // The eviction ended meanwhile: pin the page as it is now.
+                None => continue,
+            }
+        };
         if flags & RESIDENT != 0 {
             self.shared.make_writable(index);
         } else {
@@ -111,17 +118,32 @@ impl Handler {
     fn missing_fault(&self, index: usize, write: bool) {
         Counters::bump(&self.shared.counters.missing_faults);
         let state = &self.shared.states[index];
-        if page::try_claim_load(state) {
-            // Waking is the copy's; a failed load poisons the page (the
-            // faulting thread gets SIGBUS, as from a swap-in I/O error in
-            // the kernel) and keeps its stored copy.
-            let _ = self.shared.timed_load(index, write, true);
-        } else if page::flags(state) & (RESIDENT | EVICTING | LOADING) == RESIDENT {
-            // Another thread's load came first.
-            self.shared.wake(index, 1);
+        loop {
+            if page::try_claim_load(state) {
+                // Waking is the copy's; a failed load poisons the page (the
+                // faulting thread gets SIGBUS, as from a swap-in I/O error in
+                // the kernel) and keeps its stored copy.
+                let _ = self.shared.timed_load(index, write, true);
+                return;
+            }
+            let flags = page::flags(state);
+            if flags & (RESIDENT | EVICTING | LOADING) == RESIDENT {
+                // Another thread's load came first.
+                self.shared.wake(index, 1);
+                return;
+            }
+            if flags & LOADING != 0 {
+                // Its loader's copy (or, if the load fails, its own wake)
+                // wakes the faulting thread.
+                return;
+            }
+            if page::defer_to_eviction(state) {
+                // The eviction wakes the faulting thread once it has
+                // updated the state, so that the thread's next fault finds
+                // the page free to load.
+                return;
+            }
+            // The eviction ended between the looks: resolve it again.
         }
-        // Else a thread is loading or evicting it, and wakes the faulting
-        // thread when done (an eviction after it has updated the state, so
-        // that the thread's next fault finds the page free to load).
     }
 }

@@ -10,7 +10,11 @@
 //! - `EVICTING`: one thread picked it as a victim ([`try_evict`]) and is
 //!   storing and dropping it;
 //! - `FAILED`: its last load failed; where the kernel can, the page is
-//!   poisoned, and its stored copy is kept for a retry.
+//!   poisoned, and its stored copy is kept for a retry;
+//! - `WAITER`, beside `EVICTING`: a raw access faulted on the page while
+//!   it was being evicted, and the handler left the fault to the eviction,
+//!   which wakes it when it ends ([`defer_to_eviction`]). An eviction
+//!   with no such fault wakes nobody: no `UFFDIO_WAKE` a victim.
 //!
 //! Where a stored copy lives (zswap or the swap file) is the slot's
 //! business (`slots`). Above the flags, a count of pins: a pinned page is
@@ -35,6 +39,9 @@ pub(crate) const LOADING: u32 = 1 << 3;
 pub(crate) const DIRTY: u32 = 1 << 4;
 /// Touched since the CLOCK hand last passed.
 pub(crate) const REFERENCED: u32 = 1 << 5;
+/// A raw fault waits for the eviction of the page to end
+/// ([`defer_to_eviction`]); the eviction clears it and wakes the range.
+pub(crate) const WAITER: u32 = 1 << 6;
 /// One pin: the count lives above the flags.
 const PIN: u32 = 1 << 8;
 
@@ -122,6 +129,30 @@ pub(crate) fn clear(state: &AtomicU32, flags: u32) {
     state.fetch_and(!flags, AcqRel);
 }
 
+/// Ends an eviction of the page: clears `flags`, which include `EVICTING`,
+/// and `WAITER`; true when a raw fault was left to this eviction
+/// ([`defer_to_eviction`]), which the caller must then wake once the
+/// page's state is final.
+pub(crate) fn end_eviction(state: &AtomicU32, flags: u32) -> bool {
+    state.fetch_and(!(flags | EVICTING | WAITER), AcqRel) & WAITER != 0
+}
+
+/// Leaves a raw fault on the page to its eviction: true when the page was
+/// still being evicted as `WAITER` went in, so that [`end_eviction`] sees
+/// it and wakes the faulting thread; false when no eviction is under way
+/// (it ended, or there was none), and the fault is the caller's to resolve.
+/// One atomic word, so the two cannot both miss the other.
+pub(crate) fn defer_to_eviction(state: &AtomicU32) -> bool {
+    let mut seen = state.load(Acquire);
+    while seen & EVICTING != 0 {
+        match state.compare_exchange_weak(seen, seen | WAITER, AcqRel, Acquire) {
+            Ok(_) => return true,
+            Err(now) => seen = now,
+        }
+    }
+    false
+}
+
 /// The flags now (pins left out).
 pub(crate) fn flags(state: &AtomicU32) -> u32 {
     state.load(Acquire) & (PIN - 1)
@@ -157,5 +188,37 @@ mod tests {
         assert!(!try_claim_load(&s), "a mapped page needs no load");
         unpin(&s);
         assert_eq!(s.load(Acquire), RESIDENT);
+    }
+
+    #[test]
+    fn a_fault_left_to_an_eviction_is_woken_by_it() {
+        let s = AtomicU32::new(RESIDENT);
+        assert!(!defer_to_eviction(&s), "no eviction: the fault is the handler's");
+        assert!(try_evict(&s));
+        assert!(!end_eviction(&s, 0), "nobody waited: no wake");
+        assert_eq!(flags(&s), RESIDENT, "kept");
+        assert!(try_evict(&s));
+        assert!(defer_to_eviction(&s));
+        assert!(defer_to_eviction(&s), "a second fault on the page waits too");
+        assert!(end_eviction(&s, RESIDENT | DIRTY | REFERENCED), "the waiter is woken");
+        assert_eq!(flags(&s), 0, "dropped, and the waiter mark gone with the eviction");
+        assert!(!defer_to_eviction(&s), "over: the fault finds the page missing");
+    }
+
+    #[test]
+    fn defer_and_end_race_without_a_lost_wake() {
+        // Whichever order the two compare-and-swaps take, either the
+        // eviction sees the waiter or the waiter sees the eviction over.
+        for _ in 0..2000 {
+            let s = AtomicU32::new(RESIDENT);
+            assert!(try_evict(&s));
+            let (deferred, woken) = std::thread::scope(|t| {
+                let waiter = t.spawn(|| defer_to_eviction(&s));
+                let woken = end_eviction(&s, RESIDENT);
+                (waiter.join().unwrap(), woken)
+            });
+            assert_eq!(deferred, woken, "deferred {deferred}, woken {woken}");
+            assert_eq!(flags(&s), 0);
+        }
     }
 }

@@ -99,10 +99,13 @@ impl Shared {
     /// region to `high` resident pages, and evicts down to `low`. A load
     /// evicts for itself only at the budget. (kswapd's shape: woken at the
     /// low watermark of free pages, reclaiming up to the high one, with
-    /// direct reclaim below min; mm/vmscan.c.)
+    /// direct reclaim below min; mm/vmscan.c.) The gap between the marks is
+    /// four batches, or 1/64 of the budget if that is more (a reclaimer
+    /// kept off its CPU for a scheduler's time slice must not send every
+    /// load into direct reclaim), at most 1/8 of it.
     pub(crate) fn marks(&self) -> (usize, usize) {
         let budget = self.config.resident_budget;
-        let gap = (4 * self.config.evict_batch).min(budget / 8).max(1);
+        let gap = (4 * self.config.evict_batch).max(budget / 64).min(budget / 8).max(1);
         (budget.saturating_sub(2 * gap), budget.saturating_sub(gap))
     }
 
@@ -373,7 +376,7 @@ impl Shared {
     pub(crate) fn evict(&self, n: usize) -> usize {
         let mut victims = self.pick_victims(n);
         victims.sort_unstable();
-        let mut page = vec![0u8; PAGE_SIZE];
+        let mut page = [0u8; PAGE_SIZE];
         let mut stored = Vec::with_capacity(victims.len());
         for &v in &victims {
             let state = &self.states[v];
@@ -421,29 +424,33 @@ impl Shared {
         let mut gone = 0;
         for (&(first, run), dropped) in runs.iter().zip(dropped) {
             for v in first..first + run {
-                if dropped {
-                    page::clear(&self.states[v], RESIDENT | EVICTING | DIRTY | REFERENCED);
-                } else {
+                if !dropped {
                     self.keep(v);
+                } else if page::end_eviction(&self.states[v], RESIDENT | DIRTY | REFERENCED) {
+                    // After the state: a raw access that faulted on the
+                    // victim (a writer stopped by its protection, or a
+                    // touch after the drop) faults again and finds the
+                    // page missing and free to load. Victims nobody
+                    // faulted on need no wake.
+                    self.wake(v, 1);
                 }
             }
             if dropped {
                 gone += run;
                 self.counters.resident.fetch_sub(run as u64, Relaxed);
             }
-            // After the states: writers that waited on the protection, and
-            // threads that faulted since the drop, fault again and find the
-            // page missing and free to load.
-            self.wake(first, run);
         }
         self.counters.evictions.fetch_add(gone as u64, Relaxed);
         gone
     }
 
-    /// A victim that could not be evicted stays resident.
+    /// A victim that could not be evicted stays resident; a raw fault left
+    /// to its eviction is woken, to find it mapped.
     fn keep(&self, v: usize) {
         Counters::bump(&self.counters.evict_failures);
-        page::clear(&self.states[v], EVICTING);
+        if page::end_eviction(&self.states[v], 0) {
+            self.wake(v, 1);
+        }
     }
 }
 

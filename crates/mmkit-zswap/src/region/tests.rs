@@ -173,6 +173,71 @@ fn raw_accesses_and_accessors_share_a_region_under_eviction() {
 }
 
 #[test]
+fn raw_faults_on_pages_being_evicted_are_woken_by_the_eviction() {
+    // Raw writers, one per page, while another thread evicts every page
+    // again and again: a writer stopped by a victim's write protection, or
+    // faulting on it after the drop, is left to the eviction (`WAITER`),
+    // which alone wakes it (nobody else touches its pages). A lost wake
+    // leaves the writer blocked for ever: the test then fails on time.
+    use std::sync::atomic::AtomicBool;
+    let z = zswap(4096);
+    let pages = 8;
+    let writers = 4;
+    // The writers write until the evictor has evicted this many pages.
+    let target = 3000;
+    let config =
+        RegionConfig { fault_around: 1, background_reclaim: false, ..RegionConfig::new(pages * PAGE_SIZE, pages) };
+    let Some(r) = region(&z, config) else { return };
+    let done = Arc::new(AtomicBool::new(false));
+    let watch = done.clone();
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        while !watch.load(Relaxed) {
+            if start.elapsed() > Duration::from_secs(120) {
+                eprintln!("a raw writer was not woken after its page's eviction");
+                std::process::exit(1);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let writing = AtomicBool::new(true);
+    let last_rounds: Vec<u64> = std::thread::scope(|s| {
+        let evictor = s.spawn(|| {
+            while writing.load(Relaxed) {
+                r.reclaim(0).unwrap();
+            }
+        });
+        let workers: Vec<_> = (0..writers)
+            .map(|t| {
+                let r = &r;
+                s.spawn(move || {
+                    let mut round = 0;
+                    while r.stats().evictions < target {
+                        round += 1;
+                        for p in (t..pages).step_by(writers) {
+                            r.shared.map.store_u64(p * PAGE_SIZE + 8, word(p, round));
+                        }
+                    }
+                    round
+                })
+            })
+            .collect();
+        let rounds = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        writing.store(false, Relaxed);
+        evictor.join().unwrap();
+        rounds
+    });
+    done.store(true, Relaxed);
+    for p in 0..pages {
+        assert_eq!(r.read_u64(p * PAGE_SIZE + 8).unwrap(), word(p, last_rounds[p % writers]), "page {p}");
+    }
+    let s = r.stats();
+    assert!(s.wp_faults > 0 && s.missing_faults > 0 && s.evictions > 0, "{s:?}");
+    assert_eq!(s.load_failures, 0);
+    z.check_invariants().unwrap();
+}
+
+#[test]
 fn a_forked_child_does_not_see_the_region_and_the_parent_goes_on() {
     use super::sys::ChildEnd;
     let z = zswap(1024);
