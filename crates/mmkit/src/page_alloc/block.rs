@@ -451,9 +451,10 @@ mod tests {
             mm.block_bytes_mut(&mut block).unwrap().fill(i);
             stack.push(block).unwrap();
         }
-        let lent = stack.get(1).unwrap();
-        assert!(mm.block_bytes(&lent).unwrap().iter().all(|&b| b == 1));
-        drop(lent);
+        {
+            let lent = stack.get(1).unwrap();
+            assert!(mm.block_bytes(&lent).unwrap().iter().all(|&b| b == 1));
+        }
         for i in (0..4u8).rev() {
             let block = stack.pop().unwrap();
             assert!(mm.block_bytes(&block).unwrap().iter().all(|&b| b == i));
