@@ -12,6 +12,15 @@
 //! valid input but in a bad state (flags still set, corrupt compound tails)
 //! fails *preparation*: it is reported as a bad page and deliberately leaked,
 //! as Linux does, because returning it could hand corrupt memory out again.
+//!
+//! Why these calls take a bare PFN and stay safe functions: they keep
+//! Linux's contract (whoever names a plain page may drop its reference)
+//! but reach only plain pages. A block that a handle owns (a layer's
+//! `PageBlock`, a `PageGuard`, a frame adapter's frame, a contiguous
+//! range) carries an owner tag and is refused with [`FreeError::Owned`];
+//! no safe call lends a plain page's bytes. So a wrong PFN can drop
+//! another PFN caller's reference, as in Linux, but reaches no owner's
+//! page and no memory (`docs/architecture.md`, "Ownership of pages").
 #![deny(unsafe_code)]
 
 use crate::mem::page::{DescWord, PageFlags, PageIdx};
