@@ -41,6 +41,7 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use mmkit::{Backing, HugePages, MemoryMapBuilder, PageAllocator, Report};
 use mmkit_fuzz::Persistent;
+use mmkit_testkit::pages::noise_page;
 use mmkit_zswap::{
     EntryId, KeepEntry, PinnedRange, RegionConfig, RegionError, Reject, ReleaseMode, SwapFile, SwapRegion, SwpEntry,
     Zswap, ZswapError, ZswapParams, PAGE_SIZE,
@@ -102,22 +103,9 @@ impl Page {
                 let period = usize::from(period % 61) + 3;
                 (0..PAGE_SIZE).map(|i| seed.wrapping_add((i % period) as u8)).collect()
             }
-            Page::Noise(seed) => noise(seed, PAGE_SIZE),
+            Page::Noise(seed) => noise_page(seed, PAGE_SIZE),
         }
     }
-}
-
-/// `len` bytes of xorshift noise.
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// A byte range of a region: mostly inside, sometimes past the end or
@@ -237,6 +225,18 @@ fn pick(models: &[Vec<Live>; 2], z: usize, k: u16) -> Option<(usize, usize)> {
         }
     }
     None
+}
+
+/// Index of a live entry of instance `z`, as `pick` chooses it; when
+/// `pick` lands on the other instance's entry, that entry is tried on
+/// every call of `z` (all refused) and there is none.
+fn own_entry(models: &[Vec<Live>; 2], zswaps: &[Arc<Zswap>; 2], z: usize, k: u16) -> Option<usize> {
+    let (owner, at) = pick(models, z, k)?;
+    if owner != z {
+        refuse_everywhere(&zswaps[z], &models[owner][at].entry);
+        return None;
+    }
+    Some(at)
 }
 
 fn foreign<T: std::fmt::Debug>(got: Result<T, ZswapError>, id: EntryId) {
@@ -436,14 +436,10 @@ fn run(f: &mut Fixture, ops: Vec<Op>) {
             }
             Op::WritePage { z, pick: k, page: p } | Op::Store { z, pick: k, page: p } => {
                 let z = usize::from(z);
-                let Some((owner, at)) = pick(&models, z, k) else { continue };
+                let Some(at) = own_entry(&models, &f.zswaps, z, k) else { continue };
                 let store = matches!(op, Op::Store { .. });
                 let data = p.bytes();
-                let live = &mut models[owner][at];
-                if owner != z {
-                    refuse_everywhere(&f.zswaps[z], &live.entry);
-                    continue;
-                }
+                let live = &mut models[z][at];
                 let zs = &f.zswaps[z];
                 if !store {
                     zs.swap_writepage(&live.entry, &data).unwrap();
@@ -470,12 +466,8 @@ fn run(f: &mut Fixture, ops: Vec<Op>) {
             }
             Op::Load { z, pick: k } | Op::LoadKeep { z, pick: k } | Op::SwapIn { z, pick: k, .. } => {
                 let z = usize::from(z);
-                let Some((owner, at)) = pick(&models, z, k) else { continue };
-                let live = &mut models[owner][at];
-                if owner != z {
-                    refuse_everywhere(&f.zswaps[z], &live.entry);
-                    continue;
-                }
+                let Some(at) = own_entry(&models, &f.zswaps, z, k) else { continue };
+                let live = &mut models[z][at];
                 let zs = &f.zswaps[z];
                 let page = &mut buf[..PAGE_SIZE];
                 page.fill(0xa5);
@@ -509,24 +501,16 @@ fn run(f: &mut Fixture, ops: Vec<Op>) {
             }
             Op::Invalidate { z, pick: k, sync } => {
                 let z = usize::from(z);
-                let Some((owner, at)) = pick(&models, z, k) else { continue };
-                let live = &mut models[owner][at];
-                if owner != z {
-                    refuse_everywhere(&f.zswaps[z], &live.entry);
-                    continue;
-                }
+                let Some(at) = own_entry(&models, &f.zswaps, z, k) else { continue };
+                let live = &mut models[z][at];
                 let mode = if sync { ReleaseMode::Sync } else { ReleaseMode::Deferred };
                 let had = f.zswaps[z].zswap_invalidate_mode(&live.entry, mode).unwrap();
                 assert_eq!(had, live.zswap.take().is_some());
             }
             Op::Writeback { z, pick: k } => {
                 let z = usize::from(z);
-                let Some((owner, at)) = pick(&models, z, k) else { continue };
-                let live = &mut models[owner][at];
-                if owner != z {
-                    refuse_everywhere(&f.zswaps[z], &live.entry);
-                    continue;
-                }
+                let Some(at) = own_entry(&models, &f.zswaps, z, k) else { continue };
+                let live = &mut models[z][at];
                 match f.zswaps[z].zswap_writeback_entry(&live.entry) {
                     Ok(()) => {
                         assert!(live.zswap.is_some());
@@ -646,7 +630,7 @@ fn run(f: &mut Fixture, ops: Vec<Op>) {
             Op::RegionWrite { r, at, seed } => {
                 let r = usize::from(r);
                 let (offset, len) = at.get();
-                let data = noise(u64::from(seed) << 32 | offset as u64, len);
+                let data = noise_page(u64::from(seed) << 32 | offset as u64, len);
                 let got = f.regions[r].write(offset, &data);
                 if inside(offset, len) {
                     got.unwrap();
