@@ -123,6 +123,15 @@ impl Shared {
         }
     }
 
+    /// Evicts what is resident over the budget (pins released while the
+    /// region was past it); pages that cannot go stay.
+    pub(crate) fn evict_to_budget(&self) {
+        let over = self.resident().saturating_sub(self.config.resident_budget);
+        if over > 0 {
+            self.evict(over);
+        }
+    }
+
     /// [`load_claimed`](Self::load_claimed), timed into `load_times`.
     pub(crate) fn timed_load(&self, index: usize, write: bool, poison_on_failure: bool) -> Option<usize> {
         let start = std::time::Instant::now();

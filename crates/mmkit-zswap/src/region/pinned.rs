@@ -85,9 +85,18 @@ fn page_span(offset: usize, len: usize) -> std::ops::Range<usize> {
 }
 
 impl Drop for PinnedRange<'_> {
+    /// Unpins the range. Pins may hold more pages between them than the
+    /// budget (each alone holds at most the budget), so the region can be
+    /// over it when they are let go; the excess is evicted here, in the
+    /// thread that drops the guard, rather than left resident until the
+    /// next load evicts for itself (as `munlock` hands pages back to
+    /// reclaim at once).
     fn drop(&mut self) {
         for index in self.pages() {
             page::unpin(&self.region.shared.states[index]);
+        }
+        if self.region.alive() {
+            self.region.shared.evict_to_budget();
         }
     }
 }
@@ -97,7 +106,9 @@ impl SwapRegion {
     /// `write`) and keeps them mapped until the returned guard drops, so
     /// that a system call may read (or, with `write`, fill) them: see
     /// [`PinnedRange`]. The pages count against the resident budget; the
-    /// range may hold at most the budget's pages.
+    /// range may hold at most the budget's pages. Ranges pinned at once may
+    /// take the region past its budget while they are held; dropping a
+    /// guard evicts what is over it.
     ///
     /// # Errors
     /// [`RegionError::OutOfBounds`]; [`RegionError::PinTooLarge`];

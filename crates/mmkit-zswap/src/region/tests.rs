@@ -485,3 +485,23 @@ fn a_pinned_range_is_what_a_system_call_can_read() {
     assert_eq!(r.reclaim(0).unwrap(), 1);
     assert!(r.pin(0, 0, false).unwrap().is_empty());
 }
+
+#[test]
+fn pins_past_the_budget_are_evicted_down_to_it_when_dropped() {
+    let z = zswap(256);
+    let config = RegionConfig { background_reclaim: false, ..RegionConfig::new(16 * PAGE_SIZE, 4) };
+    let Some(r) = region(&z, config) else { return };
+    let data: Vec<u8> = (0..16 * PAGE_SIZE).map(|i| (i % 253) as u8).collect();
+    r.write(0, &data).unwrap();
+    let first = r.pin(0, 3 * PAGE_SIZE, true).unwrap();
+    let second = r.pin(8 * PAGE_SIZE, 3 * PAGE_SIZE, false).unwrap();
+    assert_eq!(r.stats().resident, 6, "two pins of three pages hold six, past the budget of 4");
+    drop(first);
+    assert_eq!(r.stats().resident, 4, "back to the budget as soon as a pin goes");
+    drop(second);
+    assert_eq!(r.stats().resident, 4);
+    assert_eq!(r.mapped_pages().unwrap(), 4);
+    let mut back = vec![0u8; data.len()];
+    r.read(0, &mut back).unwrap();
+    assert!(back == data, "every page reads back after the evictions");
+}
