@@ -1,6 +1,7 @@
 //! Suite `quicklist`: the experiment of Linux's quicklist series ("Quicklists for page table pages", 2007). The raw quicklist hit (take a
 //! cached page, held as a `QuickPage` and given back unwritten, so it needs
-//! no scan; `mmkit-pfn` is the bare-PFN calls, whose free reads the page)
+//! no scan; `mmkit-pfn` is the bare-PFN calls, whose free restores the
+//! page's state, one copy of it)
 //! against allocating and zeroing a fresh 4 KiB
 //! page through mmkit's per-CPU lists and through the heap peers; then a
 //! fork/exec-like churn of short-lived address spaces whose page tables come
@@ -43,8 +44,8 @@ pub const SUITE: Suite = Suite {
 
 /// mmkit through the shared API (lock per call) rather than a pinned handle.
 const MMKIT_SHARED: &str = "mmkit-shared";
-/// The pinned handle through the bare-PFN calls, whose free reads the page
-/// to check its state.
+/// The pinned handle through the bare-PFN calls, whose free restores the
+/// page's state (one copy of the page).
 const MMKIT_PFN: &str = "mmkit-pfn";
 /// Page tables whose pages come straight from the allocator.
 const NO_QUICKLISTS: &str = "mmkit-no-quicklists";
@@ -106,8 +107,9 @@ fn hit_loop(handle: &mut QuicklistCpu<'_>, pairs: u64) -> Result<(), QuicklistEr
     Ok(())
 }
 
-/// The same through the bare-PFN calls, whose free checks the page's state
-/// by reading it (the caller's writes are not recorded).
+/// The same through the bare-PFN calls, whose free restores the page's
+/// state by copying it over the page (the caller's writes are not
+/// recorded).
 #[inline(never)]
 fn pfn_hit_loop(handle: &mut QuicklistCpu<'_>, pairs: u64) -> Result<(), QuicklistError> {
     for _ in 0..pairs {

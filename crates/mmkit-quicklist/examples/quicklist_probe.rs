@@ -2,8 +2,11 @@
 //! `perf` or `valgrind --tool=callgrind` (the benchmarks of record are
 //! `mmkit bench quicklist` and the criterion benches).
 //!
-//! Usage: `quicklist_probe [pinned|pinned_page|shared|shared_page|zero] [pairs]`
-//! (`*_page`: the pair as a `QuickPage`, which goes back without a scan).
+//! Usage: `quicklist_probe [pinned|pinned_in_state|pinned_page|shared|shared_page|zero] [pairs]`
+//! (`pinned`, `shared`: bare PFNs, whose free restores the page's state;
+//! `pinned_in_state`: the `unsafe` free that takes the caller's word for
+//! it; `*_page`: the pair as a `QuickPage`, which goes back as it is when
+//! unwritten).
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
 use mmkit_quicklist::Quicklists;
 use std::hint::black_box;
@@ -25,6 +28,15 @@ fn main() {
             for _ in 0..n {
                 let p = cpu.alloc(0, Gfp::KERNEL, None).unwrap();
                 cpu.free_page(0, None, black_box(p)).unwrap();
+            }
+        }
+        "pinned_in_state" => {
+            let mut cpu = ql.pin_cpu(0).unwrap();
+            for _ in 0..n {
+                let p = cpu.alloc(0, Gfp::KERNEL, None).unwrap();
+                // SAFETY: the page came off the zero list and nothing wrote
+                // it, so it is still all zeroes.
+                unsafe { cpu.free_page_in_state(0, None, black_box(p)) }.unwrap();
             }
         }
         "pinned_page" => {

@@ -10,9 +10,13 @@
 //! [`mmkit::PageBlock`]s tagged with each set's own [`mmkit::OwnerKey`]
 //! ([`Quicklists::owner`]), whose bytes are reached
 //! through [`mmkit::PageAllocator::block_bytes`], so this crate has no
-//! `unsafe`. Needs a map with real memory
+//! `unsafe` block. Its only `unsafe` items are the two frees that trust
+//! their caller's word about a page's bytes (Linux's `quicklist_free`
+//! contract, [`Quicklists::quicklist_free_page_in_state`] and
+//! [`QuicklistCpu::free_page_in_state`](quicklist::QuicklistCpu::free_page_in_state)),
+//! each allowed where it is declared. Needs a map with real memory
 //! ([`mmkit::Backing::RealMemory`]).
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod pagetable;

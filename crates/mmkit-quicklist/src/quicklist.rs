@@ -39,10 +39,12 @@
 //! `pinned`). A hit moves the stack's top index down, the free of that
 //! page checks it is the one just above the top and moves the index back
 //! up: no atomic read-modify-write, no descriptor write, no block moved.
-//! That bookkeeping is 66 instructions a pair; the check that the freed
-//! page is in the list's state (every free, every build: one `memcmp` of
-//! the page) brings the pair to about 720, against about 4400 to allocate
-//! and zero a page (callgrind on `examples/quicklist_probe.rs`). The price:
+//! That bookkeeping is 66 instructions a pair. A bare-PFN free cannot know
+//! what its caller wrote through the page's address, so it restores the
+//! list's state (one copy of the page: zeroes, or the constructor's
+//! bytes), where an older version read the page to check it; a
+//! [`QuickPage`] that was never written skips both, and the `unsafe`
+//! `*_in_state` frees take the caller's word for it. The price:
 //! such a page can only be freed through its handle until it is handed
 //! over ([`QuicklistCpu::hand_over`], or the handle's drop); elsewhere the
 //! free is refused with [`QuicklistError::PinnedCpu`] and changes nothing,
@@ -312,39 +314,82 @@ impl Quicklists {
         self.quicklist_free_page(nr, dtor, pfn)
     }
 
-    /// Gives back order-0 page `pfn`, which must be in list `nr`'s state.
-    /// It is cached on the calling CPU's list unless it belongs to another
-    /// node (then `dtor` runs and it goes straight back to the allocator).
-    /// Pages from [`PageAllocator::alloc_pages`] are accepted too.
+    /// Gives back order-0 page `pfn`. It is cached on the calling CPU's
+    /// list unless it belongs to another node (then `dtor` runs and it goes
+    /// straight back to the allocator). Pages from
+    /// [`PageAllocator::alloc_pages`] are accepted too.
+    ///
+    /// Whatever the caller wrote through the page's address is unknown
+    /// here, so the page is *restored* to list `nr`'s state (zeroes, or
+    /// the constructor's bytes) before it is cached: a copy of the page,
+    /// not a check of it. A caller that knows the page is in the state
+    /// says so with the `unsafe`
+    /// [`quicklist_free_page_in_state`](Self::quicklist_free_page_in_state)
+    /// and skips the copy; a [`QuickPage`] knows it by itself.
     ///
     /// # Errors
     /// [`QuicklistError::NoSuchList`], [`QuicklistError::Free`],
-    /// [`QuicklistError::FlagsSet`] (nothing changed);
-    /// [`QuicklistError::WrongState`] (reported and freed, in every build).
+    /// [`QuicklistError::FlagsSet`] (nothing changed).
     pub fn quicklist_free_page(&self, nr: usize, dtor: Option<PageFn<'_>>, pfn: Pfn) -> Result<(), QuicklistError> {
+        let block = self.take_back_for(nr, pfn)?;
+        self.free_block_checked(nr, dtor, block, StateCheck::Restore)
+    }
+
+    /// [`quicklist_free_page`](Self::quicklist_free_page) of a page the
+    /// caller promises is in list `nr`'s state, as Linux's
+    /// `quicklist_free` trusts its caller: the page is cached as it is, with
+    /// neither a copy nor a check (debug builds still check it and refuse
+    /// a page that differs with [`QuicklistError::WrongState`]).
+    ///
+    /// # Safety
+    /// Every byte of the page must be what list `nr` holds: zero, or what
+    /// the list's constructor wrote (the bytes of its first constructed
+    /// page). The list hands the page out again as being in that state, so
+    /// a page that is not becomes, for example, a page table whose stale
+    /// entries map memory its new user never chose. Nothing else is asked:
+    /// a wrong, foreign or freed `pfn` is still refused with an error.
+    ///
+    /// # Errors
+    /// As [`quicklist_free_page`](Self::quicklist_free_page), and
+    /// [`QuicklistError::WrongState`] in debug builds.
+    // An `unsafe` contract, not an unsafe operation: the body is safe code.
+    #[allow(unsafe_code)]
+    pub unsafe fn quicklist_free_page_in_state(
+        &self,
+        nr: usize,
+        dtor: Option<PageFn<'_>>,
+        pfn: Pfn,
+    ) -> Result<(), QuicklistError> {
+        let block = self.take_back_for(nr, pfn)?;
+        self.free_block_checked(nr, dtor, block, StateCheck::KnownByCaller)
+    }
+
+    /// Takes `pfn` back for a free to list `nr`: the list must exist and
+    /// the page be this set's and handed out.
+    fn take_back_for(&self, nr: usize, pfn: Pfn) -> Result<PageBlock, QuicklistError> {
         self.check_list(nr)?;
-        let block = self.take_back(pfn).map_err(|e| match e {
+        self.take_back(pfn).map_err(|e| match e {
             QuicklistError::Free(FreeError::DoubleFree(pfn)) => self.held_elsewhere(pfn, None),
             other => other,
-        })?;
-        self.quicklist_free_block(nr, dtor, block)
+        })
     }
 
     /// Gives back a page taken with
     /// [`quicklist_alloc_block`](Self::quicklist_alloc_block) (or any
     /// order-0 block of this set's [`owner`](Self::owner)); as
-    /// [`quicklist_free_page`](Self::quicklist_free_page).
+    /// [`quicklist_free_page`](Self::quicklist_free_page), restored to the
+    /// list's state since the block's bytes were the caller's to write.
     ///
     /// # Errors
     /// [`QuicklistError::NoSuchList`] (the block is freed to the allocator
-    /// then, so that it is not lost); [`QuicklistError::WrongState`].
+    /// then, so that it is not lost).
     pub fn quicklist_free_block(
         &self,
         nr: usize,
         dtor: Option<PageFn<'_>>,
         block: PageBlock,
     ) -> Result<(), QuicklistError> {
-        self.free_block_checked(nr, dtor, block, StateCheck::Scan)
+        self.free_block_checked(nr, dtor, block, StateCheck::Restore)
     }
 
     /// [`quicklist_free_block`](Self::quicklist_free_block) for a caller
@@ -600,11 +645,12 @@ impl Quicklists {
             self.restore(&mut block, nr);
             return Ok(Some(block));
         }
-        // In every build, unless the caller's own bookkeeping proves the
-        // state: a page cached in the wrong state would be handed out as if
-        // it were in the list's (a dirty page as a zeroed page table is
-        // garbage entries).
-        let scan = check == StateCheck::Scan || (check == StateCheck::KnownByCaller && cfg!(debug_assertions));
+        // A caller's promise (an `unsafe` free, or the crate's page tables,
+        // whose entry counts prove it) is checked in debug builds: a page
+        // cached in the wrong state would be handed out as if it were in
+        // the list's (a dirty page as a zeroed page table is garbage
+        // entries).
+        let scan = check == StateCheck::KnownByCaller && cfg!(debug_assertions);
         if let Some(offset) = scan.then(|| self.first_difference(&block, nr)).flatten() {
             counters.bypassed.add(1);
             let pfn = block.pfn();
@@ -694,13 +740,9 @@ impl Quicklists {
         freed
     }
 
-    /// Check of a freed page against list `nr`'s state: the first byte
-    /// that differs. A page in the state costs one `memcmp` of the page
-    /// (against the template, or a zero block 4 KiB at a time); only a
-    /// page that differs is searched byte by byte.
-    #[inline]
-    /// Puts list `nr`'s state back into a page whose bytes were written:
+    /// Puts list `nr`'s state back into a page whose bytes are unknown:
     /// the first constructed page's bytes, or zeroes.
+    #[inline]
     fn restore(&self, block: &mut PageBlock, nr: usize) {
         if let Some(bytes) = self.alloc.block_bytes_mut(block) {
             match self.states[nr].template.get() {
@@ -710,6 +752,11 @@ impl Quicklists {
         }
     }
 
+    /// Check of a freed page against list `nr`'s state (debug builds, of a
+    /// caller's promise): the first byte that differs. A page in the state
+    /// costs one `memcmp` of the page (against the template, or a zero
+    /// block 4 KiB at a time); only a page that differs is searched byte
+    /// by byte.
     fn first_difference(&self, block: &PageBlock, nr: usize) -> Option<usize> {
         let bytes = self.alloc.block_bytes(block)?;
         match self.states[nr].template.get() {
@@ -720,20 +767,19 @@ impl Quicklists {
     }
 }
 
-/// Whether a free scans the page for its list's state.
+/// How a free knows that a page is in its list's state.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum StateCheck {
-    /// Every public free: the caller's bytes are not to be trusted.
-    Scan,
-    /// The crate's page tables, whose count of used entries proves the
-    /// state (scanned in debug builds all the same).
+    /// The caller promised it: an `unsafe` free, or the crate's page
+    /// tables, whose count of used entries proves it (checked in debug
+    /// builds all the same).
     KnownByCaller,
     /// A [`QuickPage`] never written: its handle is the proof, in every
     /// build (only `unsafe` code can write it behind the handle's back).
     Clean,
-    /// A [`QuickPage`] that was written: its state is unknown, so it is
-    /// restored to the list's (the constructed bytes, or zeroes), not
-    /// scanned.
+    /// A page whose bytes are unknown (a [`QuickPage`] that was written,
+    /// a bare PFN, a block lent to the caller): it is restored to the
+    /// list's state (the constructed bytes, or zeroes), not scanned.
     Restore,
 }
 

@@ -11,7 +11,9 @@
 //! no scan, no copy. A written page's state is unknown, so it is restored
 //! (the list's constructed bytes copied back, or zeroes), not scanned. The
 //! bare-PFN calls (`quicklist_alloc` / `quicklist_free_page`) cannot know
-//! what a caller wrote through the page's address, so they keep the scan.
+//! what a caller wrote through the page's address, so they restore it
+//! too, unless the caller vouches for the bytes with the `unsafe`
+//! `quicklist_free_page_in_state`.
 
 use super::{PageFn, QuicklistCpu, QuicklistError, Quicklists, StateCheck};
 use mmkit::{Gfp, PageBlock, Pfn};
@@ -95,7 +97,7 @@ impl QuickPage {
     }
     /// The page as a plain owned block, for a caller that keeps it: its
     /// state is no longer tracked (give it back with
-    /// [`Quicklists::quicklist_free_block`], which scans it).
+    /// [`Quicklists::quicklist_free_block`], which restores it).
     pub fn into_block(self) -> PageBlock {
         self.block
     }

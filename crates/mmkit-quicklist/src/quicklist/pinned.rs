@@ -37,7 +37,7 @@
 //! hands them out). A caller that wants the bytes takes a block
 //! ([`QuicklistCpu::alloc_block`]) instead.
 
-use super::{HeldList, ListCounters, PageFn, QuicklistError, QuicklistStats, Quicklists, Stacks};
+use super::{HeldList, ListCounters, PageFn, QuicklistError, QuicklistStats, Quicklists, Stacks, StateCheck};
 use mmkit::{BlockStack, FreeError, Gfp, PageBlock, Pfn};
 use spin::MutexGuard;
 use std::collections::HashMap;
@@ -218,48 +218,104 @@ impl<'q> QuicklistCpu<'q> {
 
     /// [`Quicklists::quicklist_free_page`] on this CPU. A page this handle
     /// handed out comes back without touching its descriptor; any other
-    /// page is taken back as the shared API does.
+    /// page is taken back as the shared API does. Either way the page is
+    /// restored to the list's state, since what the caller wrote through
+    /// its address is unknown.
     ///
     /// # Errors
     /// As `quicklist_free_page`, and [`QuicklistError::PinnedCpu`] for a
     /// page another pinned handle holds or caches.
     #[inline(always)]
     pub fn free_page(&mut self, nr: usize, dtor: Option<PageFn<'_>>, pfn: Pfn) -> Result<(), QuicklistError> {
-        let ql = self.ql;
-        let nid = self.nid;
+        self.free_page_as(nr, dtor, pfn, StateCheck::Restore)
+    }
+
+    /// [`Quicklists::quicklist_free_page_in_state`] on this CPU: the page
+    /// is cached as it is, neither copied nor (outside debug builds)
+    /// checked.
+    ///
+    /// # Safety
+    /// As [`Quicklists::quicklist_free_page_in_state`]: every byte of the
+    /// page is what list `nr` holds (zero, or the constructor's bytes).
+    ///
+    /// # Errors
+    /// As [`free_page`](Self::free_page), and
+    /// [`QuicklistError::WrongState`] in debug builds.
+    #[inline(always)]
+    // An `unsafe` contract, not an unsafe operation: the body is safe code.
+    #[allow(unsafe_code)]
+    pub unsafe fn free_page_in_state(
+        &mut self,
+        nr: usize,
+        dtor: Option<PageFn<'_>>,
+        pfn: Pfn,
+    ) -> Result<(), QuicklistError> {
+        self.free_page_as(nr, dtor, pfn, StateCheck::KnownByCaller)
+    }
+
+    #[inline(always)]
+    fn free_page_as(
+        &mut self,
+        nr: usize,
+        dtor: Option<PageFn<'_>>,
+        pfn: Pfn,
+        check: StateCheck,
+    ) -> Result<(), QuicklistError> {
+        let (ql, nid, cpu) = (self.ql, self.nid, self.cpu);
         let Some(list) = self.lists.get_mut(nr) else {
             return Err(self.no_such_list(nr));
         };
         // The hit's free: the newest page out of this list, back on top of
         // the cached ones. (A second free of it finds another page, or
         // none, above the top and takes the slow path, which refuses it.)
-        // Its bytes are checked against the list's state first, in every
-        // build, as every other free does; a page that differs is left to
-        // the slow path's report.
-        if let Some(block) = list.stack.get(list.top) {
-            if block.pfn() == pfn
-                && ql.caching
-                && ql.is_local_node(pfn, nid)
-                && ql.first_difference(&block, nr).is_none()
-            {
+        if list.stack.pfns().get(list.top) == Some(&pfn) && ql.caching && ql.is_local_node(pfn, nid) {
+            let in_state = match check {
+                StateCheck::Restore => {
+                    // Out and back in at the same place: the top page out
+                    // is the last of the stack on a hit pair, so neither
+                    // moves another block.
+                    if let Some(mut block) = list.stack.remove(list.top) {
+                        ql.restore(&mut block, nr);
+                        if let Err(block) = list.stack.insert(list.top, block) {
+                            // Unreachable (the block came off this stack),
+                            // but a block is never dropped on the floor.
+                            return ql.release(cpu, block, dtor);
+                        }
+                    }
+                    true
+                }
+                // A promise is checked in debug builds; a page that breaks
+                // it is left to the slow path's report.
+                StateCheck::KnownByCaller | StateCheck::Clean => {
+                    !cfg!(debug_assertions)
+                        || list.stack.get(list.top).is_some_and(|block| ql.first_difference(&block, nr).is_none())
+                }
+            };
+            if in_state {
                 list.set_top(list.top + 1);
                 list.counters.cached.add(1);
                 return Ok(());
             }
         }
-        self.free_slow(nr, dtor, pfn)
+        self.free_slow(nr, dtor, pfn, check)
     }
 
     /// Every other free: a page out of another list or an older one, a
     /// page of the shared API, one that goes back to the allocator, or bad
     /// input.
     #[cold]
-    fn free_slow(&mut self, nr: usize, dtor: Option<PageFn<'_>>, pfn: Pfn) -> Result<(), QuicklistError> {
+    fn free_slow(
+        &mut self,
+        nr: usize,
+        dtor: Option<PageFn<'_>>,
+        pfn: Pfn,
+        check: StateCheck,
+    ) -> Result<(), QuicklistError> {
         let block = match self.take_out(pfn) {
             Some(block) => block,
             None => self.take_back_other(pfn)?,
         };
-        self.free_block_to_list(nr, dtor, block, super::StateCheck::Scan)
+        self.free_block_to_list(nr, dtor, block, check)
     }
 
     /// A held block back to list `nr` under `check`, on top of the cached
@@ -270,7 +326,7 @@ impl<'q> QuicklistCpu<'q> {
         nr: usize,
         dtor: Option<PageFn<'_>>,
         block: PageBlock,
-        check: super::StateCheck,
+        check: StateCheck,
     ) -> Result<(), QuicklistError> {
         let (ql, cpu, nid) = (self.ql, self.cpu, self.nid);
         let Some(list) = self.lists.get_mut(nr) else {
