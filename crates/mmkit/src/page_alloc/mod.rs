@@ -443,8 +443,16 @@ impl PageAllocator {
 
     /// Address of `pfn`'s memory when the map has real backing.
     ///
-    /// The pointer is valid for one page while the allocator lives; the
-    /// caller may read and write it only while it owns the page.
+    /// The pointer is valid for one page while the allocator lives. Reading
+    /// or writing through it is the caller's `unsafe` promise that nobody
+    /// else uses the page meanwhile. For a plain page (one the PFN calls
+    /// handed out) the crate cannot keep that promise for it: any code that
+    /// holds the map may free a plain page by its number, as in Linux, so
+    /// the promise holds only in a program that controls every caller
+    /// naming that PFN. Code that wants the page's bytes without such a
+    /// promise holds a [`PageGuard`](crate::PageGuard) (its
+    /// `bytes`/`bytes_mut`) or a [`PageBlock`](crate::PageBlock), which no
+    /// PFN call can free (`docs/architecture.md`, "Ownership of pages").
     #[cfg(feature = "std")]
     pub fn page_address(&self, pfn: Pfn) -> Option<core::ptr::NonNull<u8>> {
         let idx = self.pfn_to_idx(pfn)?;
