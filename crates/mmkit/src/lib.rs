@@ -69,6 +69,9 @@ pub mod memmap;
 mod page_alloc;
 mod pcp;
 mod report;
+// The OS layer: restartable sequences, membarrier, mmap (see the module).
+#[allow(unsafe_code)]
+mod sys;
 mod types;
 pub mod zone;
 
@@ -85,10 +88,6 @@ pub use contig::owned::{ContigRange, ContigRangeError};
 #[cfg(feature = "x86_64")]
 pub use frames::X86Frames;
 pub use mem::owned::{BlockRef, BlockStack, OwnerKey, PageBlock};
-pub use mem::rawmem::prefetch;
-#[cfg(feature = "std")]
-pub use mem::rawmem::HugePages;
-#[cfg(feature = "std")]
 pub use memmap::machine_memory;
 pub use memmap::{Backing, MemoryMapBuilder};
 pub use page_alloc::block::BlockError;
@@ -110,6 +109,7 @@ pub use page_alloc::PageAllocator;
 pub use pcp::{PcpCounters, PcpSizing};
 pub use report::info::ZoneSnapshot;
 pub use report::invariants::InvariantViolation;
+pub use sys::{prefetch, HugePages};
 pub use types::error::{
     AllocError, BadCmaReason, BadPageReason, BadRangeReason, BuildError, CmaError, ContigError, FreeError, IndexError,
     MigrateError, OwnerTagsExhausted, PageError, RangeKind, Tunable,

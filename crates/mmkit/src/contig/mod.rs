@@ -289,7 +289,6 @@ impl Contig<'_> {
             return Err(ContigError::Busy { pfn: self.mm.idx_to_pfn(idx) });
         }
         self.prep_contig_pages(s, e, compound_order, prep);
-        #[cfg(feature = "std")]
         if gfp.contains(Gfp::ZERO) {
             if let Some(mem) = &self.mm.mem.memory {
                 mem.zero_pages(s as usize, nr_pages as usize);

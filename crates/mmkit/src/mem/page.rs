@@ -250,7 +250,6 @@ impl PageDesc {
     /// Marks the free block this page heads as reported. The caller holds
     /// the zone lock (free state changes only under it); one
     /// compare-and-swap all the same, like the embedder's flag updates.
-    #[cfg_attr(not(feature = "std"), allow(dead_code))] // a pass discards only with std
     pub(crate) fn set_reported(&self) {
         let _ = self.update_state(Relaxed, |s| {
             (s & (PageFlags::BUDDY.bits() | LOCAL_BIT) == PageFlags::BUDDY.bits()).then_some(s | REPORTED_BIT)
@@ -261,7 +260,6 @@ impl PageDesc {
     /// Nothing hands such a block out or merges with it; the pass returns
     /// it through the ordinary free path, which overwrites this word.
     #[inline]
-    #[cfg_attr(not(feature = "std"), allow(dead_code))] // a pass discards only with std
     pub(crate) fn set_reporting_state(&self, order: u32) {
         debug_assert!(order < 32);
         self.rc_state.store((REPORTED_BIT | (order << ORDER_SHIFT)) as u64, Relaxed);
@@ -270,7 +268,6 @@ impl PageDesc {
     /// block goes back through the free path, which expects a prepared head
     /// (no state, order 0): a merge with a lower buddy never writes this
     /// page again. Keeps any flag set meanwhile (`memory_failure`'s).
-    #[cfg_attr(not(feature = "std"), allow(dead_code))] // a pass discards only with std
     pub(crate) fn clear_reporting_state(&self) {
         let _ = self.update_state(Relaxed, |s| Some(s & !(REPORTED_BIT | ORDER_MASK)));
     }

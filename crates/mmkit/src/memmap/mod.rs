@@ -38,8 +38,9 @@ pub enum Backing {
     MetadataOnly,
     /// One anonymous mapping covering the whole map; `page_address` works and
     /// `Gfp::ZERO` zeroes.
-    #[cfg(feature = "std")]
-    RealMemory(crate::mem::rawmem::HugePages),
+    /// Where the target has no such mapping (no `std`, no native OS layer:
+    /// `sys`), building fails with [`BuildError::RealMemory`].
+    RealMemory(crate::sys::HugePages),
 }
 
 /// Builds a [`PageAllocator`]; see the crate example.
@@ -489,7 +490,6 @@ impl MemoryMapBuilder {
             }
         }
 
-        #[cfg(feature = "std")]
         let memory = match self.backing {
             Backing::MetadataOnly => None,
             Backing::RealMemory(huge) => {
@@ -501,26 +501,17 @@ impl MemoryMapBuilder {
                 if let Some(machine) = machine_memory().filter(|&machine| bytes > machine) {
                     return Err(BuildError::RealMemoryTooLarge { bytes, machine });
                 }
-                Some(crate::mem::rawmem::RealMemory::map(nr_pages as usize, geo.page_size() as usize, huge).map_err(
-                    |e| {
-                        if huge == crate::mem::rawmem::HugePages::Explicit {
-                            BuildError::HugePagesUnavailable { bytes: e.bytes, errno: e.errno }
-                        } else {
-                            BuildError::RealMemory(e)
-                        }
-                    },
-                )?)
+                Some(crate::sys::RealMemory::map(nr_pages as usize, geo.page_size() as usize, huge).map_err(|e| {
+                    if huge == crate::sys::HugePages::Explicit {
+                        BuildError::HugePagesUnavailable { bytes: e.bytes, errno: e.errno }
+                    } else {
+                        BuildError::RealMemory(e)
+                    }
+                })?)
             }
         };
 
-        let mem = MemMap {
-            geometry: geo,
-            base_pfn,
-            pages,
-            blocks,
-            #[cfg(feature = "std")]
-            memory,
-        };
+        let mem = MemMap { geometry: geo, base_pfn, pages, blocks, memory };
         for (zone, runs) in zones.iter().zip(&free_runs) {
             let cx = zone.cx(&mem);
             let mut state = zone.state.lock();
@@ -532,7 +523,6 @@ impl MemoryMapBuilder {
             }
             // A fresh anonymous mapping has no frames yet: its free blocks
             // start out reported, so the first reporting pass skips them.
-            #[cfg(feature = "std")]
             if mem.memory.is_some() {
                 state.area.mark_all_reported(cx, geo.pageblock_order);
             }
@@ -563,18 +553,11 @@ impl MemoryMapBuilder {
     }
 }
 
-/// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`), if it
-/// can be read: the most a [`Backing::RealMemory`] map may span.
-#[cfg(feature = "std")]
+/// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`), if the
+/// OS layer can tell (`None` on targets without it): the most a
+/// [`Backing::RealMemory`] map may span.
 pub fn machine_memory() -> Option<u64> {
-    // Miri keeps the program from the file system: unknown.
-    if cfg!(miri) {
-        return None;
-    }
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
+    crate::sys::machine_memory()
 }
 
 /// The descriptor table's first PFN and the map's end: the lowest zone

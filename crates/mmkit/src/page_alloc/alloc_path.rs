@@ -34,7 +34,6 @@ impl PageAllocator {
     /// As [`alloc_pages_node`](Self::alloc_pages_node).
     #[inline]
     pub fn alloc_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
         if order == 0 {
             if let Some(pfn) = self.cpu_cache_alloc(gfp) {
                 return Ok(pfn);
@@ -52,7 +51,6 @@ impl PageAllocator {
     /// (nor does `alloc_pages` grow where it is inlined).
     #[inline(never)]
     fn alloc_pages_uncached(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
         if order == self.mem.geometry.pageblock_order && self.pcp.enabled {
             return self.alloc_pages_block(gfp, order);
         }
@@ -61,7 +59,6 @@ impl PageAllocator {
 
     /// A pageblock-order allocation: the current CPU's block stack, else
     /// the general path.
-    #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
     #[inline(never)]
     fn alloc_pages_block(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
         if let Some(pfn) = self.cpu_cache_alloc_block(gfp, order) {
@@ -520,7 +517,6 @@ impl PageAllocator {
             HandedTo::Cpu(cpu) => DescWord::local(flags, order, mt as u8, cpu),
             HandedTo::References(refcount) => DescWord::allocated(flags, order, mt as u8, refcount),
         });
-        #[cfg(feature = "std")]
         if gfp.contains(Gfp::ZERO) {
             if let Some(mem) = &self.mem.memory {
                 mem.zero_pages(idx as usize, 1 << order);

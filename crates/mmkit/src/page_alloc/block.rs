@@ -182,21 +182,19 @@ impl PageAllocator {
 
     /// The bytes of a block this caller holds (`nr_pages × page size`);
     /// `None` for a metadata-only map or another allocator's block.
-    #[cfg(feature = "std")]
     #[inline]
     pub fn block_bytes<'b>(&'b self, block: &'b PageBlock) -> Option<&'b [u8]> {
         let idx = self.block_idx(block).ok()?;
-        Some(self.real_memory()?.block_bytes(idx as usize, block.order(), block))
+        Some(crate::mem::rawmem::block_bytes(self.real_memory()?, idx as usize, block.order(), block))
     }
 
     /// The bytes of a block this caller holds, writable: `&mut PageBlock`
     /// is exclusive, so nobody else reads or writes them meanwhile. `None`
     /// as for [`block_bytes`](Self::block_bytes).
-    #[cfg(feature = "std")]
     #[inline]
     pub fn block_bytes_mut<'b>(&'b self, block: &'b mut PageBlock) -> Option<&'b mut [u8]> {
         let idx = self.block_idx(block).ok()?;
-        Some(self.real_memory()?.block_bytes_mut(idx as usize, block.order(), block))
+        Some(crate::mem::rawmem::block_bytes_mut(self.real_memory()?, idx as usize, block.order(), block))
     }
 
     /// Hands an owned block to the layer's caller as a bare PFN: its

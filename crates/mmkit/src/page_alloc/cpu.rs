@@ -352,7 +352,6 @@ impl PageAllocator {
 
     /// [`drain_cpu_pages`](Self::drain_cpu_pages) of a CPU that exists.
     fn drain_cpu_lists(&self, cpu: usize) -> bool {
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
         self.drain_cpu_caches(cpu);
         for zi in 0..self.zones.len() {
             let Some(mut pcp) = self.lock_pcp_unless_pinned(cpu, zi) else {

@@ -7,7 +7,7 @@
 //! Owns the transitions of a page through the cache: a pop (allocation), a
 //! push (free), a refill from and a flush to the CPU's per-CPU lists, and
 //! the drain. The stacks themselves and the restartable sequences that edit
-//! them are `mem::rseq`'s; the lists, their sizing and spills stay `pcp`'s.
+//! them are `sys`'s (its rseq module); the lists, their sizing and spills stay `pcp`'s.
 //!
 //! # Why
 //! The per-CPU lists sit behind a try-lock because any thread may land on
@@ -25,7 +25,7 @@
 //! list, so every other path already treats them as cached: compaction and
 //! isolation skip them, `memory_failure` leaves them pending (the pop
 //! drops them), and `drain_all_pages` empties the stacks through the stop
-//! protocol of `mem::rseq`.
+//! protocol of `sys`'s restartable sequences.
 //!
 //! # Whose descriptor lines
 //! Descriptors are 16 bytes, four to a cache line. Two CPUs that each
@@ -68,18 +68,11 @@
 #![deny(unsafe_code)]
 
 use crate::mem::page::{DescWord, PageFlags, PageIdx};
-use crate::mem::rseq::{CpuStacks, Pop, Push};
-use crate::mem::stack::STACK_SLOTS;
+use crate::sys::stack::STACK_SLOTS;
+use crate::sys::{CpuStacks, Pop, Push};
 use crate::types::gfp::{AllocFlags, Gfp, MigrateType};
 use crate::{PageAllocator, Pfn};
 use alloc::vec::Vec;
-
-std::thread_local! {
-    /// The CPU of this thread's last cached allocation (`u32::MAX`: none
-    /// yet). A free pushes onto the current CPU's stack only on that CPU;
-    /// see the module doc.
-    static LAST_CPU: core::cell::Cell<u32> = const { core::cell::Cell::new(u32::MAX) };
-}
 
 /// pcp migratetypes: one stack per zone for each.
 const TYPES: usize = MigrateType::PCPTYPES;
@@ -226,7 +219,7 @@ impl PageAllocator {
         }
         let idx = match caches.stacks.pop(slot) {
             Pop::Item(idx, cpu) => {
-                LAST_CPU.with(|last| last.set(cpu));
+                crate::sys::set_home_cpu(cpu);
                 idx
             }
             Pop::Empty => {
@@ -294,7 +287,7 @@ impl PageAllocator {
         if !page.drop_last_reference(word, cached_word(mt)) {
             return false;
         }
-        let home = LAST_CPU.with(core::cell::Cell::get);
+        let home = crate::sys::home_cpu();
         match caches.stacks.push(slot, idx, home) {
             Push::Done => {}
             Push::Full => self.cpu_cache_flush(caches, slot, zi, idx),
@@ -309,7 +302,7 @@ impl PageAllocator {
                 // One slow free per migration: the thread's later frees
                 // push here (a free-only thread must not stay on the lists).
                 if let Some(cpu) = caches.stacks.current_cpu() {
-                    LAST_CPU.with(|last| last.set(cpu as u32));
+                    crate::sys::set_home_cpu(cpu as u32);
                 }
             }
         }

@@ -61,7 +61,6 @@ impl PageAllocator {
     /// `free_pages_prepare` and was reported and leaked.
     #[inline]
     pub fn free_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
         if order == 0 && self.cpu_cache_free(pfn) {
             return Ok(());
         }
@@ -76,7 +75,6 @@ impl PageAllocator {
         if !self.pcp.enabled {
             return self.free_pages_to_buddy(pfn, order);
         }
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
         if order == self.mem.geometry.pageblock_order {
             return self.free_pages_block(pfn, order);
         }
@@ -85,7 +83,6 @@ impl PageAllocator {
 
     /// A pageblock-order free: the current CPU's block stack, else the
     /// lists.
-    #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
     #[inline(never)]
     fn free_pages_block(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         if self.cpu_cache_free_block(pfn, order) {
@@ -230,7 +227,6 @@ impl PageAllocator {
     #[inline]
     pub fn put_page(&self, pfn: Pfn) -> Result<(), FreeError> {
         // The last reference to a plain order-0 page: the cache's free.
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
         if self.cpu_cache_free(pfn) {
             return Ok(());
         }

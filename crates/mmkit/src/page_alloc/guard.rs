@@ -95,7 +95,6 @@ impl<'a> PageGuard<'a> {
     }
 
     /// The block's bytes (`2^order` pages); `None` on a metadata-only map.
-    #[cfg(feature = "std")]
     #[inline]
     pub fn bytes(&self) -> Option<&[u8]> {
         self.mm.block_bytes(self.block.as_ref()?)
@@ -103,7 +102,6 @@ impl<'a> PageGuard<'a> {
 
     /// The block's bytes, writable: the guard is the block's only owner,
     /// so `&mut self` is exclusive access. `None` on a metadata-only map.
-    #[cfg(feature = "std")]
     #[inline]
     pub fn bytes_mut(&mut self) -> Option<&mut [u8]> {
         self.mm.block_bytes_mut(self.block.as_mut()?)

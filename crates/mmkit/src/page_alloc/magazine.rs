@@ -61,9 +61,9 @@
 #![deny(unsafe_code)]
 
 use crate::mem::page::{DescWord, PageDesc, PageFlags, PageIdx};
-use crate::mem::stack::{PageStack, STACK_SLOTS};
 use crate::page_alloc::pinned::PinnedCpu;
 use crate::pcp::cpus::CpuSlot;
+use crate::sys::stack::{PageStack, STACK_SLOTS};
 use crate::types::gfp::{gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType};
 use crate::zone::Zone;
 use crate::PageAllocator;
@@ -176,7 +176,7 @@ pub(crate) struct Magazine<'a> {
     /// no reference), computed with the target.
     free_word: DescWord,
     /// The pages, as offsets into the zone's descriptors: the order-0
-    /// cache's one type (`mem::stack`), owned here outright. Its capacity
+    /// cache's one type (`sys::stack`), owned here outright. Its capacity
     /// is [`MAG_SLOTS`], or the list's `high` when that is smaller (a small
     /// zone).
     stack: PageStack,

@@ -17,7 +17,6 @@ pub(crate) mod block;
 pub(crate) mod bulk;
 pub(crate) mod compaction;
 pub mod cpu;
-#[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
 pub(crate) mod cpu_cache;
 pub(crate) mod evacuate;
 pub(crate) mod free;
@@ -95,7 +94,6 @@ pub(crate) struct Parts {
     pub cma: Vec<CmaArea>,
     /// The per-CPU order-0 cache may be used (on, the CPU-id source the
     /// default one, per-CPU lists on).
-    #[cfg_attr(not(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom))), allow(dead_code))]
     pub cpu_caches: bool,
 }
 
@@ -136,7 +134,6 @@ pub struct PageAllocator {
     /// The per-CPU order-0 caches of the shared API
     /// (`page_alloc::cpu_cache`); `None` where restartable sequences are
     /// unavailable or the map was built without them.
-    #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
     pub(crate) cpu_caches: Option<cpu_cache::CpuCaches>,
 }
 
@@ -194,7 +191,6 @@ impl PageAllocator {
         // With grouping off every request is unmovable: the lists then serve
         // everything, as under the policy's other settings.
         pcp.movable_only = !p.mobility_disabled && zones.iter().next().is_some_and(|z| z.placement.pcp_movable_only());
-        #[allow(unused_mut)]
         let mut allocator = Self {
             mem: p.mem,
             zones,
@@ -210,10 +206,8 @@ impl PageAllocator {
             mobility_disabled: p.mobility_disabled,
             migrator: p.migrator,
             cma: p.cma,
-            #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
             cpu_caches: None,
         };
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
         if p.cpu_caches && p.pcp_enabled {
             allocator.cpu_caches = cpu_cache::CpuCaches::new(&allocator);
         }
@@ -264,10 +258,7 @@ impl PageAllocator {
     /// false where restartable sequences are unavailable, with a custom
     /// CPU-id source, or when built without it or without per-CPU lists.
     pub fn has_cpu_caches(&self) -> bool {
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
-        return self.cpu_caches.is_some();
-        #[allow(unreachable_code)]
-        false
+        self.cpu_caches.is_some()
     }
 
     /// Pages the shared API's per-CPU caches hold in zone `zi`.
@@ -280,13 +271,7 @@ impl PageAllocator {
     /// hold in zone `zi`, and the pages in them.
     #[inline]
     pub(crate) fn cpu_cached_heads_and_pages(&self, zi: usize) -> (u64, u64) {
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
-        return self.cpu_cached_blocks(zi);
-        #[allow(unreachable_code)]
-        {
-            let _ = zi;
-            (0, 0)
-        }
+        self.cpu_cached_blocks(zi)
     }
 
     /// Allocator-wide counters.
@@ -383,7 +368,7 @@ impl PageAllocator {
     #[inline]
     pub fn prefetch_page(&self, pfn: Pfn) {
         if let Some(idx) = self.pfn_to_idx(pfn) {
-            crate::mem::rawmem::prefetch(self.desc(idx));
+            crate::sys::prefetch(self.desc(idx));
         }
     }
 
@@ -431,14 +416,7 @@ impl PageAllocator {
     /// ([`Backing::RealMemory`](crate::Backing)): only then do blocks have
     /// bytes ([`block_bytes`](Self::block_bytes)).
     pub fn has_real_memory(&self) -> bool {
-        #[cfg(feature = "std")]
-        {
-            self.mem.memory.is_some()
-        }
-        #[cfg(not(feature = "std"))]
-        {
-            false
-        }
+        self.mem.memory.is_some()
     }
 
     /// Address of `pfn`'s memory when the map has real backing.
@@ -453,7 +431,6 @@ impl PageAllocator {
     /// promise holds a [`PageGuard`](crate::PageGuard) (its
     /// `bytes`/`bytes_mut`) or a [`PageBlock`](crate::PageBlock), which no
     /// PFN call can free (`docs/architecture.md`, "Ownership of pages").
-    #[cfg(feature = "std")]
     pub fn page_address(&self, pfn: Pfn) -> Option<core::ptr::NonNull<u8>> {
         let idx = self.pfn_to_idx(pfn)?;
         self.mem.memory.as_ref()?.page_ptr(idx as usize)
@@ -461,16 +438,14 @@ impl PageAllocator {
 
     /// The page that holds `addr` (Linux's `virt_to_page`), when the map has
     /// real backing and `addr` lies in it.
-    #[cfg(feature = "std")]
     pub fn address_to_pfn(&self, addr: *const u8) -> Option<Pfn> {
         let index = self.mem.memory.as_ref()?.index_of(addr)?;
         Some(self.idx_to_pfn(index as PageIdx))
     }
 
     /// The real-memory region, if the map has one.
-    #[cfg(feature = "std")]
     #[inline]
-    pub(crate) fn real_memory(&self) -> Option<&crate::mem::rawmem::RealMemory> {
+    pub(crate) fn real_memory(&self) -> Option<&crate::sys::RealMemory> {
         self.mem.memory.as_ref()
     }
 }

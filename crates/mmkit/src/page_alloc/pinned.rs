@@ -105,7 +105,6 @@ impl PageAllocator {
         let lists = (0..self.zones.len()).map(|zi| self.pageset(cpu, zi).lock.lock()).collect();
         // The CPU's order-0 caches too: other threads running there go to
         // the buddy while it is pinned, as they do for its lists.
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
         self.pin_cpu_caches(cpu, true);
         Ok(PinnedCpu { alloc: self, cpu, nid: self.node_of_cpu(cpu), lists, mag: Magazine::new(self, cpu) })
     }
@@ -370,7 +369,6 @@ impl Drop for PinnedCpu<'_> {
             self.serve(requests);
         }
         self.lists.clear();
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
         self.alloc.pin_cpu_caches(self.cpu, false);
         self.alloc.pcp.slots[self.cpu].pinned.store(false, Release);
     }

@@ -66,16 +66,11 @@
 //! of each zone's lists of pageblock order and above under its lock.
 #![deny(unsafe_code)]
 
-#[cfg(feature = "std")]
 use crate::mem::page::PageIdx;
-#[cfg(feature = "std")]
 use crate::types::gfp::Watermark;
-#[cfg(feature = "std")]
 use crate::zone::buddy::Placement;
-#[cfg(feature = "std")]
 use crate::zone::Zone;
 use crate::PageAllocator;
-#[cfg(feature = "std")]
 use core::sync::atomic::Ordering::Relaxed;
 use core::time::Duration;
 
@@ -136,7 +131,6 @@ impl PageAllocator {
     /// assert_eq!(mm.report_free_pages().pages, 0);              // nothing twice
     /// ```
     pub fn report_free_pages(&self) -> ReportSummary {
-        #[cfg(feature = "std")]
         if let Some(memory) = self.real_memory() {
             let mut summary = ReportSummary::default();
             for zone in self.zones.iter() {
@@ -158,8 +152,7 @@ impl PageAllocator {
     }
 
     /// The pass over one zone: batches of isolate, discard, return.
-    #[cfg(feature = "std")]
-    fn report_zone(&self, zone: &Zone, memory: &crate::mem::rawmem::RealMemory, summary: &mut ReportSummary) {
+    fn report_zone(&self, zone: &Zone, memory: &crate::sys::RealMemory, summary: &mut ReportSummary) {
         let cx = zone.cx(&self.mem);
         let order = self.page_reporting_order();
         let mut batch = [(0 as PageIdx, 0u32); PAGE_REPORTING_CAPACITY];
