@@ -2,9 +2,10 @@
 //! `perf` or `valgrind --tool=callgrind` (the benchmarks of record are
 //! `mmkit bench pcp` and the criterion benches).
 //!
-//! Usage: `pcp_probe [shared|lists|shared2|shared2x|handle|pinned|pinned2|frozen|buddy|bulk64] [pairs]`
-//! (`lists`: the shared API with the per-CPU cache off, on the locked
-//! lists as before it; `shared2x`: `shared2` after one page moved from CPU 0's list to CPU 1's,
+//! Usage: `pcp_probe [shared|node|sfrozen|lists|shared2|shared2x|handle|pinned|pinned2|frozen|buddy|bulk64] [pairs]`
+//! (`node`: `alloc_pages_node` for the local node; `sfrozen`: the shared
+//! API's frozen pair; `frozen`: a pinned CPU's; `lists`: the shared API
+//! with the per-CPU cache off, on the locked lists as before it; `shared2x`: `shared2` after one page moved from CPU 0's list to CPU 1's,
 //! so that the two CPUs' hot pages are neighbours: their descriptors share
 //! a cache line)
 use mmkit::{Gfp, MemoryMapBuilder};
@@ -26,6 +27,18 @@ fn main() {
             for _ in 0..n {
                 let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
                 mm.free_pages(black_box(p), 0).unwrap();
+            }
+        }
+        "node" => {
+            for _ in 0..n {
+                let p = mm.alloc_pages_node(0, Gfp::KERNEL, 0).unwrap();
+                mm.free_pages(black_box(p), 0).unwrap();
+            }
+        }
+        "sfrozen" => {
+            for _ in 0..n {
+                let p = mm.alloc_frozen_pages(Gfp::KERNEL, 0).unwrap();
+                mm.free_frozen_pages(black_box(p), 0).unwrap();
             }
         }
         "handle" => {

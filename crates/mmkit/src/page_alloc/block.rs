@@ -40,6 +40,7 @@
 pub use crate::mem::owned::{OwnerKey, PageBlock};
 use crate::mem::page::{PageFlags, PageIdx};
 use crate::page_alloc::cpu::CpuHandle;
+use crate::page_alloc::cpu::Locked;
 use crate::types::error::{BadPageReason, FreeError, OwnerTagsExhausted};
 use crate::types::gfp::Gfp;
 pub use crate::types::page_flags::PageOwner;
@@ -151,7 +152,7 @@ impl PageAllocator {
             return Err(AllocError::ForeignOwnerKey);
         }
         let owner = key.owner();
-        let pfn = self.alloc_on(cpu, nid, gfp, order, true)?;
+        let pfn = self.alloc_slow(&mut Locked(cpu), nid, gfp, order, true)?;
         let idx = self.pfn_to_idx(pfn).unwrap_or_default();
         // Nobody else knows the block yet, so marking it cannot race.
         self.desc(idx).set_owner(owner.id());
@@ -177,7 +178,7 @@ impl PageAllocator {
             return Err(BlockError::Foreign(block));
         };
         self.desc(idx).clear_owner();
-        self.free_frozen_pages_on(cpu, self.idx_to_pfn(idx), block.order()).map_err(BlockError::Free)
+        self.free_frozen_pages_on(&mut Locked(cpu), self.idx_to_pfn(idx), block.order()).map_err(BlockError::Free)
     }
 
     /// The bytes of a block this caller holds (`nr_pages × page size`);

@@ -1,27 +1,33 @@
-//! The allocator's per-CPU paths: which CPU a call runs on, allocation from
-//! and freeing to the per-CPU lists, drains, and [`CpuHandle`] for callers
-//! that name their CPU (pinned workers, deterministic trace replay).
+//! The per-CPU lists, the second step of every cached order after the
+//! per-CPU cache (`page_alloc::cache`): which CPU a call runs on, the one
+//! path that takes from and frees to a CPU's lists, drains, tuning, and
+//! [`CpuHandle`] for callers that name their CPU (deterministic trace
+//! replay, tests against a model of the lists).
 //!
 //! Owns the glue between `PageAllocator` and `pcp`; list mechanics and
 //! sizing rules are `pcp`'s, buddy edits go through the zone.
 //!
-//! # Fast path cost
-//! An order-0 allocation that hits its list is: the cached CPU id, one
-//! relaxed load for the watermark check while the zone is comfortably above
-//! its high mark, one compare-and-swap to try the pageset lock, a pop, a
-//! release store to unlock, and the descriptor stores of `prep_new_page`. A
-//! free is the validation loads, the reference drop (the one atomic
-//! read-modify-write Linux semantics require), the same lock try, a push and
-//! the unlock: about 380 instructions for the pair (docs/perf-log/2026-11.md). This
-//! is the path of calls that name a CPU ([`CpuHandle`]) and the shared
-//! API's where restartable sequences are unavailable; elsewhere the shared
-//! API's order-0 pair goes through the per-CPU cache in about 200
-//! instructions with the reference drop as its one atomic
-//! (`page_alloc::cpu_cache`). A pinned handle's magazine does the pair in
-//! about 110, with no atomic (`page_alloc::magazine`).
+//! # One list path, two ways to hold the lists
+//! [`Lists`] says whose lists a call uses: CPU `cpu`'s behind their
+//! try-lock ([`Locked`]: the shared API past its cache, a [`CpuHandle`]),
+//! or the ones a [`PinnedCpu`](crate::PinnedCpu) holds for its life
+//! ([`Held`]). Everything else (the pop and its refill, the push and its
+//! spill, the poison and isolation checks) is the same code for both.
+//!
+//! # What a hit costs
+//! An order-0 allocation that hits its list is: the watermark check on
+//! published counters, one compare-and-swap to try the pageset lock (none
+//! when held), a pop, a release store to unlock, and the descriptor stores
+//! of `prep_new_page`. A free is the validation loads, the reference drop
+//! (the one atomic read-modify-write Linux semantics require), the same
+//! lock try, a push and the unlock. The pair is `mmkit bench pcp`,
+//! contender `mmkit_lists` (the shared API built with `cpu_caches(false)`,
+//! the path where restartable sequences are unavailable); its instructions
+//! are `examples/pcp_probe.rs lists` under callgrind (`docs/perf-log/`).
 #![deny(unsafe_code)]
 
 use crate::mem::page::{PageFlags, PageIdx};
+use crate::mem::sync::LockGuard;
 use crate::pcp::cpus::forget_cached_cpu;
 use crate::pcp::cpus::{REQUEST_DRAIN, REQUEST_RESIZE};
 use crate::pcp::{self, order_to_pindex, pcp_allowed_order, PcpCounters, PcpState};
@@ -60,6 +66,62 @@ pub struct NoSuchCpu {
 impl core::fmt::Display for NoSuchCpu {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "cpu {} out of range (allocator has {} CPUs)", self.cpu, self.nr_cpus)
+    }
+}
+
+/// Whose per-CPU lists a call takes from and frees to; see the module doc.
+pub(crate) trait Lists {
+    /// A pageset of these lists, held while it lives.
+    type Pageset<'g>: core::ops::DerefMut<Target = PcpState>
+    where
+        Self: 'g;
+
+    /// The CPU whose lists these are.
+    fn cpu(&self) -> usize;
+
+    /// The pageset of zone `zi`, or `None` when it cannot be had now:
+    /// busy, or held by a pinned handle.
+    fn get<'g>(&'g mut self, mm: &'g PageAllocator, zi: usize) -> Option<Self::Pageset<'g>>;
+}
+
+/// The lists of the CPU it names, behind their try-lock.
+pub(crate) struct Locked(pub(crate) usize);
+
+impl Lists for Locked {
+    type Pageset<'g> = LockGuard<'g, PcpState>;
+
+    #[inline(always)]
+    fn cpu(&self) -> usize {
+        self.0
+    }
+
+    #[inline(always)]
+    fn get<'g>(&'g mut self, mm: &'g PageAllocator, zi: usize) -> Option<Self::Pageset<'g>> {
+        mm.try_lock_pcp(self.0, zi)
+    }
+}
+
+/// The lists a pinned handle holds for CPU `cpu`, one pageset per zone:
+/// no lock to take.
+pub(crate) struct Held<'l, 'a> {
+    pub(crate) cpu: usize,
+    pub(crate) lists: &'l mut [LockGuard<'a, PcpState>],
+}
+
+impl<'a> Lists for Held<'_, 'a> {
+    type Pageset<'g>
+        = &'g mut PcpState
+    where
+        Self: 'g;
+
+    #[inline(always)]
+    fn cpu(&self) -> usize {
+        self.cpu
+    }
+
+    #[inline(always)]
+    fn get<'g>(&'g mut self, _mm: &'g PageAllocator, zi: usize) -> Option<Self::Pageset<'g>> {
+        self.lists.get_mut(zi).map(|pcp| &mut **pcp)
     }
 }
 
@@ -119,20 +181,20 @@ impl PageAllocator {
         }
     }
 
-    /// Takes a block from CPU `cpu`'s list for `zone`, refilling it from
+    /// Takes a block from `lists`' list for zone `zi`, refilling it from
     /// the buddy when empty (Linux's `rmqueue_pcplist`); `None` when the
     /// pageset is busy or the buddy could not refill it (the caller goes to
     /// the buddy either way).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn rmqueue_pcplist(
         &self,
-        cpu: usize,
+        lists: &mut impl Lists,
         zi: usize,
         order: u32,
         mt: MigrateType,
         alloc_flags: AllocFlags,
     ) -> Option<PageIdx> {
-        let mut pcp = self.try_lock_pcp(cpu, zi)?;
+        let mut pcp = lists.get(self, zi)?;
         self.pcp_take_locked(&mut pcp, zi, order, mt, alloc_flags)
     }
 
@@ -182,15 +244,15 @@ impl PageAllocator {
         (added > 0).then_some(())
     }
 
-    /// Puts a prepared block on CPU `cpu`'s list; false when the block must
+    /// Puts a prepared block on `lists`' list; false when the block must
     /// go to the buddy instead (isolated pageblock, poison pending, order not
     /// cached, or the pageset is busy).
-    #[inline]
-    pub(crate) fn free_to_pcp(&self, cpu: usize, zi: usize, idx: PageIdx, order: u32) -> bool {
+    #[inline(always)]
+    pub(crate) fn free_to_pcp(&self, lists: &mut impl Lists, zi: usize, idx: PageIdx, order: u32) -> bool {
         let Some(mt) = self.pcp_list_type(idx, order) else {
             return false;
         };
-        let Some(mut pcp) = self.try_lock_pcp(cpu, zi) else {
+        let Some(mut pcp) = lists.get(self, zi) else {
             return false;
         };
         self.pcp_free_locked(&mut pcp, zi, idx, order, mt)
@@ -543,27 +605,30 @@ impl<'a> CpuHandle<'a> {
     pub fn allocator(&self) -> &'a PageAllocator {
         self.alloc
     }
-    /// [`PageAllocator::alloc_pages`] on this CPU's lists.
+    /// [`PageAllocator::alloc_pages`] on this CPU's lists. A handle has
+    /// no per-CPU cache (the named CPU's lists are reachable from any
+    /// thread only under their lock): it enters at the slow path's first
+    /// step, the lists.
     ///
     /// # Errors
     /// As [`PageAllocator::alloc_pages_node`].
     #[inline]
     pub fn alloc_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc.alloc_on(self.cpu, self.alloc.node_of_cpu(self.cpu), gfp, order, false)
+        self.alloc.alloc_slow(&mut Locked(self.cpu), self.alloc.node_of_cpu(self.cpu), gfp, order, false)
     }
     /// [`PageAllocator::alloc_pages_node`] on this CPU's lists.
     ///
     /// # Errors
     /// As [`PageAllocator::alloc_pages_node`].
     pub fn alloc_pages_node(&self, nid: usize, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc.alloc_on(self.cpu, nid, gfp, order, false)
+        self.alloc.alloc_slow(&mut Locked(self.cpu), nid, gfp, order, false)
     }
     /// [`PageAllocator::alloc_frozen_pages`] on this CPU's lists.
     ///
     /// # Errors
     /// As [`PageAllocator::alloc_pages_node`].
     pub fn alloc_frozen_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc.alloc_on(self.cpu, self.alloc.node_of_cpu(self.cpu), gfp, order, true)
+        self.alloc.alloc_slow(&mut Locked(self.cpu), self.alloc.node_of_cpu(self.cpu), gfp, order, true)
     }
     /// [`PageAllocator::free_pages`] onto this CPU's lists.
     ///
@@ -571,25 +636,25 @@ impl<'a> CpuHandle<'a> {
     /// As [`PageAllocator::free_pages`].
     #[inline]
     pub fn free_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        self.alloc.free_pages_on(self.cpu, pfn, order)
+        self.alloc.free_pages_on(&mut Locked(self.cpu), pfn, order)
     }
     /// [`PageAllocator::free_frozen_pages`] onto this CPU's lists.
     ///
     /// # Errors
     /// As [`PageAllocator::free_frozen_pages`].
     pub fn free_frozen_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        self.alloc.free_frozen_pages_on(self.cpu, pfn, order)
+        self.alloc.free_frozen_pages_on(&mut Locked(self.cpu), pfn, order)
     }
     /// [`PageAllocator::put_page`] onto this CPU's lists.
     ///
     /// # Errors
     /// As [`PageAllocator::put_page`].
     pub fn put_page(&self, pfn: Pfn) -> Result<(), FreeError> {
-        self.alloc.put_page_on(self.cpu, pfn)
+        self.alloc.put_page_on(&mut Locked(self.cpu), pfn)
     }
     /// [`PageAllocator::alloc_pages_bulk`] from this CPU's lists.
     pub fn alloc_pages_bulk(&self, gfp: Gfp, page_array: &mut [Option<Pfn>]) -> usize {
-        self.alloc.alloc_pages_bulk_on(self.cpu, gfp, page_array)
+        self.alloc.alloc_pages_bulk_with(&mut Locked(self.cpu), gfp, page_array)
     }
     /// [`PageAllocator::alloc_pages_bulk_vec`] from this CPU's lists.
     pub fn alloc_pages_bulk_vec(&self, gfp: Gfp, nr_pages: usize, out: &mut alloc::vec::Vec<Pfn>) -> usize {

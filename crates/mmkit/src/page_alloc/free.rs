@@ -24,6 +24,7 @@
 #![deny(unsafe_code)]
 
 use crate::mem::page::{DescWord, PageFlags, PageIdx};
+use crate::page_alloc::cpu::{Lists, Locked};
 use crate::page_alloc::hooks::BadPageReport;
 use crate::types::error::{BadPageReason, FreeError, PageError};
 use crate::zone::buddy::{BuddyCtx, Placement};
@@ -59,16 +60,16 @@ impl PageAllocator {
     /// [`RefcountMismatch`](FreeError::RefcountMismatch) for a frozen page,
     /// [`Owned`](FreeError::Owned)) change nothing. [`FreeError::BadPage`] means the block failed
     /// `free_pages_prepare` and was reported and leaked.
-    #[inline]
+    #[inline(always)]
     pub fn free_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        if order == 0 && self.cpu_cache_free(pfn) {
+        if order == 0 && self.cpu_cache().is_some_and(|mut cache| cache.give::<false>(self, pfn, false)) {
             return Ok(());
         }
         self.free_pages_uncached(pfn, order)
     }
 
-    /// [`free_pages`](Self::free_pages) past the per-CPU order-0 cache:
-    /// the cache's pageblock-order stacks, then the lists or the buddy.
+    /// [`free_pages`](Self::free_pages) past the per-CPU cache's order-0
+    /// stacks: its pageblock-order stacks, then the lists or the buddy.
     /// Out of line and small for the reasons `alloc_pages_uncached` is.
     #[inline(never)]
     fn free_pages_uncached(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
@@ -81,11 +82,11 @@ impl PageAllocator {
         self.free_pages_to_lists(pfn, order)
     }
 
-    /// A pageblock-order free: the current CPU's block stack, else the
+    /// A pageblock-order free: the per-CPU cache's block stacks, else the
     /// lists.
     #[inline(never)]
     fn free_pages_block(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        if self.cpu_cache_free_block(pfn, order) {
+        if self.cpu_cache().is_some_and(|mut cache| cache.give::<true>(self, pfn, false)) {
             return Ok(());
         }
         self.free_pages_to_lists(pfn, order)
@@ -94,7 +95,7 @@ impl PageAllocator {
     /// [`free_pages`](Self::free_pages) through the current CPU's lists.
     #[inline(never)]
     fn free_pages_to_lists(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        self.free_pages_on(self.current_cpu(), pfn, order)
+        self.free_pages_on(&mut Locked(self.current_cpu()), pfn, order)
     }
 
     /// [`free_pages`](Self::free_pages) in a map without per-CPU lists:
@@ -109,7 +110,7 @@ impl PageAllocator {
         }
         let idx = self.validate_block(pfn, order)?;
         // Without lists the CPU picks nothing (`free_prepared_block`).
-        if self.drop_block_ref(0, pfn, idx, order)? {
+        if self.drop_block_ref(&mut Locked(0), pfn, idx, order)? {
             self.claim_and_prepare(idx, order, Claim::ByRefcount)?;
             if let Some(zi) = self.zone_index_of(idx) {
                 self.release_prepared_inline(&self.zones[zi], idx, 1 << order, Placement::Auto);
@@ -144,11 +145,12 @@ impl PageAllocator {
         true
     }
 
+    /// [`free_pages`](Self::free_pages) onto `lists`.
     #[inline(always)]
-    pub(crate) fn free_pages_on(&self, cpu: usize, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+    pub(crate) fn free_pages_on(&self, lists: &mut impl Lists, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         let idx = self.validate_block(pfn, order)?;
-        if self.drop_block_ref(cpu, pfn, idx, order)? {
-            self.claim_and_free(cpu, idx, order, Claim::ByRefcount)
+        if self.drop_block_ref(lists, pfn, idx, order)? {
+            self.claim_and_free(lists, idx, order, Claim::ByRefcount)
         } else {
             Ok(())
         }
@@ -159,7 +161,13 @@ impl PageAllocator {
     /// a non-compound block (only its refcount counts), everything after it
     /// is freed here and it lives on as an order-0 page, as in Linux.
     #[inline(always)]
-    pub(crate) fn drop_block_ref(&self, cpu: usize, pfn: Pfn, idx: PageIdx, order: u32) -> Result<bool, FreeError> {
+    pub(crate) fn drop_block_ref(
+        &self,
+        lists: &mut impl Lists,
+        pfn: Pfn,
+        idx: PageIdx,
+        order: u32,
+    ) -> Result<bool, FreeError> {
         let page = self.desc(idx);
         let split = order > 0 && !page.has(PageFlags::HEAD);
         let dropped = if split { page.try_put_splitting() } else { page.try_put() };
@@ -171,7 +179,7 @@ impl PageAllocator {
                     // The first page is order 0 now (in the same atomic as
                     // the drop); the rest of the block is free.
                     for o in (0..order).rev() {
-                        self.free_prepared_block(cpu, idx + (1 << o), o);
+                        self.free_prepared_block(lists, idx + (1 << o), o);
                     }
                 }
                 Ok(false)
@@ -187,13 +195,17 @@ impl PageAllocator {
     /// references gets [`FreeError::RefcountMismatch`] and is left alone.
     #[inline]
     pub fn free_frozen_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        self.free_frozen_pages_on(self.current_cpu(), pfn, order)
+        if order == 0 && self.cpu_cache().is_some_and(|mut cache| cache.give::<false>(self, pfn, true)) {
+            return Ok(());
+        }
+        self.free_frozen_pages_on(&mut Locked(self.current_cpu()), pfn, order)
     }
 
+    /// [`free_frozen_pages`](Self::free_frozen_pages) onto `lists`.
     #[inline]
-    pub(crate) fn free_frozen_pages_on(&self, cpu: usize, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+    pub(crate) fn free_frozen_pages_on(&self, lists: &mut impl Lists, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         let idx = self.validate_frozen_block(pfn, order)?;
-        self.claim_and_free(cpu, idx, order, Claim::Frozen)
+        self.claim_and_free(lists, idx, order, Claim::Frozen)
     }
 
     /// Checks that `pfn` starts an allocated block of `order`.
@@ -227,20 +239,21 @@ impl PageAllocator {
     #[inline]
     pub fn put_page(&self, pfn: Pfn) -> Result<(), FreeError> {
         // The last reference to a plain order-0 page: the cache's free.
-        if self.cpu_cache_free(pfn) {
+        if self.cpu_cache().is_some_and(|mut cache| cache.give::<false>(self, pfn, false)) {
             return Ok(());
         }
-        self.put_page_on(self.current_cpu(), pfn)
+        self.put_page_on(&mut Locked(self.current_cpu()), pfn)
     }
 
+    /// [`put_page`](Self::put_page) onto `lists`.
     #[inline]
-    pub(crate) fn put_page_on(&self, cpu: usize, pfn: Pfn) -> Result<(), FreeError> {
+    pub(crate) fn put_page_on(&self, lists: &mut impl Lists, pfn: Pfn) -> Result<(), FreeError> {
         let head = self.compound_head(pfn).map_err(|e| match e {
             PageError::Hole(p) => FreeError::Hole(p),
             _ => FreeError::OutOfRange(pfn),
         })?;
         let idx = self.validate_allocated(head)?;
-        self.put_and_maybe_free(cpu, head, idx)
+        self.put_and_maybe_free(lists, head, idx)
     }
 
     /// Takes a reference to the in-use page or compound page containing
@@ -265,11 +278,11 @@ impl PageAllocator {
     }
 
     #[inline]
-    fn put_and_maybe_free(&self, cpu: usize, pfn: Pfn, idx: PageIdx) -> Result<(), FreeError> {
+    fn put_and_maybe_free(&self, lists: &mut impl Lists, pfn: Pfn, idx: PageIdx) -> Result<(), FreeError> {
         let page = self.desc(idx);
         match page.try_put() {
             None => Err(FreeError::RefcountMismatch { pfn, refcount: 0 }),
-            Some(0) => self.claim_and_free(cpu, idx, page.order(), Claim::ByRefcount),
+            Some(0) => self.claim_and_free(lists, idx, page.order(), Claim::ByRefcount),
             Some(_) => Ok(()),
         }
     }
@@ -333,11 +346,17 @@ impl PageAllocator {
     }
 
     /// Claims the block for freeing (exactly one caller wins), prepares it
-    /// and releases it to CPU `cpu`'s list or its zone.
+    /// and releases it to `lists` or its zone.
     #[inline(always)]
-    pub(crate) fn claim_and_free(&self, cpu: usize, idx: PageIdx, order: u32, claim: Claim) -> Result<(), FreeError> {
+    pub(crate) fn claim_and_free(
+        &self,
+        lists: &mut impl Lists,
+        idx: PageIdx,
+        order: u32,
+        claim: Claim,
+    ) -> Result<(), FreeError> {
         self.claim_and_prepare(idx, order, claim)?;
-        self.free_prepared_block(cpu, idx, order);
+        self.free_prepared_block(lists, idx, order);
         Ok(())
     }
 
@@ -357,14 +376,14 @@ impl PageAllocator {
         Ok(())
     }
 
-    /// Frees a prepared block: onto CPU `cpu`'s list when its order is
-    /// cached there, else (or when that list is busy) to the buddy.
+    /// Frees a prepared block: onto `lists` when its order is cached
+    /// there, else (or when that list is busy) to the buddy.
     #[inline(always)]
-    pub(crate) fn free_prepared_block(&self, cpu: usize, idx: PageIdx, order: u32) {
+    pub(crate) fn free_prepared_block(&self, lists: &mut impl Lists, idx: PageIdx, order: u32) {
         let Some(zi) = self.zone_index_of(idx) else {
             return;
         };
-        if !self.free_to_pcp(cpu, zi, idx, order) {
+        if !self.free_to_pcp(lists, zi, idx, order) {
             self.release_prepared(&self.zones[zi], idx, 1 << order, Placement::Auto);
         }
     }

@@ -284,7 +284,7 @@ impl<'h, 'a> LockedZone<'h, 'a> {
         }
         alloc.wake_kswapd_if_boosted(zone, self.gfp, self.flags);
         alloc.prep_new_page_for(idx, order, self.gfp, self.mt, HandedTo::Cpu(self.cpu_id));
-        self.cpu.mag.outstanding += 1;
+        self.cpu.cache.0.outstanding += 1;
         Some(Pfn(self.base_pfn + u64::from(idx)))
     }
 
@@ -343,7 +343,7 @@ impl<'h, 'a> LockedZone<'h, 'a> {
             #[cfg(all(test, feature = "std"))]
             crate::page_alloc::hwpoison::race_hook::run(idx);
             page.free_from_local(DescWord::PREPARED);
-            self.cpu.mag.outstanding -= 1;
+            self.cpu.cache.0.outstanding -= 1;
         } else if !(word.is_plain_block(order) && page.drop_last_reference(word, DescWord::PREPARED)) {
             // Anything else, or a speculative reference taken since the
             // load: the general path sorts it out.

@@ -15,16 +15,15 @@ pub(crate) mod alloc_at;
 pub(crate) mod alloc_path;
 pub(crate) mod block;
 pub(crate) mod bulk;
+pub(crate) mod cache;
 pub(crate) mod compaction;
 pub mod cpu;
-pub(crate) mod cpu_cache;
 pub(crate) mod evacuate;
 pub(crate) mod free;
 pub(crate) mod guard;
 pub mod hooks;
 pub(crate) mod hwpoison;
 pub(crate) mod locked_zone;
-pub(crate) mod magazine;
 pub mod migrate;
 pub(crate) mod pinned;
 pub(crate) mod reporting;
@@ -131,10 +130,10 @@ pub struct PageAllocator {
     /// The tag of this map's [`PageGuard`](crate::PageGuard)s, 0 until the
     /// first guard takes one (`page_alloc::guard`).
     pub(crate) guard_tag: core::sync::atomic::AtomicU8,
-    /// The per-CPU order-0 caches of the shared API
-    /// (`page_alloc::cpu_cache`); `None` where restartable sequences are
-    /// unavailable or the map was built without them.
-    pub(crate) cpu_caches: Option<cpu_cache::CpuCaches>,
+    /// The per-CPU cache's stacks held by the CPUs, the shared API's
+    /// (`page_alloc::cache::cpu`); `None` where restartable sequences are
+    /// unavailable (`sys`) or the map was built without them.
+    pub(crate) cpu_caches: Option<cache::cpu::CpuCaches>,
 }
 
 /// Source of [`PageAllocator::map_id`]s: the next id to hand out.
@@ -163,8 +162,6 @@ pub(crate) struct AllocContext {
     pub(crate) highest: ZoneType,
     pub(crate) migratetype: MigrateType,
     pub(crate) this_node_only: bool,
-    /// Whose per-CPU lists to use.
-    pub(crate) cpu: usize,
 }
 
 impl PageAllocator {
@@ -209,7 +206,7 @@ impl PageAllocator {
             cpu_caches: None,
         };
         if p.cpu_caches && p.pcp_enabled {
-            allocator.cpu_caches = cpu_cache::CpuCaches::new(&allocator);
+            allocator.cpu_caches = cache::cpu::CpuCaches::new(&allocator);
         }
         Ok(allocator)
     }
