@@ -36,7 +36,7 @@ impl PageAllocator {
     ///
     /// # Errors
     /// As [`alloc_pages_node`](Self::alloc_pages_node).
-    #[inline]
+    #[inline(always)]
     pub fn alloc_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
         if order == 0 {
             if let Some(pfn) = self.cpu_cache().and_then(|mut cache| cache.take::<false>(self, None, gfp, false)) {
