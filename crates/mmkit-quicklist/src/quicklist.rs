@@ -52,6 +52,7 @@
 //! `LOCAL` page.
 
 use mmkit::{BlockError, BlockStack, FreeError, Gfp, OwnerKey, PageAllocator, PageBlock, PageOwner, Pfn};
+use mmkit::{Cpus, Report};
 use spin::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
@@ -218,7 +219,7 @@ impl Quicklists {
             return Err(QuicklistError::TooManyLists { nr_quick, max: MAX_NR_QUICK });
         }
         let key = alloc.new_owner_key().map_err(|_| QuicklistError::NoOwnerTag)?;
-        let cpus = (0..alloc.nr_cpus())
+        let cpus = (0..Cpus::new(&alloc).nr_cpus())
             .map(|_| CpuLists {
                 stacks: Mutex::new((0..nr_quick).map(|_| BlockStack::with_capacity(&key, 0, 64)).collect()),
                 counters: (0..nr_quick).map(|_| ListCounters::default()).collect(),
@@ -294,7 +295,7 @@ impl Quicklists {
         gfp: Gfp,
         ctor: Option<PageFn<'_>>,
     ) -> Result<PageBlock, QuicklistError> {
-        let cpu = self.alloc.current_cpu();
+        let cpu = Cpus::new(&self.alloc).current_cpu();
         let slot = &self.cpus[cpu];
         self.check_list(nr)?;
         match slot.stacks.try_lock() {
@@ -408,7 +409,7 @@ impl Quicklists {
         block: PageBlock,
         check: StateCheck,
     ) -> Result<(), QuicklistError> {
-        let cpu = self.alloc.current_cpu();
+        let cpu = Cpus::new(&self.alloc).current_cpu();
         let slot = &self.cpus[cpu];
         if let Err(e) = self.check_list(nr) {
             self.release(cpu, block, None)?;
@@ -417,7 +418,7 @@ impl Quicklists {
         match slot.stacks.try_lock() {
             Some(mut stacks) => {
                 // `current_cpu` is one of the map's CPUs: the lookup holds.
-                let nid = self.alloc.cpu_to_node(cpu).unwrap_or(0);
+                let nid = Cpus::new(&self.alloc).cpu_to_node(cpu).unwrap_or(0);
                 self.free_on(Self::held(&mut stacks, slot, cpu, nr), dtor, block, nid, check)
             }
             None => self.release(cpu, block, dtor),
@@ -438,7 +439,7 @@ impl Quicklists {
         max_free: u64,
     ) -> Result<u64, QuicklistError> {
         self.check_list(nr)?;
-        let cpu = self.alloc.current_cpu();
+        let cpu = Cpus::new(&self.alloc).current_cpu();
         let slot = &self.cpus[cpu];
         Ok(match slot.stacks.try_lock() {
             Some(mut stacks) => self.trim_on(Self::held(&mut stacks, slot, cpu, nr), dtor, min_pages, max_free),
@@ -504,7 +505,7 @@ impl Quicklists {
         let slot = self.cpus.get(cpu).ok_or(QuicklistError::NoSuchCpu(cpu))?;
         let stacks = slot.stacks.try_lock().ok_or(QuicklistError::AlreadyPinned(cpu))?;
         slot.pinned.store(true, Relaxed);
-        let nid = self.alloc.cpu_to_node(cpu).unwrap_or(0);
+        let nid = Cpus::new(&self.alloc).cpu_to_node(cpu).unwrap_or(0);
         Ok(QuicklistCpu::new(self, &slot.counters, stacks, cpu, nid))
     }
 
@@ -585,7 +586,7 @@ impl Quicklists {
         gfp: Gfp,
         ctor: Option<PageFn<'_>>,
     ) -> Result<PageBlock, QuicklistError> {
-        let on_cpu = self.alloc.cpu(cpu).map_err(|_| QuicklistError::NoSuchCpu(cpu))?;
+        let on_cpu = Cpus::new(&self.alloc).cpu(cpu).map_err(|_| QuicklistError::NoSuchCpu(cpu))?;
         let block = on_cpu.alloc_block(self.key()?, gfp | Gfp::ZERO, 0).map_err(QuicklistError::Alloc)?;
         let Some(ctor) = ctor else {
             return Ok(block);
@@ -701,7 +702,7 @@ impl Quicklists {
                 guard.block.take().ok_or(QuicklistError::NoOwnerTag)?
             }
         };
-        let result = match self.alloc.cpu(cpu) {
+        let result = match Cpus::new(&self.alloc).cpu(cpu) {
             Ok(on_cpu) => on_cpu.free_block(block),
             Err(_) => self.alloc.free_block(block),
         };
@@ -722,8 +723,8 @@ impl Quicklists {
             return 0;
         }
         // A CPU of the map is on one of its nodes (checked at build).
-        let nid = self.alloc.cpu_to_node(at.cpu).unwrap_or(0);
-        let node_free = self.alloc.node_free_pages(nid).unwrap_or(0);
+        let nid = Cpus::new(&self.alloc).cpu_to_node(at.cpu).unwrap_or(0);
+        let node_free = Report::new(&self.alloc).node_free_pages(nid).unwrap_or(0);
         let keep = min_pages.max(node_free / FRACTION_OF_NODE_MEM);
         self.trim_to(at, dtor, keep, max_free)
     }

@@ -38,10 +38,10 @@ fn a_dirty_page_freed_to_a_zero_list_is_zeroed_and_cached() {
     let p = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
     write_byte(&mm, p, 0, 0x11);
     write_byte(&mm, p, 4095, 0x5a);
-    let bad = mm.stats().bad_pages;
+    let bad = Report::new(&mm).stats().bad_pages;
     ql.quicklist_free_page(0, None, p).unwrap();
     assert_eq!(ql.quicklist_total_size(), 1, "the page was cached");
-    assert_eq!(mm.stats().bad_pages, bad);
+    assert_eq!(Report::new(&mm).stats().bad_pages, bad);
     let q = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
     assert_eq!(q, p);
     assert!(page(&mm, q).iter().all(|&b| b == 0), "a zero list hands out zeroed pages only");

@@ -17,6 +17,7 @@ use crate::table::{SlotTable, CHUNK_PAGES};
 use crate::writeback::{BackingDev, Writeback};
 use crate::ZramError;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator};
+use mmkit::{Cpus, Tuning};
 use mmkit_compress::{fill_same, same_filled, Algorithm, Compressor};
 use mmkit_zsmalloc::{RawKey, ZsConfig, ZsPool};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -358,13 +359,13 @@ impl Device {
     }
 
     /// Drains the allocator's per-CPU lists and runs a free page reporting
-    /// pass ([`PageAllocator::report_free_pages`]): free blocks of 2 MiB
+    /// pass ([`Tuning::report_free_pages`]): free blocks of 2 MiB
     /// and more go back to the OS. `compact` and `reset` call it; with a
     /// map shared with others, it gives back their free memory too.
     pub fn give_back_memory(&self) -> mmkit::ReportSummary {
         let mm = self.pool.allocator();
-        mm.drain_all_pages();
-        mm.report_free_pages()
+        Cpus::new(&mm).drain_all_pages();
+        Tuning::new(&mm).report_free_pages()
     }
 
     // ---- slot operations, under the slot's lock ----

@@ -22,6 +22,7 @@ use crate::stats::{hot_shard, MmStat, HOT_SHARDS};
 use crate::writeback::WritebackMode;
 use crate::{Algorithm, Dictionary, Extent, ZramError};
 use mmkit::PageAllocator;
+use mmkit::{Cpus, Tuning};
 use mmkit_zsmalloc::ZsPool;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering::Release};
@@ -319,8 +320,8 @@ impl Zram {
         let mm = old.as_ref().map(|device| Arc::clone(device.pool.allocator()));
         drop(old);
         if let Some(Err(shared)) = mm.map(Arc::try_unwrap) {
-            shared.drain_all_pages();
-            shared.report_free_pages();
+            Cpus::new(&shared).drain_all_pages();
+            Tuning::new(&shared).report_free_pages();
         }
         Ok(())
     }

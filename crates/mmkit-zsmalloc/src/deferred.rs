@@ -29,6 +29,7 @@ use crate::handle::{raw_fields, raw_id, Handle};
 use crate::pool::Inner;
 use crate::size_class::{Held, Name};
 use crate::ZsError;
+use mmkit::Cpus;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Weak};
 use std::thread::JoinHandle;
@@ -204,7 +205,7 @@ impl Inner {
         word: u64,
         worker: Option<&Worker>,
     ) -> Result<(), ZsError> {
-        match self.deferred.try_push(self.mm.current_cpu(), word) {
+        match self.deferred.try_push(Cpus::new(&self.mm).current_cpu(), word) {
             Pushed::Queued { kick } => {
                 if kick {
                     if let Some(worker) = worker {

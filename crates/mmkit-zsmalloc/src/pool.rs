@@ -21,6 +21,7 @@ use crate::size_class::{AllocMiss, ClassState, Held, Name, NewObj};
 use crate::slot_state::SlotStates;
 use crate::zspage::Zspage;
 use crate::ZsError;
+use mmkit::Cpus;
 use mmkit::{Gfp, PageAllocator, PageBlock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -115,7 +116,7 @@ impl Inner {
             .map(|i| RwLock::new(ClassState::new(pool_id, gen_limit, i, table.shape(i), states[i].clone())))
             .collect();
         let shards = match deferred {
-            DeferredLayout::PerCpu => mm.nr_cpus(),
+            DeferredLayout::PerCpu => Cpus::new(&mm).nr_cpus(),
             DeferredLayout::PerPool => 1,
         };
         let deferred = DeferredQueue::new(crate::deferred::queue_capacity(table.page_size()), shards);

@@ -105,7 +105,7 @@ pub use page_alloc::reporting::FreePageReporter;
 pub use page_alloc::reporting::{ReportSummary, PAGE_REPORTING_CAPACITY, PAGE_REPORTING_DELAY};
 pub use page_alloc::source::PageSource;
 pub use page_alloc::stats::StatsSnapshot;
-pub use page_alloc::PageAllocator;
+pub use page_alloc::{Cpus, PageAllocator, Tuning};
 pub use pcp::{PcpCounters, PcpSizing};
 pub use report::info::ZoneSnapshot;
 pub use report::invariants::InvariantViolation;

@@ -2,6 +2,7 @@
 //! tags the free paths respect, unique handles with byte access, hand-out
 //! and take-back with exactly one winner.
 
+use mmkit::Cpus;
 use mmkit::{
     Backing, BlockError, Contig, CopyMigrator, FreeError, Gfp, HugePages, MemoryMapBuilder, MigrateType, PageAllocator,
     PageFlags, Pfn, Report,
@@ -63,7 +64,7 @@ fn only_the_issuing_key_takes_a_handed_out_block_back() {
 fn a_block_has_bytes_its_holder_alone_writes() {
     let mm = real(16 << 20);
     let key = mm.new_owner_key().unwrap();
-    let free_before = mm.nr_free_pages() + mm.nr_pcp_pages();
+    let free_before = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
     let mut block = mm.alloc_block(&key, Gfp::KERNEL | Gfp::ZERO, 2).unwrap();
     assert_eq!(block.nr_pages(), 4);
     assert_eq!(mm.page_owner(block.pfn()), Some(key.owner()));
@@ -76,7 +77,7 @@ fn a_block_has_bytes_its_holder_alone_writes() {
     let addr = mm.page_address(block.pfn()).unwrap();
     assert_eq!(mm.address_to_pfn(addr.as_ptr()), Some(block.pfn()));
     mm.free_block(block).unwrap();
-    assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), free_before);
+    assert_eq!(Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages(), free_before);
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -237,7 +238,7 @@ fn threads_write_and_verify_patterns_in_their_own_blocks() {
         })
         .collect();
     threads.into_iter().for_each(|t| t.join().unwrap());
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -270,8 +271,8 @@ fn a_take_back_racing_a_frozen_free_never_marks_the_page() {
     }
     stop.store(true, Ordering::Relaxed);
     taker.join().unwrap();
-    assert_eq!(mm.stats().bad_pages, 0);
-    mm.drain_all_pages();
+    assert_eq!(Report::new(&mm).stats().bad_pages, 0);
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
 }
 

@@ -4,6 +4,7 @@
 //! `watermark_boost_factor` of the high mark), kswapd is woken once, and the
 //! boost stays until reclaim resets it.
 
+use mmkit::Tuning;
 use mmkit::{Gfp, Hooks, MemoryMapBuilder, Pfn, Report, Watermark, ZoneType};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -55,7 +56,7 @@ fn claiming_a_mixed_pageblock_boosts_the_watermarks_until_reset() {
     assert_eq!(zone.watermark(Watermark::Min), base_min + 16, "every watermark includes the boost");
     assert_eq!(wakeups.load(Ordering::Relaxed), wakeups_before + 1, "kswapd woken once for the boost");
 
-    mm.reset_watermark_boost();
+    Tuning::new(&mm).reset_watermark_boost();
     assert_eq!(zone.watermark_boost(), 0);
     assert_eq!(zone.watermark(Watermark::Min), base_min);
 

@@ -7,6 +7,7 @@
 //! - a poisoned page is taken out of service and the rest is freed;
 //! - a page whose embedder flags were set meanwhile is reported and leaked.
 
+use mmkit::Cpus;
 use mmkit::{
     Contig, ContigError, ContigRangeError, FreeError, Gfp, MemoryFailure, MemoryMapBuilder, MigrateType, PageAllocator,
     PageError, PageFlags, Pfn, QuietHooks, Report, ZoneType,
@@ -33,8 +34,8 @@ fn owned_free_leaves_what_the_frozen_free_leaves() {
         let b = Contig::new(&frozen).free_contig_frozen_range(start, end.0 - start.0).unwrap();
         assert_eq!(a, b);
         assert_eq!(a.freed, end.0 - start.0);
-        owned.drain_all_pages();
-        frozen.drain_all_pages();
+        Cpus::new(&owned).drain_all_pages();
+        Cpus::new(&frozen).drain_all_pages();
         if let Some(diff) = first_difference(&observe(&owned), &observe(&frozen)) {
             panic!("owned and frozen frees differ after {start}..{end}: {diff}");
         }
@@ -48,7 +49,7 @@ fn other_paths_refuse_owned_pages() {
     let pool = mm.new_owner_key().unwrap();
     let contig = Contig::new(&mm);
     let range = contig.alloc_contig_block(&pool, Pfn(0x1000), Pfn(0x1010), MigrateType::Movable, Gfp::KERNEL).unwrap();
-    let free_before = mm.nr_free_pages();
+    let free_before = Report::new(&mm).nr_free_pages();
     let owned = FreeError::Owned { pfn: Pfn(0x1004), owner: pool.owner() };
     assert_eq!(mm.free_pages(Pfn(0x1004), 0), Err(owned));
     assert_eq!(mm.free_frozen_pages(Pfn(0x1004), 0), Err(owned));
@@ -62,14 +63,14 @@ fn other_paths_refuse_owned_pages() {
     assert_eq!(contig.free_contig_frozen_range(Pfn(0x1000), 16).unwrap().still_in_use, 16);
     assert_eq!(mm.get_page(Pfn(0x1004)), Err(PageError::NotInUse(Pfn(0x1004))), "frozen: no references");
     assert!(mm.take_back_block(&pool, Pfn(0x1004), 0).is_err());
-    assert_eq!(mm.nr_free_pages(), free_before, "nothing changed");
+    assert_eq!(Report::new(&mm).nr_free_pages(), free_before, "nothing changed");
     assert_eq!(
         contig.alloc_contig_block(&pool, Pfn(0x1008), Pfn(0x1020), MigrateType::Movable, Gfp::KERNEL),
         Err(ContigError::Busy { pfn: Pfn(0x1008) }),
         "an owned range is not collected again"
     );
     assert_eq!(contig.free_contig_block(range).unwrap().freed, 16);
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -94,11 +95,11 @@ fn a_foreign_range_is_handed_back() {
     let pool = a.new_owner_key().unwrap();
     let range =
         Contig::new(&a).alloc_contig_block(&pool, Pfn(0x1000), Pfn(0x1100), MigrateType::Movable, Gfp::KERNEL).unwrap();
-    let free_b = b.nr_free_pages();
+    let free_b = Report::new(&b).nr_free_pages();
     let Err(ContigRangeError::Foreign(range)) = Contig::new(&b).free_contig_block(range) else {
         panic!("another allocator's range must be refused");
     };
-    assert_eq!(b.nr_free_pages(), free_b);
+    assert_eq!(Report::new(&b).nr_free_pages(), free_b);
     assert_eq!(Contig::new(&a).free_contig_block(range).unwrap().freed, 0x100);
     Report::new(&a).check_invariants().unwrap();
 }
@@ -107,15 +108,15 @@ fn a_foreign_range_is_handed_back() {
 fn poisoned_pages_leave_service_and_the_rest_is_freed() {
     let mm = map();
     let pool = mm.new_owner_key().unwrap();
-    let free_before = mm.nr_free_pages();
+    let free_before = Report::new(&mm).nr_free_pages();
     let range = Contig::new(&mm)
         .alloc_contig_block(&pool, Pfn(0x2000), Pfn(0x2400), MigrateType::Movable, Gfp::KERNEL)
         .unwrap();
     assert_eq!(mm.memory_failure(Pfn(0x2123)), Ok(MemoryFailure::InUse));
     let summary = Contig::new(&mm).free_contig_block(range).unwrap();
     assert_eq!((summary.freed, summary.hwpoisoned, summary.bad), (0x3ff, 1, 0));
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_free_pages(), free_before - 1);
+    Cpus::new(&mm).drain_all_pages();
+    assert_eq!(Report::new(&mm).nr_free_pages(), free_before - 1);
     let mut all = Vec::new();
     while let Ok(pfn) = mm.alloc_pages(Gfp::KERNEL, 0) {
         assert_ne!(pfn, Pfn(0x2123), "a poisoned page came back");
@@ -124,7 +125,7 @@ fn poisoned_pages_leave_service_and_the_rest_is_freed() {
     for pfn in all {
         mm.free_pages(pfn, 0).unwrap();
     }
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -132,15 +133,15 @@ fn poisoned_pages_leave_service_and_the_rest_is_freed() {
 fn pages_changed_behind_the_handle_are_reported_and_leaked() {
     let mm = map();
     let pool = mm.new_owner_key().unwrap();
-    let free_before = mm.nr_free_pages();
+    let free_before = Report::new(&mm).nr_free_pages();
     let range = Contig::new(&mm)
         .alloc_contig_block(&pool, Pfn(0x3000), Pfn(0x3040), MigrateType::Movable, Gfp::KERNEL)
         .unwrap();
     mm.set_page_flags(Pfn(0x3007), PageFlags::LRU).unwrap();
     let summary = Contig::new(&mm).free_contig_block(range).unwrap();
     assert_eq!((summary.freed, summary.bad), (0x3f, 1));
-    assert_eq!(mm.stats().bad_pages, 1);
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_free_pages(), free_before - 1, "the bad page is leaked, the rest freed");
+    assert_eq!(Report::new(&mm).stats().bad_pages, 1);
+    Cpus::new(&mm).drain_all_pages();
+    assert_eq!(Report::new(&mm).nr_free_pages(), free_before - 1, "the bad page is leaked, the rest freed");
     Report::new(&mm).check_invariants().unwrap();
 }

@@ -5,6 +5,7 @@
 //! migrator answered `Ok` for a block it could not free (the layer owned it
 //! now) and had copied it while the layer could write it.
 
+use mmkit::Cpus;
 use mmkit::{Backing, CopyMigrator, Gfp, HugePages, MemoryMapBuilder, MigrateRequest, Migrator, Report};
 use std::sync::Barrier;
 
@@ -57,8 +58,8 @@ fn a_block_in_flight_is_either_moved_or_adopted_never_both() {
         }
     }
     assert!(moved + adopted > 0);
-    assert_eq!(mm.stats().bad_pages, 0);
-    mm.drain_all_pages();
+    assert_eq!(Report::new(&mm).stats().bad_pages, 0);
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
 }
 

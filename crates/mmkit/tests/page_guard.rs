@@ -4,7 +4,7 @@
 use mmkit::{FreeError, Gfp, MemoryMapBuilder, PageAllocator, Report};
 
 fn free(mm: &PageAllocator) -> u64 {
-    mm.nr_free_pages() + mm.nr_pcp_pages()
+    Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages()
 }
 
 #[test]

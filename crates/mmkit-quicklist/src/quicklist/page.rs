@@ -16,6 +16,7 @@
 //! `quicklist_free_page_in_state`.
 
 use super::{PageFn, QuicklistCpu, QuicklistError, Quicklists, StateCheck};
+use mmkit::Cpus;
 use mmkit::{Gfp, PageBlock, Pfn};
 
 /// A page from list [`list`](Self::list) of a [`Quicklists`], held by its
@@ -148,7 +149,7 @@ impl Quicklists {
     #[inline]
     pub fn free_quick_page(&self, dtor: Option<PageFn<'_>>, page: QuickPage) -> Result<(), QuicklistError> {
         if !self.owns(&page) {
-            return self.release(self.alloc.current_cpu(), page.block, dtor);
+            return self.release(Cpus::new(&self.alloc).current_cpu(), page.block, dtor);
         }
         let check = page.check();
         self.free_block_checked(page.list(), dtor, page.block, check)

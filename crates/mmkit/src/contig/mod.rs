@@ -262,7 +262,7 @@ impl Contig<'_> {
         let isolated = self
             .start_isolate_page_range(zone, s, e, mt, &mut movable)
             .map_err(|idx| ContigError::Busy { pfn: self.mm.idx_to_pfn(idx) })?;
-        self.mm.drain_all_pages();
+        crate::Cpus::new(&self.mm).drain_all_pages();
         let collected = self.migrate_out(zone, &movable, migration_gfp).and_then(|()| {
             let cx = zone.cx(&self.mm.mem);
             let mut state = zone.state.lock();

@@ -207,7 +207,7 @@ impl MemoryMapBuilder {
     }
     /// How the allocator learns the calling thread's CPU (default:
     /// `sched_getcpu` with `std`, always 0 without). Callers that know their
-    /// CPU can instead use [`PageAllocator::cpu`](crate::PageAllocator::cpu).
+    /// CPU can instead use [`Cpus::cpu`](crate::Cpus::cpu).
     ///
     /// The per-CPU order-0 cache ([`cpu_caches`](Self::cpu_caches)) follows
     /// the CPU the kernel reports, so a map given its own source does
@@ -252,12 +252,12 @@ impl MemoryMapBuilder {
     /// comparisons. See `docs/fast-paths.md`.
     ///
     /// ```
-    /// use mmkit::{Gfp, MemoryMapBuilder, Report};
+    /// use mmkit::{Cpus, Gfp, MemoryMapBuilder, Report};
     /// let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
     /// let pfn = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
     /// mm.free_pages(pfn, 0).unwrap(); // onto this CPU's cache, no lock
-    /// assert_eq!(mm.drain_all_pages(), 0); // every CPU's cache, too
-    /// assert_eq!(mm.nr_pcp_pages(), 0);
+    /// assert_eq!(Cpus::new(&mm).drain_all_pages(), 0); // every CPU's cache, too
+    /// assert_eq!(Report::new(&mm).nr_pcp_pages(), 0);
     /// Report::new(&mm).check_invariants().unwrap();
     /// ```
     pub fn cpu_caches(mut self, enabled: bool) -> Self {

@@ -19,7 +19,7 @@ use crate::mem::page::{DescWord, PageDesc, PageFlags, PageIdx};
 use crate::page_alloc::cache::Target;
 use crate::page_alloc::cpu::{Lists, Locked};
 use crate::page_alloc::hooks::AllocFailure;
-use crate::page_alloc::{AllocContext, PageAllocator};
+use crate::page_alloc::{AllocContext, Cpus, PageAllocator, Tuning};
 use crate::pcp::pcp_allowed_order;
 use crate::types::gfp::Watermark;
 use crate::types::gfp::{fast_path_alloc_flags, gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType};
@@ -141,17 +141,6 @@ impl PageAllocator {
     fn alloc_pages_slow(&self, nid: Option<usize>, gfp: Gfp, order: u32, frozen: bool) -> Result<Pfn, AllocError> {
         let cpu = self.current_cpu();
         self.alloc_slow(&mut Locked(cpu), nid.unwrap_or_else(|| self.node_of_cpu(cpu)), gfp, order, frozen)
-    }
-
-    /// The node CPU `cpu` belongs to (Linux's `cpu_to_node`): the node
-    /// `alloc_pages` prefers when called on that CPU.
-    ///
-    /// # Errors
-    /// [`IndexError::NoSuchCpu`](crate::IndexError::NoSuchCpu) for a CPU at
-    /// or above [`nr_cpus`](Self::nr_cpus).
-    pub fn cpu_to_node(&self, cpu: usize) -> Result<usize, crate::IndexError> {
-        self.check_cpu(cpu)?;
-        Ok(self.node_of_cpu(cpu))
     }
 
     /// [`cpu_to_node`](Self::cpu_to_node) for a CPU the caller already
@@ -477,17 +466,6 @@ impl PageAllocator {
         }
     }
 
-    /// Drops every zone's watermark boost. Boosts are raised when a fallback
-    /// claims another type's pageblock; Linux's kswapd clears them once it
-    /// has reclaimed, so call this from the work your
-    /// [`Hooks::wake_kswapd`](crate::Hooks::wake_kswapd) starts.
-    pub fn reset_watermark_boost(&self) {
-        for zone in self.zones.iter() {
-            let _state = zone.state.lock();
-            zone.reset_watermark_boost();
-        }
-    }
-
     /// Takes a block straight from the buddy lists, re-checking the
     /// watermark exactly under the lock.
     fn rmqueue_buddy(
@@ -592,4 +570,30 @@ pub(crate) enum HandedTo {
     References(u32),
     /// The pinned handle of this CPU, with its one reference: `LOCAL`.
     Cpu(usize),
+}
+
+impl Cpus<'_> {
+    /// The node CPU `cpu` belongs to (Linux's `cpu_to_node`): the node
+    /// `alloc_pages` prefers when called on that CPU.
+    ///
+    /// # Errors
+    /// [`IndexError::NoSuchCpu`](crate::IndexError::NoSuchCpu) for a CPU at
+    /// or above [`nr_cpus`](Self::nr_cpus).
+    pub fn cpu_to_node(&self, cpu: usize) -> Result<usize, crate::IndexError> {
+        self.mm.check_cpu(cpu)?;
+        Ok(self.mm.node_of_cpu(cpu))
+    }
+}
+
+impl Tuning<'_> {
+    /// Drops every zone's watermark boost. Boosts are raised when a fallback
+    /// claims another type's pageblock; Linux's kswapd clears them once it
+    /// has reclaimed, so call this from the work your
+    /// [`Hooks::wake_kswapd`](crate::Hooks::wake_kswapd) starts.
+    pub fn reset_watermark_boost(&self) {
+        for zone in self.mm.zones.iter() {
+            let _state = zone.state.lock();
+            zone.reset_watermark_boost();
+        }
+    }
 }

@@ -435,7 +435,7 @@ mod tests {
                 }
             });
         });
-        assert_eq!(mm.stats().bad_pages, 0);
+        assert_eq!(crate::Report::new(&mm).stats().bad_pages, 0);
     }
 
     /// Blocks through a `BlockStack` (kept as PFNs, handles rebuilt on the

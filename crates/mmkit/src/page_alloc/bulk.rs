@@ -645,7 +645,7 @@ mod tests {
         mm.desc(idx).update_flags_atomic(PageFlags::HWPOISON, PageFlags::EMPTY);
         let again = take(&mm, 16);
         assert!(!again.contains(&victim));
-        assert_eq!(mm.stats().hwpoison_offlined, 1);
+        assert_eq!(crate::Report::new(&mm).stats().hwpoison_offlined, 1);
         assert!(mm.page_flags(victim).unwrap().contains(PageFlags::RESERVED));
         Report::new(&mm).check_invariants().unwrap();
     }

@@ -8,10 +8,10 @@
 //! sizing rules are `pcp`'s, buddy edits go through the zone.
 //!
 //! # One list path, two ways to hold the lists
-//! [`Lists`] says whose lists a call uses: CPU `cpu`'s behind their
-//! try-lock ([`Locked`]: the shared API past its cache, a [`CpuHandle`]),
+//! `Lists` says whose lists a call uses: CPU `cpu`'s behind their
+//! try-lock (`Locked`: the shared API past its cache, a [`CpuHandle`]),
 //! or the ones a [`PinnedCpu`](crate::PinnedCpu) holds for its life
-//! ([`Held`]). Everything else (the pop and its refill, the push and its
+//! (`Held`). Everything else (the pop and its refill, the push and its
 //! spill, the poison and isolation checks) is the same code for both.
 //!
 //! # What a hit costs
@@ -28,6 +28,7 @@
 
 use crate::mem::page::{PageFlags, PageIdx};
 use crate::mem::sync::LockGuard;
+use crate::page_alloc::{Cpus, Tuning};
 use crate::pcp::cpus::forget_cached_cpu;
 use crate::pcp::cpus::{REQUEST_DRAIN, REQUEST_RESIZE};
 use crate::pcp::{self, order_to_pindex, pcp_allowed_order, PcpCounters, PcpState};
@@ -127,10 +128,9 @@ impl<'a> Lists for Held<'_, 'a> {
 
 impl PageAllocator {
     /// The calling thread's CPU, folded into the allocator's CPU count
-    /// (Linux's `raw_smp_processor_id`): the CPU whose lists the calls
-    /// without an explicit CPU use.
+    /// (see [`Cpus::current_cpu`]).
     #[inline]
-    pub fn current_cpu(&self) -> usize {
+    pub(crate) fn current_cpu(&self) -> usize {
         self.fold_cpu((self.pcp.cpu_id)())
     }
 
@@ -158,27 +158,9 @@ impl PageAllocator {
         }
     }
 
-    /// CPUs the allocator keeps lists for.
-    pub fn nr_cpus(&self) -> usize {
-        self.pcp.nr_cpus
-    }
-
     #[inline]
     pub(crate) fn pageset(&self, cpu: usize, zone: usize) -> &crate::pcp::Pageset {
         &self.pcp.pagesets[cpu * self.zones.len() + zone]
-    }
-
-    /// A handle whose operations use CPU `cpu`'s lists, whatever CPU the
-    /// caller runs on.
-    ///
-    /// # Errors
-    /// [`NoSuchCpu`] if `cpu >= nr_cpus()`.
-    pub fn cpu(&self, cpu: usize) -> Result<CpuHandle<'_>, NoSuchCpu> {
-        if cpu < self.pcp.nr_cpus {
-            Ok(CpuHandle { alloc: self, cpu })
-        } else {
-            Err(NoSuchCpu { cpu, nr_cpus: self.pcp.nr_cpus })
-        }
     }
 
     /// Takes a block from `lists`' list for zone `zi`, refilling it from
@@ -400,18 +382,6 @@ impl PageAllocator {
         }
     }
 
-    /// Empties CPU `cpu`'s lists for every zone into the buddy. Returns
-    /// false if the CPU is pinned ([`PageAllocator::pin_cpu`]): its owner
-    /// was asked to drain and does so at its next operation.
-    ///
-    /// # Errors
-    /// [`IndexError::NoSuchCpu`](crate::IndexError::NoSuchCpu) for a CPU at
-    /// or above [`nr_cpus`](Self::nr_cpus); nothing is drained.
-    pub fn drain_cpu_pages(&self, cpu: usize) -> Result<bool, crate::IndexError> {
-        self.check_cpu(cpu)?;
-        Ok(self.drain_cpu_lists(cpu))
-    }
-
     /// [`drain_cpu_pages`](Self::drain_cpu_pages) of a CPU that exists.
     fn drain_cpu_lists(&self, cpu: usize) -> bool {
         self.drain_cpu_caches(cpu);
@@ -433,35 +403,6 @@ impl PageAllocator {
         }
     }
 
-    /// Empties the calling CPU's lists (Linux's `drain_local_pages`).
-    pub fn drain_local_pages(&self) {
-        let _ = self.drain_cpu_lists(self.current_cpu());
-    }
-
-    /// Empties every CPU's lists (Linux's `drain_all_pages`). Safe from any
-    /// thread at any time: each pageset is locked while it is drained.
-    /// Returns the number of pinned CPUs that were only asked to drain.
-    ///
-    /// It empties every CPU's order-0 cache too (`page_alloc::cpu_cache`),
-    /// through the caches' stop protocol: no thread is asked or waited for.
-    pub fn drain_all_pages(&self) -> usize {
-        (0..self.pcp.nr_cpus).filter(|&cpu| !self.drain_cpu_lists(cpu)).count()
-    }
-
-    /// Periodic decay of every pageset's `high` towards `high_min`, spilling
-    /// what no longer fits (Linux runs this from the vmstat worker; call it
-    /// from a timer if you want the same).
-    pub fn decay_pcp_high(&self) {
-        for cpu in 0..self.pcp.nr_cpus {
-            for zi in 0..self.zones.len() {
-                let Some(mut pcp) = self.lock_pcp_unless_pinned(cpu, zi) else {
-                    continue;
-                };
-                self.decay_locked(zi, &mut pcp);
-            }
-        }
-    }
-
     /// [`decay_pcp_high`](Self::decay_pcp_high) for one locked pageset of
     /// zone `zi`.
     pub(crate) fn decay_locked(&self, zi: usize, pcp: &mut PcpState) {
@@ -469,31 +410,6 @@ impl PageAllocator {
         if excess > 0 {
             self.spill(&self.zones[zi], pcp, excess, 0);
         }
-    }
-
-    /// Sets `percpu_pagelist_high_fraction`: 0 auto-tunes `high` between a
-    /// share of the low watermark and of managed/8; N ≥ 8 pins it to
-    /// managed/N split across CPUs. Excess pages are spilled at once.
-    ///
-    /// # Errors
-    /// [`BadHighFraction`] for a value between 1 and 7 (Linux's
-    /// `EINVAL`); nothing changes.
-    pub fn set_percpu_pagelist_high_fraction(&self, fraction: u32) -> Result<(), BadHighFraction> {
-        if (1..MIN_PERCPU_PAGELIST_HIGH_FRACTION).contains(&fraction) {
-            return Err(BadHighFraction(fraction));
-        }
-        self.pcp.high_fraction.store(fraction, Relaxed);
-        for cpu in 0..self.pcp.nr_cpus {
-            for zi in 0..self.zones.len() {
-                let Some(mut pcp) = self.lock_pcp_unless_pinned(cpu, zi) else {
-                    // Its owner re-reads the fraction at its next call.
-                    self.pcp.slots[cpu].request(REQUEST_RESIZE);
-                    break;
-                };
-                self.resize_locked(zi, &mut pcp);
-            }
-        }
-        Ok(())
     }
 
     /// Applies the current `percpu_pagelist_high_fraction` to a locked
@@ -530,26 +446,6 @@ impl PageAllocator {
         (sum, pages)
     }
 
-    /// Sizing of CPU `cpu`'s pageset for zone index `zone` (count, high,
-    /// batch, high_min, high_max); `None` while the CPU is pinned (its
-    /// lists belong to the handle).
-    ///
-    /// # Errors
-    /// [`IndexError`](crate::IndexError) for a CPU or zone the map lacks.
-    pub fn pcp_info(&self, cpu: usize, zone: usize) -> Result<Option<PcpInfo>, crate::IndexError> {
-        self.check_cpu(cpu)?;
-        self.check_zone(zone)?;
-        let Some(pcp) = self.lock_pcp_unless_pinned(cpu, zone) else { return Ok(None) };
-        Ok(Some(PcpInfo {
-            count: pcp.count,
-            high: pcp.high,
-            batch: pcp.sizing.batch,
-            high_min: pcp.sizing.high_min,
-            high_max: pcp.sizing.high_max,
-            counters: pcp.counters,
-        }))
-    }
-
     /// Walks every pageset of zone `zi` under its lock (invariant checks).
     pub(crate) fn for_each_pcp(&self, zi: usize, mut f: impl FnMut(&PcpState)) {
         for cpu in 0..self.pcp.nr_cpus {
@@ -567,6 +463,132 @@ impl PageAllocator {
         let mut state = zone.state.lock();
         crate::zone::fallback::reserve_highatomic_pageblock(zone, &mut state, cx, idx, order);
         zone.publish(&state);
+    }
+}
+
+impl<'a> Cpus<'a> {
+    /// The calling thread's CPU, folded into the allocator's CPU count
+    /// (Linux's `raw_smp_processor_id`): the CPU whose lists the calls
+    /// without an explicit CPU use.
+    #[inline]
+    pub fn current_cpu(&self) -> usize {
+        self.mm.current_cpu()
+    }
+
+    /// CPUs the allocator keeps lists for.
+    pub fn nr_cpus(&self) -> usize {
+        self.mm.pcp.nr_cpus
+    }
+
+    /// A handle whose operations use CPU `cpu`'s lists, whatever CPU the
+    /// caller runs on.
+    ///
+    /// # Errors
+    /// [`NoSuchCpu`] if `cpu >= nr_cpus()`.
+    pub fn cpu(&self, cpu: usize) -> Result<CpuHandle<'a>, NoSuchCpu> {
+        if cpu < self.mm.pcp.nr_cpus {
+            Ok(CpuHandle { alloc: self.mm, cpu })
+        } else {
+            Err(NoSuchCpu { cpu, nr_cpus: self.mm.pcp.nr_cpus })
+        }
+    }
+
+    /// Empties CPU `cpu`'s lists for every zone into the buddy. Returns
+    /// false if the CPU is pinned ([`Cpus::pin_cpu`]): its owner
+    /// was asked to drain and does so at its next operation.
+    ///
+    /// # Errors
+    /// [`IndexError::NoSuchCpu`](crate::IndexError::NoSuchCpu) for a CPU at
+    /// or above [`nr_cpus`](Self::nr_cpus); nothing is drained.
+    pub fn drain_cpu_pages(&self, cpu: usize) -> Result<bool, crate::IndexError> {
+        self.mm.check_cpu(cpu)?;
+        Ok(self.mm.drain_cpu_lists(cpu))
+    }
+
+    /// Empties the calling CPU's lists (Linux's `drain_local_pages`).
+    pub fn drain_local_pages(&self) {
+        let _ = self.mm.drain_cpu_lists(self.mm.current_cpu());
+    }
+
+    /// Empties every CPU's lists (Linux's `drain_all_pages`). Safe from any
+    /// thread at any time: each pageset is locked while it is drained.
+    /// Returns the number of pinned CPUs that were only asked to drain.
+    ///
+    /// It empties every CPU's order-0 cache too (`page_alloc::cpu_cache`),
+    /// through the caches' stop protocol: no thread is asked or waited for.
+    pub fn drain_all_pages(&self) -> usize {
+        (0..self.mm.pcp.nr_cpus).filter(|&cpu| !self.mm.drain_cpu_lists(cpu)).count()
+    }
+
+    /// Sizing of CPU `cpu`'s pageset for zone index `zone` (count, high,
+    /// batch, high_min, high_max); `None` while the CPU is pinned (its
+    /// lists belong to the handle).
+    ///
+    /// # Errors
+    /// [`IndexError`](crate::IndexError) for a CPU or zone the map lacks.
+    pub fn pcp_info(&self, cpu: usize, zone: usize) -> Result<Option<PcpInfo>, crate::IndexError> {
+        self.mm.check_cpu(cpu)?;
+        self.mm.check_zone(zone)?;
+        let Some(pcp) = self.mm.lock_pcp_unless_pinned(cpu, zone) else { return Ok(None) };
+        Ok(Some(PcpInfo {
+            count: pcp.count,
+            high: pcp.high,
+            batch: pcp.sizing.batch,
+            high_min: pcp.sizing.high_min,
+            high_max: pcp.sizing.high_max,
+            counters: pcp.counters,
+        }))
+    }
+
+    /// Whether the shared API's order-0 calls go through the per-CPU cache
+    /// held by the CPUs
+    /// ([`MemoryMapBuilder::cpu_caches`](crate::MemoryMapBuilder::cpu_caches)):
+    /// false where restartable sequences are unavailable (`sys`), with a
+    /// custom CPU-id source, or when built without it or without per-CPU
+    /// lists.
+    pub fn has_cpu_caches(&self) -> bool {
+        self.mm.cpu_caches.is_some()
+    }
+}
+
+impl Tuning<'_> {
+    /// Periodic decay of every pageset's `high` towards `high_min`, spilling
+    /// what no longer fits (Linux runs this from the vmstat worker; call it
+    /// from a timer if you want the same).
+    pub fn decay_pcp_high(&self) {
+        for cpu in 0..self.mm.pcp.nr_cpus {
+            for zi in 0..self.mm.zones.len() {
+                let Some(mut pcp) = self.mm.lock_pcp_unless_pinned(cpu, zi) else {
+                    continue;
+                };
+                self.mm.decay_locked(zi, &mut pcp);
+            }
+        }
+    }
+
+    /// Sets `percpu_pagelist_high_fraction`: 0 auto-tunes `high` between a
+    /// share of the low watermark and of managed/8; N ≥ 8 pins it to
+    /// managed/N split across CPUs. Excess pages are spilled at once.
+    ///
+    /// # Errors
+    /// [`BadHighFraction`] for a value between 1 and 7 (Linux's
+    /// `EINVAL`); nothing changes.
+    pub fn set_percpu_pagelist_high_fraction(&self, fraction: u32) -> Result<(), BadHighFraction> {
+        if (1..MIN_PERCPU_PAGELIST_HIGH_FRACTION).contains(&fraction) {
+            return Err(BadHighFraction(fraction));
+        }
+        self.mm.pcp.high_fraction.store(fraction, Relaxed);
+        for cpu in 0..self.mm.pcp.nr_cpus {
+            for zi in 0..self.mm.zones.len() {
+                let Some(mut pcp) = self.mm.lock_pcp_unless_pinned(cpu, zi) else {
+                    // Its owner re-reads the fraction at its next call.
+                    self.mm.pcp.slots[cpu].request(REQUEST_RESIZE);
+                    break;
+                };
+                self.mm.resize_locked(zi, &mut pcp);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -588,7 +610,7 @@ pub struct PcpInfo {
 }
 
 /// Allocator operations bound to one CPU's lists. Cheap to copy; made by
-/// [`PageAllocator::cpu`]. Any thread may use any handle (the lists are
+/// [`Cpus::cpu`]. Any thread may use any handle (the lists are
 /// locked), but a handle per pinned worker keeps each list on one core.
 #[derive(Clone, Copy)]
 pub struct CpuHandle<'a> {

@@ -44,10 +44,10 @@ use core::sync::atomic::Ordering::{AcqRel, Acquire};
 /// guards ([`AllocError::OwnerTagsExhausted`]).
 ///
 /// ```
-/// use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder};
+/// use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, Report};
 ///
 /// let mm = MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
-/// let before = mm.nr_free_pages() + mm.nr_pcp_pages();
+/// let before = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
 /// {
 ///     let mut block = mm.alloc_pages_guarded(Gfp::KERNEL | Gfp::ZERO, 2).unwrap();
 ///     block.bytes_mut().unwrap()[..5].copy_from_slice(b"hello");
@@ -55,7 +55,7 @@ use core::sync::atomic::Ordering::{AcqRel, Acquire};
 ///     assert!(matches!(mm.free_pages(block.pfn(), 2), Err(FreeError::Owned { .. })));
 ///     assert_eq!(&block.bytes().unwrap()[..5], b"hello");
 /// } // freed here
-/// assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), before);
+/// assert_eq!(Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages(), before);
 ///
 /// // Back to the PFN world, where the caller frees it by hand:
 /// let kept = mm.alloc_pages_guarded(Gfp::KERNEL, 0).unwrap().into_pfn();

@@ -95,9 +95,9 @@ use crate::{AllocError, FreeError, PageAllocator, Pfn};
 /// One zone's free lists, held by a pinned CPU; see the module doc.
 ///
 /// ```
-/// use mmkit::{FreeError, Gfp, MemoryMapBuilder, Report};
+/// use mmkit::{Cpus, FreeError, Gfp, MemoryMapBuilder, Report};
 /// let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
-/// let mut cpu0 = mm.pin_cpu(0).unwrap();
+/// let mut cpu0 = Cpus::new(&mm).pin_cpu(0).unwrap();
 /// let mut zone = cpu0.lock_zone(Gfp::KERNEL).unwrap();
 /// let block = zone.alloc_pages(Gfp::KERNEL, 9).unwrap(); // 2 MiB, no atomic
 /// zone.free_pages(block, 9).unwrap();
@@ -150,9 +150,9 @@ impl<'a> PinnedCpu<'a> {
     /// loses no page: `tests/unwind.rs`).
     ///
     /// ```
-    /// use mmkit::{Gfp, MemoryMapBuilder, Report};
+    /// use mmkit::{Cpus, Gfp, MemoryMapBuilder, Report};
     /// let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
-    /// let mut cpu0 = mm.pin_cpu(0).unwrap();
+    /// let mut cpu0 = Cpus::new(&mm).pin_cpu(0).unwrap();
     /// let freed = cpu0
     ///     .burst(Gfp::KERNEL, |zone| {
     ///         let blocks: Vec<_> = (0..8).map(|_| zone.alloc_pages(Gfp::KERNEL, 4).unwrap()).collect();

@@ -55,7 +55,7 @@ pub trait Migrator: Send + Sync {
     /// Moves the block described by `request` into `target`, a block of
     /// the same order (and compound-ness) the allocator has already
     /// allocated for it: compaction's free scanner chose it
-    /// ([`PageAllocator::compact_zone`]). Same contract as
+    /// ([`Tuning::compact_zone`](crate::Tuning::compact_zone)). Same contract as
     /// [`migrate_page`](Self::migrate_page) otherwise; on `Err` the
     /// allocator frees `target` again. The default refuses, so compaction
     /// moves nothing for a migrator that does not implement it.

@@ -38,7 +38,7 @@ use crate::mem::sync::Lock;
 use crate::page_alloc::hooks::{Hooks, RateLimit};
 use crate::page_alloc::hwpoison::PendingPoison;
 use crate::page_alloc::migrate::Migrator;
-use crate::page_alloc::stats::{Stats, StatsSnapshot};
+use crate::page_alloc::stats::Stats;
 use crate::pcp::cpus::PerCpu;
 use crate::pcp::{pcp_sizing, Pageset};
 use crate::types::geometry::Geometry;
@@ -97,9 +97,45 @@ pub(crate) struct Parts {
 }
 
 /// A page allocator over one memory map: nodes, zones, buddy free lists.
+/// Built by [`MemoryMapBuilder`](crate::MemoryMapBuilder).
+///
+/// Its methods are the allocation API, Linux's names in Rust casing:
+/// - allocate: [`alloc_pages`](Self::alloc_pages) (2^order pages on the
+///   local node), [`alloc_pages_node`](Self::alloc_pages_node),
+///   [`alloc_frozen_pages`](Self::alloc_frozen_pages) (no reference),
+///   [`alloc_pages_guarded`](Self::alloc_pages_guarded) (freed on drop),
+///   [`alloc_pages_bulk`](Self::alloc_pages_bulk) (many order-0 pages);
+/// - free: [`free_pages`](Self::free_pages) (same order),
+///   [`put_page`](Self::put_page) (drop a reference),
+///   [`free_frozen_pages`](Self::free_frozen_pages),
+///   [`free_pages_bulk`](Self::free_pages_bulk);
+/// - a page's state: [`get_page`](Self::get_page),
+///   [`page_count`](Self::page_count), [`page_flags`](Self::page_flags),
+///   [`page_address`](Self::page_address) with real memory,
+///   [`memory_failure`](Self::memory_failure);
+/// - the map's shape: [`geometry`](Self::geometry), [`zones`](Self::zones),
+///   [`start_pfn`](Self::start_pfn)..[`end_pfn`](Self::end_pfn).
+///
+/// An order-0 page comes from the per-CPU cache and goes back to it
+/// (`docs/fast-paths.md`); everything else takes the per-CPU lists, the
+/// buddy and the zonelist, as Linux's `get_page_from_freelist` does.
+/// Other concerns are views that borrow the allocator, made where needed
+/// (a view costs a reference): [`Cpus`] (per-CPU handles, pinning,
+/// drains), [`Tuning`] (knobs, compaction, free page reporting),
+/// [`Report`](crate::Report) (counters, `/proc` texts, the invariant
+/// checker), [`Contig`](crate::Contig) (contiguous ranges, CMA).
 ///
 /// `Send + Sync`: any thread may allocate and free. Each zone has its own
 /// lock; page references are atomic.
+///
+/// ```
+/// use mmkit::{Cpus, Gfp, MemoryMapBuilder, Report};
+/// let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
+/// let pfn = mm.alloc_pages(Gfp::KERNEL, 0).unwrap(); // this CPU's cache
+/// mm.free_pages(pfn, 0).unwrap();
+/// Cpus::new(&mm).drain_all_pages(); // caches and lists back to the buddy
+/// assert_eq!(Report::new(&mm).nr_pcp_pages(), 0);
+/// ```
 pub struct PageAllocator {
     /// The memory layer: geometry, descriptors, pageblock types, backing.
     pub(crate) mem: MemMap,
@@ -134,6 +170,49 @@ pub struct PageAllocator {
     /// (`page_alloc::cache::cpu`); `None` where restartable sequences are
     /// unavailable (`sys`) or the map was built without them.
     pub(crate) cpu_caches: Option<cache::cpu::CpuCaches>,
+}
+
+view::allocator_view! {
+    /// Per-CPU control of an allocator: handles on a named CPU's lists
+    /// ([`cpu`](Self::cpu)), a CPU pinned to the calling thread
+    /// ([`pin_cpu`](Self::pin_cpu)), drains, each CPU's lists and node.
+    ///
+    /// ```
+    /// use mmkit::{Cpus, Gfp, MemoryMapBuilder};
+    /// let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
+    /// let cpus = Cpus::new(&mm);
+    /// let mut cpu1 = cpus.pin_cpu(1).unwrap();
+    /// let pfn = cpu1.alloc_pages(Gfp::KERNEL, 0).unwrap();
+    /// cpu1.free_pages(pfn, 0).unwrap();
+    /// drop(cpu1);
+    /// assert_eq!(cpus.drain_all_pages(), 0, "no pinned CPU left to ask");
+    /// ```
+    pub struct Cpus;
+}
+
+view::allocator_view! {
+    /// The knobs of an allocator and the background work Linux's sysctls
+    /// and daemons drive: `percpu_pagelist_high_fraction`, the per-CPU
+    /// lists' decay (vmstat), a watermark boost's reset (kswapd),
+    /// compaction (`compact_memory`, kcompactd's proactive rounds) and
+    /// free page reporting.
+    ///
+    /// ```
+    /// use mmkit::{MemoryMapBuilder, Tuning};
+    /// let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
+    /// let tuning = Tuning::new(&mm);
+    /// assert!(tuning.set_percpu_pagelist_high_fraction(4).is_err(), "below 8: Linux's EINVAL");
+    /// tuning.set_percpu_pagelist_high_fraction(8).unwrap();
+    /// tuning.decay_pcp_high();
+    /// ```
+    pub struct Tuning;
+}
+
+impl Tuning<'_> {
+    /// `min_free_kbytes` in force.
+    pub fn min_free_kbytes(&self) -> u64 {
+        self.mm.min_free_kbytes
+    }
 }
 
 /// Source of [`PageAllocator::map_id`]s: the next id to hand out.
@@ -225,10 +304,6 @@ impl PageAllocator {
     pub fn zones(&self) -> &[Zone] {
         &self.zones
     }
-    /// `min_free_kbytes` in force.
-    pub fn min_free_kbytes(&self) -> u64 {
-        self.min_free_kbytes
-    }
     /// First PFN covered by descriptors.
     pub fn start_pfn(&self) -> Pfn {
         Pfn(self.mem.base_pfn)
@@ -237,25 +312,10 @@ impl PageAllocator {
     pub fn end_pfn(&self) -> Pfn {
         Pfn(self.mem.base_pfn + self.mem.pages.len() as u64)
     }
-    /// Free pages on the buddy lists of all zones. As in Linux, pages cached
-    /// on per-CPU lists are not included: see
-    /// [`nr_pcp_pages`](Self::nr_pcp_pages), or call
-    /// [`drain_all_pages`](Self::drain_all_pages) first.
-    pub fn nr_free_pages(&self) -> u64 {
-        self.zones.iter().map(|z| z.free_pages()).sum()
-    }
-
-    /// Pages cached on every CPU's lists (free, but not in
-    /// [`nr_free_pages`](Self::nr_free_pages)). Pinned CPUs are not counted.
-    pub fn nr_pcp_pages(&self) -> u64 {
+    /// Pages cached on every CPU's lists and per-CPU caches (free, but not
+    /// in the zones' free counts). Pinned CPUs are not counted.
+    pub(crate) fn nr_pcp_pages(&self) -> u64 {
         (0..self.zones.len()).map(|zi| self.pcp_totals(zi).1 + self.cpu_cached(zi)).sum()
-    }
-    /// Whether the shared API's order-0 calls go through the per-CPU cache
-    /// ([`MemoryMapBuilder::cpu_caches`](crate::MemoryMapBuilder::cpu_caches)):
-    /// false where restartable sequences are unavailable, with a custom
-    /// CPU-id source, or when built without it or without per-CPU lists.
-    pub fn has_cpu_caches(&self) -> bool {
-        self.cpu_caches.is_some()
     }
 
     /// Pages the shared API's per-CPU caches hold in zone `zi`.
@@ -271,10 +331,6 @@ impl PageAllocator {
         self.cpu_cached_blocks(zi)
     }
 
-    /// Allocator-wide counters.
-    pub fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot()
-    }
     /// Whether free memory is grouped by mobility (see
     /// [`MemoryMapBuilder::group_by_mobility`](crate::MemoryMapBuilder::group_by_mobility)).
     pub fn group_by_mobility(&self) -> bool {
@@ -302,17 +358,6 @@ impl PageAllocator {
     /// Number of nodes (highest node id + 1).
     pub fn nr_nodes(&self) -> usize {
         self.zones.nr_nodes()
-    }
-
-    /// Free pages on node `nid`'s buddy lists (Linux's
-    /// `node_page_state(nid, NR_FREE_PAGES)`).
-    ///
-    /// # Errors
-    /// [`IndexError::NoSuchNode`](crate::IndexError::NoSuchNode) for a node
-    /// at or above [`nr_nodes`](Self::nr_nodes).
-    pub fn node_free_pages(&self, nid: usize) -> Result<u64, crate::IndexError> {
-        self.check_node(nid)?;
-        Ok(self.zones.iter().filter(|z| z.nid == nid).map(|z| z.free_pages()).sum())
     }
 
     /// `Ok` if the allocator has CPU `cpu`.

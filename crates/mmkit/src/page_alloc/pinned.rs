@@ -36,6 +36,7 @@ use crate::page_alloc::cache::pinned::Magazine;
 use crate::page_alloc::cache::PageCache;
 use crate::page_alloc::cpu::Held;
 use crate::page_alloc::free::Claim;
+use crate::page_alloc::Cpus;
 use crate::pcp::cpus::{REQUEST_DRAIN, REQUEST_RESIZE};
 use crate::types::gfp::Gfp;
 use crate::{AllocError, FreeError, PageAllocator, Pfn};
@@ -65,14 +66,14 @@ impl std::error::Error for PinError {}
 /// Sole use of one CPU's per-CPU lists; see the module doc.
 ///
 /// ```
-/// use mmkit::{Gfp, MemoryMapBuilder, Report};
+/// use mmkit::{Cpus, Gfp, MemoryMapBuilder, Report};
 /// let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
-/// let mut cpu1 = mm.pin_cpu(1).unwrap();
+/// let mut cpu1 = Cpus::new(&mm).pin_cpu(1).unwrap();
 /// let pfn = cpu1.alloc_pages(Gfp::KERNEL, 0).unwrap();
 /// cpu1.free_pages(pfn, 0).unwrap();
-/// assert!(mm.pin_cpu(1).is_err(), "one owner at a time");
+/// assert!(Cpus::new(&mm).pin_cpu(1).is_err(), "one owner at a time");
 /// drop(cpu1);
-/// mm.drain_all_pages();
+/// Cpus::new(&mm).drain_all_pages();
 /// Report::new(&mm).check_invariants().unwrap();
 /// ```
 pub struct PinnedCpu<'a> {
@@ -85,29 +86,25 @@ pub struct PinnedCpu<'a> {
     pub(super) cache: PageCache<Magazine<'a>>,
 }
 
-impl PageAllocator {
+impl<'a> Cpus<'a> {
     /// Takes CPU `cpu`'s lists for the calling thread until the handle is
     /// dropped. Other threads that land on this CPU use the buddy directly
     /// meanwhile.
     ///
     /// # Errors
     /// [`PinError::NoSuchCpu`], [`PinError::AlreadyPinned`].
-    pub fn pin_cpu(&self, cpu: usize) -> Result<PinnedCpu<'_>, PinError> {
-        let slot = self.pcp.slots.get(cpu).ok_or(PinError::NoSuchCpu(cpu))?;
+    pub fn pin_cpu(&self, cpu: usize) -> Result<PinnedCpu<'a>, PinError> {
+        let mm = self.mm;
+        let slot = mm.pcp.slots.get(cpu).ok_or(PinError::NoSuchCpu(cpu))?;
         if slot.pinned.swap(true, AcqRel) {
             return Err(PinError::AlreadyPinned(cpu));
         }
         // Other holders keep a pageset only for one operation.
-        let lists = (0..self.zones.len()).map(|zi| self.pageset(cpu, zi).lock.lock()).collect();
+        let lists = (0..mm.zones.len()).map(|zi| mm.pageset(cpu, zi).lock.lock()).collect();
         // The CPU's order-0 caches too: other threads running there go to
         // the buddy while it is pinned, as they do for its lists.
-        self.pin_cpu_caches(cpu, true);
-        Ok(PinnedCpu {
-            alloc: self,
-            cpu,
-            nid: self.node_of_cpu(cpu),
-            cache: PageCache(Magazine::new(self, cpu, lists)),
-        })
+        mm.pin_cpu_caches(cpu, true);
+        Ok(PinnedCpu { alloc: mm, cpu, nid: mm.node_of_cpu(cpu), cache: PageCache(Magazine::new(mm, cpu, lists)) })
     }
 }
 
@@ -156,7 +153,7 @@ impl<'a> PinnedCpu<'a> {
     /// Shrinks this CPU's `high` by an eighth towards its minimum and spills
     /// what no longer fits, at most a batch (Linux's `decay_pcp_high`, which
     /// the vmstat worker runs every second from `refresh_cpu_vm_stats`):
-    /// [`PageAllocator::decay_pcp_high`] cannot reach a pinned CPU's lists,
+    /// [`Tuning::decay_pcp_high`](crate::Tuning::decay_pcp_high) cannot reach a pinned CPU's lists,
     /// so their owner calls this on its own timer.
     pub fn decay_pcp_high(&mut self) {
         for (zi, pcp) in self.cache.0.lists.iter_mut().enumerate() {
@@ -348,9 +345,9 @@ impl<'a> PinnedCpu<'a> {
     /// as it is.
     ///
     /// ```
-    /// use mmkit::{FreeError, Gfp, MemoryMapBuilder};
+    /// use mmkit::{Cpus, FreeError, Gfp, MemoryMapBuilder};
     /// let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
-    /// let mut cpu0 = mm.pin_cpu(0).unwrap();
+    /// let mut cpu0 = Cpus::new(&mm).pin_cpu(0).unwrap();
     /// let pfn = cpu0.alloc_pages(Gfp::KERNEL, 0).unwrap();
     /// assert!(matches!(mm.free_pages(pfn, 0), Err(FreeError::CpuLocal { cpu: 0, .. })));
     /// cpu0.hand_over(pfn).unwrap(); // from here on, any thread may free it

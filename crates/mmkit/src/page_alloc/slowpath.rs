@@ -62,7 +62,7 @@ impl PageAllocator {
                 // in the highatomic reserve. Shrink both and retry once.
                 drained = true;
                 self.unreserve_highatomic(ac, false);
-                self.drain_all_pages();
+                crate::Cpus::new(self).drain_all_pages();
                 if let Some(got) = self.get_page_from_freelist(lists, order, alloc_flags, ac) {
                     return Some(got);
                 }
@@ -106,7 +106,7 @@ impl PageAllocator {
         }
         // Pages cached on other CPUs' lists are free too: drain and retry
         // once before giving up.
-        self.drain_all_pages();
+        crate::Cpus::new(self).drain_all_pages();
         if let Some(got) = self.get_page_from_freelist(lists, order, alloc_flags, ac) {
             return Some(got);
         }

@@ -22,7 +22,7 @@ use crate::{CpuHandle, PageAllocator, Pfn, PinnedCpu};
 /// and costs of the method of the same name on the implementing type.
 ///
 /// ```
-/// use mmkit::{Gfp, MemoryMapBuilder, PageSource, Report};
+/// use mmkit::{Cpus, Gfp, MemoryMapBuilder, PageSource, Report};
 ///
 /// /// A tiny pool that works on any source.
 /// fn fill_and_check(source: &mut impl PageSource) {
@@ -41,9 +41,9 @@ use crate::{CpuHandle, PageAllocator, Pfn, PinnedCpu};
 ///
 /// let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
 /// fill_and_check(&mut &mm);                      // the shared API
-/// fill_and_check(&mut mm.cpu(1).unwrap());       // CPU 1's lists
-/// fill_and_check(&mut mm.pin_cpu(0).unwrap());   // a pinned CPU's fast path
-/// mm.drain_all_pages();
+/// fill_and_check(&mut Cpus::new(&mm).cpu(1).unwrap());       // CPU 1's lists
+/// fill_and_check(&mut Cpus::new(&mm).pin_cpu(0).unwrap());   // a pinned CPU's fast path
+/// Cpus::new(&mm).drain_all_pages();
 /// Report::new(&mm).check_invariants().unwrap();
 /// ```
 pub trait PageSource {

@@ -46,7 +46,7 @@ pub enum PlacementPolicy {
     LeanMovablePcp,
 }
 
-/// Which pass compaction runs (`PageAllocator::compact_zone`).
+/// Which pass compaction runs (`Tuning::compact_zone`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CompactionMode {
     /// Linux's two scanners: movable pages from the bottom of the zone

@@ -150,7 +150,7 @@
 //!   shrinks each list's `high` by an eighth every second and spills at
 //!   most a batch (`decay_pcp_high`, mm/page_alloc.c, from
 //!   `refresh_cpu_vm_stats`, mm/vmstat.c). The replay's CPUs are pinned,
-//!   which `PageAllocator::decay_pcp_high` skips; `PinnedCpu::decay_pcp_high`
+//!   which `Tuning::decay_pcp_high` skips; `PinnedCpu::decay_pcp_high`
 //!   and `mmkit replay --pcp-upkeep decay` run it at every kcompactd check.
 //!   On `gittar`: `lean` 0.095 / 0.0128, `linux` 0.111 / 0.0128,
 //!   `lean-movable-pcp` 0.021 / 0.0049; draining the lists at every check
