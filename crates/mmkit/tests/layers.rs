@@ -3,7 +3,8 @@
 //! `page_alloc` gives `PageAllocator` inherent methods (the layers above it
 //! are views that borrow the allocator, `Contig` and `Report`), `unsafe`
 //! appears only in the OS layer `sys` and the memory layer's `rawmem` (and
-//! in the declarations of the `x86_64` adapter's unsafe trait impls), and
+//! in the declarations of unsafe trait impls: the `x86_64` adapter's, and
+//! the descriptor's `Zeroable` in `mem/page.rs`), and
 //! the target predicate that picks the OS layer's implementation is
 //! written in `sys/mod.rs` alone.
 //!
@@ -324,7 +325,12 @@ fn unsafe_lives_only_in_sys_and_rawmem() {
         if in_sys || path.ends_with("mem/rawmem.rs") || path.ends_with("src/frames.rs") {
             continue;
         }
-        let code = code_of(&fs::read_to_string(&path).unwrap());
+        let mut code = code_of(&fs::read_to_string(&path).unwrap());
+        // The descriptor's layout promises `rawmem`'s `Zeroable` beside
+        // the layout: a declaration, no unsafe operation.
+        if path.ends_with("mem/page.rs") {
+            code = code.replace("unsafe impl crate::mem::rawmem::Zeroable for PageDesc {}", "");
+        }
         let uses_unsafe = code.split(|c: char| !(c.is_alphanumeric() || c == '_')).any(|word| word == "unsafe");
         // `deny(unsafe_code)` attributes name the lint, not the keyword.
         let only_lint = code.lines().filter(|l| l.contains("unsafe")).all(|l| l.contains("unsafe_code"));

@@ -133,6 +133,12 @@ pub(crate) struct PageDesc {
 #[cfg(not(loom_desc))]
 const _: () = assert!(core::mem::size_of::<PageDesc>() == 16);
 
+// SAFETY: PageDesc is two AtomicU32s and an AtomicU64 (`repr(C)`, not
+// zero-sized); all-zero bytes are a valid value of each. The promise
+// `rawmem`'s tables rely on; declared here, beside the layout it is about.
+#[allow(unsafe_code)]
+unsafe impl crate::mem::rawmem::Zeroable for PageDesc {}
+
 impl PageDesc {
     #[inline(always)]
     fn state(&self) -> u32 {

@@ -19,8 +19,6 @@ use core::alloc::Layout;
 /// zero-sized.
 pub(crate) unsafe trait Zeroable: Sized {}
 
-// SAFETY: PageDesc is four AtomicU32s; zero is a valid AtomicU32.
-unsafe impl Zeroable for crate::mem::page::PageDesc {}
 // SAFETY: an AtomicU16 has the representation of a u16, for which zero is valid.
 unsafe impl Zeroable for core::sync::atomic::AtomicU16 {}
 

@@ -331,7 +331,9 @@ impl MemoryMapBuilder {
     /// [`BuildError::BadGeometry`] and [`BuildError::TooLarge`] as
     /// [`build`](Self::build) reports them.
     pub fn descriptor_table_bytes(&self) -> Result<usize, BuildError> {
-        self.geometry.validate()?;
+        if !self.geometry.is_valid() {
+            return Err(BuildError::BadGeometry(self.geometry));
+        }
         let (base_pfn, highest) = span(&self.zones, &self.geometry).ok_or(BuildError::NoZones)?;
         let nr_pages = highest - base_pfn;
         if nr_pages >= u32::MAX as u64 {
@@ -378,7 +380,9 @@ impl MemoryMapBuilder {
     /// reserved included).
     pub fn build(mut self) -> Result<PageAllocator, BuildError> {
         let geo = self.geometry;
-        geo.validate()?;
+        if !geo.is_valid() {
+            return Err(BuildError::BadGeometry(geo));
+        }
         validate::knobs(&self)?;
         let mut specs = self.zones;
         if specs.is_empty() {

@@ -39,8 +39,8 @@
 
 pub use crate::mem::owned::{OwnerKey, PageBlock};
 use crate::mem::page::{PageFlags, PageIdx};
-use crate::page_alloc::cpu::CpuHandle;
 use crate::page_alloc::cpu::Locked;
+use crate::page_alloc::cpus::CpuHandle;
 use crate::types::error::{BadPageReason, FreeError, OwnerTagsExhausted};
 use crate::types::gfp::Gfp;
 pub use crate::types::page_flags::PageOwner;

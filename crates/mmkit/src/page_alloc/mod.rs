@@ -18,6 +18,7 @@ pub(crate) mod bulk;
 pub(crate) mod cache;
 pub(crate) mod compaction;
 pub mod cpu;
+pub(crate) mod cpus;
 pub(crate) mod evacuate;
 pub(crate) mod free;
 pub(crate) mod guard;
