@@ -30,23 +30,31 @@
 //!
 //! 1. `types`: PFNs, geometry, GFP and migratetypes, page flags and owner
 //!    tags, the error types.
-//! 2. `mem`: page descriptors, the pageblock bitmap, the one index-linked
-//!    list, locks, raw memory. The only layer with `unsafe` (in `rawmem`).
-//! 3. `zone`: buddy free areas, zones and watermarks, the fallback and
+//! 2. `sys`: the OS and the CPU (restartable sequences and membarrier,
+//!    mmap and huge pages, the CPU id), one x86-64 Linux implementation
+//!    and a fallback that says "not available"; with `mem::rawmem` the
+//!    only place of `unsafe`.
+//! 3. `mem`: page descriptors, the pageblock bitmap, the one index-linked
+//!    list, locks, zeroed tables and owned blocks' bytes (`rawmem`).
+//! 4. `zone`: buddy free areas, zones and watermarks, the fallback and
 //!    claim rules, zonelists, CMA areas' bookkeeping.
-//! 4. `pcp`: per-CPU lists, their sizing, the per-CPU state.
-//! 5. `page_alloc`: [`PageAllocator`] — the allocation path with its
-//!    `#[cold]` slow path, free paths, bulk, per-CPU handles, owned blocks
-//!    for the layers above, the embedder's hooks and migrator.
-//! 6. `contig`: [`Contig`], a view of the allocator with
+//! 5. `pcp`: per-CPU lists, their sizing, the per-CPU state.
+//! 6. `page_alloc`: [`PageAllocator`], the allocation API: the per-CPU
+//!    cache (one door per direction for an order-0 page), the one slow
+//!    path behind it, free paths, bulk, pinned CPUs and held zones, owned
+//!    blocks for the layers above, the embedder's hooks and migrator; the
+//!    views [`Cpus`] (per-CPU control) and [`Tuning`] (knobs and
+//!    background work).
+//! 7. `contig`: [`Contig`], a view of the allocator with
 //!    `alloc_contig_range`, `free_contig_range`, owned ranges and CMA;
 //!    pageblock isolation.
-//! 7. `memmap` (the builder) and `report`: [`Report`], a view with the
-//!    `/proc` text, snapshots and the invariant checker.
+//! 8. `memmap` (the builder) and `report`: [`Report`], a view with the
+//!    counters, the `/proc` text, snapshots and the invariant checker.
 //!
-//! Only `page_alloc` adds methods to [`PageAllocator`]; the layers above it
-//! are views that borrow it (`Contig::new(&mm)`, `Report::new(&mm)`), so
-//! the allocator never names what is built on it.
+//! Only `page_alloc` adds methods to [`PageAllocator`]; the other concerns
+//! are views that borrow it (`Cpus::new(&mm)`, `Report::new(&mm)`), so the
+//! allocator's own methods are the allocation API and it never names what
+//! is built on it.
 //!
 //! Layers above the allocator live in crates of their own on its public
 //! API: quicklists and page tables, zsmalloc, the trace parser.

@@ -1,5 +1,5 @@
 //! Pageblock-order (THP-order) blocks through the per-CPU cache's block
-//! stacks (`page_alloc::cpu_cache`, "Pageblock-order blocks"): a freed
+//! stacks (`page_alloc::cache::cpu`, "Pageblock-order blocks"): a freed
 //! block is served again without the lists, the stacks are counted by the
 //! invariant checker and `nr_pcp_pages`, drained by `drain_all_pages` and
 //! by pinning, a full stack sends blocks to the lists, bad frees change

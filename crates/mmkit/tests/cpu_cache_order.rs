@@ -1,4 +1,4 @@
-//! The order the per-CPU order-0 cache (`page_alloc::cpu_cache`) leaves
+//! The order the per-CPU order-0 cache (`page_alloc::cache::cpu`) leaves
 //! pages in on the per-CPU lists. A test binary of its own: the check reads
 //! one CPU's list after thousands of single frees on that CPU, and the
 //! multi-threaded tests of `cpu_caches.rs` running beside it moved this

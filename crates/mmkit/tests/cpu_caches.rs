@@ -216,7 +216,7 @@ fn bad_input_on_the_cached_path_changes_nothing() {
 }
 
 /// A drain reaches the caches of CPUs whose threads are idle: it stops
-/// each CPU's stacks and takes their pages itself (`mem::rseq`'s stop
+/// each CPU's stacks and takes their pages itself (`sys`'s restartable sequences' stop
 /// protocol), nobody is asked to flush.
 #[test]
 fn a_drain_empties_the_caches_of_idle_threads_at_once() {

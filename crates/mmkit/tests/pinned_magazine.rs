@@ -1,4 +1,4 @@
-//! The pinned handle's magazine (`page_alloc::magazine`) under a long-lived
+//! The pinned handle's magazine (`page_alloc::cache::pinned`) under a long-lived
 //! [`PinnedCpu`](mmkit::PinnedCpu): random sequences of order-0 and higher
 //! allocations with several GFP masks, frees through the handle and (after
 //! a hand-over) through the shared API, frees and references refused for

@@ -59,7 +59,7 @@
 //! CPU's number (in place of the refcount, which is 1 while the page is
 //! `LOCAL`, so every CPU number fits and no state bit is shared); its
 //! owner frees it with a plain load and store of this
-//! word, no atomic read-modify-write (`page_alloc::magazine`). That is sound
+//! word, no atomic read-modify-write (`page_alloc::cache::pinned`). That is sound
 //! because every read-modify-write that could take a page away from its
 //! owner — a reference taken ([`try_get`](PageDesc::try_get)), dropped
 //! ([`try_put`](PageDesc::try_put)), exchanged, or a frozen page's claim —
@@ -538,7 +538,7 @@ impl PageTable {
         self.descs.as_slice().get(usize::try_from(idx).ok()?)
     }
     /// Every descriptor, for a hot path that keeps the slice in registers
-    /// (see `page_alloc::magazine`).
+    /// (see `page_alloc::cache::pinned`).
     #[inline]
     pub(crate) fn all(&self) -> &[PageDesc] {
         self.descs.as_slice()

@@ -191,10 +191,10 @@ impl PageAllocator {
     /// nothing and sends the request down the general path, which walks the
     /// zonelist, the fallback chain, CMA balancing and highatomic reserves.
     ///
-    /// The general path spends about 500 instructions before and around the
-    /// list edit on the zonelist iterator, the allocation context and the
-    /// fallback chain's checks (`buddy_probe frag0` under callgrind); this
-    /// path is the list edit plus one lock and a few loads.
+    /// The general path spends most of its instructions before and around
+    /// the list edit on the zonelist iterator, the allocation context and
+    /// the fallback chain's checks (`buddy_probe frag0` under callgrind);
+    /// this path is the list edit plus one lock and a few loads.
     #[inline(always)]
     fn alloc_buddy_fast(&self, nid: usize, gfp: Gfp, order: u32, frozen: bool) -> Option<Pfn> {
         if order > self.mem.geometry.merge_order() {

@@ -45,19 +45,10 @@
 //! nothing ([`BulkFreeError`]).
 //!
 //! # Cost
-//! Batch 64, 4096-page window (`examples/bulk_probe.rs`; instructions are
-//! callgrind's, per page):
-//!
-//! | | before | after |
-//! |---|---|---|
-//! | `alloc_pages_bulk`, instructions | 87 | 41 |
-//! | `free_pages_bulk`, instructions | 204 | 52 |
-//! | `pcp_probe bulk64` (alloc + free), instructions | 308 | 110 |
-//!
-//! The times are `mmkit bench bulk`'s cases `bulk/64` and `bulk_free/64`
-//! (see BENCHMARKS.md). (The bench made its page array on the clock until
-//! this change, a third of what `bulk/64` measured then.) What is left of
-//! the allocation is the walk: per page, one descriptor load whose address
+//! Timed by `mmkit bench bulk`, cases `bulk/N` and `bulk_free/N`;
+//! instructions per page by `examples/bulk_probe.rs` and `pcp_probe bulk64`
+//! under callgrind (`docs/perf-log/`). What is left of the allocation is
+//! the walk: per page, one descriptor load whose address
 //! comes from the load before, so the chain's load latency bounds it, not
 //! its instructions. Of the free, the one `lock cmpxchg` per page is the
 //! floor while the reference drop stays atomic.

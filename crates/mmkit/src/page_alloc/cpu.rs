@@ -1,7 +1,8 @@
 //! The per-CPU lists, the second step of every cached order after the
 //! per-CPU cache (`page_alloc::cache`): which CPU a call runs on, the one
 //! path that takes from and frees to a CPU's lists, drains and the lists'
-//! tuning. Handles that name a CPU and the [`Cpus`] view are `cpus.rs`'s.
+//! tuning. Handles that name a CPU and the [`Cpus`](crate::Cpus) view are
+//! `cpus.rs`'s.
 //!
 //! Owns the glue between `PageAllocator` and `pcp`; list mechanics and
 //! sizing rules are `pcp`'s, buddy edits go through the zone.
@@ -121,8 +122,9 @@ impl PageAllocator {
 
     /// The calling CPU where it decides something: with per-CPU lists
     /// (their list) or several nodes (the local node). Otherwise 0, without
-    /// calling the CPU-id function, whose thread-local or rseq read was
-    /// about 27 instructions a call (callgrind, `buddy_probe frag0`).
+    /// calling the CPU-id function, whose thread-local or rseq read a map
+    /// without lists paid on every call (`buddy_probe frag0` under
+    /// callgrind).
     #[inline(always)]
     pub(crate) fn cpu_if_it_matters(&self) -> usize {
         if self.pcp.enabled || self.zones.nr_nodes() > 1 {

@@ -79,7 +79,7 @@ impl<'a> Cpus<'a> {
     /// thread at any time: each pageset is locked while it is drained.
     /// Returns the number of pinned CPUs that were only asked to drain.
     ///
-    /// It empties every CPU's order-0 cache too (`page_alloc::cpu_cache`),
+    /// It empties every CPU's order-0 cache too (`page_alloc::cache::cpu`),
     /// through the caches' stop protocol: no thread is asked or waited for.
     pub fn drain_all_pages(&self) -> usize {
         (0..self.mm.pcp.nr_cpus).filter(|&cpu| !self.mm.drain_cpu_lists(cpu)).count()

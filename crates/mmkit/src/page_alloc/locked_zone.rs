@@ -12,10 +12,10 @@
 //! # Why
 //! A buddy alloc+free pair through the shared API pays three atomic
 //! read-modify-writes: the zone lock on allocation, again on free, and the
-//! reference drop. Three locked instructions among about 1000, they were
+//! reference drop. Three locked instructions among many more, they were
 //! most of the time of a fragmented pair (`mmkit bench buddy`, case
-//! `buddy_order0_alloc_free_fragmented`); the list work itself is a few
-//! dozen instructions. `buddy_system_allocator`, behind `&mut`, pays none.
+//! `buddy_order0_alloc_free_fragmented`); the list work itself is a small
+//! part of it. `buddy_system_allocator`, behind `&mut`, pays none.
 //! Holding the lock for a burst is what Linux does where it moves many
 //! blocks at once (`rmqueue_bulk`, `free_pcppages_bulk`); this hands the
 //! burst to the caller.
@@ -26,7 +26,7 @@
 //!   because only the holder publishes; the full check when the zone is
 //!   near its marks), `fallback::rmqueue`, the counters, one store of the
 //!   head's word. The block is `LOCAL` to the CPU, as the magazine's pages
-//!   are (`page_alloc::magazine`), and nobody else can take, drop or
+//!   are (`page_alloc::cache::pinned`), and nobody else can take, drop or
 //!   exchange a reference on it.
 //! - Free of such a block: one load and compare of the head's word
 //!   (allocated, `LOCAL` to this CPU, this order, one reference), one plain
@@ -57,16 +57,13 @@
 //! `buddy_system_allocator` and the shared API `mmkit` in the same runs),
 //! cases `buddy_order0_alloc_free_fragmented`,
 //! `buddy_order9_alloc_free_fragmented`, `buddy_order9_alloc_free` and
-//! `buddy_order0_batch` (per page); the figures are in BENCHMARKS.md. The
-//! pair touches no atomic while the zone is held; the peer takes about
-//! twice as long on the fragmented order-0 pair, the shared API two to four
-//! times as long on these cases. Callgrind: 374 / 334 / 488 instructions
-//! per pair or page (`buddy_probe frag0|frag9|batch locked`), against about
-//! 950 / 920 / 1100 through the shared API. Two changes to the buddy made
-//! the difference beyond the lock: `rmqueue_smallest` and `free_one`
-//! inlined into their callers (20 % off the fragmented pairs, with few
-//! fewer instructions: the calls' register spills were the cost), and the
-//! exact-fit case of `rmqueue_smallest` skipping the split.
+//! `buddy_order0_batch` (per page); the figures are in BENCHMARKS.md, the
+//! instructions per pair or page are `examples/buddy_probe.rs
+//! frag0|frag9|batch locked` under callgrind. The pair touches no atomic
+//! while the zone is held. Two changes to the buddy made the difference
+//! beyond the lock: `rmqueue_smallest` and `free_one` inlined into their
+//! callers (the calls' register spills, not their instructions, were the
+//! cost), and the exact-fit case of `rmqueue_smallest` skipping the split.
 //!
 //! # What holding costs others
 //! While a `LockedZone` lives, every other path that needs this zone's

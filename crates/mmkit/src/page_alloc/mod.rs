@@ -1,13 +1,16 @@
 //! The allocator's state and its lookups: `PageAllocator`, built from the
 //! builder's parts, with PFN ↔ descriptor ↔ zone lookups and the zonelists.
 //!
-//! The layer's other files each own one path: `alloc_path` (allocation and
-//! the zonelist walk), `slowpath`, `free`, `bulk`, per-CPU handles (`cpu`,
-//! `pinned` with its `magazine`), the shared API's per-CPU order-0 cache
-//! (`cpu_cache`), hardware poison (`hwpoison`), `alloc_at` (placed allocation for replay), `block` (owned
-//! blocks for the layers above), `guard` (blocks freed on drop), `hooks` and `migrate` (the embedder's
-//! side), `reporting` (free memory back to the OS). All of them go
-//! through zones (which lock) to buddy (which edits
+//! The layer's other files each own one path: `cache` (the per-CPU cache,
+//! the front door of an order-0 page, held by a CPU or a pinned handle),
+//! `alloc_path` (the front doors, the one slow path, the zonelist walk),
+//! `slowpath`, `free`, `cpu` (the per-CPU lists, locked or held), `bulk`,
+//! `locked_zone`, `pinned` and `cpus` (pinned CPUs, handles that name a
+//! CPU, the `Cpus` view), hardware poison (`hwpoison`), `alloc_at` (placed
+//! allocation for replay), `block` (owned blocks for the layers above),
+//! `guard` (blocks freed on drop), `hooks` and `migrate` (the embedder's
+//! side), `compaction` and `reporting` (the `Tuning` view's background
+//! work). All of them go through zones (which lock) to buddy (which edits
 //! lists) to page descriptors; nothing here edits a free list directly.
 #![deny(unsafe_code)]
 

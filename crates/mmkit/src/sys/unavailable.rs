@@ -12,6 +12,14 @@ use crate::sys::{HugePages, Pop, Push};
 use crate::types::error::RealMemoryError;
 use core::ptr::NonNull;
 
+/// Methods of a type no value of which exists: each body is an empty
+/// `match`, so a call can never be reached (nor written wrongly).
+macro_rules! never {
+    ($($vis:vis fn $name:ident(&self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?;)*) => {
+        $($vis fn $name(&self $(, $arg: $ty)*) $(-> $ret)? { match *self {} })*
+    };
+}
+
 /// No restartable sequences here: never made.
 pub(crate) enum CpuStacks {}
 
@@ -20,31 +28,17 @@ impl CpuStacks {
     pub(crate) fn new(_caps: &[u32]) -> Option<Self> {
         None
     }
-    pub(crate) fn nr_cpus(&self) -> usize {
-        match *self {}
-    }
-    pub(crate) fn current_cpu(&self) -> Option<usize> {
-        match *self {}
-    }
-    pub(crate) fn pop(&self, _slot: usize) -> Pop {
-        match *self {}
-    }
-    pub(crate) fn push(&self, _slot: usize, _item: u32, _home: u32) -> Push {
-        match *self {}
-    }
-    pub(crate) fn pop_many(&self, _slot: usize, _out: &mut [u32]) -> Option<usize> {
-        match *self {}
-    }
-    pub(crate) fn push_many(&self, _slot: usize, _items: &[u32]) -> bool {
-        match *self {}
-    }
-    pub(crate) fn len(&self, _cpu: usize, _slot: usize) -> usize {
-        match *self {}
+    never! {
+        pub(crate) fn nr_cpus(&self) -> usize;
+        pub(crate) fn current_cpu(&self) -> Option<usize>;
+        pub(crate) fn pop(&self, _slot: usize) -> Pop;
+        pub(crate) fn push(&self, _slot: usize, _item: u32, _home: u32) -> Push;
+        pub(crate) fn pop_many(&self, _slot: usize, _out: &mut [u32]) -> Option<usize>;
+        pub(crate) fn push_many(&self, _slot: usize, _items: &[u32]) -> bool;
+        pub(crate) fn len(&self, _cpu: usize, _slot: usize) -> usize;
+        pub(crate) fn set_pinned(&self, _cpu: usize, _pinned: bool);
     }
     pub(crate) fn drain_cpu(&self, _cpu: usize, _take: impl FnMut(usize, &[u32])) -> bool {
-        match *self {}
-    }
-    pub(crate) fn set_pinned(&self, _cpu: usize, _pinned: bool) {
         match *self {}
     }
 }
@@ -82,24 +76,12 @@ impl RealMemory {
     pub fn map(pages: usize, page_size: usize, _huge: HugePages) -> Result<Self, RealMemoryError> {
         Err(RealMemoryError { errno: 0, bytes: pages.saturating_mul(page_size) })
     }
-    /// Never reached (no value exists).
-    pub fn page_ptr(&self, _index: usize) -> Option<NonNull<u8>> {
-        match *self {}
-    }
-    pub(crate) fn block_span(&self, _index: usize, _order: u32) -> Option<(NonNull<u8>, usize)> {
-        match *self {}
-    }
-    /// Never reached (no value exists).
-    pub fn index_of(&self, _addr: *const u8) -> Option<usize> {
-        match *self {}
-    }
-    pub(crate) fn zero_pages(&self, _index: usize, _count: usize) {
-        match *self {}
-    }
-    pub(crate) fn discard_pages(&self, _index: usize, _count: usize) -> usize {
-        match *self {}
-    }
-    pub(crate) fn copy_pages(&self, _from: usize, _to: usize, _count: usize) {
-        match *self {}
+    never! {
+        pub fn page_ptr(&self, _index: usize) -> Option<NonNull<u8>>;
+        pub(crate) fn block_span(&self, _index: usize, _order: u32) -> Option<(NonNull<u8>, usize)>;
+        pub fn index_of(&self, _addr: *const u8) -> Option<usize>;
+        pub(crate) fn zero_pages(&self, _index: usize, _count: usize);
+        pub(crate) fn discard_pages(&self, _index: usize, _count: usize) -> usize;
+        pub(crate) fn copy_pages(&self, _from: usize, _to: usize, _count: usize);
     }
 }

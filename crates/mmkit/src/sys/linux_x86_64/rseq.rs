@@ -16,8 +16,7 @@
 //! thread is preempted, migrated or signalled before the one store that
 //! commits it, and the abort handler starts it again, on whatever CPU the
 //! thread now runs. An operation is a few loads, one plain store and a
-//! publication of the sequence's descriptor (`rseq_cs`), about 15
-//! instructions.
+//! publication of the sequence's descriptor (`rseq_cs`).
 //!
 //! # The stop protocol
 //! No thread may edit another CPU's stack with plain stores while a
