@@ -319,20 +319,7 @@ impl PageAllocator {
     /// Pages cached on every CPU's lists and per-CPU caches (free, but not
     /// in the zones' free counts). Pinned CPUs are not counted.
     pub(crate) fn nr_pcp_pages(&self) -> u64 {
-        (0..self.zones.len()).map(|zi| self.pcp_totals(zi).1 + self.cpu_cached(zi)).sum()
-    }
-
-    /// Pages the shared API's per-CPU caches hold in zone `zi`.
-    #[inline]
-    pub(crate) fn cpu_cached(&self, zi: usize) -> u64 {
-        self.cpu_cached_heads_and_pages(zi).1
-    }
-
-    /// Blocks (their heads carry `PCP`) the shared API's per-CPU caches
-    /// hold in zone `zi`, and the pages in them.
-    #[inline]
-    pub(crate) fn cpu_cached_heads_and_pages(&self, zi: usize) -> (u64, u64) {
-        self.cpu_cached_blocks(zi)
+        (0..self.zones.len()).map(|zi| self.pcp_totals(zi).1 + self.cpu_cached_blocks(zi).1).sum()
     }
 
     /// Whether free memory is grouped by mobility (see

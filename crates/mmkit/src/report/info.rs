@@ -133,7 +133,7 @@ impl Report<'_> {
             .enumerate()
             .map(|(zi, zone)| {
                 let (pcp, pcp_pages) = self.mm.pcp_totals(zi);
-                let pcp_pages = pcp_pages + self.mm.cpu_cached(zi);
+                let pcp_pages = pcp_pages + self.mm.cpu_cached_blocks(zi).1;
                 let state = zone.state.lock();
                 let area = &state.area;
                 let orders = self.mm.mem.geometry.merge_order() as usize + 1;

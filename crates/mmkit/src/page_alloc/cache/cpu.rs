@@ -477,7 +477,8 @@ impl PageAllocator {
         }
     }
 
-    /// Blocks the per-CPU caches hold in zone `zi`, and the pages in them.
+    /// Blocks (their heads carry `PCP`) the CPUs' stacks hold in zone `zi`,
+    /// and the pages in them.
     pub(crate) fn cpu_cached_blocks(&self, zi: usize) -> (u64, u64) {
         self.cpu_caches.as_ref().map_or((0, 0), |caches| caches.held_in_zone(zi))
     }
