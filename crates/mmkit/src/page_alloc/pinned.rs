@@ -166,7 +166,7 @@ impl<'a> PinnedCpu<'a> {
     ///
     /// # Errors
     /// As [`PageAllocator::alloc_pages_node`].
-    #[inline]
+    #[inline(always)]
     pub fn alloc_pages(&mut self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
         if order == 0 {
             if let Some(pfn) = self.cache.take::<false>(self.alloc, None, gfp, false) {
@@ -231,7 +231,7 @@ impl<'a> PinnedCpu<'a> {
     ///
     /// # Errors
     /// As [`PageAllocator::free_pages`].
-    #[inline]
+    #[inline(always)]
     pub fn free_pages(&mut self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         if order == 0 && self.cache.give::<false>(self.alloc, pfn, false) {
             return Ok(());
