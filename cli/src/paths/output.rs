@@ -62,7 +62,7 @@ fn plan(path: &Path) -> Result<Plan, String> {
     let shown = path.display();
     let lmeta = match path.symlink_metadata() {
         Ok(m) => m,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+        Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => {
             let dir = parent_of(path);
             return match std::fs::metadata(dir) {
                 Ok(m) if m.is_dir() => Ok(Plan::Create(path.to_owned())),

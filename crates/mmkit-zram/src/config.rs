@@ -103,18 +103,12 @@ impl ZramConfig {
                 check_disksize(size).map_err(|what| bad(&what))?;
                 self.disksize = size;
             }
-            "comp" | "comp_algorithm" => {
-                self.algorithm = Algorithm::parse(value)
-                    .ok_or_else(|| bad("unknown algorithm (lz4, lz4hc, lz4hc:1..12, zstd, zstd:1..22)"))?;
-            }
+            "comp" | "comp_algorithm" => self.algorithm = parse_algorithm(value).map_err(|what| bad(&what))?,
             "recomp" | "recomp_algorithm" if value.contains('=') => self.set_recomp_priority(value)?,
             "recomp" | "recomp_algorithm" => {
                 let mut list = Vec::new();
                 for name in value.split(',').filter(|n| !n.is_empty()) {
-                    list.push(
-                        Algorithm::parse(name)
-                            .ok_or_else(|| bad("unknown algorithm (lz4, lz4hc, lz4hc:1..12, zstd, zstd:1..22)"))?,
-                    );
+                    list.push(parse_algorithm(name).map_err(|what| bad(&what))?);
                 }
                 if list.len() > MAX_RECOMP_ALGORITHMS {
                     return Err(bad("at most 3 secondary algorithms"));
@@ -171,8 +165,7 @@ impl ZramConfig {
             }
         }
         let name = algo.ok_or_else(|| bad("algo=NAME is missing".into()))?;
-        let algorithm = Algorithm::parse(name)
-            .ok_or_else(|| bad(format!("unknown algorithm {name:?} (lz4, lz4hc, lz4hc:1..12, zstd, zstd:1..22)")))?;
+        let algorithm = parse_algorithm(name).map_err(bad)?;
         let priority = priority.unwrap_or(1);
         if !(1..=MAX_RECOMP_ALGORITHMS).contains(&priority) {
             return Err(bad(format!("priority {priority}: secondary priorities are 1..={MAX_RECOMP_ALGORITHMS}")));
@@ -189,6 +182,25 @@ impl ZramConfig {
     /// The algorithm of each priority: the primary, then the secondaries.
     pub(crate) fn algorithms(&self) -> Vec<Algorithm> {
         std::iter::once(self.algorithm).chain(self.recomp_algorithms.iter().copied()).collect()
+    }
+}
+
+/// An algorithm by name, with a message that says what is wrong: an
+/// unknown name, or a level the algorithm does not take (`zstd:0` is
+/// zstd, at a level out of its range).
+pub(crate) fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
+    const KNOWN: &str = "lz4, lz4_flex, lz4hc, lz4hc:1..12, zstd, zstd:1..22";
+    if let Some(algorithm) = Algorithm::parse(text) {
+        return Ok(algorithm);
+    }
+    let (name, level) = text.split_once(':').unwrap_or((text, ""));
+    match Algorithm::parse(name) {
+        None => Err(format!("unknown algorithm {name:?} ({KNOWN})")),
+        Some(_) if level.is_empty() => Err(format!("{text:?}: a level after `:` is missing ({KNOWN})")),
+        Some(algorithm) => match level.parse::<i64>() {
+            Ok(n) => Err(algorithm.with_level(n).err().map_or_else(|| format!("{text:?}: {KNOWN}"), |e| e.to_string())),
+            Err(_) => Err(format!("{text:?}: the level {level:?} is not a number ({KNOWN})")),
+        },
     }
 }
 
