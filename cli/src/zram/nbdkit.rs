@@ -300,7 +300,7 @@ pub fn plugin_beside_binary() -> Result<PathBuf, NbdkitError> {
 pub struct Spec {
     /// The plugin: a path to a `.so` or the name of one of nbdkit's own
     /// (`memory`).
-    pub plugin: String,
+    pub plugin: std::ffi::OsString,
     /// The plugin's `key=value` arguments.
     pub plugin_args: Vec<String>,
     /// nbdkit options placed before the plugin (`--filter=…`, `-t 4`, `-v`).

@@ -105,7 +105,13 @@ fn size_param(value: &str) -> Result<String, String> {
 /// A clap value parser for `--algorithm-params`: the words only; which
 /// algorithm they name is checked with the whole configuration in `run`.
 fn algorithm_params(value: &str) -> Result<String, String> {
-    mmkit_zram::AlgorithmParams::parse(value).map(|_| value.to_owned()).map_err(|e| e.to_string())
+    mmkit_zram::AlgorithmParams::parse(value).map(|_| value.to_owned()).map_err(|e| {
+        if value.contains("dict=") {
+            format!("{e} (the words are split at blanks, so a dict= path cannot hold one: a symbolic link will do)")
+        } else {
+            e.to_string()
+        }
+    })
 }
 
 /// Why `serve` failed.
@@ -365,7 +371,7 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
         nbdkit_args.insert(0, option.to_owned());
     }
     let spec = Spec {
-        plugin: plugin.display().to_string(),
+        plugin: plugin.into_os_string(),
         plugin_args,
         nbdkit_args,
         listen,
