@@ -247,6 +247,19 @@ fn listening_port(pid: u32) -> Option<u16> {
     None
 }
 
+/// Removes the socket at `path` if nothing listens on it (connecting is
+/// refused); anything else is left.
+fn remove_if_dead_socket(path: &Path) {
+    use std::os::unix::fs::FileTypeExt;
+    let is_socket = path.symlink_metadata().is_ok_and(|m| m.file_type().is_socket());
+    if is_socket
+        && std::os::unix::net::UnixStream::connect(path)
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+    {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
 /// A file this process saw a server create: removed when the server stops
 /// only while its path still names that file, so that a server which lost
 /// a race for a path (two started at once on one `--unix`) removes the
@@ -478,6 +491,14 @@ impl Nbdkit {
     /// socket, say) removes nothing it did not create.
     fn remove_files(&mut self) {
         let _ = std::fs::remove_file(&self.pid_file);
+        if self.created.is_empty() {
+            // Never ready: nbdkit can exit without unloading the plugin,
+            // whose control socket then stays. Only a dead socket is
+            // removed (nothing answers on it), never a live server's.
+            for path in &self.also_remove {
+                remove_if_dead_socket(path);
+            }
+        }
         for file in self.created.drain(..) {
             file.remove();
         }
