@@ -253,12 +253,25 @@ pub fn answer(zram: &Zram, request: &str) -> Result<String, String> {
         zram.attr_show(name)
     } else if STORE_ATTRS.contains(&name) {
         return Err(format!(
-            "{name} is write-only (as in the kernel's sysfs, there is nothing to show); store a value: {name} VALUE"
+            "{name} is write-only (as in the kernel's sysfs, there is nothing to show); store a value: {name} {}",
+            store_usage(name)
         ));
     } else {
         return Err(unknown(name));
     };
     result.map_err(|e| e.to_string())
+}
+
+/// The values a write-only attribute takes, for its message.
+fn store_usage(name: &str) -> &'static str {
+    match name {
+        "idle" => "all|SECONDS",
+        "writeback" => "idle|huge|huge_idle|incompressible (or type=MODE), or page_index=N page_indexes=N-M",
+        "recompress" => "type=idle|huge|huge_idle [threshold=N] [algo=NAME] [priority=N] [max_pages=N]",
+        "algorithm_params" => "algo=NAME [priority=N] [level=N] [dict=PATH]",
+        "backing_overwrite" => "1",
+        _ => "VALUE",
+    }
 }
 
 /// The message for a name that is no attribute.
