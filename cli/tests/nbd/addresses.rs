@@ -213,7 +213,8 @@ fn one_size_grammar_for_every_option() {
         &["zram", "train-dict", "--out", "x", "--size", "10 K", "y"],
         &["replay", "t", "--memory", "10 G"],
     ] {
-        let out = Command::new(mmkit()).args(args).output().unwrap();
+        // A deadline: a size taken by mistake would start a server.
+        let out = crate::forms::run_with_deadline(Command::new(mmkit()).args(args), Duration::from_secs(60));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains("unknown unit"), "{args:?}: {stderr}");
