@@ -292,3 +292,29 @@ fn an_output_device_that_fails_writes_is_an_error_and_stays_a_device() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("No space left"), "{out:?}");
     assert!(full.symlink_metadata().unwrap().file_type().is_char_device());
 }
+
+/// An output that is standard output itself (here `/proc/self/fd/1`, on a
+/// pipe): the data goes through the pipe whole, and the command's own
+/// report goes to stderr instead of into the data.
+#[test]
+fn an_output_that_is_stdout_gets_the_data_and_the_report_goes_to_stderr() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("trace"), trace()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mmkit"))
+        .current_dir(d.path())
+        .args(["convert", "trace", "/proc/self/fd/1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stdout.starts_with(&mmkit_trace::binary::BINARY_MAGIC), "the binary trace on stdout");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("{EVENTS} events")), "the report on stderr");
+    // The copy on the pipe replays like the file.
+    std::fs::write(d.path().join("copy.mmkt"), &out.stdout).unwrap();
+    let replay = Command::new(env!("CARGO_BIN_EXE_mmkit"))
+        .current_dir(d.path())
+        .args(["replay", "copy.mmkt", "--json"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&replay.stdout).unwrap();
+    assert_eq!(json["counts"]["events"], EVENTS);
+}
