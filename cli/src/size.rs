@@ -41,51 +41,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plain_and_suffixed_sizes() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("1_048_576"), Ok(1 << 20));
+    fn the_devices_grammar_with_zero_refused() {
+        // The grammar is `mmkit_zram::parse_size`'s, tested there.
         assert_eq!(parse_size("4G"), Ok(4 << 30));
-        assert_eq!(parse_size("512M"), Ok(512 << 20));
-        assert_eq!(parse_size("1T"), Ok(1 << 40));
-        assert_eq!(parse_size("64k"), Ok(64 << 10));
-        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
-        assert_eq!(parse_size("3gb"), Ok(3 << 30));
-        assert_eq!(parse_size(" 8M "), Ok(8 << 20));
-        assert_eq!(parse_size("100B"), Ok(100));
-        assert_eq!(parse_size("1P"), Ok(1 << 50));
-        assert_eq!(parse_size("15E"), Ok(15 << 60));
-    }
-
-    #[test]
-    fn rejects_garbage() {
-        assert_eq!(parse_size(""), Err(SizeError::Empty));
-        assert_eq!(parse_size("   "), Err(SizeError::Empty));
-        assert!(matches!(parse_size("banana"), Err(SizeError::NotANumber(_))));
-        assert!(matches!(parse_size("G"), Err(SizeError::NotANumber(_))));
-        assert!(matches!(parse_size("-4G"), Err(SizeError::NotANumber(_))));
-        assert!(matches!(parse_size("_4G"), Err(SizeError::NotANumber(_))));
-        assert!(matches!(parse_size("4X"), Err(SizeError::BadUnit(_))));
-        assert!(matches!(parse_size("4 G"), Err(SizeError::BadUnit(_))));
-        assert!(matches!(parse_size("1.5G"), Err(SizeError::BadUnit(_))));
-        assert!(matches!(parse_size("4GG"), Err(SizeError::BadUnit(_))));
         assert_eq!(parse_size("0"), Err(SizeError::Zero));
         assert_eq!(parse_size("0G"), Err(SizeError::Zero));
-    }
-
-    #[test]
-    fn overflow_is_an_error_not_a_panic() {
-        assert!(matches!(parse_size("99999999999999T"), Err(SizeError::Overflow(_))));
-        assert!(matches!(parse_size("16E"), Err(SizeError::Overflow(_))));
-        assert!(matches!(parse_size("18446744073709551616"), Err(SizeError::Overflow(_))));
-        assert!(matches!(parse_size("99999999999999999999999999999"), Err(SizeError::Overflow(_))));
-        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
-    }
-
-    #[test]
-    fn errors_read_well() {
-        let msg = parse_size("banana").unwrap_err().to_string();
-        assert!(msg.contains("`banana` is not a size"), "{msg}");
-        assert!(msg.contains("4G"), "{msg}");
+        assert!(matches!(parse_size("4 G"), Err(SizeError::BadUnit(_))));
+        assert!(parse_size("banana").unwrap_err().to_string().contains("`banana` is not a size"));
     }
 
     #[test]

@@ -7,33 +7,20 @@
 //! `ctl` names the file in the caller's directory; the size options share
 //! one grammar; a refused write leaves `mem_used_total` within the limit.
 
-use crate::common::{mmkit, plugin, require, Server};
+use crate::common::{mmkit, plugin, require, serve_in, Server};
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader};
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// `mmkit zram serve ARGS` in `cwd` (with `env`), its URI once printed.
+/// `mmkit zram serve --size 4M ARGS` in `cwd` (with `env`), its URI once
+/// printed.
 fn serve(args: &[OsString], cwd: &Path, env: &[(&str, &Path)]) -> (Child, Option<String>) {
-    let mut command = Command::new(mmkit());
-    command.current_dir(cwd).args(["zram", "serve", "--size", "4M"]).args(args);
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let mut child = command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
-    let uri = line.trim().to_owned();
-    (child, uri.starts_with("nbd").then_some(uri))
+    let mut all = vec![OsString::from("--size"), OsString::from("4M")];
+    all.extend_from_slice(args);
+    serve_in(&all, cwd, env)
 }
 
 fn stop(child: Child) -> String {

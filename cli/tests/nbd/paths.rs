@@ -8,13 +8,12 @@
 //! be UTF-8; a served URI connects with `nbdinfo` as printed. The cells and
 //! their outcomes are printed (`--nocapture`).
 
-use crate::common::{mmkit, plugin, require};
+use crate::common::{mmkit, plugin, require, serve_in};
 use crate::forms::{self, arg_and_cwd, make, snapshot, Expect, FifoPeer, Form, ALL};
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 /// What a row's path is and how a cell runs it.
@@ -207,25 +206,7 @@ fn stop(child: &mut Child) {
 
 /// `mmkit zram serve ARGS` in `cwd`, until it prints its URI or exits.
 fn serve_until_uri(args: &[OsString], cwd: &Path) -> (Child, Option<String>) {
-    let mut child = Command::new(mmkit())
-        .current_dir(cwd)
-        .args(["zram", "serve"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
-    let uri = line.trim();
-    (child, uri.starts_with("nbd").then(|| uri.to_owned()))
+    serve_in(args, cwd, &[])
 }
 
 /// One cell; returns its line of the printed table.
