@@ -272,7 +272,8 @@ pub fn replay_input(
     let span = zend - zbase;
     if span > MAX_SPAN_PAGES {
         return Err(ReplayError::Usage(format!(
-            "the trace spans {span} pages; at most {MAX_SPAN_PAGES} are supported"
+            "the trace spans {span} pages (PFN {:#x} to {:#x}); at most {MAX_SPAN_PAGES} (256 GiB) are supported",
+            scan.min_pfn, scan.end_pfn
         )));
     }
     let pages = match (args.mode, args.memory) {
