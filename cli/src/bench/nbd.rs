@@ -96,7 +96,7 @@ fn start(
         plugin_args.push(format!("control={}", path.display()));
     }
     let spec = Spec {
-        plugin: plugin.to_owned(),
+        plugin: plugin.into(),
         plugin_args,
         nbdkit_args: nbdkit_args.iter().map(|a| (*a).to_owned()).collect(),
         listen: Listen::Unix(dir.path().join("nbd.sock")),

@@ -126,6 +126,7 @@ fn args(trace: &Path, mode: Mode) -> ReplayArgs {
         plot: None,
         preload: false,
         cache: false,
+        strict: false,
     }
 }
 
@@ -407,6 +408,7 @@ fn binary_copy_replays_exactly_like_the_text() {
         trace: path.to_path_buf(),
         out: Some(out.clone()),
         uncompressed: false,
+        strict: false,
     })
     .unwrap();
     assert!(summary.contains(&format!("{} events", g.events)), "{summary}");
@@ -437,6 +439,7 @@ fn binary_copy_replays_exactly_like_the_text() {
         trace: out.clone(),
         out: Some(again.clone()),
         uncompressed: true,
+        strict: false,
     })
     .unwrap();
     let a = args(&again, Mode::Placed);
@@ -483,6 +486,7 @@ fn broken_binary_files_are_errors_not_panics() {
         trace: path.to_path_buf(),
         out: Some(out.clone()),
         uncompressed: false,
+        strict: false,
     })
     .unwrap();
     let bytes = std::fs::read(&out).unwrap();
