@@ -65,31 +65,32 @@
 //! `uffd` and `signal`.
 
 mod handler;
+mod os;
 mod page;
 mod pager;
 mod pinned;
 mod signal;
 mod slots;
-mod sys;
 mod times;
-mod uffd;
 
 use crate::{ReleaseMode, Zswap, PAGE_SIZE};
 use handler::Handler;
-use page::{DIRTY, FAILED, RESIDENT};
-use pager::Shared;
+use os::uffd::{FeatureFlags, IoctlFlags, RegisterMode, UffdBuilder};
+use page::{PinRefused, DIRTY, FAILED, RESIDENT};
+use pager::{LoadError, Shared};
 pub use pinned::PinnedRange;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use uffd::{FeatureFlags, IoctlFlags, RegisterMode, UffdBuilder};
 
 /// How a region is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RegionConfig {
-    /// Bytes of the region: a positive multiple of 4 KiB.
+    /// Bytes of the region: a positive multiple of 4 KiB, at most
+    /// [`SwapRegion::max_len`].
     pub len: usize,
-    /// Pages that may be resident at once (at least 1).
+    /// Pages that may be resident at once (at least 2: one instruction may
+    /// touch two pages, and both must be mapped for it to complete).
     pub resident_budget: usize,
     /// Pages evicted together when the budget is reached (at least 1).
     pub evict_batch: usize,
@@ -102,18 +103,20 @@ pub struct RegionConfig {
     /// loads rarely evict for themselves (false: eviction only when a load
     /// would pass the budget).
     pub background_reclaim: bool,
-    /// Whether raw accesses' faults are resolved in the faulting thread:
-    /// with `UFFD_FEATURE_SIGBUS`, a fault raises `SIGBUS` there and the
-    /// region's process-wide handler loads the page and returns (see the
-    /// module docs for what that asks of the program's own signal
-    /// handling). Where the kernel lacks the feature, the handler thread
-    /// resolves them as without it ([`SwapRegion::resolves_faults_in_thread`]).
+    /// Whether raw accesses' faults are resolved in the faulting thread
+    /// (the default): with `UFFD_FEATURE_SIGBUS`, a fault raises `SIGBUS`
+    /// there and the region's process-wide handler loads the page and
+    /// returns (see the module docs for what that asks of the program's
+    /// own signal handling). False, or where the kernel lacks the feature:
+    /// the handler thread resolves them, a hand-off to another thread and
+    /// back for each ([`SwapRegion::resolves_faults_in_thread`]).
     pub fault_in_thread: bool,
 }
 
 impl RegionConfig {
     /// `len` bytes with `resident_budget` pages resident, evicting 16
-    /// pages at a time, fault-around of 8 pages, deferred release.
+    /// pages at a time, fault-around of 8 pages, deferred release,
+    /// background reclaim, raw faults resolved in the faulting thread.
     pub fn new(len: usize, resident_budget: usize) -> Self {
         Self {
             len,
@@ -122,7 +125,7 @@ impl RegionConfig {
             fault_around: 8,
             release: ReleaseMode::Deferred,
             background_reclaim: true,
-            fault_in_thread: false,
+            fault_in_thread: true,
         }
     }
 }
@@ -136,6 +139,35 @@ pub enum RegionError {
     Unaligned(usize),
     /// A resident budget, eviction batch or fault-around of 0.
     ZeroParameter(&'static str),
+    /// A resident budget of 1 page: an instruction that touches two pages
+    /// could never complete (each load would evict the other page).
+    BudgetTooSmall(usize),
+    /// A region longer than [`SwapRegion::max_len`]: its per-page state
+    /// would not fit in memory. Refused before anything is allocated.
+    TooLarge {
+        /// Bytes asked for.
+        len: usize,
+        /// The most this machine takes.
+        max: usize,
+    },
+    /// The call was made in a process forked after the region was made:
+    /// the region is its parent's (its memory is not mapped in the child,
+    /// and its userfaultfd would reach into the parent), so nothing is
+    /// done.
+    Forked,
+    /// A page already holds the most pins it can count (about 16 million):
+    /// a pin more is refused rather than wrapped.
+    TooManyPins {
+        /// The offset of the first byte of the page.
+        offset: usize,
+    },
+    /// A page could not be loaded because the region is at its resident
+    /// budget and no victim could be stored (the swap file is full): the
+    /// budget holds. Nothing was read or written from that page on.
+    SwapFull {
+        /// The offset of the first byte of the page.
+        offset: usize,
+    },
     /// userfaultfd is unavailable or lacks write-protection here.
     Userfaultfd(String),
     /// The mapping or the handler thread could not be made.
@@ -176,6 +208,13 @@ impl core::fmt::Display for RegionError {
             Self::Empty => f.write_str("a region of 0 bytes"),
             Self::Unaligned(len) => write!(f, "a region of {len} bytes, not a multiple of {PAGE_SIZE}"),
             Self::ZeroParameter(name) => write!(f, "{name} must be at least 1"),
+            Self::BudgetTooSmall(n) => write!(f, "a resident budget of {n} page(s); at least 2"),
+            Self::TooLarge { len, max } => write!(f, "a region of {len} bytes, more than the {max} this machine takes"),
+            Self::Forked => f.write_str("the region belongs to the parent of this forked process"),
+            Self::TooManyPins { offset } => write!(f, "the page at {offset} holds the most pins it can"),
+            Self::SwapFull { offset } => {
+                write!(f, "the page at {offset} was not loaded: the region is at its budget and the swap is full")
+            }
             Self::Userfaultfd(why) => write!(f, "userfaultfd: {why}"),
             Self::Setup(e) => write!(f, "region setup: {e}"),
             Self::OutOfBounds { offset, len, size } => {
@@ -237,6 +276,16 @@ pub struct RegionStats {
     /// Raw faults resolved in the faulting thread's `SIGBUS` handler
     /// ([`RegionConfig::fault_in_thread`]).
     pub faults_in_thread: u64,
+    /// Of those, loads the handler handed to the handler thread (no free
+    /// load buffer, or no clean victim at the budget).
+    pub handoffs: u64,
+    /// Pages marked resident that the program had dropped behind the
+    /// region's back (`MADV_DONTNEED`): reloaded from their stored copy
+    /// (or zeros) when touched, or found so by eviction.
+    pub program_drops: u64,
+    /// Dirty victims that held only zeros: dropped with no stored copy
+    /// (and no swap slot).
+    pub zero_drops: u64,
 }
 
 /// Counters the handler updates and anyone may read.
@@ -257,6 +306,9 @@ pub(crate) struct Counters {
     pub(crate) reclaimer_wakeups: AtomicU64,
     pub(crate) background_evictions: AtomicU64,
     pub(crate) faults_in_thread: AtomicU64,
+    pub(crate) handoffs: AtomicU64,
+    pub(crate) program_drops: AtomicU64,
+    pub(crate) zero_drops: AtomicU64,
 }
 
 /// Anonymous memory of `len` bytes of which at most `resident_budget`
@@ -328,8 +380,16 @@ impl SwapRegion {
                 return Err(RegionError::ZeroParameter(name));
             }
         }
+        if config.resident_budget < 2 {
+            return Err(RegionError::BudgetTooSmall(config.resident_budget));
+        }
+        let max = Self::max_len();
+        if config.len > max {
+            return Err(RegionError::TooLarge { len: config.len, max });
+        }
+        let forks = os::watch_forks();
         // The handler goes in before the descriptor asks for SIGBUS mode.
-        let optional = if config.fault_in_thread && signal::install().is_ok() {
+        let optional = if config.fault_in_thread && signal::install() {
             FeatureFlags::POISON | FeatureFlags::SIGBUS
         } else {
             FeatureFlags::POISON
@@ -342,7 +402,7 @@ impl SwapRegion {
             .optional_features(optional)
             .create()
             .map_err(|e| RegionError::Userfaultfd(e.to_string()))?;
-        let map = sys::Mapping::new(config.len).map_err(RegionError::Setup)?;
+        let map = os::mapping::Mapping::new(config.len).map_err(RegionError::Setup)?;
         map.dont_fork().map_err(RegionError::Setup)?;
         let ioctls = uffd
             .register_with_mode(map.as_ptr().cast(), map.len(), RegisterMode::MISSING | RegisterMode::WRITE_PROTECT)
@@ -351,22 +411,39 @@ impl SwapRegion {
             return Err(RegionError::Userfaultfd("no write-protection for anonymous memory".into()));
         }
         let poison = uffd.has_feature(FeatureFlags::POISON) && ioctls.contains(IoctlFlags::POISON);
-        let (wake_r, wake_w) =
-            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK)
-                .map_err(|e| RegionError::Setup(e.into()))?;
-        let shared = Arc::new(Shared::new(map, uffd, zswap, config, wake_w, poison));
-        let signal = if shared.uffd.has_feature(FeatureFlags::SIGBUS) {
-            let full = || RegionError::Setup(std::io::Error::other("the SIGBUS handler's table of regions is full"));
-            Some(signal::register(&shared).ok_or_else(full)?)
-        } else {
-            None
-        };
-        let handler = Handler::new(shared.clone(), wake_r);
+        let wake = os::WakePipe::new().map_err(RegionError::Setup)?;
+        let shared = Shared::new(map, uffd, zswap, config, wake, poison, forks)
+            .ok_or(RegionError::TooLarge { len: config.len, max })?;
+        let shared = Arc::new(shared);
+        let handler = Handler::new(shared.clone());
         let thread = std::thread::Builder::new()
             .name("mmkit-zswap-uffd".into())
             .spawn(move || handler.run())
             .map_err(RegionError::Setup)?;
+        let signal = if shared.uffd.has_feature(FeatureFlags::SIGBUS) {
+            match signal::register(&shared) {
+                Some(registration) => Some(registration),
+                None => {
+                    shared.stop.store(true, Relaxed);
+                    shared.kick();
+                    let _ = thread.join();
+                    let full = "the SIGBUS handler's table of regions is full";
+                    return Err(RegionError::Setup(std::io::Error::other(full)));
+                }
+            }
+        } else {
+            None
+        };
         Ok(Self { shared, handler: Some(thread), signal })
+    }
+
+    /// The longest region this machine takes: one whose per-page state
+    /// (a few dozen bytes a page) fits in a quarter of its memory, and at
+    /// most 2^47 bytes (x86-64's user address space).
+    pub fn max_len() -> usize {
+        let per_page = (size_of::<std::sync::atomic::AtomicU32>() + slots::Slots::BYTES_PER_PAGE) as u64;
+        let pages = (os::physical_memory() / 4 / per_page).min((1u64 << 47) / PAGE_SIZE as u64);
+        usize::try_from(pages).unwrap_or(usize::MAX / PAGE_SIZE).saturating_mul(PAGE_SIZE)
     }
 
     /// Bytes of the region.
@@ -387,6 +464,9 @@ impl SwapRegion {
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<(), RegionError> {
+        if self.shared.forked() {
+            return Err(RegionError::Forked);
+        }
         match offset.checked_add(len) {
             Some(end) if end <= self.len() => Ok(()),
             _ => Err(RegionError::OutOfBounds { offset, len, size: self.len() }),
@@ -395,7 +475,8 @@ impl SwapRegion {
 
     /// Whether the handler thread still serves faults and requests.
     fn alive(&self) -> bool {
-        !self.shared.stop.load(Relaxed) && self.handler.as_ref().is_some_and(|h| !h.is_finished())
+        !self.shared.forked()
+            && !self.shared.stop.load(Relaxed) && self.handler.as_ref().is_some_and(|h| !h.is_finished())
     }
 
     /// Runs `access` on page `index` pinned (not evicted meanwhile) and
@@ -404,10 +485,18 @@ impl SwapRegion {
     /// page and a failed load is an error here, never a page of zeros.
     fn with_page<T>(&self, index: usize, write: bool, access: impl FnOnce() -> T) -> Result<T, RegionError> {
         let state = &self.shared.states[index];
-        page::pin(state, || self.alive()).ok_or(RegionError::HandlerGone)?;
+        page::pin(state, || self.alive()).map_err(|why| self.pin_refused(why, index))?;
         let out = self.ensure(index, write).map(|()| access());
         page::unpin(state);
         out
+    }
+
+    /// The error for a pin of page `index` refused.
+    fn pin_refused(&self, why: PinRefused, index: usize) -> RegionError {
+        match why {
+            PinRefused::Gone => RegionError::HandlerGone,
+            PinRefused::TooMany => RegionError::TooManyPins { offset: index * PAGE_SIZE },
+        }
     }
 
     /// Maps pinned page `index` (writable when `write`) unless it is.
@@ -426,12 +515,17 @@ impl SwapRegion {
                 return Err(RegionError::HandlerGone);
             }
             if page::try_claim_load(state) {
-                return match self.shared.timed_load(index, write, false) {
-                    Some(_) => {
+                // No handler of the program's runs while this thread holds
+                // the claim (and zswap's locks): one that touched the
+                // region could need them.
+                let _blocked = os::SignalsBlocked::new();
+                return match self.shared.load_in_thread(index, write, false, None) {
+                    Ok(_) => {
                         Counters::bump(&self.shared.counters.loads_in_thread);
                         Ok(())
                     }
-                    None => Err(RegionError::LoadFailed { offset: index * PAGE_SIZE }),
+                    Err(LoadError::Failed) => Err(RegionError::LoadFailed { offset: index * PAGE_SIZE }),
+                    Err(LoadError::SwapFull) => Err(RegionError::SwapFull { offset: index * PAGE_SIZE }),
                 };
             }
             // Another thread is loading it.
@@ -509,15 +603,25 @@ impl SwapRegion {
     /// were evicted (pinned pages, and pages that cannot be stored, stay).
     ///
     /// # Errors
-    /// [`RegionError::HandlerGone`].
+    /// [`RegionError::HandlerGone`], [`RegionError::Forked`].
     pub fn reclaim(&self, keep: usize) -> Result<usize, RegionError> {
+        if self.shared.forked() {
+            return Err(RegionError::Forked);
+        }
         if !self.alive() {
             return Err(RegionError::HandlerGone);
         }
+        let _blocked = os::SignalsBlocked::new();
         let mut evicted = 0;
         while self.shared.resident() > keep {
             let want = (self.shared.resident() - keep).min(self.shared.config.evict_batch.max(64));
             match self.shared.evict(want) {
+                // Nothing picked: done, unless another thread (the
+                // background reclaimer) is evicting pages right now, whose
+                // count has not gone down yet.
+                0 if self.shared.states.iter().any(|s| page::flags(s) & page::EVICTING != 0) => {
+                    std::thread::yield_now()
+                }
                 0 => break,
                 n => evicted += n,
             }
@@ -552,6 +656,9 @@ impl SwapRegion {
             background_evictions: c.background_evictions.load(Relaxed),
             load_p99_ns: self.shared.load_times.percentile(990),
             faults_in_thread: c.faults_in_thread.load(Relaxed),
+            handoffs: c.handoffs.load(Relaxed),
+            program_drops: c.program_drops.load(Relaxed),
+            zero_drops: c.zero_drops.load(Relaxed),
         }
     }
 
@@ -579,13 +686,25 @@ impl Drop for SwapRegion {
     /// free unless the region was built with [`ReleaseMode::Sync`]), then
     /// the memory is unmapped.
     fn drop(&mut self) {
+        if self.shared.forked() {
+            // A forked child's copy: the handler thread is the parent's,
+            // the memory is not mapped here, and the swap entries are the
+            // parent's to free. Nothing is touched; the child's copies of
+            // the bookkeeping are left for its exit.
+            std::mem::forget(self.handler.take());
+            std::mem::forget(self.signal.take());
+            std::mem::forget(self.shared.clone());
+            return;
+        }
+        // Out of the SIGBUS handler's table first (waiting only for this
+        // region's handlers in flight, which may need the handler thread
+        // to finish a hand-off), then the handler stops.
+        drop(self.signal.take());
         self.shared.stop.store(true, Relaxed);
         self.shared.kick();
         if let Some(thread) = self.handler.take() {
             let _ = thread.join();
         }
-        // Out of the SIGBUS handler's table, and no handler still in it.
-        drop(self.signal.take());
         // No thread touches the region now (the drop has it exclusively,
         // and the handler has returned and dropped its reference).
         match Arc::get_mut(&mut self.shared) {
