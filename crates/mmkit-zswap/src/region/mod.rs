@@ -476,7 +476,8 @@ impl SwapRegion {
     /// Whether the handler thread still serves faults and requests.
     fn alive(&self) -> bool {
         !self.shared.forked()
-            && !self.shared.stop.load(Relaxed) && self.handler.as_ref().is_some_and(|h| !h.is_finished())
+            && !self.shared.stop.load(Relaxed)
+            && self.handler.as_ref().is_some_and(|h| !h.is_finished())
     }
 
     /// Runs `access` on page `index` pinned (not evicted meanwhile) and

@@ -142,7 +142,11 @@ impl Shared {
             forks,
             buffers: (0..buffers).map(|_| buffer()).collect(),
             handoffs: (0..HANDOFFS)
-                .map(|_| Handoff { state: AtomicU32::new(FREE), page: AtomicUsize::new(0), write: AtomicBool::new(false) })
+                .map(|_| Handoff {
+                    state: AtomicU32::new(FREE),
+                    page: AtomicUsize::new(0),
+                    write: AtomicBool::new(false),
+                })
                 .collect(),
             handler_alive: AtomicBool::new(true),
         })
@@ -283,7 +287,13 @@ impl Shared {
     /// poisoned when `poison_on_failure` (a raw access, which no error can
     /// reach) and the kernel can, else left missing (threads blocked on it
     /// fault again). Allocates nothing.
-    fn load_claimed(&self, index: usize, write: bool, poison_on_failure: bool, buf: &mut [u8]) -> Result<usize, LoadError> {
+    fn load_claimed(
+        &self,
+        index: usize,
+        write: bool,
+        poison_on_failure: bool,
+        buf: &mut [u8],
+    ) -> Result<usize, LoadError> {
         let state = &self.states[index];
         if page::flags(state) & FAILED != 0 {
             // Drop the poison marker before the retry.
@@ -319,7 +329,8 @@ impl Shared {
         let mut loaded = 0;
         for k in 0..n {
             let page = &mut buf[k * PAGE_SIZE..(k + 1) * PAGE_SIZE];
-            let ok = if k == 0 { slot.load(&self.zswap, page) } else { self.slots.lock(index + k).load(&self.zswap, page) };
+            let ok =
+                if k == 0 { slot.load(&self.zswap, page) } else { self.slots.lock(index + k).load(&self.zswap, page) };
             if ok.is_err() {
                 break;
             }
@@ -680,42 +691,8 @@ impl Shared {
                 n_dirty += 1;
             }
         }
-        // Stop writers while the pages are read and stored; a run that
-        // cannot be protected stays (a write could slip past the read).
-        let mut protected = [false; EVICT_CHUNK];
-        let mut k = 0;
-        while k < n_dirty {
-            let run = run_length(&dirty[k..n_dirty]);
-            let ok = self.uffd.write_protect(self.map.page_addr(dirty[k]), run * PAGE_SIZE).is_ok();
-            protected[k..k + run].fill(ok);
-            k += run;
-        }
-        let mut page = [0u8; PAGE_SIZE];
-        for (k, &v) in dirty[..n_dirty].iter().enumerate() {
-            if !protected[k] {
-                self.keep(v);
-                continue;
-            }
-            let state = &self.states[v];
-            let mut slot = self.slots.lock(v);
-            if !self.map.read_page(v, &mut page) {
-                // Not in the page tables: the program dropped it (its
-                // contents are gone, as `MADV_DONTNEED` drops them; a
-                // stored copy stays the page's).
-                Counters::bump(&self.counters.program_drops);
-            } else if page.iter().all(|&b| b == 0) {
-                slot.free(&self.zswap);
-                Counters::bump(&self.counters.zero_drops);
-            } else if slot.store(&self.zswap, &page).is_err() {
-                let _ = self.uffd.remove_write_protection(self.map.page_addr(v), PAGE_SIZE, true);
-                self.keep(v);
-                continue;
-            }
-            // Stored (or needing no copy) and write-protected: clean,
-            // whether it goes or stays.
-            page::clear(state, DIRTY);
-            stored[n_stored] = v;
-            n_stored += 1;
+        if n_dirty > 0 {
+            n_stored = self.store_dirty(&dirty[..n_dirty], &mut stored, n_stored);
         }
         let stored = &mut stored[..n_stored];
         stored.sort_unstable();
@@ -752,6 +729,52 @@ impl Shared {
         }
         self.counters.evictions.fetch_add(gone as u64, Relaxed);
         gone
+    }
+
+    /// The dirty victims' part of an eviction (apart, so that the clean
+    /// eviction a signal handler does needs none of its stack: the page
+    /// buffer): write-protected in runs, read, stored; those done are
+    /// added to `stored` from `n_stored` on, and the new count returned.
+    #[inline(never)]
+    fn store_dirty(&self, dirty: &[usize], stored: &mut [usize; EVICT_CHUNK], mut n_stored: usize) -> usize {
+        // Stop writers while the pages are read and stored; a run that
+        // cannot be protected stays (a write could slip past the read).
+        let mut protected = [false; EVICT_CHUNK];
+        let mut k = 0;
+        while k < dirty.len() {
+            let run = run_length(&dirty[k..]);
+            let ok = self.uffd.write_protect(self.map.page_addr(dirty[k]), run * PAGE_SIZE).is_ok();
+            protected[k..k + run].fill(ok);
+            k += run;
+        }
+        let mut page = [0u8; PAGE_SIZE];
+        for (k, &v) in dirty.iter().enumerate() {
+            if !protected[k] {
+                self.keep(v);
+                continue;
+            }
+            let state = &self.states[v];
+            let mut slot = self.slots.lock(v);
+            if !self.map.read_page(v, &mut page) {
+                // Not in the page tables: the program dropped it (its
+                // contents are gone, as `MADV_DONTNEED` drops them; a
+                // stored copy stays the page's).
+                Counters::bump(&self.counters.program_drops);
+            } else if page.iter().all(|&b| b == 0) {
+                slot.free(&self.zswap);
+                Counters::bump(&self.counters.zero_drops);
+            } else if slot.store(&self.zswap, &page).is_err() {
+                let _ = self.uffd.remove_write_protection(self.map.page_addr(v), PAGE_SIZE, true);
+                self.keep(v);
+                continue;
+            }
+            // Stored (or needing no copy) and write-protected: clean,
+            // whether it goes or stays.
+            page::clear(state, DIRTY);
+            stored[n_stored] = v;
+            n_stored += 1;
+        }
+        n_stored
     }
 
     /// A victim that could not be evicted stays resident; a raw fault left

@@ -194,13 +194,12 @@ fn raw_faults_on_pages_being_evicted_are_woken_by_the_eviction() {
     let writers = 4;
     // The writers write until the evictor has evicted this many pages.
     let target = 3000;
-    let config =
-        RegionConfig {
-            fault_around: 1,
-            background_reclaim: false,
-            fault_in_thread: false,
-            ..RegionConfig::new(pages * PAGE_SIZE, pages)
-        };
+    let config = RegionConfig {
+        fault_around: 1,
+        background_reclaim: false,
+        fault_in_thread: false,
+        ..RegionConfig::new(pages * PAGE_SIZE, pages)
+    };
     let Some(r) = region(&z, config) else { return };
     let done = Arc::new(AtomicBool::new(false));
     let watch = done.clone();
