@@ -515,11 +515,11 @@ impl SwapRegion {
                 // Raw accesses would wait for ever: the region is broken.
                 return Err(RegionError::HandlerGone);
             }
+            // No handler of the program's runs while this thread holds the
+            // claim (and zswap's locks): one that touched the region could
+            // need them. Blocked before the claim is taken.
+            let _blocked = os::SignalsBlocked::new();
             if page::try_claim_load(state) {
-                // No handler of the program's runs while this thread holds
-                // the claim (and zswap's locks): one that touched the
-                // region could need them.
-                let _blocked = os::SignalsBlocked::new();
                 return match self.shared.load_in_thread(index, write, false, None) {
                     Ok(_) => {
                         Counters::bump(&self.shared.counters.loads_in_thread);
@@ -678,6 +678,8 @@ impl SwapRegion {
     }
 }
 
+#[cfg(test)]
+mod hostile_tests;
 #[cfg(test)]
 mod tests;
 

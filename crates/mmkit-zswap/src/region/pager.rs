@@ -446,7 +446,13 @@ impl Shared {
     /// interrupted code may hold, no wait on a claim of its own thread
     /// (region code that claims pages runs with asynchronous signals
     /// blocked, and reads victims through the kernel, never faulting).
-    pub(crate) fn resolve_signal(&self, index: usize, write: bool) -> bool {
+    ///
+    /// On a small stack (`small_stack`: another than the faulting code's,
+    /// such as a chaining program handler's alternate stack) a load is
+    /// handed to the handler thread at once: the hand-off needs a few
+    /// hundred bytes, a load in the handler a few KiB (measured in the
+    /// region's tests; `docs/zsmalloc-zswap.md`).
+    pub(crate) fn resolve_signal(&self, index: usize, write: bool, small_stack: bool) -> bool {
         if self.forked() {
             return false;
         }
@@ -482,12 +488,12 @@ impl Shared {
                 }
                 if page::try_claim_reload(state) {
                     self.dropped_by_program();
-                    return self.signal_load(index, write);
+                    return self.signal_load(index, write, small_stack);
                 }
                 continue;
             }
             if page::try_claim_load(state) {
-                return self.signal_load(index, write);
+                return self.signal_load(index, write, small_stack);
             }
         }
     }
@@ -501,7 +507,10 @@ impl Shared {
 
     /// The `SIGBUS` handler's load of claimed page `index`: room from
     /// clean victims and a pool buffer, else handed to the handler thread.
-    fn signal_load(&self, index: usize, write: bool) -> bool {
+    fn signal_load(&self, index: usize, write: bool, small_stack: bool) -> bool {
+        if small_stack {
+            return self.hand_off(index, write);
+        }
         let start = std::time::Instant::now();
         let loaded = match self.make_room(true) {
             Room::Made => match self.buffers.iter().find_map(|b| b.try_lock().ok()) {

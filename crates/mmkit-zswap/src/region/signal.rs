@@ -95,7 +95,7 @@ impl Drop for Registration {
 
 /// The handler's question: resolves a fault at `addr` if a live region of
 /// this process holds it.
-fn resolve(addr: usize, write: bool) -> bool {
+fn resolve(addr: usize, write: bool, small_stack: bool) -> bool {
     for entry in &TABLE {
         let base = entry.base.load(SeqCst);
         if base == 0 || addr < base || addr - base >= entry.len.load(SeqCst) {
@@ -112,7 +112,9 @@ fn resolve(addr: usize, write: bool) -> bool {
             let start = shared.map.as_ptr() as usize;
             // The entry may have been handed to another region between
             // the match and the count: the address must be this one's.
-            addr >= start && addr - start < shared.map.len() && shared.resolve_signal((addr - start) / PAGE_SIZE, write)
+            addr >= start
+                && addr - start < shared.map.len()
+                && shared.resolve_signal((addr - start) / PAGE_SIZE, write, small_stack)
         };
         entry.in_flight.fetch_sub(1, SeqCst);
         return resolved;

@@ -10,13 +10,13 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn zswap(slots: u64) -> Arc<Zswap> {
+pub(super) fn zswap(slots: u64) -> Arc<Zswap> {
     let mm = MemoryMapBuilder::with_memory(64 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
     Arc::new(Zswap::new(Arc::new(mm), SwapFile::create_temp(slots).unwrap(), ZswapParams::default()).unwrap())
 }
 
 /// A region, or `None` (and a message) where userfaultfd is unavailable.
-fn region(z: &Arc<Zswap>, config: RegionConfig) -> Option<SwapRegion> {
+pub(super) fn region(z: &Arc<Zswap>, config: RegionConfig) -> Option<SwapRegion> {
     match SwapRegion::new(z.clone(), config) {
         Ok(r) => Some(r),
         Err(RegionError::Userfaultfd(why)) => {
@@ -29,7 +29,7 @@ fn region(z: &Arc<Zswap>, config: RegionConfig) -> Option<SwapRegion> {
 
 /// A word that differs from page to page and compresses (not
 /// same-filled: the other words of the page are zero).
-fn word(p: usize, round: u64) -> u64 {
+pub(super) fn word(p: usize, round: u64) -> u64 {
     (p as u64) << 16 | round
 }
 

@@ -172,13 +172,5 @@ pub(crate) fn physical_memory() -> u64 {
     }
 }
 
-/// This thread's stack pointer, roughly (the address of a local), for the
-/// stack measurements of the tests.
-#[cfg(test)]
-pub(crate) fn stack_address() -> usize {
-    let marker = 0u8;
-    std::hint::black_box(&marker) as *const u8 as usize
-}
-
 #[cfg(test)]
 pub(crate) mod testing;

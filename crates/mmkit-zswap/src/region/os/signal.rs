@@ -29,8 +29,17 @@
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::OnceLock;
 
-/// What resolves a fault: `(address, write)` → resolved.
-pub(crate) type Resolver = fn(usize, bool) -> bool;
+/// What resolves a fault: `(address, write, small_stack)` → resolved.
+/// `small_stack`: the handler runs on another stack than the faulting
+/// code's (a program's `SA_ONSTACK` handler chained to it, on an
+/// alternate stack that may be as small as glibc's `SIGSTKSZ`, 8 KiB):
+/// the resolver must then use the least stack it can.
+pub(crate) type Resolver = fn(usize, bool, bool) -> bool;
+
+/// How far below the interrupted code's stack pointer the handler may run
+/// and still be on the same stack (the kernel's signal frame, with the
+/// largest extended state, and a program handler's frames above ours).
+const SAME_STACK_REACH: usize = 64 << 10;
 
 /// The resolver, as an address (0 until installed).
 static RESOLVER: AtomicUsize = AtomicUsize::new(0);
@@ -89,6 +98,34 @@ fn is_write(context: *mut libc::c_void) -> bool {
     }
 }
 
+/// Whether the handler runs on a stack other than the interrupted code's:
+/// on x86-64, our stack pointer against the one the kernel saved (the same
+/// stack: a little below it); elsewhere, whether the thread is on its
+/// alternate stack (`sigaltstack`).
+fn on_other_stack(context: *mut libc::c_void) -> bool {
+    let here = std::ptr::addr_of!(context) as usize;
+    #[cfg(target_arch = "x86_64")]
+    {
+        if context.is_null() {
+            return true;
+        }
+        // SAFETY: for an `SA_SIGINFO` handler the third argument is the
+        // interrupted thread's `ucontext_t`, live while the handler runs.
+        let context = unsafe { &*context.cast::<libc::ucontext_t>() };
+        let interrupted = context.uc_mcontext.gregs[libc::REG_RSP as usize] as usize;
+        !(here < interrupted && interrupted - here < SAME_STACK_REACH)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (context, here);
+        // SAFETY: `now` is a live `stack_t` the kernel fills.
+        let mut now: libc::stack_t = unsafe { std::mem::zeroed() };
+        // SAFETY: reads this thread's alternate stack into `now`.
+        let read = unsafe { libc::sigaltstack(std::ptr::null(), &mut now) };
+        read == 0 && now.ss_flags & libc::SS_ONSTACK != 0
+    }
+}
+
 extern "C" fn on_sigbus(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
     // SAFETY: `__errno_location` gives this thread's `errno`, a live int.
     let errno = unsafe { *libc::__errno_location() };
@@ -100,7 +137,7 @@ extern "C" fn on_sigbus(signal: libc::c_int, info: *mut libc::siginfo_t, context
     let handled = code == libc::BUS_ADRERR && resolver != 0 && {
         // SAFETY: `RESOLVER` holds only a `Resolver` stored by `install`.
         let resolve: Resolver = unsafe { std::mem::transmute::<usize, Resolver>(resolver) };
-        resolve(addr, is_write(context))
+        resolve(addr, is_write(context), on_other_stack(context))
     };
     if !handled {
         chain(signal, info, context, code <= 0);
