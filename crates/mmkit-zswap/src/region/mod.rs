@@ -9,28 +9,30 @@
 //! - **Accessors load in their own thread.** [`SwapRegion::read`],
 //!   [`SwapRegion::write`] and the word calls pin each page they touch
 //!   (a pinned page is not evicted), load it in the calling thread if it is
-//!   not mapped (`UFFDIO_COPY` from a per-thread buffer; the zero page,
+//!   not mapped (`UFFDIO_COPY` from one of the region's load buffers, with
+//!   the thread's asynchronous signals blocked meanwhile; the zero page,
 //!   `UFFDIO_ZEROPAGE`, for a page never stored), and lift the write
 //!   protection of a clean page themselves before writing: no fault and no
 //!   hand-off to another thread. A failed load is
 //!   [`RegionError::LoadFailed`]; the stored copy is kept.
-//! - **Raw accesses fault.** Touches through [`SwapRegion::as_ptr`] are
-//!   userfaultfd faults that the region's handler thread resolves with the
-//!   same calls; a write to a missing page maps it writable and dirty at
-//!   once. A failed load poisons the page (`UFFDIO_POISON`, Linux 6.6):
-//!   the thread gets `SIGBUS`, as from a swap-in I/O error in the kernel.
-//! - **Or in the faulting thread.** With [`RegionConfig::fault_in_thread`]
-//!   (and `UFFD_FEATURE_SIGBUS`), a raw fault raises `SIGBUS` in the
-//!   faulting thread, and the crate's process-wide handler (`signal`)
-//!   resolves it there and returns. The program's own `SIGBUS` handler, if
-//!   installed before the first such region, still gets every other
-//!   `SIGBUS` (and a region page whose load failed); one installed after
-//!   replaces the crate's and must chain to it (the action it replaced)
-//!   for region addresses. A thread that blocks `SIGBUS` dies on a raw
-//!   touch of an evicted page (the kernel forces the default action); its
-//!   accessor calls never fault and are unaffected. The handler loads with
-//!   zswap's locks, so region memory must not be handed to zswap's own
-//!   calls by the program (the crate never does).
+//! - **Raw accesses fault, resolved in the faulting thread.** Touches
+//!   through [`SwapRegion::as_ptr`] are userfaultfd faults. By default
+//!   (and `UFFD_FEATURE_SIGBUS`) a fault raises `SIGBUS` in the faulting
+//!   thread, and the crate's process-wide handler (`os::signal`,
+//!   `signal`) resolves it there and returns: async-signal-safe by
+//!   construction (see `pager`), handing what it cannot do to the handler
+//!   thread. Every other `SIGBUS` goes to the action installed before the
+//!   first region; a `SIGBUS` handler installed after it replaces the
+//!   crate's and must chain to it for region addresses. A thread that
+//!   blocks `SIGBUS` dies on a raw touch of an evicted page (the kernel
+//!   forces the default action); its accessor calls never fault. The
+//!   handler loads with zswap's locks, so region memory must not be handed
+//!   to zswap's own calls by the program (the crate never does).
+//! - **Or by the handler thread**, with [`RegionConfig::fault_in_thread`]
+//!   off or where the kernel lacks the feature: a write to a missing page
+//!   maps it writable and dirty at once. A failed load poisons the page
+//!   (`UFFDIO_POISON`, Linux 6.6): the thread gets `SIGBUS`, as from a
+//!   swap-in I/O error in the kernel.
 //! - **Eviction.** A CLOCK picks victims (a page referenced since the hand
 //!   last passed gets a second chance) and marks them evicting, so that no
 //!   scan picks a page twice. A victim is write-protected (so a concurrent
@@ -53,16 +55,21 @@
 //! must stop writers while it reads a victim, and asynchronous
 //! write-protection does not stop them.
 //!
-//! Not supported: `fork` (the mapping is `MADV_DONTFORK`: a child does not
-//! see it), `mremap` or `munmap` of parts of the region, pages larger than
-//! 4 KiB, sharing the region with another process.
+//! Misuse is an error or documented behaviour (`docs/zsmalloc-zswap.md`
+//! has the table): the region's calls in a forked child are
+//! [`RegionError::Forked`]; a page the program dropped (`MADV_DONTNEED`)
+//! is reloaded; a memory area split under fault-around places the page
+//! asked for alone; a page unmapped under the region fails to load. Not
+//! supported: `mremap` or `munmap` of parts of the region, pages larger
+//! than 4 KiB, sharing the region with another process.
 //!
 //! Files: `page` (the state word), `pager` (loading and eviction, any
-//! thread), `handler` (the fault and reclaim thread), `signal` (the
-//! `SIGBUS` handler), `slots` (the stored copies: the only use of swap
-//! entries), `times` (the load-time histogram), `sys` (the mapping),
-//! `uffd` (the userfaultfd bindings). Its `unsafe` is all in `sys`,
-//! `uffd` and `signal`.
+//! thread), `handler` (the fault and reclaim thread), `signal` (the table
+//! of regions the `SIGBUS` handler resolves), `slots` (the stored copies:
+//! the only use of swap entries), `times` (the load-time histogram), `os`
+//! (the operating system: the mapping, the userfaultfd bindings, the
+//! `SIGBUS` action, pipes, futexes, signal masks, forks). No `rustix` or
+//! `libc` outside `os`; its `unsafe` is in `os` and `signal`.
 
 mod handler;
 mod os;
@@ -317,9 +324,10 @@ pub(crate) struct Counters {
 /// Any number of threads may read and write it at once, through
 /// [`read`](Self::read)/[`write`](Self::write) and the word calls (or
 /// through raw pointers from [`as_ptr`](Self::as_ptr), at the caller's
-/// risk: a touch of an evicted page blocks until the region's handler
-/// thread has loaded it, and one whose load failed raises `SIGBUS`). The
-/// accessors load evicted pages in the calling thread.
+/// risk: a touch of an evicted page is loaded in the touching thread's
+/// `SIGBUS` handler (or, without that mode, by the region's handler
+/// thread), and one whose load failed raises `SIGBUS`). The accessors load
+/// evicted pages in the calling thread.
 ///
 /// ```
 /// use mmkit::{Backing, HugePages, MemoryMapBuilder};

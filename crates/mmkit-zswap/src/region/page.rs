@@ -231,7 +231,7 @@ mod tests {
     fn pins_past_the_count_are_refused_not_wrapped() {
         // On the base the count wrapped into the flags after 2^24 pins,
         // and the page became a victim with live pins.
-        let s = AtomicU32::new(RESIDENT | (MAX_PINS - 1) * PIN);
+        let s = AtomicU32::new(RESIDENT | ((MAX_PINS - 1) * PIN));
         assert_eq!(pin(&s, || true), Ok(RESIDENT), "the last pin fits");
         assert_eq!(pin(&s, || true), Err(PinRefused::TooMany));
         assert_eq!(try_pin(&s), None);
