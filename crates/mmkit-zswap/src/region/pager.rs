@@ -601,16 +601,18 @@ impl Shared {
     /// one not at all. Clean pages (stored, write-protected: dropped with
     /// no compression) are preferred: dirty ones seen in a window of the
     /// scan are taken only when the window has not found enough clean
-    /// ones; with `clean_only`, never.
+    /// ones; with `clean_only` (a signal handler's direct reclaim, which
+    /// hands off when it finds too few), never, and the scan ends with the
+    /// window.
     fn pick_victims(&self, out: &mut [usize], clean_only: bool) -> usize {
         let want = out.len().min(EVICT_CHUNK);
         let total = self.pages();
-        let window = if clean_only { 2 * total } else { (8 * want).max(64) };
+        let window = (8 * want).max(64);
         let mut dirty = [0usize; EVICT_CHUNK];
         let mut dirty_seen = 0;
         let mut count = 0;
         for step in 0..2 * total {
-            if count >= want || (step >= window && count + dirty_seen >= want) {
+            if count >= want || (step >= window && (clean_only || count + dirty_seen >= want)) {
                 break;
             }
             let i = self.hand.fetch_add(1, Relaxed) % total;
