@@ -62,16 +62,23 @@ pub(crate) fn fork_and_touch_file_at(addr: *mut u8) -> Option<i32> {
             libc::_exit(0);
         }
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = wait_or_kill(pid, 10)?;
+    libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status))
+}
+
+/// Waits up to `seconds` for child `pid` to end and returns its status;
+/// `None` when it still ran (it is then killed and reaped: a hang).
+fn wait_or_kill(pid: libc::pid_t, seconds: u64) -> Option<libc::c_int> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
     let mut status = 0;
     loop {
-        // SAFETY: polls the child just made, writing only `status`.
+        // SAFETY: polls the caller's child, writing only `status`.
         let ret = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
         if ret == pid {
-            return libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status));
+            return Some(status);
         }
         if std::time::Instant::now() > deadline {
-            // SAFETY: ends and reaps the child this function made.
+            // SAFETY: ends and reaps the caller's child.
             unsafe {
                 libc::kill(pid, libc::SIGKILL);
                 libc::waitpid(pid, &mut status, 0);
@@ -282,22 +289,6 @@ pub(crate) fn in_forked_child(f: impl FnOnce() -> i32) -> Option<i32> {
         // SAFETY: ends the child.
         unsafe { libc::_exit(code) };
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let mut status = 0;
-    loop {
-        // SAFETY: polls the child just made, writing only `status`.
-        let ret = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if ret == pid {
-            return libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-        }
-        if std::time::Instant::now() > deadline {
-            // SAFETY: ends and reaps the child this function made.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            return None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    let status = wait_or_kill(pid, 20)?;
+    libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status))
 }
