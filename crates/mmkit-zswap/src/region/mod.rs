@@ -71,6 +71,7 @@
 //! `SIGBUS` action, pipes, futexes, signal masks, forks). No `rustix` or
 //! `libc` outside `os`; its `unsafe` is in `os` and `signal`.
 
+mod evict;
 mod handler;
 mod os;
 mod page;
