@@ -164,6 +164,14 @@ impl PageDesc {
     pub(crate) fn update_flags_atomic(&self, set: PageFlags, clear: PageFlags) {
         let _ = self.update_state(Relaxed, |s| Some((s | set.bits()) & !clear.bits()));
     }
+    /// [`update_flags_atomic`](Self::update_flags_atomic) unless the page
+    /// is `OWNED`, in the same read-modify-write (so an owner that adopts
+    /// the page meanwhile never finds flags set behind its back); false,
+    /// with nothing changed, for an owned page.
+    pub(crate) fn update_flags_unless_owned(&self, set: PageFlags, clear: PageFlags) -> bool {
+        let owned = PageFlags::OWNED.bits();
+        self.update_state(Relaxed, |s| (s & owned == 0).then_some((s | set.bits()) & !clear.bits()))
+    }
     /// Atomically clears `ALLOCATED`; true for the one caller that saw it
     /// set. This is what makes two racing frees of one block safe. A
     /// `LOCAL` page is refused: only its CPU frees it.
@@ -382,13 +390,15 @@ impl PageDesc {
         debug_assert!(!is_local(w), "a LOCAL page's count field is its CPU");
         self.rc_state.store((w & STATE_MASK) | (count as u64) << RC_SHIFT, Relaxed);
     }
-    /// Adds a reference unless the count is zero or the page is `LOCAL`;
-    /// returns the new count.
+    /// Adds a reference unless the count is zero or saturated, or the page
+    /// is `LOCAL` or `OWNED` (an owned block's references are its
+    /// handle's: one taken behind it could never be dropped, since every
+    /// bare-PFN put refuses the block); returns the new count.
     pub(crate) fn try_get(&self) -> Option<u32> {
         self.rc_state
             .fetch_update(core::sync::atomic::Ordering::Acquire, Relaxed, |w| {
                 let c = refcount_of(w);
-                if c == 0 || c == u32::MAX || is_local(w) {
+                if c == 0 || c == u32::MAX || is_local(w) || state_of(w) & PageFlags::OWNED.bits() != 0 {
                     None
                 } else {
                     Some(w + (1 << RC_SHIFT))

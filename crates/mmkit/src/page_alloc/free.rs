@@ -251,7 +251,11 @@ impl PageAllocator {
     /// `pfn`; returns the new count.
     ///
     /// # Errors
-    /// [`PageError::NotInUse`] if the page is free, frozen or reserved.
+    /// [`PageError::NotInUse`] if the page is free, frozen or reserved;
+    /// [`PageError::Owned`] for a block a handle owns (its references are
+    /// the handle's, and a reference taken behind it could never be
+    /// dropped); [`PageError::RefcountSaturated`] when one more reference
+    /// would wrap the count.
     pub fn get_page(&self, pfn: Pfn) -> Result<u32, PageError> {
         let head = self.compound_head(pfn)?;
         let idx = self.pfn_to_idx(head).ok_or(PageError::OutOfRange(head))?;
@@ -259,13 +263,25 @@ impl PageAllocator {
         if !page.has(PageFlags::ALLOCATED) {
             return Err(PageError::NotInUse(head));
         }
-        // try_get refuses a LOCAL page in the same compare-and-swap that
-        // takes the reference; the load here only names the error.
-        page.try_get().ok_or(if page.has(PageFlags::LOCAL) {
-            PageError::CpuLocal(head)
-        } else {
-            PageError::NotInUse(head)
-        })
+        // try_get refuses a LOCAL or OWNED page in the same compare-and-swap
+        // that takes the reference; the loads here only name the error.
+        page.try_get().ok_or_else(|| self.page_error_of(head, idx))
+    }
+
+    /// Why `try_get` or a flag change refused allocated page `idx`.
+    #[cold]
+    fn page_error_of(&self, pfn: Pfn, idx: PageIdx) -> PageError {
+        let page = self.desc(idx);
+        if page.has(PageFlags::LOCAL) {
+            return PageError::CpuLocal(pfn);
+        }
+        if let Some(owner) = self.page_owner(pfn) {
+            return PageError::Owned { pfn, owner };
+        }
+        if page.refcount() == u32::MAX {
+            return PageError::RefcountSaturated(pfn);
+        }
+        PageError::NotInUse(pfn)
     }
 
     #[inline]
@@ -428,7 +444,12 @@ impl PageAllocator {
         let total = self.stats.bad_pages.fetch_add(1, Relaxed) + 1;
         self.stats.bad_pages_leaked.fetch_add(leaked_pages, Relaxed);
         let pfn = self.idx_to_pfn(idx);
-        if self.bad_page_log.lock().allow(self.hooks.now_ns()) {
+        // The clock is the embedder's code: read before the rate limit's
+        // lock, so that no hook runs under an allocator lock (a clock that
+        // re-enters a free reporting a bad page would wait on it for ever).
+        let now = self.hooks.now_ns();
+        let allowed = self.bad_page_log.lock().allow(now);
+        if allowed {
             self.hooks.log(format_args!("BUG: Bad page state: pfn {pfn}: {reason}"));
         } else {
             self.stats.bad_pages_suppressed.fetch_add(1, Relaxed);
@@ -562,20 +583,34 @@ impl PageAllocator {
         if !self.desc(head_idx).has(PageFlags::ALLOCATED) {
             return Err(PageError::NotInUse(pfn));
         }
+        // An owned block's flags are its owner's: set behind its back, they
+        // made the owner's free report a bad page and leak the block.
+        if let Some(owner) = self.page_owner(head) {
+            return Err(PageError::Owned { pfn: head, owner });
+        }
         let idx = self.pfn_to_idx(pfn).ok_or(PageError::OutOfRange(pfn))?;
-        self.desc(idx).update_flags_atomic(set, clear);
+        // The head refuses in the same atomic update that changes it, so a
+        // block adopted meanwhile (`take_back_block`) keeps clean flags.
+        if !self.desc(idx).update_flags_unless_owned(set, clear) {
+            return Err(self.page_error_of(pfn, idx));
+        }
         Ok(())
     }
 
     /// Stores the embedder's private word on an allocated block's first page.
     ///
     /// # Errors
-    /// [`PageError::NotInUse`] unless `pfn` starts an allocated block.
+    /// [`PageError::NotInUse`] unless `pfn` starts an allocated block;
+    /// [`PageError::Owned`] for a block a handle owns (its private word is
+    /// its owner's).
     pub fn set_page_private(&self, pfn: Pfn, value: u64) -> Result<(), PageError> {
         let idx = self.pfn_to_idx(pfn).ok_or(PageError::OutOfRange(pfn))?;
         let page = self.desc(idx);
         if !page.has(PageFlags::ALLOCATED) {
             return Err(PageError::NotInUse(pfn));
+        }
+        if let Some(owner) = self.page_owner(pfn) {
+            return Err(PageError::Owned { pfn, owner });
         }
         page.set_private(value);
         Ok(())
