@@ -263,7 +263,12 @@ impl Contig<'_> {
             .start_isolate_page_range(zone, s, e, mt, &mut movable)
             .map_err(|idx| ContigError::Busy { pfn: self.mm.idx_to_pfn(idx) })?;
         self.mm.drain_all_pages();
-        let collected = self.migrate_out(zone, &movable, migration_gfp).and_then(|()| {
+        // The migrator is the embedder's code and may panic: the guard
+        // gives the pageblocks their types back on the way out.
+        let isolation = isolation::Isolation::new(self, zone, isolated);
+        let migrated = self.migrate_out(zone, &movable, migration_gfp);
+        let isolated = isolation.disarm();
+        let collected = migrated.and_then(|()| {
             let cx = zone.cx(&self.mm.mem);
             let mut state = zone.state.lock();
             // Linux's test_pages_isolated + isolate_freepages_range: the
