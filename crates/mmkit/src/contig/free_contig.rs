@@ -110,7 +110,9 @@ impl Contig<'_> {
     fn validate_contig_pages(&self, start: PageIdx, end: PageIdx, frozen: bool) -> Result<(), FreeError> {
         let first_bad = self.mm.mem.pages.slice(start, end).iter().position(|page| {
             let (flags, order) = page.flags_and_order();
-            !flags.contains(PageFlags::ALLOCATED) || order != 0 || (page.refcount() == 0) != frozen
+            flags.intersection(PageFlags::ALLOCATED.union(PageFlags::OWNED)) != PageFlags::ALLOCATED
+                || order != 0
+                || (page.refcount() == 0) != frozen
         });
         let Some(offset) = first_bad else {
             return Ok(());
@@ -119,7 +121,10 @@ impl Contig<'_> {
         let page = self.mm.desc(idx);
         let pfn = self.mm.idx_to_pfn(idx);
         let (flags, order) = page.flags_and_order();
-        if !flags.contains(PageFlags::ALLOCATED) {
+        // An owned page first: whatever else is wrong with it, it is not the
+        // caller's (a contiguous range's pages are frozen order-0 pages, and
+        // a frozen free of them must not pass for theirs).
+        if !flags.contains(PageFlags::ALLOCATED) || flags.contains(PageFlags::OWNED) {
             return Err(self.mm.validate_allocated(pfn).err().unwrap_or(FreeError::NotAllocated(pfn)));
         }
         if order != 0 {

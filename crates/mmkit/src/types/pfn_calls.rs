@@ -20,9 +20,13 @@ pub enum OnOwnedBlock {
     /// [`PageError::Owned`](crate::PageError::Owned)), nothing changed.
     RefusedAsOwned,
     /// Changes state; refused with the error that says why the page is
-    /// not the call's to take (not free, not in the CMA area's records,
-    /// not local to the CPU), nothing changed.
+    /// not the call's to take (not free, not in the CMA area's records),
+    /// nothing changed.
     RefusedAsNotFree,
+    /// Changes only pages of its own kind, which an owned block never is
+    /// (a pinned CPU's `LOCAL` pages): the call succeeds and changes
+    /// nothing.
+    LeftAlone,
     /// Reads only (counts, flags, the owner, the node, an address).
     ReadsOnly,
     /// The PFNs are the call's output (slots it fills), not its input.
@@ -45,7 +49,7 @@ const fn call(name: &'static str, on_owned: OnOwnedBlock) -> PfnCall {
     PfnCall { name, on_owned }
 }
 
-use OnOwnedBlock::{Exempt, Output, ReadsOnly, RefusedAsNotFree, RefusedAsOwned};
+use OnOwnedBlock::{Exempt, LeftAlone, Output, ReadsOnly, RefusedAsNotFree, RefusedAsOwned};
 
 /// Every public call of this crate that takes a bare PFN (or a slice of
 /// them), with what it does to an owned block. A new call belongs here;
@@ -81,8 +85,8 @@ pub const PFN_CALLS: &[PfnCall] = &[
     call("Contig::alloc_contig_frozen_range", RefusedAsNotFree),
     call("Contig::alloc_contig_block", RefusedAsNotFree),
     call("Contig::cma_release", RefusedAsNotFree),
-    call("PinnedCpu::hand_over", RefusedAsNotFree),
-    call("LockedZone::hand_over", RefusedAsNotFree),
+    call("PinnedCpu::hand_over", LeftAlone),
+    call("LockedZone::hand_over", LeftAlone),
     // The owner's own way back: it needs the owner's key, not a bare PFN.
     call("PageAllocator::take_back_block", Exempt("needs the owner's key; another key's blocks are refused")),
     // Hardware poison: the report of a broken frame, whoever holds it.
