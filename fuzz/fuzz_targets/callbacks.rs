@@ -173,6 +173,17 @@ struct Fixture {
 static FIXTURE: Persistent<Fixture> = Persistent::new();
 
 fn fixture() -> Fixture {
+    // libFuzzer's panic hook aborts on every panic, to report it: the
+    // scripted ones are caught by `run` and pass it by.
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let fuzzer = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !info.payload().is::<Scripted>() {
+                fuzzer(info);
+            }
+        }));
+    });
     let mm = Arc::new(
         MemoryMapBuilder::with_memory(16 << 20)
             .backing(Backing::RealMemory(HugePages::None))
