@@ -109,9 +109,9 @@ fn a_panicking_pinned_quicklist_constructor_keeps_the_handles_record() {
     let mut cpu = ql.pin_cpu(0).unwrap();
     let held = cpu.alloc(0, Gfp::KERNEL, None).unwrap();
     let script = Script::panic_at(1);
-    let mut ctor = |_: &mut [u8]| script.tick();
+    let ctor = |_: &mut [u8]| script.tick();
     assert!(catch_scripted(|| {
-        let _ = cpu.alloc(0, Gfp::KERNEL, Some(&mut ctor));
+        let _ = cpu.alloc(0, Gfp::KERNEL, Some(&ctor));
     }));
     // Was DoubleFree: the handle had lost its record of `held`.
     cpu.free_page(0, None, held).unwrap();

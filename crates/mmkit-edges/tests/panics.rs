@@ -269,22 +269,22 @@ fn a_panic_in_a_quicklist_constructor_or_destructor_loses_no_page() {
             let total = mm.nr_free_pages() + mm.nr_pcp_pages();
             let ql = Quicklists::new(mm.clone(), 2).unwrap();
             let mut held = Vec::new();
-            let mut ctor = |page: &mut [u8]| {
+            let ctor = |page: &mut [u8]| {
                 script.tick();
                 page[0] = 0x11;
             };
-            let mut dtor = |_: &mut [u8]| script.tick();
+            let dtor = |_: &mut [u8]| script.tick();
             let panicked = if pinned {
                 let mut cpu = ql.pin_cpu(0).unwrap();
                 let panicked = catch_scripted(|| {
                     for _ in 0..6 {
-                        held.push(cpu.alloc(1, Gfp::KERNEL, Some(&mut ctor)).unwrap());
+                        held.push(cpu.alloc(1, Gfp::KERNEL, Some(&ctor)).unwrap());
                     }
                     for _ in 0..3 {
-                        cpu.free_page(1, Some(&mut dtor), held.pop().unwrap()).unwrap();
+                        cpu.free_page(1, Some(&dtor), held.pop().unwrap()).unwrap();
                     }
-                    cpu.trim(1, Some(&mut dtor), 0, 2).unwrap();
-                    cpu.drain(1, Some(&mut dtor)).unwrap();
+                    cpu.trim(1, Some(&dtor), 0, 2).unwrap();
+                    cpu.drain(1, Some(&dtor)).unwrap();
                 });
                 for pfn in held.drain(..) {
                     cpu.free_page(1, None, pfn).unwrap();
@@ -293,13 +293,13 @@ fn a_panic_in_a_quicklist_constructor_or_destructor_loses_no_page() {
             } else {
                 let panicked = catch_scripted(|| {
                     for _ in 0..6 {
-                        held.push(ql.quicklist_alloc(1, Gfp::KERNEL, Some(&mut ctor)).unwrap());
+                        held.push(ql.quicklist_alloc(1, Gfp::KERNEL, Some(&ctor)).unwrap());
                     }
                     for _ in 0..3 {
-                        ql.quicklist_free_page(1, Some(&mut dtor), held.pop().unwrap()).unwrap();
+                        ql.quicklist_free_page(1, Some(&dtor), held.pop().unwrap()).unwrap();
                     }
-                    ql.quicklist_trim(1, Some(&mut dtor), 0, 2).unwrap();
-                    ql.quicklist_drain(1, Some(&mut dtor)).unwrap();
+                    ql.quicklist_trim(1, Some(&dtor), 0, 2).unwrap();
+                    ql.quicklist_drain(1, Some(&dtor)).unwrap();
                 });
                 for pfn in held.drain(..) {
                     ql.quicklist_free_page(1, None, pfn).unwrap();

@@ -233,7 +233,7 @@ fn a_quicklist_constructor_may_call_back_into_its_quicklists() {
             let ql = Quicklists::new(mm.clone(), 2).unwrap();
             let inner: Vec<Pfn> = {
                 let got = std::cell::RefCell::new(Vec::new());
-                let mut ctor = |page: &mut [u8]| {
+                let ctor = |page: &mut [u8]| {
                     page[0] = 1;
                     // The same list and another one, through the shared API.
                     for nr in [0, 1] {
@@ -243,19 +243,19 @@ fn a_quicklist_constructor_may_call_back_into_its_quicklists() {
                     }
                     let _ = ql.quicklist_trim(0, None, 0, 1);
                 };
-                let mut dtor = |_: &mut [u8]| {
+                let dtor = |_: &mut [u8]| {
                     let _ = ql.quicklist_drain(1, None);
                 };
                 let outer = if pinned {
                     let mut cpu = ql.pin_cpu(0).unwrap();
-                    let pfn = cpu.alloc(0, Gfp::KERNEL, Some(&mut ctor)).unwrap();
-                    cpu.free_page(0, Some(&mut dtor), pfn).unwrap();
-                    cpu.drain(0, Some(&mut dtor)).unwrap();
+                    let pfn = cpu.alloc(0, Gfp::KERNEL, Some(&ctor)).unwrap();
+                    cpu.free_page(0, Some(&dtor), pfn).unwrap();
+                    cpu.drain(0, Some(&dtor)).unwrap();
                     pfn
                 } else {
-                    let pfn = ql.quicklist_alloc(0, Gfp::KERNEL, Some(&mut ctor)).unwrap();
-                    ql.quicklist_free_page(0, Some(&mut dtor), pfn).unwrap();
-                    ql.quicklist_drain(0, Some(&mut dtor)).unwrap();
+                    let pfn = ql.quicklist_alloc(0, Gfp::KERNEL, Some(&ctor)).unwrap();
+                    ql.quicklist_free_page(0, Some(&dtor), pfn).unwrap();
+                    ql.quicklist_drain(0, Some(&dtor)).unwrap();
                     pfn
                 };
                 let got = got.into_inner();
