@@ -478,7 +478,9 @@ impl Inner {
 /// assert_eq!(out, [7; 700]);
 /// let other = ZsPool::zs_create_pool("zram1", mm).unwrap();
 /// let id = h.id();
-/// assert_eq!(other.zs_free(h), Err(ZsError::InvalidHandle(id))); // not the other pool's
+/// let (e, h) = other.zs_free(h).unwrap_err(); // not the other pool's: handed back
+/// assert_eq!(e, ZsError::InvalidHandle(id));
+/// pool.zs_free(h).unwrap(); // its own pool frees it
 /// ```
 pub struct ZsPool {
     pub(crate) inner: Arc<Inner>,
@@ -674,10 +676,25 @@ impl ZsPool {
     /// Runs `f` on `handle`'s object (Linux's `zs_obj_read_begin` …
     /// `zs_obj_read_end`): in place when the object lies in one page,
     /// otherwise copied into `local_copy` first, which must hold it.
-    /// The class stays locked while `f` runs.
+    /// The class stays locked (for reading) while `f` runs, and is
+    /// unlocked if `f` panics.
+    ///
+    /// `f` may call back into the pool. A call that needs the class being
+    /// read (a write or free of an object of it, an allocation of its
+    /// size, a replace into it) gets [`ZsError::Reentered`] (a refused free
+    /// or replace hands its handle back) instead of waiting for ever on
+    /// the lock this read holds; a read of the class works, or gets the
+    /// same error when a writer waits.
     ///
     /// # Errors
-    /// [`ZsError::InvalidHandle`], [`ZsError::BufferTooSmall`].
+    /// [`ZsError::InvalidHandle`], [`ZsError::BufferTooSmall`],
+    /// [`ZsError::Reentered`] when this thread reads the class already.
+    ///
+    /// # Panics
+    /// The calls with no error to give, [`zs_compact`](Self::zs_compact)
+    /// and [`zs_free_deferred_flush`](Self::zs_free_deferred_flush) (and
+    /// page migration), panic when made from `f` while they need the class
+    /// it reads, rather than wait for ever.
     pub fn zs_obj_read_with<R>(
         &self,
         handle: &Handle,
