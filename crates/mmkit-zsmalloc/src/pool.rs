@@ -691,10 +691,12 @@ impl ZsPool {
     /// [`ZsError::Reentered`] when this thread reads the class already.
     ///
     /// # Panics
-    /// The calls with no error to give, [`zs_compact`](Self::zs_compact)
-    /// and [`zs_free_deferred_flush`](Self::zs_free_deferred_flush) (and
-    /// page migration), panic when made from `f` while they need the class
-    /// it reads, rather than wait for ever.
+    /// The calls with no error to give, [`zs_compact`](Self::zs_compact),
+    /// [`zs_free_deferred_flush`](Self::zs_free_deferred_flush),
+    /// [`zs_pool_stats`](Self::zs_pool_stats),
+    /// [`check_invariants`](Self::check_invariants) (and page migration),
+    /// panic when made from `f` while they need the class it reads, rather
+    /// than wait for ever.
     pub fn zs_obj_read_with<R>(
         &self,
         handle: &Handle,
