@@ -625,6 +625,25 @@ mod tests {
     }
 
     #[test]
+    fn references_saturate_and_an_owned_page_takes_none() {
+        let d = PageDesc::default();
+        d.set_refcount(u32::MAX - 1);
+        assert_eq!(d.try_get(), Some(u32::MAX));
+        assert_eq!(d.try_get(), None, "the count saturates instead of wrapping");
+        assert_eq!(d.refcount(), u32::MAX);
+        let d = PageDesc::default();
+        d.set_refcount(1);
+        d.set_owner(3);
+        assert_eq!(d.try_get(), None, "an owned block's references are its handle's");
+        assert_eq!(d.refcount(), 1);
+        assert!(!d.update_flags_unless_owned(PageFlags::LRU, PageFlags::EMPTY));
+        assert!(!d.has(PageFlags::LRU), "nothing changed");
+        d.clear_owner();
+        assert!(d.update_flags_unless_owned(PageFlags::LRU, PageFlags::EMPTY));
+        assert!(d.has(PageFlags::LRU));
+    }
+
+    #[test]
     fn private_word_uses_both_links() {
         let d = PageDesc::default();
         d.set_private(0x1234_5678_9abc_def0);
