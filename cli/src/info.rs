@@ -70,11 +70,14 @@ pub fn build_map(args: InfoArgs) -> Result<(PageAllocator, Duration), InfoError>
     let descriptors = total_pages.saturating_mul(DESCRIPTOR_BYTES_PER_PAGE);
     if let Some(available) = mem_available_bytes() {
         if descriptors > available / 2 {
+            let most = available / 2 / DESCRIPTOR_BYTES_PER_PAGE * PAGE_SIZE;
             return Err(InfoError(format!(
-                "{} of memory needs about {} of page descriptors; this machine has {} available",
+                "{} of memory needs about {} of page descriptors, more than half of the {} this machine has \
+                 available (the most it takes); --memory up to about {} fits",
                 format_size(args.memory),
                 human(descriptors),
-                human(available)
+                human(available),
+                human(most)
             )));
         }
     }

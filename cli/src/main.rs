@@ -107,8 +107,14 @@ fn main() -> ExitCode {
 }
 
 /// Writes `text` to stdout; a closed pipe (`mmkit info | head`) is not an
-/// error worth a panic.
+/// error worth a panic. When stdout was the command's output file
+/// (`mmkit convert TRACE /dev/stdout`), the text goes to stderr instead,
+/// so that it is not mixed into the data.
 fn print(text: &str) -> ExitCode {
+    if paths::output::stdout_is_an_output() {
+        eprint!("{text}");
+        return ExitCode::SUCCESS;
+    }
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => ExitCode::SUCCESS,

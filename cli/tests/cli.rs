@@ -128,6 +128,16 @@ fn quick_bench_table() {
     assert!(text.starts_with("suite buddy:"), "{text}");
     assert!(text.contains("vs mmkit"), "{text}");
     assert!(text.contains("buddy_order0_batch (page)"), "{text}");
+    // The summary says which suites the default run left out, and how to
+    // run them; a baseline that is mmkit's own path says so; the quicklist
+    // line is the change's own comparison, with one figure for it.
+    assert!(text.contains("Not in this run: nbd, zswap.") && text.contains("`mmkit bench nbd zswap`"), "{text}");
+    assert!(text.contains("single/1 (mmkit's own path)"), "{text}");
+    assert!(text.contains("free_contig_range/per_page (mmkit's own path)"), "{text}");
+    assert!(text.contains("pool_locked (mmkit's own path)"), "{text}");
+    assert!(text.contains("mmkit-no-quicklists (mmkit's own path)") && text.contains("2.08x [3]"), "{text}");
+    assert!(!text.contains("2.1x"), "{text}");
+    assert!(!text.contains("buddy_system_allocator (mmkit's own path)"), "{text}");
 }
 
 #[test]

@@ -109,3 +109,59 @@ fn bad_input_exits_2_with_a_message() {
     let out = mmkit(&["replay", path.to_str().unwrap(), "--mode", "placed", "--memory", "1G"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `cat TRACE | mmkit replay /dev/stdin`: the pipe is read once and the
+/// replay is of every event, as from the file (it reported events it had
+/// not replayed before).
+#[test]
+fn a_trace_on_a_pipe_is_replayed_whole() {
+    use std::io::Write;
+    let d = dir();
+    let path = d.path().join("t.perf");
+    std::fs::write(&path, perf_trace()).unwrap();
+    let from_file: Value =
+        serde_json::from_slice(&mmkit(&["replay", path.to_str().unwrap(), "--json"]).stdout).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mmkit"))
+        .args(["replay", "/dev/stdin", "--check", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(perf_trace().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let from_pipe: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(from_pipe["counts"]["events"], from_file["counts"]["events"]);
+    assert_eq!(from_pipe["counts"]["allocs"], from_file["counts"]["allocs"]);
+    assert!(from_pipe["counts"]["events"].as_u64().unwrap() > 100);
+}
+
+/// A PFN of 2^64 - 1 or a CPU of 999999 is a malformed line, skipped and
+/// counted with its number (the first aborted the replay, the second made
+/// it build 256 CPUs); `--strict` makes the first such line fatal.
+#[test]
+fn fields_out_of_range_are_skipped_with_their_line_or_fatal_with_strict() {
+    let d = dir();
+    let path = d.path().join("t.perf");
+    let mut text = perf_trace();
+    text.push_str("  tar  2536 [000] 101.000001: kmem:mm_page_free: page=0x1 pfn=0xffffffffffffffff order=0\n");
+    text.push_str("  tar  2536 [999999] 101.000002: kmem:mm_page_free: page=0x1 pfn=0x200001 order=0\n");
+    std::fs::write(&path, &text).unwrap();
+    let lines = text.lines().count();
+    let out = mmkit(&["replay", path.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["trace"]["skipped_lines"], 2, "{}", json["trace"]);
+    let errors = json["trace"]["first_errors"].to_string();
+    assert!(errors.contains(&format!("line {}: pfn out of range", lines - 1)), "{errors}");
+    assert!(errors.contains(&format!("line {lines}: cpu number out of range")), "{errors}");
+    assert_eq!(json["cpus"], 2, "CPU 999999 is skipped, not folded into 256 CPUs");
+    let out = mmkit(&["replay", path.to_str().unwrap(), "--strict"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("line {}: pfn out of range", lines - 1)) && stderr.contains("--strict"),
+        "{stderr}"
+    );
+}

@@ -359,11 +359,20 @@ struct Document<'a> {
     notes: Vec<String>,
     /// One line per suite that declares a headline case.
     summary: &'a [SummaryLine],
+    /// The suites a run without names left out, why, and (in `why`) what
+    /// they need.
+    left_out: &'a [super::summary::LeftOut],
 }
 
 /// The JSON document: suite name(s), machine, settings, cases, notes and
 /// the summary.
-pub fn to_json(reports: &[SuiteReport], summary: &[SummaryLine], machine: &Machine, settings: Settings) -> String {
+pub fn to_json(
+    reports: &[SuiteReport],
+    summary: &[SummaryLine],
+    left_out: &[super::summary::LeftOut],
+    machine: &Machine,
+    settings: Settings,
+) -> String {
     let doc = Document {
         suite: reports.iter().map(|r| r.suite).collect::<Vec<_>>().join(","),
         machine,
@@ -373,6 +382,7 @@ pub fn to_json(reports: &[SuiteReport], summary: &[SummaryLine], machine: &Machi
         cases: reports.iter().flat_map(|r| &r.cases).collect(),
         notes: reports.iter().flat_map(|r| r.notes.iter().map(move |n| format!("{}: {n}", r.suite))).collect(),
         summary,
+        left_out,
     };
     serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }

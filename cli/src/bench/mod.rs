@@ -68,10 +68,27 @@ pub const SUITES: &[Suite] = &[
     zswap::SUITE,
 ];
 
-/// Suites that run only when named: `nbd` starts servers and clients as
-/// other processes and needs nbdkit, fio and the plugin built; `zswap`
-/// swaps a child process to a kernel zram device it hot-adds.
-pub const NAMED_ONLY: &[&str] = &["nbd", "zswap"];
+/// Suites that run only when named, and why: `nbd` starts servers and
+/// clients as other processes and needs nbdkit, fio and the plugin built;
+/// `zswap` swaps a child process to a kernel zram device it hot-adds. A
+/// run without names says it left them out and how to run them.
+pub const NAMED_ONLY: &[(&str, &str)] = &[
+    (
+        "nbd",
+        "it starts nbdkit servers and fio and nbdinfo clients as other processes (needs nbdkit, libnbd-bin \
+         and fio installed, and the plugin built by cargo build --release)",
+    ),
+    (
+        "zswap",
+        "it swaps a child process in a memory cgroup to a kernel zram device it hot-adds (the kernel rows need \
+         root; without it they are skipped)",
+    ),
+];
+
+/// Whether `name` runs only when named.
+fn named_only(name: &str) -> bool {
+    NAMED_ONLY.iter().any(|(n, _)| *n == name)
+}
 
 /// Names of every suite, for argument validation and help.
 pub fn suite_names() -> Vec<&'static str> {
@@ -81,7 +98,8 @@ pub fn suite_names() -> Vec<&'static str> {
 /// `mmkit bench`'s arguments, exactly as the command line takes them.
 #[derive(Clone, Debug, Args)]
 pub struct BenchArgs {
-    /// Suites to run; when none is given, all but `nbd` and `zswap` (which run only when named).
+    /// Suites to run; when none is given, all but `nbd` and `zswap`, which run only when named
+    /// (the summary then says they were left out and how to run them).
     #[arg(value_name = "SUITE", value_parser = suite_parser())]
     pub suites: Vec<String>,
     /// Print one JSON document instead of tables.
@@ -124,6 +142,11 @@ fn suite_parser() -> PossibleValuesParser {
 /// An unknown suite name, or the first suite that fails.
 pub fn run(args: &BenchArgs) -> Result<String, BenchError> {
     let selected = select(&args.suites)?;
+    let left_out: Vec<summary::LeftOut> = if args.suites.is_empty() {
+        NAMED_ONLY.iter().map(|&(suite, why)| summary::LeftOut { suite, why }).collect()
+    } else {
+        Vec::new()
+    };
     let settings = args.settings();
     let machine = Machine::detect();
     let show_progress = std::io::stderr().is_terminal();
@@ -146,16 +169,17 @@ pub fn run(args: &BenchArgs) -> Result<String, BenchError> {
         reports.push(report);
     }
     Ok(if args.json {
-        let mut text = harness::to_json(&reports, &summary_lines, &machine, settings);
+        let mut text = harness::to_json(&reports, &summary_lines, &left_out, &machine, settings);
         text.push('\n');
         text
     } else if args.markdown {
-        markdown::to_markdown(&reports, &summary_lines, &machine, settings, &markdown::Provenance::detect())
+        let provenance = markdown::Provenance::detect();
+        markdown::to_markdown(&reports, &summary_lines, &left_out, &machine, settings, &provenance)
     } else {
         let mut text = reports.iter().map(|r| harness::to_table(r, &machine)).collect::<Vec<_>>().join("\n");
         if !summary_lines.is_empty() {
             text.push('\n');
-            text.push_str(&summary::to_text(&summary_lines));
+            text.push_str(&summary::to_text(&summary_lines, &left_out));
         }
         text
     })
@@ -169,7 +193,7 @@ fn select(names: &[String]) -> Result<Vec<Suite>, BenchError> {
     }
     let chosen = |s: &&Suite| {
         if names.is_empty() {
-            !NAMED_ONLY.contains(&s.name)
+            !named_only(s.name)
         } else {
             names.iter().any(|n| n == s.name)
         }

@@ -96,7 +96,7 @@ fn start(
         plugin_args.push(format!("control={}", path.display()));
     }
     let spec = Spec {
-        plugin: plugin.to_owned(),
+        plugin: plugin.into(),
         plugin_args,
         nbdkit_args: nbdkit_args.iter().map(|a| (*a).to_owned()).collect(),
         listen: Listen::Unix(dir.path().join("nbd.sock")),
@@ -113,7 +113,7 @@ fn start(
 /// CPU time a process has used (user + system), in clock ticks; 0 when
 /// unreadable. Fields 14 and 15 of `/proc/PID/stat`, counted after the
 /// command name, which may hold spaces.
-fn cpu_ticks_of(pid: u32) -> u64 {
+pub(super) fn cpu_ticks_of(pid: u32) -> u64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
     let Some((_, fields)) = stat.rsplit_once(')') else { return 0 };
     fields.split_whitespace().skip(11).take(2).filter_map(|f| f.parse::<u64>().ok()).sum()
@@ -121,7 +121,7 @@ fn cpu_ticks_of(pid: u32) -> u64 {
 
 /// Clock ticks per second of `/proc/PID/stat` (`getconf CLK_TCK`; 100 on
 /// Linux unless it says otherwise).
-fn clock_ticks_per_second() -> f64 {
+pub(super) fn clock_ticks_per_second() -> f64 {
     Command::new("getconf")
         .arg("CLK_TCK")
         .output()

@@ -3,8 +3,11 @@
 //! and the figure the suite reproduces from a Linux change.
 //!
 //! Owns the comparison rules ([`Baselines`], [`Headline`]) and their
-//! rendering as text, Markdown and JSON. Each suite declares its own rules
-//! in its `SUITE` constant; this module never names a suite.
+//! rendering as text, Markdown and JSON, with two things a reader must not
+//! have to guess: a line whose compared row is another of mmkit's own
+//! paths (not another project's) says so, and a run that left suites out
+//! names them and how to run them ([`LeftOut`]). Each suite declares its
+//! own rules in its `SUITE` constant; this module never names a suite.
 
 use super::harness::{CaseResult, SuiteReport, MMKIT};
 use serde::Serialize;
@@ -124,6 +127,10 @@ pub struct SummaryLine {
     /// What mmkit is compared with: the peer's implementation, or its case
     /// where the two rows are cases of one implementation.
     pub peer: &'static str,
+    /// Whether the compared row is another of mmkit's own paths (its
+    /// single-page calls, its per-page free, its allocate-and-zero, its
+    /// pool-locked free, …) rather than another project's implementation.
+    pub peer_is_mmkit: bool,
     /// The peer's median in the same run, ns per unit.
     pub peer_median_ns: Option<f64>,
     /// Peer median / mmkit median (> 1: mmkit is faster).
@@ -159,6 +166,7 @@ pub fn summary_line(report: &SuiteReport, headline: &Headline) -> SummaryLine {
         unit: ours.or(theirs).map_or("", |c| c.unit),
         median_ns,
         peer: if headline.peer.case == headline.mmkit.case { headline.peer.imp } else { headline.peer.case },
+        peer_is_mmkit: !is_another_project(headline.peer.imp),
         peer_median_ns,
         ratio,
         published: headline.published.map(|p| p.text),
@@ -166,6 +174,40 @@ pub fn summary_line(report: &SuiteReport, headline: &Headline) -> SummaryLine {
         vs_published,
         source: headline.published.map(|p| p.source),
     }
+}
+
+/// Whether an implementation is another project's: Linux's own
+/// (`kernel/…`), nbdkit's plugins (`nbdkit-…`), and the frame and heap
+/// allocators of `mmkit_bench::subjects::names`. Every other row is one of
+/// mmkit's paths.
+fn is_another_project(imp: &str) -> bool {
+    use mmkit_bench::subjects::names;
+    imp.starts_with("kernel/")
+        || imp.starts_with("nbdkit-")
+        || [names::BSA, names::BSA_LOCKED, names::MIMALLOC, names::SYSTEM].contains(&imp)
+}
+
+/// A suite a run did not include: why, and the command that runs it.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct LeftOut {
+    /// Suite.
+    pub suite: &'static str,
+    /// Why the run left it out.
+    pub why: &'static str,
+}
+
+/// The note under the summary for the suites a run left out, or nothing.
+fn left_out_note(left: &[LeftOut]) -> String {
+    if left.is_empty() {
+        return String::new();
+    }
+    let names: Vec<&str> = left.iter().map(|l| l.suite).collect();
+    let mut out = format!("Not in this run: {}.", names.join(", "));
+    for l in left {
+        let _ = write!(out, " {}: {}.", l.suite, l.why);
+    }
+    let _ = write!(out, " Run them with `mmkit bench {}`.", names.join(" "));
+    out
 }
 
 /// A time for people: ns below a microsecond, then µs, ms and s.
@@ -209,16 +251,22 @@ fn cells(line: &SummaryLine, source: Option<usize>) -> [String; 8] {
         (None, Some(x)) => verdict(x),
         _ => "-".to_string(),
     };
-    let published = match (line.published, source) {
+    // A published speed-up is shown as the number the next column holds
+    // mmkit against, so the two never read differently (2.1x and 2.08x).
+    let published_text = match (line.vs_published, line.published_ratio, line.published) {
+        (Some(_), Some(x), Some(_)) => Some(format!("{x:.2}x")),
+        (_, _, text) => text.map(str::to_string),
+    };
+    let published = match (published_text, source) {
         (Some(text), Some(n)) => format!("{text} [{n}]"),
-        (Some(text), None) => text.to_string(),
+        (Some(text), None) => text,
         (None, _) => "-".to_string(),
     };
     [
         line.suite.to_string(),
         if line.imp == MMKIT { line.case.to_string() } else { format!("{} ({})", line.case, line.imp) },
         time(line.median_ns),
-        line.peer.to_string(),
+        if line.peer_is_mmkit { format!("{} (mmkit's own path)", line.peer) } else { line.peer.to_string() },
         time(line.peer_median_ns),
         line.ratio.map_or_else(|| "-".to_string(), verdict),
         published,
@@ -257,11 +305,13 @@ fn table(lines: &[SummaryLine]) -> (Vec<[String; 8]>, Vec<&'static str>) {
     (rows, sources)
 }
 
-const LEGEND: &str = "\"mmkit is\": mmkit's time against the compared row's, in this run; \"mmkit against it\": \
-                      mmkit's speed-up (or time) against the one the Linux change published.";
+const LEGEND: &str = "\"mmkit is\": mmkit's time against the compared row's, in this run; \"(mmkit's own path)\": \
+                      the compared row is another of mmkit's paths (the one the headline path replaces), not \
+                      another project's; \"mmkit against it\": mmkit's speed-up (or time) against the one the \
+                      Linux change published.";
 
 /// The summary as a plain-text table, for the end of the text report.
-pub fn to_text(lines: &[SummaryLine]) -> String {
+pub fn to_text(lines: &[SummaryLine], left_out: &[LeftOut]) -> String {
     let (rows, sources) = table(lines);
     let mut widths = HEADER.map(|h| h.chars().count());
     for row in &rows {
@@ -293,11 +343,16 @@ pub fn to_text(lines: &[SummaryLine]) -> String {
     for (i, source) in sources.iter().enumerate() {
         let _ = writeln!(out, "[{}] Linux: {source}", i + 1);
     }
+    let note = left_out_note(left_out);
+    if !note.is_empty() {
+        out.push_str(&note);
+        out.push('\n');
+    }
     out
 }
 
 /// The summary as a Markdown table, for the top of BENCHMARKS.md.
-pub fn to_markdown(lines: &[SummaryLine]) -> String {
+pub fn to_markdown(lines: &[SummaryLine], left_out: &[LeftOut]) -> String {
     let (rows, sources) = table(lines);
     let mut out = String::from("## Summary\n\n| ");
     out.push_str(&HEADER.join(" | "));
@@ -309,6 +364,10 @@ pub fn to_markdown(lines: &[SummaryLine]) -> String {
     let _ = writeln!(out, "\n{LEGEND}\n");
     for (i, source) in sources.iter().enumerate() {
         let _ = writeln!(out, "{}. Linux: {source}", i + 1);
+    }
+    let note = left_out_note(left_out);
+    if !note.is_empty() {
+        let _ = writeln!(out, "\n{note}");
     }
     out.push('\n');
     out
@@ -378,10 +437,13 @@ mod tests {
         let line = summary_line(&r, &headline);
         assert_eq!(line.ratio, Some(4.2));
         assert!((line.vs_published.unwrap() - 1.2).abs() < 1e-9);
-        let text = to_text(&[line]);
+        assert!(line.peer_is_mmkit, "per_page is mmkit's own path");
+        let text = to_text(&[line], &[]);
+        assert!(text.contains("per_page (mmkit's own path)"), "{text}");
         assert!(text.contains("4.20x faster"), "{text}");
         assert!(text.contains("4.20x vs 3.50x: met"), "{text}");
-        assert!(text.contains("3.5x [1]") && text.contains("[1] Linux: change"), "{text}");
+        assert!(text.contains("3.50x [1]") && text.contains("[1] Linux: change"), "{text}");
+        assert!(!text.contains("Not in this run"), "{text}");
         assert!(text.contains("100.0 ns/op") && text.contains("420.0 ns/op"), "{text}");
     }
 
@@ -396,10 +458,32 @@ mod tests {
         let line = summary_line(&r, &headline);
         assert_eq!((line.peer_median_ns, line.ratio, line.vs_published), (None, None, None));
         assert!((line.published_ratio.unwrap() - 7.1).abs() < 1e-9);
-        let md = to_markdown(&[line]);
+        let left = [LeftOut { suite: "nbd", why: "needs nbdkit" }, LeftOut { suite: "zswap", why: "needs root" }];
+        let md = to_markdown(&[line], &left);
+        assert!(md.contains("Not in this run: nbd, zswap.") && md.contains("`mmkit bench nbd zswap`"), "{md}");
         assert!(md.starts_with("## Summary\n\n| suite | headline case |"), "{md}");
         assert!(md.contains("| 3.0 ns/op |"), "{md}");
         assert!(md.contains("7.10x faster"), "{md}");
+    }
+
+    #[test]
+    fn another_projects_rows_are_told_from_mmkits_own_paths() {
+        for own in ["mmkit", "mmkit-no-quicklists", "mmkit_lists_off", "pool_locked", "mmkit/lz4"] {
+            assert!(!is_another_project(own), "{own}");
+        }
+        for peer in ["kernel/lz4", "kernel/zram-swap", "nbdkit-memory/sparse", "mimalloc", "system"] {
+            assert!(is_another_project(peer), "{peer}");
+        }
+        let r = report(vec![row("pte", MMKIT, 55.0), row("pte", "mmkit-no-quicklists", 108.0)]);
+        let headline = Headline {
+            mmkit: Row { case: "pte", imp: MMKIT },
+            peer: Row { case: "pte", imp: "mmkit-no-quicklists" },
+            published: Some(Published { text: "2.1x", figure: Figure::SpeedUp(2.7 / 1.3), source: "q" }),
+        };
+        let text = to_text(&[summary_line(&r, &headline)], &[]);
+        // One figure for the published speed-up in both columns.
+        assert!(text.contains("2.08x [1]") && text.contains("vs 2.08x") && !text.contains("2.1x"), "{text}");
+        assert!(text.contains("mmkit-no-quicklists (mmkit's own path)"), "{text}");
     }
 
     #[test]

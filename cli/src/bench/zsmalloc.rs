@@ -71,6 +71,12 @@ fn zs_err(what: &'static str) -> impl Fn(mmkit_zsmalloc::ZsError) -> BenchError 
     move |e| BenchError::context(what, e)
 }
 
+/// [`zs_err`] for a refused free, which hands the handle back with its
+/// error (dropped here: the run stops).
+fn zs_free_err(what: &'static str) -> impl Fn((mmkit_zsmalloc::ZsError, mmkit_zsmalloc::Handle)) -> BenchError {
+    move |(e, _)| BenchError::context(what, e)
+}
+
 fn heap_pair<A: mmkit_bench::heap::StatelessAlloc>(size: usize, n: u64) -> Result<(), BenchError> {
     let layout = BlockLayout::new(size, 8).ok_or_else(|| BenchError("bad layout".into()))?;
     for _ in 0..n {
@@ -125,7 +131,7 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
             Contender::new(names::MMKIT, move |n| {
                 for _ in 0..n {
                     let h = zs.zs_malloc(size, GFP, 0).map_err(zs_err("zs_malloc"))?;
-                    zs.zs_free(black_box(h)).map_err(zs_err("zs_free"))?;
+                    zs.zs_free(black_box(h)).map_err(zs_free_err("zs_free"))?;
                 }
                 Ok(())
             }),
@@ -133,7 +139,7 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
             Contender::new(names::SYSTEM, move |n| heap_pair::<System>(size, n)),
         ];
         cases.extend(measure(SUITE.name, spec, &mut contenders, settings.runs)?);
-        zs.zs_free(anchor).map_err(zs_err("zs_free"))?;
+        zs.zs_free(anchor).map_err(zs_free_err("zs_free"))?;
     }
     drop(zs);
 
@@ -188,7 +194,7 @@ fn memory_case(sizes: &[usize], objects: usize, settings: &Settings) -> Result<C
     let mut kept = Vec::with_capacity(objects / 2 + 1);
     for (h, size) in live {
         if rng.next_u64() % 2 == 0 {
-            zs.zs_free(h).map_err(zs_err("zs_free"))?;
+            zs.zs_free(h).map_err(zs_free_err("zs_free"))?;
         } else {
             kept.push(size);
         }

@@ -21,6 +21,15 @@
 //!   (`zswap_kernel::MemCgroup`), so that the child is never killed.
 //! - `randaccess/2x/2threads`: two threads touching one region (one
 //!   buffer) at random; `median_ns` is the time per touch of the pair.
+//! - `randaccess/2x/raw`, `sequential/2x/raw`, `randaccess/2x/raw/2threads`:
+//!   the same loops touching the region's memory through its pointer
+//!   (`SwapRegion::as_ptr`), as a program uses it: impl `mmkit` is a
+//!   region made with `RegionConfig::new` (faults resolved in the
+//!   faulting thread), `mmkit/handler-thread` one with `fault_in_thread`
+//!   off (the handler thread resolves them); the kernel's child runs the
+//!   same loops. `cpu_ns_per_touch` on every access row: all threads of
+//!   mmkit's process, against the kernel child's CPU plus `kswapd`'s, over
+//!   the timed runs (from `/proc`, in clock ticks), per touch.
 //! - `ratio/real`: after the access cases, mmkit's stored bytes over
 //!   `pool_total_size` and the kernel device's `orig_data_size /
 //!   mem_used_total` (mm_stat).
@@ -30,7 +39,9 @@
 use super::harness::{measure, BenchError, CaseResult, CaseSpec, Contender, Settings, SuiteReport, MMKIT};
 use super::latency::TouchTimes;
 use super::summary::{Headline, Row};
-use super::zswap_kernel::{access_loop, thread_seed, AccessChild, MemCgroup, ZramSwap, DATA_PAGES};
+use super::zswap_kernel::{
+    access_loop, kernel_cpu_ns, own_cpu_ns, thread_seed, AccessChild, MemCgroup, ZramSwap, DATA_PAGES,
+};
 use super::{Progress, Suite};
 use mmkit::{Backing, HugePages, MemoryMapBuilder, PageAllocator};
 use mmkit_testkit::kernel_zram::real_pages;
@@ -45,8 +56,8 @@ pub const SUITE: Suite = Suite {
     run,
     baselines: &[("release/", "deferred")],
     headline: Some(Headline {
-        mmkit: Row { case: "randaccess/2x", imp: MMKIT },
-        peer: Row { case: "randaccess/2x", imp: "kernel/zram-swap" },
+        mmkit: Row { case: "randaccess/2x/raw", imp: MMKIT },
+        peer: Row { case: "randaccess/2x/raw", imp: "kernel/zram-swap" },
         published: None,
     }),
 };
@@ -78,7 +89,7 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
     let mut cases = Vec::new();
     let mut notes = Vec::new();
     let probe = zswap(&real_map(16 << 20)?, 16)?;
-    if let Err(e) = SwapRegion::new(probe, RegionConfig::new(PAGE_SIZE, 1)) {
+    if let Err(e) = SwapRegion::new(probe, RegionConfig::new(2 * PAGE_SIZE, 2)) {
         notes.push(format!("zswap: no mmkit rows: {e}"));
         return Ok(SuiteReport { suite: SUITE.name, description: description(), cases, notes });
     }
@@ -194,10 +205,37 @@ fn cgroup_limit(budget: u64, working_set: u64, footprint: u64) -> u64 {
     budget + footprint + working_set / 512 + (2 << 20)
 }
 
+/// How a touch reaches the region.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Touch {
+    /// `read_u64` / `write_u64`.
+    Accessors,
+    /// Loads and stores through the region's pointer.
+    Raw,
+}
+
+/// One raw touch of `page`'s first word through the region's pointer: a
+/// load, and with `write` a store of the word plus one.
+#[allow(unsafe_code)]
+fn raw_touch(region: &SwapRegion, page: u64, write: bool) {
+    let at = page as usize * PAGE_SIZE;
+    assert!(at + 8 <= region.len());
+    // SAFETY: `at + 8` is inside the region's mapping, which lives as long
+    // as `region`; the word is 8-aligned (pages are); other threads touch
+    // the region's words only atomically (the accessors, and this loop),
+    // so an atomic view of it races with nothing.
+    let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(region.as_ptr().add(at).cast::<u64>()) };
+    let v = std::hint::black_box(word.load(std::sync::atomic::Ordering::Relaxed));
+    if write {
+        word.store(v.wrapping_add(1), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// `n` touches of the access loop on `region` by `threads` threads (`n /
 /// threads` each), timing each touch into `times` (one per thread).
 fn touch_region(
     region: &SwapRegion,
+    how: Touch,
     pattern: &'static str,
     n: u64,
     pages: u64,
@@ -207,6 +245,9 @@ fn touch_region(
     let one = |state: &mut u64, times: &mut TouchTimes, n: u64| {
         let mut failed = None;
         access_loop(pattern, n, pages, state, times, |page, write| {
+            if how == Touch::Raw {
+                return raw_touch(region, page, write);
+            }
             let at = page as usize * PAGE_SIZE;
             match region.read_u64(at) {
                 Ok(v) if write => {
@@ -236,6 +277,24 @@ fn touch_region(
     })
 }
 
+/// CPU time of the timed calls of one contender: `cpu()` read around each
+/// call but the first (the warm-up), summed with the touches made.
+#[derive(Default)]
+struct CpuTally {
+    ns: f64,
+    touches: u64,
+}
+
+impl CpuTally {
+    fn per_touch(&self) -> f64 {
+        if self.touches == 0 {
+            f64::NAN
+        } else {
+            self.ns / self.touches as f64
+        }
+    }
+}
+
 /// The kernel's side, when this machine can give one.
 struct Kernel {
     // Field order is drop order: the child exits before its cgroup goes,
@@ -254,9 +313,18 @@ fn kernel_side(working_set: u64, budget: u64) -> Result<Kernel, String> {
 }
 
 /// The access cases: each names its loop (`rand`, `seq`, `rand2` for two
-/// threads of random touches) and its threads.
-const ACCESS_CASES: [(&str, &str, usize); 3] =
-    [("randaccess/2x", "rand", 1), ("randaccess/2x/2threads", "rand2", 2), ("sequential/2x", "seq", 1)];
+/// threads of random touches), its threads and how it touches the region.
+const ACCESS_CASES: [(&str, &str, usize, Touch); 6] = [
+    ("randaccess/2x", "rand", 1, Touch::Accessors),
+    ("randaccess/2x/2threads", "rand2", 2, Touch::Accessors),
+    ("sequential/2x", "seq", 1, Touch::Accessors),
+    ("randaccess/2x/raw", "rand", 1, Touch::Raw),
+    ("randaccess/2x/raw/2threads", "rand2", 2, Touch::Raw),
+    ("sequential/2x/raw", "seq", 1, Touch::Raw),
+];
+
+/// The impl of the region that resolves raw faults in its handler thread.
+const HANDLER_THREAD: &str = "mmkit/handler-thread";
 
 fn access_cases(
     settings: &Settings,
@@ -267,12 +335,22 @@ fn access_cases(
     let working_set: u64 = settings.pick(128 << 20, 8 << 20);
     let budget = working_set / 2;
     let pages = working_set / PAGE_SIZE as u64;
-    let mm = real_map(working_set * 2)?;
-    let z = zswap(&mm, pages + 64)?;
-    let region =
-        SwapRegion::new(z.clone(), RegionConfig::new(working_set as usize, (budget / PAGE_SIZE as u64) as usize))
-            .map_err(err("region"))?;
-    fill(&region, &real_pages(DATA_PAGES.min(pages as usize)), 0)?;
+    let budget_pages = (budget / PAGE_SIZE as u64) as usize;
+    let data = real_pages(DATA_PAGES.min(pages as usize));
+    // One zswap each, so that each region's pool and ratio are its own.
+    let new_region = |config: RegionConfig| -> Result<(Arc<Zswap>, SwapRegion), BenchError> {
+        let z = zswap(&real_map(working_set * 2)?, pages + 64)?;
+        let region = SwapRegion::new(z.clone(), config).map_err(err("region"))?;
+        fill(&region, &data, 0)?;
+        Ok((z, region))
+    };
+    let (z, region) = new_region(RegionConfig::new(working_set as usize, budget_pages))?;
+    let (_, raw_region) = new_region(RegionConfig::new(working_set as usize, budget_pages))?;
+    let (_, thread_region) =
+        new_region(RegionConfig { fault_in_thread: false, ..RegionConfig::new(working_set as usize, budget_pages) })?;
+    if !raw_region.resolves_faults_in_thread() {
+        notes.push("mmkit: this kernel has no UFFD_FEATURE_SIGBUS; the default region's raw faults go to its handler thread as well".into());
+    }
     let mut kernel = match kernel_side(working_set, budget) {
         Ok(k) => {
             notes.push(format!(
@@ -291,29 +369,48 @@ fn access_cases(
         }
     };
     let iters: u64 = settings.pick(200_000, 5_000);
-    for (name, pattern, threads) in ACCESS_CASES {
+    for (name, pattern, threads, how) in ACCESS_CASES {
         progress(name);
         let spec = CaseSpec { name, unit: "access", units_per_iter: 1, iters, warmup_iters: iters / 4 };
-        let region = &region;
+        let regions: Vec<(&'static str, &SwapRegion)> = match how {
+            Touch::Accessors => vec![("mmkit", &region)],
+            Touch::Raw => vec![("mmkit", &raw_region), (HANDLER_THREAD, &thread_region)],
+        };
         let mut attempt = 0;
-        let (results, ours, theirs) = loop {
-            let mut states: Vec<u64> =
-                (0..threads as u64).map(|t| if pattern == "seq" { 0 } else { thread_seed(t) }).collect();
+        let (results, ours, theirs, cpu) = loop {
             let loop_pattern = if pattern == "seq" { "seq" } else { "rand" };
-            let mut mmkit_times = vec![TouchTimes::default(); threads];
+            let mut mmkit_times: Vec<Vec<TouchTimes>> = vec![vec![TouchTimes::default(); threads]; regions.len()];
+            let mut tallies: Vec<CpuTally> = (0..=regions.len()).map(|_| CpuTally::default()).collect();
             let mut kernel_times = None;
-            let mut calls = 0u32;
-            let mut contenders = vec![Contender::new("mmkit", |n| {
-                // The first call warms up: its touches are not counted.
-                if calls == 1 {
-                    mmkit_times.iter_mut().for_each(TouchTimes::clear);
-                }
-                calls += 1;
-                touch_region(region, loop_pattern, n, pages, &mut states, &mut mmkit_times)
-            })];
+            let (mine, kernel_tally) = tallies.split_at_mut(regions.len());
+            let mut contenders: Vec<Contender<'_>> = regions
+                .iter()
+                .zip(mmkit_times.iter_mut())
+                .zip(mine.iter_mut())
+                .map(|((&(imp, region), times), tally)| {
+                    let mut states: Vec<u64> =
+                        (0..threads as u64).map(|t| if pattern == "seq" { 0 } else { thread_seed(t) }).collect();
+                    let mut calls = 0u32;
+                    Contender::new(imp, move |n| {
+                        // The first call warms up: its touches are not counted.
+                        if calls == 1 {
+                            times.iter_mut().for_each(TouchTimes::clear);
+                        }
+                        let before = own_cpu_ns();
+                        let out = touch_region(region, how, loop_pattern, n, pages, &mut states, times);
+                        if calls >= 1 {
+                            tally.ns += own_cpu_ns() - before;
+                            tally.touches += n;
+                        }
+                        calls += 1;
+                        out
+                    })
+                })
+                .collect();
             if let Some(k) = kernel.as_mut() {
                 let child = &mut k.child;
                 let times = &mut kernel_times;
+                let tally = &mut kernel_tally[0];
                 let mut calls = 0u32;
                 // The child times itself; the harness's clock adds the
                 // pipe's round trip once per run of many accesses.
@@ -321,20 +418,32 @@ fn access_cases(
                     if calls == 1 {
                         child.reset_times()?;
                     }
-                    calls += 1;
+                    let before = kernel_cpu_ns(child.pid());
                     child.accesses(pattern, n)?;
+                    if calls >= 1 {
+                        tally.ns += kernel_cpu_ns(child.pid()) - before;
+                        tally.touches += n;
+                    }
+                    calls += 1;
                     *times = Some(child.touch_stats()?);
                     Ok(())
                 }));
             }
-            let with_kernel = contenders.len() > 1;
+            let with_kernel = contenders.len() > regions.len();
             let measured = measure(SUITE.name, spec, &mut contenders, settings.runs);
             drop(contenders);
             match measured {
                 Ok(results) => {
-                    let mut all = TouchTimes::default();
-                    mmkit_times.iter().for_each(|t| all.merge(t));
-                    break (results, all, kernel_times);
+                    let all: Vec<TouchTimes> = mmkit_times
+                        .iter()
+                        .map(|per_thread| {
+                            let mut all = TouchTimes::default();
+                            per_thread.iter().for_each(|t| all.merge(t));
+                            all
+                        })
+                        .collect();
+                    let cpu: Vec<f64> = tallies.iter().map(CpuTally::per_touch).collect();
+                    break (results, all, kernel_times, cpu);
                 }
                 Err(e) if with_kernel => {
                     // The kernel's child was killed by its cgroup's OOM
@@ -362,12 +471,17 @@ fn access_cases(
             }
         };
         for mut r in results {
-            let (mean, p99) = match r.impl_name {
-                "mmkit" => (ours.mean_ns(), ours.quantile_ns(0.99) as f64),
-                _ => theirs.map_or((f64::NAN, f64::NAN), |(_, mean, p99)| (mean, p99)),
+            let mine = regions.iter().position(|&(imp, _)| imp == r.impl_name);
+            let (mean, p99, cpu_per_touch) = match mine {
+                Some(i) => (ours[i].mean_ns(), ours[i].quantile_ns(0.99) as f64, cpu[i]),
+                None => {
+                    let (mean, p99) = theirs.map_or((f64::NAN, f64::NAN), |(_, mean, p99)| (mean, p99));
+                    (mean, p99, cpu[regions.len()])
+                }
             };
             r.extra.push(("mean_ns", mean));
             r.extra.push(("p99_ns", p99));
+            r.extra.push(("cpu_ns_per_touch", cpu_per_touch));
             cases.push(r);
         }
     }
@@ -389,6 +503,22 @@ fn access_cases(
                 vec![("ratio", cols[0] as f64 / cols[2].max(1) as f64), ("bytes", cols[0] as f64)],
             ));
         }
+    }
+    for (imp, r) in [("mmkit", &raw_region), (HANDLER_THREAD, &thread_region)] {
+        let rs = r.stats();
+        notes.push(format!(
+            "*/raw, {imp}: raw faults resolved in the faulting thread {} ({} handed to the handler thread), by the handler thread {}, loads {} ({} ahead), evictions {} ({} clean, {} by the background reclaimer; {} loads evicted for themselves), load p99 {:.1} µs",
+            rs.faults_in_thread,
+            rs.handoffs,
+            rs.missing_faults + rs.wp_faults,
+            rs.swap_ins,
+            rs.fault_around_pages,
+            rs.evictions,
+            rs.evicted_clean,
+            rs.background_evictions,
+            rs.direct_reclaims,
+            rs.load_p99_ns as f64 / 1e3
+        ));
     }
     let rs = region.stats();
     notes.push(format!(

@@ -365,6 +365,11 @@ impl AccessChild {
         line.parse().map_err(|_| BenchError(format!("access child answered {line:?}")))
     }
 
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Forgets the per-touch times recorded so far.
     pub fn reset_times(&mut self) -> Result<(), BenchError> {
         self.send("reset")?;
@@ -384,6 +389,29 @@ impl Drop for AccessChild {
         let _ = writeln!(self.stdin, "quit");
         let _ = self.child.wait();
     }
+}
+
+/// CPU time, in ns, of the kernel's side: the child process (its threads,
+/// with their direct reclaim and the zram compression it does) and every
+/// `kswapd` (the background reclaim it may wake).
+pub fn kernel_cpu_ns(child: u32) -> f64 {
+    let ticks: u64 = std::iter::once(child).chain(kswapd_pids()).map(super::nbd::cpu_ticks_of).sum();
+    ticks as f64 * 1e9 / super::nbd::clock_ticks_per_second()
+}
+
+/// CPU time, in ns, of every thread of this process, finished ones
+/// included (`/proc/self/stat`).
+pub fn own_cpu_ns() -> f64 {
+    super::nbd::cpu_ticks_of(std::process::id()) as f64 * 1e9 / super::nbd::clock_ticks_per_second()
+}
+
+/// The pids of the kernel's `kswapd` threads.
+fn kswapd_pids() -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.starts_with("kswapd")))
+        .collect()
 }
 
 /// Distinct real pages both sides fill their buffers with, in turn.

@@ -6,8 +6,9 @@
 //! records, zstd-compressed, the first pass's summary in the trailer);
 //! replaying that file needs no first pass and no parsing.
 //!
-//! Owns writing such a file (to a temporary name, renamed when complete,
-//! so a cut-short file never carries the final name), the cache's name
+//! Owns writing such a file (through `crate::paths::Output`: a file is
+//! renamed into place when complete, so a cut-short file never carries the
+//! final name; a FIFO or a device is written through), the cache's name
 //! beside its trace and the check that a cache still matches its trace
 //! (size and modification time recorded in its metadata). Must not touch
 //! the allocator or the replay loop.
@@ -15,10 +16,10 @@
 use super::engine::Ev;
 use super::scan;
 use super::stream::{self, EventStream};
+use crate::paths::{Input, Output, Passes};
 use clap::Args;
 use mmkit_trace::binary::{preamble, trailer, BinaryMeta, RecordEncoder, FLAG_ZSTD};
-use std::fs::{self, File};
-use std::io::{self, BufWriter, Seek, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
@@ -31,12 +32,15 @@ pub const CACHE_EXTENSION: &str = "mmkt";
 /// `mmkit convert`'s arguments.
 #[derive(Clone, Debug, Args)]
 pub struct ConvertArgs {
-    /// The trace to convert (either text format, plain, xz or zstd).
+    /// The trace to convert (either text format, plain, xz or zstd): a
+    /// file, or a pipe or FIFO (read once as it comes).
     #[arg(value_name = "TRACE")]
     pub trace: PathBuf,
-    /// The binary file to write (default: TRACE.mmkt); refused, before
+    /// The binary file to write (default: TRACE.mmkt; needed when TRACE is
+    /// a stream). A file is replaced when the new one is complete; a FIFO
+    /// or a device (/dev/stdout) is written through. Refused, before
     /// anything is read or written, when it is the trace by any path
-    /// (symbolic or hard link included).
+    /// (symbolic or hard link included), a directory or a socket.
     #[arg(value_name = "OUT")]
     pub out: Option<PathBuf>,
     /// Store the records as they are instead of zstd-compressed: about
@@ -44,12 +48,16 @@ pub struct ConvertArgs {
     /// writes).
     #[arg(long)]
     pub uncompressed: bool,
+    /// A malformed line (a field out of range included) is an error naming
+    /// its line, instead of being skipped and counted.
+    #[arg(long)]
+    pub strict: bool,
 }
 
-/// Where the records go: through zstd or straight to the file.
+/// Where the records go: through zstd or straight to the output.
 enum Sink {
-    Zstd(zstd::stream::write::Encoder<'static, BufWriter<File>>),
-    Raw(BufWriter<File>),
+    Zstd(zstd::stream::write::Encoder<'static, BufWriter<Output>>),
+    Raw(BufWriter<Output>),
 }
 
 impl Sink {
@@ -60,8 +68,8 @@ impl Sink {
         }
     }
 
-    /// Ends the record stream; returns the file to append the trailer to.
-    fn finish(self) -> io::Result<BufWriter<File>> {
+    /// Ends the record stream; returns the output to append the trailer to.
+    fn finish(self) -> io::Result<BufWriter<Output>> {
         match self {
             Sink::Zstd(e) => e.finish(),
             Sink::Raw(f) => Ok(f),
@@ -69,44 +77,33 @@ impl Sink {
     }
 }
 
-/// Writes a binary trace.
+/// Writes a binary trace (through [`Output`]: a regular file or a new name
+/// is replaced only when complete, a FIFO or a device is written through).
 pub struct CacheWriter {
-    /// `None` once finished.
-    out: Option<Sink>,
+    out: Sink,
     encoder: RecordEncoder,
     buf: Vec<u8>,
-    tmp: PathBuf,
     path: PathBuf,
     extra: BinaryMeta,
 }
 
 impl CacheWriter {
-    /// Starts `path` (written as `path.tmp-PID` until [`finish`](Self::finish)),
-    /// zstd-compressed or not; `extra` pairs are added to the metadata.
+    /// Starts `path`, zstd-compressed or not; `extra` pairs are added to
+    /// the metadata. Dropped before [`finish`](Self::finish), it leaves no
+    /// file behind.
     ///
     /// # Errors
-    /// The temporary file cannot be created or written.
-    pub fn create(path: &Path, extra: BinaryMeta, compress: bool) -> io::Result<Self> {
-        let tmp = Self::temp_path(path);
-        let mut file = BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
-        file.write_all(&preamble(if compress { FLAG_ZSTD } else { 0 }))?;
-        let out =
-            if compress { Sink::Zstd(zstd::stream::write::Encoder::new(file, ZSTD_LEVEL)?) } else { Sink::Raw(file) };
-        Ok(Self {
-            out: Some(out),
-            encoder: RecordEncoder::new(),
-            buf: Vec::with_capacity(1 << 20),
-            tmp,
-            path: path.into(),
-            extra,
-        })
-    }
-
-    /// Where [`create`](Self::create) writes `path` until it is complete.
-    pub fn temp_path(path: &Path) -> PathBuf {
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(format!(".tmp-{}", std::process::id()));
-        PathBuf::from(tmp)
+    /// `path` cannot be written ([`Output::create`]), or writing failed.
+    pub fn create(path: &Path, extra: BinaryMeta, compress: bool) -> Result<Self, String> {
+        let at = |e: io::Error| format!("{}: {e}", path.display());
+        let mut file = BufWriter::with_capacity(1 << 20, Output::create(path)?);
+        file.write_all(&preamble(if compress { FLAG_ZSTD } else { 0 })).map_err(at)?;
+        let out = if compress {
+            Sink::Zstd(zstd::stream::write::Encoder::new(file, ZSTD_LEVEL).map_err(at)?)
+        } else {
+            Sink::Raw(file)
+        };
+        Ok(Self { out, encoder: RecordEncoder::new(), buf: Vec::with_capacity(1 << 20), path: path.into(), extra })
     }
 
     /// The final path.
@@ -123,50 +120,31 @@ impl CacheWriter {
             self.encoder.encode(&stream::to_binary(e), &mut self.buf);
         }
         if self.buf.len() >= 1 << 20 {
-            if let Some(out) = &mut self.out {
-                out.write_all(&self.buf)?;
-            }
+            self.out.write_all(&self.buf)?;
             self.buf.clear();
         }
         Ok(())
     }
 
     /// Ends the record stream, writes `meta` (with the extra pairs) and the
-    /// trailer, and renames the file to its final name.
+    /// trailer, and completes the output; returns the bytes written.
     ///
     /// # Errors
-    /// Writing or renaming failed (the temporary file is removed).
-    pub fn finish(mut self, meta: &BinaryMeta) -> io::Result<()> {
-        let Some(mut out) = self.out.take() else {
-            return Err(io::Error::other("already finished"));
-        };
-        let result = (|| {
-            out.write_all(&self.buf)?;
-            let mut file = out.finish()?;
-            file.flush()?;
-            let offset = file.get_mut().stream_position()?;
-            let mut all = meta.clone();
-            all.pairs.extend(self.extra.pairs.iter().cloned());
-            let bytes = all.encode();
-            file.write_all(&bytes)?;
-            file.write_all(&trailer(offset, bytes.len() as u64))?;
-            file.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-            fs::rename(&self.tmp, &self.path)
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&self.tmp);
-        }
-        result
-    }
-}
-
-impl Drop for CacheWriter {
-    /// A writer dropped before [`finish`](Self::finish) (the first pass
-    /// failed) leaves no file behind.
-    fn drop(&mut self) {
-        if self.out.take().is_some() {
-            let _ = fs::remove_file(&self.tmp);
-        }
+    /// Writing or completing the output failed (nothing is left at a new
+    /// name, a replaced file keeps its old contents).
+    pub fn finish(mut self, meta: &BinaryMeta) -> Result<u64, String> {
+        let at = |e: io::Error| format!("{}: {e}", self.path.display());
+        self.out.write_all(&self.buf).map_err(at)?;
+        let mut file = self.out.finish().map_err(at)?;
+        file.flush().map_err(at)?;
+        // The offset as counted: a FIFO or a device cannot be asked.
+        let offset = file.get_ref().written();
+        let mut all = meta.clone();
+        all.pairs.extend(self.extra.pairs.iter().cloned());
+        let bytes = all.encode();
+        file.write_all(&bytes).map_err(at)?;
+        file.write_all(&trailer(offset, bytes.len() as u64)).map_err(at)?;
+        file.into_inner().map_err(|e| at(e.into_error()))?.finish()
     }
 }
 
@@ -179,30 +157,29 @@ pub fn cache_path(trace: &Path) -> PathBuf {
 }
 
 /// What identifies a source file's contents well enough for a cache: its
-/// size and modification time.
-fn source_identity(trace: &Path) -> io::Result<BinaryMeta> {
-    let md = fs::metadata(trace)?;
-    let modified = md.modified()?.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+/// size and modification time (`None` for a stream).
+fn source_identity(trace: &Input) -> Option<BinaryMeta> {
+    let (len, modified) = trace.size_and_mtime()?;
+    let modified = modified.and_then(|m| m.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos());
     let mut m = BinaryMeta::default();
-    m.push("source_bytes", md.len());
+    m.push("source_bytes", len);
     m.push("source_modified_ns", modified);
-    Ok(m)
+    Some(m)
 }
 
-/// The trace to replay for `trace` with `--cache`: a cache that matches it,
-/// or else the trace itself and a writer that makes the cache during the
-/// first pass (`None` when it cannot be created; the reason is returned
-/// for the report; also when the cache's name is another path to the trace
-/// itself, which is then only read).
-pub fn use_cache(trace: &Path) -> (PathBuf, Option<CacheWriter>, Option<String>) {
-    let cache = cache_path(trace);
-    let tmp = CacheWriter::temp_path(&cache);
-    if let Err(e) = crate::paths::check_outputs([trace], [cache.as_path(), tmp.as_path()]) {
-        return (trace.into(), None, Some(format!("no cache written: {e}")));
-    }
-    let Ok(identity) = source_identity(trace) else {
-        return (trace.into(), None, None);
+/// A cache that matches `trace`, to replay instead of it; or else a writer
+/// that makes the cache during the first pass (`None` when it cannot be
+/// created, the trace is a stream, or the cache's name is another path to
+/// the trace itself, which is then only read); and why no cache is used,
+/// for the report.
+pub fn use_cache(trace: &Input) -> (Option<PathBuf>, Option<CacheWriter>, Option<String>) {
+    let Some(identity) = source_identity(trace) else {
+        return (None, None, Some("no cache: the trace is a stream, not a file".into()));
     };
+    let cache = cache_path(trace.path());
+    if let Err(e) = crate::paths::check_outputs([trace.path()], [cache.as_path()]) {
+        return (None, None, Some(format!("no cache written: {e}")));
+    }
     if let Ok(stream) = EventStream::open(&cache) {
         let same = stream.binary_meta().is_some_and(|m| {
             m.get("source_bytes") == identity.get("source_bytes")
@@ -210,12 +187,12 @@ pub fn use_cache(trace: &Path) -> (PathBuf, Option<CacheWriter>, Option<String>)
                 && scan::Scan::from_meta(m).is_some()
         });
         if same {
-            return (cache, None, None);
+            return (Some(cache), None, None);
         }
     }
     match CacheWriter::create(&cache, identity, false) {
-        Ok(w) => (trace.into(), Some(w), None),
-        Err(e) => (trace.into(), None, Some(format!("cannot write the cache {}: {e}", cache.display()))),
+        Ok(w) => (None, Some(w), None),
+        Err(e) => (None, None, Some(format!("cannot write the cache: {e}"))),
     }
 }
 
@@ -223,22 +200,42 @@ pub fn use_cache(trace: &Path) -> (PathBuf, Option<CacheWriter>, Option<String>)
 /// summary.
 ///
 /// # Errors
-/// The output names the trace (by any path; checked before anything is
-/// written) or its directory is missing; reading the trace or writing the
-/// output failed.
+/// The output names the trace (by any path) or cannot be written (a
+/// directory, a missing directory, a socket: checked before anything is
+/// read); no output was named for a trace that is a stream; reading the
+/// trace (a line out of range with `--strict`) or writing the output
+/// failed, or the trace changed meanwhile (then no output is left at a new
+/// name, and a replaced file keeps its contents).
 pub fn convert(args: &ConvertArgs) -> Result<String, String> {
-    let out = args.out.clone().unwrap_or_else(|| cache_path(&args.trace));
-    crate::paths::check_output_dir(&out)?;
-    let tmp = CacheWriter::temp_path(&out);
-    crate::paths::check_outputs([args.trace.as_path()], [out.as_path(), tmp.as_path()])?;
-    let identity = source_identity(&args.trace).map_err(|e| format!("{}: {e}", args.trace.display()))?;
-    let writer =
-        CacheWriter::create(&out, identity, !args.uncompressed).map_err(|e| format!("{}: {e}", out.display()))?;
-    let s = scan::scan(&args.trace, None, Some(writer))?;
+    let out = match &args.out {
+        Some(out) => out.clone(),
+        None => cache_path(&args.trace),
+    };
+    crate::paths::check_output(&out)?;
+    crate::paths::check_outputs([args.trace.as_path()], [out.as_path()])?;
+    let input = Input::open(&args.trace, Passes::One)?;
+    let identity = match (source_identity(&input), &args.out) {
+        (Some(identity), _) => identity,
+        (None, Some(_)) => BinaryMeta::default(),
+        (None, None) => {
+            return Err(format!(
+                "{}: a stream, not a file: name the output (mmkit convert {} OUT)",
+                args.trace.display(),
+                args.trace.display()
+            ))
+        }
+    };
+    let writer = CacheWriter::create(&out, identity, !args.uncompressed)?;
+    let file = input.reader().map_err(|e| format!("{}: {e}", args.trace.display()))?;
+    let (s, writer) = scan::scan(file, input.path(), None, Some(writer), args.strict)?;
     if let Some(e) = s.cache_error {
         return Err(e);
     }
-    let bytes = fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+    input.check_unchanged()?;
+    let bytes = match writer {
+        Some(w) => w.finish(&s.to_meta())?,
+        None => return Err(format!("{}: not written", out.display())),
+    };
     Ok(format!(
         "{}: {} events ({} lines, {} skipped as malformed{}) -> {} ({} bytes, {:.1} per event) in {:.1} s\n",
         args.trace.display(),

@@ -10,7 +10,7 @@
 
 use super::metrics::Sample;
 use super::report::Report;
-use super::{replay, ReplayArgs, ReplayError};
+use super::{replay_input, ReplayArgs, ReplayError};
 use mmkit::PlacementPolicy;
 use plotters::prelude::*;
 use serde::Serialize;
@@ -102,6 +102,7 @@ fn series(samples: &[Sample]) -> Vec<(u64, f64)> {
 /// As [`replay`].
 pub fn compare(args: &ReplayArgs) -> Result<Vec<Row>, ReplayError> {
     super::plot::check_outputs(args).map_err(ReplayError::Usage)?;
+    let trace = super::open_trace(args)?;
     let mut rows = Vec::new();
     let mut peer_row = None;
     // The rows without compaction are only added when compaction is on,
@@ -113,7 +114,7 @@ pub fn compare(args: &ReplayArgs) -> Result<Vec<Row>, ReplayError> {
         one.no_compact = !config.compact;
         one.plot = None;
         one.peer = (i == 0).then(|| "buddy_system_allocator".to_string());
-        let report = replay(&one, false, |_, _| {})?;
+        let report = replay_input(&one, &trace, false, |_, _| {})?;
         if args.check {
             super::check_passed(&report)?;
         }

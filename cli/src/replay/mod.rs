@@ -26,12 +26,14 @@ pub mod scan;
 pub mod source;
 pub mod stream;
 
+use crate::paths::{Input, Passes};
 use crate::size;
 use clap::Args;
 use engine::{Engine, Ev, Mode};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use mmkit::{CopyMigrator, MemoryMapBuilder, PageAllocator, PlacementPolicy, QuietHooks, ZoneType};
 use mmkit::{Cpus, Report, Tuning};
+use std::fs::File;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -49,7 +51,8 @@ const MAX_SPAN_PAGES: u64 = engine::MAX_MAP_PAGES - (1 << 15);
 /// `mmkit replay`'s arguments, exactly as the command line takes them.
 #[derive(Clone, Debug, Args)]
 pub struct ReplayArgs {
-    /// The trace file.
+    /// The trace: a file, or a pipe or FIFO (`/dev/stdin`), which is
+    /// copied to an unnamed temporary file first since it is read twice.
     #[arg(value_name = "TRACE")]
     pub trace: PathBuf,
     /// Who decides where blocks go.
@@ -138,9 +141,14 @@ pub struct ReplayArgs {
     /// Replay from a binary copy of the trace beside it (TRACE.mmkt):
     /// written by the first pass when missing or out of date (the trace's
     /// size or modification time changed), read without a first pass
-    /// afterwards. Ignored with --limit.
+    /// afterwards. Ignored with --limit, and for a trace that is a stream.
     #[arg(long)]
     pub cache: bool,
+    /// A malformed line (a field out of range included: a PFN past 2^52,
+    /// a CPU past 8191) is an error naming its line, instead of being
+    /// skipped and counted.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// `--pcp-upkeep`: what happens to the per-CPU lists between events.
@@ -197,9 +205,9 @@ pub enum ReplayError {
     Failed(String),
 }
 
-/// Runs a replay and returns its report; a progress bar is drawn on stderr
-/// when `progress` is set; `inspect` sees the engine and the allocator at
-/// the end (tests use it to compare live blocks).
+/// Runs a replay of `args.trace` and returns its report; a progress bar is
+/// drawn on stderr when `progress` is set; `inspect` sees the engine and
+/// the allocator at the end (tests use it to compare live blocks).
 ///
 /// # Errors
 /// [`ReplayError`].
@@ -208,19 +216,43 @@ pub fn replay(
     progress: bool,
     inspect: impl FnOnce(&Engine<'_>, &PageAllocator),
 ) -> Result<report::Report, ReplayError> {
+    replay_input(args, &open_trace(args)?, progress, inspect)
+}
+
+/// [`replay`] of a trace already opened ([`open_trace`]): `--compare`
+/// replays one opened trace several times.
+///
+/// # Errors
+/// [`ReplayError`].
+pub fn replay_input(
+    args: &ReplayArgs,
+    trace: &Input,
+    progress: bool,
+    inspect: impl FnOnce(&Engine<'_>, &PageAllocator),
+) -> Result<report::Report, ReplayError> {
     // The plots' place is checked before the replay, not after it.
     plot::check_outputs(args).map_err(ReplayError::Usage)?;
     // With --cache: a valid cache replaces the trace; otherwise the first
     // pass writes one and the second pass reads it.
-    let (input, writer, cache_note) = if args.cache && args.limit.is_none() {
-        cache::use_cache(&args.trace)
-    } else {
-        (args.trace.clone(), None, None)
+    let (cached, writer, cache_note) =
+        if args.cache && args.limit.is_none() { cache::use_cache(trace) } else { (None, None, None) };
+    let trace_file = || trace.reader().map_err(|e| ReplayError::Failed(format!("{}: {e}", trace.path().display())));
+    let first = match &cached {
+        Some(path) => File::open(path).map_err(|e| ReplayError::Failed(format!("{}: {e}", path.display())))?,
+        None => trace_file()?,
     };
-    let writing = writer.is_some();
-    let scan = scan::scan(&input, args.limit, writer).map_err(ReplayError::Usage)?;
-    let cache_note = cache_note.or_else(|| scan.cache_error.clone());
-    let input = if writing && scan.cache_error.is_none() { cache::cache_path(&args.trace) } else { input };
+    let (scan, writer) = scan::scan(first, cached.as_deref().unwrap_or(trace.path()), args.limit, writer, args.strict)
+        .map_err(ReplayError::Usage)?;
+    trace.check_unchanged().map_err(ReplayError::Failed)?;
+    let mut cache_note = cache_note.or_else(|| scan.cache_error.clone());
+    let mut input = cached.unwrap_or_else(|| trace.path().to_owned());
+    if let Some(w) = writer {
+        match w.finish(&scan.to_meta()) {
+            Ok(_) => input = cache::cache_path(trace.path()),
+            Err(e) => cache_note = Some(format!("cannot write the cache: {e}")),
+        }
+    }
+    let reading_cache = input != trace.path();
     if scan.events == 0 {
         return Err(ReplayError::Usage(format!(
             "{}: no events to replay ({} lines read, {} skipped as malformed)",
@@ -241,7 +273,8 @@ pub fn replay(
     let span = zend - zbase;
     if span > MAX_SPAN_PAGES {
         return Err(ReplayError::Usage(format!(
-            "the trace spans {span} pages; at most {MAX_SPAN_PAGES} are supported"
+            "the trace spans {span} pages (PFN {:#x} to {:#x}); at most {MAX_SPAN_PAGES} (256 GiB) are supported",
+            scan.min_pfn, scan.end_pfn
         )));
     }
     let pages = match (args.mode, args.memory) {
@@ -298,7 +331,12 @@ pub fn replay(
     };
     let mut t_parse = Duration::ZERO;
     let started = Instant::now();
-    let mut stream = stream::EventStream::open(&input).map_err(ReplayError::Failed)?;
+    let mut stream = if reading_cache {
+        stream::EventStream::open(&input)
+    } else {
+        stream::EventStream::from_file(trace_file()?, &input)
+    }
+    .map_err(ReplayError::Failed)?;
     // Streaming: bounded chunks. Preloading: one chunk of the whole trace.
     let chunk_len = if args.preload { scan.events as usize } else { CHUNK };
     let mut chunk: Vec<Ev> = Vec::with_capacity(chunk_len);
@@ -316,6 +354,17 @@ pub fn replay(
         pass.replay_chunk(&chunk, &mm, &mut engine, peer.as_mut());
     }
     pass.bar.finish_and_clear();
+    // No report of work not done: the second pass must have read what the
+    // first counted, from the same file.
+    trace.check_unchanged().map_err(ReplayError::Failed)?;
+    if left > 0 {
+        return Err(ReplayError::Failed(format!(
+            "{}: the replay read {} events where the first pass counted {}; nothing is reported",
+            input.display(),
+            scan.events - left,
+            scan.events
+        )));
+    }
     if pass.samples.last().is_some_and(|s| s.event != engine.counts.events) {
         pass.samples.push(metrics::sample(&mm, engine.pageblock_composition(), &engine.counts));
     }
@@ -494,6 +543,15 @@ pub fn run(args: &ReplayArgs) -> Result<String, ReplayError> {
     } else {
         report.to_table()
     })
+}
+
+/// The trace of `args`, opened once for every replay of the run: a file
+/// where it is, a pipe or FIFO copied first (it is read twice).
+///
+/// # Errors
+/// [`ReplayError::Usage`]: a directory, a device, a socket, a missing file.
+pub fn open_trace(args: &ReplayArgs) -> Result<Input, ReplayError> {
+    Input::open(&args.trace, Passes::Many).map_err(ReplayError::Usage)
 }
 
 /// `--check`'s verdict on a report.

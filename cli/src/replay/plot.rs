@@ -60,29 +60,24 @@ pub fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Checks, before a replay starts, that `--plot`'s files can go where
-/// they are asked to (their directory exists) and that none of them (or
-/// their temporary names) is the trace or its `--cache` copy.
+/// Checks, before a replay starts, that `--plot`'s files can be written
+/// (`crate::paths::check_output`: their directory exists, none is a
+/// directory, a block device or a socket) and that none of them is the
+/// trace or its `--cache` copy.
 ///
 /// # Errors
-/// The message names the output and the directory or the input.
+/// The message names the output and what it is, or the input.
 pub fn check_outputs(args: &ReplayArgs) -> Result<(), String> {
     let Some(prefix) = &args.plot else { return Ok(()) };
     let suffixes: &[&str] = if args.compare { &[COMPARE] } else { &[FREE_BY_ORDER, PAGEBLOCKS] };
     let outputs: Vec<PathBuf> = suffixes.iter().map(|s| with_suffix(prefix, s)).collect();
-    let temps: Vec<PathBuf> = outputs.iter().map(|p| temp_path(p)).collect();
     for out in &outputs {
-        crate::paths::check_output_dir(out).map_err(|e| format!("--plot: {e}"))?;
+        crate::paths::check_output(out).map_err(|e| format!("--plot: {e}"))?;
     }
     let cache = super::cache::cache_path(&args.trace);
     let inputs = [args.trace.as_path(), cache.as_path()];
     let inputs = if args.cache { &inputs[..] } else { &inputs[..1] };
-    crate::paths::check_outputs(inputs.iter().copied(), outputs.iter().chain(&temps).map(PathBuf::as_path))
-}
-
-/// Where [`render_png`] writes `path` until the picture is complete.
-fn temp_path(path: &Path) -> PathBuf {
-    with_suffix(path, &format!(".tmp-{}", std::process::id()))
+    crate::paths::check_outputs(inputs.iter().copied(), outputs.iter().map(PathBuf::as_path))
 }
 
 /// A drawing area on an in-memory RGB picture.
@@ -92,8 +87,9 @@ pub(super) type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift
 pub(super) type DrawResult = Result<(), Box<dyn std::error::Error>>;
 
 /// Draws a `w`×`h` picture in memory with `draw` and writes it to `path`
-/// as a PNG, through a temporary name beside it renamed when complete (so
-/// a failed write leaves no half picture under the final name). Errors
+/// as a PNG through `crate::paths::Output` (a file is renamed into place
+/// when complete, so a failed write leaves no half picture under the final
+/// name; a FIFO or a device is written through). Errors
 /// are this module's own text (plotters' bitmap errors print a debug
 /// dump).
 ///
@@ -110,21 +106,20 @@ pub(super) fn render_png(
         draw(&root).map_err(|e| format!("{}: drawing failed: {e}", path.display()))?;
         root.present().map_err(|_| format!("{}: drawing failed", path.display()))?;
     }
-    let tmp = temp_path(path);
-    let written = (|| -> Result<(), String> {
-        let file = std::fs::File::create(&tmp).map_err(|e| e.to_string())?;
-        let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), w, h);
+    // Encoded in memory (a few hundred KiB), then written at once.
+    let mut png_bytes = Vec::new();
+    (|| -> Result<(), png::EncodingError> {
+        let mut encoder = png::Encoder::new(&mut png_bytes, w, h);
         encoder.set_color(png::ColorType::Rgb);
         encoder.set_depth(png::BitDepth::Eight);
-        let mut writer = encoder.write_header().map_err(|e| e.to_string())?;
-        writer.write_image_data(&rgb).map_err(|e| e.to_string())?;
-        writer.finish().map_err(|e| e.to_string())?;
-        std::fs::rename(&tmp, path).map_err(|e| e.to_string())
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written.map_err(|e| format!("{}: {e}", path.display()))
+        let mut writer = encoder.write_header()?;
+        writer.write_image_data(&rgb)?;
+        writer.finish()
+    })()
+    .map_err(|e| format!("{}: encoding failed: {e}", path.display()))?;
+    let mut out = crate::paths::Output::create(path)?;
+    std::io::Write::write_all(&mut out, &png_bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    out.finish().map(|_| ())
 }
 
 /// Whether text can be drawn: a system font was registered as

@@ -14,6 +14,7 @@ use super::stream::EventStream;
 use mmkit_trace::binary::BinaryMeta;
 use serde::Serialize;
 use std::collections::HashMap;
+use std::fs::File;
 use std::path::Path;
 use std::time::Instant;
 
@@ -183,19 +184,28 @@ impl Scan {
     }
 }
 
-/// Reads the whole trace once (at most `limit` events); with `cache`,
-/// writes every event to it as it goes (only for a whole trace; when that
-/// fails, `cache_error` says why and the pass goes on). A binary file that
-/// carries the summary is not read at all unless `limit` or `cache` is set.
+/// Reads the whole trace once from `file` (named `path` in messages; at
+/// most `limit` events); with `cache`, writes every event to it as it goes
+/// (only for a whole trace; when that fails, `cache_error` says why and
+/// the pass goes on) and hands it back to be finished with the summary. A
+/// binary file that carries the summary is not read at all unless `limit`
+/// or `cache` is set.
 ///
 /// # Errors
-/// The file cannot be opened or read (the message says which).
-pub fn scan(path: &Path, limit: Option<u64>, mut cache: Option<CacheWriter>) -> Result<Scan, String> {
+/// The file cannot be read (the message says which); with `strict`, a
+/// malformed line (its number and why).
+pub fn scan(
+    file: File,
+    path: &Path,
+    limit: Option<u64>,
+    mut cache: Option<CacheWriter>,
+    strict: bool,
+) -> Result<(Scan, Option<CacheWriter>), String> {
     let started = Instant::now();
-    let mut stream = EventStream::open(path)?;
+    let mut stream = EventStream::from_file(file, path)?;
     if limit.is_none() && cache.is_none() {
         if let Some(s) = stream.binary_meta().and_then(Scan::from_meta) {
-            return Ok(Scan { seconds: started.elapsed().as_secs_f64(), ..s });
+            return Ok((Scan { seconds: started.elapsed().as_secs_f64(), ..s }, None));
         }
     }
     let mut s = Scan { compression: Some(stream.compression), min_pfn: u64::MAX, ..Scan::default() };
@@ -209,12 +219,15 @@ pub fn scan(path: &Path, limit: Option<u64>, mut cache: Option<CacheWriter>) -> 
         if n == 0 {
             break;
         }
+        if strict {
+            stream.check_strict().map_err(|e| format!("{}: {e}", path.display()))?;
+        }
         for e in &chunk {
             s.note(e, &mut live);
         }
         if let Some(w) = &mut cache {
             if let Err(e) = w.push_all(&chunk) {
-                s.cache_error = Some(format!("cannot write the cache {}: {e}", w.path().display()));
+                s.cache_error = Some(format!("cannot write {}: {e}", w.path().display()));
                 cache = None;
             }
         }
@@ -243,12 +256,9 @@ pub fn scan(path: &Path, limit: Option<u64>, mut cache: Option<CacheWriter>) -> 
         s.stats = prev.stats;
         s.header = prev.header;
     }
-    if let Some(w) = cache {
-        let path = w.path().to_path_buf();
-        if let Err(e) = w.finish(&s.to_meta()) {
-            s.cache_error = Some(format!("cannot write the cache {}: {e}", path.display()));
-        }
+    if strict {
+        stream.check_strict().map_err(|e| format!("{}: {e}", path.display()))?;
     }
     s.seconds = started.elapsed().as_secs_f64();
-    Ok(s)
+    Ok((s, cache))
 }

@@ -7,6 +7,7 @@
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
+#[cfg(test)]
 use std::path::Path;
 
 /// xz stream header: `FD 37 7A 58 5A 00`.
@@ -57,8 +58,18 @@ pub fn detect(head: &[u8]) -> Compression {
 ///
 /// # Errors
 /// The file cannot be opened or read, or the zstd decoder cannot start.
+#[cfg(test)]
 pub fn open(path: &Path) -> io::Result<(Box<dyn BufRead>, Compression)> {
-    let mut file = BufReader::with_capacity(1 << 16, File::open(path)?);
+    open_file(File::open(path)?)
+}
+
+/// A buffered reader of the decompressed text of `file`, read from where
+/// it stands (of the raw bytes for the binary format).
+///
+/// # Errors
+/// The file cannot be read, or the zstd decoder cannot start.
+pub fn open_file(file: File) -> io::Result<(Box<dyn BufRead>, Compression)> {
+    let mut file = BufReader::with_capacity(1 << 16, file);
     let kind = detect(file.fill_buf()?);
     let reader: Box<dyn BufRead> = match kind {
         Compression::None | Compression::Binary => Box::new(file),

@@ -133,11 +133,25 @@ impl EventStream {
     /// # Errors
     /// The file cannot be opened or read, or its binary framing is bad.
     pub fn open(path: &Path) -> Result<Self, String> {
+        let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Self::from_file(file, path)
+    }
+
+    /// Reads `file` (a handle at its start, named `path` in messages), as
+    /// [`open`](Self::open) does.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn from_file(file: File, path: &Path) -> Result<Self, String> {
         let at = |e: String| format!("{}: {e}", path.display());
-        let (reader, compression) = source::open(path).map_err(|e| at(e.to_string()))?;
+        let again = file.try_clone().map_err(|e| at(e.to_string()))?;
+        let (reader, compression) = source::open_file(file).map_err(|e| at(e.to_string()))?;
         let input = if compression == Compression::Binary {
             drop(reader);
-            let mut file = File::open(path).map_err(|e| at(e.to_string()))?;
+            let mut file = again;
+            if !file.metadata().is_ok_and(|m| m.is_file()) {
+                return Err(at("a binary trace is read from its end first: give it as a file, not a stream".into()));
+            }
             let framing = read_binary_file(&mut file).map_err(at)?;
             file.seek(SeekFrom::Start(BINARY_PREAMBLE_BYTES as u64)).map_err(|e| at(e.to_string()))?;
             let raw = io::BufReader::with_capacity(1 << 16, file).take(framing.records_len);
@@ -174,6 +188,20 @@ impl EventStream {
         match &self.input {
             Input::Text(r) => Some((r.stats(), r.header())),
             Input::Binary { .. } => None,
+        }
+    }
+
+    /// `--strict`'s verdict so far: the first malformed line of a text
+    /// trace, as an error.
+    ///
+    /// # Errors
+    /// `line N: why (--strict …)`.
+    pub fn check_strict(&self) -> Result<(), String> {
+        match self.text_stats().and_then(|(st, _)| st.first_errors.first()) {
+            Some(e) => {
+                Err(format!("{e} (--strict: a malformed line is an error; without it, it is skipped and counted)"))
+            }
+            None => Ok(()),
         }
     }
 

@@ -127,6 +127,7 @@ fn args(trace: &Path, mode: Mode) -> ReplayArgs {
         plot: None,
         preload: false,
         cache: false,
+        strict: false,
     }
 }
 
@@ -408,6 +409,7 @@ fn binary_copy_replays_exactly_like_the_text() {
         trace: path.to_path_buf(),
         out: Some(out.clone()),
         uncompressed: false,
+        strict: false,
     })
     .unwrap();
     assert!(summary.contains(&format!("{} events", g.events)), "{summary}");
@@ -438,6 +440,7 @@ fn binary_copy_replays_exactly_like_the_text() {
         trace: out.clone(),
         out: Some(again.clone()),
         uncompressed: true,
+        strict: false,
     })
     .unwrap();
     let a = args(&again, Mode::Placed);
@@ -484,6 +487,7 @@ fn broken_binary_files_are_errors_not_panics() {
         trace: path.to_path_buf(),
         out: Some(out.clone()),
         uncompressed: false,
+        strict: false,
     })
     .unwrap();
     let bytes = std::fs::read(&out).unwrap();

@@ -35,9 +35,9 @@ pub struct CtlArgs {
     /// The attribute, and a value to store into it.
     #[arg(value_name = "REQUEST", required = true, num_args = 1.., allow_hyphen_values = true)]
     pub request: Vec<String>,
-    /// Seconds the server has to take the request (connect, send, its first line);
+    /// Seconds the server has to take the request (connect, send, its first line), more than 0;
     /// once it says the request runs, ctl waits for the action however long it takes.
-    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = seconds)]
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = positive_seconds)]
     pub timeout: Duration,
     /// Seconds to keep trying while the server answers busy (0: once).
     #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = seconds)]
@@ -51,6 +51,36 @@ fn seconds(text: &str) -> Result<Duration, String> {
         .filter(|s| s.is_finite() && *s >= 0.0 && *s <= 86_400.0)
         .map(Duration::from_secs_f64)
         .ok_or_else(|| format!("{text:?}: want seconds, 0 to 86400"))
+}
+
+/// `--timeout`: seconds, more than zero (a deadline of 0 would fail every
+/// request before it is sent).
+fn positive_seconds(text: &str) -> Result<Duration, String> {
+    let duration = seconds(text)?;
+    if duration.is_zero() {
+        return Err(format!("{text:?}: want more than 0 seconds, up to 86400"));
+    }
+    Ok(duration)
+}
+
+/// The request line with every path in it made absolute in this process's
+/// directory: the server opens them in its own (`backing_dev PATH`,
+/// `algorithm_params … dict=PATH`), and refuses a relative one.
+///
+/// # Errors
+/// A path that cannot be made absolute or is not UTF-8 (the protocol is
+/// text).
+pub fn request_line(request: &[String]) -> Result<String, String> {
+    let Some((name, rest)) = request.split_first() else { return Ok(String::new()) };
+    let value = rest.join(" ");
+    let value = match name.as_str() {
+        "backing_dev" if !value.trim().is_empty() && value.trim() != "none" => {
+            crate::paths::absolute_text(Path::new(value.trim()), "backing_dev")?
+        }
+        "algorithm_params" => crate::paths::absolute_dicts(&value)?,
+        _ => value,
+    };
+    Ok(if value.is_empty() { name.clone() } else { format!("{name} {value}") })
 }
 
 /// Why a request gave no answer to print.
@@ -88,7 +118,28 @@ impl CtlError {
 /// # Errors
 /// As [`CtlError`].
 pub fn run(args: &CtlArgs) -> Result<String, CtlError> {
-    request_with(&args.socket, &args.request.join(" "), args.timeout, args.busy_retry)
+    let line = request_line(&args.request).map_err(CtlError::NotRun)?;
+    check_socket(&args.socket).map_err(CtlError::NotRun)?;
+    request_with(&args.socket, &line, args.timeout, args.busy_retry)
+}
+
+/// A control socket path that is something else (a regular file, a
+/// directory), said before connecting: `connect` would only say
+/// "Connection refused".
+fn check_socket(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.file_type().is_socket() => Err(format!(
+            "{}: {}, not a control socket (mmkit zram serve prints its control socket's path; --control names it)",
+            path.display(),
+            crate::paths::noun(&meta)
+        )),
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!(
+            "{}: {e}: no control socket there (mmkit zram serve prints its path; --control names it)",
+            path.display()
+        )),
+    }
 }
 
 /// Sends one request line to the control socket at `socket` with the
@@ -237,6 +288,22 @@ mod tests {
         assert!(parse_reply("hello\n").is_err());
         assert_eq!(seconds("0.5"), Ok(Duration::from_millis(500)));
         assert!(seconds("-1").is_err() && seconds("soon").is_err() && seconds("NaN").is_err());
+    }
+
+    #[test]
+    fn paths_in_requests_are_made_absolute_here_and_zero_timeouts_refused() {
+        let words = |w: &[&str]| w.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let here = std::env::current_dir().unwrap();
+        let line = request_line(&words(&["backing_dev", "wb.img"])).unwrap();
+        assert_eq!(line, format!("backing_dev {}", here.join("wb.img").display()));
+        assert_eq!(request_line(&words(&["backing_dev", "none"])).unwrap(), "backing_dev none");
+        let line = request_line(&words(&["algorithm_params", "algo=zstd level=3 dict=d.dict"])).unwrap();
+        assert_eq!(line, format!("algorithm_params algo=zstd level=3 dict={}", here.join("d.dict").display()));
+        assert_eq!(request_line(&words(&["mm_stat"])).unwrap(), "mm_stat");
+        assert_eq!(request_line(&words(&["writeback", "huge"])).unwrap(), "writeback huge");
+        assert!(positive_seconds("0").is_err() && positive_seconds("0.0000000001").is_err());
+        assert_eq!(positive_seconds("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(seconds("0"), Ok(Duration::ZERO), "--busy-retry 0: once");
     }
 
     /// A fake server answering each connection with the next of `answers`

@@ -8,6 +8,8 @@
 //! parameters beyond passing them on.
 
 use std::net::SocketAddr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -177,20 +179,109 @@ pub enum Listen {
 }
 
 impl Listen {
-    /// The NBD URI a client connects to.
+    /// The NBD URI a client connects to (`nbd+unix:///?socket=PATH` with the
+    /// path percent-encoded, `nbd://ADDR:PORT`), per the NBD URI
+    /// specification (the NBD project's `doc/uri.md`, RFC 3986).
     pub fn uri(&self) -> String {
-        match self {
-            Self::Unix(path) => format!("nbd+unix:///?socket={}", path.display()),
-            Self::Tcp(addr) => format!("nbd://{addr}"),
-        }
+        self.uri_with("nbd")
     }
 
     /// The NBD URI of a server that offers TLS (`nbds`, as libnbd names
     /// it): a client connects with TLS.
     pub fn tls_uri(&self) -> String {
+        self.uri_with("nbds")
+    }
+
+    fn uri_with(&self, scheme: &str) -> String {
         match self {
-            Self::Unix(path) => format!("nbds+unix:///?socket={}", path.display()),
-            Self::Tcp(addr) => format!("nbds://{addr}"),
+            Self::Unix(path) => format!("{scheme}+unix:///?socket={}", percent_encode(path.as_os_str().as_bytes())),
+            Self::Tcp(addr) => format!("{scheme}://{addr}"),
+        }
+    }
+}
+
+/// `bytes` for a URI's query value: every byte but RFC 3986's unreserved
+/// characters and `/` as `%XX`, so that a blank, `&`, `#`, `%`, `?`, `+`
+/// or a byte that is not UTF-8 in a socket path reaches the client as it
+/// is.
+pub fn percent_encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for &b in bytes {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The TCP port process `pid` listens on, from `/proc`: the socket inodes
+/// among its file descriptors, looked up among the listening sockets of
+/// its network namespace. With `--listen ADDR:0` nbdkit binds a port the
+/// kernel chooses, and this is how the URI learns it.
+fn listening_port(pid: u32) -> Option<u16> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()?
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|link| {
+            let link = link.to_string_lossy().into_owned();
+            link.strip_prefix("socket:[").and_then(|rest| rest.strip_suffix(']')).map(str::to_owned)
+        })
+        .collect();
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else { continue };
+        for line in text.lines().skip(1) {
+            // sl local_address rem_address st ... uid timeout inode
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state), Some(inode)) = (cols.get(1), cols.get(3), cols.get(9)) else { continue };
+            if *state == "0A" && inodes.iter().any(|i| i == inode) {
+                let port = local.rsplit_once(':').and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+                if port.is_some() {
+                    return port;
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Removes the socket at `path` if nothing listens on it (connecting is
+/// refused); anything else is left.
+fn remove_if_dead_socket(path: &Path) {
+    use std::os::unix::fs::FileTypeExt;
+    let is_socket = path.symlink_metadata().is_ok_and(|m| m.file_type().is_socket());
+    if is_socket
+        && std::os::unix::net::UnixStream::connect(path)
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+    {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// A file this process saw a server create: removed when the server stops
+/// only while its path still names that file, so that a server which lost
+/// a race for a path (two started at once on one `--unix`) removes the
+/// winner's socket never.
+#[derive(Debug)]
+struct Created {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+impl Created {
+    /// The file at `path` now, if any.
+    fn at(path: &Path) -> Option<Self> {
+        let meta = path.symlink_metadata().ok()?;
+        Some(Self { path: path.to_owned(), dev: meta.dev(), ino: meta.ino() })
+    }
+
+    /// Removes it if its path still names it.
+    fn remove(&self) {
+        if Self::at(&self.path).is_some_and(|now| now.dev == self.dev && now.ino == self.ino) {
+            let _ = std::fs::remove_file(&self.path);
         }
     }
 }
@@ -222,7 +313,7 @@ pub fn plugin_beside_binary() -> Result<PathBuf, NbdkitError> {
 pub struct Spec {
     /// The plugin: a path to a `.so` or the name of one of nbdkit's own
     /// (`memory`).
-    pub plugin: String,
+    pub plugin: std::ffi::OsString,
     /// The plugin's `key=value` arguments.
     pub plugin_args: Vec<String>,
     /// nbdkit options placed before the plugin (`--filter=…`, `-t 4`, `-v`).
@@ -243,9 +334,13 @@ pub struct Spec {
 #[derive(Debug)]
 pub struct Nbdkit {
     child: Option<Child>,
+    /// Where it listens: a TCP port 0 resolved once it is ready.
     listen: Listen,
     pid_file: PathBuf,
     also_remove: Vec<PathBuf>,
+    /// The socket and `also_remove` files as they were once it was ready:
+    /// only these are removed (none when it never was).
+    created: Vec<Created>,
 }
 
 impl Nbdkit {
@@ -280,11 +375,17 @@ impl Nbdkit {
             std::io::ErrorKind::NotFound => NbdkitError(INSTALL_HINT.into()),
             _ => NbdkitError(format!("starting nbdkit: {e}")),
         })?;
-        let mut server =
-            Self { child: Some(child), listen: spec.listen.clone(), pid_file, also_remove: spec.also_remove.clone() };
+        let mut server = Self {
+            child: Some(child),
+            listen: spec.listen.clone(),
+            pid_file,
+            also_remove: spec.also_remove.clone(),
+            created: Vec::new(),
+        };
         let started = Instant::now();
         loop {
             if server.pid_file.is_file() {
+                server.ready()?;
                 return Ok(server);
             }
             if let Some(status) = server.try_wait()? {
@@ -300,6 +401,30 @@ impl Nbdkit {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Once nbdkit is ready: records the files it made (they are its until
+    /// it stops), and the port it chose for a TCP port 0.
+    fn ready(&mut self) -> Result<(), NbdkitError> {
+        let socket = match &self.listen {
+            Listen::Unix(path) => Some(path.clone()),
+            Listen::Tcp(_) => None,
+        };
+        self.created = socket.iter().chain(&self.also_remove).filter_map(|p| Created::at(p)).collect();
+        if let Listen::Tcp(addr) = self.listen {
+            if addr.port() == 0 {
+                let pid = self.child.as_ref().map(Child::id);
+                let Some(port) = pid.and_then(listening_port) else {
+                    self.stop();
+                    return Err(NbdkitError(format!(
+                        "nbdkit listens on {addr} with a port of the kernel's choice, which /proc does not show; \
+                         name a port"
+                    )));
+                };
+                self.listen = Listen::Tcp(SocketAddr::new(addr.ip(), port));
+            }
+        }
+        Ok(())
     }
 
     /// The NBD URI to connect to.
@@ -360,13 +485,22 @@ impl Nbdkit {
         status
     }
 
-    fn remove_files(&self) {
-        if let Listen::Unix(path) = &self.listen {
-            let _ = std::fs::remove_file(path);
-        }
+    /// Removes the pid file (in the caller's private directory) and the
+    /// files recorded when nbdkit was ready, while their paths still name
+    /// them: a server that never became ready (it lost a race for its
+    /// socket, say) removes nothing it did not create.
+    fn remove_files(&mut self) {
         let _ = std::fs::remove_file(&self.pid_file);
-        for path in &self.also_remove {
-            let _ = std::fs::remove_file(path);
+        if self.created.is_empty() {
+            // Never ready: nbdkit can exit without unloading the plugin,
+            // whose control socket then stays. Only a dead socket is
+            // removed (nothing answers on it), never a live server's.
+            for path in &self.also_remove {
+                remove_if_dead_socket(path);
+            }
+        }
+        for file in self.created.drain(..) {
+            file.remove();
         }
     }
 }
@@ -382,8 +516,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn uris() {
+    fn uris_are_percent_encoded() {
         assert_eq!(Listen::Unix("/run/x/nbd.sock".into()).uri(), "nbd+unix:///?socket=/run/x/nbd.sock");
+        let odd = std::ffi::OsStr::from_bytes(b"/t dir/a&b#c%d?e+f\xff.sock");
+        assert_eq!(Listen::Unix(odd.into()).uri(), "nbd+unix:///?socket=/t%20dir/a%26b%23c%25d%3Fe%2Bf%FF.sock");
         assert_eq!(Listen::Tcp("127.0.0.1:10809".parse().unwrap()).uri(), "nbd://127.0.0.1:10809");
         assert_eq!(Listen::Tcp("[::1]:10809".parse().unwrap()).uri(), "nbd://[::1]:10809");
         assert_eq!(Listen::Tcp("127.0.0.1:10809".parse().unwrap()).tls_uri(), "nbds://127.0.0.1:10809");

@@ -47,25 +47,28 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PARAMS", value_parser = algorithm_params)]
     pub algorithm_params: Vec<String>,
     /// Most memory the device may use (its compressed pages and its slot table, as mm_stat's
-    /// mem_used_total counts them); writes beyond it fail with ENOSPC.
+    /// mem_used_total counts them), at least a page; 0 means no limit (Linux's meaning). A write
+    /// that would pass it fails with ENOSPC and leaves nothing behind.
     #[arg(long, value_name = "SIZE", value_parser = device_param("mem_limit"))]
     pub mem_limit: Option<String>,
     /// An existing file for `writeback` of idle, huge or incompressible pages, locked: no
     /// other device may use it while this one runs. It must read as zeroes (`truncate -s 1G
     /// FILE` makes one); a file holding data is refused unless --force-backing is given.
     #[arg(long, value_name = "FILE")]
-    pub backing_dev: Option<String>,
+    pub backing_dev: Option<PathBuf>,
     /// Let --backing-dev name a file that holds data: writeback overwrites it from its first block.
     #[arg(long, requires = "backing_dev")]
     pub force_backing: bool,
     /// Most pages in one zspage (4..=16).
     #[arg(long, value_name = "N", value_parser = device_param("chain_size"))]
     pub chain_size: Option<String>,
-    /// Listen on this Unix socket (default: one in a private temporary directory).
+    /// Listen on this Unix socket, which must not exist (a dead server's is replaced); the URI
+    /// names it by its absolute path (default: one in a private temporary directory).
     #[arg(long, value_name = "PATH", conflicts_with = "listen")]
     pub unix: Option<PathBuf>,
-    /// Listen on TCP at this address instead (e.g. 127.0.0.1:10809); anything but
-    /// loopback exposes the device to the network without TLS.
+    /// Listen on TCP at this address instead (e.g. 127.0.0.1:10809; port 0: one the kernel
+    /// chooses, which the URI names); anything but loopback exposes the device to the network
+    /// without TLS, and a wildcard address (0.0.0.0, [::]) is warned about.
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<SocketAddr>,
     /// The control socket for `mmkit zram ctl` (default: ctl.sock beside the private NBD socket).
@@ -92,17 +95,23 @@ fn device_param(key: &'static str) -> impl Fn(&str) -> Result<String, String> + 
 /// the machine can hold its slot table is `check_size`'s, in the user's
 /// units.
 fn size_param(value: &str) -> Result<String, String> {
-    match mmkit_zram::parse_size(value) {
-        Some(0) => Err(format!("{value}: the device needs at least one page")),
-        Some(_) => Ok(value.to_owned()),
-        None => Err(format!("{value}: not a size (K, M, G, T suffixes)")),
+    match crate::size::parse_size(value) {
+        Ok(_) => Ok(value.to_owned()),
+        Err(crate::size::SizeError::Zero) => Err(format!("{value}: the device needs at least one page")),
+        Err(e) => Err(e.to_string()),
     }
 }
 
 /// A clap value parser for `--algorithm-params`: the words only; which
 /// algorithm they name is checked with the whole configuration in `run`.
 fn algorithm_params(value: &str) -> Result<String, String> {
-    mmkit_zram::AlgorithmParams::parse(value).map(|_| value.to_owned()).map_err(|e| e.to_string())
+    mmkit_zram::AlgorithmParams::parse(value).map(|_| value.to_owned()).map_err(|e| {
+        if value.contains("dict=") {
+            format!("{e} (the words are split at blanks, so a dict= path cannot hold one: a symbolic link will do)")
+        } else {
+            e.to_string()
+        }
+    })
 }
 
 /// Why `serve` failed.
@@ -125,7 +134,7 @@ impl ServeArgs {
         let optional = [
             ("recomp", &self.recomp),
             ("mem_limit", &self.mem_limit),
-            ("backing_dev", &self.backing_dev),
+            ("backing_dev", &self.backing_dev.as_ref().map(|p| p.to_string_lossy().into_owned())),
             ("chain_size", &self.chain_size),
         ];
         args.extend(optional.iter().filter_map(|(key, value)| value.as_ref().map(|v| format!("{key}={v}"))));
@@ -149,6 +158,58 @@ impl ServeArgs {
     }
 }
 
+impl ServeArgs {
+    /// The arguments with every path made absolute here (the plugin runs in
+    /// nbdkit, and the printed URI must work from any directory); the
+    /// paths the plugin takes as text must be UTF-8.
+    ///
+    /// # Errors
+    /// A path that cannot be made absolute, or one the plugin takes that is
+    /// not UTF-8.
+    fn resolved(&self) -> Result<Self, String> {
+        let mut args = self.clone();
+        if let Some(path) = &self.backing_dev {
+            args.backing_dev = Some(crate::paths::absolute_text(path, "--backing-dev")?.into());
+        }
+        args.algorithm_params =
+            self.algorithm_params.iter().map(|p| crate::paths::absolute_dicts(p)).collect::<Result<_, _>>()?;
+        if let Some(path) = &self.control {
+            args.control = Some(crate::paths::absolute_text(path, "--control")?.into());
+        }
+        let absolute =
+            |path: &Path, what: &str| std::path::absolute(path).map_err(|e| format!("{what} {}: {e}", path.display()));
+        if let Some(path) = &self.unix {
+            args.unix = Some(absolute(path, "--unix")?);
+        }
+        if let Some(path) = &self.plugin {
+            args.plugin = Some(absolute(path, "--plugin")?);
+        }
+        Ok(args)
+    }
+}
+
+/// `text` as one shell word: quoted when it holds anything but letters,
+/// digits and `/._-+:,@%=`.
+fn shell_word(text: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:,@%=".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
+/// A warning for a listen address that is every address of the machine.
+fn wildcard_warning(addr: &SocketAddr) -> Option<String> {
+    addr.ip().is_unspecified().then(|| {
+        format!(
+            "mmkit zram serve: warning: --listen {addr} accepts connections on every network address of this \
+             machine, without TLS or authentication: anyone who can reach it can read and write the device; \
+             listen on 127.0.0.1 (or [::1]) unless that is meant"
+        )
+    })
+}
+
 /// Whether two paths name one file (compared as absolute paths: neither
 /// needs to exist).
 fn same_path(a: &Path, b: &Path) -> bool {
@@ -162,9 +223,30 @@ fn same_path(a: &Path, b: &Path) -> bool {
 /// removed, a live one or anything else is refused. The plugin's control
 /// socket does the same check (`mmkit_nbdkit::control::clear_dead_socket`).
 fn clear_dead_socket(path: &Path) -> Result<(), String> {
-    let Ok(meta) = path.symlink_metadata() else { return Ok(()) };
+    // sun_path holds 108 bytes with its NUL.
+    if path.as_os_str().len() > 107 {
+        return Err(format!(
+            "{}: {} bytes, longer than a Unix socket's path may be (107); choose a shorter path",
+            path.display(),
+            path.as_os_str().len()
+        ));
+    }
+    let Ok(meta) = path.symlink_metadata() else {
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        return match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => Ok(()),
+            Ok(m) => {
+                Err(format!("{}: {} is {}, not a directory", path.display(), dir.display(), crate::paths::noun(&m)))
+            }
+            Err(e) => Err(format!("{}: directory {}: {e}", path.display(), dir.display())),
+        };
+    };
     if !meta.file_type().is_socket() {
-        return Err(format!("{} exists and is not a socket; remove it or choose another path", path.display()));
+        return Err(format!(
+            "{} exists and is {}, not a socket; remove it or choose another path",
+            path.display(),
+            crate::paths::noun(&meta)
+        ));
     }
     match std::os::unix::net::UnixStream::connect(path) {
         Ok(_) => Err(format!("{}: a running server listens on it; choose another path", path.display())),
@@ -182,7 +264,7 @@ fn clear_dead_socket(path: &Path) -> Result<(), String> {
 /// in the user's units. The device makes the same check on every
 /// `disksize` (`mmkit_zram::slot_table_bytes`).
 fn check_size(text: &str) -> Result<u64, ServeError> {
-    let asked = mmkit_zram::parse_size(text).ok_or_else(|| ServeError::Usage(format!("--size {text}: not a size")))?;
+    let asked = crate::size::parse_size(text).map_err(|e| ServeError::Usage(format!("--size {text}: {e}")))?;
     let page = mmkit_zram::PAGE_SIZE as u64;
     let size =
         asked.checked_next_multiple_of(page).ok_or_else(|| ServeError::Usage(format!("--size {text}: too large")))?;
@@ -231,13 +313,20 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
     if let Some(message) = contradicting_option(&args.nbdkit_args) {
         return Err(ServeError::Usage(message));
     }
+    let args = &args.resolved().map_err(ServeError::Usage)?;
+    if let Some(warning) = args.listen.as_ref().and_then(wildcard_warning) {
+        eprintln!("{warning}");
+    }
     let size = check_size(&args.size)?;
     // Then, so that a bad dictionary or level is a usage error even where
     // nbdkit or the plugin is missing.
     let config = args.check_config().map_err(ServeError::Usage)?;
     let plugin = match &args.plugin {
         Some(path) if path.is_file() => path.clone(),
-        Some(path) => return Err(ServeError::Usage(format!("--plugin {}: no such file", path.display()))),
+        Some(path) => {
+            let what = std::fs::metadata(path).map_or_else(|e| e.to_string(), |m| crate::paths::noun(&m).to_owned());
+            return Err(ServeError::Usage(format!("--plugin {}: {what}; name the plugin's .so file", path.display())));
+        }
         None => plugin_beside_binary().map_err(|NbdkitError(e)| ServeError::Failed(e))?,
     };
     let run_dir = tempfile::Builder::new()
@@ -263,11 +352,15 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
         clear_dead_socket(path).map_err(ServeError::Usage)?;
     }
     let mut plugin_args = args.plugin_args();
-    plugin_args.push(format!("control={}", control.display()));
+    let control_text = crate::paths::absolute_text(&control, "the control socket").map_err(ServeError::Usage)?;
+    plugin_args.push(format!("control={control_text}"));
     // Removed by the plugin when nbdkit exits, should this process be
     // killed before it can remove its private directory itself.
     let private = [run_dir.path().join("nbd.sock"), run_dir.path().join("ctl.sock"), run_dir.path().join("nbdkit.pid")];
-    plugin_args.extend(private.iter().map(|p| format!("cleanup={}", p.display())));
+    for path in &private {
+        let text = crate::paths::absolute_text(path, "the private directory's file").map_err(ServeError::Usage)?;
+        plugin_args.push(format!("cleanup={text}"));
+    }
     let mut nbdkit_args = args.nbdkit_args.clone();
     if let Some(option) = hangup_workaround(&nbdkit_args) {
         eprintln!(
@@ -278,7 +371,7 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
         nbdkit_args.insert(0, option.to_owned());
     }
     let spec = Spec {
-        plugin: plugin.display().to_string(),
+        plugin: plugin.into_os_string(),
         plugin_args,
         nbdkit_args,
         listen,
@@ -316,8 +409,8 @@ pub fn run(args: &ServeArgs) -> Result<(), ServeError> {
         "mmkit zram serve: size {size} bytes, {}; control socket {} (mmkit zram ctl {} mm_stat); SIGINT, SIGTERM \
          or SIGHUP stops it",
         algorithm_words(config.algorithm),
-        control.display(),
-        control.display()
+        control_text,
+        shell_word(&control_text)
     );
     loop {
         if stopping() {

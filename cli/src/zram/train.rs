@@ -13,10 +13,11 @@
 //! `mmkit_compress::Dictionary::train`'s. Must not touch devices.
 
 use crate::paths;
+use crate::size::parse_size;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use mmkit_compress::{same_filled, Algorithm, Compressor, Dictionary, MAX_DICT_SIZE, MIN_DICT_SIZE};
-use mmkit_zram::{parse_size, PAGE_SIZE};
+use mmkit_zram::PAGE_SIZE;
 use std::fs::File;
 use std::io::{IsTerminal, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -30,29 +31,43 @@ const PROGRESS_FROM_BYTES: u64 = 64 << 20;
 #[command(after_help = "Example: mmkit zram train-dict --out bin.dict /usr/bin, then \
     mmkit zram serve --comp zstd:9 --algorithm-params \"algo=zstd dict=bin.dict\"")]
 pub struct TrainArgs {
-    /// Where to write the dictionary (the format `zstd --train` writes).
-    /// Refused, before any work, when it is one of the inputs by any path
-    /// (symbolic or hard link, a file under an input directory).
+    /// Where to write the dictionary (the format `zstd --train` writes): a
+    /// file is replaced when the new one is complete, a FIFO or a device is
+    /// written through. Refused, before any work, when it is one of the
+    /// inputs by any path (symbolic or hard link, a file under an input
+    /// directory), a directory or a socket.
     #[arg(long, value_name = "PATH")]
     pub out: PathBuf,
     /// Largest dictionary (K, M suffixes; 256 bytes to 16M).
     #[arg(long, default_value = "112K", value_parser = size_arg)]
     pub size: u64,
-    /// Most sample bytes to train on, taken evenly from all the input's pages.
-    #[arg(long, default_value = "32M", value_parser = size_arg)]
+    /// Most sample bytes to train on, taken evenly from all the input's
+    /// pages: at least 32K (8 pages, the fewest zstd's trainer takes).
+    #[arg(long, default_value = "32M", value_parser = samples_arg)]
     pub samples: u64,
     /// zstd level of the report's comparison (with and without the dictionary);
     /// 9 because below level 6 zstd reuses a dictionary's entropy tables
     /// unpriced on 4 KiB pages and the dictionary barely helps or hurts.
     #[arg(long, default_value_t = 9)]
     pub level: i32,
-    /// Files or directories to sample pages from.
+    /// Files or directories to sample pages from (inside directories, what
+    /// is not a regular file is skipped; a device or a FIFO named here is
+    /// refused: sampling needs files of known size).
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
 }
 
 fn size_arg(text: &str) -> Result<u64, String> {
-    parse_size(text).ok_or_else(|| format!("`{text}` is not a size"))
+    parse_size(text).map_err(|e| e.to_string())
+}
+
+/// `--samples`: a size of at least 8 pages.
+fn samples_arg(text: &str) -> Result<u64, String> {
+    let bytes = mmkit_zram::parse_size(text).map_err(|e| e.to_string())?;
+    if bytes < 8 * PAGE_SIZE as u64 {
+        return Err(format!("{bytes} bytes is less than 8 pages (32K), the fewest zstd's trainer takes"));
+    }
+    Ok(bytes)
 }
 
 /// Why `train-dict` failed.
@@ -64,31 +79,86 @@ pub enum TrainError {
     Failed(String),
 }
 
-/// Every regular file under `inputs`, sorted within each directory.
-fn files_of(inputs: &[PathBuf]) -> Result<Vec<(PathBuf, u64)>, TrainError> {
+/// A file to sample: its path, and what it was when walked (a change
+/// before the run ends is reported).
+struct Walked {
+    path: PathBuf,
+    meta: std::fs::Metadata,
+}
+
+impl Walked {
+    fn len(&self) -> u64 {
+        self.meta.len()
+    }
+}
+
+/// Every regular file under `inputs`, sorted within each directory, and
+/// how many entries inside directories were not regular files (devices,
+/// FIFOs, sockets, symbolic links: skipped, never opened). An input named
+/// on the command line that is not a regular file or a directory is
+/// refused, saying what it is: pages are sampled evenly across the input,
+/// which takes files whose size is known and that can be read at any
+/// offset.
+fn files_of(inputs: &[PathBuf]) -> Result<(Vec<Walked>, u64), TrainError> {
     let mut out = Vec::new();
-    let mut stack: Vec<PathBuf> = inputs.iter().rev().cloned().collect();
-    while let Some(path) = stack.pop() {
-        let meta = path.symlink_metadata().map_err(|e| TrainError::Usage(format!("{}: {e}", path.display())))?;
+    let mut skipped = 0;
+    for input in inputs {
+        let meta = std::fs::metadata(input).map_err(|e| TrainError::Usage(format!("{}: {e}", input.display())))?;
+        if !meta.is_file() && !meta.is_dir() {
+            return Err(TrainError::Usage(format!(
+                "{}: {}, not a file or directory: pages are sampled evenly across the input, which needs \
+                 regular files (save a stream to a file first)",
+                input.display(),
+                paths::noun(&meta)
+            )));
+        }
+    }
+    let mut stack: Vec<(PathBuf, bool)> = inputs.iter().rev().map(|p| (p.clone(), true)).collect();
+    while let Some((path, named)) = stack.pop() {
+        // Named inputs are followed through a link; inside directories
+        // links are not followed.
+        let meta = if named { std::fs::metadata(&path) } else { path.symlink_metadata() }
+            .map_err(|e| TrainError::Usage(format!("{}: {e}", path.display())))?;
         if meta.is_file() {
-            out.push((path, meta.len()));
+            out.push(Walked { path, meta });
         } else if meta.is_dir() {
             let Ok(entries) = std::fs::read_dir(&path) else { continue };
             let mut children: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
             children.sort();
-            stack.extend(children.into_iter().rev());
+            stack.extend(children.into_iter().rev().map(|c| (c, false)));
+        } else {
+            skipped += 1;
         }
     }
-    Ok(out)
+    Ok((out, skipped))
+}
+
+/// Whether every sampled file is as it was when walked (size, modification
+/// time, and the file its path names).
+fn check_unchanged(files: &[Walked]) -> Result<(), TrainError> {
+    for f in files {
+        let now = std::fs::metadata(&f.path);
+        let same = now.as_ref().is_ok_and(|m| {
+            paths::same_file(m, &f.meta) && m.len() == f.meta.len() && m.modified().ok() == f.meta.modified().ok()
+        });
+        if !same {
+            return Err(TrainError::Failed(format!(
+                "{} changed while train-dict read it; no dictionary written, run again",
+                f.path.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Pages of `files` whose index is `offset` modulo `stride` (among all
 /// whole pages of all files, in order), at most `max`; only those pages
 /// are read. `bar` advances by each file's length.
-fn sample_pages(files: &[(PathBuf, u64)], stride: u64, offset: u64, max: usize, bar: &ProgressBar) -> Vec<Vec<u8>> {
+fn sample_pages(files: &[Walked], stride: u64, offset: u64, max: usize, bar: &ProgressBar) -> Vec<Vec<u8>> {
     let mut pages = Vec::new();
     let mut index = 0u64;
-    for (path, len) in files {
+    for file in files {
+        let (path, len) = (&file.path, file.len());
         let whole = len / PAGE_SIZE as u64;
         let first = (offset + stride - index % stride) % stride;
         if first < whole {
@@ -107,7 +177,7 @@ fn sample_pages(files: &[(PathBuf, u64)], stride: u64, offset: u64, max: usize, 
             }
         }
         index += whole;
-        bar.inc(*len);
+        bar.inc(len);
         if pages.len() >= max {
             break;
         }
@@ -154,27 +224,34 @@ pub fn run(args: &TrainArgs) -> Result<String, TrainError> {
     }
     let level =
         Algorithm::Zstd { level: 3 }.with_level(args.level.into()).map_err(|e| TrainError::Usage(e.to_string()))?;
-    paths::check_output_dir(&args.out).map_err(TrainError::Usage)?;
-    let files = files_of(&args.inputs)?;
-    let inputs = args.inputs.iter().chain(files.iter().map(|(p, _)| p)).map(PathBuf::as_path);
+    paths::check_output(&args.out).map_err(TrainError::Usage)?;
+    let (files, not_files) = files_of(&args.inputs)?;
+    let inputs = args.inputs.iter().chain(files.iter().map(|f| &f.path)).map(PathBuf::as_path);
     paths::check_outputs(inputs, [args.out.as_path()]).map_err(TrainError::Usage)?;
-    let total_pages: u64 = files.iter().map(|(_, len)| len / PAGE_SIZE as u64).sum();
-    let want = (args.samples / PAGE_SIZE as u64).max(8);
+    let total_pages: u64 = files.iter().map(|f| f.len() / PAGE_SIZE as u64).sum();
+    let want = args.samples / PAGE_SIZE as u64;
     // Every stride-th page trains; the page after each is held out for
     // the report, so the two never overlap.
-    let stride = (total_pages / want).max(2);
-    let bar = progress(files.iter().map(|(_, len)| len).sum());
+    let stride = (total_pages / want.max(1)).max(2);
+    let bar = progress(files.iter().map(Walked::len).sum());
     bar.set_message("sampling");
     let samples = sample_pages(&files, stride, 0, want as usize, &bar);
     bar.set_position(0);
     bar.set_message("held-out pages");
     let held_out = sample_pages(&files, stride, 1, 4096, &bar);
     bar.finish_and_clear();
+    check_unchanged(&files)?;
     let same = samples.iter().filter(|p| same_filled(p).is_some()).count();
     if samples.len() - same < 8 {
+        let skipped = if not_files > 0 {
+            format!("; {not_files} entries inside the directories were not regular files and were skipped")
+        } else {
+            String::new()
+        };
         return Err(TrainError::Usage(format!(
-            "{} pages in the input, {} of them sampled and not same-filled: at least 8 are needed",
-            total_pages,
+            "{total_pages} whole 4 KiB pages in {} regular files{skipped}; {} of them sampled and not \
+             same-filled: at least 8 are needed",
+            files.len(),
             samples.len() - same
         )));
     }
@@ -188,7 +265,10 @@ pub fn run(args: &TrainArgs) -> Result<String, TrainError> {
     let dict = Dictionary::train(samples.iter().map(Vec::as_slice), size);
     spinner.finish_and_clear();
     let dict = dict.map_err(|e| TrainError::Failed(e.to_string()))?;
-    dict.save(&args.out).map_err(|e| TrainError::Failed(e.to_string()))?;
+    let mut out = paths::Output::create(&args.out).map_err(TrainError::Failed)?;
+    std::io::Write::write_all(&mut out, dict.as_bytes())
+        .map_err(|e| TrainError::Failed(format!("{}: {e}", args.out.display())))?;
+    out.finish().map_err(TrainError::Failed)?;
     let mut report = format!(
         "{}: dictionary of {} bytes (id {:#010x}) trained on {} pages ({} same-filled skipped) of {} in {} files, every {} page\n",
         args.out.display(),
@@ -226,7 +306,7 @@ fn held_out_report(pages: &[Vec<u8>], algorithm: Algorithm, dict: &Dictionary, o
         raw / a as f64,
         raw / b as f64,
         (a as f64 / b as f64 - 1.0) * 100.0,
-        out.display()
+        std::path::absolute(out).unwrap_or_else(|_| out.to_owned()).display()
     )
 }
 
@@ -249,9 +329,9 @@ mod tests {
         }
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         std::fs::write(dir.path().join("sub/d"), vec![9u8; PAGE_SIZE + 100]).unwrap();
-        let files = files_of(&[dir.path().to_owned()]).unwrap();
-        assert_eq!(files.len(), 4);
-        let total: u64 = files.iter().map(|(_, l)| l / PAGE_SIZE as u64).sum();
+        let (files, skipped) = files_of(&[dir.path().to_owned()]).unwrap();
+        assert_eq!((files.len(), skipped), (4, 0));
+        let total: u64 = files.iter().map(|f| f.len() / PAGE_SIZE as u64).sum();
         assert_eq!(total, 11);
         let bar = ProgressBar::hidden();
         let even = sample_pages(&files, 2, 0, 100, &bar);

@@ -289,3 +289,24 @@ pub fn real_file(dir: &Path, len: usize) -> PathBuf {
     std::fs::File::create(&path).and_then(|mut f| f.write_all(&data)).expect("test file written");
     path
 }
+
+/// `mmkit zram serve ARGS` run in `cwd` (with `env` set), and its URI once
+/// printed (`None` when it exits or says nothing within 60 s).
+pub fn serve_in(args: &[std::ffi::OsString], cwd: &Path, env: &[(&str, &Path)]) -> (Child, Option<String>) {
+    let mut command = Command::new(mmkit());
+    command.current_dir(cwd).args(["zram", "serve"]).args(args);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
+    let uri = line.trim().to_owned();
+    (child, uri.starts_with("nbd").then_some(uri))
+}

@@ -21,7 +21,8 @@
 //! `attr_store` do the work.
 //!
 //! Owns the socket's life (bound under a temporary name, made 0600, then
-//! renamed into place so no other user can ever connect; a socket left by
+//! linked into place so no other user can ever connect and no socket put
+//! there meanwhile is replaced; a socket left by
 //! a dead server — nothing listening, connect refused — is replaced, a
 //! live one never), the peers (each on a thread of its own, at most
 //! [`MAX_PEERS`] at once, each with [`PEER_TIMEOUT`] to send its line and
@@ -29,7 +30,7 @@
 //! [`BUSY_READ_TIMEOUT`] to send its line before it is told `busy`) and the
 //! request format; knows nothing of nbdkit.
 
-use mmkit_zram::{Zram, SHOW_ATTRS};
+use mmkit_zram::{Zram, SHOW_ATTRS, STORE_ATTRS};
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -105,12 +106,12 @@ impl ControlSocket {
         let staging = PathBuf::from(staging);
         let _ = std::fs::remove_file(&staging);
         let listener = UnixListener::bind(&staging)?;
+        // A link, not a rename: a socket another server placed at `path`
+        // since the check above is never replaced (link fails with EEXIST).
         let placed = std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o600))
-            .and_then(|()| std::fs::rename(&staging, path));
-        if let Err(e) = placed {
-            let _ = std::fs::remove_file(&staging);
-            return Err(e);
-        }
+            .and_then(|()| std::fs::hard_link(&staging, path));
+        let _ = std::fs::remove_file(&staging);
+        placed?;
         Ok(Self { listener, path: path.to_owned() })
     }
 
@@ -230,8 +231,9 @@ fn handle(mut stream: UnixStream, zram: &Zram) {
 /// The answer to one request line, or why it was refused.
 ///
 /// # Errors
-/// An unknown attribute, a store the device refused (nothing changed), an
-/// empty request.
+/// An unknown attribute, a write-only one shown, a relative path (it would
+/// be resolved in the server's directory, not the client's), a store the
+/// device refused (nothing changed), an empty request.
 pub fn answer(zram: &Zram, request: &str) -> Result<String, String> {
     let request = request.trim();
     let (name, value) = request.split_once(char::is_whitespace).unwrap_or((request, ""));
@@ -240,15 +242,62 @@ pub fn answer(zram: &Zram, request: &str) -> Result<String, String> {
         return Err("empty request; try mm_stat".into());
     }
     let result = if !value.is_empty() {
+        if !SHOW_ATTRS.contains(&name) && !STORE_ATTRS.contains(&name) {
+            return Err(unknown(name));
+        }
+        refuse_relative_paths(name, value)?;
         zram.attr_store(name, value)
     } else if matches!(name, "compact" | "reset") {
         zram.attr_store(name, "1")
     } else if SHOW_ATTRS.contains(&name) {
         zram.attr_show(name)
+    } else if STORE_ATTRS.contains(&name) {
+        return Err(format!(
+            "{name} is write-only (as in the kernel's sysfs, there is nothing to show); store a value: {name} {}",
+            store_usage(name)
+        ));
     } else {
-        zram.attr_store(name, value)
+        return Err(unknown(name));
     };
     result.map_err(|e| e.to_string())
+}
+
+/// The values a write-only attribute takes, for its message.
+fn store_usage(name: &str) -> &'static str {
+    match name {
+        "idle" => "all|SECONDS",
+        "writeback" => "idle|huge|huge_idle|incompressible (or type=MODE), or page_index=N page_indexes=N-M",
+        "recompress" => "type=idle|huge|huge_idle [threshold=N] [algo=NAME] [priority=N] [max_pages=N]",
+        "algorithm_params" => "algo=NAME [priority=N] [level=N] [dict=PATH]",
+        "backing_overwrite" => "1",
+        _ => "VALUE",
+    }
+}
+
+/// The message for a name that is no attribute.
+fn unknown(name: &str) -> String {
+    let mut stored: Vec<&str> = STORE_ATTRS.iter().copied().filter(|a| !SHOW_ATTRS.contains(a)).collect();
+    stored.sort_unstable();
+    format!("no attribute {name:?}; shown and stored: {}; stored only: {}", SHOW_ATTRS.join(" "), stored.join(" "))
+}
+
+/// A path the device would open, sent relative: refused, since this
+/// process's directory is not the client's (`mmkit zram ctl` sends
+/// absolute paths). `backing_dev PATH` and `algorithm_params … dict=PATH`.
+fn refuse_relative_paths(name: &str, value: &str) -> Result<(), String> {
+    let relative = |path: &str| !path.is_empty() && !Path::new(path).is_absolute();
+    let bad = match name {
+        "backing_dev" if value != "none" => relative(value).then_some(value),
+        "algorithm_params" => value.split_whitespace().filter_map(|w| w.strip_prefix("dict=")).find(|p| relative(p)),
+        _ => None,
+    };
+    match bad {
+        Some(path) => Err(format!(
+            "{name}: {path:?} is a relative path, which the server would resolve in its own directory, not the \
+             client's; send an absolute path (mmkit zram ctl makes every path absolute)"
+        )),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -324,6 +373,25 @@ mod tests {
             assert!(answer(&zram, request).is_err(), "{request:?} was taken");
         }
         assert_eq!(zram.mm_stat(), before);
+    }
+
+    #[test]
+    fn messages_name_what_happened_and_relative_paths_are_refused() {
+        let zram = device();
+        let err = answer(&zram, "colour").unwrap_err();
+        assert!(err.starts_with("no attribute \"colour\";") && !err.contains("to store"), "{err}");
+        assert!(answer(&zram, "colour blue").unwrap_err().starts_with("no attribute"));
+        let err = answer(&zram, "algorithm_params").unwrap_err();
+        assert!(err.contains("write-only") && !err.contains("busy"), "{err}");
+        answer(&zram, "reset").unwrap();
+        for request in ["backing_dev wb.img", "backing_dev ./wb.img", "algorithm_params algo=lz4 dict=d.dict"] {
+            let err = answer(&zram, request).unwrap_err();
+            assert!(err.contains("relative path") && err.contains("absolute"), "{request}: {err}");
+        }
+        let err = answer(&zram, "backing_dev /no/such/wb.img").unwrap_err();
+        assert!(!err.contains("relative"), "an absolute path reaches the device: {err}");
+        let err = answer(&zram, "comp_algorithm zstd:0").unwrap_err();
+        assert!(err.contains("zstd takes levels 1..=22, not 0") && !err.contains("unknown"), "{err}");
     }
 
     #[test]

@@ -30,8 +30,9 @@ static CONTROL: Mutex<Option<ControlSocket>> = Mutex::new(None);
 /// The thread that gives trimmed memory back to the OS (started in
 /// `after_fork`, as threads must be; never stopped before exit).
 static RECLAIMER: OnceLock<Reclaimer> = OnceLock::new();
-/// The control socket's path, removed at unload.
-static CONTROL_PATH: OnceLock<PathBuf> = OnceLock::new();
+/// The control socket's path and its device and inode, removed at unload
+/// if the path still names it.
+static CONTROL_PATH: OnceLock<(PathBuf, u64, u64)> = OnceLock::new();
 /// Files of a private directory to remove at unload (`cleanup=`).
 static CLEANUP: OnceLock<Vec<PathBuf>> = OnceLock::new();
 /// The `--help` text, built once.
@@ -103,7 +104,10 @@ impl Server for Connection {
         if let Some(path) = params.control {
             let socket = ControlSocket::bind(&path)
                 .map_err(|e| Error::new(libc::EINVAL, format!("control socket {}: {e}", path.display())))?;
-            let _ = CONTROL_PATH.set(path);
+            if let Ok(meta) = path.symlink_metadata() {
+                use std::os::unix::fs::MetadataExt;
+                let _ = CONTROL_PATH.set((path, meta.dev(), meta.ino()));
+            }
             *CONTROL.lock().unwrap_or_else(|p| p.into_inner()) = Some(socket);
         }
         DEVICE.set(Arc::new(zram)).map_err(|_| Error::new(libc::EINVAL, "get_ready ran twice"))
@@ -121,8 +125,12 @@ impl Server for Connection {
     }
 
     fn unload() {
-        if let Some(path) = CONTROL_PATH.get() {
-            let _ = std::fs::remove_file(path);
+        // The socket this plugin bound, while its path still names it.
+        if let Some((path, dev, ino)) = CONTROL_PATH.get() {
+            use std::os::unix::fs::MetadataExt;
+            if path.symlink_metadata().is_ok_and(|m| m.dev() == *dev && m.ino() == *ino) {
+                let _ = std::fs::remove_file(path);
+            }
         }
         // `mmkit zram serve`'s private directory, when it dies without
         // removing it (SIGKILL): nbdkit exits with its parent and unloads.

@@ -62,6 +62,21 @@ pub use reader::{ReadStats, TraceReader, MAX_LINE_BYTES, MAX_REMEMBERED_ERRORS};
 /// maximum are valid lines; the replayer decides what to do with them.
 pub const MAX_TRACE_ORDER: u32 = 30;
 
+/// CPUs a trace line may name: Linux's largest `NR_CPUS` (`CONFIG_NR_CPUS`
+/// with `MAXSMP` on x86-64 is 8192). A line naming CPU 8192 or above is
+/// malformed.
+pub const MAX_TRACE_CPUS: u32 = 8192;
+
+/// One past the last PFN a block may reach: 2^52 pages of 4 KiB is the
+/// whole of a 64-bit address space. A line whose block ends past it is
+/// malformed.
+pub const MAX_TRACE_PFN_END: u64 = 1 << 52;
+
+/// Migratetypes a trace line may carry: Linux's `MIGRATE_TYPES` is at most
+/// 7 in every configuration (unmovable, movable, reclaimable, high-atomic,
+/// CMA, isolate).
+pub const MAX_TRACE_MIGRATETYPES: u64 = 8;
+
 /// What happened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EventKind {
@@ -215,7 +230,7 @@ pub fn parse_compact_line(text: &str, line_no: u64) -> Result<TraceEvent, TraceP
     }
     let seq = parse_dec(seq).ok_or_else(|| err("sequence number is not a decimal number"))?;
     let time_ns = parse_dec(time).ok_or_else(|| err("timestamp is not a decimal number"))?;
-    let cpu = parse_dec(cpu).and_then(|c| u32::try_from(c).ok()).ok_or_else(|| err("bad cpu number"))?;
+    let cpu = parse_cpu(cpu).map_err(err)?;
     let kind = match kind {
         "a" => EventKind::Alloc,
         "f" => EventKind::Free,
@@ -227,10 +242,11 @@ pub fn parse_compact_line(text: &str, line_no: u64) -> Result<TraceEvent, TraceP
         hex => Some(parse_hex(hex).ok_or_else(|| err("pfn is not a hex number"))?),
     };
     let order = parse_order(order).map_err(err)?;
+    check_block(pfn, order).map_err(err)?;
     let (migratetype, gfp) = if kind == EventKind::Alloc {
         let mt = match mt {
             "-" => None,
-            dec => Some(parse_dec(dec).and_then(|m| u8::try_from(m).ok()).ok_or_else(|| err("bad migratetype"))?),
+            dec => Some(parse_migratetype(dec).map_err(err)?),
         };
         let bits =
             gfp.strip_prefix("0x").and_then(parse_hex).ok_or_else(|| err("gfp is not a 0x-prefixed hex number"))?;
@@ -276,6 +292,34 @@ pub(crate) fn parse_order(s: &str) -> Result<u32, &'static str> {
         None => Err("order is not a decimal number"),
         Some(o) if o > u64::from(MAX_TRACE_ORDER) => Err("order too large"),
         Some(o) => Ok(o as u32),
+    }
+}
+
+/// A CPU column: decimal, below [`MAX_TRACE_CPUS`].
+pub(crate) fn parse_cpu(s: &str) -> Result<u32, &'static str> {
+    match parse_dec(s) {
+        None => Err("bad cpu number"),
+        Some(c) if c >= u64::from(MAX_TRACE_CPUS) => Err("cpu number out of range (Linux has at most 8192 CPUs)"),
+        Some(c) => Ok(c as u32),
+    }
+}
+
+/// A migratetype column: decimal, below [`MAX_TRACE_MIGRATETYPES`].
+pub(crate) fn parse_migratetype(s: &str) -> Result<u8, &'static str> {
+    match parse_dec(s) {
+        None => Err("bad migratetype"),
+        Some(m) if m >= MAX_TRACE_MIGRATETYPES => Err("migratetype out of range (Linux has at most 7)"),
+        Some(m) => Ok(m as u8),
+    }
+}
+
+/// A block that ends past [`MAX_TRACE_PFN_END`] is out of range.
+pub(crate) fn check_block(pfn: Option<u64>, order: u32) -> Result<(), &'static str> {
+    match pfn {
+        Some(pfn) if pfn.checked_add(1 << order).is_none_or(|end| end > MAX_TRACE_PFN_END) => {
+            Err("pfn out of range (the block ends past 2^52 pages, the whole 64-bit address space)")
+        }
+        _ => Ok(()),
     }
 }
 

@@ -6,7 +6,10 @@
 //! first `[digits]` token, not on a column number. Must not touch anything
 //! beyond the one line it is given.
 
-use crate::{parse_dec, parse_gfp_lenient, parse_hex, parse_order, EventKind, TraceEvent, TraceLine, TraceParseError};
+use crate::{
+    check_block, parse_cpu, parse_dec, parse_gfp_lenient, parse_hex, parse_migratetype, parse_order, EventKind,
+    TraceEvent, TraceLine, TraceParseError,
+};
 use mmkit::gfp::Gfp;
 
 /// Reads one `perf script` line. Lines of other tracepoints come back as
@@ -32,8 +35,8 @@ pub fn parse_perf_line(text: &str, line_no: u64) -> Result<TraceLine<'_>, TraceP
             return Err(err("no [cpu] column"));
         };
         if let Some(inner) = tok.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
-            if let Some(cpu) = parse_dec(inner).and_then(|c| u32::try_from(c).ok()) {
-                break cpu;
+            if parse_dec(inner).is_some() {
+                break parse_cpu(inner).map_err(err)?;
             }
         }
     };
@@ -69,10 +72,11 @@ pub fn parse_perf_line(text: &str, line_no: u64) -> Result<TraceLine<'_>, TraceP
         (None, false) => return Err(err("truncated line: no pfn=")),
     };
     let order = parse_order(order.ok_or_else(|| err("truncated line: no order="))?).map_err(err)?;
+    check_block(pfn, order).map_err(err)?;
     let (migratetype, gfp, unknown_gfp) = if kind == EventKind::Alloc {
         let mt = match mt {
             None => None,
-            Some(v) => Some(parse_dec(v).and_then(|m| u8::try_from(m).ok()).ok_or_else(|| err("bad migratetype"))?),
+            Some(v) => Some(parse_migratetype(v).map_err(err)?),
         };
         let (gfp, unknown) =
             parse_gfp_lenient(gfp.ok_or_else(|| err("truncated line: no gfp_flags="))?).map_err(err)?;

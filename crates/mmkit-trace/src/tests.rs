@@ -56,7 +56,8 @@ fn compact_malformed_lines() {
     assert_eq!(error("0 0 1 a 10 0 0 0x1ffffffff").reason, "gfp does not fit in 32 bits");
     assert_eq!(error("0 0 1 f 10 0 1 -").reason, "a free has `-` for migratetype and gfp");
     assert_eq!(error("-1 0 1 f 10 0 - -").reason, "sequence number is not a decimal number");
-    assert_eq!(error("0 0 1 a 10 0 999 0x1").reason, "bad migratetype");
+    assert_eq!(error("0 0 1 a 10 0 999 0x1").reason, "migratetype out of range (Linux has at most 7)");
+    assert_eq!(error("0 0 1 a 10 0 x 0x1").reason, "bad migratetype");
     assert_eq!(error("0 0 1 a 11111111111111111 0 0 0x1").reason, "pfn is not a hex number");
 }
 
@@ -190,4 +191,32 @@ fn lines_from_a_real_perf_script() {
         "       perf-exec 29750 [001]  9757.593132: kmem:mm_page_free_batched: page=0x1a7c7d pfn=0x1a7c7d order=0",
     );
     assert_eq!((b.kind, b.pfn, b.order), (EventKind::FreeBatched, Some(0x1a7c7d), 0));
+}
+
+#[test]
+fn fields_out_of_range_are_malformed_lines_in_both_formats() {
+    // The largest values that are in range parse.
+    let a = event("0 0 8191 a fffffffffffff 0 5 0xcc0");
+    assert_eq!((a.cpu, a.pfn, a.migratetype), (8191, Some(0xf_ffff_ffff_ffff), Some(5)));
+    event("0 0 1 a ffffffffffc00 10 0 0xcc0");
+    for (line, why) in [
+        ("0 0 1 a ffffffffffffffff 0 0 0xcc0", "pfn out of range"),
+        ("0 0 1 f 10000000000000 0 - -", "pfn out of range"),
+        ("0 0 1 a ffffffffffc00 11 0 0xcc0", "pfn out of range"),
+        ("0 0 999999 a 10 0 0 0xcc0", "cpu number out of range"),
+        ("0 0 8192 f 10 0 - -", "cpu number out of range"),
+        ("0 0 1 a 10 0 8 0xcc0", "migratetype out of range"),
+        (
+            "tar 1 [999999] 1.000001: kmem:mm_page_alloc: page=0x1 pfn=0x10 order=0 migratetype=0 gfp_flags=GFP_KERNEL",
+            "cpu number out of range",
+        ),
+        ("tar 1 [000] 1.000001: kmem:mm_page_free: page=0x1 pfn=0xffffffffffffffff order=0", "pfn out of range"),
+        (
+            "tar 1 [000] 1.000001: kmem:mm_page_alloc: page=0x1 pfn=0x10 order=0 migratetype=200 gfp_flags=GFP_KERNEL",
+            "migratetype out of range",
+        ),
+    ] {
+        let e = error(line);
+        assert!(e.reason.starts_with(why), "{line:?}: {}", e.reason);
+    }
 }

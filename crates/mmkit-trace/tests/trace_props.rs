@@ -46,13 +46,15 @@ fn arb_event() -> impl Strategy<Value = TraceEvent> {
     (
         any::<u64>(),
         any::<u64>(),
-        any::<u32>(),
+        0..mmkit_trace::MAX_TRACE_CPUS,
         any::<bool>(),
-        prop::option::of(any::<u64>()),
+        prop::option::of(0..mmkit_trace::MAX_TRACE_PFN_END >> 30),
         0u32..=30,
-        any::<u8>(),
+        0..mmkit_trace::MAX_TRACE_MIGRATETYPES as u8,
         any::<u32>(),
     )
+        // Every field in range: a PFN below 2^22 blocks of 2^30 pages ends
+        // inside the 2^52 pages a line may name whatever its order.
         .prop_map(|(seq, time_ns, cpu, alloc, pfn, order, mt, gfp)| {
             let kind = if alloc { EventKind::Alloc } else { EventKind::Free };
             TraceEvent {

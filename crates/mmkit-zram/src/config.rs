@@ -6,6 +6,7 @@
 //! Owns the configuration's text forms (sizes with K/M/G suffixes, as the
 //! kernel's `memparse`). Knows nothing of slots, pools or files.
 
+use crate::size::parse_size;
 use crate::ZramError;
 use mmkit_compress::{Algorithm, Dictionary};
 use std::collections::BTreeMap;
@@ -95,25 +96,19 @@ impl ZramConfig {
         let bad = |what: &str| ZramError::Invalid(format!("{key}={value}: {what}"));
         match key {
             "size" | "disksize" => {
-                let size = parse_size(value).ok_or_else(|| bad("not a size"))?;
+                let size = parse_size(value).map_err(|e| bad(&e.to_string()))?;
                 if size == 0 {
                     return Err(bad("the device needs at least one page"));
                 }
                 check_disksize(size).map_err(|what| bad(&what))?;
                 self.disksize = size;
             }
-            "comp" | "comp_algorithm" => {
-                self.algorithm = Algorithm::parse(value)
-                    .ok_or_else(|| bad("unknown algorithm (lz4, lz4hc, lz4hc:1..12, zstd, zstd:1..22)"))?;
-            }
+            "comp" | "comp_algorithm" => self.algorithm = parse_algorithm(value).map_err(|what| bad(&what))?,
             "recomp" | "recomp_algorithm" if value.contains('=') => self.set_recomp_priority(value)?,
             "recomp" | "recomp_algorithm" => {
                 let mut list = Vec::new();
                 for name in value.split(',').filter(|n| !n.is_empty()) {
-                    list.push(
-                        Algorithm::parse(name)
-                            .ok_or_else(|| bad("unknown algorithm (lz4, lz4hc, lz4hc:1..12, zstd, zstd:1..22)"))?,
-                    );
+                    list.push(parse_algorithm(name).map_err(|what| bad(&what))?);
                 }
                 if list.len() > MAX_RECOMP_ALGORITHMS {
                     return Err(bad("at most 3 secondary algorithms"));
@@ -122,13 +117,14 @@ impl ZramConfig {
             }
             "algorithm_params" => crate::params::apply(self, value)?,
             "mem_limit" => {
-                let bytes = parse_size(value).ok_or_else(|| bad("not a size"))?;
+                let bytes = parse_size(value).map_err(|e| bad(&e.to_string()))?;
                 check_mem_limit(bytes)?;
                 self.mem_limit = bytes;
             }
             "backing_dev" => {
                 let path = (!value.is_empty() && value != "none").then(|| PathBuf::from(value));
                 if let Some(path) = &path {
+                    refuse_backing_not_a_file(path).map_err(|what| bad(&what))?;
                     if !self.backing_overwrite {
                         refuse_backing_with_data(path).map_err(|what| bad(&what))?;
                     }
@@ -169,8 +165,7 @@ impl ZramConfig {
             }
         }
         let name = algo.ok_or_else(|| bad("algo=NAME is missing".into()))?;
-        let algorithm = Algorithm::parse(name)
-            .ok_or_else(|| bad(format!("unknown algorithm {name:?} (lz4, lz4hc, lz4hc:1..12, zstd, zstd:1..22)")))?;
+        let algorithm = parse_algorithm(name).map_err(bad)?;
         let priority = priority.unwrap_or(1);
         if !(1..=MAX_RECOMP_ALGORITHMS).contains(&priority) {
             return Err(bad(format!("priority {priority}: secondary priorities are 1..={MAX_RECOMP_ALGORITHMS}")));
@@ -187,6 +182,25 @@ impl ZramConfig {
     /// The algorithm of each priority: the primary, then the secondaries.
     pub(crate) fn algorithms(&self) -> Vec<Algorithm> {
         std::iter::once(self.algorithm).chain(self.recomp_algorithms.iter().copied()).collect()
+    }
+}
+
+/// An algorithm by name, with a message that says what is wrong: an
+/// unknown name, or a level the algorithm does not take (`zstd:0` is
+/// zstd, at a level out of its range).
+pub(crate) fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
+    const KNOWN: &str = "lz4, lz4_flex, lz4hc, lz4hc:1..12, zstd, zstd:1..22";
+    if let Some(algorithm) = Algorithm::parse(text) {
+        return Ok(algorithm);
+    }
+    let (name, level) = text.split_once(':').unwrap_or((text, ""));
+    match Algorithm::parse(name) {
+        None => Err(format!("unknown algorithm {name:?} ({KNOWN})")),
+        Some(_) if level.is_empty() => Err(format!("{text:?}: a level after `:` is missing ({KNOWN})")),
+        Some(algorithm) => match level.parse::<i64>() {
+            Ok(n) => Err(algorithm.with_level(n).err().map_or_else(|| format!("{text:?}: {KNOWN}"), |e| e.to_string())),
+            Err(_) => Err(format!("{text:?}: the level {level:?} is not a number ({KNOWN})")),
+        },
     }
 }
 
@@ -237,10 +251,6 @@ pub(crate) fn gib(bytes: u64) -> String {
 /// or is not a regular file is left to the backing device's own checks.
 fn refuse_backing_with_data(path: &std::path::Path) -> Result<(), String> {
     let Ok(file) = std::fs::File::open(path) else { return Ok(()) };
-    match file.metadata() {
-        Ok(meta) if meta.is_file() => {}
-        _ => return Ok(()),
-    }
     match first_data_byte(&file) {
         Ok(None) => Ok(()),
         Ok(Some(at)) => Err(format!(
@@ -248,6 +258,39 @@ fn refuse_backing_with_data(path: &std::path::Path) -> Result<(), String> {
              (truncate -s 0, then to the size wanted) or say backing_overwrite=1 first (serve --force-backing)"
         )),
         Err(e) => Err(format!("cannot check whether the file holds data: {e}")),
+    }
+}
+
+/// A backing file that is not a regular file (symbolic links followed),
+/// refused before it is opened: opening a FIFO would wait for a writer, a
+/// device or a directory is no file to write pages into. A missing file is
+/// the open's to report.
+fn refuse_backing_not_a_file(path: &std::path::Path) -> Result<(), String> {
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => Err(format!(
+            "{}, not a regular file: writeback needs a file of at least one page (truncate -s 1G FILE makes one)",
+            file_kind(&meta)
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// What kind of file `meta` is, in words.
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
     }
 }
 
@@ -299,37 +342,18 @@ pub(crate) fn check_mem_limit(bytes: u64) -> Result<(), ZramError> {
     }
 }
 
-/// `1234`, `64K`, `256M`, `1G`, `2T` (also `KiB`, `MB`…; 1024-based as the
-/// kernel's `memparse`).
-pub fn parse_size(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let number: u64 = text[..digits].parse().ok()?;
-    let suffix = text[digits..].trim().to_ascii_lowercase();
-    let shift = match suffix.trim_end_matches("ib").trim_end_matches('b') {
-        "" => 0,
-        "k" => 10,
-        "m" => 20,
-        "g" => 30,
-        "t" => 40,
-        _ => return None,
-    };
-    number.checked_mul(1 << shift)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn sizes_parse_as_memparse_does_and_bad_input_changes_nothing() {
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("64K"), Some(64 << 10));
-        assert_eq!(parse_size("1GiB"), Some(1 << 30));
-        assert_eq!(parse_size("2mb"), Some(2 << 20));
-        assert_eq!(parse_size("1X"), None);
-        assert_eq!(parse_size(""), None);
-        assert_eq!(parse_size("99999999999999999999T"), None);
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("2mb"), Ok(2 << 20));
+        assert!(parse_size("1X").is_err() && parse_size("").is_err() && parse_size("10 G").is_err());
+        assert!(parse_size("99999999999999999999T").is_err());
         let mut config = ZramConfig::default();
         let before = config.clone();
         assert!(matches!(config.set("size", "lots"), Err(ZramError::Invalid(_))));

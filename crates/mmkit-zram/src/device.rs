@@ -485,12 +485,14 @@ impl Device {
 
     /// [`alloc_object`](Self::alloc_object), freeing `replacing` with the
     /// same hold of the class lock when there is one; the flag says whether
-    /// it was freed.
+    /// it was freed. Under a `mem_limit` the new object is allocated and
+    /// checked first and the old one left to the caller, as Linux's
+    /// `zram_write_page` does: a store the limit refuses must leave the
+    /// old contents in place.
     fn alloc_object_replacing(&self, bytes: &[u8], replacing: Option<u64>) -> Result<(u64, usize, bool), ZramError> {
-        let Some(old) = replacing else {
+        let Some(old) = replacing.filter(|_| self.mem_limit() == 0) else {
             return self.alloc_object(bytes).map(|(handle, size)| (handle, size, false));
         };
-        self.check_mem_limit()?;
         // The old word came from the slot, which holds it under the slot
         // lock: the pool can only refuse it on a corrupted table, and then
         // stores nothing.
@@ -498,17 +500,30 @@ impl Device {
         Ok((handle, bytes.len(), true))
     }
 
+    /// A pool object holding `bytes`. Under a `mem_limit`, an object whose
+    /// allocation took the device past the limit (a new zspage) is freed
+    /// again and the store is [`ZramError::NoSpace`] (Linux's
+    /// `zram_write_page`: `zs_free` when `alloced_pages > limit_pages`), so
+    /// a refused store leaves nothing behind.
     pub(crate) fn alloc_object(&self, bytes: &[u8]) -> Result<(u64, usize), ZramError> {
         self.check_mem_limit()?;
         let handle = self.pool.zs_malloc_copy_raw(&self.key, bytes, ZRAM_GFP, 0).map_err(|_| ZramError::NoSpace)?;
+        if self.check_room(0).is_err() {
+            let _ = self.pool.zs_free_raw(&self.key, handle);
+            return Err(ZramError::NoSpace);
+        }
         Ok((handle, bytes.len()))
     }
 
     /// The slot of page `index`, whose chunk of the slot table does not
-    /// exist yet: allocated if `mem_limit` allows.
+    /// exist yet: allocated only if the chunk and the largest zspage the
+    /// page's object could need fit under `mem_limit` together. Chunks are
+    /// freed only with the device, so a chunk allocated for a store the
+    /// limit then refused would stay behind.
     #[cold]
     fn new_chunk_slot(&self, index: usize) -> Result<&crate::slot::Slot, ZramError> {
-        self.check_mem_limit()?;
+        let largest_zspage = self.config.chain_size as u64 * PAGE_SIZE as u64;
+        self.check_room(crate::table::CHUNK_BYTES + largest_zspage)?;
         self.slots.get_or_alloc(index)
     }
 
@@ -517,6 +532,16 @@ impl Device {
     fn check_mem_limit(&self) -> Result<(), ZramError> {
         let limit = self.mem_limit();
         if limit != 0 && self.mem_used() >= limit {
+            return Err(ZramError::NoSpace);
+        }
+        Ok(())
+    }
+
+    /// [`ZramError::NoSpace`] when `more` bytes on top of what the device
+    /// holds would pass `mem_limit`.
+    fn check_room(&self, more: u64) -> Result<(), ZramError> {
+        let limit = self.mem_limit();
+        if limit != 0 && self.mem_used().saturating_add(more) > limit {
             return Err(ZramError::NoSpace);
         }
         Ok(())

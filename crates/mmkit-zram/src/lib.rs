@@ -25,18 +25,20 @@ mod device;
 mod lifecycle;
 mod params;
 mod recompress;
+mod size;
 pub mod slot;
 mod stats;
 mod table;
 mod writeback;
 
 pub use attrs::{Extent, ExtentKind, SHOW_ATTRS, STORE_ATTRS};
-pub use config::{machine_memory, parse_size, slot_table_bytes, ZramConfig, MAX_RECOMP_ALGORITHMS};
+pub use config::{machine_memory, slot_table_bytes, ZramConfig, MAX_RECOMP_ALGORITHMS};
 pub use device::PAGE_SIZE;
 pub use lifecycle::{OpenHandle, Zram};
 pub use mmkit_compress::{Algorithm, CompressError, Compressor, Dictionary};
 pub use params::AlgorithmParams;
 pub use recompress::{RecompressParams, RecompressType};
+pub use size::{parse_size, SizeError};
 pub use stats::MmStat;
 pub use writeback::WritebackMode;
 

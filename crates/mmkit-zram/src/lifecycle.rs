@@ -629,8 +629,8 @@ impl Zram {
                 self.store_config(name, value)?;
             }
             "mem_limit" => {
-                let bytes = crate::config::parse_size(value)
-                    .ok_or_else(|| ZramError::Invalid(format!("mem_limit: {value:?} is not a size")))?;
+                let bytes = crate::size::parse_size(value)
+                    .map_err(|e| ZramError::Invalid(format!("mem_limit {value:?}: {e}")))?;
                 self.set_mem_limit(bytes)?;
             }
             _ => return self.with(|d| d.attr_store(name, value)),

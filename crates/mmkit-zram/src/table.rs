@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 /// Bytes of one directory entry.
 const ENTRY_BYTES: u64 = size_of::<OnceLock<Box<[Slot]>>>() as u64;
 /// Bytes of one chunk of slots.
-const CHUNK_BYTES: u64 = (CHUNK_PAGES * size_of::<Slot>()) as u64;
+pub(crate) const CHUNK_BYTES: u64 = (CHUNK_PAGES * size_of::<Slot>()) as u64;
 
 /// Bytes the table of a device of `pages` pages holds once every chunk
 /// exists: the directory and every chunk.

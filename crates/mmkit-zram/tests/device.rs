@@ -132,7 +132,7 @@ fn the_memory_limit_refuses_writes_and_keeps_old_contents() {
     // The slot table's first chunk (4096 slots of 16 bytes, 16 pages) counts
     // against the limit with the pool.
     assert!((44..=54).contains(&written), "{written} pages fit a 64-page limit less the table's 16");
-    assert!(zram.mm_stat_values().mem_used_total <= 64 * PAGE_SIZE as u64 + 2 * PAGE_SIZE as u64);
+    assert!(zram.mm_stat_values().mem_used_total <= 64 * PAGE_SIZE as u64, "never past the limit");
     // Overwriting an existing page needs new memory first: refused, and the
     // page keeps what it had.
     assert_eq!(zram.open().unwrap().write(0, &noise(999)), Err(ZramError::NoSpace));
@@ -140,6 +140,46 @@ fn the_memory_limit_refuses_writes_and_keeps_old_contents() {
     zram.open().unwrap().read(0, &mut back).unwrap();
     assert_eq!(back, noise(1));
     assert_eq!(zram.io_stat().split_whitespace().nth(1), Some("2"), "failed_writes");
+}
+
+/// Every limit from one page to a few chunks: writes (new chunks, new
+/// zspages, overwrites, same-filled pages) go on until one is refused;
+/// `mem_used_total` never passes the limit, and the refused write leaves
+/// `mm_stat` as it was (no chunk, no object behind).
+#[test]
+fn the_memory_limit_is_never_passed_and_a_refused_write_leaves_nothing() {
+    // The case: a 64 KiB limit, which the first chunk alone (64 KiB
+    // of slots) and the directory would pass.
+    for limit in [1u64, 2, 3, 16, 17, 20, 24, 33, 64, 100, 300].map(|pages| pages * PAGE_SIZE as u64) {
+        let zram = Zram::new(
+            real_map(64 << 20),
+            ZramConfig { disksize: 48 << 20, algorithm: Algorithm::Lz4, mem_limit: limit, ..ZramConfig::default() },
+        )
+        .unwrap();
+        let mut index = 0u64;
+        loop {
+            let before = zram.mm_stat_values();
+            // Pages spread over the chunks (each 16 MiB of device), some
+            // overwritten, some same-filled.
+            let at = (index * 7919 % (48 << 8)) * PAGE_SIZE as u64;
+            let page = if index % 5 == 4 { vec![7u8; PAGE_SIZE] } else { noise(index + 1) };
+            let result = zram.open().unwrap().write(at, &page);
+            let after = zram.mm_stat_values();
+            assert!(after.mem_used_total <= limit, "limit {limit}: {} used", after.mem_used_total);
+            assert!(after.mem_used_max <= limit, "limit {limit}: max {}", after.mem_used_max);
+            match result {
+                Ok(()) => {}
+                Err(ZramError::NoSpace) => {
+                    assert_eq!(after.mem_used_total, before.mem_used_total, "limit {limit}: left behind");
+                    assert_eq!(after.orig_data_size, before.orig_data_size, "limit {limit}");
+                    break;
+                }
+                Err(e) => panic!("limit {limit}: {e}"),
+            }
+            index += 1;
+            assert!(index < 100_000, "limit {limit} never reached");
+        }
+    }
 }
 
 #[test]

@@ -187,11 +187,14 @@ impl DeferredQueue {
 }
 
 impl Inner {
-    pub(crate) fn free_deferred(&self, handle: Handle, worker: Option<&Worker>) -> Result<(), ZsError> {
+    pub(crate) fn free_deferred(&self, handle: Handle, worker: Option<&Worker>) -> Result<(), (ZsError, Handle)> {
         // Another pool's handle is refused now: queued, it would only be
         // counted invalid later, and the caller would believe it freed.
-        let (class, name) = self.name_of(&handle)?;
-        self.queue_taken(class, &name, handle.queued_word(), worker)
+        let (class, name) = match self.name_of(&handle) {
+            Ok(name) => name,
+            Err(e) => return Err((e, handle)),
+        };
+        self.queue_taken(class, &name, handle.queued_word(), worker).map_err(|e| (e, handle))
     }
 
     /// Queues `word`, whose object `name` (of `class`) the caller took
@@ -330,8 +333,11 @@ impl crate::ZsPool {
     ///
     /// # Errors
     /// [`ZsError::InvalidHandle`] at once for a handle of another pool (or
-    /// of a dropped one); nothing is queued.
-    pub fn zs_free_deferred(&self, handle: Handle) -> Result<(), ZsError> {
+    /// of a dropped one); nothing is queued, and the handle comes back
+    /// with the error (as from `zs_free`). So does an error of the
+    /// synchronous free a busy or full queue falls back to
+    /// ([`ZsError::Reentered`]): nothing was queued or freed.
+    pub fn zs_free_deferred(&self, handle: Handle) -> Result<(), (ZsError, Handle)> {
         self.inner.free_deferred(handle, self.worker.as_ref())
     }
 

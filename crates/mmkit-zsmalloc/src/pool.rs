@@ -24,7 +24,7 @@ use crate::ZsError;
 use mmkit::Cpus;
 use mmkit::{Gfp, PageAllocator, PageBlock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 /// How a pool is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,7 +103,7 @@ impl Inner {
             return Err(ZsError::BadChainSize(chain_size));
         }
         let pool_id = new_pool_id().ok_or(ZsError::TooManyPools)?;
-        let key = mm.new_owner_key().map_err(|_| ZsError::TooManyPools)?;
+        let key = mm.new_owner_key().map_err(|_| ZsError::OwnerTagsExhausted)?;
         let gen_limit = if raw_keyed { RAW_GEN_LIMIT } else { u64::MAX };
         let table = ClassTable::new(mm.geometry().page_size() as usize, chain_size);
         // A merged class never has a slot (its sizes go to the class that
@@ -142,14 +142,62 @@ impl Inner {
     /// Class `index`'s lock. A panic while it was held cannot leave the
     /// class half-edited in a way later calls would trust blindly (every
     /// handle is validated), so a poisoned lock is used as it is.
+    ///
+    /// # Panics
+    /// When this thread reads class `index` in a `zs_obj_read_with`
+    /// closure (the read holds the lock: waiting would hang for ever).
+    /// The calls with an error to give (`zs_malloc`, `zs_free`, writes,
+    /// reads, replaces) lock through [`lock_checked`](Self::lock_checked)
+    /// and give [`ZsError::Reentered`] instead; this is for the rest
+    /// (compaction, the deferred drain, migration).
     pub(crate) fn lock(&self, index: usize) -> RwLockWriteGuard<'_, ClassState> {
-        self.classes[index].write().unwrap_or_else(|poisoned| poisoned.into_inner())
+        match self.lock_checked(index) {
+            Ok(state) => state,
+            Err(e) => panic!("zsmalloc pool {}: {e}", self.name),
+        }
+    }
+
+    /// [`lock`](Self::lock), or [`ZsError::Reentered`] when this thread
+    /// reads class `index` in a `zs_obj_read_with` closure. Uncontended,
+    /// the same one compare-and-swap as `write`; the thread's reads are
+    /// looked at only when the lock is busy.
+    #[inline]
+    pub(crate) fn lock_checked(&self, index: usize) -> Result<RwLockWriteGuard<'_, ClassState>, ZsError> {
+        match self.classes[index].try_write() {
+            Ok(state) => Ok(state),
+            Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => self.lock_contended(index),
+        }
+    }
+
+    #[cold]
+    fn lock_contended(&self, index: usize) -> Result<RwLockWriteGuard<'_, ClassState>, ZsError> {
+        if reading::holds(self.pool_id, index) {
+            return Err(ZsError::Reentered { class: index });
+        }
+        Ok(self.classes[index].write().unwrap_or_else(|poisoned| poisoned.into_inner()))
     }
 
     /// Class `index` for reading objects: readers of one class run
     /// together (Linux gets the same from its per-zspage read lock).
-    pub(crate) fn read_lock(&self, index: usize) -> RwLockReadGuard<'_, ClassState> {
-        self.classes[index].read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// [`ZsError::Reentered`] as for [`lock_checked`](Self::lock_checked):
+    /// a second read of a class this thread reads already waits behind a
+    /// writer that waits for the first.
+    #[inline]
+    pub(crate) fn read_lock(&self, index: usize) -> Result<RwLockReadGuard<'_, ClassState>, ZsError> {
+        match self.classes[index].try_read() {
+            Ok(state) => Ok(state),
+            Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => self.read_lock_contended(index),
+        }
+    }
+
+    #[cold]
+    fn read_lock_contended(&self, index: usize) -> Result<RwLockReadGuard<'_, ClassState>, ZsError> {
+        if reading::holds(self.pool_id, index) {
+            return Err(ZsError::Reentered { class: index });
+        }
+        Ok(self.classes[index].read().unwrap_or_else(|poisoned| poisoned.into_inner()))
     }
 
     /// The class and name of `handle`'s object, if the handle is this
@@ -209,7 +257,7 @@ impl Inner {
         };
         loop {
             let miss = {
-                let mut state = self.lock(class);
+                let mut state = self.lock_checked(class)?;
                 if state.slots_exhausted() {
                     return Err(ZsError::NoMemory(None));
                 }
@@ -222,7 +270,13 @@ impl Inner {
             // Linux's `alloc_zspage`): its slow path may compact, and
             // compaction may call back into this pool to migrate a page.
             let page = self.alloc_page(gfp, nid)?;
-            let mut state = self.lock(class);
+            let mut state = match self.lock_checked(class) {
+                Ok(state) => state,
+                Err(e) => {
+                    self.free_pages(vec![page]);
+                    return Err(e);
+                }
+            };
             match miss {
                 AllocMiss::NeedsPage(id) => match state.attach_page(&self.mm, id, page) {
                     Ok(()) => {
@@ -292,7 +346,7 @@ impl Inner {
         if size > 0 && size <= self.table.page_size() {
             let class = self.table.class_for(size + ZS_HANDLE_SIZE);
             if old_class == class {
-                let mut state = self.lock(class);
+                let mut state = self.lock_checked(class)?;
                 state.resolve(&old)?;
                 if !state.slots_exhausted() {
                     if let Ok(new) = state.alloc(&self.mm, size, raw) {
@@ -335,7 +389,7 @@ impl Inner {
     }
 
     pub(crate) fn free(&self, class: usize, name: &Name) -> Result<(), ZsError> {
-        let emptied = self.lock(class).free(&self.mm, name)?;
+        let emptied = self.lock_checked(class)?.free(&self.mm, name)?;
         if let Some(pages) = emptied {
             self.free_pages(pages);
         }
@@ -348,10 +402,15 @@ impl Inner {
         local_copy: &mut [u8],
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R, ZsError> {
-        let state = self.read_lock(class);
+        let state = self.read_lock(class)?;
         let at = state.resolve(&name)?;
         let zspage = state.zspages[at.zspage].as_ref().ok_or(ZsError::InvalidHandle(name.id))?;
         let offset = Zspage::payload_offset(state.shape, at.obj);
+        // `f` is the caller's code and runs under the class's read lock:
+        // a call of its that needs the class again gets
+        // `ZsError::Reentered` (or, without an error to give, a panic)
+        // instead of waiting for ever on the lock this read holds.
+        let _reading = reading::Reading::enter(self.pool_id, class);
         if let Some(bytes) = zspage.contiguous(&self.mm, offset, at.len) {
             return Ok(f(bytes));
         }
@@ -362,11 +421,11 @@ impl Inner {
     }
 
     pub(crate) fn write(&self, (class, name): (usize, Name), data: &[u8]) -> Result<(), ZsError> {
-        self.lock(class).write_obj(&self.mm, &name, data)
+        self.lock_checked(class)?.write_obj(&self.mm, &name, data)
     }
 
     pub(crate) fn read_into(&self, (class, name): (usize, Name), out: &mut [u8]) -> Result<usize, ZsError> {
-        let state = self.read_lock(class);
+        let state = self.read_lock(class)?;
         let at = state.resolve(&name)?;
         let got = out.len();
         let dst = out.get_mut(..at.len).ok_or(ZsError::BufferTooSmall { need: at.len, got })?;
@@ -420,7 +479,9 @@ impl Inner {
 /// assert_eq!(out, [7; 700]);
 /// let other = ZsPool::zs_create_pool("zram1", mm).unwrap();
 /// let id = h.id();
-/// assert_eq!(other.zs_free(h), Err(ZsError::InvalidHandle(id))); // not the other pool's
+/// let (e, h) = other.zs_free(h).unwrap_err(); // not the other pool's: handed back
+/// assert_eq!(e, ZsError::InvalidHandle(id));
+/// pool.zs_free(h).unwrap(); // its own pool frees it
 /// ```
 pub struct ZsPool {
     pub(crate) inner: Arc<Inner>,
@@ -442,7 +503,9 @@ impl ZsPool {
     ///
     /// # Errors
     /// [`ZsError::NoRealMemory`] for a metadata-only map;
-    /// [`ZsError::TooManyPools`] once the process made 2^64 - 1 pools.
+    /// [`ZsError::TooManyPools`] once the process made 2^64 - 1 pools;
+    /// [`ZsError::OwnerTagsExhausted`] when the page allocator has no owner
+    /// tag left.
     pub fn zs_create_pool(name: &str, mm: Arc<PageAllocator>) -> Result<Self, ZsError> {
         Self::with_config(name, mm, ZsConfig::default())
     }
@@ -453,7 +516,7 @@ impl ZsPool {
     ///
     /// # Errors
     /// [`ZsError::NoRealMemory`], [`ZsError::BadChainSize`],
-    /// [`ZsError::TooManyPools`].
+    /// [`ZsError::TooManyPools`], [`ZsError::OwnerTagsExhausted`].
     pub fn with_chain_size(name: &str, mm: Arc<PageAllocator>, chain_size: usize) -> Result<Self, ZsError> {
         Self::with_config(name, mm, ZsConfig { chain_size, ..ZsConfig::default() })
     }
@@ -462,7 +525,7 @@ impl ZsPool {
     ///
     /// # Errors
     /// [`ZsError::NoRealMemory`], [`ZsError::BadChainSize`],
-    /// [`ZsError::TooManyPools`].
+    /// [`ZsError::TooManyPools`], [`ZsError::OwnerTagsExhausted`].
     pub fn with_config(name: &str, mm: Arc<PageAllocator>, config: ZsConfig) -> Result<Self, ZsError> {
         Self::build(name, mm, config, false)
     }
@@ -567,10 +630,19 @@ impl ZsPool {
     ///
     /// # Errors
     /// [`ZsError::InvalidHandle`] for a handle of another pool or of a
-    /// dropped one; nothing changes.
-    pub fn zs_free(&self, handle: Handle) -> Result<(), ZsError> {
-        let (class, name) = self.inner.name_of(&handle)?;
-        self.inner.free(class, &name)
+    /// dropped one, [`ZsError::Reentered`] from a `zs_obj_read_with`
+    /// closure reading the object's class: nothing changes, and the handle
+    /// comes back with the error (as from `zs_replace`), so that its
+    /// object is not lost.
+    pub fn zs_free(&self, handle: Handle) -> Result<(), (ZsError, Handle)> {
+        let (class, name) = match self.inner.name_of(&handle) {
+            Ok(name) => name,
+            Err(e) => return Err((e, handle)),
+        };
+        match self.inner.free(class, &name) {
+            Ok(()) => Ok(()),
+            Err(e) => Err((e, handle)),
+        }
     }
 
     /// `zs_free` as Linux had it before its 2026 series: the pool lock
@@ -582,14 +654,16 @@ impl ZsPool {
     /// # Errors
     /// As [`zs_free`](Self::zs_free).
     #[cfg(feature = "legacy-free")]
-    pub fn zs_free_pool_locked(&self, handle: Handle) -> Result<(), ZsError> {
+    pub fn zs_free_pool_locked(&self, handle: Handle) -> Result<(), (ZsError, Handle)> {
         let _pool = self.inner.legacy_pool_lock.read().unwrap_or_else(|p| p.into_inner());
-        let (class, name) = self.inner.name_of(&handle)?;
-        let mut state = self.inner.lock(class);
-        if let Some(pages) = state.free(&self.inner.mm, &name)? {
-            self.inner.free_pages(pages);
-        }
-        Ok(())
+        let freed = self.inner.name_of(&handle).and_then(|(class, name)| {
+            let mut state = self.inner.lock_checked(class)?;
+            if let Some(pages) = state.free(&self.inner.mm, &name)? {
+                self.inner.free_pages(pages);
+            }
+            Ok(())
+        });
+        freed.map_err(|e| (e, handle))
     }
 
     /// Copies `handle`'s object into `out` and returns its length.
@@ -603,10 +677,27 @@ impl ZsPool {
     /// Runs `f` on `handle`'s object (Linux's `zs_obj_read_begin` …
     /// `zs_obj_read_end`): in place when the object lies in one page,
     /// otherwise copied into `local_copy` first, which must hold it.
-    /// The class stays locked while `f` runs.
+    /// The class stays locked (for reading) while `f` runs, and is
+    /// unlocked if `f` panics.
+    ///
+    /// `f` may call back into the pool. A call that needs the class being
+    /// read (a write or free of an object of it, an allocation of its
+    /// size, a replace into it) gets [`ZsError::Reentered`] (a refused free
+    /// or replace hands its handle back) instead of waiting for ever on
+    /// the lock this read holds; a read of the class works, or gets the
+    /// same error when a writer waits.
     ///
     /// # Errors
-    /// [`ZsError::InvalidHandle`], [`ZsError::BufferTooSmall`].
+    /// [`ZsError::InvalidHandle`], [`ZsError::BufferTooSmall`],
+    /// [`ZsError::Reentered`] when this thread reads the class already.
+    ///
+    /// # Panics
+    /// The calls with no error to give, [`zs_compact`](Self::zs_compact),
+    /// [`zs_free_deferred_flush`](Self::zs_free_deferred_flush),
+    /// [`zs_pool_stats`](Self::zs_pool_stats),
+    /// [`check_invariants`](Self::check_invariants) (and page migration),
+    /// panic when made from `f` while they need the class it reads, rather
+    /// than wait for ever.
     pub fn zs_obj_read_with<R>(
         &self,
         handle: &Handle,
@@ -670,6 +761,41 @@ impl Drop for ZsPool {
         for class in 0..self.inner.classes.len() {
             let pages = self.inner.lock(class).take_all_pages();
             self.inner.free_pages(pages);
+        }
+    }
+}
+
+/// The classes this thread reads in `zs_obj_read_with` closures, innermost
+/// last: what tells a busy class lock that waiting would wait on this
+/// thread itself.
+mod reading {
+    use std::cell::RefCell;
+
+    std::thread_local! {
+        static HELD: RefCell<Vec<(u64, usize)>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Whether this thread reads class `class` of pool `pool` in a closure.
+    pub(super) fn holds(pool: u64, class: usize) -> bool {
+        HELD.with(|held| held.borrow().contains(&(pool, class)))
+    }
+
+    /// One read in progress; dropped (also by a panic of the closure
+    /// unwinding through it) it is gone from the thread's list.
+    pub(super) struct Reading(());
+
+    impl Reading {
+        pub(super) fn enter(pool: u64, class: usize) -> Self {
+            HELD.with(|held| held.borrow_mut().push((pool, class)));
+            Self(())
+        }
+    }
+
+    impl Drop for Reading {
+        fn drop(&mut self) {
+            HELD.with(|held| {
+                held.borrow_mut().pop();
+            });
         }
     }
 }

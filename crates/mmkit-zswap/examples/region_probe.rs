@@ -4,9 +4,13 @@
 //! CPU time (the accessors' and the handler thread's, the background
 //! reclaimer) from `/proc/self/task/*/schedstat` and the region's counters.
 //!
-//! `cargo run --release -p mmkit-zswap --example region_probe -- THREADS TOUCHES [MiB [direct]]`
-//! (`direct`: no background reclaimer; loads evict for themselves), or
-//! `-- codec`: LZ4's time a page alone, on the same pages.
+//! `cargo run --release -p mmkit-zswap --example region_probe -- THREADS TOUCHES [MiB [MODE]]`
+//! where MODE is `accessors` (the default: `read_u64`/`write_u64`),
+//! `direct` (accessors, no background reclaimer: loads evict for
+//! themselves), `raw` (touches through the region's pointer, a region made
+//! with `RegionConfig::new`: faults resolved in the faulting thread) or
+//! `raw-handler` (raw, faults resolved by the handler thread); or `--
+//! codec`: LZ4's time a page alone, on the same pages.
 
 use mmkit::{Backing, HugePages, MemoryMapBuilder};
 use mmkit_testkit::kernel_zram::real_pages;
@@ -54,14 +58,25 @@ fn seed(t: u64) -> u64 {
     0x9e37_79b9_7f4a_7c15u64 ^ (t.wrapping_add(1)).wrapping_mul(0xd1b5_4a32_d192_ed03)
 }
 
-/// `n` random touches; returns this thread's CPU ns.
-fn touches(region: &SwapRegion, pages: u64, mut state: u64, n: u64) -> u64 {
+/// `n` random touches (through the pointer when `raw`); returns this
+/// thread's CPU ns.
+fn touches(region: &SwapRegion, pages: u64, mut state: u64, n: u64, raw: bool) -> u64 {
     let cpu = my_cpu();
     for k in 0..n {
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
         let at = (state % pages) as usize * PAGE_SIZE;
+        if raw {
+            // SAFETY: `at + 8` is inside the region, which outlives the
+            // touches; every access to its words is atomic.
+            let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(region.as_ptr().add(at).cast::<u64>()) };
+            let v = std::hint::black_box(word.load(std::sync::atomic::Ordering::Relaxed));
+            if k % 4 == 3 {
+                word.store(v.wrapping_add(1), std::sync::atomic::Ordering::Relaxed);
+            }
+            continue;
+        }
         let v = region.read_u64(at).expect("read");
         if k % 4 == 3 {
             region.write_u64(at, v.wrapping_add(1)).expect("write");
@@ -72,7 +87,7 @@ fn touches(region: &SwapRegion, pages: u64, mut state: u64, n: u64) -> u64 {
 
 fn delta(a: &RegionStats, b: &RegionStats) -> String {
     format!(
-        "loads {} evictions {} (clean {}, background {}) wakeups {} direct {} zero {}",
+        "loads {} evictions {} (clean {}, background {}) wakeups {} direct {} zero {} in-thread faults {} hand-offs {} handler faults {}",
         b.swap_ins - a.swap_ins,
         b.evictions - a.evictions,
         b.evicted_clean - a.evicted_clean,
@@ -80,6 +95,9 @@ fn delta(a: &RegionStats, b: &RegionStats) -> String {
         b.reclaimer_wakeups - a.reclaimer_wakeups,
         b.direct_reclaims - a.direct_reclaims,
         b.zero_fills - a.zero_fills,
+        b.faults_in_thread - a.faults_in_thread,
+        b.handoffs - a.handoffs,
+        (b.missing_faults + b.wp_faults) - (a.missing_faults + a.wp_faults),
     )
 }
 
@@ -119,7 +137,9 @@ fn main() {
     let threads: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
     let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(400_000);
     let mib: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(128);
-    let background = args.next().as_deref() != Some("direct");
+    let mode = args.next().unwrap_or_else(|| "accessors".into());
+    let background = mode != "direct";
+    let raw = mode.starts_with("raw");
     let len = mib << 20;
     let pages = (len / PAGE_SIZE) as u64;
     let mm = MemoryMapBuilder::with_memory(2 * len as u64).backing(Backing::RealMemory(HugePages::None)).build();
@@ -128,7 +148,11 @@ fn main() {
         Zswap::new(Arc::new(mm.expect("map")), SwapFile::create_temp(pages + 64).expect("swap file"), params)
             .expect("zswap"),
     );
-    let config = RegionConfig { background_reclaim: background, ..RegionConfig::new(len, len / PAGE_SIZE / 2) };
+    let config = RegionConfig {
+        background_reclaim: background,
+        fault_in_thread: mode != "raw-handler",
+        ..RegionConfig::new(len, len / PAGE_SIZE / 2)
+    };
     let region = SwapRegion::new(zswap, config).expect("region");
     let data = real_pages(4096.min(pages as usize));
     codec_times(&data);
@@ -139,7 +163,7 @@ fn main() {
     std::thread::scope(|s| {
         for t in 0..threads {
             let region = &region;
-            s.spawn(move || touches(region, pages, seed(t + 100), n / 4 / threads));
+            s.spawn(move || touches(region, pages, seed(t + 100), n / 4 / threads, raw));
         }
     });
     let before = region.stats();
@@ -153,7 +177,7 @@ fn main() {
                 let (region, barrier) = (&region, &barrier);
                 s.spawn(move || {
                     barrier.wait();
-                    touches(region, pages, seed(t), n / threads)
+                    touches(region, pages, seed(t), n / threads, raw)
                 })
             })
             .collect();

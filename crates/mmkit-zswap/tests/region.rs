@@ -123,40 +123,83 @@ fn hostile_configurations_are_typed_errors() {
         (RegionConfig::new(0, 4), "Empty"),
         (RegionConfig::new(4097, 4), "Unaligned"),
         (RegionConfig::new(8192, 0), "ZeroParameter"),
-        (RegionConfig { evict_batch: 0, ..RegionConfig::new(8192, 1) }, "ZeroParameter"),
-        (RegionConfig { fault_around: 0, ..RegionConfig::new(8192, 1) }, "ZeroParameter"),
+        (RegionConfig { evict_batch: 0, ..RegionConfig::new(8192, 2) }, "ZeroParameter"),
+        (RegionConfig { fault_around: 0, ..RegionConfig::new(8192, 2) }, "ZeroParameter"),
+        // One instruction may touch two pages: a budget of one livelocks it.
+        (RegionConfig::new(8192, 1), "BudgetTooSmall"),
+        // Past what the machine can hold the per-page state of: refused
+        // before anything is allocated (the base aborted on allocation).
+        (RegionConfig::new(64 << 40, 16), "TooLarge"),
+        (RegionConfig::new(usize::MAX & !4095, 16), "TooLarge"),
+        (RegionConfig::new(SwapRegion::max_len() + 4096, 16), "TooLarge"),
     ];
     for (config, what) in bad {
         let err = SwapRegion::new(z.clone(), config).unwrap_err();
         assert!(format!("{err:?}").starts_with(what), "{config:?}: {err:?}");
     }
-    let Some(r) = region(&z, RegionConfig::new(2 * PAGE_SIZE, 1)) else { return };
-    assert!(matches!(r.read_u64(2 * PAGE_SIZE), Err(RegionError::OutOfBounds { .. })));
-    assert!(matches!(r.write(PAGE_SIZE, &[0u8; PAGE_SIZE + 1]), Err(RegionError::OutOfBounds { .. })));
+    assert!(SwapRegion::max_len() >= 1 << 30, "{}", SwapRegion::max_len());
+    let Some(r) = region(&z, RegionConfig::new(3 * PAGE_SIZE, 2)) else { return };
+    assert!(matches!(r.read_u64(3 * PAGE_SIZE), Err(RegionError::OutOfBounds { .. })));
+    assert!(matches!(r.write(PAGE_SIZE, &[0u8; 2 * PAGE_SIZE + 1]), Err(RegionError::OutOfBounds { .. })));
     assert!(matches!(r.write(usize::MAX, &[0u8; 2]), Err(RegionError::OutOfBounds { .. })));
     assert!(matches!(r.write_u64(3, 1), Err(RegionError::Misaligned(3))));
-    // Budget 1: every touch of the other page evicts this one.
-    for k in 0..20u64 {
-        r.write_u64(((k % 2) as usize) * PAGE_SIZE, k).unwrap();
+    // Budget 2 over three pages: a raw access spanning two pages completes.
+    for k in 0..30u64 {
+        r.write_u64(((k % 3) as usize) * PAGE_SIZE, k).unwrap();
+        // SAFETY: 8 bytes across the boundary of pages 0 and 1, inside the
+        // region, which lives; an unaligned raw access is what a program
+        // may do (read_unaligned).
+        let v = unsafe { std::ptr::read_unaligned(r.as_ptr().add(PAGE_SIZE - 4).cast::<u64>()) };
+        std::hint::black_box(v);
     }
-    assert_eq!(r.read_u64(0).unwrap(), 18);
-    assert_eq!(r.read_u64(PAGE_SIZE).unwrap(), 19);
+    assert_eq!(r.read_u64(0).unwrap(), 27);
+    assert_eq!(r.read_u64(PAGE_SIZE).unwrap(), 28);
+    assert_eq!(r.read_u64(2 * PAGE_SIZE).unwrap(), 29);
     assert_eq!(z.stats(), z.stats());
 }
 
 #[test]
-fn a_full_swap_file_keeps_pages_resident_and_failures_fall_back() {
-    // 8 slots for 32 pages of data: eviction fails once the file is full,
-    // and the pages stay resident and correct.
+fn a_full_swap_file_keeps_the_budget_and_failures_fall_back() {
+    // 8 slots for 32 pages of data: once the file is full, a load that
+    // would pass the budget is refused (SwapFull) instead of taking the
+    // region past it (the base kept every page resident), and every page
+    // written reads back.
     let z = zswap(8);
-    let Some(r) = region(&z, RegionConfig { evict_batch: 1, ..RegionConfig::new(32 * PAGE_SIZE, 4) }) else { return };
+    let budget = 4;
+    let Some(r) = region(&z, RegionConfig { evict_batch: 1, ..RegionConfig::new(32 * PAGE_SIZE, budget) }) else {
+        return;
+    };
+    let mut written = Vec::new();
+    let mut refused = 0;
     for p in 0..32usize {
-        r.write_u64(p * PAGE_SIZE, p as u64 + 1000).unwrap();
+        match r.write_u64(p * PAGE_SIZE, p as u64 + 1000) {
+            Ok(()) => written.push(p),
+            Err(RegionError::SwapFull { offset }) => {
+                assert_eq!(offset, p * PAGE_SIZE);
+                refused += 1;
+            }
+            Err(e) => panic!("page {p}: {e}"),
+        }
+        assert!(r.stats().resident as usize <= budget, "{:?}", r.stats());
     }
-    for p in 0..32usize {
-        assert_eq!(r.read_u64(p * PAGE_SIZE).unwrap(), p as u64 + 1000);
+    assert!(refused > 0 && written.len() >= 8 + budget, "{written:?}");
+    // A stored page comes back only if a resident one can go: with every
+    // resident page dirty and no slot free, that is SwapFull too (the
+    // kernel would be out of memory), never a wrong page.
+    let mut read = 0;
+    for &p in &written {
+        match r.read_u64(p * PAGE_SIZE) {
+            Ok(v) => {
+                assert_eq!(v, p as u64 + 1000);
+                read += 1;
+            }
+            Err(RegionError::SwapFull { .. }) => {}
+            Err(e) => panic!("page {p}: {e}"),
+        }
     }
+    assert!(read >= budget, "{read}");
     assert!(r.stats().evict_failures > 0, "{:?}", r.stats());
+    assert!(r.stats().resident as usize <= budget, "{:?}", r.stats());
     assert_eq!(z.swap_file().used_slots(), 8);
     drop(r);
     assert_eq!(z.swap_file().used_slots(), 0);
@@ -181,6 +224,55 @@ fn a_full_swap_file_keeps_pages_resident_and_failures_fall_back() {
     drop(r);
     assert_eq!(z.stats().stored_pages, 0);
     assert_eq!(z.pool().zs_get_total_pages(), 0);
+}
+
+#[test]
+fn pages_never_written_take_no_swap_slot() {
+    // Read (zero-filled) and written with zeros only: evicted, they need
+    // no stored copy (the base stored each, a slot a page); a page zeroed
+    // after holding data gives its slot back.
+    let z = zswap(64);
+    let Some(r) = region(&z, RegionConfig::new(32 * PAGE_SIZE, 4)) else { return };
+    for p in 0..16usize {
+        assert_eq!(r.read_u64(p * PAGE_SIZE).unwrap(), 0);
+    }
+    for p in 16..24usize {
+        r.write_u64(p * PAGE_SIZE, 0).unwrap();
+    }
+    r.write_u64(24 * PAGE_SIZE, 7).unwrap();
+    r.reclaim(0).unwrap();
+    assert_eq!(z.swap_file().used_slots(), 1, "{:?}", r.stats());
+    r.write_u64(24 * PAGE_SIZE, 0).unwrap();
+    r.reclaim(0).unwrap();
+    assert_eq!(z.swap_file().used_slots(), 0, "{:?}", r.stats());
+    for p in 0..32usize {
+        assert_eq!(r.read_u64(p * PAGE_SIZE).unwrap(), 0, "page {p}");
+    }
+    assert!(r.stats().zero_drops >= 24, "{:?}", r.stats());
+}
+
+#[test]
+fn a_page_holds_at_most_its_pin_count_and_then_refuses() {
+    // 2^24 - 1 pins forgotten (their guards leaked) on one page: the next
+    // is refused, where the base's count wrapped into the page's flags and
+    // the still-pinned page became a victim.
+    let z = zswap(64);
+    let Some(r) = region(&z, RegionConfig::new(8 * PAGE_SIZE, 2)) else { return };
+    r.write_u64(0, 42).unwrap();
+    let limit = (1u64 << 24) - 1;
+    for _ in 0..limit {
+        std::mem::forget(r.pin(0, 8, false).unwrap());
+    }
+    assert!(matches!(r.pin(0, 8, false), Err(RegionError::TooManyPins { offset: 0 })));
+    assert!(matches!(r.read_u64(0), Err(RegionError::TooManyPins { offset: 0 })));
+    // Still pinned: touching the other pages never evicts it.
+    for p in 1..8usize {
+        r.write_u64(p * PAGE_SIZE, p as u64).unwrap();
+    }
+    r.reclaim(0).unwrap();
+    assert_eq!(r.stats().resident, 1);
+    // SAFETY: page 0 is pinned (mapped) and the region lives.
+    assert_eq!(unsafe { std::ptr::read_volatile(r.as_ptr().cast::<u64>()) }, 42);
 }
 
 #[test]

@@ -4,65 +4,82 @@
 //! with the `pager`, and between events is the background reclaimer,
 //! evicting down to the low mark once a load has woken it at the high one.
 //!
-//! Owns only its wake-up pipe's reading end; everything else is the
-//! `pager`'s shared state.
+//! In `SIGBUS` mode it also does the loads the faulting threads' handlers
+//! hand to it (`pager`'s hand-offs). It blocks the program's asynchronous
+//! signals, so that none of the program's handlers runs on it.
+//!
+//! Owns only its load buffer; everything else is the `pager`'s shared
+//! state.
 
+use super::os::uffd::{Event, EventBuffer, FaultKind};
+use super::os::{self, WakePipe};
 use super::page::{self, EVICTING, LOADING, RESIDENT};
 use super::pager::Shared;
-use super::uffd::{Event, EventBuffer, FaultKind};
 use super::Counters;
 use crate::PAGE_SIZE;
-use rustix::event::{PollFd, PollFlags, Timespec};
-use std::os::fd::OwnedFd;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
 
 /// The handler thread's state.
 pub(crate) struct Handler {
     shared: Arc<Shared>,
-    wake_r: OwnedFd,
+    /// Its load buffer (`fault_around` pages).
+    buf: Vec<u8>,
+}
+
+/// Says the thread is gone when it returns (or unwinds), so that nothing
+/// waits on it.
+struct Alive<'a>(&'a Shared);
+
+impl Drop for Alive<'_> {
+    fn drop(&mut self) {
+        self.0.handler_alive.store(false, SeqCst);
+    }
 }
 
 impl Handler {
-    pub(crate) fn new(shared: Arc<Shared>, wake_r: OwnedFd) -> Self {
-        Self { shared, wake_r }
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        let buf = vec![0u8; shared.config.fault_around * PAGE_SIZE];
+        Self { shared, buf }
     }
 
-    /// Serves faults and reclaims until the region is dropped.
-    pub(crate) fn run(self) {
+    fn wake_pipe(&self) -> &WakePipe {
+        &self.shared.wake
+    }
+
+    /// Serves faults, hand-offs and reclaim until the region is dropped.
+    pub(crate) fn run(mut self) {
+        let shared = self.shared.clone();
+        let _alive = Alive(&shared);
+        // The program's signals land on its own threads, never here.
+        os::block_asynchronous_signals();
         let mut events = EventBuffer::new(64);
-        let zero = Timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut faults = Vec::with_capacity(64);
         loop {
             let reclaiming = self.shared.reclaim_wanted.load(Relaxed);
-            let (uffd_ready, wake_ready) = {
-                let mut fds = [PollFd::new(&self.shared.uffd, PollFlags::IN), PollFd::new(&self.wake_r, PollFlags::IN)];
-                // While reclaiming, only look for events between batches.
-                if rustix::event::poll(&mut fds, reclaiming.then_some(&zero)).is_err() {
-                    continue;
-                }
-                (!fds[0].revents().is_empty(), !fds[1].revents().is_empty())
-            };
+            // While reclaiming, only look for events between batches.
+            let (uffd_ready, wake_ready) = self.wake_pipe().wait(&self.shared.uffd, reclaiming);
             if wake_ready {
-                let mut sink = [0u8; 64];
-                while matches!(rustix::io::read(&self.wake_r, &mut sink), Ok(n) if n > 0) {}
+                self.wake_pipe().drain();
                 if self.shared.stop.load(Relaxed) {
                     return;
                 }
+                let mut buf = std::mem::take(&mut self.buf);
+                self.shared.serve_handoffs(&mut buf);
+                self.buf = buf;
             }
             if uffd_ready {
-                let faults: Vec<(usize, FaultKind)> = match self.shared.uffd.read_events(&mut events) {
-                    Ok(iter) => iter
-                        .filter_map(|event| match event {
-                            Event::Pagefault { kind, addr } => {
-                                let offset = (addr as usize).wrapping_sub(self.shared.map.as_ptr() as usize);
-                                (offset < self.shared.map.len()).then_some((offset / PAGE_SIZE, kind))
-                            }
-                            Event::Other => None,
-                        })
-                        .collect(),
-                    Err(_) => Vec::new(),
-                };
-                for (index, kind) in faults {
+                faults.clear();
+                if let Ok(iter) = self.shared.uffd.read_events(&mut events) {
+                    faults.extend(iter.filter_map(|event| match event {
+                        Event::Pagefault { kind, addr } => {
+                            let offset = (addr as usize).wrapping_sub(self.shared.map.as_ptr() as usize);
+                            (offset < self.shared.map.len()).then_some((offset / PAGE_SIZE, kind))
+                        }
+                        Event::Other => None,
+                    }));
+                }
+                for &(index, kind) in &faults {
                     match kind {
                         FaultKind::WriteProtected => self.write_fault(index),
                         FaultKind::Missing => self.missing_fault(index, false),
@@ -115,7 +132,7 @@ impl Handler {
     }
 
     /// A raw access touched a missing page.
-    fn missing_fault(&self, index: usize, write: bool) {
+    fn missing_fault(&mut self, index: usize, write: bool) {
         Counters::bump(&self.shared.counters.missing_faults);
         let state = &self.shared.states[index];
         loop {
@@ -123,14 +140,23 @@ impl Handler {
                 // Waking is the copy's; a failed load poisons the page (the
                 // faulting thread gets SIGBUS, as from a swap-in I/O error in
                 // the kernel) and keeps its stored copy.
-                let _ = self.shared.timed_load(index, write, true);
+                let _ = self.shared.load_in_thread(index, write, true, Some(&mut self.buf));
                 return;
             }
             let flags = page::flags(state);
             if flags & (RESIDENT | EVICTING | LOADING) == RESIDENT {
-                // Another thread's load came first.
-                self.shared.wake(index, 1);
-                return;
+                if self.shared.map.is_mapped(index) {
+                    // Another thread's load came first.
+                    self.shared.wake(index, 1);
+                    return;
+                }
+                // Marked mapped and not there: the program dropped it.
+                if page::try_claim_reload(state) {
+                    self.shared.dropped_by_program();
+                    let _ = self.shared.load_in_thread(index, write, true, Some(&mut self.buf));
+                    return;
+                }
+                continue;
             }
             if flags & LOADING != 0 {
                 // Its loader's copy (or, if the load fails, its own wake)

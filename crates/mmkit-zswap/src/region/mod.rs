@@ -9,28 +9,30 @@
 //! - **Accessors load in their own thread.** [`SwapRegion::read`],
 //!   [`SwapRegion::write`] and the word calls pin each page they touch
 //!   (a pinned page is not evicted), load it in the calling thread if it is
-//!   not mapped (`UFFDIO_COPY` from a per-thread buffer; the zero page,
+//!   not mapped (`UFFDIO_COPY` from one of the region's load buffers, with
+//!   the thread's asynchronous signals blocked meanwhile; the zero page,
 //!   `UFFDIO_ZEROPAGE`, for a page never stored), and lift the write
 //!   protection of a clean page themselves before writing: no fault and no
 //!   hand-off to another thread. A failed load is
 //!   [`RegionError::LoadFailed`]; the stored copy is kept.
-//! - **Raw accesses fault.** Touches through [`SwapRegion::as_ptr`] are
-//!   userfaultfd faults that the region's handler thread resolves with the
-//!   same calls; a write to a missing page maps it writable and dirty at
-//!   once. A failed load poisons the page (`UFFDIO_POISON`, Linux 6.6):
-//!   the thread gets `SIGBUS`, as from a swap-in I/O error in the kernel.
-//! - **Or in the faulting thread.** With [`RegionConfig::fault_in_thread`]
-//!   (and `UFFD_FEATURE_SIGBUS`), a raw fault raises `SIGBUS` in the
-//!   faulting thread, and the crate's process-wide handler (`signal`)
-//!   resolves it there and returns. The program's own `SIGBUS` handler, if
-//!   installed before the first such region, still gets every other
-//!   `SIGBUS` (and a region page whose load failed); one installed after
-//!   replaces the crate's and must chain to it (the action it replaced)
-//!   for region addresses. A thread that blocks `SIGBUS` dies on a raw
-//!   touch of an evicted page (the kernel forces the default action); its
-//!   accessor calls never fault and are unaffected. The handler loads with
-//!   zswap's locks, so region memory must not be handed to zswap's own
-//!   calls by the program (the crate never does).
+//! - **Raw accesses fault, resolved in the faulting thread.** Touches
+//!   through [`SwapRegion::as_ptr`] are userfaultfd faults. By default
+//!   (and `UFFD_FEATURE_SIGBUS`) a fault raises `SIGBUS` in the faulting
+//!   thread, and the crate's process-wide handler (`os::signal`,
+//!   `signal`) resolves it there and returns: async-signal-safe by
+//!   construction (see `pager`), handing what it cannot do to the handler
+//!   thread. Every other `SIGBUS` goes to the action installed before the
+//!   first region; a `SIGBUS` handler installed after it replaces the
+//!   crate's and must chain to it for region addresses. A thread that
+//!   blocks `SIGBUS` dies on a raw touch of an evicted page (the kernel
+//!   forces the default action); its accessor calls never fault. The
+//!   handler loads with zswap's locks, so region memory must not be handed
+//!   to zswap's own calls by the program (the crate never does).
+//! - **Or by the handler thread**, with [`RegionConfig::fault_in_thread`]
+//!   off or where the kernel lacks the feature: a write to a missing page
+//!   maps it writable and dirty at once. A failed load poisons the page
+//!   (`UFFDIO_POISON`, Linux 6.6): the thread gets `SIGBUS`, as from a
+//!   swap-in I/O error in the kernel.
 //! - **Eviction.** A CLOCK picks victims (a page referenced since the hand
 //!   last passed gets a second chance) and marks them evicting, so that no
 //!   scan picks a page twice. A victim is write-protected (so a concurrent
@@ -53,43 +55,50 @@
 //! must stop writers while it reads a victim, and asynchronous
 //! write-protection does not stop them.
 //!
-//! Not supported: `fork` (the mapping is `MADV_DONTFORK`: a child does not
-//! see it), `mremap` or `munmap` of parts of the region, pages larger than
-//! 4 KiB, sharing the region with another process.
+//! Misuse is an error or documented behaviour (`docs/zsmalloc-zswap.md`
+//! has the table): the region's calls in a forked child are
+//! [`RegionError::Forked`]; a page the program dropped (`MADV_DONTNEED`)
+//! is reloaded; a memory area split under fault-around places the page
+//! asked for alone; a page unmapped under the region fails to load. Not
+//! supported: `mremap` or `munmap` of parts of the region, pages larger
+//! than 4 KiB, sharing the region with another process.
 //!
 //! Files: `page` (the state word), `pager` (loading and eviction, any
-//! thread), `handler` (the fault and reclaim thread), `signal` (the
-//! `SIGBUS` handler), `slots` (the stored copies: the only use of swap
-//! entries), `times` (the load-time histogram), `sys` (the mapping),
-//! `uffd` (the userfaultfd bindings). Its `unsafe` is all in `sys`,
-//! `uffd` and `signal`.
+//! thread), `handler` (the fault and reclaim thread), `signal` (the table
+//! of regions the `SIGBUS` handler resolves), `slots` (the stored copies:
+//! the only use of swap entries), `times` (the load-time histogram), `os`
+//! (the operating system: the mapping, the userfaultfd bindings, the
+//! `SIGBUS` action, pipes, futexes, signal masks, forks). No `rustix` or
+//! `libc` outside `os`; its `unsafe` is in `os` and `signal`.
 
+mod evict;
 mod handler;
+mod os;
 mod page;
 mod pager;
 mod pinned;
 mod signal;
 mod slots;
-mod sys;
 mod times;
-mod uffd;
 
 use crate::{ReleaseMode, Zswap, PAGE_SIZE};
 use handler::Handler;
-use page::{DIRTY, FAILED, RESIDENT};
-use pager::Shared;
+use os::uffd::{FeatureFlags, IoctlFlags, RegisterMode, UffdBuilder};
+use page::{PinRefused, DIRTY, FAILED, RESIDENT};
+use pager::{LoadError, Shared};
 pub use pinned::PinnedRange;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use uffd::{FeatureFlags, IoctlFlags, RegisterMode, UffdBuilder};
 
 /// How a region is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RegionConfig {
-    /// Bytes of the region: a positive multiple of 4 KiB.
+    /// Bytes of the region: a positive multiple of 4 KiB, at most
+    /// [`SwapRegion::max_len`].
     pub len: usize,
-    /// Pages that may be resident at once (at least 1).
+    /// Pages that may be resident at once (at least 2: one instruction may
+    /// touch two pages, and both must be mapped for it to complete).
     pub resident_budget: usize,
     /// Pages evicted together when the budget is reached (at least 1).
     pub evict_batch: usize,
@@ -102,18 +111,20 @@ pub struct RegionConfig {
     /// loads rarely evict for themselves (false: eviction only when a load
     /// would pass the budget).
     pub background_reclaim: bool,
-    /// Whether raw accesses' faults are resolved in the faulting thread:
-    /// with `UFFD_FEATURE_SIGBUS`, a fault raises `SIGBUS` there and the
-    /// region's process-wide handler loads the page and returns (see the
-    /// module docs for what that asks of the program's own signal
-    /// handling). Where the kernel lacks the feature, the handler thread
-    /// resolves them as without it ([`SwapRegion::resolves_faults_in_thread`]).
+    /// Whether raw accesses' faults are resolved in the faulting thread
+    /// (the default): with `UFFD_FEATURE_SIGBUS`, a fault raises `SIGBUS`
+    /// there and the region's process-wide handler loads the page and
+    /// returns (see the module docs for what that asks of the program's
+    /// own signal handling). False, or where the kernel lacks the feature:
+    /// the handler thread resolves them, a hand-off to another thread and
+    /// back for each ([`SwapRegion::resolves_faults_in_thread`]).
     pub fault_in_thread: bool,
 }
 
 impl RegionConfig {
     /// `len` bytes with `resident_budget` pages resident, evicting 16
-    /// pages at a time, fault-around of 8 pages, deferred release.
+    /// pages at a time, fault-around of 8 pages, deferred release,
+    /// background reclaim, raw faults resolved in the faulting thread.
     pub fn new(len: usize, resident_budget: usize) -> Self {
         Self {
             len,
@@ -122,7 +133,7 @@ impl RegionConfig {
             fault_around: 8,
             release: ReleaseMode::Deferred,
             background_reclaim: true,
-            fault_in_thread: false,
+            fault_in_thread: true,
         }
     }
 }
@@ -136,6 +147,35 @@ pub enum RegionError {
     Unaligned(usize),
     /// A resident budget, eviction batch or fault-around of 0.
     ZeroParameter(&'static str),
+    /// A resident budget of 1 page: an instruction that touches two pages
+    /// could never complete (each load would evict the other page).
+    BudgetTooSmall(usize),
+    /// A region longer than [`SwapRegion::max_len`]: its per-page state
+    /// would not fit in memory. Refused before anything is allocated.
+    TooLarge {
+        /// Bytes asked for.
+        len: usize,
+        /// The most this machine takes.
+        max: usize,
+    },
+    /// The call was made in a process forked after the region was made:
+    /// the region is its parent's (its memory is not mapped in the child,
+    /// and its userfaultfd would reach into the parent), so nothing is
+    /// done.
+    Forked,
+    /// A page already holds the most pins it can count (about 16 million):
+    /// a pin more is refused rather than wrapped.
+    TooManyPins {
+        /// The offset of the first byte of the page.
+        offset: usize,
+    },
+    /// A page could not be loaded because the region is at its resident
+    /// budget and no victim could be stored (the swap file is full): the
+    /// budget holds. Nothing was read or written from that page on.
+    SwapFull {
+        /// The offset of the first byte of the page.
+        offset: usize,
+    },
     /// userfaultfd is unavailable or lacks write-protection here.
     Userfaultfd(String),
     /// The mapping or the handler thread could not be made.
@@ -176,6 +216,13 @@ impl core::fmt::Display for RegionError {
             Self::Empty => f.write_str("a region of 0 bytes"),
             Self::Unaligned(len) => write!(f, "a region of {len} bytes, not a multiple of {PAGE_SIZE}"),
             Self::ZeroParameter(name) => write!(f, "{name} must be at least 1"),
+            Self::BudgetTooSmall(n) => write!(f, "a resident budget of {n} page(s); at least 2"),
+            Self::TooLarge { len, max } => write!(f, "a region of {len} bytes, more than the {max} this machine takes"),
+            Self::Forked => f.write_str("the region belongs to the parent of this forked process"),
+            Self::TooManyPins { offset } => write!(f, "the page at {offset} holds the most pins it can"),
+            Self::SwapFull { offset } => {
+                write!(f, "the page at {offset} was not loaded: the region is at its budget and the swap is full")
+            }
             Self::Userfaultfd(why) => write!(f, "userfaultfd: {why}"),
             Self::Setup(e) => write!(f, "region setup: {e}"),
             Self::OutOfBounds { offset, len, size } => {
@@ -237,6 +284,16 @@ pub struct RegionStats {
     /// Raw faults resolved in the faulting thread's `SIGBUS` handler
     /// ([`RegionConfig::fault_in_thread`]).
     pub faults_in_thread: u64,
+    /// Of those, loads the handler handed to the handler thread (no free
+    /// load buffer, or no clean victim at the budget).
+    pub handoffs: u64,
+    /// Pages marked resident that the program had dropped behind the
+    /// region's back (`MADV_DONTNEED`): reloaded from their stored copy
+    /// (or zeros) when touched, or found so by eviction.
+    pub program_drops: u64,
+    /// Dirty victims that held only zeros: dropped with no stored copy
+    /// (and no swap slot).
+    pub zero_drops: u64,
 }
 
 /// Counters the handler updates and anyone may read.
@@ -257,6 +314,9 @@ pub(crate) struct Counters {
     pub(crate) reclaimer_wakeups: AtomicU64,
     pub(crate) background_evictions: AtomicU64,
     pub(crate) faults_in_thread: AtomicU64,
+    pub(crate) handoffs: AtomicU64,
+    pub(crate) program_drops: AtomicU64,
+    pub(crate) zero_drops: AtomicU64,
 }
 
 /// Anonymous memory of `len` bytes of which at most `resident_budget`
@@ -265,9 +325,10 @@ pub(crate) struct Counters {
 /// Any number of threads may read and write it at once, through
 /// [`read`](Self::read)/[`write`](Self::write) and the word calls (or
 /// through raw pointers from [`as_ptr`](Self::as_ptr), at the caller's
-/// risk: a touch of an evicted page blocks until the region's handler
-/// thread has loaded it, and one whose load failed raises `SIGBUS`). The
-/// accessors load evicted pages in the calling thread.
+/// risk: a touch of an evicted page is loaded in the touching thread's
+/// `SIGBUS` handler (or, without that mode, by the region's handler
+/// thread), and one whose load failed raises `SIGBUS`). The accessors load
+/// evicted pages in the calling thread.
 ///
 /// ```
 /// use mmkit::{Backing, HugePages, MemoryMapBuilder};
@@ -328,8 +389,16 @@ impl SwapRegion {
                 return Err(RegionError::ZeroParameter(name));
             }
         }
+        if config.resident_budget < 2 {
+            return Err(RegionError::BudgetTooSmall(config.resident_budget));
+        }
+        let max = Self::max_len();
+        if config.len > max {
+            return Err(RegionError::TooLarge { len: config.len, max });
+        }
+        let forks = os::watch_forks();
         // The handler goes in before the descriptor asks for SIGBUS mode.
-        let optional = if config.fault_in_thread && signal::install().is_ok() {
+        let optional = if config.fault_in_thread && signal::install() {
             FeatureFlags::POISON | FeatureFlags::SIGBUS
         } else {
             FeatureFlags::POISON
@@ -342,7 +411,7 @@ impl SwapRegion {
             .optional_features(optional)
             .create()
             .map_err(|e| RegionError::Userfaultfd(e.to_string()))?;
-        let map = sys::Mapping::new(config.len).map_err(RegionError::Setup)?;
+        let map = os::mapping::Mapping::new(config.len).map_err(RegionError::Setup)?;
         map.dont_fork().map_err(RegionError::Setup)?;
         let ioctls = uffd
             .register_with_mode(map.as_ptr().cast(), map.len(), RegisterMode::MISSING | RegisterMode::WRITE_PROTECT)
@@ -351,22 +420,39 @@ impl SwapRegion {
             return Err(RegionError::Userfaultfd("no write-protection for anonymous memory".into()));
         }
         let poison = uffd.has_feature(FeatureFlags::POISON) && ioctls.contains(IoctlFlags::POISON);
-        let (wake_r, wake_w) =
-            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK)
-                .map_err(|e| RegionError::Setup(e.into()))?;
-        let shared = Arc::new(Shared::new(map, uffd, zswap, config, wake_w, poison));
-        let signal = if shared.uffd.has_feature(FeatureFlags::SIGBUS) {
-            let full = || RegionError::Setup(std::io::Error::other("the SIGBUS handler's table of regions is full"));
-            Some(signal::register(&shared).ok_or_else(full)?)
-        } else {
-            None
-        };
-        let handler = Handler::new(shared.clone(), wake_r);
+        let wake = os::WakePipe::new().map_err(RegionError::Setup)?;
+        let shared = Shared::new(map, uffd, zswap, config, wake, poison, forks)
+            .ok_or(RegionError::TooLarge { len: config.len, max })?;
+        let shared = Arc::new(shared);
+        let handler = Handler::new(shared.clone());
         let thread = std::thread::Builder::new()
             .name("mmkit-zswap-uffd".into())
             .spawn(move || handler.run())
             .map_err(RegionError::Setup)?;
+        let signal = if shared.uffd.has_feature(FeatureFlags::SIGBUS) {
+            match signal::register(&shared) {
+                Some(registration) => Some(registration),
+                None => {
+                    shared.stop.store(true, Relaxed);
+                    shared.kick();
+                    let _ = thread.join();
+                    let full = "the SIGBUS handler's table of regions is full";
+                    return Err(RegionError::Setup(std::io::Error::other(full)));
+                }
+            }
+        } else {
+            None
+        };
         Ok(Self { shared, handler: Some(thread), signal })
+    }
+
+    /// The longest region this machine takes: one whose per-page state
+    /// (a few dozen bytes a page) fits in a quarter of its memory, and at
+    /// most 2^47 bytes (x86-64's user address space).
+    pub fn max_len() -> usize {
+        let per_page = (size_of::<std::sync::atomic::AtomicU32>() + slots::Slots::BYTES_PER_PAGE) as u64;
+        let pages = (os::physical_memory() / 4 / per_page).min((1u64 << 47) / PAGE_SIZE as u64);
+        usize::try_from(pages).unwrap_or(usize::MAX / PAGE_SIZE).saturating_mul(PAGE_SIZE)
     }
 
     /// Bytes of the region.
@@ -387,6 +473,9 @@ impl SwapRegion {
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<(), RegionError> {
+        if self.shared.forked() {
+            return Err(RegionError::Forked);
+        }
         match offset.checked_add(len) {
             Some(end) if end <= self.len() => Ok(()),
             _ => Err(RegionError::OutOfBounds { offset, len, size: self.len() }),
@@ -395,7 +484,9 @@ impl SwapRegion {
 
     /// Whether the handler thread still serves faults and requests.
     fn alive(&self) -> bool {
-        !self.shared.stop.load(Relaxed) && self.handler.as_ref().is_some_and(|h| !h.is_finished())
+        !self.shared.forked()
+            && !self.shared.stop.load(Relaxed)
+            && self.handler.as_ref().is_some_and(|h| !h.is_finished())
     }
 
     /// Runs `access` on page `index` pinned (not evicted meanwhile) and
@@ -404,10 +495,18 @@ impl SwapRegion {
     /// page and a failed load is an error here, never a page of zeros.
     fn with_page<T>(&self, index: usize, write: bool, access: impl FnOnce() -> T) -> Result<T, RegionError> {
         let state = &self.shared.states[index];
-        page::pin(state, || self.alive()).ok_or(RegionError::HandlerGone)?;
+        page::pin(state, || self.alive()).map_err(|why| self.pin_refused(why, index))?;
         let out = self.ensure(index, write).map(|()| access());
         page::unpin(state);
         out
+    }
+
+    /// The error for a pin of page `index` refused.
+    fn pin_refused(&self, why: PinRefused, index: usize) -> RegionError {
+        match why {
+            PinRefused::Gone => RegionError::HandlerGone,
+            PinRefused::TooMany => RegionError::TooManyPins { offset: index * PAGE_SIZE },
+        }
     }
 
     /// Maps pinned page `index` (writable when `write`) unless it is.
@@ -425,13 +524,18 @@ impl SwapRegion {
                 // Raw accesses would wait for ever: the region is broken.
                 return Err(RegionError::HandlerGone);
             }
+            // No handler of the program's runs while this thread holds the
+            // claim (and zswap's locks): one that touched the region could
+            // need them. Blocked before the claim is taken.
+            let _blocked = os::SignalsBlocked::new();
             if page::try_claim_load(state) {
-                return match self.shared.timed_load(index, write, false) {
-                    Some(_) => {
+                return match self.shared.load_in_thread(index, write, false, None) {
+                    Ok(_) => {
                         Counters::bump(&self.shared.counters.loads_in_thread);
                         Ok(())
                     }
-                    None => Err(RegionError::LoadFailed { offset: index * PAGE_SIZE }),
+                    Err(LoadError::Failed) => Err(RegionError::LoadFailed { offset: index * PAGE_SIZE }),
+                    Err(LoadError::SwapFull) => Err(RegionError::SwapFull { offset: index * PAGE_SIZE }),
                 };
             }
             // Another thread is loading it.
@@ -509,15 +613,25 @@ impl SwapRegion {
     /// were evicted (pinned pages, and pages that cannot be stored, stay).
     ///
     /// # Errors
-    /// [`RegionError::HandlerGone`].
+    /// [`RegionError::HandlerGone`], [`RegionError::Forked`].
     pub fn reclaim(&self, keep: usize) -> Result<usize, RegionError> {
+        if self.shared.forked() {
+            return Err(RegionError::Forked);
+        }
         if !self.alive() {
             return Err(RegionError::HandlerGone);
         }
+        let _blocked = os::SignalsBlocked::new();
         let mut evicted = 0;
         while self.shared.resident() > keep {
             let want = (self.shared.resident() - keep).min(self.shared.config.evict_batch.max(64));
             match self.shared.evict(want) {
+                // Nothing picked: done, unless another thread (the
+                // background reclaimer) is evicting pages right now, whose
+                // count has not gone down yet.
+                0 if self.shared.states.iter().any(|s| page::flags(s) & page::EVICTING != 0) => {
+                    std::thread::yield_now()
+                }
                 0 => break,
                 n => evicted += n,
             }
@@ -552,6 +666,9 @@ impl SwapRegion {
             background_evictions: c.background_evictions.load(Relaxed),
             load_p99_ns: self.shared.load_times.percentile(990),
             faults_in_thread: c.faults_in_thread.load(Relaxed),
+            handoffs: c.handoffs.load(Relaxed),
+            program_drops: c.program_drops.load(Relaxed),
+            zero_drops: c.zero_drops.load(Relaxed),
         }
     }
 
@@ -571,6 +688,8 @@ impl SwapRegion {
 }
 
 #[cfg(test)]
+mod hostile_tests;
+#[cfg(test)]
 mod tests;
 
 impl Drop for SwapRegion {
@@ -579,13 +698,25 @@ impl Drop for SwapRegion {
     /// free unless the region was built with [`ReleaseMode::Sync`]), then
     /// the memory is unmapped.
     fn drop(&mut self) {
+        if self.shared.forked() {
+            // A forked child's copy: the handler thread is the parent's,
+            // the memory is not mapped here, and the swap entries are the
+            // parent's to free. Nothing is touched; the child's copies of
+            // the bookkeeping are left for its exit.
+            std::mem::forget(self.handler.take());
+            std::mem::forget(self.signal.take());
+            std::mem::forget(self.shared.clone());
+            return;
+        }
+        // Out of the SIGBUS handler's table first (waiting only for this
+        // region's handlers in flight, which may need the handler thread
+        // to finish a hand-off), then the handler stops.
+        drop(self.signal.take());
         self.shared.stop.store(true, Relaxed);
         self.shared.kick();
         if let Some(thread) = self.handler.take() {
             let _ = thread.join();
         }
-        // Out of the SIGBUS handler's table, and no handler still in it.
-        drop(self.signal.take());
         // No thread touches the region now (the drop has it exclusively,
         // and the handler has returned and dropped its reference).
         match Arc::get_mut(&mut self.shared) {

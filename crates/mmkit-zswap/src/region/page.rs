@@ -45,29 +45,49 @@ pub(crate) const WAITER: u32 = 1 << 6;
 /// One pin: the count lives above the flags.
 const PIN: u32 = 1 << 8;
 
-/// Every page's state word, all zero (empty) at first.
-pub(crate) fn new_states(pages: usize) -> Box<[AtomicU32]> {
-    (0..pages).map(|_| AtomicU32::new(0)).collect()
+/// Every page's state word, all zero (empty) at first; `None` when the
+/// memory for them cannot be had.
+pub(crate) fn new_states(pages: usize) -> Option<Box<[AtomicU32]>> {
+    let mut states = Vec::new();
+    states.try_reserve_exact(pages).ok()?;
+    states.extend((0..pages).map(|_| AtomicU32::new(0)));
+    Some(states.into_boxed_slice())
+}
+
+/// The most pins a page may hold at once: the count has the bits above
+/// the flags, and a pin past it is refused instead of wrapping into them.
+pub(crate) const MAX_PINS: u32 = u32::MAX / PIN;
+
+/// Why [`pin`] took no pin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PinRefused {
+    /// `alive` answered false while the page was being evicted.
+    Gone,
+    /// The page holds [`MAX_PINS`] already.
+    TooMany,
 }
 
 /// Pins `state`'s page once no eviction of it is in progress; returns the
 /// flags seen when the pin was taken. `alive` is asked between waits: when
 /// it answers false (the handler is gone and will never finish the
-/// eviction) the page is not pinned and `None` is returned.
-pub(crate) fn pin(state: &AtomicU32, alive: impl Fn() -> bool) -> Option<u32> {
+/// eviction) the page is not pinned. A page at [`MAX_PINS`] is refused.
+pub(crate) fn pin(state: &AtomicU32, alive: impl Fn() -> bool) -> Result<u32, PinRefused> {
     let mut spins = 0u32;
     let mut seen = state.load(Acquire);
     loop {
+        if seen / PIN >= MAX_PINS {
+            return Err(PinRefused::TooMany);
+        }
         if seen & EVICTING == 0 {
             match state.compare_exchange_weak(seen, seen + PIN, AcqRel, Acquire) {
-                Ok(_) => return Some(seen),
+                Ok(_) => return Ok(seen & (PIN - 1)),
                 Err(now) => seen = now,
             }
             continue;
         }
         spins += 1;
         if spins % 1024 == 0 && !alive() {
-            return None;
+            return Err(PinRefused::Gone);
         }
         std::thread::yield_now();
         seen = state.load(Acquire);
@@ -102,16 +122,33 @@ pub(crate) fn try_claim_load(state: &AtomicU32) -> bool {
     false
 }
 
-/// Pins the page unless it is being evicted (no wait); the flags seen.
+/// Pins the page unless it is being evicted or holds [`MAX_PINS`] (no
+/// wait); the flags seen.
 pub(crate) fn try_pin(state: &AtomicU32) -> Option<u32> {
     let mut seen = state.load(Acquire);
-    while seen & EVICTING == 0 {
+    while seen & EVICTING == 0 && seen / PIN < MAX_PINS {
         match state.compare_exchange_weak(seen, seen + PIN, AcqRel, Acquire) {
             Ok(_) => return Some(seen),
             Err(now) => seen = now,
         }
     }
     None
+}
+
+/// Claims the reload of a page marked mapped that is not (the program
+/// dropped it with `MADV_DONTNEED`, or unmapped it): from `RESIDENT`,
+/// with no eviction or load of it under way, to `LOADING`, clean, pins
+/// kept. False when the page is not in that state.
+pub(crate) fn try_claim_reload(state: &AtomicU32) -> bool {
+    let mut seen = state.load(Acquire);
+    while seen & (RESIDENT | EVICTING | LOADING | FAILED) == RESIDENT {
+        let next = (seen & !(RESIDENT | DIRTY | REFERENCED)) | LOADING;
+        match state.compare_exchange_weak(seen, next, AcqRel, Acquire) {
+            Ok(_) => return true,
+            Err(now) => seen = now,
+        }
+    }
+    false
 }
 
 /// Sets `flags`; returns the flags before.
@@ -167,7 +204,7 @@ mod tests {
         let s = AtomicU32::new(0);
         assert!(!try_evict(&s), "an empty page is no victim");
         set(&s, RESIDENT);
-        assert_eq!(pin(&s, || true), Some(RESIDENT));
+        assert_eq!(pin(&s, || true), Ok(RESIDENT));
         assert!(!try_evict(&s), "a pinned page is no victim");
         unpin(&s);
         assert!(try_evict(&s));
@@ -175,9 +212,9 @@ mod tests {
         assert!(!try_claim_load(&s), "nor loaded while it goes");
         assert_eq!(try_pin(&s), None);
         // A pin waits for the eviction; a dead handler ends the wait.
-        assert_eq!(pin(&s, || false), None);
+        assert_eq!(pin(&s, || false), Err(PinRefused::Gone));
         clear(&s, RESIDENT | EVICTING);
-        assert_eq!(pin(&s, || true), Some(0));
+        assert_eq!(pin(&s, || true), Ok(0));
         assert_eq!(flags(&s), 0);
         // One loader at a time, and a page being loaded is no victim.
         assert!(try_claim_load(&s));
@@ -188,6 +225,34 @@ mod tests {
         assert!(!try_claim_load(&s), "a mapped page needs no load");
         unpin(&s);
         assert_eq!(s.load(Acquire), RESIDENT);
+    }
+
+    #[test]
+    fn pins_past_the_count_are_refused_not_wrapped() {
+        // On the base the count wrapped into the flags after 2^24 pins,
+        // and the page became a victim with live pins.
+        let s = AtomicU32::new(RESIDENT | ((MAX_PINS - 1) * PIN));
+        assert_eq!(pin(&s, || true), Ok(RESIDENT), "the last pin fits");
+        assert_eq!(pin(&s, || true), Err(PinRefused::TooMany));
+        assert_eq!(try_pin(&s), None);
+        assert_eq!(flags(&s), RESIDENT, "flags untouched");
+        assert!(!try_evict(&s), "still pinned");
+        unpin(&s);
+        assert_eq!(pin(&s, || true), Ok(RESIDENT));
+    }
+
+    #[test]
+    fn a_dropped_resident_page_is_claimed_for_a_reload_once() {
+        let s = AtomicU32::new(RESIDENT | DIRTY | REFERENCED);
+        assert_eq!(pin(&s, || true), Ok(RESIDENT | DIRTY | REFERENCED));
+        assert!(try_claim_reload(&s), "pinned pages are reloaded too");
+        assert!(!try_claim_reload(&s), "once");
+        assert_eq!(flags(&s), LOADING);
+        assert!(!try_evict(&s));
+        unpin(&s);
+        let s = AtomicU32::new(RESIDENT);
+        assert!(try_evict(&s));
+        assert!(!try_claim_reload(&s), "not while it is evicted");
     }
 
     #[test]

@@ -96,6 +96,7 @@ impl Drop for PinnedRange<'_> {
             page::unpin(&self.region.shared.states[index]);
         }
         if self.region.alive() {
+            let _blocked = super::os::SignalsBlocked::new();
             self.region.shared.evict_to_budget();
         }
     }
@@ -112,8 +113,10 @@ impl SwapRegion {
     ///
     /// # Errors
     /// [`RegionError::OutOfBounds`]; [`RegionError::PinTooLarge`];
-    /// [`RegionError::LoadFailed`] and [`RegionError::HandlerGone`] as for
-    /// [`read`](Self::read). On an error no page stays pinned.
+    /// [`RegionError::LoadFailed`], [`RegionError::SwapFull`],
+    /// [`RegionError::TooManyPins`], [`RegionError::Forked`] and
+    /// [`RegionError::HandlerGone`] as for [`read`](Self::read). On an
+    /// error no page stays pinned.
     pub fn pin(&self, offset: usize, len: usize, write: bool) -> Result<PinnedRange<'_>, RegionError> {
         self.check(offset, len)?;
         let span = page_span(offset, len);
@@ -123,7 +126,7 @@ impl SwapRegion {
         }
         for index in span.clone() {
             let state = &self.shared.states[index];
-            let pinned = page::pin(state, || self.alive()).ok_or(RegionError::HandlerGone);
+            let pinned = page::pin(state, || self.alive()).map_err(|why| self.pin_refused(why, index));
             if let Err(e) = pinned.and_then(|_| self.ensure(index, write).inspect_err(|_| page::unpin(state))) {
                 for earlier in span.start..index {
                     page::unpin(&self.shared.states[earlier]);

@@ -17,9 +17,15 @@ pub(crate) struct Slots(Box<[Mutex<Option<SwpEntry>>]>);
 pub(crate) struct Slot<'a>(MutexGuard<'a, Option<SwpEntry>>);
 
 impl Slots {
-    /// No page stored yet.
-    pub(crate) fn new(pages: usize) -> Self {
-        Self((0..pages).map(|_| Mutex::new(None)).collect())
+    /// What one page's slot takes.
+    pub(crate) const BYTES_PER_PAGE: usize = size_of::<Mutex<Option<SwpEntry>>>();
+
+    /// No page stored yet; `None` when the memory for them cannot be had.
+    pub(crate) fn new(pages: usize) -> Option<Self> {
+        let mut slots = Vec::new();
+        slots.try_reserve_exact(pages).ok()?;
+        slots.extend((0..pages).map(|_| Mutex::new(None)));
+        Some(Self(slots.into_boxed_slice()))
     }
 
     /// Page `index`'s slot.
@@ -59,6 +65,17 @@ impl Slot<'_> {
         match &*self.0 {
             Some(entry) => zswap.swap_in(entry, page, KeepEntry::Keep).map(|()| true),
             None => Ok(false),
+        }
+    }
+
+    /// Frees the stored copy, if any (a page of zeros needs none: its next
+    /// load maps the zero page). A copy the instance refuses to free (it
+    /// is not its own, which a region's never is) is kept.
+    pub(crate) fn free(&mut self, zswap: &Zswap) {
+        if let Some(entry) = self.0.take() {
+            if let Err((_, entry)) = zswap.swap_free(entry) {
+                *self.0 = Some(entry);
+            }
         }
     }
 

@@ -15,8 +15,8 @@
 //!   has no atomic at all.
 //!
 //! What every path checks is written here, once:
-//! - the watermark, and the kswapd wake a boosted zone is owed
-//!   ([`PageAllocator::fast_watermark_ok`]);
+//! - the watermark, and the kswapd wake a boosted zone is owed, before a
+//!   page is in hand ([`PageAllocator::fast_watermark_ok`]);
 //! - hardware poison: a popped page whose flag is set or that is pending is
 //!   dropped (a pageblock-order block, too many pages to look at, goes
 //!   back while any poison is pending);
@@ -230,11 +230,10 @@ impl<'a, H: Holder<'a>> PageCache<H> {
         if holder.has_requests(mm) {
             return None;
         }
+        // A boost the refill causes wakes kswapd at the next allocation's
+        // check, before it takes a page: no hook runs while a page is in
+        // hand (`wake_kswapd_if_boosted`).
         let item = holder.refill::<BLOCK>(mm, resolved)?;
-        // The refill may have taken pages from the buddy and boosted the
-        // zone; a pop needs no such look (`fast_watermark_ok` covered it).
-        let target = holder.target(resolved);
-        mm.wake_kswapd_if_boosted(target.zone, gfp, target.flags);
         Self::hand_out::<BLOCK>(holder, mm, resolved, item, gfp, frozen)
     }
 

@@ -1,4 +1,4 @@
-//! The region's `unsafe` besides the userfaultfd bindings (`uffd`): the
+//! The region's mapping, besides the userfaultfd bindings (`uffd`): the
 //! anonymous mapping (mmap, munmap, madvise), copies in and out of it, and
 //! the calls that place pages in it (`UFFDIO_COPY`, `UFFDIO_ZEROPAGE`),
 //! whose destinations only this module can vouch for.
@@ -12,6 +12,10 @@ use super::uffd::Uffd;
 use crate::PAGE_SIZE;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// The most runs one [`Mapping::dontneed_runs`] hands to one
+/// `process_madvise` (a fixed array: no allocation).
+pub(crate) const MAX_RUNS: usize = 64;
 
 /// An anonymous private mapping, unmapped on drop.
 pub(crate) struct Mapping {
@@ -143,37 +147,43 @@ impl Mapping {
     /// Drops each run `(first, n)` of pages, as [`dontneed`](Self::dontneed)
     /// does, in one `process_madvise` call for all of them (Linux 5.10; for
     /// `MADV_DONTNEED` on the caller's own pidfd, 6.13) where the kernel
-    /// takes it, else one `madvise` per run. Returns, per run, whether it
-    /// was dropped.
-    pub(crate) fn dontneed_runs(&self, runs: &[(usize, usize)]) -> Vec<bool> {
-        let mut dropped = vec![false; runs.len()];
+    /// takes it, else one `madvise` per run; `dropped[k]` says whether run
+    /// `k` was. Allocates nothing (at most [`MAX_RUNS`] runs a call: the
+    /// rest go one `madvise` each).
+    pub(crate) fn dontneed_runs(&self, runs: &[(usize, usize)], dropped: &mut [bool]) {
+        let dropped = &mut dropped[..runs.len()];
+        dropped.fill(false);
         let mut done = 0;
         if let (Some(pidfd), true) = (&self.pidfd, runs.len() > 1) {
-            let iov: Vec<libc::iovec> = runs
-                .iter()
-                .take(1024) // UIO_MAXIOV
-                .filter(|&&(first, n)| (first + n) * PAGE_SIZE <= self.len)
-                .map(|&(first, n)| libc::iovec { iov_base: self.page_addr(first), iov_len: n * PAGE_SIZE })
-                .collect();
-            if iov.len() == runs.len().min(1024) {
+            let count = runs.len().min(MAX_RUNS);
+            let empty = libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 };
+            let mut iov = [empty; MAX_RUNS];
+            let fits = runs[..count].iter().all(|&(first, n)| n > 0 && (first + n) * PAGE_SIZE <= self.len);
+            if fits {
+                for (v, &(first, n)) in iov.iter_mut().zip(&runs[..count]) {
+                    *v = libc::iovec { iov_base: self.page_addr(first), iov_len: n * PAGE_SIZE };
+                }
+            }
+            if fits {
                 use std::os::fd::AsRawFd;
                 // SAFETY: every range lies inside this private anonymous
-                // mapping (checked above); dropping its pages only makes later
-                // reads see fresh pages (userfaultfd faults), and no Rust
-                // reference points into them. The kernel reads only `iov`.
+                // mapping (checked above); dropping its pages only makes
+                // later reads see fresh pages (userfaultfd faults), and no
+                // Rust reference points into them. The kernel reads only
+                // `iov[..count]`.
                 let ret = unsafe {
                     libc::syscall(
                         libc::SYS_process_madvise,
                         libc::c_long::from(pidfd.as_raw_fd()),
                         iov.as_ptr(),
-                        iov.len(),
+                        count,
                         libc::c_long::from(libc::MADV_DONTNEED),
                         0usize,
                     )
                 };
                 // The runs wholly inside the bytes advised are dropped.
                 let mut bytes = usize::try_from(ret).unwrap_or(0);
-                for (k, v) in iov.iter().enumerate() {
+                for (k, v) in iov[..count].iter().enumerate() {
                     if bytes < v.iov_len {
                         break;
                     }
@@ -186,7 +196,38 @@ impl Mapping {
         for (k, &(first, n)) in runs.iter().enumerate().skip(done) {
             dropped[k] = self.dontneed(first, n).is_ok();
         }
-        dropped
+    }
+
+    /// Copies page `index` into `out` through the kernel
+    /// (`process_vm_readv` on this process), which answers `EFAULT` for a
+    /// page that is not mapped instead of faulting: eviction reads its
+    /// victims so, and a victim the program dropped behind the region's
+    /// back (`MADV_DONTNEED`) is an error here, not a fault on a page the
+    /// reading thread itself is evicting. False when the page could not be
+    /// read whole.
+    pub(crate) fn read_page(&self, index: usize, out: &mut [u8; PAGE_SIZE]) -> bool {
+        if (index + 1) * PAGE_SIZE > self.len {
+            return false;
+        }
+        let local = libc::iovec { iov_base: out.as_mut_ptr().cast(), iov_len: PAGE_SIZE };
+        let remote = libc::iovec { iov_base: self.page_addr(index), iov_len: PAGE_SIZE };
+        // SAFETY: the kernel writes at most `PAGE_SIZE` bytes into `out`,
+        // which has them, and reads the mapping's page as a system call
+        // (no Rust reference is made to it).
+        let ret = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        ret == PAGE_SIZE as isize
+    }
+
+    /// Whether page `index` is in the page tables now (`mincore`).
+    pub(crate) fn is_mapped(&self, index: usize) -> bool {
+        if (index + 1) * PAGE_SIZE > self.len {
+            return false;
+        }
+        let mut vec = [0u8; 1];
+        // SAFETY: `mincore` reads no memory of the mapping; it writes one
+        // byte for the one page into `vec`.
+        let ret = unsafe { libc::mincore(self.page_addr(index), PAGE_SIZE, vec.as_mut_ptr()) };
+        ret == 0 && vec[0] & 1 != 0
     }
 
     /// Places the `src.len() / PAGE_SIZE` pages of `src` at page `first`

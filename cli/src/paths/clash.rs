@@ -91,27 +91,6 @@ pub fn check_outputs<'a>(
     clash(inputs, outputs).map_or(Ok(()), |c| Err(c.to_string()))
 }
 
-/// Checks that the directory an output goes into exists and that the
-/// output is not a directory itself, so that a command fails before its
-/// work rather than after it.
-///
-/// # Errors
-/// Names the output and what is wrong with it or its directory.
-pub fn check_output_dir(output: &Path) -> Result<(), String> {
-    if output.is_dir() {
-        return Err(format!("{}: is a directory; name a file to write", output.display()));
-    }
-    let dir = match output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    match std::fs::metadata(dir) {
-        Ok(meta) if meta.is_dir() => Ok(()),
-        Ok(_) => Err(format!("{}: {} is not a directory", output.display(), dir.display())),
-        Err(e) => Err(format!("{}: directory {}: {e}", output.display(), dir.display())),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,17 +124,5 @@ mod tests {
         // Two spellings of a file that does not exist yet.
         let missing = d.path().join("none");
         assert!(clash([missing.as_path()], [d.path().join("sub/../none").as_path()]).is_some());
-    }
-
-    #[test]
-    fn output_directory_must_exist() {
-        let d = tempfile::tempdir().unwrap();
-        assert!(check_output_dir(&d.path().join("p")).is_ok());
-        assert!(check_output_dir(Path::new("p")).is_ok(), "the current directory");
-        let err = check_output_dir(&d.path().join("missing/dir/p")).unwrap_err();
-        assert!(err.contains("missing/dir") && !err.contains("Os {"), "{err}");
-        std::fs::write(d.path().join("file"), b"").unwrap();
-        assert!(check_output_dir(&d.path().join("file/p")).unwrap_err().contains("not a directory"));
-        assert!(check_output_dir(d.path()).unwrap_err().contains("is a directory"));
     }
 }

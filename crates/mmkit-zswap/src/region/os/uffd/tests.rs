@@ -3,7 +3,7 @@
 //! faults read, decoded and resolved on a live descriptor (skipped, with a
 //! message, where the kernel or process has none).
 
-use super::super::sys::Mapping;
+use super::super::mapping::Mapping;
 use super::*;
 use crate::PAGE_SIZE;
 use std::sync::Arc;
