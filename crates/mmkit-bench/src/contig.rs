@@ -25,6 +25,7 @@
 //! | `alloc_contig_range`         | —                      | [`ContigBench::alloc_range`], then untimed [`ContigBench::free_batched`] |
 //! | `cma_alloc`                  | —                      | [`ContigBench::cma_alloc`], then untimed [`ContigBench::cma_release`] |
 
+use mmkit::Blocks;
 use mmkit::{
     BuildError, CmaError, CmaId, Contig, ContigError, ContigRange, ContigRangeError, FreeError, Gfp, MemoryMapBuilder,
     MigrateType, OwnerKey, PageAllocator, Pfn, ZoneType,
@@ -104,7 +105,7 @@ impl ContigBench {
             .cma(CMA_AREA, 2 * base..2 * base + nr_pages)
             .build()?;
         let cma = Contig::new(&mm).cma_area(CMA_AREA).ok_or(ContigBenchError::CmaAreaNotFound)?;
-        let key = mm.new_owner_key().map_err(|_| ContigBenchError::NoOwnerTag)?;
+        let key = Blocks::new(&mm).new_owner_key().map_err(|_| ContigBenchError::NoOwnerTag)?;
         Ok(Self { mm, key, cma, start: Pfn(base), nr_pages })
     }
 

@@ -7,6 +7,7 @@
 //! counted as a bad page the workload itself provoked.
 
 use mmkit::hooks::{AllocFailure, BadPageReport, ReclaimRequest};
+use mmkit::Blocks;
 use mmkit::{
     Backing, Contig, CopyMigrator, Gfp, Hooks, HugePages, MemoryMapBuilder, MigrateError, MigrateRequest, MigrateType,
     Migrator, PageAllocator, PageFlags, Pfn, Report,
@@ -219,7 +220,9 @@ fn a_panic_in_a_migrator_loses_no_page() {
             // A moved page is somewhere else now: the kept pages are whatever
             // plain pages are allocated, one reference each.
             for pfn in (mm.start_pfn().0..mm.end_pfn().0).map(Pfn) {
-                if mm.page_flags(pfn).is_ok_and(|f| f.contains(PageFlags::ALLOCATED)) && mm.page_owner(pfn).is_none() {
+                if mm.page_flags(pfn).is_ok_and(|f| f.contains(PageFlags::ALLOCATED))
+                    && Blocks::new(&mm).page_owner(pfn).is_none()
+                {
                     mm.free_pages(pfn, 0).unwrap();
                 }
             }

@@ -11,6 +11,7 @@
 //!   private words and owner, the free page count; then the owner's own
 //!   free succeeds and the map's invariants hold.
 
+use mmkit::Blocks;
 use mmkit::Cpus;
 use mmkit::{
     Backing, Contig, Gfp, HugePages, MemoryMapBuilder, MigrateType, OnOwnedBlock, PageAllocator, Pfn, Report, PFN_CALLS,
@@ -248,7 +249,7 @@ fn dispatch(name: &str) -> Option<Call> {
             ))
         },
         "Contig::alloc_contig_block" => |t| {
-            let key = t.mm.new_owner_key().unwrap();
+            let key = Blocks::new(&t.mm).new_owner_key().unwrap();
             let contig = Contig::new(t.mm);
             let got = contig.alloc_contig_block(&key, t.pfn, Pfn(t.pfn.0 + 1), MigrateType::Movable, Gfp::KERNEL);
             let out = match got {
@@ -258,7 +259,7 @@ fn dispatch(name: &str) -> Option<Call> {
                 }
                 Err(e) => Err(format!("{e:?}")),
             };
-            t.mm.release_owner_key(key);
+            Blocks::new(&t.mm).release_owner_key(key);
             out
         },
         "Contig::cma_release" => |t| {
@@ -293,7 +294,7 @@ fn snapshot(mm: &PageAllocator, block: OwnedBlock) -> (Vec<String>, u64) {
                 mm.page_flags(p),
                 mm.page_count(p),
                 mm.page_private(p),
-                mm.page_owner(p)
+                Blocks::new(&mm).page_owner(p)
             )
         })
         .collect();
@@ -334,7 +335,7 @@ fn every_state_changing_pfn_call_refuses_every_owned_kind_and_changes_nothing() 
                     // A page a handle owns must say so; another page of
                     // the block (inside a block, not its head) is refused
                     // as such.
-                    let owned_page = mm.page_owner(pfn).is_some();
+                    let owned_page = Blocks::new(&mm).page_owner(pfn).is_some();
                     let was = snapshot(&mm, block);
                     let got = apply(&Target { mm: &mm, block, pfn });
                     let is = snapshot(&mm, block);
@@ -372,7 +373,7 @@ fn a_poisoned_owned_block_stays_its_owners() {
         let mm = map();
         with_owned(&mm, kind, |block| {
             mm.memory_failure(block.pfn).unwrap();
-            assert!(mm.page_owner(block.pfn).is_some(), "{kind:?}: still owned");
+            assert!(Blocks::new(&mm).page_owner(block.pfn).is_some(), "{kind:?}: still owned");
         });
         Report::new(&mm).check_invariants().unwrap_or_else(|e| panic!("{kind:?}: {e:?}"));
     }

@@ -5,6 +5,7 @@
 //! the invariants hold and every page and object is back.
 
 use mmkit::hooks::{AllocFailure, BadPageReport, ReclaimRequest};
+use mmkit::Blocks;
 use mmkit::{
     Backing, Contig, CopyMigrator, Gfp, Hooks, HugePages, MemoryMapBuilder, MigrateType, PageAllocator, PageFlags, Pfn,
     Report,
@@ -175,7 +176,9 @@ fn a_migrator_may_call_back_into_the_allocator() {
     });
     assert!(calls.load(Relaxed) > 0, "the migrator ran");
     for pfn in (mm.start_pfn().0..mm.end_pfn().0).map(Pfn) {
-        if mm.page_flags(pfn).is_ok_and(|f| f.contains(PageFlags::ALLOCATED)) && mm.page_owner(pfn).is_none() {
+        if mm.page_flags(pfn).is_ok_and(|f| f.contains(PageFlags::ALLOCATED))
+            && Blocks::new(&mm).page_owner(pfn).is_none()
+        {
             mm.free_pages(pfn, 0).unwrap();
         }
     }

@@ -13,8 +13,8 @@
 //! ([`Quicklists::owner`]; the allocator's ordinary free paths refuse
 //! them, and only this key takes a handed-out page back),
 //! hand a page to their caller as a bare PFN with
-//! [`hand_out_block`](PageAllocator::hand_out_block) and take it back with
-//! [`take_back_block`](PageAllocator::take_back_block), one compare-and-swap
+//! [`hand_out_block`](Blocks::hand_out_block) and take it back with
+//! [`take_back_block`](Blocks::take_back_block), one compare-and-swap
 //! that makes a second free of the same page an error, even from another
 //! CPU. Linux threads the list through the pages' first word; a stack of
 //! handles instead leaves a cached page's bytes untouched, so the
@@ -51,6 +51,7 @@
 //! as the page allocator refuses another CPU's free of a pinned CPU's
 //! `LOCAL` page.
 
+use mmkit::Blocks;
 use mmkit::{BlockError, BlockStack, FreeError, Gfp, OwnerKey, PageAllocator, PageBlock, PageOwner, Pfn};
 use mmkit::{Cpus, Report};
 use spin::{Mutex, MutexGuard};
@@ -210,7 +211,7 @@ impl Quicklists {
     /// [`QuicklistError::NoRealMemory`] for a metadata-only map;
     /// [`QuicklistError::TooManyLists`] for more than [`MAX_NR_QUICK`]
     /// lists; [`QuicklistError::NoOwnerTag`] when the map has no owner tag
-    /// left ([`PageAllocator::new_owner_key`]). Nothing is allocated then.
+    /// left ([`Blocks::new_owner_key`]). Nothing is allocated then.
     pub fn new(alloc: Arc<PageAllocator>, nr_quick: usize) -> Result<Self, QuicklistError> {
         if !alloc.has_real_memory() {
             return Err(QuicklistError::NoRealMemory);
@@ -218,7 +219,7 @@ impl Quicklists {
         if nr_quick > MAX_NR_QUICK {
             return Err(QuicklistError::TooManyLists { nr_quick, max: MAX_NR_QUICK });
         }
-        let key = alloc.new_owner_key().map_err(|_| QuicklistError::NoOwnerTag)?;
+        let key = Blocks::new(&alloc).new_owner_key().map_err(|_| QuicklistError::NoOwnerTag)?;
         let cpus = (0..Cpus::new(&alloc).nr_cpus())
             .map(|_| CpuLists {
                 stacks: Mutex::new((0..nr_quick).map(|_| BlockStack::with_capacity(&key, 0, 64)).collect()),
@@ -260,7 +261,7 @@ impl Quicklists {
     }
 
     /// The owner tag of the pages this set holds or handed out (what
-    /// [`PageAllocator::page_owner`] and [`FreeError::Owned`] report).
+    /// [`Blocks::page_owner`] and [`FreeError::Owned`] report).
     pub fn owner(&self) -> Option<PageOwner> {
         self.key.as_ref().map(OwnerKey::owner)
     }
@@ -284,7 +285,7 @@ impl Quicklists {
 
     /// [`quicklist_alloc`](Self::quicklist_alloc) for a caller that keeps
     /// the page as a [`PageBlock`] (to read and write it through
-    /// [`PageAllocator::block_bytes`]); give it back with
+    /// [`Blocks::block_bytes`]); give it back with
     /// [`quicklist_free_block`](Self::quicklist_free_block).
     ///
     /// # Errors
@@ -593,7 +594,7 @@ impl Quicklists {
         };
         // The caller's constructor may panic: the page goes back then.
         let mut guard = FreeOnUnwind { alloc: &self.alloc, block: Some(block) };
-        if let Some(bytes) = guard.block.as_mut().and_then(|block| self.alloc.block_bytes_mut(block)) {
+        if let Some(bytes) = guard.block.as_mut().and_then(|block| Blocks::new(&self.alloc).block_bytes_mut(block)) {
             ctor(bytes);
             // The first constructed page is the list's state: every
             // page freed to the list is compared with it.
@@ -655,7 +656,7 @@ impl Quicklists {
         if let Some(offset) = scan.then(|| self.first_difference(&block, nr)).flatten() {
             counters.bypassed.add(1);
             let pfn = block.pfn();
-            self.alloc.report_bad_block(&block, offset);
+            Blocks::new(&self.alloc).report_bad_block(&block, offset);
             self.release(cpu, block, dtor)?;
             return Err(QuicklistError::WrongState { pfn, offset });
         }
@@ -673,7 +674,7 @@ impl Quicklists {
     /// refused unchanged.
     #[inline(always)]
     fn take_back(&self, pfn: Pfn) -> Result<PageBlock, QuicklistError> {
-        self.alloc.take_back_block(self.key()?, pfn, 0).map_err(|e| match e {
+        Blocks::new(&self.alloc).take_back_block(self.key()?, pfn, 0).map_err(|e| match e {
             FreeError::FlagsSet { pfn, flags } => QuicklistError::FlagsSet { pfn, flags },
             other => QuicklistError::Free(other),
         })
@@ -684,7 +685,7 @@ impl Quicklists {
     fn hand_out(&self, block: PageBlock) -> Pfn {
         let pfn = block.pfn();
         // Every block here came from `self.alloc`, so it cannot be foreign.
-        let _ = self.alloc.hand_out_block(block);
+        let _ = Blocks::new(&self.alloc).hand_out_block(block);
         pfn
     }
 
@@ -696,7 +697,9 @@ impl Quicklists {
             Some(dtor) => {
                 // The caller's destructor may panic: the page goes back then.
                 let mut guard = FreeOnUnwind { alloc: &self.alloc, block: Some(block) };
-                if let Some(bytes) = guard.block.as_mut().and_then(|block| self.alloc.block_bytes_mut(block)) {
+                if let Some(bytes) =
+                    guard.block.as_mut().and_then(|block| Blocks::new(&self.alloc).block_bytes_mut(block))
+                {
                     dtor(bytes);
                 }
                 guard.block.take().ok_or(QuicklistError::NoOwnerTag)?
@@ -704,7 +707,7 @@ impl Quicklists {
         };
         let result = match Cpus::new(&self.alloc).cpu(cpu) {
             Ok(on_cpu) => on_cpu.free_block(block),
-            Err(_) => self.alloc.free_block(block),
+            Err(_) => Blocks::new(&self.alloc).free_block(block),
         };
         result.map_err(|e| match e {
             BlockError::Free(e) => QuicklistError::Free(e),
@@ -715,7 +718,7 @@ impl Quicklists {
     /// Whether hardware reported the page bad since it was cached.
     #[inline(always)]
     fn is_poisoned(&self, block: &PageBlock) -> bool {
-        self.alloc.block_poisoned(block)
+        Blocks::new(&self.alloc).block_poisoned(block)
     }
 
     fn trim_on(&self, at: HeldList<'_>, dtor: Option<PageFn<'_>>, min_pages: u64, max_free: u64) -> u64 {
@@ -745,7 +748,7 @@ impl Quicklists {
     /// the first constructed page's bytes, or zeroes.
     #[inline]
     fn restore(&self, block: &mut PageBlock, nr: usize) {
-        if let Some(bytes) = self.alloc.block_bytes_mut(block) {
+        if let Some(bytes) = Blocks::new(&self.alloc).block_bytes_mut(block) {
             match self.states[nr].template.get() {
                 Some(template) if template.len() == bytes.len() => bytes.copy_from_slice(template),
                 _ => bytes.fill(0),
@@ -759,7 +762,7 @@ impl Quicklists {
     /// block 4 KiB at a time); only a page that differs is searched byte
     /// by byte.
     fn first_difference(&self, block: &PageBlock, nr: usize) -> Option<usize> {
-        let bytes = self.alloc.block_bytes(block)?;
+        let bytes = Blocks::new(&self.alloc).block_bytes(block)?;
         match self.states[nr].template.get() {
             Some(template) if bytes == &template[..] => None,
             Some(template) => bytes.iter().zip(template.iter()).position(|(a, b)| a != b),
@@ -809,7 +812,7 @@ impl Drop for Quicklists {
         if let Some(key) = self.key.take() {
             // A page still handed out keeps the tag retired (see
             // `release_owner_key`): nobody else can take it back.
-            self.alloc.release_owner_key(key);
+            Blocks::new(&self.alloc).release_owner_key(key);
         }
     }
 }

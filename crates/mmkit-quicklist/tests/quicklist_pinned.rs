@@ -2,6 +2,7 @@
 //! it (frozen, no atomic on the pair) until it is freed there, handed over
 //! or the handle is dropped; every other free of it is refused unchanged.
 
+use mmkit::Blocks;
 use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
 use mmkit::{Cpus, Report};
 use mmkit_quicklist::{QuicklistError, Quicklists};
@@ -54,8 +55,8 @@ fn pinned_pages_are_refused_elsewhere_until_handed_over() {
     // The shared API (on CPU 0) and the allocator refuse it, changing nothing.
     assert_eq!(ql.quicklist_free_page(0, None, p), Err(QuicklistError::PinnedCpu(p)));
     assert_eq!(mm.free_pages(p, 0), Err(FreeError::Owned { pfn: p, owner: ql.owner().unwrap() }));
-    let thief = mm.new_owner_key().unwrap();
-    assert!(mm.take_back_block(&thief, p, 0).is_err(), "another key cannot take it");
+    let thief = Blocks::new(&mm).new_owner_key().unwrap();
+    assert!(Blocks::new(&mm).take_back_block(&thief, p, 0).is_err(), "another key cannot take it");
     {
         let mut cpu0 = ql.pin_cpu(0).unwrap();
         assert_eq!(cpu0.free_page(0, None, p), Err(QuicklistError::PinnedCpu(p)));
@@ -176,7 +177,7 @@ fn blocks_from_a_pinned_handle_are_the_callers() {
     let out = cpu.alloc(0, Gfp::KERNEL, None).unwrap(); // p, out
     let mut block = cpu.alloc_block(0, Gfp::KERNEL, None).unwrap(); // a fresh page
     assert_ne!(block.pfn(), out);
-    assert!(mm.block_bytes_mut(&mut block).unwrap().iter().all(|&b| b == 0));
+    assert!(Blocks::new(&mm).block_bytes_mut(&mut block).unwrap().iter().all(|&b| b == 0));
     assert_eq!(cpu.nr_out(), 1);
     // The shared API runs on CPU 0, which this handle pins: it bypasses the lists.
     ql.quicklist_free_block(0, None, block).unwrap();

@@ -1,6 +1,7 @@
 //! Tests of the quicklist layer's behaviour: state kept, ownership
 //! enforced, trim arithmetic, node and poison bypasses.
 
+use mmkit::Blocks;
 use mmkit::Cpus;
 use mmkit::{Backing, Contig, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, PageFlags, Pfn, Report};
 use mmkit_quicklist::{QuicklistError, Quicklists, FRACTION_OF_NODE_MEM};
@@ -294,11 +295,11 @@ fn a_huge_list_count_is_refused() {
         let refused = Quicklists::new(Arc::clone(&mm), nr_quick).err();
         assert_eq!(refused, Some(QuicklistError::TooManyLists { nr_quick, max: mmkit_quicklist::MAX_NR_QUICK }));
     }
-    let keys: Vec<_> = (0..mmkit::PageOwner::MAX).map(|_| mm.new_owner_key().unwrap()).collect();
+    let keys: Vec<_> = (0..mmkit::PageOwner::MAX).map(|_| Blocks::new(&mm).new_owner_key().unwrap()).collect();
     assert_eq!(keys.len(), 15, "no key was kept by a refused set");
     assert!(Quicklists::new(Arc::clone(&mm), mmkit_quicklist::MAX_NR_QUICK).is_err(), "no tag left");
     for key in keys {
-        assert!(mm.release_owner_key(key));
+        assert!(Blocks::new(&mm).release_owner_key(key));
     }
     assert!(Quicklists::new(Arc::clone(&mm), mmkit_quicklist::MAX_NR_QUICK).is_ok());
 }

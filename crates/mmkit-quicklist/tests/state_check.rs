@@ -8,6 +8,7 @@
 //! cached a dirty page on a zero list and handed it out as zeroed, which a
 //! page table then read as garbage entries.)
 
+use mmkit::Blocks;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn, Report};
 use mmkit_quicklist::Quicklists;
 
@@ -80,7 +81,7 @@ fn a_lent_block_is_restored_too() {
     let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let mut block = ql.quicklist_alloc_block(0, Gfp::KERNEL, None).unwrap();
     let pfn = block.pfn();
-    mm.block_bytes_mut(&mut block).unwrap().fill(0xab);
+    Blocks::new(&mm).block_bytes_mut(&mut block).unwrap().fill(0xab);
     ql.quicklist_free_block(0, None, block).unwrap();
     let q = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
     assert_eq!(q, pfn);

@@ -364,8 +364,8 @@ impl Device {
     /// map shared with others, it gives back their free memory too.
     pub fn give_back_memory(&self) -> mmkit::ReportSummary {
         let mm = self.pool.allocator();
-        Cpus::new(&mm).drain_all_pages();
-        Tuning::new(&mm).report_free_pages()
+        Cpus::new(mm).drain_all_pages();
+        Tuning::new(mm).report_free_pages()
     }
 
     // ---- slot operations, under the slot's lock ----

@@ -12,6 +12,7 @@
 
 use crate::pool::Inner;
 use crate::ZsError;
+use mmkit::Blocks;
 use mmkit::{Gfp, Pfn};
 
 impl Inner {
@@ -31,8 +32,9 @@ impl Inner {
     }
 
     pub(crate) fn migrate_page(&self, pfn: Pfn, gfp: Gfp, nid: usize) -> Result<Pfn, ZsError> {
+        let blocks = Blocks::new(&self.mm);
         let (class, id, at) = self.find_page(pfn).ok_or(ZsError::UnknownPage(pfn))?;
-        let mut target = self.mm.alloc_block_node(nid, self.key()?, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
+        let mut target = blocks.alloc_block_node(nid, self.key()?, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
         let new = target.pfn();
         let old = {
             let mut state = self.lock(class);
@@ -41,7 +43,7 @@ impl Inner {
                 // under the class lock, so no object changes meanwhile.
                 Some(zspage) if zspage.pages.get(at).is_some_and(|b| b.pfn() == pfn) => {
                     if let (Some(src), Some(dst)) =
-                        (self.mm.block_bytes(&zspage.pages[at]), self.mm.block_bytes_mut(&mut target))
+                        (blocks.block_bytes(&zspage.pages[at]), blocks.block_bytes_mut(&mut target))
                     {
                         dst.copy_from_slice(src);
                     }
@@ -49,7 +51,7 @@ impl Inner {
                 }
                 _ => {
                     drop(state);
-                    let _ = self.mm.free_block(target);
+                    let _ = blocks.free_block(target);
                     None
                 }
             }
@@ -57,7 +59,7 @@ impl Inner {
         let old = old.ok_or(ZsError::UnknownPage(pfn))?;
         // The old page was this pool's: a failure can only be a bad-page
         // report (embedder flags set on it), which leaks it as Linux does.
-        let _ = self.mm.free_block(old);
+        let _ = blocks.free_block(old);
         Ok(new)
     }
 }
@@ -66,7 +68,7 @@ impl crate::ZsPool {
     /// Moves page `pfn` of one of the pool's zspages to a new page
     /// allocated with `gfp` on node `nid`, and frees the old one; returns
     /// the new page. For an embedder's [`Migrator`](mmkit::Migrator) asked
-    /// to move a page whose [`page_owner`](mmkit::PageAllocator::page_owner)
+    /// to move a page whose [`page_owner`](mmkit::Blocks::page_owner)
     /// is this pool's [`owner`](Self::owner).
     ///
     /// # Errors

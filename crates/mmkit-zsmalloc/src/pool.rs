@@ -21,6 +21,7 @@ use crate::size_class::{AllocMiss, ClassState, Held, Name, NewObj};
 use crate::slot_state::SlotStates;
 use crate::zspage::Zspage;
 use crate::ZsError;
+use mmkit::Blocks;
 use mmkit::Cpus;
 use mmkit::{Gfp, PageAllocator, PageBlock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -83,7 +84,7 @@ impl Drop for Inner {
     /// Gives the pool's owner key back once its pages are freed.
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
-            self.mm.release_owner_key(key);
+            Blocks::new(&self.mm).release_owner_key(key);
         }
     }
 }
@@ -103,7 +104,7 @@ impl Inner {
             return Err(ZsError::BadChainSize(chain_size));
         }
         let pool_id = new_pool_id().ok_or(ZsError::TooManyPools)?;
-        let key = mm.new_owner_key().map_err(|_| ZsError::OwnerTagsExhausted)?;
+        let key = Blocks::new(&mm).new_owner_key().map_err(|_| ZsError::OwnerTagsExhausted)?;
         let gen_limit = if raw_keyed { RAW_GEN_LIMIT } else { u64::MAX };
         let table = ClassTable::new(mm.geometry().page_size() as usize, chain_size);
         // A merged class never has a slot (its sizes go to the class that
@@ -314,7 +315,8 @@ impl Inner {
 
     /// One page for a zspage, allocated with no lock held.
     fn alloc_page(&self, gfp: Gfp, nid: usize) -> Result<PageBlock, ZsError> {
-        let block = self.mm.alloc_block_node(nid, self.key()?, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
+        let block =
+            Blocks::new(&self.mm).alloc_block_node(nid, self.key()?, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
         self.pages_allocated.fetch_add(1, Relaxed);
         Ok(block)
     }
@@ -325,7 +327,7 @@ impl Inner {
         for block in pages {
             // Blocks of this pool come from `self.mm`; a bad-page report
             // (embedder flags set on our page) leaks it, as in Linux.
-            let _ = self.mm.free_block(block);
+            let _ = Blocks::new(&self.mm).free_block(block);
         }
         self.pages_allocated.fetch_sub(n, Relaxed);
     }
@@ -490,7 +492,7 @@ pub struct ZsPool {
 
 impl ZsPool {
     /// The owner tag of this pool's pages (what
-    /// [`PageAllocator::page_owner`] reports for them): an embedder's
+    /// [`Blocks::page_owner`] reports for them): an embedder's
     /// [`Migrator`](mmkit::Migrator) hands such a page to
     /// [`zs_migrate_page`](Self::zs_migrate_page).
     pub fn owner(&self) -> mmkit::PageOwner {

@@ -23,6 +23,7 @@
 //! object is *backed* when all its bytes lie in pages the chain has.
 
 use crate::class::{ClassShape, ZS_HANDLE_SIZE};
+use mmkit::Blocks;
 use mmkit::{PageAllocator, PageBlock};
 
 /// One zspage of a class.
@@ -148,7 +149,7 @@ impl Zspage {
         if start + len > page_size {
             return None;
         }
-        mm.block_bytes(self.pages.get(page)?).map(|bytes| &bytes[start..start + len])
+        Blocks::new(mm).block_bytes(self.pages.get(page)?).map(|bytes| &bytes[start..start + len])
     }
 }
 
@@ -160,7 +161,7 @@ fn read_at(mm: &PageAllocator, pages: &[PageBlock], offset: usize, dst: &mut [u8
         let at = offset + done;
         let (page, start) = (at / page_size, at % page_size);
         let n = (page_size - start).min(dst.len() - done);
-        if let Some(bytes) = pages.get(page).and_then(|block| mm.block_bytes(block)) {
+        if let Some(bytes) = pages.get(page).and_then(|block| Blocks::new(mm).block_bytes(block)) {
             dst[done..done + n].copy_from_slice(&bytes[start..start + n]);
         }
         done += n;
@@ -175,7 +176,7 @@ fn write_at(mm: &PageAllocator, pages: &mut [PageBlock], offset: usize, src: &[u
         let at = offset + done;
         let (page, start) = (at / page_size, at % page_size);
         let n = (page_size - start).min(src.len() - done);
-        if let Some(bytes) = pages.get_mut(page).and_then(|block| mm.block_bytes_mut(block)) {
+        if let Some(bytes) = pages.get_mut(page).and_then(|block| Blocks::new(mm).block_bytes_mut(block)) {
             bytes[start..start + n].copy_from_slice(&src[done..done + n]);
         }
         done += n;

@@ -43,8 +43,8 @@
 //!    cache (one door per direction for an order-0 page), the one slow
 //!    path behind it, free paths, bulk, pinned CPUs and held zones, owned
 //!    blocks for the layers above, the embedder's hooks and migrator; the
-//!    views [`Cpus`] (per-CPU control) and [`Tuning`] (knobs and
-//!    background work).
+//!    views [`Cpus`] (per-CPU control), [`Tuning`] (knobs and background
+//!    work) and [`Blocks`] (owner keys and owned blocks).
 //! 7. `contig`: [`Contig`], a view of the allocator with
 //!    `alloc_contig_range`, `free_contig_range`, owned ranges and CMA;
 //!    pageblock isolation.
@@ -114,7 +114,7 @@ pub use page_alloc::reporting::FreePageReporter;
 pub use page_alloc::reporting::{ReportSummary, PAGE_REPORTING_CAPACITY, PAGE_REPORTING_DELAY};
 pub use page_alloc::source::PageSource;
 pub use page_alloc::stats::StatsSnapshot;
-pub use page_alloc::{Cpus, PageAllocator, Tuning};
+pub use page_alloc::{Blocks, Cpus, PageAllocator, Tuning};
 pub use pcp::{PcpCounters, PcpSizing};
 pub use report::info::ZoneSnapshot;
 pub use report::invariants::InvariantViolation;

@@ -7,6 +7,7 @@
 //! - a poisoned page is taken out of service and the rest is freed;
 //! - a page whose embedder flags were set meanwhile is reported and leaked.
 
+use mmkit::Blocks;
 use mmkit::Cpus;
 use mmkit::{
     Contig, ContigError, ContigRangeError, FreeError, Gfp, MemoryFailure, MemoryMapBuilder, MigrateType, PageAllocator,
@@ -23,7 +24,7 @@ fn map() -> PageAllocator {
 #[test]
 fn owned_free_leaves_what_the_frozen_free_leaves() {
     let (owned, frozen) = (map(), map());
-    let pool = owned.new_owner_key().unwrap();
+    let pool = Blocks::new(&owned).new_owner_key().unwrap();
     for (start, end) in [(0x1000, 0x2000), (0x2003, 0x2a11), (0x4001, 0x4002), (0x5000, 0x7fff)] {
         let (start, end) = (Pfn(start), Pfn(end));
         let range =
@@ -46,7 +47,7 @@ fn owned_free_leaves_what_the_frozen_free_leaves() {
 #[test]
 fn other_paths_refuse_owned_pages() {
     let mm = map();
-    let pool = mm.new_owner_key().unwrap();
+    let pool = Blocks::new(&mm).new_owner_key().unwrap();
     let contig = Contig::new(&mm);
     let range = contig.alloc_contig_block(&pool, Pfn(0x1000), Pfn(0x1010), MigrateType::Movable, Gfp::KERNEL).unwrap();
     let free_before = Report::new(&mm).nr_free_pages();
@@ -63,7 +64,7 @@ fn other_paths_refuse_owned_pages() {
         Err(PageError::Owned { pfn: Pfn(0x1004), owner: pool.owner() }),
         "owned: no references"
     );
-    assert!(mm.take_back_block(&pool, Pfn(0x1004), 0).is_err());
+    assert!(Blocks::new(&mm).take_back_block(&pool, Pfn(0x1004), 0).is_err());
     assert_eq!(Report::new(&mm).nr_free_pages(), free_before, "nothing changed");
     assert_eq!(
         contig.alloc_contig_block(&pool, Pfn(0x1008), Pfn(0x1020), MigrateType::Movable, Gfp::KERNEL),
@@ -78,7 +79,7 @@ fn other_paths_refuse_owned_pages() {
 #[test]
 fn compound_owned_ranges_are_refused() {
     let mm = map();
-    let pool = mm.new_owner_key().unwrap();
+    let pool = Blocks::new(&mm).new_owner_key().unwrap();
     let got = Contig::new(&mm).alloc_contig_block(
         &pool,
         Pfn(0x1000),
@@ -93,7 +94,7 @@ fn compound_owned_ranges_are_refused() {
 #[test]
 fn a_foreign_range_is_handed_back() {
     let (a, b) = (map(), map());
-    let pool = a.new_owner_key().unwrap();
+    let pool = Blocks::new(&a).new_owner_key().unwrap();
     let range =
         Contig::new(&a).alloc_contig_block(&pool, Pfn(0x1000), Pfn(0x1100), MigrateType::Movable, Gfp::KERNEL).unwrap();
     let free_b = Report::new(&b).nr_free_pages();
@@ -108,7 +109,7 @@ fn a_foreign_range_is_handed_back() {
 #[test]
 fn poisoned_pages_leave_service_and_the_rest_is_freed() {
     let mm = map();
-    let pool = mm.new_owner_key().unwrap();
+    let pool = Blocks::new(&mm).new_owner_key().unwrap();
     let free_before = Report::new(&mm).nr_free_pages();
     let range = Contig::new(&mm)
         .alloc_contig_block(&pool, Pfn(0x2000), Pfn(0x2400), MigrateType::Movable, Gfp::KERNEL)
@@ -133,7 +134,7 @@ fn poisoned_pages_leave_service_and_the_rest_is_freed() {
 #[test]
 fn pages_cannot_be_changed_behind_the_handle() {
     let mm = map();
-    let pool = mm.new_owner_key().unwrap();
+    let pool = Blocks::new(&mm).new_owner_key().unwrap();
     let free_before = Report::new(&mm).nr_free_pages();
     let range = Contig::new(&mm)
         .alloc_contig_block(&pool, Pfn(0x3000), Pfn(0x3040), MigrateType::Movable, Gfp::KERNEL)

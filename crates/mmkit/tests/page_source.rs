@@ -6,6 +6,7 @@
 //! it: `put_page` and `free_pages_bulk` of its own `LOCAL` pages and the
 //! refusal of another pinned CPU's.
 
+use mmkit::Blocks;
 use mmkit::Cpus;
 use mmkit::{FreeError, Gfp, PageAllocator, PageSource, Pfn, Report};
 use proptest::prelude::*;
@@ -38,7 +39,7 @@ fn op() -> impl Strategy<Value = Op> {
 /// model's own checks run until the handle is dropped (then `settle`).
 fn run(source: &mut impl PageSource, ops: &[Op], pinned: bool) {
     let mut model = LiveBlocks::default();
-    let owner = source.allocator().new_owner_key().unwrap();
+    let owner = Blocks::new(&source.allocator()).new_owner_key().unwrap();
     for op in ops {
         match *op {
             Op::Alloc { order } => {
@@ -78,10 +79,10 @@ fn run(source: &mut impl PageSource, ops: &[Op], pinned: bool) {
             }
             Op::Block { order, byte } => {
                 if let Ok(mut block) = source.alloc_block(&owner, Gfp::KERNEL, order) {
-                    if let Some(bytes) = source.allocator().block_bytes_mut(&mut block) {
+                    if let Some(bytes) = Blocks::new(&source.allocator()).block_bytes_mut(&mut block) {
                         bytes.fill(byte);
                     }
-                    if let Some(bytes) = source.allocator().block_bytes(&block) {
+                    if let Some(bytes) = Blocks::new(&source.allocator()).block_bytes(&block) {
                         assert!(bytes.iter().all(|&b| b == byte));
                     }
                     source.free_block(block).unwrap();

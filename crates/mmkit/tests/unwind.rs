@@ -7,6 +7,7 @@
 //! the burst, which frees it as it unwinds, and the checker finds a page
 //! in neither state.
 
+use mmkit::Blocks;
 use mmkit::Cpus;
 use mmkit::{Gfp, MemoryMapBuilder, PageAllocator, Pfn, Report};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -82,8 +83,8 @@ fn pages_a_forgotten_pinned_cpu_holds_are_known() {
 fn pages_a_forgotten_guard_or_block_holds_are_allocated() {
     let mm = MemoryMapBuilder::with_memory(16 << 20).nr_cpus(1).build().unwrap();
     std::mem::forget(mm.alloc_pages_guarded(Gfp::KERNEL, 2).unwrap());
-    let key = mm.new_owner_key().unwrap();
-    let _held = mm.alloc_block(&key, Gfp::KERNEL, 1).unwrap(); // a dropped one leaks, as documented
+    let key = Blocks::new(&mm).new_owner_key().unwrap();
+    let _held = Blocks::new(&mm).alloc_block(&key, Gfp::KERNEL, 1).unwrap(); // a dropped one leaks, as documented
     Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
     assert_eq!(Report::new(&mm).nr_free_pages() + 4 + 2, managed(&mm));

@@ -3,6 +3,7 @@
 //! back on deallocation, and a bad deallocation changes nothing.
 #![cfg(feature = "x86_64")]
 
+use mmkit::Blocks;
 use mmkit::Cpus;
 use mmkit::{FreeError, Gfp, MemoryMapBuilder, Report, X86Frames};
 use std::collections::HashSet;
@@ -102,12 +103,12 @@ fn safe_frees_of_a_handed_out_frame_are_refused_and_it_is_never_handed_out_twice
     assert!(mm.free_frozen_pages(pfn, 0).is_err());
     // The range free refuses an owned page before touching anything, and
     // no bare-PFN call takes a reference or sets a flag on it.
-    let tag = mm.page_owner(pfn);
+    let tag = Blocks::new(&mm).page_owner(pfn);
     assert!(tag.is_some());
     assert!(owned(mmkit::Contig::new(&mm).free_contig_range(pfn, 1).map(drop)));
     assert!(matches!(mm.get_page(pfn), Err(mmkit::PageError::Owned { .. })));
     assert!(mm.set_page_flags(pfn, mmkit::PageFlags::LRU).is_err());
-    assert_eq!(mm.page_owner(pfn), tag, "still the adapter's");
+    assert_eq!(Blocks::new(&mm).page_owner(pfn), tag, "still the adapter's");
     // A guard's block cannot be freed behind its back (it carries the
     // map's guard tag), so it is never reallocated as a frame meanwhile.
     let guard = mm.alloc_pages_guarded(Gfp::KERNEL, 0).unwrap();

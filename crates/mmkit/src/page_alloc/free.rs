@@ -298,7 +298,7 @@ impl PageAllocator {
         if page.has(PageFlags::LOCAL) {
             return PageError::CpuLocal(pfn);
         }
-        if let Some(owner) = self.page_owner(pfn) {
+        if let Some(owner) = crate::Blocks::new(self).page_owner(pfn) {
             return PageError::Owned { pfn, owner };
         }
         if page.refcount() == u32::MAX {
@@ -658,7 +658,7 @@ impl PageAllocator {
         }
         // An owned block's flags are its owner's: set behind its back, they
         // made the owner's free report a bad page and leak the block.
-        if let Some(owner) = self.page_owner(head) {
+        if let Some(owner) = crate::Blocks::new(self).page_owner(head) {
             return Err(PageError::Owned { pfn: head, owner });
         }
         let idx = self.pfn_to_idx(pfn).ok_or(PageError::OutOfRange(pfn))?;
@@ -682,7 +682,7 @@ impl PageAllocator {
         if !page.has(PageFlags::ALLOCATED) {
             return Err(PageError::NotInUse(pfn));
         }
-        if let Some(owner) = self.page_owner(pfn) {
+        if let Some(owner) = crate::Blocks::new(self).page_owner(pfn) {
             return Err(PageError::Owned { pfn, owner });
         }
         page.set_private(value);

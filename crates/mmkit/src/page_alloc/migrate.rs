@@ -91,7 +91,7 @@ pub trait Migrator: Send + Sync {
 /// freezes a folio's count before it moves it: the reference count goes
 /// from 1 to 0 in one compare-and-swap, so from then until the move ends no
 /// one takes a reference, adopts the block
-/// ([`take_back_block`](crate::PageAllocator::take_back_block) sees a
+/// ([`take_back_block`](crate::Blocks::take_back_block) sees a
 /// frozen block and refuses it) or frees it, and a block adopted before
 /// the freeze is refused. Copying still races with plain writes through a
 /// pointer: the embedder must keep the owner from writing the block while

@@ -126,8 +126,9 @@ pub(crate) struct Parts {
 /// Other concerns are views that borrow the allocator, made where needed
 /// (a view costs a reference): [`Cpus`] (per-CPU handles, pinning,
 /// drains), [`Tuning`] (knobs, compaction, free page reporting),
-/// [`Report`](crate::Report) (counters, `/proc` texts, the invariant
-/// checker), [`Contig`](crate::Contig) (contiguous ranges, CMA).
+/// [`Blocks`] (owner keys and owned blocks, for layers built on the
+/// allocator), [`Report`](crate::Report) (counters, `/proc` texts, the
+/// invariant checker), [`Contig`](crate::Contig) (contiguous ranges, CMA).
 ///
 /// `Send + Sync`: any thread may allocate and free. Each zone has its own
 /// lock; page references are atomic.
@@ -210,6 +211,26 @@ view::allocator_view! {
     /// tuning.decay_pcp_high();
     /// ```
     pub struct Tuning;
+}
+
+view::allocator_view! {
+    /// Owned blocks, what the layers above the page allocator build on
+    /// (quicklists, page tables, zsmalloc): owner keys, blocks of a key,
+    /// their bytes, handing a block out as a bare PFN and taking it back
+    /// (`page_alloc::block` says how; `docs/architecture.md`, "Ownership of
+    /// pages", who may do what).
+    ///
+    /// ```
+    /// use mmkit::{Backing, Blocks, Gfp, HugePages, MemoryMapBuilder};
+    /// let mm = MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
+    /// let blocks = Blocks::new(&mm);
+    /// let key = blocks.new_owner_key().unwrap();
+    /// let mut block = blocks.alloc_block(&key, Gfp::KERNEL | Gfp::ZERO, 0).unwrap();
+    /// blocks.block_bytes_mut(&mut block).unwrap()[0] = 7; // the key's holder alone
+    /// blocks.free_block(block).unwrap();
+    /// assert!(blocks.release_owner_key(key));
+    /// ```
+    pub struct Blocks;
 }
 
 impl Tuning<'_> {

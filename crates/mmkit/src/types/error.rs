@@ -85,7 +85,7 @@ pub enum BadPageReason {
     },
     /// The layer that owns the block found its contents wrong (for example
     /// a page given back to a quicklist that is not in the list's state);
-    /// see [`PageAllocator::report_bad_block`](crate::PageAllocator::report_bad_block).
+    /// see [`Blocks::report_bad_block`](crate::Blocks::report_bad_block).
     OwnerState {
         /// The owning layer.
         owner: crate::PageOwner,
@@ -660,9 +660,9 @@ impl core::fmt::Display for RealMemoryError {
     }
 }
 
-/// [`PageAllocator::new_owner_key`](crate::PageAllocator::new_owner_key):
+/// [`Blocks::new_owner_key`](crate::Blocks::new_owner_key):
 /// every owner tag of the map is held by a live key (or retired, see
-/// [`release_owner_key`](crate::PageAllocator::release_owner_key)).
+/// [`release_owner_key`](crate::Blocks::release_owner_key)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OwnerTagsExhausted;
 
