@@ -55,17 +55,17 @@ fn compact_one(mm: &PageAllocator, state: &mut ClassState) -> Option<Vec<PageBlo
     // `isolate_src_zspage` scans from ZS_INUSE_RATIO_10 upward).
     let src = (1..GROUP_FULL).find_map(|g| state.groups[g].first()).map(|&id| id as usize)?;
     let shape = state.shape;
-    let page_size = mm.geometry().page_size() as usize;
     let mut buf = vec![0; shape.size];
     let mut moved = 0;
-    for obj in 0..shape.objs_per_zspage as u16 {
+    // Objects never handed out (`used` and above) hold no header.
+    for obj in 0..state.zspages[src].as_ref()?.used() {
         let raw = state.zspages[src].as_ref()?.header(mm, shape, obj);
         let Some(slot) = slot_of_header(raw) else { continue };
         // Destination: the fullest zspage with room other than the source
         // (`isolate_dst_zspage` scans from ZS_INUSE_RATIO_99 down).
         // Only into objects the destination's pages already hold: growing
         // a chain would take pages, which compaction is there to give back.
-        let Some(dst) = state.zspage_with_backed_room(page_size, Some(src)) else { break };
+        let Some(dst) = state.zspage_with_backed_room(Some(src)) else { break };
         state.zspages[src].as_ref()?.read(mm, usize::from(obj) * shape.size, &mut buf);
         let target = state.zspages[dst].as_mut()?;
         let Some(new_obj) = target.alloc_obj(mm, shape, raw) else { break };

@@ -26,6 +26,7 @@
 pub mod class;
 mod compact;
 mod deferred;
+mod deferred_queue;
 mod handle;
 mod migrate;
 mod pool;

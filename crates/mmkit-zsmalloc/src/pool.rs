@@ -118,7 +118,7 @@ impl Inner {
             DeferredLayout::PerCpu => mm.nr_cpus(),
             DeferredLayout::PerPool => 1,
         };
-        let deferred = DeferredQueue::new(crate::deferred::queue_capacity(table.page_size()), shards);
+        let deferred = DeferredQueue::new(shards);
         Ok(Self {
             name: name.to_string(),
             pool_id,
@@ -265,13 +265,22 @@ impl Inner {
     }
 
     /// Returns pages to the page allocator (no class lock may be held).
-    pub(crate) fn free_pages(&self, pages: Vec<PageBlock>) {
+    pub(crate) fn free_pages(&self, mut pages: Vec<PageBlock>) {
+        self.free_page_list(&mut pages);
+    }
+
+    /// Returns the pages in `pages` to the page allocator in one bulk
+    /// free, leaving `pages` empty (no class lock may be held).
+    pub(crate) fn free_page_list(&self, pages: &mut Vec<PageBlock>) {
         let n = pages.len() as u64;
-        for block in pages {
-            // Blocks of this pool come from `self.mm`; a bad-page report
-            // (embedder flags set on our page) leaks it, as in Linux.
-            let _ = self.mm.free_block(block);
+        if n == 0 {
+            return;
         }
+        // Blocks of this pool come from `self.mm`, so none is given back;
+        // a bad-page report (embedder flags set on our page) leaks it, as
+        // in Linux.
+        let _ = self.mm.free_blocks_bulk(pages);
+        pages.clear();
         self.pages_allocated.fetch_sub(n, Relaxed);
     }
 

@@ -136,39 +136,52 @@ impl ClassState {
     /// Linux's `get_fullness_group`.
     pub(crate) fn group_of(&self, inuse: u16) -> usize {
         let objs = self.shape.objs_per_zspage;
+        // floor(floor(100 n / objs) / 10) is floor(10 n / objs).
         match usize::from(inuse) {
             0 => 0,
             n if n == objs => GROUP_FULL,
-            n => 100 * n / objs / 10 + 1,
+            n => 10 * n / objs + 1,
         }
     }
 
-    /// Zspages that are not full, fullest first (Linux scans
-    /// `ZS_INUSE_RATIO_99` down to `ZS_INUSE_RATIO_0`).
-    fn zspages_with_room(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..GROUP_FULL).rev().flat_map(move |g| self.groups[g].iter().rev()).map(|&id| id as usize)
+    /// The fullest zspage whose next free object is backed, other than
+    /// `except`, or else (`Err`) the fullest that has room once it has
+    /// another page (Linux's `find_get_zspage` scans `ZS_INUSE_RATIO_99`
+    /// down to `ZS_INUSE_RATIO_0`). Only a zspage still growing its chain
+    /// can lack a backed object (about one per class), so the search
+    /// rarely looks past the first.
+    fn find_zspage(&self, except: Option<usize>) -> Result<usize, Option<usize>> {
+        let mut needs_page = None;
+        for group in self.groups[..GROUP_FULL].iter().rev() {
+            for &id in group.iter().rev() {
+                let id = id as usize;
+                if Some(id) == except {
+                    continue;
+                }
+                match self.zspages[id].as_ref() {
+                    Some(z) if z.has_backed_room() => return Ok(id),
+                    Some(_) if needs_page.is_none() => needs_page = Some(id),
+                    _ => {}
+                }
+            }
+        }
+        Err(needs_page)
     }
 
     /// The fullest zspage whose next free object is backed, other than
-    /// `except`. Only a zspage still growing its chain can lack one (about
-    /// one per class), so the search rarely looks past the first.
-    pub(crate) fn zspage_with_backed_room(&self, page_size: usize, except: Option<usize>) -> Option<usize> {
-        self.zspages_with_room().find(|&id| {
-            Some(id) != except && self.zspages[id].as_ref().is_some_and(|z| z.has_backed_room(self.shape, page_size))
-        })
+    /// `except`.
+    pub(crate) fn zspage_with_backed_room(&self, except: Option<usize>) -> Option<usize> {
+        self.find_zspage(except).ok()
     }
 
     /// Allocates an object of `len` bytes in an existing zspage: the
     /// fullest with a backed free object, else [`AllocMiss::NeedsPage`] for
     /// the fullest that has room once it has another page.
     pub(crate) fn alloc(&mut self, mm: &PageAllocator, len: usize, raw: bool) -> Result<NewObj, AllocMiss> {
-        let page_size = mm.geometry().page_size() as usize;
-        if let Some(id) = self.zspage_with_backed_room(page_size, None) {
-            return self.alloc_in(mm, id, len, raw).ok_or(AllocMiss::NoRoom);
-        }
-        match self.zspages_with_room().next() {
-            Some(id) => Err(AllocMiss::NeedsPage(id)),
-            None => Err(AllocMiss::NoRoom),
+        match self.find_zspage(None) {
+            Ok(id) => self.alloc_in(mm, id, len, raw).ok_or(AllocMiss::NoRoom),
+            Err(Some(id)) => Err(AllocMiss::NeedsPage(id)),
+            Err(None) => Err(AllocMiss::NoRoom),
         }
     }
 
@@ -177,7 +190,7 @@ impl ClassState {
     pub(crate) fn attach_page(&mut self, mm: &PageAllocator, id: usize, block: PageBlock) -> Result<(), PageBlock> {
         let (shape, page_size) = (self.shape, mm.geometry().page_size() as usize);
         let Some(zspage) = self.zspages.get_mut(id).and_then(Option::as_mut) else { return Err(block) };
-        if !zspage.wants_page(shape, page_size) {
+        if !zspage.wants_page() {
             return Err(block);
         }
         let before = Zspage::backed_objs(shape, page_size, zspage.pages.len());
@@ -192,8 +205,7 @@ impl ClassState {
     /// handle or (`raw`) by a raw word; `None` (and no change) when its
     /// next free object is not backed.
     pub(crate) fn alloc_in(&mut self, mm: &PageAllocator, id: usize, len: usize, raw: bool) -> Option<NewObj> {
-        let page_size = mm.geometry().page_size() as usize;
-        if !self.zspages.get(id)?.as_ref()?.has_backed_room(self.shape, page_size) {
+        if !self.zspages.get(id)?.as_ref()?.has_backed_room() {
             return None;
         }
         let slot = self.take_slot()?;
@@ -309,9 +321,9 @@ impl ClassState {
     }
 
     pub(crate) fn regroup(&mut self, id: usize) {
-        let inuse = self.zspages[id].as_ref().map_or(0, |z| z.inuse);
-        let group = self.group_of(inuse);
-        if self.zspages[id].as_ref().is_some_and(|z| usize::from(z.group) != group) {
+        let Some(z) = self.zspages[id].as_ref() else { return };
+        let group = self.group_of(z.inuse);
+        if usize::from(z.group) != group {
             self.unlink(id);
             self.link(id, group);
         }
@@ -443,7 +455,7 @@ impl ClassState {
                 return Err(format!("class {}: {handle} has state word {word:#x} past the limits", self.index));
             }
             let z = self.zspages[slot.zspage as usize].as_ref().ok_or_else(|| format!("{handle} in a freed zspage"))?;
-            if usize::from(slot.obj) >= Zspage::backed_objs(self.shape, page_size, z.pages.len()) {
+            if usize::from(slot.obj) >= Zspage::backed_objs(self.shape, page_size, z.pages.len()) || slot.obj >= z.used() {
                 return Err(format!("class {}: object of {handle} lies past its zspage's pages", self.index));
             }
             if z.header(mm, self.shape, slot.obj) != header_of(i) {

@@ -16,11 +16,14 @@
 //! class carries up to a chain's worth of pages that hold nothing (on 256
 //! MiB of real binaries written to zram, about 230 pages: 0.7 % of the
 //! pool). Here a zspage starts with its first page and takes the next one
-//! when the next never-used object reaches into it. Free objects are a
-//! stack: freed ones are pushed on top of the never-used ones (kept in
-//! address order below them), so only the last never-used object in line
-//! can lack pages, and the chain is always a prefix of the full one. An
-//! object is *backed* when all its bytes lie in pages the chain has.
+//! when the next never-used object reaches into it. Objects are handed out
+//! freed ones first (a stack, the last freed on top), then never-used ones
+//! in address order (`0..used` have been handed out at some time), so only
+//! the next never-used object can lack pages, and the chain is always a
+//! prefix of the full one. An object is *backed* when all its bytes lie in
+//! pages the chain has. A never-used object's header is whatever the page
+//! held: readers of headers look only below `used` (a freed object's
+//! header is cleared when it is freed), so a new page needs no clearing.
 
 use crate::class::{ClassShape, ZS_HANDLE_SIZE};
 use mmkit::{PageAllocator, PageBlock};
@@ -28,8 +31,14 @@ use mmkit::{PageAllocator, PageBlock};
 /// One zspage of a class.
 pub(crate) struct Zspage {
     pub(crate) pages: Vec<PageBlock>,
-    /// Free object indices, the next to use last.
-    free: Vec<u16>,
+    /// Objects freed since they were handed out, the next to use last.
+    freed: Vec<u16>,
+    /// Objects handed out at some time: `0..used`.
+    used: u16,
+    /// Objects whose bytes all lie in the chain's pages: `0..backed`.
+    backed: u16,
+    /// Objects the zspage has room for.
+    objs: u16,
     pub(crate) inuse: u16,
     /// Fullness group the zspage is listed in, and its position there.
     pub(crate) group: u8,
@@ -42,10 +51,12 @@ impl Zspage {
     /// A zspage with every object free and only `first` of its pages:
     /// the rest are attached as objects need them.
     pub(crate) fn new(mm: &PageAllocator, first: PageBlock, shape: ClassShape) -> Self {
-        let free = (0..shape.objs_per_zspage as u16).rev().collect();
         let mut zspage = Self {
             pages: Vec::with_capacity(shape.pages_per_zspage),
-            free,
+            freed: Vec::new(),
+            used: 0,
+            backed: 0,
+            objs: shape.objs_per_zspage as u16,
             inuse: 0,
             group: 0,
             pos: 0,
@@ -61,49 +72,52 @@ impl Zspage {
         (pages * page_size / shape.size).min(shape.objs_per_zspage)
     }
 
+    /// Objects handed out at some time (`0..used`): the only ones whose
+    /// headers mean something.
+    pub(crate) fn used(&self) -> u16 {
+        self.used
+    }
+
     /// Whether the next free object can be handed out as the chain is.
-    pub(crate) fn has_backed_room(&self, shape: ClassShape, page_size: usize) -> bool {
-        self.free.last().is_some_and(|&idx| usize::from(idx) < Self::backed_objs(shape, page_size, self.pages.len()))
+    #[inline]
+    pub(crate) fn has_backed_room(&self) -> bool {
+        !self.freed.is_empty() || self.used < self.backed
     }
 
     /// Whether the next free object needs another page first.
-    pub(crate) fn wants_page(&self, shape: ClassShape, page_size: usize) -> bool {
-        self.pages.len() < shape.pages_per_zspage && !self.free.is_empty() && !self.has_backed_room(shape, page_size)
+    pub(crate) fn wants_page(&self) -> bool {
+        self.freed.is_empty() && self.used == self.backed && self.used < self.objs
     }
 
-    /// Appends the chain's next page. Headers of the objects that start in
-    /// it are cleared, as the page comes from the allocator with any
-    /// contents (a header never straddles: objects are 16-byte multiples).
+    /// Appends the chain's next page.
     pub(crate) fn attach_page(&mut self, mm: &PageAllocator, shape: ClassShape, block: PageBlock) {
         let page_size = mm.geometry().page_size() as usize;
-        let index = self.pages.len();
         self.pages.push(block);
-        if shape.is_huge() {
-            return;
-        }
-        let first = (index * page_size).div_ceil(shape.size);
-        let end = ((index + 1) * page_size).div_ceil(shape.size).min(shape.objs_per_zspage);
-        for idx in first..end {
-            write_at(mm, &mut self.pages, idx * shape.size, &[0; ZS_HANDLE_SIZE]);
-        }
+        self.backed = Self::backed_objs(shape, page_size, self.pages.len()) as u16;
     }
 
     /// Takes a free object and marks it allocated to `handle`; `None` when
     /// none is free or the next one needs a page first.
+    #[inline]
     pub(crate) fn alloc_obj(&mut self, mm: &PageAllocator, shape: ClassShape, handle: u64) -> Option<u16> {
-        if !self.has_backed_room(shape, mm.geometry().page_size() as usize) {
-            return None;
-        }
-        let idx = self.free.pop()?;
+        let idx = match self.freed.pop() {
+            Some(idx) => idx,
+            None if self.used < self.backed => {
+                self.used += 1;
+                self.used - 1
+            }
+            None => return None,
+        };
         self.inuse += 1;
         self.set_header(mm, shape, idx, handle);
         Some(idx)
     }
 
     /// Frees object `idx` (its header is cleared).
+    #[inline]
     pub(crate) fn free_obj(&mut self, mm: &PageAllocator, shape: ClassShape, idx: u16) {
         self.set_header(mm, shape, idx, 0);
-        self.free.push(idx);
+        self.freed.push(idx);
         self.inuse -= 1;
     }
 
@@ -117,11 +131,21 @@ impl Zspage {
         u64::from_ne_bytes(word)
     }
 
+    #[inline]
     fn set_header(&mut self, mm: &PageAllocator, shape: ClassShape, idx: u16, handle: u64) {
         if shape.is_huge() {
             self.huge_handle = handle;
         } else {
-            write_at(mm, &mut self.pages, usize::from(idx) * shape.size, &handle.to_ne_bytes());
+            // A header never straddles two pages (objects are 16-byte
+            // multiples): one page's bytes, no copy loop.
+            let at = usize::from(idx) * shape.size;
+            let page_size = mm.geometry().page_size() as usize;
+            let (page, start) = (at / page_size, at % page_size);
+            if let Some(bytes) = self.pages.get_mut(page).and_then(|block| mm.block_bytes_mut(block)) {
+                if let Some(header) = bytes.get_mut(start..start + ZS_HANDLE_SIZE) {
+                    header.copy_from_slice(&handle.to_ne_bytes());
+                }
+            }
         }
     }
 

@@ -1,0 +1,683 @@
+//! The deferred-free queue itself, without the pool: per-CPU batches of
+//! queued words, filled without a lock and handed whole to the drain, as
+//! the kernel gathers work in an `llist` of batches.
+//!
+//! Owns the batches, the shards that fill them, the stack of full batches
+//! waiting for the drain and the stack of empty ones. Knows nothing of
+//! classes or pages: a word is an opaque `u64` here, and what to do with
+//! one that cannot be queued is the caller's.
+//!
+//! # The protocol
+//!
+//! A *batch* is a fixed array of `batch_len` words. Each shard (one per
+//! CPU of the page allocator) has one word of state, `[batch id | words
+//! reserved]`, naming the batch being filled or none. A push reserves the
+//! next word by one compare-and-swap of that state, writes its word and
+//! counts it done (`remaining`, a countdown); the push that reserves the
+//! last word also *seals* the batch: its compare-and-swap leaves the shard
+//! with no batch, and it pushes the batch on the stack of full ones. A push
+//! that finds no batch takes an empty one (from the stack of empty
+//! batches, or a new one while the queue is under its cap), writes its
+//! word first, and installs it with one compare-and-swap; when another
+//! push installed one meanwhile it gives its batch back and tries again.
+//! No push waits for another: every step is one atomic operation on a
+//! word that a failed compare-and-swap only re-reads.
+//!
+//! The drain takes the whole stack of full batches with one swap (the
+//! `llist_del_all` of the kernel's lists, so neither stack's take suffers
+//! ABA; the empty stack's single pops carry a tag that every pop bumps).
+//! A batch sealed while some of its pushes are still writing reaches the
+//! drain with its countdown above zero: the drain waits for the countdown,
+//! which those pushes bring to zero within a few instructions, before it
+//! reads the words. A flush also seals every shard's partial batch (one
+//! compare-and-swap of the shard's state: the batch leaves the shard with
+//! the words reserved so far) and waits until no push is between sealing
+//! a batch and pushing it on the full stack, so that every word whose push
+//! returned before the flush began is drained by it.
+//!
+//! # Bound and worst case
+//!
+//! The queue makes at most `cap` batches (the caller computes the cap at
+//! each new batch: the pool's is in `deferred`), reuses them for the
+//! pool's life and never frees one before the pool goes. A push falls back
+//! (the caller frees synchronously) only when its shard has no batch, no
+//! empty batch is left and `cap` batches exist: then `cap × batch_len`
+//! words are queued or being drained. Memory: `cap` batches of `batch_len`
+//! words, plus a header of 16 bytes per batch.
+//! Every queued word names a distinct live object, so the queue never
+//! holds more words than the pool has objects.
+
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, SeqCst};
+#[cfg(not(loom))]
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::OnceLock;
+
+/// No batch: a shard's state without one, the end of a stack.
+const NONE: u32 = u32::MAX;
+/// Chunks of the batch table: chunk `k` has `2^k` batches, enough for
+/// every id below `NONE`.
+const NR_CHUNKS: usize = 32;
+
+/// One batch: `len` words (the batch's length unless a drain sealed it
+/// early), written by the pushes that reserved them.
+struct Batch {
+    words: OnceLock<Box<[AtomicU64]>>,
+    /// Words reserved but not yet written, plus those that will never be
+    /// reserved once the batch is sealed: zero when the drain may read.
+    remaining: AtomicU32,
+    /// Words the batch holds, set when it is sealed.
+    len: AtomicU32,
+    /// The next batch on the stack this one is on.
+    next: AtomicU32,
+}
+
+impl Batch {
+    fn new() -> Self {
+        Self {
+            words: OnceLock::new(),
+            remaining: AtomicU32::new(0),
+            len: AtomicU32::new(0),
+            next: AtomicU32::new(NONE),
+        }
+    }
+}
+
+/// Batches by id, at addresses that never change: chunk `k` holds ids
+/// `2^k - 1 .. 2^(k+1) - 1`, made when the first of them is.
+struct BatchTable {
+    chunks: [OnceLock<Box<[Batch]>>; NR_CHUNKS],
+    batch_len: usize,
+}
+
+impl BatchTable {
+    fn locate(id: u32) -> (usize, usize) {
+        let v = u64::from(id) + 1;
+        let top = 63 - v.leading_zeros() as usize;
+        (top, (v - (1 << top)) as usize)
+    }
+
+    /// Batch `id`, made (empty) if it was not yet.
+    fn get(&self, id: u32) -> &Batch {
+        let (chunk, at) = Self::locate(id);
+        let batches = self.chunks[chunk].get_or_init(|| (0..1usize << chunk).map(|_| Batch::new()).collect());
+        &batches[at]
+    }
+
+    /// The words of batch `id`.
+    fn words(&self, id: u32) -> &[AtomicU64] {
+        self.get(id).words.get_or_init(|| (0..self.batch_len).map(|_| AtomicU64::new(0)).collect())
+    }
+}
+
+/// A shard's state word: `[batch id:32 | words reserved:32]`.
+fn state(id: u32, reserved: u32) -> u64 {
+    u64::from(id) << 32 | u64::from(reserved)
+}
+
+fn split(word: u64) -> (u32, u32) {
+    ((word >> 32) as u32, word as u32)
+}
+
+/// One CPU's part of the queue and its counters, on its own cache lines,
+/// so that pushes from different CPUs share no line.
+#[repr(align(128))]
+struct Shard {
+    /// The batch being filled and the words reserved in it.
+    state: AtomicU64,
+    queued: AtomicU64,
+    fallback: AtomicU64,
+}
+
+/// What a push did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Pushed {
+    /// Queued; `sealed` when the push sealed a full batch (the drain has
+    /// work).
+    Queued { sealed: bool },
+    /// Not queued (no empty batch, and the cap reached): the caller frees
+    /// it now.
+    Fallback(u64),
+}
+
+/// The queue: shards, batches, the stacks of full and empty batches.
+pub(crate) struct BatchQueue {
+    shards: Box<[Shard]>,
+    table: BatchTable,
+    batch_len: u32,
+    /// Batches made so far: ids `0..made`.
+    made: AtomicU32,
+    /// Full (sealed) batches for the drain, newest first; `NONE`: empty.
+    full: AtomicU32,
+    /// Batches on `full`.
+    pending: AtomicUsize,
+    /// Empty batches, `[pop tag:32 | top id:32]`.
+    empty: AtomicU64,
+    /// Pushes between sealing a batch and putting it on `full`.
+    sealing: AtomicUsize,
+    /// A step of the protocol left out, for the loom models that must fail.
+    #[cfg(loom)]
+    broken: Broken,
+}
+
+/// Steps of the protocol the loom models leave out, one at a time, to show
+/// that each is needed (each broken model must fail).
+#[cfg(loom)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Broken {
+    /// The protocol as written.
+    Nothing,
+    /// The drain reads a sealed batch without waiting for the pushes
+    /// still writing into it.
+    ReadBeforeWritten,
+    /// A flush does not wait for pushes between sealing a batch and
+    /// putting it on the full stack.
+    FlushIgnoresSealers,
+}
+
+impl BatchQueue {
+    /// A queue of `shards` shards and batches of `batch_len` words (at
+    /// least 2).
+    pub(crate) fn new(shards: usize, batch_len: usize) -> Self {
+        let batch_len = batch_len.clamp(2, u32::MAX as usize / 2);
+        let shard = || Shard { state: AtomicU64::new(state(NONE, 0)), queued: AtomicU64::new(0), fallback: AtomicU64::new(0) };
+        Self {
+            shards: (0..shards.max(1)).map(|_| shard()).collect(),
+            table: BatchTable { chunks: std::array::from_fn(|_| OnceLock::new()), batch_len },
+            batch_len: batch_len as u32,
+            made: AtomicU32::new(0),
+            full: AtomicU32::new(NONE),
+            pending: AtomicUsize::new(0),
+            empty: AtomicU64::new(state(0, NONE)),
+            sealing: AtomicUsize::new(0),
+            #[cfg(loom)]
+            broken: Broken::Nothing,
+        }
+    }
+
+    /// The queue with one step of its protocol left out.
+    #[cfg(loom)]
+    pub(crate) fn broken(shards: usize, batch_len: usize, broken: Broken) -> Self {
+        Self { broken, ..Self::new(shards, batch_len) }
+    }
+
+    #[cfg(loom)]
+    fn is_broken(&self, step: Broken) -> bool {
+        self.broken == step
+    }
+
+    #[cfg(not(loom))]
+    fn is_broken(&self, _: Broken) -> bool {
+        false
+    }
+
+    /// Batches made so far.
+    #[cfg(test)]
+    pub(crate) fn batches_made(&self) -> usize {
+        self.made.load(Relaxed) as usize
+    }
+
+    /// Full batches waiting for the drain.
+    pub(crate) fn pending(&self) -> usize {
+        self.pending.load(SeqCst)
+    }
+
+    /// Queues `word` on shard `cpu`; never waits. `cap` gives the most
+    /// batches the queue may have, asked only when it needs a new one.
+    pub(crate) fn push(&self, cpu: usize, word: u64, cap: impl FnOnce() -> usize) -> Pushed {
+        let shard = &self.shards[cpu % self.shards.len()];
+        let mut cap = Some(cap);
+        let mut current = shard.state.load(Acquire);
+        loop {
+            let (id, reserved) = split(current);
+            if id == NONE {
+                match self.install(shard, current, word, &mut cap) {
+                    Ok(()) => break,
+                    Err(Some(now)) => {
+                        current = now;
+                        continue;
+                    }
+                    Err(None) => {
+                        shard.fallback.fetch_add(1, Relaxed);
+                        return Pushed::Fallback(word);
+                    }
+                }
+            }
+            let last = reserved + 1 == self.batch_len;
+            // The push that takes the last word seals the batch: the shard
+            // is left without one.
+            let next = if last { state(NONE, 0) } else { current + 1 };
+            if last {
+                self.sealing.fetch_add(1, AcqRel);
+            }
+            match shard.state.compare_exchange_weak(current, next, AcqRel, Acquire) {
+                Ok(_) => {
+                    let batch = self.table.get(id);
+                    self.table.words(id)[reserved as usize].store(word, Relaxed);
+                    batch.remaining.fetch_sub(1, AcqRel);
+                    shard.queued.fetch_add(1, Relaxed);
+                    if last {
+                        batch.len.store(self.batch_len, Relaxed);
+                        self.push_full(id);
+                        self.sealing.fetch_sub(1, AcqRel);
+                    }
+                    return Pushed::Queued { sealed: last };
+                }
+                Err(now) => {
+                    if last {
+                        self.sealing.fetch_sub(1, AcqRel);
+                    }
+                    current = now;
+                }
+            }
+        }
+        shard.queued.fetch_add(1, Relaxed);
+        Pushed::Queued { sealed: false }
+    }
+
+    /// Installs a new batch holding `word` in `shard`, whose state was
+    /// `seen` (no batch). `Err(Some(state))`: another push changed the
+    /// state first (the batch went back); `Err(None)`: no batch to be had.
+    fn install(
+        &self,
+        shard: &Shard,
+        seen: u64,
+        word: u64,
+        cap: &mut Option<impl FnOnce() -> usize>,
+    ) -> Result<(), Option<u64>> {
+        let id = self.take_empty(cap).ok_or(None)?;
+        let batch = self.table.get(id);
+        self.table.words(id)[0].store(word, Relaxed);
+        batch.remaining.store(self.batch_len - 1, Relaxed);
+        match shard.state.compare_exchange(seen, state(id, 1), AcqRel, Acquire) {
+            Ok(_) => Ok(()),
+            Err(now) => {
+                batch.remaining.store(0, Relaxed);
+                self.push_empty(id);
+                Err(Some(now))
+            }
+        }
+    }
+
+    /// An empty batch: one from the empty stack, else a new one while
+    /// fewer than the cap exist.
+    fn take_empty(&self, cap: &mut Option<impl FnOnce() -> usize>) -> Option<u32> {
+        let mut top = self.empty.load(Acquire);
+        loop {
+            let (tag, id) = split(top);
+            if id == NONE {
+                break;
+            }
+            // A stale `next` (the batch popped and pushed back meanwhile)
+            // fails the swap: every pop bumps the tag.
+            let next = self.table.get(id).next.load(Relaxed);
+            match self.empty.compare_exchange_weak(top, state(tag.wrapping_add(1), next), AcqRel, Acquire) {
+                Ok(_) => return Some(id),
+                Err(now) => top = now,
+            }
+        }
+        let cap = (cap.take()?)().min(NONE as usize) as u32;
+        let id = self.made.fetch_update(AcqRel, Acquire, |made| (made < cap).then_some(made + 1)).ok()?;
+        Some(id)
+    }
+
+    /// Puts empty batch `id` on the empty stack.
+    fn push_empty(&self, id: u32) {
+        let batch = self.table.get(id);
+        let mut top = self.empty.load(Acquire);
+        loop {
+            let (tag, next) = split(top);
+            batch.next.store(next, Relaxed);
+            match self.empty.compare_exchange_weak(top, state(tag, id), AcqRel, Acquire) {
+                Ok(_) => return,
+                Err(now) => top = now,
+            }
+        }
+    }
+
+    /// Puts sealed batch `id` on the full stack.
+    fn push_full(&self, id: u32) {
+        let batch = self.table.get(id);
+        let mut top = self.full.load(Acquire);
+        loop {
+            batch.next.store(top, Relaxed);
+            match self.full.compare_exchange_weak(top, id, AcqRel, Acquire) {
+                Ok(_) => break,
+                Err(now) => top = now,
+            }
+        }
+        // Sequentially consistent, as the worker's check of it after it
+        // says it is asleep: one of the two sees the other.
+        self.pending.fetch_add(1, SeqCst);
+    }
+
+    /// Seals every shard's partial batch and puts it on the full stack,
+    /// then waits until no push is between sealing a batch and putting it
+    /// there: afterwards every word whose push returned before this call
+    /// is on the full stack (or was taken by a drain before).
+    pub(crate) fn seal_partial(&self) {
+        for shard in self.shards.iter() {
+            let mut current = shard.state.load(Acquire);
+            loop {
+                let (id, reserved) = split(current);
+                if id == NONE {
+                    break;
+                }
+                match shard.state.compare_exchange(current, state(NONE, 0), AcqRel, Acquire) {
+                    Ok(_) => {
+                        let batch = self.table.get(id);
+                        batch.len.store(reserved, Relaxed);
+                        // The words never reserved will not be written.
+                        batch.remaining.fetch_sub(self.batch_len - reserved, AcqRel);
+                        self.push_full(id);
+                        break;
+                    }
+                    Err(now) => current = now,
+                }
+            }
+        }
+        while self.sealing.load(Acquire) != 0 && !self.is_broken(Broken::FlushIgnoresSealers) {
+            yield_now();
+        }
+    }
+
+    /// Takes every full batch, oldest first, into `out` (cleared first).
+    /// The caller is the only drain (it holds the pool's drain lock) and
+    /// reads them with [`read`](Self::read), then gives them back with
+    /// [`recycle`](Self::recycle).
+    pub(crate) fn take_full(&self, out: &mut Vec<u32>) {
+        out.clear();
+        let mut id = self.full.swap(NONE, AcqRel);
+        while id != NONE {
+            out.push(id);
+            id = self.table.get(id).next.load(Relaxed);
+        }
+        self.pending.fetch_sub(out.len(), Relaxed);
+        out.reverse();
+    }
+
+    /// Appends the words of taken batch `id` to `out`, once the pushes
+    /// still writing into it are done.
+    pub(crate) fn read(&self, id: u32, out: &mut Vec<u64>) {
+        let batch = self.table.get(id);
+        while batch.remaining.load(Acquire) != 0 && !self.is_broken(Broken::ReadBeforeWritten) {
+            yield_now();
+        }
+        let len = batch.len.load(Relaxed) as usize;
+        out.extend(self.table.words(id)[..len].iter().map(|w| w.load(Relaxed)));
+    }
+
+    /// Gives taken batch `id`, read, back to the empty stack.
+    pub(crate) fn recycle(&self, id: u32) {
+        self.push_empty(id);
+    }
+
+    /// Words queued and pushes that fell back, summed over the shards.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        let queued = self.shards.iter().map(|s| s.queued.load(Relaxed)).sum();
+        let fallback = self.shards.iter().map(|s| s.fallback.load(Relaxed)).sum();
+        (queued, fallback)
+    }
+}
+
+/// Outside loom the protocol is never broken: one variant, never chosen.
+#[cfg(not(loom))]
+#[derive(Clone, Copy)]
+enum Broken {
+    ReadBeforeWritten,
+    FlushIgnoresSealers,
+}
+
+fn yield_now() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::thread::yield_now();
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering::Release;
+
+    /// Drains everything, as the pool's flush does.
+    fn drain(q: &BatchQueue) -> Vec<u64> {
+        q.seal_partial();
+        let (mut ids, mut words) = (Vec::new(), Vec::new());
+        q.take_full(&mut ids);
+        for &id in &ids {
+            q.read(id, &mut words);
+            q.recycle(id);
+        }
+        words
+    }
+
+    #[test]
+    fn table_ids_map_to_distinct_places() {
+        assert_eq!(BatchTable::locate(0), (0, 0));
+        assert_eq!(BatchTable::locate(1), (1, 0));
+        assert_eq!(BatchTable::locate(2), (1, 1));
+        assert_eq!(BatchTable::locate(3), (2, 0));
+        assert_eq!(BatchTable::locate(NONE - 1), (31, (1 << 31) - 1));
+    }
+
+    #[test]
+    fn words_come_back_in_push_order_and_batches_are_reused() {
+        let q = BatchQueue::new(1, 4);
+        for w in 0..10 {
+            assert!(matches!(q.push(0, w, || 100), Pushed::Queued { .. }));
+        }
+        assert_eq!((q.batches_made(), q.pending()), (3, 2), "two full batches, one partial");
+        assert_eq!(drain(&q), (0..10).collect::<Vec<_>>());
+        for w in 10..22 {
+            assert!(matches!(q.push(0, w, || 100), Pushed::Queued { .. }));
+        }
+        assert_eq!(q.batches_made(), 3, "the drained batches are used again");
+        assert_eq!(drain(&q), (10..22).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn the_cap_is_respected_and_only_past_it_a_push_falls_back() {
+        let q = BatchQueue::new(2, 4);
+        let mut fell = Vec::new();
+        for w in 0..20 {
+            if let Pushed::Fallback(w) = q.push(w as usize % 2, w, || 3) {
+                fell.push(w);
+            }
+        }
+        // Three batches of four words: twelve queued, the rest refused.
+        assert_eq!(q.batches_made(), 3);
+        assert_eq!(fell.len(), 8);
+        assert_eq!(q.counts(), (12, 8));
+        let mut all = drain(&q);
+        all.extend(&fell);
+        all.sort_unstable();
+        assert_eq!(all, (0..20).collect::<Vec<_>>());
+        // Drained, the batches take words again within the same cap.
+        assert!(matches!(q.push(0, 99, || 3), Pushed::Queued { .. }));
+        assert_eq!(drain(&q), vec![99]);
+    }
+
+    #[test]
+    fn a_cap_that_grows_lets_the_queue_grow() {
+        let q = BatchQueue::new(1, 2);
+        let mut cap = 1;
+        for w in 0..8 {
+            let pushed = q.push(0, w, || cap);
+            if w < 2 {
+                assert!(matches!(pushed, Pushed::Queued { .. }));
+            } else if w == 2 {
+                assert_eq!(pushed, Pushed::Fallback(2));
+                cap = 4;
+            }
+        }
+        assert_eq!(q.batches_made(), 4);
+    }
+
+    /// Threads push while a drainer drains: no word is lost or drained
+    /// twice, nothing falls back under a cap that holds them all, and the
+    /// queue never makes more batches than its cap.
+    #[test]
+    fn threads_lose_no_word_and_drain_none_twice() {
+        let q = BatchQueue::new(2, 16);
+        let per_thread = 20_000u64;
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let drained = std::thread::scope(|s| {
+            let drainer = s.spawn(|| {
+                let (mut ids, mut words) = (Vec::new(), Vec::new());
+                while !stop.load(Acquire) {
+                    q.take_full(&mut ids);
+                    for &id in &ids {
+                        q.read(id, &mut words);
+                        q.recycle(id);
+                    }
+                    std::thread::yield_now();
+                }
+                words
+            });
+            let pushers: Vec<_> = (0..4u64)
+                .map(|t| {
+                    let q = &q;
+                    s.spawn(move || {
+                        for i in 0..per_thread {
+                            let pushed = q.push((t % 2) as usize, t << 32 | i, || 1 << 20);
+                            assert!(matches!(pushed, Pushed::Queued { .. }));
+                        }
+                    })
+                })
+                .collect();
+            pushers.into_iter().for_each(|p| p.join().unwrap());
+            stop.store(true, Release);
+            let mut words = drainer.join().unwrap();
+            words.extend(drain(&q));
+            words
+        });
+        let mut sorted = drained.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), drained.len(), "a word drained twice");
+        assert_eq!(drained.len() as u64, 4 * per_thread, "a word lost");
+        // Each thread's words leave a shard in the order it pushed them
+        // when it had the shard to itself: check every thread's words
+        // appear, per thread, in increasing order within each batch read.
+        assert_eq!(q.counts(), (4 * per_thread, 0));
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::*;
+    use loom::sync::Arc;
+    use std::sync::atomic::Ordering::Release;
+
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(f);
+    }
+
+    /// The drain as the pool runs it: take, wait, read, recycle.
+    fn drain_full(q: &BatchQueue, out: &mut Vec<u64>) {
+        let mut ids = Vec::new();
+        q.take_full(&mut ids);
+        for &id in &ids {
+            q.read(id, out);
+            q.recycle(id);
+        }
+    }
+
+    /// Two pushers share one shard (batches of three words, so a batch is
+    /// sealed while the other pusher may still be writing into it) while
+    /// a drainer takes full batches and recycles them: every word is
+    /// drained exactly once or handed back for a synchronous free, and a
+    /// flush after the pushers returned finds every word they queued.
+    fn every_word_is_drained_exactly_once(broken: Broken) {
+        model(move || {
+            let q = Arc::new(BatchQueue::broken(1, 3, broken));
+            let pushers: Vec<_> = (0..2u64)
+                .map(|t| {
+                    let q = q.clone();
+                    loom::thread::spawn(move || {
+                        let mut fell = Vec::new();
+                        for i in 0..2u64 {
+                            if let Pushed::Fallback(w) = q.push(0, 1 + t * 2 + i, || 2) {
+                                fell.push(w);
+                            }
+                        }
+                        fell
+                    })
+                })
+                .collect();
+            let drainer = {
+                let q = q.clone();
+                loom::thread::spawn(move || {
+                    let mut out = Vec::new();
+                    drain_full(&q, &mut out);
+                    out
+                })
+            };
+            let mut seen = drainer.join().unwrap();
+            for p in pushers {
+                seen.extend(p.join().unwrap());
+            }
+            q.seal_partial();
+            drain_full(&q, &mut seen);
+            seen.sort_unstable();
+            assert_eq!(seen, vec![1, 2, 3, 4], "a word lost, drained twice or read unwritten");
+        });
+    }
+
+    #[test]
+    fn loom_every_word_is_drained_exactly_once() {
+        every_word_is_drained_exactly_once(Broken::Nothing);
+    }
+
+    #[test]
+    #[should_panic]
+    fn loom_broken_a_drain_that_does_not_wait_for_writers_reads_unwritten_words() {
+        every_word_is_drained_exactly_once(Broken::ReadBeforeWritten);
+    }
+
+    /// A flush racing a push that seals a batch: the flush drains every
+    /// word whose push returned before the flush began (the pusher's
+    /// first, which returns before it raises the flag), and never reads a
+    /// word before it is written.
+    fn a_flush_drains_every_word_pushed_before_it(broken: Broken) {
+        model(move || {
+            let q = Arc::new(BatchQueue::broken(2, 2, broken));
+            let first_done = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+            let pusher = {
+                let (q, first_done) = (q.clone(), first_done.clone());
+                loom::thread::spawn(move || {
+                    assert!(matches!(q.push(0, 10, || 4), Pushed::Queued { .. }));
+                    first_done.store(true, Release);
+                    assert!(matches!(q.push(0, 11, || 4), Pushed::Queued { .. }));
+                })
+            };
+            let mut out = Vec::new();
+            let flushed_after_first = first_done.load(Acquire);
+            q.seal_partial();
+            drain_full(&q, &mut out);
+            if flushed_after_first {
+                assert!(out.contains(&10), "a word pushed before the flush was missed: {out:?}");
+            }
+            pusher.join().unwrap();
+            q.seal_partial();
+            drain_full(&q, &mut out);
+            out.sort_unstable();
+            assert_eq!(out, vec![10, 11]);
+        });
+    }
+
+    #[test]
+    fn loom_a_flush_drains_every_word_pushed_before_it() {
+        a_flush_drains_every_word_pushed_before_it(Broken::Nothing);
+    }
+
+    #[test]
+    #[should_panic]
+    fn loom_broken_a_flush_that_ignores_sealers_misses_words() {
+        a_flush_drains_every_word_pushed_before_it(Broken::FlushIgnoresSealers);
+    }
+}
