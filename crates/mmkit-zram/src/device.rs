@@ -300,6 +300,16 @@ impl Device {
     /// lock (counting `miss_free` when it cannot take it) and hands the
     /// object to zsmalloc's deferred free.
     pub fn slot_free_notify(&self, index: usize) {
+        self.notify_free(index, true);
+    }
+
+    /// [`slot_free_notify`](Self::slot_free_notify) as Linux had it before
+    /// its 2026 series: the object is freed at once (`zs_free`).
+    pub fn slot_free_notify_sync(&self, index: usize) {
+        self.notify_free(index, false);
+    }
+
+    fn notify_free(&self, index: usize, deferred: bool) {
         if index >= self.slots.len() {
             self.counters.invalid_io.fetch_add(1, Relaxed);
             return;
@@ -315,7 +325,11 @@ impl Device {
         if let Some(handle) = handle {
             // The handle came from the slot, so the free can only fail on
             // a corrupted table: counted by the pool's deferred statistics.
-            let _ = self.pool.zs_free_deferred_raw(&self.key, handle);
+            let _ = if deferred {
+                self.pool.zs_free_deferred_raw(&self.key, handle)
+            } else {
+                self.pool.zs_free_raw(&self.key, handle)
+            };
         }
     }
 

@@ -179,6 +179,17 @@ impl<'a> OpenHandle<'a> {
             Ok(())
         });
     }
+
+    /// [`slot_free_notify`](Self::slot_free_notify) as Linux had it before
+    /// its 2026 series made it deferred: the page's object is freed before
+    /// the call returns (`zs_free`). For callers that want the memory back
+    /// at once, and to measure the deferred free against.
+    pub fn slot_free_notify_sync(&self, index: usize) {
+        let _ = self.zram.with(|d| {
+            d.slot_free_notify_sync(index);
+            Ok(())
+        });
+    }
 }
 
 impl Drop for OpenHandle<'_> {

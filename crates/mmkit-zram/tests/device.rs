@@ -155,6 +155,26 @@ fn free_notify_defers_the_free() {
 }
 
 #[test]
+fn the_synchronous_free_notify_frees_before_it_returns() {
+    let zram = device(1 << 20, Algorithm::Lz4);
+    let io = zram.open().unwrap();
+    for (i, page) in real_pages(3).iter().enumerate() {
+        io.write((i * PAGE_SIZE) as u64, page).unwrap();
+    }
+    let pool = zram.pool().unwrap();
+    for index in 0..3 {
+        io.slot_free_notify_sync(index);
+    }
+    // No flush: the objects are gone and their pages back already.
+    assert_eq!((pool.zs_get_total_pages(), pool.deferred_stats().queued), (0, 0));
+    assert_eq!(zram.mm_stat_values().orig_data_size, 0);
+    assert_eq!(zram.io_stat().split_whitespace().nth(3), Some("3"), "notify_free counts them");
+    // Out of range: counted as invalid I/O, nothing freed.
+    io.slot_free_notify_sync(usize::MAX);
+    assert_eq!(zram.io_stat().split_whitespace().nth(2), Some("1"), "invalid_io");
+}
+
+#[test]
 fn idle_marking_and_block_state_use_the_kernel_letters() {
     let zram = device(1 << 20, Algorithm::Lz4);
     zram.open().unwrap().write(0, &real_pages(1)[0]).unwrap();
