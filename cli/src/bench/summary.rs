@@ -424,7 +424,7 @@ mod tests {
         };
         let line = summary_line(&r, &headline);
         assert_eq!((line.fallback, line.ratio), (Some(3.0), Some(6.0)));
-        let text = to_text(&[line.clone()]);
+        let text = to_text(std::slice::from_ref(&line));
         assert!(text.contains("release/1threads (deferred, 3 fell back)"), "{text}");
         let json = serde_json::to_string(&line).unwrap();
         assert!(json.contains("\"fallback\":3.0"), "{json}");

@@ -181,7 +181,8 @@ impl BatchQueue {
     /// least 2).
     pub(crate) fn new(shards: usize, batch_len: usize) -> Self {
         let batch_len = batch_len.clamp(2, u32::MAX as usize / 2);
-        let shard = || Shard { state: AtomicU64::new(state(NONE, 0)), queued: AtomicU64::new(0), fallback: AtomicU64::new(0) };
+        let shard =
+            || Shard { state: AtomicU64::new(state(NONE, 0)), queued: AtomicU64::new(0), fallback: AtomicU64::new(0) };
         Self {
             shards: (0..shards.max(1)).map(|_| shard()).collect(),
             table: BatchTable { chunks: std::array::from_fn(|_| OnceLock::new()), batch_len },

@@ -455,7 +455,9 @@ impl ClassState {
                 return Err(format!("class {}: {handle} has state word {word:#x} past the limits", self.index));
             }
             let z = self.zspages[slot.zspage as usize].as_ref().ok_or_else(|| format!("{handle} in a freed zspage"))?;
-            if usize::from(slot.obj) >= Zspage::backed_objs(self.shape, page_size, z.pages.len()) || slot.obj >= z.used() {
+            if usize::from(slot.obj) >= Zspage::backed_objs(self.shape, page_size, z.pages.len())
+                || slot.obj >= z.used()
+            {
                 return Err(format!("class {}: object of {handle} lies past its zspage's pages", self.index));
             }
             if z.header(mm, self.shape, slot.obj) != header_of(i) {

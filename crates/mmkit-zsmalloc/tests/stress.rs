@@ -198,7 +198,11 @@ fn a_release_of_65536_handles_never_falls_back() {
         });
         pool.zs_free_deferred_flush();
         let stats = pool.deferred_stats();
-        assert_eq!((stats.queued, stats.fallback, stats.drained, stats.invalid), (65_536, 0, 65_536, 0), "{threads} threads");
+        assert_eq!(
+            (stats.queued, stats.fallback, stats.drained, stats.invalid),
+            (65_536, 0, 65_536, 0),
+            "{threads} threads"
+        );
         assert_eq!(pool.zs_get_total_pages(), 0);
         pool.check_invariants().unwrap();
     }

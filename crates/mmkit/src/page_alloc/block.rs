@@ -493,7 +493,8 @@ mod tests {
         let (key, other_key) = (mm.new_owner_key().unwrap(), other.new_owner_key().unwrap());
         mm.drain_all_pages();
         let free_before = mm.nr_free_pages();
-        let mut blocks: alloc::vec::Vec<_> = (0..6).map(|i| mm.alloc_block(&key, Gfp::KERNEL, i % 2).unwrap()).collect();
+        let mut blocks: alloc::vec::Vec<_> =
+            (0..6).map(|i| mm.alloc_block(&key, Gfp::KERNEL, i % 2).unwrap()).collect();
         let pfns: alloc::vec::Vec<_> = blocks.iter().map(|b| b.pfn()).collect();
         blocks.push(other.alloc_block(&other_key, Gfp::KERNEL, 0).unwrap());
         assert_eq!(mm.free_blocks_bulk(&mut blocks), Ok(6));
