@@ -105,9 +105,9 @@ impl BatchTable {
         &batches[at]
     }
 
-    /// The words of batch `id`.
-    fn words(&self, id: u32) -> &[AtomicU64] {
-        self.get(id).words.get_or_init(|| (0..self.batch_len).map(|_| AtomicU64::new(0)).collect())
+    /// The words of `batch`, one of this table's.
+    fn words_of<'a>(&self, batch: &'a Batch) -> &'a [AtomicU64] {
+        batch.words.get_or_init(|| (0..self.batch_len).map(|_| AtomicU64::new(0)).collect())
     }
 }
 
@@ -255,7 +255,7 @@ impl BatchQueue {
             match shard.state.compare_exchange_weak(current, next, AcqRel, Acquire) {
                 Ok(_) => {
                     let batch = self.table.get(id);
-                    self.table.words(id)[reserved as usize].store(word, Relaxed);
+                    self.table.words_of(batch)[reserved as usize].store(word, Relaxed);
                     batch.remaining.fetch_sub(1, AcqRel);
                     shard.queued.fetch_add(1, Relaxed);
                     if last {
@@ -289,7 +289,7 @@ impl BatchQueue {
     ) -> Result<(), Option<u64>> {
         let id = self.take_empty(cap).ok_or(None)?;
         let batch = self.table.get(id);
-        self.table.words(id)[0].store(word, Relaxed);
+        self.table.words_of(batch)[0].store(word, Relaxed);
         batch.remaining.store(self.batch_len - 1, Relaxed);
         match shard.state.compare_exchange(seen, state(id, 1), AcqRel, Acquire) {
             Ok(_) => Ok(()),
@@ -406,7 +406,7 @@ impl BatchQueue {
             yield_now();
         }
         let len = batch.len.load(Relaxed) as usize;
-        out.extend(self.table.words(id)[..len].iter().map(|w| w.load(Relaxed)));
+        out.extend(self.table.words_of(batch)[..len].iter().map(|w| w.load(Relaxed)));
     }
 
     /// Gives taken batch `id`, read, back to the empty stack.
