@@ -307,26 +307,11 @@ fn release_case(settings: &Settings) -> Result<Vec<CaseResult>, BenchError> {
                 return Err(BenchError(format!("release/256MiB/{impl_name}: pages left after the release")));
             }
         }
-        let (min, max) = callers.iter().fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
         let mut extra = vec![("drained_ns", super::harness::median(&mut drained)), ("pages", pages.len() as f64)];
         if impl_name == "deferred" {
             extra.push(("fallback_frees", fallback as f64));
         }
-        out.push(CaseResult {
-            suite: SUITE.name,
-            name: "release/256MiB",
-            impl_name,
-            unit: "release",
-            median_ns: super::harness::median(&mut callers.clone()),
-            min_ns: min,
-            max_ns: max,
-            runs: callers.len(),
-            units_per_run: 1,
-            ratio_vs_mmkit: None,
-            baseline: None,
-            ratio_vs_baseline: None,
-            extra,
-        });
+        out.push(CaseResult::releases(SUITE.name, "release/256MiB", impl_name, &callers, extra));
     }
     Ok(out)
 }

@@ -306,28 +306,13 @@ fn release_case(
                 return Err(BenchError(format!("{name}/{variant}: pages left after the release")));
             }
         }
-        let caller_median = super::harness::median(&mut callers.clone());
         let drained_median = super::harness::median(&mut drained);
-        let (min, max) = callers.iter().fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-        results.push(CaseResult {
-            suite: SUITE.name,
-            name,
-            impl_name: variant,
-            unit: "release",
-            median_ns: caller_median,
-            min_ns: min,
-            max_ns: max,
-            runs: callers.len(),
-            units_per_run: 1,
-            ratio_vs_mmkit: None,
-            baseline: None,
-            ratio_vs_baseline: None,
-            extra: if variant.starts_with("deferred") {
-                vec![("drained_ns", drained_median), ("fallback_frees", fallback as f64)]
-            } else {
-                vec![("drained_ns", drained_median)]
-            },
-        });
+        let extra = if variant.starts_with("deferred") {
+            vec![("drained_ns", drained_median), ("fallback_frees", fallback as f64)]
+        } else {
+            vec![("drained_ns", drained_median)]
+        };
+        results.push(CaseResult::releases(SUITE.name, name, variant, &callers, extra));
     }
     Ok(results)
 }
