@@ -10,7 +10,7 @@
 //! - `release/Nthreads`: the experiment of Linux's 2026 series "reduce
 //!   zs_free() latency on swap release path": 256 MiB worth of pages'
 //!   objects freed from 1, 2 and 4 threads with the pre-series pool-locked
-//!   free, the lock-light `zs_free` and `zs_free_deferred` (per-CPU shards,
+//!   free, the lock-light `zs_free` and `zs_free_deferred` (per-CPU batches,
 //!   and one per-pool shard); the time until the callers return, and
 //!   (`drained_ns`) until everything is freed; the deferred rows count the
 //!   frees that fell back to a synchronous free (`fallback_frees`, the most of
