@@ -187,7 +187,8 @@ impl PageAllocator {
     /// [`free_block`](Self::free_block) does, and they go to the calling
     /// CPU's lists under one pageset-lock hold per zone instead of one per
     /// block. Blocks of another allocator stay in `blocks` (given back);
-    /// every other block is taken out. Returns how many were freed.
+    /// every other block is taken out, and `blocks` keeps its capacity.
+    /// Returns how many were freed.
     ///
     /// # Errors
     /// [`BulkFreeError`] when `free_pages_prepare` found blocks bad (for
@@ -219,7 +220,8 @@ impl PageAllocator {
                 }
             }
         }
-        *blocks = foreign;
+        // `blocks` keeps its allocation, for a caller that reuses it.
+        blocks.append(&mut foreign);
         match first {
             None => Ok(done),
             Some(first) => Err(BulkFreeError { done, failed, first }),
