@@ -100,6 +100,7 @@ pub(crate) struct DrainBuffers {
     ids: Vec<u32>,
     words: Vec<u64>,
     sorted: Vec<u64>,
+    touched: Vec<u32>,
     pages: Vec<PageBlock>,
 }
 
@@ -168,8 +169,34 @@ impl Inner {
                 }
                 Ok(())
             }
-            Pushed::Fallback(_) => self.free(class, name),
+            Pushed::Fallback(_) => self.free_fallback(class, name),
         }
+    }
+
+    /// Queues `words`, whose objects the caller took from their raw words
+    /// already (each moved to the queued state), with one reservation of
+    /// the calling CPU's batch for as many as it has room for; frees the
+    /// ones that find the queue at its cap now, under their class locks.
+    pub(crate) fn queue_taken_many(&self, words: &[u64], worker: Option<&Worker>) {
+        let mut sealed = false;
+        let queued = self.deferred.batches.push_many(self.mm.current_cpu(), words, || self.deferred_cap(), &mut sealed);
+        if sealed {
+            if let Some(worker) = worker {
+                worker.kick();
+            }
+        }
+        for &word in &words[queued..] {
+            let (slot, class, generation) = raw_fields(word);
+            let name = Name { slot, held: Held::Queued(generation), id: raw_id(self.pool_id, word) };
+            let _ = self.free_fallback(class, &name);
+        }
+    }
+
+    /// The synchronous free of a call that found the queue at its cap.
+    #[cold]
+    #[inline(never)]
+    fn free_fallback(&self, class: usize, name: &Name) -> Result<(), ZsError> {
+        self.free(class, name)
     }
 
     /// Frees everything queued before the call.
@@ -181,7 +208,7 @@ impl Inner {
     /// partial one too; returns how many batches it drained.
     pub(crate) fn deferred_drain(&self, seal: bool) -> usize {
         let mut buffers = self.deferred.draining.lock().unwrap_or_else(|p| p.into_inner());
-        let DrainBuffers { ids, words, sorted, pages } = &mut *buffers;
+        let DrainBuffers { ids, words, sorted, touched, pages } = &mut *buffers;
         let queue = &self.deferred.batches;
         if seal {
             queue.seal_partial();
@@ -193,15 +220,16 @@ impl Inner {
                 queue.read(id, words);
                 queue.recycle(id);
             }
-            self.free_queued(words, sorted, pages);
+            self.free_queued(words, sorted, touched, pages);
         }
         ids.len()
     }
 
     /// Frees queued `words`: sorted by class into `sorted`, one hold of
-    /// each class lock for all of its words, then the emptied zspages'
-    /// pages (gathered in `pages`) in one bulk free.
-    fn free_queued(&self, words: &[u64], sorted: &mut Vec<u64>, pages: &mut Vec<PageBlock>) {
+    /// each class lock for all of its words (each zspage they leave moved
+    /// between fullness groups once: `ClassState::free_run`), then the
+    /// emptied zspages' pages (gathered in `pages`) in one bulk free.
+    fn free_queued(&self, words: &[u64], sorted: &mut Vec<u64>, touched: &mut Vec<u32>, pages: &mut Vec<PageBlock>) {
         let class_of = |word: u64| raw_fields(word).1;
         // A counting sort: classes are 8 bits.
         let mut start = [0usize; 257];
@@ -229,18 +257,13 @@ impl Inner {
                 invalid += run.len() as u64;
                 continue;
             }
-            let mut state = self.lock(class);
-            for &word in run {
+            let names = run.iter().map(|&word| {
                 let (slot, _, generation) = raw_fields(word);
-                let name = Name { slot, held: Held::Queued(generation), id: raw_id(self.pool_id, word) };
-                match state.free(&self.mm, &name) {
-                    Ok(emptied) => {
-                        freed += 1;
-                        pages.extend(emptied.into_iter().flatten());
-                    }
-                    Err(_) => invalid += 1,
-                }
-            }
+                Name { slot, held: Held::Queued(generation), id: raw_id(self.pool_id, word) }
+            });
+            let (ok, bad) = self.lock(class).free_run(names, touched, pages);
+            freed += ok;
+            invalid += bad;
         }
         self.free_page_list(pages);
         self.deferred.drained.fetch_add(freed, Relaxed);

@@ -27,6 +27,7 @@ pub mod class;
 mod compact;
 mod deferred;
 mod deferred_queue;
+mod groups;
 mod handle;
 mod migrate;
 mod pool;

@@ -19,11 +19,16 @@ use crate::deferred::{DeferredLayout, DeferredQueue};
 use crate::handle::{new_pool_id, raw_fields, raw_id, Handle, RawKey, RAW_GEN_LIMIT};
 use crate::size_class::{AllocMiss, ClassState, Held, Name, NewObj};
 use crate::slot_state::SlotStates;
-use crate::zspage::Zspage;
 use crate::ZsError;
 use mmkit::{Gfp, PageAllocator, PageBlock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+thread_local! {
+    /// Pages of a zspage a free emptied, on their way back to the page
+    /// allocator: one buffer per thread, reused.
+    static EMPTIED: std::cell::Cell<Vec<PageBlock>> = const { std::cell::Cell::new(Vec::new()) };
+}
 
 /// How a pool is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,7 +117,10 @@ impl Inner {
             .map(|i| if table.serving(i) == i { Arc::new(SlotStates::new()) } else { unused.clone() })
             .collect();
         let classes = (0..table.nr_classes())
-            .map(|i| RwLock::new(ClassState::new(pool_id, gen_limit, i, table.shape(i), states[i].clone())))
+            .map(|i| {
+                let page_size = table.page_size();
+                RwLock::new(ClassState::new(pool_id, gen_limit, i, table.shape(i), page_size, states[i].clone()))
+            })
             .collect();
         let shards = match deferred {
             DeferredLayout::PerCpu => mm.nr_cpus(),
@@ -166,6 +174,7 @@ impl Inner {
     /// The class and name of the object raw word `word` names under `key`,
     /// if the key is this pool's and the word could name an object (whether
     /// it does, and is raw-held, the class lock tells).
+    #[inline]
     pub(crate) fn name_of_raw(&self, key: &RawKey, word: u64) -> Result<(usize, Name), ZsError> {
         let (slot, class, generation) = raw_fields(word);
         let name = Name { slot, held: Held::Raw(generation), id: raw_id(key.pool, word) };
@@ -176,6 +185,7 @@ impl Inner {
         }
     }
 
+    #[inline]
     fn serves(&self, class: usize) -> bool {
         class < self.table.nr_classes() && self.table.serving(class) == class
     }
@@ -188,6 +198,7 @@ impl Inner {
     /// An object of `size` bytes, held by a handle or (`raw`) a raw word;
     /// with `data`, its bytes are written before the class lock is
     /// dropped. Returns its class and slot.
+    #[inline(always)]
     pub(crate) fn malloc(
         &self,
         size: usize,
@@ -202,31 +213,45 @@ impl Inner {
         }
         // The header is added before the lookup, as in Linux.
         let class = self.table.class_for(size + ZS_HANDLE_SIZE);
-        let fill = |state: &mut ClassState, new: NewObj| match data {
-            Some(bytes) => state.write_new(&self.mm, new, bytes).map(|()| (class, new)),
-            None => Ok((class, new)),
-        };
+        let mut state = self.lock(class);
+        match state.alloc(&self.mm, size, raw, data) {
+            Ok(new) => Ok((class, new)),
+            Err(miss) => self.malloc_slow(state, class, miss, size, data, gfp, nid, raw),
+        }
+    }
+
+    /// [`malloc`](Self::malloc) when no zspage of the class has a backed
+    /// free object: a page is needed, for the zspage growing its chain or
+    /// for a new zspage. Pages come from the allocator with no class lock
+    /// held (as Linux's `alloc_zspage`): its slow path may compact, and
+    /// compaction may call back into this pool to migrate a page.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn malloc_slow<'a>(
+        &'a self,
+        mut state: RwLockWriteGuard<'a, ClassState>,
+        class: usize,
+        mut miss: AllocMiss,
+        size: usize,
+        data: Option<&[u8]>,
+        gfp: Gfp,
+        nid: usize,
+        raw: bool,
+    ) -> Result<(usize, NewObj), ZsError> {
         loop {
-            let miss = {
-                let mut state = self.lock(class);
-                if state.slots_exhausted() {
-                    return Err(ZsError::NoMemory(None));
-                }
-                match state.alloc(&self.mm, size, raw) {
-                    Ok(new) => return fill(&mut state, new),
-                    Err(miss) => miss,
-                }
-            };
-            // Pages come from the allocator with no class lock held (as
-            // Linux's `alloc_zspage`): its slow path may compact, and
-            // compaction may call back into this pool to migrate a page.
+            if state.slots_exhausted() {
+                return Err(ZsError::NoMemory(None));
+            }
+            drop(state);
             let page = self.alloc_page(gfp, nid)?;
-            let mut state = self.lock(class);
+            state = self.lock(class);
             match miss {
-                AllocMiss::NeedsPage(id) => match state.attach_page(&self.mm, id, page) {
+                AllocMiss::NeedsPage(id) => match state.attach_page(id, page) {
                     Ok(()) => {
-                        if let Some(new) = state.alloc_in(&self.mm, id, size, raw) {
-                            return fill(&mut state, new);
+                        // The page backs the zspage's next object.
+                        if let Some(new) = state.take_object(&self.mm, id, size, raw, data) {
+                            return Ok((class, new));
                         }
                     }
                     Err(unused) => {
@@ -234,6 +259,7 @@ impl Inner {
                         // meanwhile: give the page back and look again.
                         drop(state);
                         self.free_pages(vec![unused]);
+                        state = self.lock(class);
                     }
                 },
                 AllocMiss::NoRoom if state.slots_exhausted() || state.zspages_exhausted() => {
@@ -249,15 +275,19 @@ impl Inner {
                     // one gained room meanwhile (as Linux's zs_malloc
                     // does): an empty zspage left behind would never be
                     // freed.
-                    let id = state.insert_zspage(&self.mm, Zspage::new(&self.mm, page, self.table.shape(class)));
-                    let new = state.alloc_in(&self.mm, id, size, raw).ok_or(ZsError::NoMemory(None))?;
-                    return fill(&mut state, new);
+                    let id = state.insert_zspage(page);
+                    let new = state.alloc_in(&self.mm, id, size, raw, data).ok_or(ZsError::NoMemory(None))?;
+                    return Ok((class, new));
                 }
             }
+            miss = match state.alloc(&self.mm, size, raw, data) {
+                Ok(new) => return Ok((class, new)),
+                Err(miss) => miss,
+            };
         }
     }
 
-    /// One page for a zspage, allocated with no lock held.
+    /// One page for a zspage.
     fn alloc_page(&self, gfp: Gfp, nid: usize) -> Result<PageBlock, ZsError> {
         let block = self.mm.alloc_block_node(nid, self.key()?, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
         self.pages_allocated.fetch_add(1, Relaxed);
@@ -303,19 +333,20 @@ impl Inner {
                 let mut state = self.lock(class);
                 state.resolve(&old)?;
                 if !state.slots_exhausted() {
-                    if let Ok(new) = state.alloc(&self.mm, size, raw) {
-                        let freed = state.write_new(&self.mm, new, data).and_then(|()| state.free(&self.mm, &old));
+                    if let Ok(new) = state.alloc(&self.mm, size, raw, Some(data)) {
+                        let mut emptied = Vec::new();
                         // A lock-free call (a deferred free of its word) can
                         // have taken `old` since it was resolved: then the
                         // new object goes too, and nothing changed.
-                        let (result, emptied) = match freed {
-                            Ok(emptied) => (Ok((class, new)), emptied),
-                            Err(e) => (Err(e), state.free(&self.mm, &self.name_of_new(class, new, raw)).ok().flatten()),
+                        let result = match state.free(&old, &mut emptied) {
+                            Ok(()) => Ok((class, new)),
+                            Err(e) => {
+                                let _ = state.free(&self.name_of_new(class, new, raw), &mut emptied);
+                                Err(e)
+                            }
                         };
                         drop(state);
-                        if let Some(pages) = emptied {
-                            self.free_pages(pages);
-                        }
+                        self.free_pages(emptied);
                         return result;
                     }
                 }
@@ -342,12 +373,26 @@ impl Inner {
         Name { slot: new.slot as usize, held, id }
     }
 
+    #[inline(always)]
     pub(crate) fn free(&self, class: usize, name: &Name) -> Result<(), ZsError> {
-        let emptied = self.lock(class).free(&self.mm, name)?;
-        if let Some(pages) = emptied {
-            self.free_pages(pages);
+        let mut state = self.lock(class);
+        if let Some(id) = state.free_regrouped(name)? {
+            self.free_emptied(state, id);
         }
         Ok(())
+    }
+
+    /// The end of a free that emptied zspage `id`: it leaves the class,
+    /// and its pages go back to the page allocator once the lock is
+    /// dropped, through this thread's buffer (a free allocates nothing).
+    #[cold]
+    #[inline(never)]
+    fn free_emptied(&self, mut state: RwLockWriteGuard<'_, ClassState>, id: usize) {
+        let mut pages = EMPTIED.take();
+        state.release_zspage(id, &mut pages);
+        drop(state);
+        self.free_page_list(&mut pages);
+        EMPTIED.set(pages);
     }
 
     pub(crate) fn read_with<R>(
@@ -358,14 +403,12 @@ impl Inner {
     ) -> Result<R, ZsError> {
         let state = self.read_lock(class);
         let at = state.resolve(&name)?;
-        let zspage = state.zspages[at.zspage].as_ref().ok_or(ZsError::InvalidHandle(name.id))?;
-        let offset = Zspage::payload_offset(state.shape, at.obj);
-        if let Some(bytes) = zspage.contiguous(&self.mm, offset, at.len) {
+        if let Some(bytes) = state.object_bytes(&self.mm, at) {
             return Ok(f(bytes));
         }
         let got = local_copy.len();
         let buf = local_copy.get_mut(..at.len).ok_or(ZsError::BufferTooSmall { need: at.len, got })?;
-        zspage.read(&self.mm, offset, buf);
+        state.read_object(&self.mm, at, buf);
         Ok(f(buf))
     }
 
@@ -378,8 +421,7 @@ impl Inner {
         let at = state.resolve(&name)?;
         let got = out.len();
         let dst = out.get_mut(..at.len).ok_or(ZsError::BufferTooSmall { need: at.len, got })?;
-        let zspage = state.zspages[at.zspage].as_ref().ok_or(ZsError::InvalidHandle(name.id))?;
-        zspage.read(&self.mm, Zspage::payload_offset(state.shape, at.obj), dst);
+        state.read_object(&self.mm, at, dst);
         Ok(at.len)
     }
 
@@ -398,7 +440,7 @@ impl Inner {
         for class in self.serving_classes() {
             let state = self.lock(class);
             state.check(&self.mm)?;
-            pages += state.pages;
+            pages += state.pages_held;
         }
         let counted = self.pages_allocated.load(Relaxed);
         if pages != counted {
@@ -594,9 +636,9 @@ impl ZsPool {
         let _pool = self.inner.legacy_pool_lock.read().unwrap_or_else(|p| p.into_inner());
         let (class, name) = self.inner.name_of(&handle)?;
         let mut state = self.inner.lock(class);
-        if let Some(pages) = state.free(&self.inner.mm, &name)? {
-            self.inner.free_pages(pages);
-        }
+        let mut emptied = Vec::new();
+        state.free(&name, &mut emptied)?;
+        self.inner.free_pages(emptied);
         Ok(())
     }
 

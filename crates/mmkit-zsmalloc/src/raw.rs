@@ -109,6 +109,38 @@ impl ZsPool {
         self.inner.queue_taken(class, &queued, word, self.worker.as_ref())
     }
 
+    /// [`zs_free_deferred_raw`](Self::zs_free_deferred_raw) of every word
+    /// in `words`, as a slot table releasing a run of its slots sends
+    /// them: each word is checked and taken from its object as one call
+    /// would (a refused word changes nothing), and the taken ones are
+    /// queued together, with one reservation of the calling CPU's batch
+    /// for as many as it has room for instead of one a word. Returns how
+    /// many words were refused.
+    pub fn zs_free_deferred_raw_many(&self, key: &RawKey, words: &[u64]) -> usize {
+        if self.check_key(key).is_err() {
+            return words.len();
+        }
+        // Taken words gather here and go to the queue a run at a time.
+        let mut taken = [0u64; 64];
+        let (mut n, mut refused) = (0, 0);
+        for &word in words {
+            if self.take_word(key, word, QUEUED).is_ok() {
+                taken[n] = word;
+                n += 1;
+                if n == taken.len() {
+                    self.inner.queue_taken_many(&taken, self.worker.as_ref());
+                    n = 0;
+                }
+            } else {
+                refused += 1;
+            }
+        }
+        if n > 0 {
+            self.inner.queue_taken_many(&taken[..n], self.worker.as_ref());
+        }
+        refused
+    }
+
     /// [`zs_obj_read`](Self::zs_obj_read) of the object `word` names.
     ///
     /// # Errors
@@ -145,6 +177,7 @@ impl ZsPool {
     /// compare-and-swap of its state word from "raw-held, of the word's
     /// generation". Returns its class, name and generation (all of it, in
     /// a raw-keyed pool).
+    #[inline]
     fn take_word(&self, key: &RawKey, word: u64, to: u32) -> Result<(usize, Name, u64), ZsError> {
         let (class, name) = self.inner.name_of_raw(key, word)?;
         let Held::Raw(generation) = name.held else { return Err(ZsError::InvalidHandle(name.id)) };

@@ -214,7 +214,7 @@ impl BatchQueue {
     }
 
     /// Batches made so far.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn batches_made(&self) -> usize {
         self.made.load(Relaxed) as usize
     }
@@ -227,7 +227,7 @@ impl BatchQueue {
     /// Queues `word` on shard `cpu`; never waits. `cap` gives the most
     /// batches the queue may have, asked only when it needs a new one.
     pub(crate) fn push(&self, cpu: usize, word: u64, cap: impl FnOnce() -> usize) -> Pushed {
-        let shard = &self.shards[cpu % self.shards.len()];
+        let shard = &self.shards[fold(cpu, self.shards.len())];
         let mut cap = Some(cap);
         let mut current = shard.state.load(Acquire);
         loop {
@@ -275,6 +275,72 @@ impl BatchQueue {
         }
         shard.queued.fetch_add(1, Relaxed);
         Pushed::Queued { sealed: false }
+    }
+
+    /// Queues `words` on shard `cpu`, as many calls of
+    /// [`push`](Self::push) would, but reserving as many words as the
+    /// shard's batch has room for with one compare-and-swap (a slot table
+    /// releasing a run of its slots). Returns how many were queued: the
+    /// first ones; the rest found the queue at its cap, for the caller to
+    /// free. `sealed` is set when the call sealed a batch.
+    pub(crate) fn push_many(&self, cpu: usize, words: &[u64], cap: impl Fn() -> usize, sealed: &mut bool) -> usize {
+        let shard = &self.shards[fold(cpu, self.shards.len())];
+        let mut done = 0;
+        let mut current = shard.state.load(Acquire);
+        while done < words.len() {
+            let (id, reserved) = split(current);
+            if id == NONE {
+                match self.install(shard, current, words[done], &mut Some(&cap)) {
+                    Ok(()) => {
+                        done += 1;
+                        current = shard.state.load(Acquire);
+                    }
+                    Err(Some(now)) => current = now,
+                    Err(None) => break,
+                }
+                continue;
+            }
+            let room = self.batch_len - reserved;
+            let n = room.min((words.len() - done).min(u32::MAX as usize) as u32);
+            let last = n == room;
+            // A run that takes the batch's last word seals it, as one
+            // push does.
+            let next = if last { state(NONE, 0) } else { current + u64::from(n) };
+            if last {
+                self.sealing.fetch_add(1, AcqRel);
+            }
+            match shard.state.compare_exchange_weak(current, next, AcqRel, Acquire) {
+                Ok(_) => {
+                    let batch = self.table.get(id);
+                    let dst = &self.table.words_of(batch)[reserved as usize..][..n as usize];
+                    for (slot, &word) in dst.iter().zip(&words[done..]) {
+                        slot.store(word, Relaxed);
+                    }
+                    batch.remaining.fetch_sub(n, AcqRel);
+                    done += n as usize;
+                    if last {
+                        batch.len.store(self.batch_len, Relaxed);
+                        self.push_full(id);
+                        self.sealing.fetch_sub(1, AcqRel);
+                        *sealed = true;
+                        current = shard.state.load(Acquire);
+                    } else {
+                        current = next;
+                    }
+                }
+                Err(now) => {
+                    if last {
+                        self.sealing.fetch_sub(1, AcqRel);
+                    }
+                    current = now;
+                }
+            }
+        }
+        shard.queued.fetch_add(done as u64, Relaxed);
+        if done < words.len() {
+            shard.fallback.fetch_add((words.len() - done) as u64, Relaxed);
+        }
+        done
     }
 
     /// Installs a new batch holding `word` in `shard`, whose state was
@@ -422,6 +488,17 @@ impl BatchQueue {
     }
 }
 
+/// Shard of CPU `cpu` among `shards`: the CPU itself, unless the page
+/// allocator has more CPUs than the queue has shards (a per-pool queue).
+#[inline]
+fn fold(cpu: usize, shards: usize) -> usize {
+    if cpu < shards {
+        cpu
+    } else {
+        cpu % shards
+    }
+}
+
 /// Outside loom the protocol is never broken: one variant, never chosen.
 #[cfg(not(loom))]
 #[derive(Clone, Copy)]
@@ -438,247 +515,7 @@ fn yield_now() {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-    use std::sync::atomic::Ordering::Release;
-
-    /// Drains everything, as the pool's flush does.
-    fn drain(q: &BatchQueue) -> Vec<u64> {
-        q.seal_partial();
-        let (mut ids, mut words) = (Vec::new(), Vec::new());
-        q.take_full(&mut ids);
-        for &id in &ids {
-            q.read(id, &mut words);
-            q.recycle(id);
-        }
-        words
-    }
-
-    #[test]
-    fn table_ids_map_to_distinct_places() {
-        assert_eq!(BatchTable::locate(0), (0, 0));
-        assert_eq!(BatchTable::locate(1), (1, 0));
-        assert_eq!(BatchTable::locate(2), (1, 1));
-        assert_eq!(BatchTable::locate(3), (2, 0));
-        assert_eq!(BatchTable::locate(NONE - 1), (31, (1 << 31) - 1));
-    }
-
-    #[test]
-    fn words_come_back_in_push_order_and_batches_are_reused() {
-        let q = BatchQueue::new(1, 4);
-        for w in 0..10 {
-            assert!(matches!(q.push(0, w, || 100), Pushed::Queued { .. }));
-        }
-        assert_eq!((q.batches_made(), q.pending()), (3, 2), "two full batches, one partial");
-        assert_eq!(drain(&q), (0..10).collect::<Vec<_>>());
-        for w in 10..22 {
-            assert!(matches!(q.push(0, w, || 100), Pushed::Queued { .. }));
-        }
-        assert_eq!(q.batches_made(), 3, "the drained batches are used again");
-        assert_eq!(drain(&q), (10..22).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn the_cap_is_respected_and_only_past_it_a_push_falls_back() {
-        let q = BatchQueue::new(2, 4);
-        let mut fell = Vec::new();
-        for w in 0..20 {
-            if let Pushed::Fallback(w) = q.push(w as usize % 2, w, || 3) {
-                fell.push(w);
-            }
-        }
-        // Three batches of four words: twelve queued, the rest refused.
-        assert_eq!(q.batches_made(), 3);
-        assert_eq!(fell.len(), 8);
-        assert_eq!(q.counts(), (12, 8));
-        let mut all = drain(&q);
-        all.extend(&fell);
-        all.sort_unstable();
-        assert_eq!(all, (0..20).collect::<Vec<_>>());
-        // Drained, the batches take words again within the same cap.
-        assert!(matches!(q.push(0, 99, || 3), Pushed::Queued { .. }));
-        assert_eq!(drain(&q), vec![99]);
-    }
-
-    #[test]
-    fn a_cap_that_grows_lets_the_queue_grow() {
-        let q = BatchQueue::new(1, 2);
-        let mut cap = 1;
-        for w in 0..8 {
-            let pushed = q.push(0, w, || cap);
-            if w < 2 {
-                assert!(matches!(pushed, Pushed::Queued { .. }));
-            } else if w == 2 {
-                assert_eq!(pushed, Pushed::Fallback(2));
-                cap = 4;
-            }
-        }
-        assert_eq!(q.batches_made(), 4);
-    }
-
-    /// Threads push while a drainer drains: no word is lost or drained
-    /// twice, nothing falls back under a cap that holds them all, and the
-    /// queue never makes more batches than its cap.
-    #[test]
-    fn threads_lose_no_word_and_drain_none_twice() {
-        let q = BatchQueue::new(2, 16);
-        let per_thread = 20_000u64;
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        let drained = std::thread::scope(|s| {
-            let drainer = s.spawn(|| {
-                let (mut ids, mut words) = (Vec::new(), Vec::new());
-                while !stop.load(Acquire) {
-                    q.take_full(&mut ids);
-                    for &id in &ids {
-                        q.read(id, &mut words);
-                        q.recycle(id);
-                    }
-                    std::thread::yield_now();
-                }
-                words
-            });
-            let pushers: Vec<_> = (0..4u64)
-                .map(|t| {
-                    let q = &q;
-                    s.spawn(move || {
-                        for i in 0..per_thread {
-                            let pushed = q.push((t % 2) as usize, t << 32 | i, || 1 << 20);
-                            assert!(matches!(pushed, Pushed::Queued { .. }));
-                        }
-                    })
-                })
-                .collect();
-            pushers.into_iter().for_each(|p| p.join().unwrap());
-            stop.store(true, Release);
-            let mut words = drainer.join().unwrap();
-            words.extend(drain(&q));
-            words
-        });
-        let mut sorted = drained.clone();
-        sorted.sort_unstable();
-        sorted.dedup();
-        assert_eq!(sorted.len(), drained.len(), "a word drained twice");
-        assert_eq!(drained.len() as u64, 4 * per_thread, "a word lost");
-        // Each thread's words leave a shard in the order it pushed them
-        // when it had the shard to itself: check every thread's words
-        // appear, per thread, in increasing order within each batch read.
-        assert_eq!(q.counts(), (4 * per_thread, 0));
-    }
-}
+mod tests;
 
 #[cfg(all(test, loom))]
-mod loom_model {
-    use super::*;
-    use loom::sync::Arc;
-    use std::sync::atomic::Ordering::Release;
-
-    fn model(f: impl Fn() + Sync + Send + 'static) {
-        let mut builder = loom::model::Builder::new();
-        builder.preemption_bound = Some(3);
-        builder.check(f);
-    }
-
-    /// The drain as the pool runs it: take, wait, read, recycle.
-    fn drain_full(q: &BatchQueue, out: &mut Vec<u64>) {
-        let mut ids = Vec::new();
-        q.take_full(&mut ids);
-        for &id in &ids {
-            q.read(id, out);
-            q.recycle(id);
-        }
-    }
-
-    /// Two pushers share one shard (batches of three words, so a batch is
-    /// sealed while the other pusher may still be writing into it) while
-    /// a drainer takes full batches and recycles them: every word is
-    /// drained exactly once or handed back for a synchronous free, and a
-    /// flush after the pushers returned finds every word they queued.
-    fn every_word_is_drained_exactly_once(broken: Broken) {
-        model(move || {
-            let q = Arc::new(BatchQueue::broken(1, 3, broken));
-            let pushers: Vec<_> = (0..2u64)
-                .map(|t| {
-                    let q = q.clone();
-                    loom::thread::spawn(move || {
-                        let mut fell = Vec::new();
-                        for i in 0..2u64 {
-                            if let Pushed::Fallback(w) = q.push(0, 1 + t * 2 + i, || 2) {
-                                fell.push(w);
-                            }
-                        }
-                        fell
-                    })
-                })
-                .collect();
-            let drainer = {
-                let q = q.clone();
-                loom::thread::spawn(move || {
-                    let mut out = Vec::new();
-                    drain_full(&q, &mut out);
-                    out
-                })
-            };
-            let mut seen = drainer.join().unwrap();
-            for p in pushers {
-                seen.extend(p.join().unwrap());
-            }
-            q.seal_partial();
-            drain_full(&q, &mut seen);
-            seen.sort_unstable();
-            assert_eq!(seen, vec![1, 2, 3, 4], "a word lost, drained twice or read unwritten");
-        });
-    }
-
-    #[test]
-    fn loom_every_word_is_drained_exactly_once() {
-        every_word_is_drained_exactly_once(Broken::Nothing);
-    }
-
-    #[test]
-    #[should_panic]
-    fn loom_broken_a_drain_that_does_not_wait_for_writers_reads_unwritten_words() {
-        every_word_is_drained_exactly_once(Broken::ReadBeforeWritten);
-    }
-
-    /// A flush racing a push that seals a batch: the flush drains every
-    /// word whose push returned before the flush began (the pusher's
-    /// first, which returns before it raises the flag), and never reads a
-    /// word before it is written.
-    fn a_flush_drains_every_word_pushed_before_it(broken: Broken) {
-        model(move || {
-            let q = Arc::new(BatchQueue::broken(2, 2, broken));
-            let first_done = Arc::new(loom::sync::atomic::AtomicBool::new(false));
-            let pusher = {
-                let (q, first_done) = (q.clone(), first_done.clone());
-                loom::thread::spawn(move || {
-                    assert!(matches!(q.push(0, 10, || 4), Pushed::Queued { .. }));
-                    first_done.store(true, Release);
-                    assert!(matches!(q.push(0, 11, || 4), Pushed::Queued { .. }));
-                })
-            };
-            let mut out = Vec::new();
-            let flushed_after_first = first_done.load(Acquire);
-            q.seal_partial();
-            drain_full(&q, &mut out);
-            if flushed_after_first {
-                assert!(out.contains(&10), "a word pushed before the flush was missed: {out:?}");
-            }
-            pusher.join().unwrap();
-            q.seal_partial();
-            drain_full(&q, &mut out);
-            out.sort_unstable();
-            assert_eq!(out, vec![10, 11]);
-        });
-    }
-
-    #[test]
-    fn loom_a_flush_drains_every_word_pushed_before_it() {
-        a_flush_drains_every_word_pushed_before_it(Broken::Nothing);
-    }
-
-    #[test]
-    #[should_panic]
-    fn loom_broken_a_flush_that_ignores_sealers_misses_words() {
-        a_flush_drains_every_word_pushed_before_it(Broken::FlushIgnoresSealers);
-    }
-}
+mod loom_model;

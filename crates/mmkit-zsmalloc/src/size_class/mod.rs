@@ -1,45 +1,38 @@
 //! One size class's state behind the class lock: its zspages sorted into
-//! fullness groups, its handle table and its object counts.
+//! fullness groups, their pages and freed-object stacks, its handle slots
+//! and its object counts.
 //!
-//! Owns the fullness groups (Linux's `ZS_INUSE_RATIO_0, _10, …, _99, _100`:
-//! allocation takes the fullest zspage that is not full, `find_get_zspage`),
-//! the handle slots and the object operations on them. Who holds each
-//! slot's object is the one thing kept outside the lock, in the class's
-//! atomic state words (`slot_state`): the lock-free calls change it by
-//! compare-and-swap, so a free here takes the object by compare-and-swap
+//! Owns the zspage records and the class's flat stores (zspage `id`'s
+//! pages are `pages[id * pages_per_zspage ..]`, its freed objects
+//! `freed[id * objs_per_zspage ..]`, so a zspage costs no allocation of
+//! its own), the handle slots and the object operations on them. Who holds
+//! each slot's object is the one thing kept outside the lock, in the slot
+//! entry's atomic state word (`slot_state`): the lock-free calls change it
+//! by compare-and-swap, so a free here takes the object by compare-and-swap
 //! too, and is refused when a lock-free call took it first. Must not
-//! allocate or
-//! free pages: a zspage that empties is handed back to the caller, which
-//! returns its pages after dropping the lock (the first patch of Linux's
-//! 2026 `zs_free` series: the zone lock is not taken under the class lock).
+//! allocate or free pages: a zspage that empties has its pages handed to
+//! the caller, which returns them after dropping the lock (the first patch
+//! of Linux's 2026 `zs_free` series: the zone lock is not taken under the
+//! class lock).
+//!
+//! The hot paths are written for their instruction counts (`zs_probe`,
+//! docs/perf-log): an allocation finds its zspage through the groups'
+//! bitmap, its slot entry with one lookup, and writes header and data with
+//! one page lookup; a free touches the slot entry and the zspage record,
+//! not the object's page.
 
 use crate::class::ClassShape;
-use crate::handle::{HandleId, MAX_SLOTS, RAW_GEN_LIMIT};
-use crate::slot_state::{holder, load_word, state, swap_word, SlotStates, StateWord, FREE, HANDLE, QUEUED, RAW};
-use crate::zspage::Zspage;
+use crate::groups::{fullness_table, Groups};
+use crate::handle::{HandleId, MAX_SLOTS};
+use crate::slot_state::{state, SlotEntry, SlotStates, FREE, HANDLE, QUEUED, RAW};
+use crate::zspage::{self, Zspage};
 use crate::ZsError;
-use mmkit::{PageAllocator, PageBlock};
+use mmkit::{PageAllocator, PageBlock, Pfn};
 use std::sync::Arc;
 
-/// Fullness groups: 0 %, then one per 10 % up to 99 %, then 100 %.
-pub(crate) const NR_GROUPS: usize = 12;
-/// The group of full zspages.
-pub(crate) const GROUP_FULL: usize = NR_GROUPS - 1;
+pub(crate) use crate::groups::NR_GROUPS;
 
-/// Where a live object is (who holds it is its state word's, in
-/// `slot_state`).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Slot {
-    /// Objects the slot held before this one (64-bit; the slot is retired
-    /// before it reaches the pool's limit, never wrapped).
-    generation: u64,
-    zspage: u32,
-    obj: u16,
-    /// Bytes the caller asked for.
-    len: u16,
-}
-
-const _: () = assert!(size_of::<Slot>() == 16, "64-bit generations cost the slot table nothing");
+mod check;
 
 /// Zspages a class may have.
 pub(crate) const MAX_ZSPAGES: usize = 1 << 30;
@@ -72,31 +65,6 @@ pub(crate) struct NewObj {
     pub(crate) generation: u64,
 }
 
-/// A class's zspages, groups, handles and counts.
-pub(crate) struct ClassState {
-    pub(crate) shape: ClassShape,
-    pub(crate) index: usize,
-    /// The id of the pool the class belongs to, stamped on its handles.
-    pool: u64,
-    /// A slot whose generation reaches this is retired.
-    gen_limit: u64,
-    pub(crate) zspages: Vec<Option<Zspage>>,
-    free_ids: Vec<u32>,
-    pub(crate) groups: [Vec<u32>; NR_GROUPS],
-    slots: Vec<Slot>,
-    /// Who holds each slot's object; shared with the pool, which reads and
-    /// changes it without the lock.
-    states: Arc<SlotStates>,
-    free_slots: Vec<u32>,
-    /// Objects the class's zspages can hold in the pages they have
-    /// (Linux's `ZS_OBJS_ALLOCATED`, where a zspage always has them all).
-    pub(crate) objs_allocated: u64,
-    /// Pages the class's zspages have.
-    pub(crate) pages: u64,
-    /// Objects in use (`ZS_OBJS_INUSE`).
-    pub(crate) objs_inuse: u64,
-}
-
 /// Why [`ClassState::alloc`] found no object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AllocMiss {
@@ -114,72 +82,126 @@ pub(crate) struct Resolved {
     pub(crate) len: usize,
 }
 
+/// A class's zspages, groups, handles and counts.
+pub(crate) struct ClassState {
+    pub(crate) shape: ClassShape,
+    pub(crate) index: usize,
+    /// The id of the pool the class belongs to, stamped on its handles.
+    pool: u64,
+    /// A slot whose generation reaches this is retired.
+    gen_limit: u64,
+    page_shift: u32,
+    page_size: usize,
+    huge: bool,
+    /// `shape`'s counts, as the stores index them.
+    objs: usize,
+    chain: usize,
+    /// The fullness group of a zspage by its objects in use.
+    group_at: Box<[u8]>,
+    /// Backed objects of a zspage by its pages (`0..=chain`).
+    backed_at: Box<[u16]>,
+    /// By zspage id; a record without pages is a free id.
+    zspages: Vec<Zspage>,
+    /// `chain` pages per zspage id.
+    pages: Vec<Option<PageBlock>>,
+    /// `objs` freed-object indices per zspage id (a stack each).
+    freed: Vec<u16>,
+    free_ids: Vec<u32>,
+    pub(crate) groups: Groups,
+    /// The slots' entries; shared with the pool, which reads and changes
+    /// their state words without the lock.
+    states: Arc<SlotStates>,
+    /// Slots handed out at some time: `0..nr_slots`.
+    nr_slots: usize,
+    free_slots: Vec<u32>,
+    /// Objects the class's zspages can hold in the pages they have
+    /// (Linux's `ZS_OBJS_ALLOCATED`, where a zspage always has them all).
+    pub(crate) objs_allocated: u64,
+    /// Pages the class's zspages have.
+    pub(crate) pages_held: u64,
+    /// Objects in use (`ZS_OBJS_INUSE`).
+    pub(crate) objs_inuse: u64,
+}
+
 impl ClassState {
-    pub(crate) fn new(pool: u64, gen_limit: u64, index: usize, shape: ClassShape, states: Arc<SlotStates>) -> Self {
+    pub(crate) fn new(
+        pool: u64,
+        gen_limit: u64,
+        index: usize,
+        shape: ClassShape,
+        page_size: usize,
+        states: Arc<SlotStates>,
+    ) -> Self {
         Self {
             shape,
             index,
             pool,
             gen_limit,
+            page_shift: page_size.trailing_zeros(),
+            page_size,
+            huge: shape.is_huge(),
+            objs: shape.objs_per_zspage,
+            chain: shape.pages_per_zspage,
+            group_at: fullness_table(shape.objs_per_zspage),
+            backed_at: (0..=shape.pages_per_zspage).map(|n| Zspage::backed_objs(shape, page_size, n) as u16).collect(),
             zspages: Vec::new(),
+            pages: Vec::new(),
+            freed: Vec::new(),
             free_ids: Vec::new(),
-            groups: Default::default(),
-            slots: Vec::new(),
+            groups: Groups::default(),
             states,
+            nr_slots: 0,
             free_slots: Vec::new(),
             objs_allocated: 0,
-            pages: 0,
+            pages_held: 0,
             objs_inuse: 0,
         }
     }
 
     /// Linux's `get_fullness_group`.
     pub(crate) fn group_of(&self, inuse: u16) -> usize {
-        let objs = self.shape.objs_per_zspage;
-        // floor(floor(100 n / objs) / 10) is floor(10 n / objs).
-        match usize::from(inuse) {
-            0 => 0,
-            n if n == objs => GROUP_FULL,
-            n => 10 * n / objs + 1,
-        }
+        usize::from(self.group_at[usize::from(inuse)])
     }
 
-    /// The fullest zspage whose next free object is backed, other than
-    /// `except`, or else (`Err`) the fullest that has room once it has
-    /// another page (Linux's `find_get_zspage` scans `ZS_INUSE_RATIO_99`
-    /// down to `ZS_INUSE_RATIO_0`). Only a zspage still growing its chain
-    /// can lack a backed object (about one per class), so the search
-    /// rarely looks past the first.
-    fn find_zspage(&self, except: Option<usize>) -> Result<usize, Option<usize>> {
-        let mut needs_page = None;
-        for group in self.groups[..GROUP_FULL].iter().rev() {
-            for &id in group.iter().rev() {
-                let id = id as usize;
-                if Some(id) == except {
-                    continue;
-                }
-                match self.zspages[id].as_ref() {
-                    Some(z) if z.has_backed_room() => return Ok(id),
-                    Some(_) if needs_page.is_none() => needs_page = Some(id),
-                    _ => {}
-                }
-            }
-        }
-        Err(needs_page)
+    /// Zspage `id`'s record, if the id names one.
+    pub(crate) fn zspage(&self, id: usize) -> Option<&Zspage> {
+        self.zspages.get(id).filter(|z| z.is_live())
+    }
+
+    /// Zspage `id`'s pages (its chain, then the slots it may grow into).
+    pub(crate) fn chain_of(&self, id: usize) -> &[Option<PageBlock>] {
+        &self.pages[id * self.chain..(id + 1) * self.chain]
+    }
+
+    /// Chain offset of object `obj`'s start (its header) and of its
+    /// payload.
+    #[inline]
+    fn offsets(&self, obj: u16) -> (usize, usize) {
+        let at = usize::from(obj) * self.shape.size;
+        (at, if self.huge { at } else { at + crate::class::ZS_HANDLE_SIZE })
     }
 
     /// The fullest zspage whose next free object is backed, other than
     /// `except`.
     pub(crate) fn zspage_with_backed_room(&self, except: Option<usize>) -> Option<usize> {
-        self.find_zspage(except).ok()
+        self.groups.find(&self.zspages, except).ok()
     }
 
-    /// Allocates an object of `len` bytes in an existing zspage: the
-    /// fullest with a backed free object, else [`AllocMiss::NeedsPage`] for
-    /// the fullest that has room once it has another page.
-    pub(crate) fn alloc(&mut self, mm: &PageAllocator, len: usize, raw: bool) -> Result<NewObj, AllocMiss> {
-        match self.find_zspage(None) {
-            Ok(id) => self.alloc_in(mm, id, len, raw).ok_or(AllocMiss::NoRoom),
+    /// Allocates an object of `len` bytes in an existing zspage, held by a
+    /// handle or (`raw`) a raw word, with `data` (if any) written into it:
+    /// the fullest zspage with a backed free object, else
+    /// [`AllocMiss::NeedsPage`] for the fullest that has room once it has
+    /// another page.
+    #[inline]
+    pub(crate) fn alloc(
+        &mut self,
+        mm: &PageAllocator,
+        len: usize,
+        raw: bool,
+        data: Option<&[u8]>,
+    ) -> Result<NewObj, AllocMiss> {
+        match self.groups.find(&self.zspages, None) {
+            Ok(id) => self.take_object(mm, id, len, raw, data).ok_or(AllocMiss::NoRoom),
             Err(Some(id)) => Err(AllocMiss::NeedsPage(id)),
             Err(None) => Err(AllocMiss::NoRoom),
         }
@@ -187,37 +209,76 @@ impl ClassState {
 
     /// Gives zspage `id` its next page if it still wants one; otherwise
     /// hands the page back (the zspage went, or another caller grew it).
-    pub(crate) fn attach_page(&mut self, mm: &PageAllocator, id: usize, block: PageBlock) -> Result<(), PageBlock> {
-        let (shape, page_size) = (self.shape, mm.geometry().page_size() as usize);
-        let Some(zspage) = self.zspages.get_mut(id).and_then(Option::as_mut) else { return Err(block) };
-        if !zspage.wants_page() {
+    pub(crate) fn attach_page(&mut self, id: usize, block: PageBlock) -> Result<(), PageBlock> {
+        let objs = self.objs as u16;
+        let Some(z) = self.zspages.get_mut(id).filter(|z| z.is_live() && z.wants_page(objs)) else {
             return Err(block);
-        }
-        let before = Zspage::backed_objs(shape, page_size, zspage.pages.len());
-        zspage.attach_page(mm, shape, block);
-        let after = Zspage::backed_objs(shape, page_size, zspage.pages.len());
-        self.objs_allocated += (after - before) as u64;
-        self.pages += 1;
+        };
+        self.pages[id * self.chain + usize::from(z.npages)] = Some(block);
+        z.npages += 1;
+        let backed = self.backed_at[usize::from(z.npages)];
+        self.objs_allocated += u64::from(backed - z.backed);
+        z.backed = backed;
+        self.pages_held += 1;
         Ok(())
     }
 
-    /// Allocates an object of `len` bytes in zspage `id`, held by a
-    /// handle or (`raw`) by a raw word; `None` (and no change) when its
-    /// next free object is not backed.
-    pub(crate) fn alloc_in(&mut self, mm: &PageAllocator, id: usize, len: usize, raw: bool) -> Option<NewObj> {
-        if !self.zspages.get(id)?.as_ref()?.has_backed_room() {
+    /// Allocates an object of `len` bytes in zspage `id` as
+    /// [`alloc`](Self::alloc) does; `None` (and no change) when its next
+    /// free object is not backed or no slot is left.
+    pub(crate) fn alloc_in(
+        &mut self,
+        mm: &PageAllocator,
+        id: usize,
+        len: usize,
+        raw: bool,
+        data: Option<&[u8]>,
+    ) -> Option<NewObj> {
+        if !self.zspages.get(id).is_some_and(|z| z.is_live() && z.has_backed_room()) {
             return None;
         }
+        self.take_object(mm, id, len, raw, data)
+    }
+
+    /// [`alloc_in`](Self::alloc_in) of a zspage known to be live with a
+    /// backed free object.
+    #[inline(always)]
+    pub(crate) fn take_object(
+        &mut self,
+        mm: &PageAllocator,
+        id: usize,
+        len: usize,
+        raw: bool,
+        data: Option<&[u8]>,
+    ) -> Option<NewObj> {
         let slot = self.take_slot()?;
-        let shape = self.shape;
-        let zspage = self.zspages[id].as_mut()?;
-        let obj = zspage.alloc_obj(mm, shape, header_of(slot as usize))?;
-        let s = &mut self.slots[slot as usize];
-        *s = Slot { zspage: id as u32, obj, len: len as u16, ..*s };
-        let generation = s.generation;
-        self.states.set_free_slot(slot as usize, state(if raw { RAW } else { HANDLE }, generation));
+        let entry = self.states.get(slot as usize)?;
+        let z = &mut self.zspages[id];
+        let obj = if z.nfreed != 0 {
+            z.nfreed -= 1;
+            self.freed[id * self.objs + usize::from(z.nfreed)]
+        } else {
+            z.used += 1;
+            z.used - 1
+        };
+        z.inuse += 1;
+        let (inuse, group) = (usize::from(z.inuse), usize::from(z.group));
         self.objs_inuse += 1;
-        self.regroup(id);
+        let generation = entry.fill(id as u32, u32::from(obj), len as u32, if raw { RAW } else { HANDLE });
+        let at = usize::from(obj) * self.shape.size;
+        let chain = &mut self.pages[id * self.chain..][..self.chain];
+        if self.huge {
+            self.zspages[id].huge_handle = header_of(slot as usize);
+            if let Some(data) = data {
+                zspage::write_at(mm, chain, self.page_shift, at, data);
+            }
+        } else {
+            zspage::write_object(mm, chain, self.page_shift, at, header_of(slot as usize), data.unwrap_or(&[]));
+        }
+        let now = usize::from(self.group_at[inuse]);
+        if now != group {
+            self.groups.move_to(&mut self.zspages, id, now);
+        }
         Some(NewObj { slot, generation })
     }
 
@@ -227,20 +288,24 @@ impl ClassState {
         self.free_ids.is_empty() && self.zspages.len() >= MAX_ZSPAGES
     }
 
-    /// Adds a new, empty zspage to the class; returns its id.
-    pub(crate) fn insert_zspage(&mut self, mm: &PageAllocator, zspage: Zspage) -> usize {
+    /// Adds a new zspage with page `first` and every object free; returns
+    /// its id.
+    pub(crate) fn insert_zspage(&mut self, first: PageBlock) -> usize {
         let id = match self.free_ids.pop() {
             Some(id) => id as usize,
             None => {
-                self.zspages.push(None);
+                self.zspages.push(Zspage::default());
+                self.pages.resize_with(self.pages.len() + self.chain, || None);
+                self.freed.resize(self.freed.len() + self.objs, 0);
                 self.zspages.len() - 1
             }
         };
-        let page_size = mm.geometry().page_size() as usize;
-        self.objs_allocated += Zspage::backed_objs(self.shape, page_size, zspage.pages.len()) as u64;
-        self.pages += zspage.pages.len() as u64;
-        self.zspages[id] = Some(zspage);
-        self.link(id, 0);
+        let backed = self.backed_at[1];
+        self.zspages[id] = Zspage { npages: 1, backed, ..Zspage::default() };
+        self.pages[id * self.chain] = Some(first);
+        self.objs_allocated += u64::from(backed);
+        self.pages_held += 1;
+        self.groups.link(&mut self.zspages, id, 0);
         id
     }
 
@@ -248,148 +313,209 @@ impl ClassState {
     /// be live, held as the name says (by a handle, or by a raw word), and
     /// of the name's generation (all 64 bits for a handle, the low bits a
     /// raw word carries for a word).
+    #[inline]
     pub(crate) fn resolve(&self, name: &Name) -> Result<Resolved, ZsError> {
-        resolve_in(&self.slots, &self.states, name).map(|(at, _, _)| at)
+        named_in(&self.states, &self.zspages, name).map(|(at, _, _)| at)
+    }
+
+    /// The object `at`'s bytes when they lie in one page.
+    pub(crate) fn object_bytes<'a>(&'a self, mm: &'a PageAllocator, at: Resolved) -> Option<&'a [u8]> {
+        let (_, payload) = self.offsets(at.obj);
+        zspage::contiguous(mm, self.chain_of(at.zspage), self.page_shift, payload, at.len)
+    }
+
+    /// Copies the object `at`'s bytes into `dst` (its length).
+    pub(crate) fn read_object(&self, mm: &PageAllocator, at: Resolved, dst: &mut [u8]) {
+        let (_, payload) = self.offsets(at.obj);
+        zspage::read_at(mm, self.chain_of(at.zspage), self.page_shift, payload, dst);
     }
 
     /// Writes `data` at the start of `name`'s object.
     pub(crate) fn write_obj(&mut self, mm: &PageAllocator, name: &Name, data: &[u8]) -> Result<(), ZsError> {
         let at = self.resolve(name)?;
-        self.write_at(mm, at, data).map_err(|e| e.unwrap_or(ZsError::InvalidHandle(name.id)))
-    }
-
-    /// Writes `data` into the new object `new` (just allocated, under the
-    /// same hold of the lock).
-    pub(crate) fn write_new(&mut self, mm: &PageAllocator, new: NewObj, data: &[u8]) -> Result<(), ZsError> {
-        let s = self.slots[new.slot as usize];
-        let at = Resolved { zspage: s.zspage as usize, obj: s.obj, len: usize::from(s.len) };
-        self.write_at(mm, at, data).map_err(|e| e.unwrap_or(ZsError::NoMemory(None)))
-    }
-
-    fn write_at(&mut self, mm: &PageAllocator, at: Resolved, data: &[u8]) -> Result<(), Option<ZsError>> {
         if data.len() > at.len {
-            return Err(Some(ZsError::TooLong { len: data.len(), size: at.len }));
+            return Err(ZsError::TooLong { len: data.len(), size: at.len });
         }
-        let offset = Zspage::payload_offset(self.shape, at.obj);
-        let zspage = self.zspages[at.zspage].as_mut().ok_or(None)?;
-        zspage.write(mm, offset, data);
+        let (_, payload) = self.offsets(at.obj);
+        let chain = &mut self.pages[at.zspage * self.chain..(at.zspage + 1) * self.chain];
+        zspage::write_at(mm, chain, self.page_shift, payload, data);
         Ok(())
     }
 
     /// Frees `name`'s object. A zspage left empty is unlinked and its
-    /// pages returned, for the caller to free once the lock is dropped.
-    /// The object is taken from its holder by compare-and-swap: refused,
-    /// with nothing changed, when a lock-free call took it first.
-    pub(crate) fn free(&mut self, mm: &PageAllocator, name: &Name) -> Result<Option<Vec<PageBlock>>, ZsError> {
-        let (at, cell, word) = resolve_in(&self.slots, &self.states, name)?;
-        let shape = self.shape;
-        let Some(zspage) = self.zspages[at.zspage].as_mut() else {
-            return Err(ZsError::InvalidHandle(name.id));
-        };
-        if !swap_word(cell, word, FREE) {
+    /// pages appended to `emptied`, for the caller to free once the lock
+    /// is dropped. The object is taken from its holder by compare-and-swap:
+    /// refused, with nothing changed, when a lock-free call took it first.
+    pub(crate) fn free(&mut self, name: &Name, emptied: &mut Vec<PageBlock>) -> Result<(), ZsError> {
+        let id = self.free_object(name)?;
+        self.settle(id, emptied);
+        Ok(())
+    }
+
+    /// Frees `name`'s object without moving its zspage between groups;
+    /// returns the zspage, for [`settle`](Self::settle) (a drain settles
+    /// each zspage once for all its frees).
+    #[inline(always)]
+    pub(crate) fn free_object(&mut self, name: &Name) -> Result<usize, ZsError> {
+        let (at, word, entry) = named_in(&self.states, &self.zspages, name)?;
+        if !entry.swap(word, FREE) {
             return Err(ZsError::InvalidHandle(name.id));
         }
-        zspage.free_obj(mm, shape, at.obj);
+        let id = at.zspage;
+        let z = &mut self.zspages[id];
+        z.inuse -= 1;
+        if self.huge {
+            z.huge_handle = 0;
+        }
+        self.freed[id * self.objs + usize::from(z.nfreed)] = at.obj;
+        z.nfreed += 1;
         self.objs_inuse -= 1;
-        self.release_slot(name.slot);
-        Ok(self.regroup_or_unlink(mm, at.zspage))
+        // The slot goes back with its generation bumped; one whose next
+        // generation would reach the pool's limit is retired instead
+        // (never handed out again): generations do not wrap.
+        if entry.next_generation() < self.gen_limit {
+            self.free_slots.push(name.slot as u32);
+        }
+        Ok(id)
+    }
+
+    /// [`free_object`](Self::free_object), then the zspage moved to the
+    /// group its use now puts it in: the synchronous free in one pass.
+    /// Returns the zspage if the free emptied it, for
+    /// [`release_zspage`](Self::release_zspage).
+    #[inline(always)]
+    pub(crate) fn free_regrouped(&mut self, name: &Name) -> Result<Option<usize>, ZsError> {
+        let refused = ZsError::InvalidHandle(name.id);
+        let Some(entry) = self.states.get(name.slot) else { return Err(refused) };
+        let word = entry.state();
+        let named = match name.held {
+            Held::Handle(g) => word == state(HANDLE, g) && entry.generation() == g,
+            Held::Raw(g) => word == state(RAW, g),
+            Held::Queued(g) => word == state(QUEUED, g) || word == state(HANDLE, g),
+        };
+        let (id, obj) = entry.place();
+        let Some(z) = self.zspages.get_mut(id).filter(|z| named && z.is_live()) else { return Err(refused) };
+        if !entry.swap(word, FREE) {
+            return Err(refused);
+        }
+        z.inuse -= 1;
+        if self.huge {
+            z.huge_handle = 0;
+        }
+        let (inuse, group, nfreed) = (usize::from(z.inuse), usize::from(z.group), usize::from(z.nfreed));
+        z.nfreed += 1;
+        self.freed[id * self.objs + nfreed] = obj;
+        self.objs_inuse -= 1;
+        if entry.next_generation() < self.gen_limit {
+            self.free_slots.push(name.slot as u32);
+        }
+        if inuse == 0 {
+            return Ok(Some(id));
+        }
+        let now = usize::from(self.group_at[inuse]);
+        if now != group {
+            self.groups.move_to(&mut self.zspages, id, now);
+        }
+        Ok(None)
+    }
+
+    /// Frees the objects `names` name, as many frees would, but moves
+    /// each zspage they leave between groups once, after all of them (the
+    /// deferred drain's run of one class: most zspages lose several
+    /// objects in a run, and a free one by one would move such a zspage a
+    /// group down at nearly every object). Emptied zspages' pages go to
+    /// `emptied`; `touched` is scratch space. Returns how many were freed
+    /// and how many named nothing they may free.
+    pub(crate) fn free_run(
+        &mut self,
+        names: impl Iterator<Item = Name>,
+        touched: &mut Vec<u32>,
+        emptied: &mut Vec<PageBlock>,
+    ) -> (u64, u64) {
+        let (mut freed, mut invalid) = (0, 0);
+        touched.clear();
+        for name in names {
+            match self.free_object(&name) {
+                Ok(id) => {
+                    freed += 1;
+                    let z = &mut self.zspages[id];
+                    if !z.touched {
+                        z.touched = true;
+                        touched.push(id as u32);
+                    }
+                }
+                Err(_) => invalid += 1,
+            }
+        }
+        for &id in touched.iter() {
+            let id = id as usize;
+            self.zspages[id].touched = false;
+            if !self.regroup(id) {
+                self.release_zspage(id, emptied);
+            }
+        }
+        (freed, invalid)
+    }
+
+    /// Moves zspage `id` to the group its use now puts it in; `false`
+    /// (and no change) when it is empty: then [`settle`](Self::settle)
+    /// takes it out.
+    #[inline(always)]
+    pub(crate) fn regroup(&mut self, id: usize) -> bool {
+        let z = &self.zspages[id];
+        if z.inuse == 0 {
+            return false;
+        }
+        let now = usize::from(self.group_at[usize::from(z.inuse)]);
+        if now != usize::from(z.group) {
+            self.groups.move_to(&mut self.zspages, id, now);
+        }
+        true
     }
 
     /// Moves zspage `id` to the group its use now puts it in; unlinks it
-    /// and returns its pages if it is empty.
-    pub(crate) fn regroup_or_unlink(&mut self, mm: &PageAllocator, id: usize) -> Option<Vec<PageBlock>> {
-        let inuse = self.zspages[id].as_ref().map_or(0, |z| z.inuse);
-        if inuse != 0 {
-            self.regroup(id);
-            return None;
+    /// and appends its pages to `emptied` if it is empty.
+    pub(crate) fn settle(&mut self, id: usize, emptied: &mut Vec<PageBlock>) {
+        if self.zspage(id).is_some() && !self.regroup(id) {
+            self.release_zspage(id, emptied);
         }
-        self.unlink(id);
-        let zspage = self.zspages[id].take()?;
+    }
+
+    /// Takes empty zspage `id` out of the class: its pages go to `emptied`.
+    pub(crate) fn release_zspage(&mut self, id: usize, emptied: &mut Vec<PageBlock>) {
+        self.groups.unlink(&mut self.zspages, id);
+        let z = std::mem::take(&mut self.zspages[id]);
+        let chain = &mut self.pages[id * self.chain..][..usize::from(z.npages)];
+        emptied.extend(chain.iter_mut().filter_map(Option::take));
         self.free_ids.push(id as u32);
-        let page_size = mm.geometry().page_size() as usize;
-        self.objs_allocated -= Zspage::backed_objs(self.shape, page_size, zspage.pages.len()) as u64;
-        self.pages -= zspage.pages.len() as u64;
-        Some(zspage.pages)
-    }
-
-    /// Points slot `slot` at its object's new place (compaction).
-    pub(crate) fn relocate(&mut self, slot: usize, zspage: usize, obj: u16) {
-        if let Some(s) = self.slots.get_mut(slot) {
-            s.zspage = zspage as u32;
-            s.obj = obj;
-        }
-    }
-
-    pub(crate) fn regroup(&mut self, id: usize) {
-        let Some(z) = self.zspages[id].as_ref() else { return };
-        let group = self.group_of(z.inuse);
-        if usize::from(z.group) != group {
-            self.unlink(id);
-            self.link(id, group);
-        }
-    }
-
-    fn link(&mut self, id: usize, group: usize) {
-        let list = &mut self.groups[group];
-        list.push(id as u32);
-        let pos = list.len() as u32 - 1;
-        if let Some(z) = self.zspages[id].as_mut() {
-            z.group = group as u8;
-            z.pos = pos;
-        }
-    }
-
-    fn unlink(&mut self, id: usize) {
-        let Some(z) = self.zspages[id].as_ref() else { return };
-        let (group, pos) = (usize::from(z.group), z.pos as usize);
-        let list = &mut self.groups[group];
-        list.swap_remove(pos);
-        if let Some(&moved) = list.get(pos) {
-            if let Some(m) = self.zspages[moved as usize].as_mut() {
-                m.pos = pos as u32;
-            }
-        }
+        self.objs_allocated -= u64::from(z.backed);
+        self.pages_held -= u64::from(z.npages);
     }
 
     /// Whether every slot a handle can name is live or retired.
     pub(crate) fn slots_exhausted(&self) -> bool {
-        self.free_slots.is_empty() && self.slots.len() >= MAX_SLOTS
+        self.free_slots.is_empty() && self.nr_slots >= MAX_SLOTS
     }
 
     /// A free handle slot; `None` when the class has every slot a handle
     /// can name in use.
+    #[inline]
     fn take_slot(&mut self) -> Option<u32> {
-        match self.free_slots.pop() {
-            Some(slot) => Some(slot),
-            None if self.slots.len() < MAX_SLOTS => {
-                // The state word first: a slot in `slots` always has one.
-                self.states.grow_to(self.slots.len());
-                self.slots.push(Slot { generation: 1, ..Slot::default() });
-                Some(self.slots.len() as u32 - 1)
-            }
-            None => None,
+        if let Some(slot) = self.free_slots.pop() {
+            return Some(slot);
         }
-    }
-
-    /// Frees slot `slot` (its state word already `FREE`) with its
-    /// generation bumped; a slot whose next generation would reach the
-    /// pool's limit is retired instead (never handed out again):
-    /// generations do not wrap.
-    fn release_slot(&mut self, slot: usize) {
-        let s = &mut self.slots[slot];
-        s.zspage = 0;
-        s.generation += 1;
-        if s.generation < self.gen_limit {
-            self.free_slots.push(slot as u32);
-        }
+        // The entry first: a slot below `nr_slots` always has one.
+        self.states.grow_to(self.nr_slots)?;
+        self.nr_slots += 1;
+        Some(self.nr_slots as u32 - 1)
     }
 
     /// Test hook: slot `slot`'s generation set to `generation` (a free
     /// slot only), to reach the limit without 2^28 cycles.
     #[cfg(test)]
     pub(crate) fn set_generation(&mut self, slot: usize, generation: u64) {
-        if self.states.load(slot) == FREE {
-            self.slots[slot].generation = generation;
+        if let Some(entry) = self.states.get(slot).filter(|e| e.state() == FREE) {
+            entry.set_generation(generation);
         }
     }
 
@@ -400,110 +526,123 @@ impl ClassState {
         wasted / self.shape.objs_per_zspage as u64 * self.shape.pages_per_zspage as u64
     }
 
+    /// The slot of the live object `obj` of zspage `id`, read from its
+    /// header: headers of freed objects stay in place, so the slot counts
+    /// only if it is live and points back at this object.
+    pub(crate) fn live_slot(&self, mm: &PageAllocator, id: usize, obj: u16) -> Option<usize> {
+        let (at, _) = self.offsets(obj);
+        let slot = slot_of_header(zspage::header_at(mm, self.chain_of(id), self.page_shift, at))?;
+        let entry = self.states.get(slot)?;
+        (entry.state() != FREE && entry.place() == (id, obj)).then_some(slot)
+    }
+
+    /// Moves live object `obj` of zspage `src`, in slot `slot`, into a
+    /// free object of zspage `dst` (compaction): its bytes, header
+    /// included, are copied, the slot points at the new place, and the
+    /// old object is freed. `false` (no change) when `dst` has no backed
+    /// free object. Neither zspage changes group: the caller settles them.
+    pub(crate) fn move_object(&mut self, mm: &PageAllocator, src: usize, obj: u16, slot: usize, dst: usize) -> bool {
+        if src == dst || !self.zspage(dst).is_some_and(Zspage::has_backed_room) {
+            return false;
+        }
+        let Some(entry) = self.states.get(slot) else { return false };
+        let mut buf = vec![0; self.shape.size];
+        let (from, _) = self.offsets(obj);
+        zspage::read_at(mm, self.chain_of(src), self.page_shift, from, &mut buf);
+        let z = &mut self.zspages[dst];
+        let new_obj = if z.nfreed != 0 {
+            z.nfreed -= 1;
+            self.freed[dst * self.objs + usize::from(z.nfreed)]
+        } else {
+            z.used += 1;
+            z.used - 1
+        };
+        z.inuse += 1;
+        let (to, _) = self.offsets(new_obj);
+        zspage::write_at(mm, &mut self.pages[dst * self.chain..(dst + 1) * self.chain], self.page_shift, to, &buf);
+        entry.relocate(dst, new_obj);
+        let s = &mut self.zspages[src];
+        s.inuse -= 1;
+        self.freed[src * self.objs + usize::from(s.nfreed)] = obj;
+        s.nfreed += 1;
+        true
+    }
+
+    /// Where page `pfn` is in the class: zspage and chain position.
+    pub(crate) fn find_page(&self, pfn: Pfn) -> Option<(usize, usize)> {
+        let at = self.pages.iter().position(|p| p.as_ref().is_some_and(|b| b.pfn() == pfn))?;
+        Some((at / self.chain, at % self.chain))
+    }
+
+    /// Swaps page `at` of zspage `id`, if it is still `pfn`, for `target`
+    /// with the same bytes; returns the old page, or gives `target` back.
+    pub(crate) fn replace_page(
+        &mut self,
+        mm: &PageAllocator,
+        id: usize,
+        at: usize,
+        pfn: Pfn,
+        mut target: PageBlock,
+    ) -> Result<PageBlock, PageBlock> {
+        let live = self.zspage(id).is_some_and(|z| at < usize::from(z.npages));
+        match self.pages.get_mut(id * self.chain + at).filter(|_| live) {
+            Some(Some(page)) if page.pfn() == pfn => {
+                if let (Some(src), Some(dst)) = (mm.block_bytes(page), mm.block_bytes_mut(&mut target)) {
+                    dst.copy_from_slice(src);
+                }
+                Ok(std::mem::replace(page, target))
+            }
+            _ => Err(target),
+        }
+    }
+
     /// Every page of the class, for the pool's teardown.
     pub(crate) fn take_all_pages(&mut self) -> Vec<PageBlock> {
-        let mut pages = Vec::new();
-        for zspage in self.zspages.iter_mut().filter_map(Option::take) {
-            pages.extend(zspage.pages);
-        }
-        self.groups = Default::default();
-        self.pages = 0;
+        let pages = self.pages.iter_mut().filter_map(Option::take).collect();
+        self.zspages.iter_mut().for_each(|z| *z = Zspage::default());
+        self.free_ids = (0..self.zspages.len() as u32).rev().collect();
+        self.groups = Groups::default();
+        self.pages_held = 0;
         self.objs_allocated = 0;
         pages
     }
-
-    /// Checks the class's bookkeeping: counts, groups, handles. For tests.
-    pub(crate) fn check(&self, mm: &PageAllocator) -> Result<(), String> {
-        let page_size = mm.geometry().page_size() as usize;
-        let (mut inuse, mut zspages, mut backed, mut pages) = (0u64, 0u64, 0u64, 0u64);
-        for (g, list) in self.groups.iter().enumerate() {
-            for (pos, &id) in list.iter().enumerate() {
-                let z = self.zspages[id as usize]
-                    .as_ref()
-                    .ok_or_else(|| format!("class {}: listed zspage {id} gone", self.index))?;
-                if usize::from(z.group) != g || z.pos as usize != pos || self.group_of(z.inuse) != g {
-                    return Err(format!("class {}: zspage {id} in group {g} pos {pos} is wrong", self.index));
-                }
-                if z.pages.is_empty() || z.pages.len() > self.shape.pages_per_zspage {
-                    return Err(format!("class {}: zspage {id} has {} pages", self.index, z.pages.len()));
-                }
-                inuse += u64::from(z.inuse);
-                zspages += 1;
-                backed += Zspage::backed_objs(self.shape, page_size, z.pages.len()) as u64;
-                pages += z.pages.len() as u64;
-            }
-        }
-        if !self.groups[0].is_empty() {
-            return Err(format!("class {}: {} empty zspages kept instead of freed", self.index, self.groups[0].len()));
-        }
-        if zspages as usize != self.zspages.iter().flatten().count() {
-            return Err(format!("class {}: a zspage is in no group", self.index));
-        }
-        if inuse != self.objs_inuse || backed != self.objs_allocated || pages != self.pages {
-            return Err(format!("class {}: counts disagree", self.index));
-        }
-        let mut live = 0u64;
-        for (i, slot) in self.slots.iter().enumerate() {
-            let word = self.states.load(i);
-            if word == FREE {
-                continue;
-            }
-            live += 1;
-            let handle = format!("pool {} class {} slot {i} gen {}", self.pool, self.index, slot.generation);
-            if holder(word) == FREE || word != state(holder(word), slot.generation) || slot.generation >= self.gen_limit
-            {
-                return Err(format!("class {}: {handle} has state word {word:#x} past the limits", self.index));
-            }
-            let z = self.zspages[slot.zspage as usize].as_ref().ok_or_else(|| format!("{handle} in a freed zspage"))?;
-            if usize::from(slot.obj) >= Zspage::backed_objs(self.shape, page_size, z.pages.len())
-                || slot.obj >= z.used()
-            {
-                return Err(format!("class {}: object of {handle} lies past its zspage's pages", self.index));
-            }
-            if z.header(mm, self.shape, slot.obj) != header_of(i) {
-                return Err(format!("class {}: object of handle {handle} has another header", self.index));
-            }
-        }
-        if live != self.objs_inuse {
-            return Err(format!("class {}: {live} live handles, {inuse} objects in use", self.index));
-        }
-        Ok(())
-    }
 }
 
-/// The live object `name` names in a class with slots `slots` and state
-/// words `states`, or why it names none: the slot must be live, held as
-/// the name says (by a handle, or by a raw word), and of the name's
-/// generation (all 64 bits for a handle, the low bits a raw word carries
-/// for a word). With the state word and its value, for a compare-and-swap
-/// from it (a free).
-fn resolve_in<'a>(
-    slots: &[Slot],
+/// The live object `name` names in a class with slot entries `states`
+/// and zspages `zspages`, or why it names none (see
+/// [`ClassState::resolve`]); with the state word seen and the entry, for a
+/// compare-and-swap from it (a free). One lookup of the entry.
+#[inline]
+fn named_in<'a>(
     states: &'a SlotStates,
+    zspages: &[Zspage],
     name: &Name,
-) -> Result<(Resolved, &'a StateWord, u32), ZsError> {
+) -> Result<(Resolved, u32, &'a SlotEntry), ZsError> {
     let refused = ZsError::InvalidHandle(name.id);
-    let (Some(slot), Some(cell)) = (slots.get(name.slot), states.get(name.slot)) else { return Err(refused) };
-    let word = load_word(cell);
-    let low = slot.generation & (RAW_GEN_LIMIT - 1);
+    let Some(entry) = states.get(name.slot) else { return Err(refused) };
+    let word = entry.state();
+    // A live slot's word carries its generation's low bits, so a word
+    // equal to `state(holder, g)` is of generation `g` in those bits; a
+    // handle also checks the rest.
     let named = match name.held {
-        Held::Handle(generation) => slot.generation == generation && word == state(HANDLE, generation),
-        Held::Raw(g) => g == low && word == state(RAW, g),
-        Held::Queued(g) => g == low && (word == state(QUEUED, g) || word == state(HANDLE, g)),
+        Held::Handle(g) => word == state(HANDLE, g) && entry.generation() == g,
+        Held::Raw(g) => word == state(RAW, g),
+        Held::Queued(g) => word == state(QUEUED, g) || word == state(HANDLE, g),
     };
-    if !named {
+    let (zspage, obj) = entry.place();
+    if !named || !zspages.get(zspage).is_some_and(|z| z.is_live() && obj < z.used) {
         return Err(refused);
     }
-    Ok((Resolved { zspage: slot.zspage as usize, obj: slot.obj, len: usize::from(slot.len) }, cell, word))
+    Ok((Resolved { zspage, obj, len: entry.len() }, word, entry))
 }
 
 /// The in-object header of the object in slot `slot`: what compaction
-/// reads to find a live object's slot (never 0, which marks a free object).
+/// reads to find a live object's slot (never 0).
 pub(crate) fn header_of(slot: usize) -> u64 {
     slot as u64 + 1
 }
 
-/// The slot an in-object header names; `None` for a free object.
+/// The slot an in-object header names; `None` for 0.
 pub(crate) fn slot_of_header(header: u64) -> Option<usize> {
     header.checked_sub(1).map(|slot| slot as usize)
 }
