@@ -25,6 +25,7 @@ mod device;
 mod lifecycle;
 mod params;
 mod recompress;
+mod release;
 pub mod slot;
 mod stats;
 mod table;
