@@ -636,9 +636,14 @@ impl ZsPool {
         let _pool = self.inner.legacy_pool_lock.read().unwrap_or_else(|p| p.into_inner());
         let (class, name) = self.inner.name_of(&handle)?;
         let mut state = self.inner.lock(class);
-        let mut emptied = Vec::new();
-        state.free(&name, &mut emptied)?;
-        self.inner.free_pages(emptied);
+        // The same free as `zs_free`'s, but the pages of an emptied zspage
+        // go back while the class lock is held.
+        if let Some(id) = state.free_regrouped(&name)? {
+            let mut pages = EMPTIED.take();
+            state.release_zspage(id, &mut pages);
+            self.inner.free_page_list(&mut pages);
+            EMPTIED.set(pages);
+        }
         Ok(())
     }
 

@@ -5,17 +5,20 @@
 //! Owns the batches, the shards that fill them, the stack of full batches
 //! waiting for the drain and the stack of empty ones. Knows nothing of
 //! classes or pages: a word is an opaque `u64` here, and what to do with
-//! one that cannot be queued is the caller's.
+//! one that cannot be queued (the queue at its cap, or `u64::MAX`, which
+//! a slot cannot tell from an unwritten one) is the caller's.
 //!
 //! # The protocol
 //!
 //! A *batch* is a fixed array of `batch_len` words. Each shard (one per
 //! CPU of the page allocator) has one word of state, `[batch id | words
 //! reserved]`, naming the batch being filled or none. A push reserves the
-//! next word by one compare-and-swap of that state, writes its word and
-//! counts it done (`remaining`, a countdown); the push that reserves the
-//! last word also *seals* the batch: its compare-and-swap leaves the shard
-//! with no batch, and it pushes the batch on the stack of full ones. A push
+//! next word by one compare-and-swap of that state and writes its word
+//! (stored as `word + 1`: a slot of an empty batch is 0, so a slot that
+//! is not 0 is written); that compare-and-swap is the push's one atomic
+//! read-modify-write. The push that reserves the last word also *seals*
+//! the batch: its compare-and-swap leaves the shard with no batch, and it
+//! pushes the batch on the stack of full ones. A push
 //! that finds no batch takes an empty one (from the stack of empty
 //! batches, or a new one while the queue is under its cap), writes its
 //! word first, and installs it with one compare-and-swap; when another
@@ -27,9 +30,11 @@
 //! `llist_del_all` of the kernel's lists, so neither stack's take suffers
 //! ABA; the empty stack's single pops carry a tag that every pop bumps).
 //! A batch sealed while some of its pushes are still writing reaches the
-//! drain with its countdown above zero: the drain waits for the countdown,
-//! which those pushes bring to zero within a few instructions, before it
-//! reads the words. A flush also seals every shard's partial batch (one
+//! drain with some of its slots still 0: the drain waits for each slot to
+//! be written (those pushes write within a few instructions of their
+//! reservation) before it reads it, and clears it after, so that a batch
+//! goes back to the empty stack all zeroes. A flush also seals every
+//! shard's partial batch (one
 //! compare-and-swap of the shard's state: the batch leaves the shard with
 //! the words reserved so far) and waits until no push is between sealing
 //! a batch and pushing it on the full stack, so that every word whose push
@@ -43,13 +48,13 @@
 //! (the caller frees synchronously) only when its shard has no batch, no
 //! empty batch is left and `cap` batches exist: then `cap × batch_len`
 //! words are queued or being drained. Memory: `cap` batches of `batch_len`
-//! words, plus a header of 16 bytes per batch.
+//! words, plus a header of 12 bytes per batch.
 //! Every queued word names a distinct live object, so the queue never
 //! holds more words than the pool has objects.
 
 #[cfg(loom)]
 use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize};
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, SeqCst};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 #[cfg(not(loom))]
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::OnceLock;
@@ -61,12 +66,10 @@ const NONE: u32 = u32::MAX;
 const NR_CHUNKS: usize = 32;
 
 /// One batch: `len` words (the batch's length unless a drain sealed it
-/// early), written by the pushes that reserved them.
+/// early), written by the pushes that reserved them, each as `word + 1`
+/// (0: not written yet).
 struct Batch {
     words: OnceLock<Box<[AtomicU64]>>,
-    /// Words reserved but not yet written, plus those that will never be
-    /// reserved once the batch is sealed: zero when the drain may read.
-    remaining: AtomicU32,
     /// Words the batch holds, set when it is sealed.
     len: AtomicU32,
     /// The next batch on the stack this one is on.
@@ -75,12 +78,7 @@ struct Batch {
 
 impl Batch {
     fn new() -> Self {
-        Self {
-            words: OnceLock::new(),
-            remaining: AtomicU32::new(0),
-            len: AtomicU32::new(0),
-            next: AtomicU32::new(NONE),
-        }
+        Self { words: OnceLock::new(), len: AtomicU32::new(0), next: AtomicU32::new(NONE) }
     }
 }
 
@@ -126,7 +124,9 @@ fn split(word: u64) -> (u32, u32) {
 struct Shard {
     /// The batch being filled and the words reserved in it.
     state: AtomicU64,
-    queued: AtomicU64,
+    /// Words of the batches this shard sealed (the queue's `queued` count
+    /// is these and the words reserved in `state`).
+    sealed: AtomicU64,
     fallback: AtomicU64,
 }
 
@@ -182,7 +182,7 @@ impl BatchQueue {
     pub(crate) fn new(shards: usize, batch_len: usize) -> Self {
         let batch_len = batch_len.clamp(2, u32::MAX as usize / 2);
         let shard =
-            || Shard { state: AtomicU64::new(state(NONE, 0)), queued: AtomicU64::new(0), fallback: AtomicU64::new(0) };
+            || Shard { state: AtomicU64::new(state(NONE, 0)), sealed: AtomicU64::new(0), fallback: AtomicU64::new(0) };
         Self {
             shards: (0..shards.max(1)).map(|_| shard()).collect(),
             table: BatchTable { chunks: std::array::from_fn(|_| OnceLock::new()), batch_len },
@@ -226,15 +226,20 @@ impl BatchQueue {
 
     /// Queues `word` on shard `cpu`; never waits. `cap` gives the most
     /// batches the queue may have, asked only when it needs a new one.
+    #[inline]
     pub(crate) fn push(&self, cpu: usize, word: u64, cap: impl FnOnce() -> usize) -> Pushed {
         let shard = &self.shards[fold(cpu, self.shards.len())];
+        if word == u64::MAX {
+            shard.fallback.fetch_add(1, Relaxed);
+            return Pushed::Fallback(word);
+        }
         let mut cap = Some(cap);
         let mut current = shard.state.load(Acquire);
         loop {
             let (id, reserved) = split(current);
             if id == NONE {
                 match self.install(shard, current, word, &mut cap) {
-                    Ok(()) => break,
+                    Ok(()) => return Pushed::Queued { sealed: false },
                     Err(Some(now)) => {
                         current = now;
                         continue;
@@ -254,13 +259,9 @@ impl BatchQueue {
             }
             match shard.state.compare_exchange_weak(current, next, AcqRel, Acquire) {
                 Ok(_) => {
-                    let batch = self.table.get(id);
-                    self.table.words_of(batch)[reserved as usize].store(word, Relaxed);
-                    batch.remaining.fetch_sub(1, AcqRel);
-                    shard.queued.fetch_add(1, Relaxed);
+                    self.write(id, reserved, word);
                     if last {
-                        batch.len.store(self.batch_len, Relaxed);
-                        self.push_full(id);
+                        self.seal(shard, id, self.batch_len);
                         self.sealing.fetch_sub(1, AcqRel);
                     }
                     return Pushed::Queued { sealed: last };
@@ -273,18 +274,35 @@ impl BatchQueue {
                 }
             }
         }
-        shard.queued.fetch_add(1, Relaxed);
-        Pushed::Queued { sealed: false }
+    }
+
+    /// Writes `word` into word `at` of batch `id`, which the caller
+    /// reserved.
+    #[inline]
+    fn write(&self, id: u32, at: u32, word: u64) {
+        let batch = self.table.get(id);
+        self.table.words_of(batch)[at as usize].store(word.wrapping_add(1), Release);
+    }
+
+    /// Puts batch `id`, which the caller took out of `shard` with `len`
+    /// words reserved, on the full stack.
+    fn seal(&self, shard: &Shard, id: u32, len: u32) {
+        self.table.get(id).len.store(len, Relaxed);
+        shard.sealed.fetch_add(u64::from(len), Relaxed);
+        self.push_full(id);
     }
 
     /// Queues `words` on shard `cpu`, as many calls of
     /// [`push`](Self::push) would, but reserving as many words as the
     /// shard's batch has room for with one compare-and-swap (a slot table
     /// releasing a run of its slots). Returns how many were queued: the
-    /// first ones; the rest found the queue at its cap, for the caller to
-    /// free. `sealed` is set when the call sealed a batch.
+    /// first ones; the rest found the queue at its cap (or start with a
+    /// `u64::MAX`), for the caller to free. `sealed` is set when the call
+    /// sealed a batch.
     pub(crate) fn push_many(&self, cpu: usize, words: &[u64], cap: impl Fn() -> usize, sealed: &mut bool) -> usize {
         let shard = &self.shards[fold(cpu, self.shards.len())];
+        let all = words;
+        let words = &all[..all.iter().position(|&w| w == u64::MAX).unwrap_or(all.len())];
         let mut done = 0;
         let mut current = shard.state.load(Acquire);
         while done < words.len() {
@@ -314,13 +332,11 @@ impl BatchQueue {
                     let batch = self.table.get(id);
                     let dst = &self.table.words_of(batch)[reserved as usize..][..n as usize];
                     for (slot, &word) in dst.iter().zip(&words[done..]) {
-                        slot.store(word, Relaxed);
+                        slot.store(word.wrapping_add(1), Release);
                     }
-                    batch.remaining.fetch_sub(n, AcqRel);
                     done += n as usize;
                     if last {
-                        batch.len.store(self.batch_len, Relaxed);
-                        self.push_full(id);
+                        self.seal(shard, id, self.batch_len);
                         self.sealing.fetch_sub(1, AcqRel);
                         *sealed = true;
                         current = shard.state.load(Acquire);
@@ -336,9 +352,8 @@ impl BatchQueue {
                 }
             }
         }
-        shard.queued.fetch_add(done as u64, Relaxed);
-        if done < words.len() {
-            shard.fallback.fetch_add((words.len() - done) as u64, Relaxed);
+        if done < all.len() {
+            shard.fallback.fetch_add((all.len() - done) as u64, Relaxed);
         }
         done
     }
@@ -354,13 +369,13 @@ impl BatchQueue {
         cap: &mut Option<impl FnOnce() -> usize>,
     ) -> Result<(), Option<u64>> {
         let id = self.take_empty(cap).ok_or(None)?;
-        let batch = self.table.get(id);
-        self.table.words_of(batch)[0].store(word, Relaxed);
-        batch.remaining.store(self.batch_len - 1, Relaxed);
+        let first = &self.table.words_of(self.table.get(id))[0];
+        first.store(word.wrapping_add(1), Release);
         match shard.state.compare_exchange(seen, state(id, 1), AcqRel, Acquire) {
             Ok(_) => Ok(()),
             Err(now) => {
-                batch.remaining.store(0, Relaxed);
+                // An empty batch is all zeroes.
+                first.store(0, Relaxed);
                 self.push_empty(id);
                 Err(Some(now))
             }
@@ -433,11 +448,7 @@ impl BatchQueue {
                 }
                 match shard.state.compare_exchange(current, state(NONE, 0), AcqRel, Acquire) {
                     Ok(_) => {
-                        let batch = self.table.get(id);
-                        batch.len.store(reserved, Relaxed);
-                        // The words never reserved will not be written.
-                        batch.remaining.fetch_sub(self.batch_len - reserved, AcqRel);
-                        self.push_full(id);
+                        self.seal(shard, id, reserved);
                         break;
                     }
                     Err(now) => current = now,
@@ -464,15 +475,21 @@ impl BatchQueue {
         out.reverse();
     }
 
-    /// Appends the words of taken batch `id` to `out`, once the pushes
-    /// still writing into it are done.
+    /// Appends the words of taken batch `id` to `out`, each once the push
+    /// that reserved it has written it, and clears them (an empty batch is
+    /// all zeroes).
     pub(crate) fn read(&self, id: u32, out: &mut Vec<u64>) {
         let batch = self.table.get(id);
-        while batch.remaining.load(Acquire) != 0 && !self.is_broken(Broken::ReadBeforeWritten) {
-            yield_now();
-        }
         let len = batch.len.load(Relaxed) as usize;
-        out.extend(self.table.words_of(batch)[..len].iter().map(|w| w.load(Relaxed)));
+        for slot in &self.table.words_of(batch)[..len] {
+            let mut value = slot.load(Acquire);
+            while value == 0 && !self.is_broken(Broken::ReadBeforeWritten) {
+                yield_now();
+                value = slot.load(Acquire);
+            }
+            slot.store(0, Relaxed);
+            out.push(value.wrapping_sub(1));
+        }
     }
 
     /// Gives taken batch `id`, read, back to the empty stack.
@@ -480,9 +497,12 @@ impl BatchQueue {
         self.push_empty(id);
     }
 
-    /// Words queued and pushes that fell back, summed over the shards.
+    /// Words queued (those of sealed batches, and those reserved in the
+    /// batches being filled) and pushes that fell back, summed over the
+    /// shards.
     pub(crate) fn counts(&self) -> (u64, u64) {
-        let queued = self.shards.iter().map(|s| s.queued.load(Relaxed)).sum();
+        let queued =
+            self.shards.iter().map(|s| s.sealed.load(Relaxed) + u64::from(split(s.state.load(Acquire)).1)).sum();
         let fallback = self.shards.iter().map(|s| s.fallback.load(Relaxed)).sum();
         (queued, fallback)
     }
