@@ -25,9 +25,12 @@
 //!
 //! # The drain
 //!
-//! The worker is woken when a batch is sealed and it is asleep; it takes
-//! every full batch, and a flush (or a worker that slept its full period)
-//! also seals the partial ones. Words of up to `DRAIN_GROUP` batches at
+//! The worker is woken when a batch is sealed, it is asleep and half the
+//! series' queue (64 MiB worth of handles) is waiting in full batches, as
+//! Linux schedules its drain when its array is half full: a burst of frees
+//! runs without the drain taking a CPU from it until then. Awake, it takes
+//! every full batch until none is left; a flush (or a worker that slept
+//! its full period, 100 ms) also seals the partial ones. Words of up to `DRAIN_GROUP` batches at
 //! a time are sorted by class (a counting sort: classes are 8 bits), each
 //! class is locked once for all its handles in the group, and the pages of
 //! the zspages they emptied go back to the page allocator together
@@ -107,6 +110,10 @@ pub(crate) struct DrainBuffers {
 /// The queue and the drain's state.
 pub(crate) struct DeferredQueue {
     pub(crate) batches: BatchQueue,
+    /// Full batches that wake the worker: half the series' 128 MiB of
+    /// handles (Linux's `zs_free_deferred` schedules its drain when the
+    /// array is half full).
+    wake_at: usize,
     /// Held for a whole drain, so that a flush waits for the worker's
     /// drain in progress (Linux's `flush_work`): after a flush every handle
     /// queued before it is freed.
@@ -117,9 +124,10 @@ pub(crate) struct DeferredQueue {
 
 impl DeferredQueue {
     /// A queue of `shards` shards.
-    pub(crate) fn new(shards: usize) -> Self {
+    pub(crate) fn new(shards: usize, page_size: usize) -> Self {
         Self {
             batches: BatchQueue::new(shards, BATCH_LEN),
+            wake_at: (queue_floor(page_size).div_ceil(BATCH_LEN) / 2).max(1),
             draining: Mutex::new(DrainBuffers::default()),
             drained: AtomicU64::new(0),
             invalid: AtomicU64::new(0),
@@ -163,9 +171,7 @@ impl Inner {
         match self.deferred.batches.push(self.mm.current_cpu(), word, || self.deferred_cap()) {
             Pushed::Queued { sealed } => {
                 if sealed {
-                    if let Some(worker) = worker {
-                        worker.kick();
-                    }
+                    self.wake_if_due(worker);
                 }
                 Ok(())
             }
@@ -181,14 +187,25 @@ impl Inner {
         let mut sealed = false;
         let queued = self.deferred.batches.push_many(self.mm.current_cpu(), words, || self.deferred_cap(), &mut sealed);
         if sealed {
-            if let Some(worker) = worker {
-                worker.kick();
-            }
+            self.wake_if_due(worker);
         }
         for &word in &words[queued..] {
             let (slot, class, generation) = raw_fields(word);
             let name = Name { slot, held: Held::Queued(generation), id: raw_id(self.pool_id, word) };
             let _ = self.free_fallback(class, &name);
+        }
+    }
+
+    /// Wakes the worker once half the series' queue is waiting: a burst of
+    /// frees (a process exiting) runs without the drain taking a CPU from
+    /// it until then, and the worker's idle period drains what a smaller
+    /// burst left.
+    #[inline]
+    fn wake_if_due(&self, worker: Option<&Worker>) {
+        if let Some(worker) = worker {
+            if self.deferred.batches.pending() >= self.deferred.wake_at {
+                worker.kick();
+            }
         }
     }
 

@@ -126,7 +126,7 @@ impl Inner {
             DeferredLayout::PerCpu => mm.nr_cpus(),
             DeferredLayout::PerPool => 1,
         };
-        let deferred = DeferredQueue::new(shards);
+        let deferred = DeferredQueue::new(shards, table.page_size());
         Ok(Self {
             name: name.to_string(),
             pool_id,

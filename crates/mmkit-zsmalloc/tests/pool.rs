@@ -159,6 +159,35 @@ fn deferred_frees_happen_by_the_flush() {
     pool.check_invariants().unwrap();
 }
 
+/// Without a flush, the worker frees what was queued: a few handles after
+/// its idle period, a burst once half the series' queue (64 MiB of handles:
+/// 16,384 on 4 KiB pages) waits in full batches, while the burst goes on.
+#[test]
+fn the_worker_drains_a_small_queue_when_idle_and_a_burst_past_half_the_series_queue() {
+    let wait_for = |pool: &ZsPool, drained: u64| {
+        let start = std::time::Instant::now();
+        while pool.deferred_stats().drained < drained {
+            assert!(start.elapsed() < std::time::Duration::from_secs(30), "{:?}", pool.deferred_stats());
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    };
+    let mm = real_map(64 << 20);
+    let pool = ZsPool::zs_create_pool("t", mm).unwrap();
+    for _ in 0..100 {
+        pool.zs_free_deferred(pool.zs_malloc(300, gfp(), 0).unwrap()).unwrap();
+    }
+    wait_for(&pool, 100);
+    let burst = 40 * 512;
+    let handles: Vec<Handle> = (0..burst).map(|_| pool.zs_malloc(300, gfp(), 0).unwrap()).collect();
+    for h in handles {
+        pool.zs_free_deferred(h).unwrap();
+    }
+    wait_for(&pool, 100 + burst as u64);
+    assert_eq!(pool.deferred_stats().fallback, 0);
+    assert_eq!(pool.zs_get_total_pages(), 0);
+    pool.check_invariants().unwrap();
+}
+
 #[test]
 fn the_classes_table_has_linux_columns_and_counts() {
     let mm = real_map(16 << 20);
