@@ -29,10 +29,11 @@ pub(crate) fn fullness_table(objs: usize) -> Box<[u8]> {
         .collect()
 }
 
-/// The lists of one class.
+/// The lists of one class: `NR_GROUPS` of them, in an array of 16 so that
+/// a group number masked to 4 bits indexes it without a bounds check.
 #[derive(Default)]
 pub(crate) struct Groups {
-    lists: [Vec<u32>; NR_GROUPS],
+    lists: [Vec<u32>; 16],
     /// Bit `g` set when list `g` is not empty.
     nonempty: u16,
 }
@@ -40,13 +41,13 @@ pub(crate) struct Groups {
 impl Groups {
     /// The zspages in group `g`, oldest first.
     pub(crate) fn list(&self, g: usize) -> &[u32] {
-        &self.lists[g]
+        &self.lists[g & 15]
     }
 
     /// Lists zspage `id` in group `group` (it is in none).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn link(&mut self, zspages: &mut [Zspage], id: usize, group: usize) {
-        let list = &mut self.lists[group];
+        let list = &mut self.lists[group & 15];
         list.push(id as u32);
         let z = &mut zspages[id];
         z.group = group as u8;
@@ -55,10 +56,10 @@ impl Groups {
     }
 
     /// Takes zspage `id` off its group's list.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn unlink(&mut self, zspages: &mut [Zspage], id: usize) {
         let (group, pos) = (usize::from(zspages[id].group), zspages[id].pos as usize);
-        let list = &mut self.lists[group];
+        let list = &mut self.lists[group & 15];
         list.swap_remove(pos);
         match list.get(pos) {
             Some(&moved) => zspages[moved as usize].pos = pos as u32,
@@ -68,7 +69,7 @@ impl Groups {
     }
 
     /// Moves zspage `id` to group `group`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn move_to(&mut self, zspages: &mut [Zspage], id: usize, group: usize) {
         self.unlink(zspages, id);
         self.link(zspages, id, group);
@@ -87,7 +88,7 @@ impl Groups {
         while groups != 0 {
             let g = (u16::BITS - 1 - groups.leading_zeros()) as usize;
             groups &= !(1 << g);
-            for &id in self.lists[g].iter().rev() {
+            for &id in self.lists[g & 15].iter().rev() {
                 let id = id as usize;
                 if Some(id) == except {
                     continue;
@@ -111,7 +112,7 @@ impl Groups {
     /// `group_of`; returns the zspages listed. For tests.
     pub(crate) fn check(&self, zspages: &[Zspage], group_of: impl Fn(&Zspage) -> usize) -> Result<usize, String> {
         let mut listed = 0;
-        for (g, list) in self.lists.iter().enumerate() {
+        for (g, list) in self.lists.iter().enumerate().take(NR_GROUPS) {
             if (self.nonempty >> g & 1 == 1) == list.is_empty() {
                 return Err(format!("group {g}: bitmap says {:#x}, the list has {}", self.nonempty, list.len()));
             }

@@ -68,6 +68,9 @@ pub(crate) struct Inner {
     /// The key's tag.
     pub(crate) owner: mmkit::PageOwner,
     pub(crate) table: ClassTable,
+    /// Whether each class index a handle can name serves objects (merged
+    /// classes and indices past the table do not).
+    serving: [bool; 256],
     /// One per class index; only the classes that serve others are used.
     pub(crate) classes: Box<[RwLock<ClassState>]>,
     /// Each class's slot state words (the same table its `ClassState`
@@ -134,6 +137,7 @@ impl Inner {
             mm,
             owner: key.owner(),
             key: Some(key),
+            serving: std::array::from_fn(|i| i < table.nr_classes() && table.serving(i) == i),
             table,
             classes,
             states,
@@ -178,16 +182,22 @@ impl Inner {
     pub(crate) fn name_of_raw(&self, key: &RawKey, word: u64) -> Result<(usize, Name), ZsError> {
         let (slot, class, generation) = raw_fields(word);
         let name = Name { slot, held: Held::Raw(generation), id: raw_id(key.pool, word) };
-        if key.pool == self.pool_id && self.raw_keyed && word != 0 && self.serves(class) {
+        // Word 0 names no object: a live slot's generation is never 0 in
+        // its low bits (generations start at 1 and retire before 2^28).
+        // A key of this pool's id was made by `with_raw_key` for this pool
+        // (ids are never reused), so the pool is raw-keyed.
+        if key.pool == self.pool_id && self.serves(class) {
             Ok((class, name))
         } else {
             Err(ZsError::InvalidHandle(name.id))
         }
     }
 
+    /// Whether class index `class` (of a handle or a word: below 256)
+    /// serves objects; one load.
     #[inline]
-    fn serves(&self, class: usize) -> bool {
-        class < self.table.nr_classes() && self.table.serving(class) == class
+    pub(crate) fn serves(&self, class: usize) -> bool {
+        self.serving[class & 0xff]
     }
 
     /// The handle of new object `new` of `class`.

@@ -17,9 +17,9 @@
 //! slot's state word (`slot_state`), so of two calls with one word exactly
 //! one wins and the other is refused at the call.
 
-use crate::handle::{raw_word, Handle, RawKey, RAW_GEN_LIMIT};
+use crate::handle::{raw_fields, raw_word, Handle, RawKey, RAW_GEN_LIMIT};
 use crate::size_class::{Held, Name};
-use crate::slot_state::{state, HANDLE, QUEUED, RAW};
+use crate::slot_state::{state, SlotEntry, HANDLE, QUEUED, RAW};
 use crate::{ZsError, ZsPool};
 use mmkit::Gfp;
 
@@ -123,16 +123,35 @@ impl ZsPool {
         // Taken words gather here and go to the queue a run at a time.
         let mut taken = [0u64; 64];
         let (mut n, mut refused) = (0, 0);
-        for &word in words {
-            if self.take_word(key, word, QUEUED).is_ok() {
-                taken[n] = word;
-                n += 1;
-                if n == taken.len() {
-                    self.inner.queue_taken_many(&taken, self.worker.as_ref());
-                    n = 0;
+        for block in words.chunks(16) {
+            // The entries first, each read once: plain loads overlap their
+            // cache misses, where each compare-and-swap would wait for its
+            // own (a locked instruction orders the loads around it).
+            let mut entries: [Option<&SlotEntry>; 16] = [None; 16];
+            for (entry, &word) in entries.iter_mut().zip(block) {
+                let (slot, class, _) = raw_fields(word);
+                *entry = self
+                    .inner
+                    .states
+                    .get(class)
+                    .filter(|_| word != 0 && self.inner.serves(class))
+                    .and_then(|s| s.get(slot));
+                if let Some(e) = entry {
+                    std::hint::black_box(e.state());
                 }
-            } else {
-                refused += 1;
+            }
+            for (entry, &word) in entries.iter().zip(block) {
+                let generation = raw_fields(word).2;
+                if entry.is_some_and(|e| e.swap(state(RAW, generation), state(QUEUED, generation))) {
+                    taken[n] = word;
+                    n += 1;
+                    if n == taken.len() {
+                        self.inner.queue_taken_many(&taken, self.worker.as_ref());
+                        n = 0;
+                    }
+                } else {
+                    refused += 1;
+                }
             }
         }
         if n > 0 {

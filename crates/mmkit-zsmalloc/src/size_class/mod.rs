@@ -399,9 +399,8 @@ impl ClassState {
             return Err(refused);
         }
         z.inuse -= 1;
-        if self.huge {
-            z.huge_handle = 0;
-        }
+        // A huge zspage's one header (0 in any other zspage).
+        z.huge_handle = 0;
         let (inuse, group, nfreed) = (usize::from(z.inuse), usize::from(z.group), usize::from(z.nfreed));
         z.nfreed += 1;
         self.freed[id * self.objs + nfreed] = obj;
@@ -486,7 +485,12 @@ impl ClassState {
         self.groups.unlink(&mut self.zspages, id);
         let z = std::mem::take(&mut self.zspages[id]);
         let chain = &mut self.pages[id * self.chain..][..usize::from(z.npages)];
-        emptied.extend(chain.iter_mut().filter_map(Option::take));
+        emptied.reserve(chain.len());
+        for page in chain {
+            if let Some(page) = page.take() {
+                emptied.push(page);
+            }
+        }
         self.free_ids.push(id as u32);
         self.objs_allocated -= u64::from(z.backed);
         self.pages_held -= u64::from(z.npages);
