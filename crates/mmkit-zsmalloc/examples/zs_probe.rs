@@ -7,7 +7,7 @@
 //!
 //! ```sh
 //! cargo build --release -p mmkit-zsmalloc --example zs_probe
-//! valgrind --tool=callgrind --callgrind-out-file=zs.out target/release/examples/zs_probe 20000
+//! taskset -c 0 valgrind --tool=callgrind --callgrind-out-file=zs.out target/release/examples/zs_probe 20000
 //! callgrind_annotate --inclusive=yes --tree=calling zs.out
 //! ```
 //!
@@ -15,7 +15,9 @@
 //! (`zs_malloc_copy_raw` called from `phase_alloc`, `zs_free_raw` from
 //! `phase_free`, …); divided by the calls, the cost of one. The drain's
 //! is `deferred_drain`'s over the 40,000 queued objects (the worker's runs
-//! and the flush's). The deferred pool has a page allocator of its own: its
+//! and the flush's). One CPU (`taskset`): the page allocator's per-CPU
+//! lists the probe fills and empties then do not depend on where the
+//! scheduler runs it. The deferred pool has a page allocator of its own: its
 //! drain runs on the pool's worker as well as in the flush, as the thread
 //! scheduler interleaves them, and it would otherwise leave the page
 //! allocator of the synchronous phases in a state that differs from run to

@@ -296,8 +296,8 @@ pub(crate) struct Worker {
 
 struct WorkerShared {
     stop: AtomicBool,
-    /// Whether the worker is asleep (or about to be): a sealed batch wakes
-    /// it only then, so a busy worker costs a push one load.
+    /// Whether the worker is asleep (or about to be): a push that seals a
+    /// batch past the wake-up threshold wakes it only then.
     asleep: AtomicBool,
     kicked: Mutex<bool>,
     wake: Condvar,

@@ -78,6 +78,31 @@ impl Zspage {
         self.nfreed != 0 || self.used < self.backed
     }
 
+    /// Hands out a free object (the zspage has a backed one): the last
+    /// freed, else the next never used. `freed[base..]` is the zspage's
+    /// stack.
+    #[inline(always)]
+    pub(crate) fn take_free(&mut self, freed: &[u16], base: usize) -> u16 {
+        let obj = if self.nfreed != 0 {
+            self.nfreed -= 1;
+            freed[base + usize::from(self.nfreed)]
+        } else {
+            self.used += 1;
+            self.used - 1
+        };
+        self.inuse += 1;
+        obj
+    }
+
+    /// Takes back object `obj`, pushed on the zspage's stack
+    /// `freed[base..]`.
+    #[inline(always)]
+    pub(crate) fn put_free(&mut self, freed: &mut [u16], base: usize, obj: u16) {
+        freed[base + usize::from(self.nfreed)] = obj;
+        self.nfreed += 1;
+        self.inuse -= 1;
+    }
+
     /// Whether the next free object needs another page first.
     pub(crate) fn wants_page(&self, objs: u16) -> bool {
         self.nfreed == 0 && self.used == self.backed && self.used < objs

@@ -254,14 +254,7 @@ impl ClassState {
         let slot = self.take_slot()?;
         let entry = self.states.get(slot as usize)?;
         let z = &mut self.zspages[id];
-        let obj = if z.nfreed != 0 {
-            z.nfreed -= 1;
-            self.freed[id * self.objs + usize::from(z.nfreed)]
-        } else {
-            z.used += 1;
-            z.used - 1
-        };
-        z.inuse += 1;
+        let obj = z.take_free(&self.freed, id * self.objs);
         let (inuse, group) = (usize::from(z.inuse), usize::from(z.group));
         self.objs_inuse += 1;
         let generation = entry.fill(id as u32, u32::from(obj), len as u32, if raw { RAW } else { HANDLE });
@@ -357,26 +350,7 @@ impl ClassState {
     /// each zspage once for all its frees).
     #[inline(always)]
     pub(crate) fn free_object(&mut self, name: &Name) -> Result<usize, ZsError> {
-        let (at, word, entry) = named_in(&self.states, &self.zspages, name)?;
-        if !entry.swap(word, FREE) {
-            return Err(ZsError::InvalidHandle(name.id));
-        }
-        let id = at.zspage;
-        let z = &mut self.zspages[id];
-        z.inuse -= 1;
-        if self.huge {
-            z.huge_handle = 0;
-        }
-        self.freed[id * self.objs + usize::from(z.nfreed)] = at.obj;
-        z.nfreed += 1;
-        self.objs_inuse -= 1;
-        // The slot goes back with its generation bumped; one whose next
-        // generation would reach the pool's limit is retired instead
-        // (never handed out again): generations do not wrap.
-        if entry.next_generation() < self.gen_limit {
-            self.free_slots.push(name.slot as u32);
-        }
-        Ok(id)
+        self.take_named(name).map(|(id, _, _)| id)
     }
 
     /// [`free_object`](Self::free_object), then the zspage moved to the
@@ -385,29 +359,7 @@ impl ClassState {
     /// [`release_zspage`](Self::release_zspage).
     #[inline(always)]
     pub(crate) fn free_regrouped(&mut self, name: &Name) -> Result<Option<usize>, ZsError> {
-        let refused = ZsError::InvalidHandle(name.id);
-        let Some(entry) = self.states.get(name.slot) else { return Err(refused) };
-        let word = entry.state();
-        let named = match name.held {
-            Held::Handle(g) => word == state(HANDLE, g) && entry.generation() == g,
-            Held::Raw(g) => word == state(RAW, g),
-            Held::Queued(g) => word == state(QUEUED, g) || word == state(HANDLE, g),
-        };
-        let (id, obj) = entry.place();
-        let Some(z) = self.zspages.get_mut(id).filter(|z| named && z.is_live()) else { return Err(refused) };
-        if !entry.swap(word, FREE) {
-            return Err(refused);
-        }
-        z.inuse -= 1;
-        // A huge zspage's one header (0 in any other zspage).
-        z.huge_handle = 0;
-        let (inuse, group, nfreed) = (usize::from(z.inuse), usize::from(z.group), usize::from(z.nfreed));
-        z.nfreed += 1;
-        self.freed[id * self.objs + nfreed] = obj;
-        self.objs_inuse -= 1;
-        if entry.next_generation() < self.gen_limit {
-            self.free_slots.push(name.slot as u32);
-        }
+        let (id, inuse, group) = self.take_named(name)?;
         if inuse == 0 {
             return Ok(Some(id));
         }
@@ -454,6 +406,39 @@ impl ClassState {
             }
         }
         (freed, invalid)
+    }
+
+    /// Frees `name`'s object, the zspage left in its group: returns the
+    /// zspage, its objects in use and its group. The object is taken from
+    /// its holder by compare-and-swap from the word its name expects
+    /// (one lookup of the slot's entry, which holds both).
+    #[inline(always)]
+    fn take_named(&mut self, name: &Name) -> Result<(usize, usize, usize), ZsError> {
+        let refused = ZsError::InvalidHandle(name.id);
+        let Some(entry) = self.states.get(name.slot) else { return Err(refused) };
+        let word = entry.state();
+        let named = match name.held {
+            Held::Handle(g) => word == state(HANDLE, g) && entry.generation() == g,
+            Held::Raw(g) => word == state(RAW, g),
+            Held::Queued(g) => word == state(QUEUED, g) || word == state(HANDLE, g),
+        };
+        let (id, obj) = entry.place();
+        let Some(z) = self.zspages.get_mut(id).filter(|z| named && z.is_live()) else { return Err(refused) };
+        if !entry.swap(word, FREE) {
+            return Err(refused);
+        }
+        z.put_free(&mut self.freed, id * self.objs, obj);
+        // A huge zspage's one header (0 in any other zspage).
+        z.huge_handle = 0;
+        let (inuse, group) = (usize::from(z.inuse), usize::from(z.group));
+        self.objs_inuse -= 1;
+        // The slot goes back with its generation bumped; one whose next
+        // generation would reach the pool's limit is retired instead
+        // (never handed out again): generations do not wrap.
+        if entry.next_generation() < self.gen_limit {
+            self.free_slots.push(name.slot as u32);
+        }
+        Ok((id, inuse, group))
     }
 
     /// Moves zspage `id` to the group its use now puts it in; `false`
@@ -553,22 +538,11 @@ impl ClassState {
         let mut buf = vec![0; self.shape.size];
         let (from, _) = self.offsets(obj);
         zspage::read_at(mm, self.chain_of(src), self.page_shift, from, &mut buf);
-        let z = &mut self.zspages[dst];
-        let new_obj = if z.nfreed != 0 {
-            z.nfreed -= 1;
-            self.freed[dst * self.objs + usize::from(z.nfreed)]
-        } else {
-            z.used += 1;
-            z.used - 1
-        };
-        z.inuse += 1;
+        let new_obj = self.zspages[dst].take_free(&self.freed, dst * self.objs);
         let (to, _) = self.offsets(new_obj);
         zspage::write_at(mm, &mut self.pages[dst * self.chain..(dst + 1) * self.chain], self.page_shift, to, &buf);
         entry.relocate(dst, new_obj);
-        let s = &mut self.zspages[src];
-        s.inuse -= 1;
-        self.freed[src * self.objs + usize::from(s.nfreed)] = obj;
-        s.nfreed += 1;
+        self.zspages[src].put_free(&mut self.freed, src * self.objs, obj);
         true
     }
 
