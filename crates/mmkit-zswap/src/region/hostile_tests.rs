@@ -288,7 +288,10 @@ fn a_forked_child_is_refused_and_the_parent_goes_on() {
     // userfaultfd it inherited, into the parent's memory.
     for fault_in_thread in [true, false] {
         let z = zswap(256);
-        let config = RegionConfig { fault_in_thread, ..RegionConfig::new(32 * PAGE_SIZE, 8) };
+        // No background reclaimer: its last batch may still be counting
+        // after `reclaim` returns, and the counts below must be the child's.
+        let config =
+            RegionConfig { fault_in_thread, background_reclaim: false, ..RegionConfig::new(32 * PAGE_SIZE, 8) };
         let Some(r) = region(&z, config) else { return };
         for p in 0..32 {
             r.write_u64(p * PAGE_SIZE, word(p, 1)).unwrap();
