@@ -7,6 +7,7 @@
 //! binary, or a fork) so that a failure is a failed test, not a dead run.
 
 use super::os::testing;
+use super::os::Os;
 use super::tests::{region, word, zswap};
 use super::*;
 use std::time::{Duration, Instant};
@@ -112,7 +113,7 @@ impl Drop for LastWords {
         // An accessor load and a raw fault, after (or before) the other
         // thread-locals of the thread are gone.
         assert_eq!(r.read_u64(7 * PAGE_SIZE).unwrap(), word(7, 1));
-        assert_eq!(r.shared.map.load_u64(9 * PAGE_SIZE), word(9, 1));
+        assert_eq!(r.shared.os.load_u64(9 * PAGE_SIZE), word(9, 1));
     }
 }
 
@@ -168,7 +169,7 @@ fn a_sigbus_sent_by_a_process_leaves_the_regions_handler_in_place() {
             testing::send_sigbus_to_self();
             assert!(testing::sigbus_has_a_handler());
             for p in 0..64 {
-                assert_eq!(r.shared.map.load_u64(p * PAGE_SIZE), word(p, 1));
+                assert_eq!(r.shared.os.load_u64(p * PAGE_SIZE), word(p, 1));
             }
         }
         std::process::exit(0);
@@ -202,10 +203,10 @@ fn a_chaining_handler_on_a_default_alternate_stack_resolves_faults() {
                 // Reads and writes, at random and in runs: loads, clean
                 // evictions and hand-offs in the handler.
                 let p = if round % 2 == 0 { p } else { (p * 37 + 11) % pages };
-                let v = r.shared.map.load_u64(p * PAGE_SIZE);
+                let v = r.shared.os.load_u64(p * PAGE_SIZE);
                 assert_eq!(v, word(p, 1));
                 if p % 4 == 0 {
-                    r.shared.map.store_u64(p * PAGE_SIZE + 8, round);
+                    r.shared.os.store_u64(p * PAGE_SIZE + 8, round);
                 }
             }
         }
@@ -234,7 +235,7 @@ fn errno_survives_a_fault_resolved_in_the_faulting_thread() {
                         // Two threads on the same pages: races, hand-offs.
                         let p = (k * 31 + round + t) % pages;
                         testing::set_errno(4242);
-                        let v = r.shared.map.load_u64(p * PAGE_SIZE);
+                        let v = r.shared.os.load_u64(p * PAGE_SIZE);
                         assert_eq!(testing::errno(), 4242, "page {p}");
                         assert_eq!(v, word(p, 1));
                     }
@@ -262,7 +263,7 @@ fn dropping_a_region_waits_for_its_own_faults_only() {
                 let mut p = t;
                 while !stop.load(Relaxed) {
                     p = (p * 13 + 7) % pages;
-                    assert_eq!(busy.shared.map.load_u64(p * PAGE_SIZE), word(p, 1));
+                    assert_eq!(busy.shared.os.load_u64(p * PAGE_SIZE), word(p, 1));
                 }
             });
         }
@@ -271,7 +272,7 @@ fn dropping_a_region_waits_for_its_own_faults_only() {
         for _ in 0..10 {
             let z2 = zswap(64);
             let other = evicted_sigbus_region(&z2, 16, 4).unwrap();
-            assert_eq!(other.shared.map.load_u64(3 * PAGE_SIZE), word(3, 1));
+            assert_eq!(other.shared.os.load_u64(3 * PAGE_SIZE), word(3, 1));
             let start = Instant::now();
             drop(other);
             slowest = slowest.max(start.elapsed());
@@ -314,7 +315,7 @@ fn a_forked_child_is_refused_and_the_parent_goes_on() {
         assert_eq!((after.swap_ins, after.evictions), (before.swap_ins, before.evictions));
         for p in 0..32 {
             assert_eq!(r.read_u64(p * PAGE_SIZE).unwrap(), word(p, 1), "page {p}");
-            assert_eq!(r.shared.map.load_u64(p * PAGE_SIZE), word(p, 1), "page {p}");
+            assert_eq!(r.shared.os.load_u64(p * PAGE_SIZE), word(p, 1), "page {p}");
             r.write_u64(p * PAGE_SIZE, word(p, 2)).unwrap();
         }
         assert_eq!(r.mapped_pages().unwrap() as u64, r.stats().resident);
@@ -342,15 +343,15 @@ fn a_page_the_program_dropped_is_reloaded_not_refaulted_for_ever() {
             for p in [3, 5, 6] {
                 testing::madvise(at(p), PAGE_SIZE, libc::MADV_DONTNEED);
             }
-            let raw3 = r.shared.map.load_u64(3 * PAGE_SIZE);
-            let raw5 = r.shared.map.load_u64(5 * PAGE_SIZE);
+            let raw3 = r.shared.os.load_u64(3 * PAGE_SIZE);
+            let raw5 = r.shared.os.load_u64(5 * PAGE_SIZE);
             // Page 6 untouched: eviction finds it gone.
             r.reclaim(0).unwrap();
             let ok = raw3 == 33 && raw5 == 55 && r.read_u64(6 * PAGE_SIZE).unwrap() == 0;
             let ok = ok && r.stats().program_drops >= 3;
             // A write after the drop lands and stays.
             testing::madvise(at(5), PAGE_SIZE, libc::MADV_DONTNEED);
-            r.shared.map.store_u64(5 * PAGE_SIZE, 77);
+            r.shared.os.store_u64(5 * PAGE_SIZE, 77);
             r.reclaim(0).unwrap();
             let ok = ok && r.read_u64(5 * PAGE_SIZE).unwrap() == 77;
             if ok {
@@ -386,7 +387,7 @@ fn fault_around_stops_at_a_memory_area_boundary() {
         }
         r.reclaim(0).unwrap();
         for p in 0..32 {
-            assert_eq!(r.shared.map.load_u64(p * PAGE_SIZE), word(p, 1), "page {p}");
+            assert_eq!(r.shared.os.load_u64(p * PAGE_SIZE), word(p, 1), "page {p}");
         }
         assert_eq!(r.stats().load_failures, 0);
         assert!(r.stats().fault_around_pages > 0, "{:?}", r.stats());

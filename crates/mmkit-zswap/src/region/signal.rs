@@ -4,7 +4,7 @@
 //! count of handlers in flight, so that dropping one region waits only
 //! for the handlers resolving that region's faults, never another's.
 //!
-//! A fault is resolved by the region's `pager` (`resolve_signal`); an
+//! A fault is resolved by the region's `fault` (`resolve_signal`); an
 //! address in no live region, or a region made before this process was
 //! forked (the child has not got its memory, and its userfaultfd reaches
 //! the parent's), is not resolved and goes on to the previous action.
@@ -13,7 +13,7 @@
 //! dereference of a listed region.
 #![allow(unsafe_code)]
 
-use super::os;
+use super::os::{self, linux::Linux};
 use super::pager::Shared;
 use crate::PAGE_SIZE;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering::SeqCst};
@@ -32,7 +32,7 @@ struct Entry {
     base: AtomicUsize,
     len: AtomicUsize,
     /// The region, while listed.
-    shared: AtomicPtr<Shared>,
+    shared: AtomicPtr<Shared<Linux>>,
     /// Handlers that may hold `shared`.
     in_flight: AtomicUsize,
 }
@@ -52,7 +52,7 @@ static TABLE: [Entry; SLOTS] = [const {
 pub(crate) struct Registration {
     slot: usize,
     /// Keeps the region's shared state alive as long as it is listed.
-    _shared: Arc<Shared>,
+    _shared: Arc<Shared<Linux>>,
 }
 
 /// Installs the handler (once); false when it cannot be.
@@ -63,15 +63,15 @@ pub(crate) fn install() -> bool {
 /// Lists `shared` for the handler, installing the handler on first use.
 /// `None` when the handler cannot be installed or the table is full: the
 /// region must not then use `SIGBUS` mode.
-pub(crate) fn register(shared: &Arc<Shared>) -> Option<Registration> {
+pub(crate) fn register(shared: &Arc<Shared<Linux>>) -> Option<Registration> {
     if !install() {
         return None;
     }
     for (slot, entry) in TABLE.iter().enumerate() {
         if entry.claimed.compare_exchange(false, true, SeqCst, SeqCst).is_ok() {
             entry.shared.store(Arc::as_ptr(shared).cast_mut(), SeqCst);
-            entry.len.store(shared.map.len(), SeqCst);
-            entry.base.store(shared.map.as_ptr() as usize, SeqCst);
+            entry.len.store(shared.os.len(), SeqCst);
+            entry.base.store(shared.os.as_ptr() as usize, SeqCst);
             return Some(Registration { slot, _shared: shared.clone() });
         }
     }
@@ -109,11 +109,11 @@ fn resolve(addr: usize, write: bool, small_stack: bool) -> bool {
             // this entry's `in_flight` to reach zero, which this handler
             // holds above zero from before its load of the pointer.
             let shared = unsafe { &*ptr };
-            let start = shared.map.as_ptr() as usize;
+            let start = shared.os.as_ptr() as usize;
             // The entry may have been handed to another region between
             // the match and the count: the address must be this one's.
             addr >= start
-                && addr - start < shared.map.len()
+                && addr - start < shared.os.len()
                 && shared.resolve_signal((addr - start) / PAGE_SIZE, write, small_stack)
         };
         entry.in_flight.fetch_sub(1, SeqCst);
