@@ -1,7 +1,8 @@
 //! What the region's calls do, over any facade: pin a page and map it
 //! (loading it in the calling thread first), copy in and out page by page,
 //! reclaim, pin and unpin ranges, read the counters. [`SwapRegion`]
-//! checks its arguments and the process and calls these.
+//! checks its arguments and the process and calls these; the policy tests
+//! call them on the in-memory fake (`os::fake`).
 //!
 //! Works on the `pager`'s shared state. The parts that may claim pages or
 //! take zswap's locks run with the thread's asynchronous signals blocked.

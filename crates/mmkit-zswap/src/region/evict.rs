@@ -51,7 +51,9 @@ impl<O: Os> Shared<O> {
                 continue;
             }
             if flags & DIRTY != 0 {
-                if !clean_only && dirty_seen < want {
+                // A pinned page is no candidate, and one scan may pass a
+                // page twice: neither may take the place of a victim.
+                if !clean_only && dirty_seen < want && !page::is_pinned(state) && !dirty[..dirty_seen].contains(&i) {
                     dirty[dirty_seen] = i;
                     dirty_seen += 1;
                 }

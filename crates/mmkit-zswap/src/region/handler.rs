@@ -7,7 +7,8 @@
 //! In `SIGBUS` mode it also does the loads the faulting threads' handlers
 //! hand to it (`fault`'s hand-offs). It blocks the program's asynchronous
 //! signals, so that none of the program's handlers runs on it. Generic
-//! over the operating system's facade, like the pager.
+//! over the operating system's facade, like the pager: the policy tests
+//! run it on the in-memory fake.
 //!
 //! Owns only its load buffer; everything else is the `pager`'s shared
 //! state.

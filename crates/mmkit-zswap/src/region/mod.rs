@@ -71,8 +71,10 @@
 //! `slots` (the stored copies: the only use of swap entries), `times` (the
 //! load-time histogram), `os` (the operating system behind the `os::Os`
 //! facade — the mapping, the userfaultfd bindings, the `SIGBUS` action,
-//! pipes, futexes, signal masks, forks). The paging policy is generic over the
-//! facade. No `rustix` or `libc` outside `os`; its `unsafe` is in `os` and
+//! pipes, futexes, signal masks, forks — and the
+//! tests' in-memory fake of it). The paging policy is generic over the
+//! facade, so the same code runs on Linux and, in `policy_tests`, on the
+//! fake. No `rustix` or `libc` outside `os`; its `unsafe` is in `os` and
 //! `signal`.
 
 mod calls;
@@ -558,6 +560,8 @@ impl SwapRegion {
 
 #[cfg(test)]
 mod hostile_tests;
+#[cfg(test)]
+mod policy_tests;
 #[cfg(test)]
 mod tests;
 

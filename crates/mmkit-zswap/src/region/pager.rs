@@ -9,9 +9,9 @@
 //! of these `calls`'.
 //!
 //! Owns what every thread of a region shares: the operating system's
-//! facade (`os::Os`, a type parameter: no indirect call), the page states
-//! and slots, the counters and the CLOCK hand, the load buffers and the
-//! hand-offs.
+//! facade (`os::Os`: generic, so that the policy runs as well on the
+//! tests' in-memory fake as on Linux), the page states and slots, the
+//! counters and the CLOCK hand, the load buffers and the hand-offs.
 //! Storage goes through `slots`.
 
 use super::fault::Handoff;

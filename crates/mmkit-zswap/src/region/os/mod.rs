@@ -3,9 +3,10 @@
 //! place, protect, drop and read back pages, the handler thread's wake-ups
 //! and faults, waits between threads, signal masks. [`linux::Linux`] is
 //! the real one (the mapping and its copies, reads, drops and advice in
-//! `mapping`, the userfaultfd calls in `uffd`). The pager is generic over
-//! it, not `dyn`: the fault path pays no indirect call, and another
-//! implementation (an in-memory one for tests) can stand in. Besides: the `SIGBUS` registration and what a signal
+//! `mapping`, the userfaultfd calls in `uffd`); the tests have an
+//! in-memory fake (`fake`) that models a region's pages and records the
+//! calls. The pager is generic over it, not `dyn`: the fault path pays no
+//! indirect call. Besides: the `SIGBUS` registration and what a signal
 //! handler may call (`signal`), and here the wake-up pipe, futexes, signal
 //! masks and the fork count.
 //!
@@ -15,6 +16,8 @@
 //! operation: async-signal-safe, no allocation, no lock.
 #![allow(unsafe_code)]
 
+#[cfg(test)]
+pub(crate) mod fake;
 pub(crate) mod linux;
 pub(crate) mod mapping;
 pub(crate) mod signal;
