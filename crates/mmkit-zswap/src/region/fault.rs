@@ -6,10 +6,11 @@
 //! (its locks, which no code interrupted by the handler holds: region code
 //! runs with asynchronous signals blocked, and a raw touch is no region
 //! code), a load buffer taken with a non-blocking `try_lock` from a pool
-//! made with the region, and eviction of clean pages only (a drop, no
-//! compression, no allocation). What it cannot do — no free buffer, no
-//! clean victim at the budget, or a small stack — is handed to the handler
-//! thread, and the handler waits on a futex for its answer.
+//! made with the region (or, when all are taken, one page on the
+//! handler's own stack, `os::stack`), and eviction of clean pages only (a
+//! drop, no compression, no allocation). What it cannot do — no clean
+//! victim at the budget, or no room on the stack it runs on — is handed to
+//! the handler thread, and the handler waits on a futex for its answer.
 //!
 //! Works on the `pager`'s shared state, through its facade.
 
@@ -17,6 +18,7 @@ use super::os::Os;
 use super::page::{self, DIRTY, EVICTING, FAILED, LOADING, RESIDENT};
 use super::pager::{Room, Shared};
 use super::Counters;
+use crate::PAGE_SIZE;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 
 /// A load the `SIGBUS` handler hands to the handler thread: the page's
@@ -59,11 +61,12 @@ impl<O: Os> Shared<O> {
     /// (region code that claims pages runs with asynchronous signals
     /// blocked, and reads victims through the kernel, never faulting).
     ///
-    /// On a small stack (`small_stack`: another than the faulting code's,
-    /// such as a chaining program handler's alternate stack) a load is
-    /// handed to the handler thread at once: the hand-off needs a few
-    /// hundred bytes, a load in the handler a few KiB (measured in the
-    /// region's tests; `docs/zsmalloc-zswap.md`).
+    /// On a small stack (`small_stack`: the handler could not move to one
+    /// of its own stacks, `os::stack`, and runs on the faulting thread's or
+    /// an alternate stack of unknown room) a load is handed to the handler
+    /// thread at once: the hand-off needs a few hundred bytes, a load in
+    /// the handler a few KiB (measured in the region's tests;
+    /// `docs/zsmalloc-zswap.md`).
     pub(crate) fn resolve_signal(&self, index: usize, write: bool, small_stack: bool) -> bool {
         if self.forked() {
             return false;
@@ -118,7 +121,8 @@ impl<O: Os> Shared<O> {
     }
 
     /// The `SIGBUS` handler's load of claimed page `index`: room from
-    /// clean victims and a pool buffer, else handed to the handler thread.
+    /// clean victims and a pool buffer (or a page on the stack), else
+    /// handed to the handler thread.
     fn signal_load(&self, index: usize, write: bool, small_stack: bool) -> bool {
         if small_stack {
             return self.hand_off(index, write);
@@ -127,7 +131,7 @@ impl<O: Os> Shared<O> {
         let loaded = match self.make_room(true) {
             Room::Made => match self.buffers.iter().find_map(|b| b.try_lock().ok()) {
                 Some(mut buf) => self.load_claimed(index, write, false, &mut buf).is_ok(),
-                None => self.hand_off(index, write),
+                None => self.load_one_page(index, write),
             },
             Room::HandOff => self.hand_off(index, write),
             Room::SwapFull => {
@@ -137,6 +141,15 @@ impl<O: Os> Shared<O> {
         };
         self.load_times.record(start.elapsed().as_nanos().try_into().unwrap_or(u64::MAX));
         loaded
+    }
+
+    /// The load of claimed page `index` into a page on the stack (no
+    /// fault-around): all the pool's buffers are taken, and the handler runs
+    /// on a stack of its own with room for it.
+    #[inline(never)]
+    fn load_one_page(&self, index: usize, write: bool) -> bool {
+        let mut page = [0u8; PAGE_SIZE];
+        self.load_claimed(index, write, false, &mut page).is_ok()
     }
 
     /// Hands the load of claimed page `index` to the handler thread and

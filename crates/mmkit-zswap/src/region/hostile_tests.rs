@@ -2,7 +2,8 @@
 //! of its own that touch the region while a load is under way, thread-local
 //! destructors, a `kill -BUS`, a chaining handler on a small alternate
 //! stack, `errno`, regions dropped while another region faults, a forked
-//! child, and the program's own `madvise`/`munmap` on region memory. Each
+//! child, the program's own `madvise`/`munmap` on region memory, and a raw
+//! fault near the end of a thread's stack. Each
 //! case that could crash or hang runs in a child process (a re-run of this
 //! binary, or a fork) so that a failure is a failed test, not a dead run.
 
@@ -17,9 +18,14 @@ const CHILD: &str = "MMKIT_ZSWAP_REGION_HOSTILE_CHILD";
 /// Runs test `name` of this binary in a child with `CHILD=1`; its exit
 /// code (`None`: killed by a signal).
 fn run_child(name: &str) -> (Option<i32>, String) {
+    run_child_with(name, "1")
+}
+
+/// Runs test `name` of this binary in a child with `CHILD=mode`.
+fn run_child_with(name: &str, mode: &str) -> (Option<i32>, String) {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
+        .env(CHILD, mode)
         .output()
         .unwrap();
     let text =
@@ -416,5 +422,77 @@ fn a_partial_munmap_is_an_error_not_a_crash() {
     });
     if code != Some(3) {
         assert_eq!(code, Some(0));
+    }
+}
+
+/// Recurses until less than `margin` bytes of the thread's stack (whose
+/// lowest usable byte is `low`) are left under this frame, then runs
+/// `at_the_end` there.
+#[inline(never)]
+fn descend(low: usize, margin: usize, at_the_end: &mut dyn FnMut() -> u64) -> u64 {
+    let pad = std::hint::black_box([1u8; 128]);
+    let here = std::ptr::addr_of!(pad) as usize;
+    if here.saturating_sub(low) <= margin {
+        return at_the_end();
+    }
+    descend(low, margin, at_the_end).wrapping_add(u64::from(std::hint::black_box(pad)[0]))
+}
+
+#[test]
+fn a_raw_fault_near_the_end_of_a_threads_stack_is_resolved() {
+    // The base resolved a fault on the faulting thread's own stack and
+    // needed about 9 KiB of it (release; more in a debug build): a thread
+    // deep in a recursion that touched an evicted page with less left died
+    // of a stack overflow inside the handler. The handler now moves to a
+    // stack of its own at once, and with SA_ONSTACK even the kernel's
+    // signal frame lands on the thread's alternate stack where it has one
+    // (Rust's threads do). Without one (a thread of C code), what is left
+    // must hold the kernel's frame and the handler's first few hundred
+    // bytes (MMKIT_STACK_MARGIN measures it).
+    let name = "region::hostile_tests::a_raw_fault_near_the_end_of_a_threads_stack_is_resolved";
+    if let Ok(mode) = std::env::var(CHILD) {
+        let alternate = mode == "alternate";
+        let default_margin = if alternate { 1536 } else { 8 << 10 };
+        let margin = std::env::var("MMKIT_STACK_MARGIN").ok().and_then(|m| m.parse().ok()).unwrap_or(default_margin);
+        let z = zswap(1024);
+        let Some(r) = evicted_sigbus_region(&z, 64, 8) else { std::process::exit(3) };
+        let r = &r;
+        std::thread::scope(|s| {
+            let t = std::thread::Builder::new().stack_size(256 << 10);
+            t.spawn_scoped(s, move || {
+                if !alternate {
+                    testing::disable_alternate_stack();
+                }
+                let (low, _) = testing::stack_bounds();
+                let mut round = 0;
+                for _ in 0..8 {
+                    descend(low, margin, &mut || {
+                        round += 1;
+                        // A missing page read, a write to it (clean: a
+                        // write-protect fault), a missing page written.
+                        let p = (round * 3) % 64;
+                        assert_eq!(r.shared.os.load_u64(p * PAGE_SIZE), word(p, 1));
+                        r.shared.os.store_u64(p * PAGE_SIZE + 8, round as u64);
+                        let q = (p + 32) % 64;
+                        r.shared.os.store_u64(q * PAGE_SIZE + 16, round as u64);
+                        r.shared.os.load_u64(q * PAGE_SIZE)
+                    });
+                    r.reclaim(0).unwrap();
+                }
+            })
+            .unwrap();
+        });
+        let s = r.stats();
+        assert!(s.faults_in_thread >= 24, "{s:?}");
+        println!("deepest use of the handler's own stacks: {} bytes", super::os::stack::deepest_use());
+        std::process::exit(0);
+    }
+    for mode in ["alternate", "none"] {
+        let (code, out) = run_child_with(name, mode);
+        if skipped(code) {
+            return;
+        }
+        assert_eq!(code, Some(0), "{mode}: {out}");
+        eprintln!("{mode}: {}", out.lines().find(|l| l.contains("deepest use")).unwrap_or("?"));
     }
 }

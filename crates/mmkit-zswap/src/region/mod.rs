@@ -19,9 +19,9 @@
 //!   through [`SwapRegion::as_ptr`] are userfaultfd faults. By default
 //!   (and `UFFD_FEATURE_SIGBUS`) a fault raises `SIGBUS` in the faulting
 //!   thread, and the crate's process-wide handler (`os::signal`,
-//!   `signal`) resolves it there and returns: async-signal-safe by
-//!   construction (see `fault`), handing what it cannot do to the handler
-//!   thread. Every other `SIGBUS` goes to the action installed before the
+//!   `signal`) resolves it there, on a stack of its own (`os::stack`), and
+//!   returns: async-signal-safe by construction (see `fault`), handing
+//!   what it cannot do to the handler thread. Every other `SIGBUS` goes to the action installed before the
 //!   first region; a `SIGBUS` handler installed after it replaces the
 //!   crate's and must chain to it for region addresses. A thread that
 //!   blocks `SIGBUS` dies on a raw touch of an evicted page (the kernel
@@ -70,8 +70,8 @@
 //! regions the `SIGBUS` handler resolves),
 //! `slots` (the stored copies: the only use of swap entries), `times` (the
 //! load-time histogram), `os` (the operating system behind the `os::Os`
-//! facade — the mapping, the userfaultfd bindings, the `SIGBUS` action,
-//! pipes, futexes, signal masks, forks — and the
+//! facade — the mapping, the userfaultfd bindings, the `SIGBUS` action and
+//! the handler's stacks, pipes, futexes, signal masks, forks — and the
 //! tests' in-memory fake of it). The paging policy is generic over the
 //! facade, so the same code runs on Linux and, in `policy_tests`, on the
 //! fake. No `rustix` or `libc` outside `os`; its `unsafe` is in `os` and

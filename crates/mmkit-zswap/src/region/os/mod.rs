@@ -7,8 +7,8 @@
 //! in-memory fake (`fake`) that models a region's pages and records the
 //! calls. The pager is generic over it, not `dyn`: the fault path pays no
 //! indirect call. Besides: the `SIGBUS` registration and what a signal
-//! handler may call (`signal`), and here the wake-up pipe, futexes, signal
-//! masks and the fork count.
+//! handler may call (`signal`), the handler's own stacks (`stack`), and
+//! here the wake-up pipe, futexes, signal masks and the fork count.
 //!
 //! The rest of the region calls only this module: no `rustix` or `libc`
 //! outside it (its tests' fork helpers are `cfg(test)` items here). Every
@@ -21,6 +21,7 @@ pub(crate) mod fake;
 pub(crate) mod linux;
 pub(crate) mod mapping;
 pub(crate) mod signal;
+pub(crate) mod stack;
 pub(crate) mod uffd;
 
 pub(crate) use uffd::FaultKind;
