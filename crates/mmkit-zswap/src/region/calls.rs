@@ -4,14 +4,16 @@
 //! checks its arguments and the process and calls these; the policy tests
 //! call them on the in-memory fake (`os::fake`).
 //!
-//! Works on the `pager`'s shared state. The parts that may claim pages or
-//! take zswap's locks run with the thread's asynchronous signals blocked.
+//! Works on the `pager`'s shared state. The parts that may claim pages,
+//! take zswap's locks or allocate run as region code (`signal::RegionCode`)
+//! with the thread's asynchronous signals blocked.
 //!
 //! [`SwapRegion`]: super::SwapRegion
 
 use super::os::Os;
 use super::page::{self, PinRefused, DIRTY, EVICTING, FAILED, RESIDENT};
 use super::pager::{LoadError, Shared};
+use super::signal::RegionCode;
 use super::{Counters, RegionError, RegionStats};
 use crate::PAGE_SIZE;
 use std::ops::Range;
@@ -63,6 +65,7 @@ impl<O: Os> Shared<O> {
             // claim (and zswap's locks): one that touched the region could
             // need them. Blocked before the claim is taken.
             let _blocked = O::block_signals();
+            let _region_code = RegionCode::enter();
             if page::try_claim_load(state) {
                 return match self.load_in_thread(index, write, false, None) {
                     Ok(_) => {
@@ -109,6 +112,7 @@ impl<O: Os> Shared<O> {
             return Err(RegionError::HandlerGone);
         }
         let _blocked = O::block_signals();
+        let _region_code = RegionCode::enter();
         let mut evicted = 0;
         while self.resident() > keep {
             let want = (self.resident() - keep).min(self.config.evict_batch.max(64));
@@ -153,12 +157,14 @@ impl<O: Os> Shared<O> {
         }
         if self.alive() {
             let _blocked = O::block_signals();
+            let _region_code = RegionCode::enter();
             self.evict_to_budget();
         }
     }
 
     /// The region's counters.
     pub(crate) fn stats(&self) -> RegionStats {
+        let _region_code = RegionCode::enter();
         let c = &self.counters;
         RegionStats {
             missing_faults: c.missing_faults.load(Relaxed),

@@ -6,9 +6,11 @@
 //!
 //! In `SIGBUS` mode it also does the loads the faulting threads' handlers
 //! hand to it (`fault`'s hand-offs). It blocks the program's asynchronous
-//! signals, so that none of the program's handlers runs on it. Generic
-//! over the operating system's facade, like the pager: the policy tests
-//! run it on the in-memory fake.
+//! signals, so that none of the program's handlers runs on it, and is
+//! region code for its whole life (`signal::RegionCode`: an allocator
+//! whose heap is a region serves it from elsewhere). Generic over the
+//! operating system's facade, like the pager: the policy tests run it on
+//! the in-memory fake.
 //!
 //! Owns only its load buffer; everything else is the `pager`'s shared
 //! state.
@@ -16,6 +18,7 @@
 use super::os::{FaultKind, Os};
 use super::page::{self, EVICTING, LOADING, RESIDENT};
 use super::pager::Shared;
+use super::signal::RegionCode;
 use super::Counters;
 use crate::PAGE_SIZE;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
@@ -48,6 +51,9 @@ impl<O: Os> Handler<O> {
     pub(crate) fn run(mut self) {
         let shared = self.shared.clone();
         let _alive = Alive(&shared);
+        // Everything this thread does is the region's own code (a global
+        // allocator whose heap is a region serves it elsewhere).
+        let _region_code = RegionCode::enter();
         // The program's signals land on its own threads, never here.
         std::mem::forget(O::block_signals());
         let mut faults = Vec::with_capacity(64);

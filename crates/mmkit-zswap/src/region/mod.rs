@@ -27,7 +27,9 @@
 //!   blocks `SIGBUS` dies on a raw touch of an evicted page (the kernel
 //!   forces the default action); its accessor calls never fault. The
 //!   handler loads with zswap's locks, so region memory must not be handed
-//!   to zswap's own calls by the program (the crate never does).
+//!   to zswap's own calls by the program (the crate never does). A global
+//!   allocator whose heap is a region serves what is allocated while
+//!   [`SwapRegion::in_region_call`] is true from other memory.
 //! - **Or by the handler thread**, with [`RegionConfig::fault_in_thread`]
 //!   off or where the kernel lacks the feature: a write to a missing page
 //!   maps it writable and dirty at once. A failed load poisons the page
@@ -67,7 +69,7 @@
 //! (the CLOCK and eviction), `fault` (the `SIGBUS` handler's path and its
 //! hand-offs), `calls` (what the region's calls do, over any facade),
 //! `handler` (the fault and reclaim thread), `signal` (the table of
-//! regions the `SIGBUS` handler resolves),
+//! regions the `SIGBUS` handler resolves, and the mark of region code),
 //! `slots` (the stored copies: the only use of swap entries), `times` (the
 //! load-time histogram), `os` (the operating system behind the `os::Os`
 //! facade — the mapping, the userfaultfd bindings, the `SIGBUS` action and
@@ -410,6 +412,7 @@ impl SwapRegion {
         if config.len > max {
             return Err(RegionError::TooLarge { len: config.len, max });
         }
+        let _region_code = signal::RegionCode::enter();
         let forks = os::watch_forks();
         // The handler goes in before the descriptor asks for SIGBUS mode.
         let sigbus = config.fault_in_thread && signal::install();
@@ -444,6 +447,20 @@ impl SwapRegion {
         let per_page = (size_of::<std::sync::atomic::AtomicU32>() + slots::Slots::BYTES_PER_PAGE) as u64;
         let pages = (os::physical_memory() / 4 / per_page).min((1u64 << 47) / PAGE_SIZE as u64);
         usize::try_from(pages).unwrap_or(usize::MAX / PAGE_SIZE).saturating_mul(PAGE_SIZE)
+    }
+
+    /// Whether the calling thread is running a region's own code: one of
+    /// the calls of a region that may load, evict or allocate, or a
+    /// region's handler thread. A global allocator whose heap is region
+    /// memory must serve the allocations made while this is true from
+    /// other memory (and free each block where it came from): the
+    /// region's code may hold the page claims and locks that a fault on
+    /// its own allocation would need, and such a fault ends the process
+    /// with a message (`docs/zsmalloc-zswap.md`, "A heap in a region").
+    /// One thread-local read: no allocation, no lock, safe in an allocator
+    /// and in a signal handler.
+    pub fn in_region_call() -> bool {
+        signal::RegionCode::active()
     }
 
     /// Bytes of the region.
@@ -549,6 +566,7 @@ impl SwapRegion {
     /// # Errors
     /// [`RegionError::Setup`] when `mincore` fails.
     pub fn mapped_pages(&self) -> Result<usize, RegionError> {
+        let _region_code = signal::RegionCode::enter();
         self.shared.os.mapped_pages().map_err(RegionError::Setup)
     }
 
@@ -581,6 +599,7 @@ impl Drop for SwapRegion {
             std::mem::forget(self.shared.clone());
             return;
         }
+        let _region_code = signal::RegionCode::enter();
         // Out of the SIGBUS handler's table first (waiting only for this
         // region's handlers in flight, which may need the handler thread
         // to finish a hand-off), then the handler stops.

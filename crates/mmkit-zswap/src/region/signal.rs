@@ -9,15 +9,61 @@
 //! forked (the child has not got its memory, and its userfaultfd reaches
 //! the parent's), is not resolved and goes on to the previous action.
 //!
-//! Owns the table and the registrations; the only `unsafe` is the
-//! dereference of a listed region.
+//! A fault at a region's address in a thread that is running the
+//! region's own code ([`RegionCode`]: a load, an eviction, the handler
+//! thread) cannot be resolved: that code may hold the claims and locks the
+//! resolution needs. It comes from the region's own allocations landing in
+//! region memory (a global allocator whose heap is a region, serving the
+//! region's allocations from it too): the process is ended with a message
+//! saying so, rather than left to wait on itself for ever.
+//!
+//! Owns the table, the registrations and the region-code mark; the only
+//! `unsafe` is the dereference of a listed region.
 #![allow(unsafe_code)]
 
 use super::os::{self, linux::Linux};
 use super::pager::Shared;
 use crate::PAGE_SIZE;
+use std::cell::Cell;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
+
+thread_local! {
+    /// How deep the thread is in region code (0: not). A `const`
+    /// thread-local of a type without a destructor: never initialised
+    /// lazily, never destroyed, so a signal handler and an allocator may
+    /// read it at any time.
+    static REGION_CODE: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The calling thread runs the region's own code while this lives: code
+/// that may claim pages, take zswap's locks or allocate.
+pub(crate) struct RegionCode(PhantomData<*const ()>);
+
+impl RegionCode {
+    pub(crate) fn enter() -> Self {
+        let _ = REGION_CODE.try_with(|depth| depth.set(depth.get().saturating_add(1)));
+        Self(PhantomData)
+    }
+
+    /// Whether the calling thread runs region code now.
+    pub(crate) fn active() -> bool {
+        REGION_CODE.try_with(|depth| depth.get() != 0).unwrap_or(false)
+    }
+}
+
+impl Drop for RegionCode {
+    fn drop(&mut self) {
+        let _ = REGION_CODE.try_with(|depth| depth.set(depth.get().saturating_sub(1)));
+    }
+}
+
+/// What the handler writes before it ends the process on a fault in
+/// region code.
+const RECURSION: &str = "mmkit-zswap: the region's own code touched region memory \
+(its allocations are served from a region: a global allocator whose heap is a region must serve \
+the allocations made while SwapRegion::in_region_call() is true from other memory); aborting\n";
 
 /// Regions that may be registered at once.
 const SLOTS: usize = 64;
@@ -100,6 +146,9 @@ fn resolve(addr: usize, write: bool, small_stack: bool) -> bool {
         let base = entry.base.load(SeqCst);
         if base == 0 || addr < base || addr - base >= entry.len.load(SeqCst) {
             continue;
+        }
+        if RegionCode::active() {
+            os::signal::die(RECURSION);
         }
         entry.in_flight.fetch_add(1, SeqCst);
         let ptr = entry.shared.load(SeqCst);

@@ -132,6 +132,17 @@ extern "C" fn resolve_call(call: *mut c_void) {
     call.resolved = (call.resolve)(call.addr, call.write, false);
 }
 
+/// Ends the process after writing `message` to standard error (both
+/// async-signal-safe): a fault the handler must not resolve and must not
+/// leave to fault for ever.
+pub(crate) fn die(message: &str) -> ! {
+    // SAFETY: `write` reads `message`'s bytes; `abort` ends the process.
+    unsafe {
+        libc::write(2, message.as_ptr().cast(), message.len());
+        libc::abort()
+    }
+}
+
 extern "C" fn on_sigbus(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
     // SAFETY: `__errno_location` gives this thread's `errno`, a live int.
     let errno = unsafe { *libc::__errno_location() };
