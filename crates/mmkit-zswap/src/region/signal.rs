@@ -140,33 +140,41 @@ impl Drop for Registration {
 }
 
 /// The handler's question: resolves a fault at `addr` if a live region of
-/// this process holds it.
+/// this process holds it. Entries of the parent's regions, inherited by a
+/// forked child, are passed over: the child may have mapped a region of
+/// its own where one of them was (their memory is not the child's, and
+/// the address is free there), and the fault is that one's.
 fn resolve(addr: usize, write: bool, small_stack: bool) -> bool {
     for entry in &TABLE {
         let base = entry.base.load(SeqCst);
         if base == 0 || addr < base || addr - base >= entry.len.load(SeqCst) {
             continue;
         }
-        if RegionCode::active() {
-            os::signal::die(RECURSION);
-        }
         entry.in_flight.fetch_add(1, SeqCst);
         let ptr = entry.shared.load(SeqCst);
-        let resolved = !ptr.is_null() && {
+        let resolved = if ptr.is_null() {
+            None
+        } else {
             // SAFETY: a listed pointer is an `Arc<Shared>` kept alive by
             // its `Registration`, whose drop unlists it and then waits for
             // this entry's `in_flight` to reach zero, which this handler
-            // holds above zero from before its load of the pointer.
+            // holds above zero from before its load of the pointer. (In a
+            // forked child the pointee is the child's copy of the parent's,
+            // which nothing frees.)
             let shared = unsafe { &*ptr };
             let start = shared.os.as_ptr() as usize;
             // The entry may have been handed to another region between
             // the match and the count: the address must be this one's.
-            addr >= start
-                && addr - start < shared.os.len()
-                && shared.resolve_signal((addr - start) / PAGE_SIZE, write, small_stack)
+            let ours = !shared.forked() && addr >= start && addr - start < shared.os.len();
+            if ours && RegionCode::active() {
+                os::signal::die(RECURSION);
+            }
+            ours.then(|| shared.resolve_signal((addr - start) / PAGE_SIZE, write, small_stack))
         };
         entry.in_flight.fetch_sub(1, SeqCst);
-        return resolved;
+        if let Some(resolved) = resolved {
+            return resolved;
+        }
     }
     false
 }

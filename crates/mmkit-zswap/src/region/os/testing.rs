@@ -317,3 +317,28 @@ pub(crate) fn disable_alternate_stack() {
     // stack std made stays mapped (std unmaps it when the thread ends).
     assert_eq!(unsafe { libc::sigaltstack(&off, std::ptr::null_mut()) }, 0);
 }
+
+/// Keeps `len` bytes at `addr` from being mapped by anything else until
+/// [`release`] (an inaccessible mapping placed there, if the range is
+/// free); whether it could.
+pub(crate) fn reserve(addr: usize, len: usize) -> bool {
+    // SAFETY: `MAP_FIXED_NOREPLACE` maps only where nothing is mapped (it
+    // fails otherwise): nothing of this program's is replaced.
+    let ptr = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    ptr as usize == addr
+}
+
+/// Gives back a range [`reserve`] took.
+pub(crate) fn release(addr: usize, len: usize) {
+    // SAFETY: the range is the caller's reservation, which nothing uses.
+    assert_eq!(unsafe { libc::munmap(addr as *mut libc::c_void, len) }, 0);
+}
