@@ -176,11 +176,27 @@ fn shared_region_under_eviction(z: &Zswap, r: &SwapRegion) {
             });
         }
     });
+    wait_for_background_eviction(r);
     let s = r.stats();
     let raw_faults = if r.resolves_faults_in_thread() { s.faults_in_thread } else { s.missing_faults };
     assert!(raw_faults > 0 && s.loads_in_thread > 0 && s.background_evictions > 0, "{s:?}");
     assert_eq!(s.load_failures, 0);
     z.check_invariants().unwrap();
+}
+
+/// Loads pages one at a time, with time between them, until the
+/// background reclaimer has evicted something (at most 20 s): beside other
+/// work on the machine it may not get a CPU before direct reclaims take the
+/// region under its low mark again, and a test's threads can be done
+/// before it ever evicts.
+fn wait_for_background_eviction(r: &SwapRegion) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut p = 0;
+    while r.stats().background_evictions == 0 && Instant::now() < deadline {
+        let _ = r.read_u64(p * PAGE_SIZE);
+        p = (p + 7) % (r.len() / PAGE_SIZE);
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 #[test]
