@@ -259,6 +259,22 @@ fn summary(out: &str) -> &str {
     out.lines().find_map(|l| l.split_once("rounds ").map(|(_, r)| r)).unwrap_or("?")
 }
 
+/// Test `name`: in the child, the churn (the allocator serving the
+/// region's own allocations elsewhere when `cooperative`); in the parent,
+/// the child's exit code and output, or `None` where the child skipped.
+fn churn_in_a_child(name: &str, cooperative: bool) -> Option<(Option<i32>, String)> {
+    let mode = if cooperative { "cooperative" } else { "plain" };
+    if std::env::var(CHILD).as_deref() == Ok(mode) {
+        churn(cooperative, 4);
+    }
+    let (code, out) = run_child(name, mode, Duration::from_secs(60));
+    if code == Some(3) {
+        eprintln!("{out}");
+        return None;
+    }
+    Some((code, out))
+}
+
 #[test]
 fn a_program_whose_heap_is_a_region_runs_and_keeps_its_data() {
     // The base hung within a second: the handler thread's eviction
@@ -267,14 +283,9 @@ fn a_program_whose_heap_is_a_region_runs_and_keeps_its_data() {
     // faulting thread held while it waited for a hand-off. Served from
     // elsewhere while `in_region_call` says so, it never waits on the
     // program's lock.
-    let name = "a_program_whose_heap_is_a_region_runs_and_keeps_its_data";
-    if std::env::var(CHILD).as_deref() == Ok("cooperative") {
-        churn(true, 4);
-    }
-    let (code, out) = run_child(name, "cooperative", Duration::from_secs(60));
-    if code == Some(3) {
-        return eprintln!("{out}");
-    }
+    let Some((code, out)) = churn_in_a_child("a_program_whose_heap_is_a_region_runs_and_keeps_its_data", true) else {
+        return;
+    };
     assert_eq!(code, Some(0), "{out}");
     eprintln!("rounds {}", summary(&out));
 }
@@ -284,13 +295,7 @@ fn a_heap_that_also_serves_the_regions_own_allocations_ends_with_a_message() {
     // Not supported, but never a silent hang: the region's own code faults
     // on its metadata in the region, and the process ends saying why.
     let name = "a_heap_that_also_serves_the_regions_own_allocations_ends_with_a_message";
-    if std::env::var(CHILD).as_deref() == Ok("plain") {
-        churn(false, 4);
-    }
-    let (code, out) = run_child(name, "plain", Duration::from_secs(60));
-    if code == Some(3) {
-        return eprintln!("{out}");
-    }
+    let Some((code, out)) = churn_in_a_child(name, false) else { return };
     if code == Some(0) {
         // No fault of the region's own code came (its allocations stayed
         // resident): the run is right as it is.

@@ -35,6 +35,10 @@ fn zswap(slots: u64) -> Arc<Zswap> {
     Arc::new(Zswap::new(Arc::new(mm), SwapFile::create_temp(slots).unwrap(), params).unwrap())
 }
 
+/// How long a blocked raw touch waits for the handler thread before the
+/// test takes the wake as lost (Miri runs a hundred times slower).
+const PATIENCE: Duration = Duration::from_secs(if cfg!(miri) { 3600 } else { 20 });
+
 /// A region over the fake, with its handler thread.
 struct Region {
     shared: Arc<Shared<Fake>>,
@@ -82,7 +86,7 @@ impl Region {
 
     /// A raw touch in the handler-thread mode.
     fn touch_blocking(&self, offset: usize, value: Option<u64>) -> Result<u64, ()> {
-        match self.fake().touch_blocking(offset, value, Duration::from_secs(20)) {
+        match self.fake().touch_blocking(offset, value, PATIENCE) {
             Touch::Done(v) => Ok(v),
             _ => Err(()),
         }
@@ -245,7 +249,7 @@ fn run(ops: &[Op], pages: usize, budget: usize, in_thread: bool, fault_around: u
             let done = r.touch_blocking(p * PAGE_SIZE, v);
             // The touch runs on once woken; the handler finishes its own
             // work (a pin it holds, its counters) before the next step.
-            r.fake().wait_for_idle_handler(Duration::from_secs(20));
+            r.fake().wait_for_idle_handler(PATIENCE);
             done
         }
     };
