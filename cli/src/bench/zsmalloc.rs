@@ -10,9 +10,11 @@
 //! - `release/Nthreads`: the experiment of Linux's 2026 series "reduce
 //!   zs_free() latency on swap release path": 256 MiB worth of pages'
 //!   objects freed from 1, 2 and 4 threads with the pre-series pool-locked
-//!   free, the lock-light `zs_free` and `zs_free_deferred` (per-CPU shards,
-//!   and one per-pool queue); the time until the callers return, and
-//!   (`drained_ns`) until everything is freed.
+//!   free, the lock-light `zs_free` and `zs_free_deferred` (per-CPU batches,
+//!   and one per-pool shard); the time until the callers return, and
+//!   (`drained_ns`) until everything is freed; the deferred rows count the
+//!   frees that fell back to a synchronous free (`fallback_frees`, the most of
+//!   any run).
 //!
 //! Owns the workloads; timing and output are the harness's.
 
@@ -71,6 +73,12 @@ fn zs_err(what: &'static str) -> impl Fn(mmkit_zsmalloc::ZsError) -> BenchError 
     move |e| BenchError::context(what, e)
 }
 
+/// [`zs_err`] for a refused free, which hands the handle back with its
+/// error (dropped here: the run stops).
+fn zs_free_err(what: &'static str) -> impl Fn((mmkit_zsmalloc::ZsError, mmkit_zsmalloc::Handle)) -> BenchError {
+    move |(e, _)| BenchError::context(what, e)
+}
+
 fn heap_pair<A: mmkit_bench::heap::StatelessAlloc>(size: usize, n: u64) -> Result<(), BenchError> {
     let layout = BlockLayout::new(size, 8).ok_or_else(|| BenchError("bad layout".into()))?;
     for _ in 0..n {
@@ -125,7 +133,7 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
             Contender::new(names::MMKIT, move |n| {
                 for _ in 0..n {
                     let h = zs.zs_malloc(size, GFP, 0).map_err(zs_err("zs_malloc"))?;
-                    zs.zs_free(black_box(h)).map_err(zs_err("zs_free"))?;
+                    zs.zs_free(black_box(h)).map_err(zs_free_err("zs_free"))?;
                 }
                 Ok(())
             }),
@@ -133,7 +141,7 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
             Contender::new(names::SYSTEM, move |n| heap_pair::<System>(size, n)),
         ];
         cases.extend(measure(SUITE.name, spec, &mut contenders, settings.runs)?);
-        zs.zs_free(anchor).map_err(zs_err("zs_free"))?;
+        zs.zs_free(anchor).map_err(zs_free_err("zs_free"))?;
     }
     drop(zs);
 
@@ -157,7 +165,7 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
         cases.extend(release_case(name, threads, &sizes, release_objects, settings)?);
     }
     notes.push(format!(
-        "release/*: {release_objects} objects (256 MiB of pages) freed by N threads; median_ns is the time until the callers return, drained_ns until every page is freed; Linux's series reports 56.2 -> 17.2 ms for 256 MB single-threaded with per-CPU deferral"
+        "release/*: {release_objects} objects (256 MiB of pages) freed by N threads; median_ns is the time until the callers return, drained_ns until every page is freed, fallback_frees the most frees of one run that fell back to a synchronous free; Linux's series reports 56.2 -> 17.2 ms for 256 MB single-threaded with per-CPU deferral"
     ));
     Ok(SuiteReport {
         suite: SUITE.name,
@@ -188,7 +196,7 @@ fn memory_case(sizes: &[usize], objects: usize, settings: &Settings) -> Result<C
     let mut kept = Vec::with_capacity(objects / 2 + 1);
     for (h, size) in live {
         if rng.next_u64() % 2 == 0 {
-            zs.zs_free(h).map_err(zs_err("zs_free"))?;
+            zs.zs_free(h).map_err(zs_free_err("zs_free"))?;
         } else {
             kept.push(size);
         }
@@ -264,6 +272,7 @@ fn release_case(
     for variant in ["pool_locked", "lock_light", "deferred", "deferred_per_pool"] {
         let mut callers = Vec::new();
         let mut drained = Vec::new();
+        let mut fallback = 0u64;
         for _ in 0..settings.runs.max(1) {
             let config = ZsConfig {
                 deferred: if variant == "deferred_per_pool" { DeferredLayout::PerPool } else { DeferredLayout::PerCpu },
@@ -298,28 +307,18 @@ fn release_case(
             callers.push(start.elapsed().as_nanos() as f64);
             zs.zs_free_deferred_flush();
             drained.push(start.elapsed().as_nanos() as f64);
+            fallback = fallback.max(zs.deferred_stats().fallback);
             if zs.zs_get_total_pages() != 0 {
                 return Err(BenchError(format!("{name}/{variant}: pages left after the release")));
             }
         }
-        let caller_median = super::harness::median(&mut callers.clone());
         let drained_median = super::harness::median(&mut drained);
-        let (min, max) = callers.iter().fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-        results.push(CaseResult {
-            suite: SUITE.name,
-            name,
-            impl_name: variant,
-            unit: "release",
-            median_ns: caller_median,
-            min_ns: min,
-            max_ns: max,
-            runs: callers.len(),
-            units_per_run: 1,
-            ratio_vs_mmkit: None,
-            baseline: None,
-            ratio_vs_baseline: None,
-            extra: vec![("drained_ns", drained_median)],
-        });
+        let extra = if variant.starts_with("deferred") {
+            vec![("drained_ns", drained_median), ("fallback_frees", fallback as f64)]
+        } else {
+            vec![("drained_ns", drained_median)]
+        };
+        results.push(CaseResult::releases(SUITE.name, name, variant, &callers, extra));
     }
     Ok(results)
 }

@@ -172,7 +172,10 @@ fn bad_frees_are_refused_and_change_nothing() {
     assert_eq!(mm.put_page(a), Err(FreeError::Owned { pfn: a, owner: ql.owner().unwrap() }));
     let held = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
     assert_eq!(mm.free_pages(held, 0), Err(FreeError::Owned { pfn: held, owner: ql.owner().unwrap() }));
-    assert_eq!(Contig::new(&mm).free_contig_range(held, 1).unwrap().still_in_use, 1);
+    assert_eq!(
+        Contig::new(&mm).free_contig_range(held, 1),
+        Err(FreeError::Owned { pfn: held, owner: ql.owner().unwrap() })
+    );
     ql.quicklist_free_page(0, None, held).unwrap();
     mm.clear_page_flags(shared, PageFlags::LRU).unwrap();
     mm.free_pages(shared, 0).unwrap();

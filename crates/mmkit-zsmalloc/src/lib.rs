@@ -26,6 +26,8 @@
 pub mod class;
 mod compact;
 mod deferred;
+mod deferred_queue;
+mod groups;
 mod handle;
 mod migrate;
 mod pool;
@@ -73,9 +75,29 @@ pub enum ZsError {
     UnknownPage(mmkit::Pfn),
     /// No pool can be made: every pool id was handed out (the process made
     /// 2^64 - 1 pools; ids are never reused, so they are refused rather
-    /// than wrapped), or the page allocator has no owner tag left for
-    /// another pool ([`PageAllocator::new_owner_key`](mmkit::PageAllocator::new_owner_key)).
+    /// than wrapped). A page allocator with no owner tag left is
+    /// [`OwnerTagsExhausted`](Self::OwnerTagsExhausted).
     TooManyPools,
+    /// A call made from inside a `zs_obj_read_with` closure needs the size
+    /// class that closure reads: the read holds the class's lock, so the
+    /// call is refused rather than waiting for ever. Read the object out
+    /// first ([`ZsPool::zs_obj_read`]) to change its class.
+    Reentered {
+        /// The class index.
+        class: usize,
+    },
+    /// The page allocator has no owner tag left for another pool: every
+    /// one of its [`PageOwner::MAX`](mmkit::PageOwner::MAX) tags is held
+    /// (by pools, quicklist sets, frame adapters, guards, or tags retired
+    /// with pages still out).
+    OwnerTagsExhausted,
+    /// A `zs_obj_read_with` call from inside the closures of `max` reads
+    /// nested in each other on one thread: the thread's record of the
+    /// classes it reads (what tells re-entry from contention) is full.
+    ReadsNestedTooDeep {
+        /// Reads one thread may nest.
+        max: usize,
+    },
     /// The caller's buffer cannot hold the object.
     BufferTooSmall {
         /// The object's size.
@@ -98,6 +120,17 @@ impl core::fmt::Display for ZsError {
             Self::UnknownPage(pfn) => write!(f, "pfn {pfn} is in no zspage of this pool"),
             Self::TooLong { len, size } => write!(f, "{len} bytes do not fit an object of {size}"),
             Self::BufferTooSmall { need, got } => write!(f, "the object has {need} bytes, the buffer {got}"),
+            Self::Reentered { class } => write!(
+                f,
+                "size class {class} is being read by this thread's zs_obj_read_with closure; \
+                 a call from that closure cannot lock it"
+            ),
+            Self::ReadsNestedTooDeep { max } => {
+                write!(f, "{max} zs_obj_read_with closures are already nested on this thread; no deeper read is taken")
+            }
+            Self::OwnerTagsExhausted => {
+                f.write_str("the page allocator's owner tags are all held; no owner key is left for another pool")
+            }
         }
     }
 }

@@ -19,11 +19,29 @@ use crate::deferred::{DeferredLayout, DeferredQueue};
 use crate::handle::{new_pool_id, raw_fields, raw_id, Handle, RawKey, RAW_GEN_LIMIT};
 use crate::size_class::{AllocMiss, ClassState, Held, Name, NewObj};
 use crate::slot_state::SlotStates;
-use crate::zspage::Zspage;
 use crate::ZsError;
 use mmkit::{Gfp, PageAllocator, PageBlock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+
+thread_local! {
+    /// Pages of a zspage a free emptied, on their way back to the page
+    /// allocator: one buffer per thread, reused.
+    static EMPTIED: std::cell::Cell<Vec<PageBlock>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// This thread's buffer for the pages of emptied zspages, or a new one
+/// once the thread's locals are being destroyed (a free from another
+/// thread-local's destructor).
+fn take_emptied() -> Vec<PageBlock> {
+    EMPTIED.try_with(std::cell::Cell::take).unwrap_or_default()
+}
+
+/// Gives an emptied buffer back to the thread for the next free.
+fn keep_emptied(pages: Vec<PageBlock>) {
+    debug_assert!(pages.is_empty());
+    let _ = EMPTIED.try_with(|buffer| buffer.set(pages));
+}
 
 /// How a pool is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +81,9 @@ pub(crate) struct Inner {
     /// The key's tag.
     pub(crate) owner: mmkit::PageOwner,
     pub(crate) table: ClassTable,
+    /// Whether each class index a handle can name serves objects (merged
+    /// classes and indices past the table do not).
+    serving: [bool; 256],
     /// One per class index; only the classes that serve others are used.
     pub(crate) classes: Box<[RwLock<ClassState>]>,
     /// Each class's slot state words (the same table its `ClassState`
@@ -102,7 +123,7 @@ impl Inner {
             return Err(ZsError::BadChainSize(chain_size));
         }
         let pool_id = new_pool_id().ok_or(ZsError::TooManyPools)?;
-        let key = mm.new_owner_key().map_err(|_| ZsError::TooManyPools)?;
+        let key = mm.new_owner_key().map_err(|_| ZsError::OwnerTagsExhausted)?;
         let gen_limit = if raw_keyed { RAW_GEN_LIMIT } else { u64::MAX };
         let table = ClassTable::new(mm.geometry().page_size() as usize, chain_size);
         // A merged class never has a slot (its sizes go to the class that
@@ -112,13 +133,16 @@ impl Inner {
             .map(|i| if table.serving(i) == i { Arc::new(SlotStates::new()) } else { unused.clone() })
             .collect();
         let classes = (0..table.nr_classes())
-            .map(|i| RwLock::new(ClassState::new(pool_id, gen_limit, i, table.shape(i), states[i].clone())))
+            .map(|i| {
+                let page_size = table.page_size();
+                RwLock::new(ClassState::new(pool_id, gen_limit, i, table.shape(i), page_size, states[i].clone()))
+            })
             .collect();
         let shards = match deferred {
             DeferredLayout::PerCpu => mm.nr_cpus(),
             DeferredLayout::PerPool => 1,
         };
-        let deferred = DeferredQueue::new(crate::deferred::queue_capacity(table.page_size()), shards);
+        let deferred = DeferredQueue::new(shards, table.page_size());
         Ok(Self {
             name: name.to_string(),
             pool_id,
@@ -126,6 +150,7 @@ impl Inner {
             mm,
             owner: key.owner(),
             key: Some(key),
+            serving: std::array::from_fn(|i| i < table.nr_classes() && table.serving(i) == i),
             table,
             classes,
             states,
@@ -141,14 +166,62 @@ impl Inner {
     /// Class `index`'s lock. A panic while it was held cannot leave the
     /// class half-edited in a way later calls would trust blindly (every
     /// handle is validated), so a poisoned lock is used as it is.
+    ///
+    /// # Panics
+    /// When this thread reads class `index` in a `zs_obj_read_with`
+    /// closure (the read holds the lock: waiting would hang for ever).
+    /// The calls with an error to give (`zs_malloc`, `zs_free`, writes,
+    /// reads, replaces) lock through [`lock_checked`](Self::lock_checked)
+    /// and give [`ZsError::Reentered`] instead; this is for the rest
+    /// (compaction, the deferred drain, migration).
     pub(crate) fn lock(&self, index: usize) -> RwLockWriteGuard<'_, ClassState> {
-        self.classes[index].write().unwrap_or_else(|poisoned| poisoned.into_inner())
+        match self.lock_checked(index) {
+            Ok(state) => state,
+            Err(e) => panic!("zsmalloc pool {}: {e}", self.name),
+        }
+    }
+
+    /// [`lock`](Self::lock), or [`ZsError::Reentered`] when this thread
+    /// reads class `index` in a `zs_obj_read_with` closure. Uncontended,
+    /// the same one compare-and-swap as `write`; the thread's reads are
+    /// looked at only when the lock is busy.
+    #[inline]
+    pub(crate) fn lock_checked(&self, index: usize) -> Result<RwLockWriteGuard<'_, ClassState>, ZsError> {
+        match self.classes[index].try_write() {
+            Ok(state) => Ok(state),
+            Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => self.lock_contended(index),
+        }
+    }
+
+    #[cold]
+    fn lock_contended(&self, index: usize) -> Result<RwLockWriteGuard<'_, ClassState>, ZsError> {
+        if reading::holds(self.pool_id, index) {
+            return Err(ZsError::Reentered { class: index });
+        }
+        Ok(self.classes[index].write().unwrap_or_else(|poisoned| poisoned.into_inner()))
     }
 
     /// Class `index` for reading objects: readers of one class run
     /// together (Linux gets the same from its per-zspage read lock).
-    pub(crate) fn read_lock(&self, index: usize) -> RwLockReadGuard<'_, ClassState> {
-        self.classes[index].read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// [`ZsError::Reentered`] as for [`lock_checked`](Self::lock_checked):
+    /// a second read of a class this thread reads already waits behind a
+    /// writer that waits for the first.
+    #[inline]
+    pub(crate) fn read_lock(&self, index: usize) -> Result<RwLockReadGuard<'_, ClassState>, ZsError> {
+        match self.classes[index].try_read() {
+            Ok(state) => Ok(state),
+            Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => self.read_lock_contended(index),
+        }
+    }
+
+    #[cold]
+    fn read_lock_contended(&self, index: usize) -> Result<RwLockReadGuard<'_, ClassState>, ZsError> {
+        if reading::holds(self.pool_id, index) {
+            return Err(ZsError::Reentered { class: index });
+        }
+        Ok(self.classes[index].read().unwrap_or_else(|poisoned| poisoned.into_inner()))
     }
 
     /// The class and name of `handle`'s object, if the handle is this
@@ -166,18 +239,26 @@ impl Inner {
     /// The class and name of the object raw word `word` names under `key`,
     /// if the key is this pool's and the word could name an object (whether
     /// it does, and is raw-held, the class lock tells).
+    #[inline]
     pub(crate) fn name_of_raw(&self, key: &RawKey, word: u64) -> Result<(usize, Name), ZsError> {
         let (slot, class, generation) = raw_fields(word);
         let name = Name { slot, held: Held::Raw(generation), id: raw_id(key.pool, word) };
-        if key.pool == self.pool_id && self.raw_keyed && word != 0 && self.serves(class) {
+        // Word 0 names no object: a live slot's generation is never 0 in
+        // its low bits (generations start at 1 and retire before 2^28).
+        // A key of this pool's id was made by `with_raw_key` for this pool
+        // (ids are never reused), so the pool is raw-keyed.
+        if key.pool == self.pool_id && self.serves(class) {
             Ok((class, name))
         } else {
             Err(ZsError::InvalidHandle(name.id))
         }
     }
 
-    fn serves(&self, class: usize) -> bool {
-        class < self.table.nr_classes() && self.table.serving(class) == class
+    /// Whether class index `class` (of a handle or a word: below 256)
+    /// serves objects; one load.
+    #[inline]
+    pub(crate) fn serves(&self, class: usize) -> bool {
+        self.serving[class & 0xff]
     }
 
     /// The handle of new object `new` of `class`.
@@ -188,6 +269,7 @@ impl Inner {
     /// An object of `size` bytes, held by a handle or (`raw`) a raw word;
     /// with `data`, its bytes are written before the class lock is
     /// dropped. Returns its class and slot.
+    #[inline(always)]
     pub(crate) fn malloc(
         &self,
         size: usize,
@@ -202,31 +284,51 @@ impl Inner {
         }
         // The header is added before the lookup, as in Linux.
         let class = self.table.class_for(size + ZS_HANDLE_SIZE);
-        let fill = |state: &mut ClassState, new: NewObj| match data {
-            Some(bytes) => state.write_new(&self.mm, new, bytes).map(|()| (class, new)),
-            None => Ok((class, new)),
-        };
+        let mut state = self.lock_checked(class)?;
+        match state.alloc(&self.mm, size, raw, data) {
+            Ok(new) => Ok((class, new)),
+            Err(miss) => self.malloc_slow(state, class, miss, size, data, gfp, nid, raw),
+        }
+    }
+
+    /// [`malloc`](Self::malloc) when no zspage of the class has a backed
+    /// free object: a page is needed, for the zspage growing its chain or
+    /// for a new zspage. Pages come from the allocator with no class lock
+    /// held (as Linux's `alloc_zspage`): its slow path may compact, and
+    /// compaction may call back into this pool to migrate a page.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn malloc_slow<'a>(
+        &'a self,
+        mut state: RwLockWriteGuard<'a, ClassState>,
+        class: usize,
+        mut miss: AllocMiss,
+        size: usize,
+        data: Option<&[u8]>,
+        gfp: Gfp,
+        nid: usize,
+        raw: bool,
+    ) -> Result<(usize, NewObj), ZsError> {
         loop {
-            let miss = {
-                let mut state = self.lock(class);
-                if state.slots_exhausted() {
-                    return Err(ZsError::NoMemory(None));
-                }
-                match state.alloc(&self.mm, size, raw) {
-                    Ok(new) => return fill(&mut state, new),
-                    Err(miss) => miss,
+            if state.slots_exhausted() {
+                return Err(ZsError::NoMemory(None));
+            }
+            drop(state);
+            let page = self.alloc_page(gfp, nid)?;
+            state = match self.lock_checked(class) {
+                Ok(state) => state,
+                Err(e) => {
+                    self.free_pages(vec![page]);
+                    return Err(e);
                 }
             };
-            // Pages come from the allocator with no class lock held (as
-            // Linux's `alloc_zspage`): its slow path may compact, and
-            // compaction may call back into this pool to migrate a page.
-            let page = self.alloc_page(gfp, nid)?;
-            let mut state = self.lock(class);
             match miss {
-                AllocMiss::NeedsPage(id) => match state.attach_page(&self.mm, id, page) {
+                AllocMiss::NeedsPage(id) => match state.attach_page(id, page) {
                     Ok(()) => {
-                        if let Some(new) = state.alloc_in(&self.mm, id, size, raw) {
-                            return fill(&mut state, new);
+                        // The page backs the zspage's next object.
+                        if let Some(new) = state.take_object(&self.mm, id, size, raw, data) {
+                            return Ok((class, new));
                         }
                     }
                     Err(unused) => {
@@ -234,6 +336,7 @@ impl Inner {
                         // meanwhile: give the page back and look again.
                         drop(state);
                         self.free_pages(vec![unused]);
+                        state = self.lock_checked(class)?;
                     }
                 },
                 AllocMiss::NoRoom if state.slots_exhausted() || state.zspages_exhausted() => {
@@ -249,15 +352,19 @@ impl Inner {
                     // one gained room meanwhile (as Linux's zs_malloc
                     // does): an empty zspage left behind would never be
                     // freed.
-                    let id = state.insert_zspage(&self.mm, Zspage::new(&self.mm, page, self.table.shape(class)));
-                    let new = state.alloc_in(&self.mm, id, size, raw).ok_or(ZsError::NoMemory(None))?;
-                    return fill(&mut state, new);
+                    let id = state.insert_zspage(page);
+                    let new = state.alloc_in(&self.mm, id, size, raw, data).ok_or(ZsError::NoMemory(None))?;
+                    return Ok((class, new));
                 }
             }
+            miss = match state.alloc(&self.mm, size, raw, data) {
+                Ok(new) => return Ok((class, new)),
+                Err(miss) => miss,
+            };
         }
     }
 
-    /// One page for a zspage, allocated with no lock held.
+    /// One page for a zspage.
     fn alloc_page(&self, gfp: Gfp, nid: usize) -> Result<PageBlock, ZsError> {
         let block = self.mm.alloc_block_node(nid, self.key()?, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
         self.pages_allocated.fetch_add(1, Relaxed);
@@ -265,13 +372,22 @@ impl Inner {
     }
 
     /// Returns pages to the page allocator (no class lock may be held).
-    pub(crate) fn free_pages(&self, pages: Vec<PageBlock>) {
+    pub(crate) fn free_pages(&self, mut pages: Vec<PageBlock>) {
+        self.free_page_list(&mut pages);
+    }
+
+    /// Returns the pages in `pages` to the page allocator in one bulk
+    /// free, leaving `pages` empty (no class lock may be held).
+    pub(crate) fn free_page_list(&self, pages: &mut Vec<PageBlock>) {
         let n = pages.len() as u64;
-        for block in pages {
-            // Blocks of this pool come from `self.mm`; a bad-page report
-            // (embedder flags set on our page) leaks it, as in Linux.
-            let _ = self.mm.free_block(block);
+        if n == 0 {
+            return;
         }
+        // Blocks of this pool come from `self.mm`, so none is given back;
+        // a bad-page report (embedder flags set on our page) leaks it, as
+        // in Linux.
+        let _ = self.mm.free_blocks_bulk(pages);
+        pages.clear();
         self.pages_allocated.fetch_sub(n, Relaxed);
     }
 
@@ -291,22 +407,23 @@ impl Inner {
         if size > 0 && size <= self.table.page_size() {
             let class = self.table.class_for(size + ZS_HANDLE_SIZE);
             if old_class == class {
-                let mut state = self.lock(class);
+                let mut state = self.lock_checked(class)?;
                 state.resolve(&old)?;
                 if !state.slots_exhausted() {
-                    if let Ok(new) = state.alloc(&self.mm, size, raw) {
-                        let freed = state.write_new(&self.mm, new, data).and_then(|()| state.free(&self.mm, &old));
+                    if let Ok(new) = state.alloc(&self.mm, size, raw, Some(data)) {
+                        let mut emptied = Vec::new();
                         // A lock-free call (a deferred free of its word) can
                         // have taken `old` since it was resolved: then the
                         // new object goes too, and nothing changed.
-                        let (result, emptied) = match freed {
-                            Ok(emptied) => (Ok((class, new)), emptied),
-                            Err(e) => (Err(e), state.free(&self.mm, &self.name_of_new(class, new, raw)).ok().flatten()),
+                        let result = match state.free(&old, &mut emptied) {
+                            Ok(()) => Ok((class, new)),
+                            Err(e) => {
+                                let _ = state.free(&self.name_of_new(class, new, raw), &mut emptied);
+                                Err(e)
+                            }
                         };
                         drop(state);
-                        if let Some(pages) = emptied {
-                            self.free_pages(pages);
-                        }
+                        self.free_pages(emptied);
                         return result;
                     }
                 }
@@ -333,12 +450,26 @@ impl Inner {
         Name { slot: new.slot as usize, held, id }
     }
 
+    #[inline(always)]
     pub(crate) fn free(&self, class: usize, name: &Name) -> Result<(), ZsError> {
-        let emptied = self.lock(class).free(&self.mm, name)?;
-        if let Some(pages) = emptied {
-            self.free_pages(pages);
+        let mut state = self.lock_checked(class)?;
+        if let Some(id) = state.free_regrouped(name)? {
+            self.free_emptied(state, id);
         }
         Ok(())
+    }
+
+    /// The end of a free that emptied zspage `id`: it leaves the class,
+    /// and its pages go back to the page allocator once the lock is
+    /// dropped, through this thread's buffer (a free allocates nothing).
+    #[cold]
+    #[inline(never)]
+    fn free_emptied(&self, mut state: RwLockWriteGuard<'_, ClassState>, id: usize) {
+        let mut pages = take_emptied();
+        state.release_zspage(id, &mut pages);
+        drop(state);
+        self.free_page_list(&mut pages);
+        keep_emptied(pages);
     }
 
     pub(crate) fn read_with<R>(
@@ -347,30 +478,32 @@ impl Inner {
         local_copy: &mut [u8],
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R, ZsError> {
-        let state = self.read_lock(class);
+        let state = self.read_lock(class)?;
         let at = state.resolve(&name)?;
-        let zspage = state.zspages[at.zspage].as_ref().ok_or(ZsError::InvalidHandle(name.id))?;
-        let offset = Zspage::payload_offset(state.shape, at.obj);
-        if let Some(bytes) = zspage.contiguous(&self.mm, offset, at.len) {
+        // `f` is the caller's code and runs under the class's read lock:
+        // a call of its that needs the class again gets
+        // `ZsError::Reentered` (or, without an error to give, a panic)
+        // instead of waiting for ever on the lock this read holds.
+        let _reading = reading::Reading::enter(self.pool_id, class)?;
+        if let Some(bytes) = state.object_bytes(&self.mm, at) {
             return Ok(f(bytes));
         }
         let got = local_copy.len();
         let buf = local_copy.get_mut(..at.len).ok_or(ZsError::BufferTooSmall { need: at.len, got })?;
-        zspage.read(&self.mm, offset, buf);
+        state.read_object(&self.mm, at, buf);
         Ok(f(buf))
     }
 
     pub(crate) fn write(&self, (class, name): (usize, Name), data: &[u8]) -> Result<(), ZsError> {
-        self.lock(class).write_obj(&self.mm, &name, data)
+        self.lock_checked(class)?.write_obj(&self.mm, &name, data)
     }
 
     pub(crate) fn read_into(&self, (class, name): (usize, Name), out: &mut [u8]) -> Result<usize, ZsError> {
-        let state = self.read_lock(class);
+        let state = self.read_lock(class)?;
         let at = state.resolve(&name)?;
         let got = out.len();
         let dst = out.get_mut(..at.len).ok_or(ZsError::BufferTooSmall { need: at.len, got })?;
-        let zspage = state.zspages[at.zspage].as_ref().ok_or(ZsError::InvalidHandle(name.id))?;
-        zspage.read(&self.mm, Zspage::payload_offset(state.shape, at.obj), dst);
+        state.read_object(&self.mm, at, dst);
         Ok(at.len)
     }
 
@@ -389,7 +522,7 @@ impl Inner {
         for class in self.serving_classes() {
             let state = self.lock(class);
             state.check(&self.mm)?;
-            pages += state.pages;
+            pages += state.pages_held;
         }
         let counted = self.pages_allocated.load(Relaxed);
         if pages != counted {
@@ -419,7 +552,9 @@ impl Inner {
 /// assert_eq!(out, [7; 700]);
 /// let other = ZsPool::zs_create_pool("zram1", mm).unwrap();
 /// let id = h.id();
-/// assert_eq!(other.zs_free(h), Err(ZsError::InvalidHandle(id))); // not the other pool's
+/// let (e, h) = other.zs_free(h).unwrap_err(); // not the other pool's: handed back
+/// assert_eq!(e, ZsError::InvalidHandle(id));
+/// pool.zs_free(h).unwrap(); // its own pool frees it
 /// ```
 pub struct ZsPool {
     pub(crate) inner: Arc<Inner>,
@@ -441,7 +576,9 @@ impl ZsPool {
     ///
     /// # Errors
     /// [`ZsError::NoRealMemory`] for a metadata-only map;
-    /// [`ZsError::TooManyPools`] once the process made 2^64 - 1 pools.
+    /// [`ZsError::TooManyPools`] once the process made 2^64 - 1 pools;
+    /// [`ZsError::OwnerTagsExhausted`] when the page allocator has no owner
+    /// tag left.
     pub fn zs_create_pool(name: &str, mm: Arc<PageAllocator>) -> Result<Self, ZsError> {
         Self::with_config(name, mm, ZsConfig::default())
     }
@@ -452,7 +589,7 @@ impl ZsPool {
     ///
     /// # Errors
     /// [`ZsError::NoRealMemory`], [`ZsError::BadChainSize`],
-    /// [`ZsError::TooManyPools`].
+    /// [`ZsError::TooManyPools`], [`ZsError::OwnerTagsExhausted`].
     pub fn with_chain_size(name: &str, mm: Arc<PageAllocator>, chain_size: usize) -> Result<Self, ZsError> {
         Self::with_config(name, mm, ZsConfig { chain_size, ..ZsConfig::default() })
     }
@@ -461,7 +598,7 @@ impl ZsPool {
     ///
     /// # Errors
     /// [`ZsError::NoRealMemory`], [`ZsError::BadChainSize`],
-    /// [`ZsError::TooManyPools`].
+    /// [`ZsError::TooManyPools`], [`ZsError::OwnerTagsExhausted`].
     pub fn with_config(name: &str, mm: Arc<PageAllocator>, config: ZsConfig) -> Result<Self, ZsError> {
         Self::build(name, mm, config, false)
     }
@@ -566,10 +703,19 @@ impl ZsPool {
     ///
     /// # Errors
     /// [`ZsError::InvalidHandle`] for a handle of another pool or of a
-    /// dropped one; nothing changes.
-    pub fn zs_free(&self, handle: Handle) -> Result<(), ZsError> {
-        let (class, name) = self.inner.name_of(&handle)?;
-        self.inner.free(class, &name)
+    /// dropped one, [`ZsError::Reentered`] from a `zs_obj_read_with`
+    /// closure reading the object's class: nothing changes, and the handle
+    /// comes back with the error (as from `zs_replace`), so that its
+    /// object is not lost.
+    pub fn zs_free(&self, handle: Handle) -> Result<(), (ZsError, Handle)> {
+        let (class, name) = match self.inner.name_of(&handle) {
+            Ok(name) => name,
+            Err(e) => return Err((e, handle)),
+        };
+        match self.inner.free(class, &name) {
+            Ok(()) => Ok(()),
+            Err(e) => Err((e, handle)),
+        }
     }
 
     /// `zs_free` as Linux had it before its 2026 series: the pool lock
@@ -581,14 +727,21 @@ impl ZsPool {
     /// # Errors
     /// As [`zs_free`](Self::zs_free).
     #[cfg(feature = "legacy-free")]
-    pub fn zs_free_pool_locked(&self, handle: Handle) -> Result<(), ZsError> {
+    pub fn zs_free_pool_locked(&self, handle: Handle) -> Result<(), (ZsError, Handle)> {
         let _pool = self.inner.legacy_pool_lock.read().unwrap_or_else(|p| p.into_inner());
-        let (class, name) = self.inner.name_of(&handle)?;
-        let mut state = self.inner.lock(class);
-        if let Some(pages) = state.free(&self.inner.mm, &name)? {
-            self.inner.free_pages(pages);
-        }
-        Ok(())
+        let freed = self.inner.name_of(&handle).and_then(|(class, name)| {
+            let mut state = self.inner.lock_checked(class)?;
+            // The same free as `zs_free`'s, but the pages of an emptied
+            // zspage go back while the class lock is held.
+            if let Some(id) = state.free_regrouped(&name)? {
+                let mut pages = take_emptied();
+                state.release_zspage(id, &mut pages);
+                self.inner.free_page_list(&mut pages);
+                keep_emptied(pages);
+            }
+            Ok(())
+        });
+        freed.map_err(|e| (e, handle))
     }
 
     /// Copies `handle`'s object into `out` and returns its length.
@@ -602,10 +755,27 @@ impl ZsPool {
     /// Runs `f` on `handle`'s object (Linux's `zs_obj_read_begin` …
     /// `zs_obj_read_end`): in place when the object lies in one page,
     /// otherwise copied into `local_copy` first, which must hold it.
-    /// The class stays locked while `f` runs.
+    /// The class stays locked (for reading) while `f` runs, and is
+    /// unlocked if `f` panics.
+    ///
+    /// `f` may call back into the pool. A call that needs the class being
+    /// read (a write or free of an object of it, an allocation of its
+    /// size, a replace into it) gets [`ZsError::Reentered`] (a refused free
+    /// or replace hands its handle back) instead of waiting for ever on
+    /// the lock this read holds; a read of the class works, or gets the
+    /// same error when a writer waits.
     ///
     /// # Errors
-    /// [`ZsError::InvalidHandle`], [`ZsError::BufferTooSmall`].
+    /// [`ZsError::InvalidHandle`], [`ZsError::BufferTooSmall`],
+    /// [`ZsError::Reentered`] when this thread reads the class already.
+    ///
+    /// # Panics
+    /// The calls with no error to give, [`zs_compact`](Self::zs_compact),
+    /// [`zs_free_deferred_flush`](Self::zs_free_deferred_flush),
+    /// [`zs_pool_stats`](Self::zs_pool_stats),
+    /// [`check_invariants`](Self::check_invariants) (and page migration),
+    /// panic when made from `f` while they need the class it reads, rather
+    /// than wait for ever.
     pub fn zs_obj_read_with<R>(
         &self,
         handle: &Handle,
@@ -669,6 +839,61 @@ impl Drop for ZsPool {
         for class in 0..self.inner.classes.len() {
             let pages = self.inner.lock(class).take_all_pages();
             self.inner.free_pages(pages);
+        }
+    }
+}
+
+/// The classes this thread reads in `zs_obj_read_with` closures, innermost
+/// last: what tells a busy class lock that waiting would wait on this
+/// thread itself.
+///
+/// Plain `Cell`s of `Copy` data with constant initial values, so the
+/// thread-locals need no destructor: a read from another thread-local's
+/// destructor (a `SwapRegion` touched while a thread exits) still finds
+/// them, and entering a read allocates nothing.
+mod reading {
+    use super::ZsError;
+    use std::cell::Cell;
+
+    /// Reads one thread may nest in each other's closures.
+    pub(crate) const MAX_NESTED_READS: usize = 16;
+
+    std::thread_local! {
+        static HELD: Cell<[(u64, usize); MAX_NESTED_READS]> = const { Cell::new([(0, 0); MAX_NESTED_READS]) };
+        static DEPTH: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// Whether this thread reads class `class` of pool `pool` in a closure.
+    pub(super) fn holds(pool: u64, class: usize) -> bool {
+        let depth = DEPTH.with(Cell::get);
+        HELD.with(|held| held.get()[..depth].contains(&(pool, class)))
+    }
+
+    /// One read in progress; dropped (also by a panic of the closure
+    /// unwinding through it) it is gone from the thread's list.
+    pub(super) struct Reading(());
+
+    impl Reading {
+        /// Records a read of `class` of `pool`, or refuses one nested
+        /// [`MAX_NESTED_READS`] deep.
+        pub(super) fn enter(pool: u64, class: usize) -> Result<Self, ZsError> {
+            let depth = DEPTH.with(Cell::get);
+            if depth >= MAX_NESTED_READS {
+                return Err(ZsError::ReadsNestedTooDeep { max: MAX_NESTED_READS });
+            }
+            HELD.with(|held| {
+                let mut all = held.get();
+                all[depth] = (pool, class);
+                held.set(all);
+            });
+            DEPTH.with(|d| d.set(depth + 1));
+            Ok(Self(()))
+        }
+    }
+
+    impl Drop for Reading {
+        fn drop(&mut self) {
+            DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
         }
     }
 }

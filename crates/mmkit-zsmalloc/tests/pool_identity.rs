@@ -35,8 +35,8 @@ fn raw_pool(mm: &Arc<PageAllocator>, name: &str) -> (ZsPool, RawKey) {
 
 /// Every borrowing call refuses `foreign` on `pool`, and `pool`'s own
 /// object `own` (holding `bytes`) is untouched afterwards; then the
-/// consuming calls refuse it too.
-fn refuses_everywhere(pool: &ZsPool, foreign: Handle, own: &Handle, bytes: &[u8]) {
+/// consuming calls refuse it too and hand it back, which this returns.
+fn refuses_everywhere(pool: &ZsPool, foreign: Handle, own: &Handle, bytes: &[u8]) -> Handle {
     let pages = pool.zs_get_total_pages();
     let invalid = ZsError::InvalidHandle(foreign.id());
     assert_eq!(pool.zs_obj_read(&foreign, &mut [0; 4096]), Err(invalid));
@@ -44,13 +44,16 @@ fn refuses_everywhere(pool: &ZsPool, foreign: Handle, own: &Handle, bytes: &[u8]
     assert_eq!(pool.zs_obj_write(&foreign, &[0xaa; 8]), Err(invalid));
     let (err, foreign) = pool.zs_replace(foreign, &[1; 8], gfp(), 0).unwrap_err();
     assert_eq!(err, invalid, "a replace of a foreign handle stores nothing");
-    let foreign_id = foreign.id();
-    assert_eq!(pool.zs_free_deferred(foreign), Err(ZsError::InvalidHandle(foreign_id)));
+    let (err, foreign) = pool.zs_free_deferred(foreign).unwrap_err();
+    assert_eq!(err, invalid, "a deferred free of a foreign handle queues nothing");
+    let (err, foreign) = pool.zs_free(foreign).unwrap_err();
+    assert_eq!(err, invalid, "a free of a foreign handle frees nothing");
     pool.zs_free_deferred_flush();
     assert_eq!(pool.deferred_stats().invalid, 0, "nothing foreign was queued");
     assert_eq!(read(pool, own).unwrap(), bytes, "the pool's own object is untouched");
     assert_eq!(pool.zs_get_total_pages(), pages);
     pool.check_invariants().unwrap();
+    foreign
 }
 
 #[test]
@@ -63,11 +66,18 @@ fn a_handle_from_another_pool_is_refused_by_every_call() {
     let hb = b.zs_malloc_copy(&[2; 100], gfp(), 0).unwrap();
     assert_ne!(ha.id(), hb.id(), "two pools must not hand out the same handle");
     let ha2 = a.zs_malloc_copy(&[1; 100], gfp(), 0).unwrap();
-    refuses_everywhere(&b, ha2, &hb, &[2; 100]);
+    let ha2 = refuses_everywhere(&b, ha2, &hb, &[2; 100]);
     let id = ha.id();
-    assert_eq!(b.zs_free(ha), Err(ZsError::InvalidHandle(id)));
+    let (err, ha) = b.zs_free(ha).unwrap_err();
+    assert_eq!(err, ZsError::InvalidHandle(id));
     assert_eq!(a.check_invariants(), Ok(()));
     b.zs_free(hb).unwrap();
+    // Handed back, not dropped: their own pool frees them, and nothing of
+    // it is left (a refusal that ate the handle leaked the object until
+    // the pool went).
+    a.zs_free(ha).unwrap();
+    a.zs_free(ha2).unwrap();
+    assert_eq!(a.zs_get_total_pages(), 0);
 }
 
 #[test]
@@ -90,9 +100,9 @@ fn a_handle_of_a_dropped_pool_is_refused_by_every_newer_pool() {
     }
     let new = ZsPool::zs_create_pool("new", mm.clone()).unwrap();
     let own = new.zs_malloc_copy(&[4; 64], gfp(), 0).unwrap();
-    refuses_everywhere(&new, stale2, &own, &[4; 64]);
+    drop(refuses_everywhere(&new, stale2, &own, &[4; 64]));
     let id = stale.id();
-    assert_eq!(new.zs_free(stale), Err(ZsError::InvalidHandle(id)));
+    assert_eq!(new.zs_free(stale).unwrap_err().0, ZsError::InvalidHandle(id));
     new.zs_free(own).unwrap();
 }
 
@@ -200,6 +210,42 @@ fn a_deferred_free_is_refused_at_the_call_for_a_word_queued_freed_or_stale() {
     assert_eq!(stats.queued, stats.drained);
     assert_eq!(pool.zs_get_total_pages(), 0);
     pool.check_invariants().unwrap();
+}
+
+/// A run of deferred frees refuses each bad word at the call as one call
+/// would (queued or freed already, twice in the run, stale, of another
+/// pool, forged) and queues every other one, across more words than one
+/// reservation takes; another pool's key is refused for the whole run.
+#[test]
+fn a_run_of_deferred_frees_refuses_each_bad_word_and_queues_the_rest() {
+    let mm = real_map(16 << 20);
+    let (pool, key) = raw_pool(&mm, "raw");
+    let (other, other_key) = raw_pool(&mm, "other");
+    let mut words: Vec<u64> =
+        (0..200).map(|i| pool.zs_malloc_copy_raw(&key, &[i as u8; 300], gfp(), 0).unwrap()).collect();
+    let queued = words.pop().unwrap();
+    pool.zs_free_deferred_raw(&key, queued).unwrap();
+    let freed = words.pop().unwrap();
+    pool.zs_free_raw(&key, freed).unwrap();
+    let foreign = other.zs_malloc_copy_raw(&other_key, &[9; 300], gfp(), 0).unwrap();
+    // Another pool's key: nothing is taken, every word still reads.
+    assert_eq!(pool.zs_free_deferred_raw_many(&other_key, &words), words.len());
+    assert_eq!(pool.zs_obj_read_raw(&key, words[7], &mut [0; 4096]), Ok(300));
+    let mut run = words.clone();
+    run.extend([queued, freed, words[3], foreign, 0, u64::MAX]);
+    let before = pool.deferred_stats().queued;
+    assert_eq!(pool.zs_free_deferred_raw_many(&key, &run), 6);
+    assert_eq!(pool.deferred_stats().queued - before, words.len() as u64);
+    for &w in &words {
+        assert!(matches!(pool.zs_obj_read_raw(&key, w, &mut [0; 4096]), Err(ZsError::InvalidHandle(_))), "queued");
+    }
+    assert_eq!(other.zs_obj_read_raw(&other_key, foreign, &mut [0; 4096]), Ok(300));
+    pool.zs_free_deferred_flush();
+    let stats = pool.deferred_stats();
+    assert_eq!((stats.invalid, stats.drained), (0, words.len() as u64 + 1));
+    assert_eq!(pool.zs_get_total_pages(), 0);
+    pool.check_invariants().unwrap();
+    other.zs_free_raw(&other_key, foreign).unwrap();
 }
 
 #[test]

@@ -57,7 +57,7 @@ impl SlotMap {
 }
 
 /// Bytes of memory this machine has (`u64::MAX` where it cannot be read).
-fn machine_memory() -> u64 {
+pub(crate) fn machine_memory() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|text| {

@@ -107,8 +107,9 @@ pub enum ZswapError {
     DecompressFail(EntryId),
     /// Every slot of the swap file is in use (or a swap file of 0 slots).
     SwapFull,
-    /// A slot count whose swap file or slot bitmap cannot be made: refused
-    /// before anything is created on disk.
+    /// A slot count whose swap file, slot bitmap or (for [`Zswap::new`])
+    /// entry table cannot be made: refused before anything is created on
+    /// disk or allocated.
     TooManySlots(u64),
     /// The swap file is locked by another owner (another process or another
     /// open file description): it holds someone's swapped pages.
@@ -141,7 +142,11 @@ impl core::fmt::Display for ZswapError {
             Self::DecompressFail(e) => write!(f, "swap entry {e} did not decompress"),
             Self::SwapFull => f.write_str("every swap slot is in use"),
             Self::Busy => f.write_str("the swap file is locked by another owner"),
-            Self::TooManySlots(n) => write!(f, "a swap file of {n} slots cannot be made"),
+            Self::TooManySlots(n) => write!(
+                f,
+                "{n} swap slots do not fit: the file would pass 2^63 bytes, or the slot bitmap or zswap's \
+                 entry table a quarter of the machine's memory"
+            ),
             Self::Io(e) => write!(f, "swap file: {e}"),
             Self::Allocator(why) => write!(f, "page allocator: {why}"),
             Self::BadParam { name, value } => write!(f, "zswap parameter {name}={value:?} refused"),

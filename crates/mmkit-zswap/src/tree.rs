@@ -43,6 +43,9 @@ struct Slot {
 
 const EMPTY: Slot = Slot { entry: None, on_lru: false, prev: NIL, next: NIL };
 
+/// Bytes of one slot of the tree's table.
+pub(crate) const SLOT_BYTES: u64 = core::mem::size_of::<Slot>() as u64;
+
 /// The slots and the LRU list (cold end at `head`).
 pub(crate) struct Tree {
     slots: Vec<Slot>,
@@ -54,8 +57,21 @@ pub(crate) struct Tree {
 
 impl Tree {
     /// A tree for offsets `0 .. nr_slots`.
-    pub(crate) fn new(nr_slots: u64) -> Self {
-        Self { slots: vec![EMPTY; nr_slots as usize], head: NIL, tail: NIL, nr_entries: 0, nr_lru: 0 }
+    /// A tree for `nr_slots` slots, or `None` when its table (one
+    /// [`Slot`] a swap slot, `SLOT_BYTES`) would pass a quarter of the
+    /// machine's memory or cannot be allocated: refused rather than left
+    /// to abort the process or to the OOM killer, as `SwapFile` refuses
+    /// its bitmap.
+    pub(crate) fn try_new(nr_slots: u64) -> Option<Self> {
+        let bytes = nr_slots.checked_mul(SLOT_BYTES)?;
+        if bytes > crate::backing::machine_memory() / 4 {
+            return None;
+        }
+        let len = usize::try_from(nr_slots).ok()?;
+        let mut slots = Vec::new();
+        slots.try_reserve_exact(len).ok()?;
+        slots.resize(len, EMPTY);
+        Some(Self { slots, head: NIL, tail: NIL, nr_entries: 0, nr_lru: 0 })
     }
 
     pub(crate) fn len(&self) -> usize {

@@ -121,12 +121,17 @@ impl Zswap {
     /// `max_pool_percent` of `mm`'s managed pages.
     ///
     /// # Errors
-    /// [`ZswapError::Allocator`] when `mm` cannot hold a zsmalloc pool.
+    /// [`ZswapError::Allocator`] when `mm` cannot hold a zsmalloc pool;
+    /// [`ZswapError::TooManySlots`] when the file has more slots than the
+    /// cache's table can index (an entry's slot a swap slot: one past a
+    /// quarter of the machine's memory is refused, before the pool is
+    /// made, rather than aborting the process).
     pub fn new(mm: Arc<PageAllocator>, file: SwapFile, params: ZswapParams) -> Result<Self, ZswapError> {
         let page_bytes = mm.geometry().page_size();
         if page_bytes != PAGE_SIZE as u64 {
             return Err(ZswapError::Allocator(format!("pages of {page_bytes} bytes, zswap needs {PAGE_SIZE}")));
         }
+        let tree = Tree::try_new(file.nr_slots()).ok_or(ZswapError::TooManySlots(file.nr_slots()))?;
         let total_pages = mm.zones().iter().map(|z| z.managed_pages()).sum();
         let swap_type = NEXT_SWAP_TYPE
             .fetch_update(Relaxed, Relaxed, |n| n.checked_add(1))
@@ -140,7 +145,7 @@ impl Zswap {
             page_bytes,
             total_pages,
             params: RwLock::new(params),
-            tree: Mutex::new(Tree::new(file.nr_slots())),
+            tree: Mutex::new(tree),
             file,
             counters: Counters::default(),
             reached_full: AtomicBool::new(false),

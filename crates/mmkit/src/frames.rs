@@ -191,9 +191,15 @@ fn order_of<S: PageSize>() -> u32 {
 // tag is reissued only once no page carries it), and the key is neither
 // `Clone` nor reachable outside the adapter. The adapter calls
 // `take_back_block` only in `try_deallocate`, which is `unsafe` with the
-// trait's contract: the frame is unused. So no safe call sequence frees a
-// frame the adapter handed out, and a frame is never returned twice while
-// it is in use.
+// trait's contract: the frame is unused. The key is lent to one call only,
+// `PageSource::alloc_block`, and `PageSource` is sealed: its three impls are
+// this crate's and forward to the allocator's own `alloc_block`, so no code
+// a caller wrote ever holds the key (a caller's source could otherwise take
+// a frame back with it and return it again). So no safe call sequence frees
+// a frame the adapter handed out, and a frame is never returned twice while
+// it is in use. A panic cannot break this either: `allocate` calls no code
+// of the caller's, and a block it holds when the allocator's own code
+// unwinds stays allocated and owned (leaked, never handed out).
 unsafe impl<P: PageSource> FrameAllocator<Size4KiB> for X86Frames<P> {
     fn allocate_frame(&mut self) -> Option<PhysFrame<Size4KiB>> {
         self.allocate()

@@ -117,6 +117,7 @@ pub use types::error::{
 pub use types::geometry::{Geometry, ZoneSpec};
 pub use types::gfp::{AllocFlags, Gfp, MigrateType, Watermark, ZoneType};
 pub use types::page_flags::{PageFlags, PageOwner};
+pub use types::pfn_calls::{OnOwnedBlock, PfnCall, PFN_CALLS};
 pub use types::placement::{CompactionMode, PlacementPolicy};
 pub use types::{CmaId, PAGE_ALLOC_COSTLY_ORDER};
 pub use zone::placement::PlacementCounters;

@@ -1,8 +1,9 @@
 //! Watermark boosting (Linux's `boost_watermark`): when a fallback claims a
 //! pageblock of another migratetype from below pageblock order, every
 //! watermark of the zone rises by a pageblock (up to
-//! `watermark_boost_factor` of the high mark), kswapd is woken once, and the
-//! boost stays until reclaim resets it.
+//! `watermark_boost_factor` of the high mark), kswapd is woken once (by the
+//! next allocation, before it takes a page), and the boost stays until
+//! reclaim resets it.
 
 use mmkit::{Gfp, Hooks, MemoryMapBuilder, Pfn, Report, Watermark, ZoneType};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,7 +54,19 @@ fn claiming_a_mixed_pageblock_boosts_the_watermarks_until_reset() {
     assert!(report.pagetypeinfo().contains("Unmovable"), "{}", report.pagetypeinfo());
     assert_eq!(zone.watermark_boost(), 16, "boosted by one pageblock");
     assert_eq!(zone.watermark(Watermark::Min), base_min + 16, "every watermark includes the boost");
+    // The allocation after the boosting one wakes kswapd, before it takes
+    // a page (a hook never runs with a page in hand), and only once.
+    assert_eq!(wakeups.load(Ordering::Relaxed), wakeups_before, "not with the boosting allocation's page in hand");
+    // Room above the boosted marks, so that the next allocation passes them.
+    for pfn in held.drain(..32) {
+        mm.free_pages(pfn, 0).unwrap();
+    }
+    let next = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
     assert_eq!(wakeups.load(Ordering::Relaxed), wakeups_before + 1, "kswapd woken once for the boost");
+    mm.free_pages(next, 0).unwrap();
+    let again = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
+    assert_eq!(wakeups.load(Ordering::Relaxed), wakeups_before + 1, "and only once");
+    mm.free_pages(again, 0).unwrap();
 
     mm.reset_watermark_boost();
     assert_eq!(zone.watermark_boost(), 0);

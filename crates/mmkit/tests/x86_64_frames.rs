@@ -99,10 +99,13 @@ fn safe_frees_of_a_handed_out_frame_are_refused_and_it_is_never_handed_out_twice
     assert!(owned(mm.free_pages(huge_pfn, 9)));
     assert!(mm.free_pages_bulk(&[pfn]).is_err());
     assert!(mm.free_frozen_pages(pfn, 0).is_err());
-    // The range free drops references page by page and skips an owned one.
+    // The range free refuses an owned page before touching anything, and
+    // no bare-PFN call takes a reference or sets a flag on it.
     let tag = mm.page_owner(pfn);
     assert!(tag.is_some());
-    assert!(mmkit::Contig::new(&mm).free_contig_range(pfn, 1).map_or(true, |s| s.still_in_use == 1));
+    assert!(owned(mmkit::Contig::new(&mm).free_contig_range(pfn, 1).map(drop)));
+    assert!(matches!(mm.get_page(pfn), Err(mmkit::PageError::Owned { .. })));
+    assert!(mm.set_page_flags(pfn, mmkit::PageFlags::LRU).is_err());
     assert_eq!(mm.page_owner(pfn), tag, "still the adapter's");
     // A guard's block cannot be freed behind its back (it carries the
     // map's guard tag), so it is never reallocated as a frame meanwhile.

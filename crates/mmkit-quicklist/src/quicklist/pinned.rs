@@ -70,6 +70,28 @@ impl PinnedList<'_> {
     }
 }
 
+/// The pages out of a list, split off while the list's cached pages are
+/// held (`on_cached`): dropped, also by a panic unwinding through the held
+/// list's operation, it puts them back above the cached ones.
+struct Rejoin<'l, 'q> {
+    list: &'l mut PinnedList<'q>,
+    out: BlockStack,
+    ql: &'q Quicklists,
+}
+
+impl Drop for Rejoin<'_, '_> {
+    fn drop(&mut self) {
+        self.list.top = self.list.stack.len();
+        // Both halves are the same stack's, so they always join; were they
+        // not, the pages out would be handed out rather than lost.
+        if !self.list.stack.append(&mut self.out) {
+            while let Some(block) = self.out.pop() {
+                self.ql.hand_out(block);
+            }
+        }
+    }
+}
+
 /// Fibonacci hashing of a PFN: one multiply, which spreads consecutive
 /// PFNs over the table.
 #[derive(Default)]
@@ -389,16 +411,12 @@ impl<'q> QuicklistCpu<'q> {
         let Some(list) = self.lists.get_mut(nr) else {
             return Err(self.no_such_list(nr));
         };
-        let mut out = list.stack.split_off(list.top);
-        let result = f(ql, HeldList { stack: &mut list.stack, counters: list.counters, cpu, nr });
-        list.top = list.stack.len();
-        // Both halves are the same stack's, so they always join; were they
-        // not, the pages out would be handed out rather than lost.
-        if !list.stack.append(&mut out) {
-            while let Some(block) = out.pop() {
-                ql.hand_out(block);
-            }
-        }
+        let out = list.stack.split_off(list.top);
+        // `f` runs the caller's constructor or destructor, which may panic:
+        // the pages out join the list again on the way out either way.
+        let rejoin = Rejoin { list, out, ql };
+        let result = f(ql, HeldList { stack: &mut rejoin.list.stack, counters: rejoin.list.counters, cpu, nr });
+        drop(rejoin);
         Ok(result)
     }
 

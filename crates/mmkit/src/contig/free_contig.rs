@@ -26,7 +26,7 @@
 
 use crate::contig::Contig;
 use crate::mem::page::{DescWord, PageFlags, PageIdx};
-use crate::page_alloc::free::Claim;
+use crate::page_alloc::free::{BadPages, Claim};
 use crate::types::error::FreeError;
 use crate::zone::buddy::chunk_order;
 use crate::zone::Zone;
@@ -101,7 +101,7 @@ impl Contig<'_> {
         let last = Pfn(pfn.0.saturating_add(nr_pages - 1));
         let end = self.mm.pfn_to_idx(last).ok_or(FreeError::OutOfRange(last))? + 1;
         self.validate_contig_pages(start, end, frozen)?;
-        Ok(self.free_contig_pages(start, end, |idx, summary| self.prepare_contig_page(idx, frozen, summary)))
+        Ok(self.free_contig_pages(start, end, |idx, summary, bad| self.prepare_contig_page(idx, frozen, summary, bad)))
     }
 
     /// Input checks for every page, before any is touched: a tight scan for
@@ -110,7 +110,9 @@ impl Contig<'_> {
     fn validate_contig_pages(&self, start: PageIdx, end: PageIdx, frozen: bool) -> Result<(), FreeError> {
         let first_bad = self.mm.mem.pages.slice(start, end).iter().position(|page| {
             let (flags, order) = page.flags_and_order();
-            !flags.contains(PageFlags::ALLOCATED) || order != 0 || (page.refcount() == 0) != frozen
+            flags.intersection(PageFlags::ALLOCATED.union(PageFlags::OWNED)) != PageFlags::ALLOCATED
+                || order != 0
+                || (page.refcount() == 0) != frozen
         });
         let Some(offset) = first_bad else {
             return Ok(());
@@ -119,7 +121,10 @@ impl Contig<'_> {
         let page = self.mm.desc(idx);
         let pfn = self.mm.idx_to_pfn(idx);
         let (flags, order) = page.flags_and_order();
-        if !flags.contains(PageFlags::ALLOCATED) {
+        // An owned page first: whatever else is wrong with it, it is not the
+        // caller's (a contiguous range's pages are frozen order-0 pages, and
+        // a frozen free of them must not pass for theirs).
+        if !flags.contains(PageFlags::ALLOCATED) || flags.contains(PageFlags::OWNED) {
             return Err(self.mm.validate_allocated(pfn).err().unwrap_or(FreeError::NotAllocated(pfn)));
         }
         if order != 0 {
@@ -135,9 +140,12 @@ impl Contig<'_> {
         &self,
         start: PageIdx,
         end: PageIdx,
-        mut prepare: impl FnMut(PageIdx, &mut ContigFreeSummary) -> bool,
+        mut prepare: impl FnMut(PageIdx, &mut ContigFreeSummary, &mut BadPages) -> bool,
     ) -> ContigFreeSummary {
         let mut summary = ContigFreeSummary::default();
+        // Bad pages are published once every page is placed: a hook may
+        // panic or call back, and the open run must reach the lists first.
+        let mut bad = BadPages::default();
         let cpu = self.mm.current_cpu();
         let section_mask = (1u32 << self.mm.mem.geometry.section_order) - 1;
         // The open run is [run_start, idx) in `run_zone`; it must end before
@@ -150,7 +158,7 @@ impl Contig<'_> {
                     run = None;
                 }
             }
-            if !prepare(idx, &mut summary) {
+            if !prepare(idx, &mut summary, &mut bad) {
                 if let Some((zone, run_start, _)) = run.take() {
                     summary.freed += self.free_prepared_run(cpu, zone, run_start, idx);
                 }
@@ -167,13 +175,20 @@ impl Contig<'_> {
         if let Some((zone, run_start, _)) = run {
             summary.freed += self.free_prepared_run(cpu, zone, run_start, end);
         }
+        self.mm.publish_bad_pages(bad);
         summary
     }
 
     /// Drops the reference (unless frozen) and runs `free_pages_prepare` on
     /// one page; true if the page may join a run.
     #[inline(always)]
-    fn prepare_contig_page(&self, idx: PageIdx, frozen: bool, summary: &mut ContigFreeSummary) -> bool {
+    fn prepare_contig_page(
+        &self,
+        idx: PageIdx,
+        frozen: bool,
+        summary: &mut ContigFreeSummary,
+        bad: &mut BadPages,
+    ) -> bool {
         let page = self.mm.desc(idx);
         // The common page (order 0, one reference, or none if frozen, and
         // no flag but ALLOCATED) needs none of free_pages_prepare's
@@ -203,9 +218,9 @@ impl Contig<'_> {
             return false;
         };
         let poisoned = page.has(PageFlags::HWPOISON);
-        match self.mm.claim_and_prepare(idx, 0, claim) {
+        match self.mm.claim_and_prepare_into(idx, 0, claim, bad) {
             Ok(()) => {}
-            // Reported and leaked, as by `free_pages`.
+            // Reported (once the batch is done) and leaked, as by `free_pages`.
             Err(FreeError::BadPage { .. }) => {
                 summary.bad += 1;
                 return false;

@@ -46,6 +46,36 @@ pub(crate) struct IsolatedRange {
     saved: Vec<MigrateType>,
 }
 
+/// An isolated range while code of the embedder's runs (the migrator):
+/// dropped armed, as a panic unwinding through it drops it, it gives the
+/// pageblocks their saved types back, as the failure path does.
+pub(crate) struct Isolation<'c, 'a> {
+    contig: &'c Contig<'a>,
+    zone: &'c Zone,
+    range: Option<IsolatedRange>,
+}
+
+impl<'c, 'a> Isolation<'c, 'a> {
+    pub(crate) fn new(contig: &'c Contig<'a>, zone: &'c Zone, range: IsolatedRange) -> Self {
+        Self { contig, zone, range: Some(range) }
+    }
+
+    /// The range back, isolated still: the caller goes on with it.
+    pub(crate) fn disarm(mut self) -> IsolatedRange {
+        // `new` stores Some and only `disarm`, which consumes the guard,
+        // takes it.
+        self.range.take().unwrap_or(IsolatedRange { pb_start: 0, saved: Vec::new() })
+    }
+}
+
+impl Drop for Isolation<'_, '_> {
+    fn drop(&mut self) {
+        if let Some(range) = self.range.take() {
+            self.contig.undo_isolate_page_range(self.zone, &range);
+        }
+    }
+}
+
 impl IsolatedRange {
     fn pageblocks(&self, pb_pages: u32) -> impl Iterator<Item = (PageIdx, MigrateType)> + '_ {
         self.saved.iter().enumerate().map(move |(i, &mt)| (self.pb_start + i as u32 * pb_pages, mt))

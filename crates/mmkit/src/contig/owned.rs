@@ -33,6 +33,7 @@ use crate::contig::Contig;
 use crate::contig::Prep;
 use crate::mem::owned::OwnerKey;
 use crate::mem::page::{DescWord, PageFlags, PageIdx};
+use crate::page_alloc::free::BadPages;
 use crate::types::error::{BadPageReason, ContigError};
 use crate::types::gfp::{Gfp, MigrateType};
 use crate::{PageOwner, Pfn};
@@ -152,7 +153,7 @@ impl Contig<'_> {
         let start = range.start.0.wrapping_sub(self.mm.mem.base_pfn) as PageIdx;
         let end = start + range.nr_pages as PageIdx;
         let expected = DescWord::owned(PageFlags::ALLOCATED, 0, MigrateType::Unmovable as u8, range.owner.id(), 0);
-        Ok(self.free_contig_pages(start, end, |idx, summary| self.prepare_owned_page(idx, expected, summary)))
+        Ok(self.free_contig_pages(start, end, |idx, summary, bad| self.prepare_owned_page(idx, expected, summary, bad)))
     }
 
     /// `free_pages_prepare` for one page of an owned range: one load of the
@@ -160,11 +161,17 @@ impl Contig<'_> {
     /// frozen page) against what `alloc_contig_block` stored, and one store
     /// of the free state. True if the page may join a run.
     #[inline(always)]
-    fn prepare_owned_page(&self, idx: PageIdx, expected: DescWord, summary: &mut ContigFreeSummary) -> bool {
+    fn prepare_owned_page(
+        &self,
+        idx: PageIdx,
+        expected: DescWord,
+        summary: &mut ContigFreeSummary,
+        bad: &mut BadPages,
+    ) -> bool {
         let page = self.mm.desc(idx);
         let word = page.load_word();
         if word.without_poison() != expected {
-            self.owned_page_went_bad(idx, summary);
+            self.owned_page_went_bad(idx, summary, bad);
             return false;
         }
         page.set_free_state(PageFlags::EMPTY, 0, 0);
@@ -179,7 +186,7 @@ impl Contig<'_> {
     /// Reports and leaks a page of an owned range that is not as the range
     /// left it.
     #[cold]
-    fn owned_page_went_bad(&self, idx: PageIdx, summary: &mut ContigFreeSummary) {
+    fn owned_page_went_bad(&self, idx: PageIdx, summary: &mut ContigFreeSummary, bad: &mut BadPages) {
         let page = self.mm.desc(idx);
         let reason = match page.refcount() {
             0 => BadPageReason::FlagsSetAtFree(page.flags().intersection(PageFlags::CHECK_AT_FREE)),
@@ -187,7 +194,7 @@ impl Contig<'_> {
         };
         page.clear_owner();
         page.update_flags_atomic(PageFlags::EMPTY, PageFlags::ALLOCATED);
-        self.mm.report_bad_page(idx, reason, 1);
+        bad.push(self.mm.count_bad_page(idx, reason, 1));
         summary.bad += 1;
     }
 }

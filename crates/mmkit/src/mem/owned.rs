@@ -175,10 +175,32 @@ impl BlockStack {
         Self::with_capacity(key, order, 0)
     }
 
-    /// An empty stack with room for `capacity` blocks.
+    /// An empty stack with room for `capacity` blocks, as far as memory
+    /// allows: the capacity is a hint, and one the heap cannot serve (a
+    /// caller's count at its extreme) leaves the stack with no room made
+    /// ahead instead of aborting the process. The stack still grows as
+    /// blocks are pushed, and never past the blocks a map can have, whose
+    /// descriptor table (16 bytes a page) is twice the stack's word a page.
+    /// [`try_with_capacity`](Self::try_with_capacity) says when the room
+    /// could not be made.
     pub fn with_capacity(key: &OwnerKey, order: u32, capacity: usize) -> Self {
+        Self::try_with_capacity(key, order, capacity).unwrap_or_else(|_| Self::with_capacity(key, order, 0))
+    }
+
+    /// An empty stack with room for `capacity` blocks.
+    ///
+    /// # Errors
+    /// The heap's refusal, when `capacity` blocks' words (8 bytes each)
+    /// overflow or cannot be allocated; nothing is allocated then.
+    pub fn try_with_capacity(
+        key: &OwnerKey,
+        order: u32,
+        capacity: usize,
+    ) -> Result<Self, alloc::collections::TryReserveError> {
         let meta = PageBlock::new(Pfn(0), order, key.owner(), key.map_id()).meta;
-        Self { pfns: alloc::vec::Vec::with_capacity(capacity), meta }
+        let mut pfns = alloc::vec::Vec::new();
+        pfns.try_reserve_exact(capacity)?;
+        Ok(Self { pfns, meta })
     }
 
     /// Puts `block` on top; a block of another key, order or map is

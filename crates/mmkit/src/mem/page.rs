@@ -164,6 +164,14 @@ impl PageDesc {
     pub(crate) fn update_flags_atomic(&self, set: PageFlags, clear: PageFlags) {
         let _ = self.update_state(Relaxed, |s| Some((s | set.bits()) & !clear.bits()));
     }
+    /// [`update_flags_atomic`](Self::update_flags_atomic) unless the page
+    /// is `OWNED`, in the same read-modify-write (so an owner that adopts
+    /// the page meanwhile never finds flags set behind its back); false,
+    /// with nothing changed, for an owned page.
+    pub(crate) fn update_flags_unless_owned(&self, set: PageFlags, clear: PageFlags) -> bool {
+        let owned = PageFlags::OWNED.bits();
+        self.update_state(Relaxed, |s| (s & owned == 0).then_some((s | set.bits()) & !clear.bits()))
+    }
     /// Atomically clears `ALLOCATED`; true for the one caller that saw it
     /// set. This is what makes two racing frees of one block safe. A
     /// `LOCAL` page is refused: only its CPU frees it.
@@ -382,13 +390,15 @@ impl PageDesc {
         debug_assert!(!is_local(w), "a LOCAL page's count field is its CPU");
         self.rc_state.store((w & STATE_MASK) | (count as u64) << RC_SHIFT, Relaxed);
     }
-    /// Adds a reference unless the count is zero or the page is `LOCAL`;
-    /// returns the new count.
+    /// Adds a reference unless the count is zero or saturated, or the page
+    /// is `LOCAL` or `OWNED` (an owned block's references are its
+    /// handle's: one taken behind it could never be dropped, since every
+    /// bare-PFN put refuses the block); returns the new count.
     pub(crate) fn try_get(&self) -> Option<u32> {
         self.rc_state
             .fetch_update(core::sync::atomic::Ordering::Acquire, Relaxed, |w| {
                 let c = refcount_of(w);
-                if c == 0 || c == u32::MAX || is_local(w) {
+                if c == 0 || c == u32::MAX || is_local(w) || state_of(w) & PageFlags::OWNED.bits() != 0 {
                     None
                 } else {
                     Some(w + (1 << RC_SHIFT))
@@ -612,6 +622,25 @@ mod tests {
         assert_eq!(d.try_put(), Some(0));
         assert_eq!(d.try_put(), None);
         assert_eq!(d.try_get(), None, "a free page cannot gain a reference");
+    }
+
+    #[test]
+    fn references_saturate_and_an_owned_page_takes_none() {
+        let d = PageDesc::default();
+        d.set_refcount(u32::MAX - 1);
+        assert_eq!(d.try_get(), Some(u32::MAX));
+        assert_eq!(d.try_get(), None, "the count saturates instead of wrapping");
+        assert_eq!(d.refcount(), u32::MAX);
+        let d = PageDesc::default();
+        d.set_refcount(1);
+        d.set_owner(3);
+        assert_eq!(d.try_get(), None, "an owned block's references are its handle's");
+        assert_eq!(d.refcount(), 1);
+        assert!(!d.update_flags_unless_owned(PageFlags::LRU, PageFlags::EMPTY));
+        assert!(!d.has(PageFlags::LRU), "nothing changed");
+        d.clear_owner();
+        assert!(d.update_flags_unless_owned(PageFlags::LRU, PageFlags::EMPTY));
+        assert!(d.has(PageFlags::LRU));
     }
 
     #[test]

@@ -250,7 +250,6 @@ impl PageAllocator {
         gfp: Gfp,
         frozen: bool,
     ) -> Pfn {
-        self.wake_kswapd_if_boosted(target.zone, gfp, target.flags);
         self.prep_new_page(idx, order, gfp, target.mt, frozen);
         self.idx_to_pfn(idx)
     }
@@ -385,23 +384,26 @@ impl PageAllocator {
         if !self.zone_allows(zone, order, alloc_flags, ac.highest) {
             return None;
         }
+        // Before a page is taken: the hook is the embedder's code, and a
+        // panic in it must not strand a page in hand.
+        self.wake_kswapd_if_boosted(zone, ac.gfp, alloc_flags);
         if self.pcp_serves(ac.gfp) && pcp_allowed_order(order, self.mem.geometry.pageblock_order) {
             if let Some(idx) = self.rmqueue_pcplist(ac.cpu, zi, order, ac.migratetype, alloc_flags) {
                 if alloc_flags.contains(AllocFlags::HIGHATOMIC) {
                     self.reserve_highatomic_after_pcp(zi, idx, order);
                 }
-                self.wake_kswapd_if_boosted(zone, ac.gfp, alloc_flags);
                 return Some(idx);
             }
         }
-        let idx = self.rmqueue_buddy(zone, order, alloc_flags, ac, check)?;
-        self.wake_kswapd_if_boosted(zone, ac.gfp, alloc_flags);
-        Some(idx)
+        self.rmqueue_buddy(zone, order, alloc_flags, ac, check)
     }
 
-    /// After an allocation from `zone`: if a fallback boosted its watermarks
-    /// for a request that may wake kswapd, wake it once (Linux's
-    /// `ZONE_BOOSTED_WATERMARK` check at the end of `rmqueue`).
+    /// Before an allocation from `zone` takes a page: if a fallback boosted
+    /// its watermarks for a request that may wake kswapd, wake it once
+    /// (Linux's `ZONE_BOOSTED_WATERMARK` check, which Linux makes at the
+    /// end of `rmqueue`; here the allocation after the boosting one makes
+    /// it, so that the hook, the embedder's code, never runs with a page
+    /// in hand that a panic would strand, nor under a lock).
     #[inline(always)]
     pub(crate) fn wake_kswapd_if_boosted(&self, zone: &Zone, gfp: Gfp, alloc_flags: AllocFlags) {
         if alloc_flags.contains(AllocFlags::KSWAPD) && zone.boost_pending.load(Relaxed) {

@@ -39,7 +39,9 @@
 
 pub use crate::mem::owned::{OwnerKey, PageBlock};
 use crate::mem::page::{PageFlags, PageIdx};
+use crate::page_alloc::bulk::BulkFreeError;
 use crate::page_alloc::cpu::CpuHandle;
+use crate::page_alloc::free::Claim;
 use crate::types::error::{BadPageReason, FreeError, OwnerTagsExhausted};
 use crate::types::gfp::Gfp;
 pub use crate::types::page_flags::PageOwner;
@@ -178,6 +180,52 @@ impl PageAllocator {
         };
         self.desc(idx).clear_owner();
         self.free_frozen_pages_on(cpu, self.idx_to_pfn(idx), block.order()).map_err(BlockError::Free)
+    }
+
+    /// Frees owned blocks in one pass, as [`free_pages_bulk`](Self::free_pages_bulk)
+    /// frees plain ones: each is checked and prepared as
+    /// [`free_block`](Self::free_block) does, and they go to the calling
+    /// CPU's lists under one pageset-lock hold per zone instead of one per
+    /// block. Blocks of another allocator stay in `blocks` (given back);
+    /// every other block is taken out, and `blocks` keeps its capacity.
+    /// Returns how many were freed.
+    ///
+    /// # Errors
+    /// [`BulkFreeError`] when `free_pages_prepare` found blocks bad (for
+    /// example embedder flags left set): reported and leaked, as by
+    /// `free_block`; every other block is still freed.
+    pub fn free_blocks_bulk(&self, blocks: &mut alloc::vec::Vec<PageBlock>) -> Result<usize, BulkFreeError> {
+        let cpu = self.current_cpu();
+        let mut held = None;
+        let (mut done, mut failed, mut first) = (0, 0, None);
+        let mut foreign = alloc::vec::Vec::new();
+        for (i, block) in blocks.drain(..).enumerate() {
+            let Ok(idx) = self.block_idx(&block) else {
+                foreign.push(block);
+                continue;
+            };
+            let order = block.order();
+            self.desc(idx).clear_owner();
+            let freed = self
+                .validate_frozen_block(self.idx_to_pfn(idx), order)
+                .and_then(|idx| self.claim_and_prepare(idx, order, Claim::Frozen));
+            match freed {
+                Ok(()) => {
+                    self.free_prepared_batched(cpu, idx, order, &mut held);
+                    done += 1;
+                }
+                Err(e) => {
+                    failed += 1;
+                    first.get_or_insert((i, e));
+                }
+            }
+        }
+        // `blocks` keeps its allocation, for a caller that reuses it.
+        blocks.append(&mut foreign);
+        match first {
+            None => Ok(done),
+            Some(first) => Err(BulkFreeError { done, failed, first }),
+        }
     }
 
     /// The bytes of a block this caller holds (`nr_pages × page size`);
@@ -437,6 +485,27 @@ mod tests {
             });
         });
         assert_eq!(mm.stats().bad_pages, 0);
+    }
+
+    /// A bulk free of owned blocks frees this map's blocks (their pages are
+    /// free again and no longer owned) and gives another map's back.
+    #[test]
+    fn a_bulk_free_of_blocks_frees_ours_and_gives_foreign_ones_back() {
+        let (mm, other) = (small_real_map(), small_real_map());
+        let (key, other_key) = (mm.new_owner_key().unwrap(), other.new_owner_key().unwrap());
+        mm.drain_all_pages();
+        let free_before = mm.nr_free_pages();
+        let mut blocks: alloc::vec::Vec<_> =
+            (0..6).map(|i| mm.alloc_block(&key, Gfp::KERNEL, i % 2).unwrap()).collect();
+        let pfns: alloc::vec::Vec<_> = blocks.iter().map(|b| b.pfn()).collect();
+        blocks.push(other.alloc_block(&other_key, Gfp::KERNEL, 0).unwrap());
+        assert_eq!(mm.free_blocks_bulk(&mut blocks), Ok(6));
+        assert_eq!(blocks.len(), 1, "the other map's block is given back");
+        assert!(pfns.iter().all(|&pfn| mm.page_owner(pfn).is_none()));
+        mm.drain_all_pages();
+        assert_eq!(mm.nr_free_pages(), free_before);
+        other.free_block(blocks.pop().unwrap()).unwrap();
+        assert_eq!(mm.free_blocks_bulk(&mut blocks), Ok(0));
     }
 
     /// Blocks through a `BlockStack` (kept as PFNs, handles rebuilt on the

@@ -65,7 +65,7 @@
 
 use crate::mem::page::{DescWord, PageFlags, PageIdx};
 use crate::mem::sync::LockGuard;
-use crate::page_alloc::free::Claim;
+use crate::page_alloc::free::{BadPages, Claim};
 use crate::pcp::{order_to_pindex, PcpState};
 use crate::types::error::FreeError;
 use crate::types::gfp::{fast_path_alloc_flags, gfp_zone, Gfp, MigrateType, Watermark};
@@ -335,6 +335,9 @@ impl PageAllocator {
         let mut first = None;
         // The pageset currently held, by zone index.
         let mut held: Option<(usize, LockGuard<'_, PcpState>)> = None;
+        // Bad pages are published once every page is placed and the
+        // pageset is unlocked (the hooks are the embedder's code).
+        let mut bad = BadPages::default();
         let mut i = 0;
         while i < pfns.len() {
             if let Some(stretch) = self.start_stretch(cpu, pfns[i], &mut held) {
@@ -355,7 +358,7 @@ impl PageAllocator {
                 }
             }
             // Everything else, one entry at a time.
-            match self.put_for_batch(pfns[i], resolve_tails) {
+            match self.put_for_batch(pfns[i], resolve_tails, &mut bad) {
                 Err(e) => {
                     failed += 1;
                     first.get_or_insert((i, e));
@@ -368,6 +371,8 @@ impl PageAllocator {
             }
             i += 1;
         }
+        drop(held);
+        self.publish_bad_pages(bad);
         match first {
             None => Ok(done),
             Some(first) => Err(BulkFreeError { done, failed, first }),
@@ -517,7 +522,12 @@ impl PageAllocator {
 
     /// Validates, drops the reference and prepares one entry; returns the
     /// block to free if this was the last reference.
-    fn put_for_batch(&self, pfn: Pfn, resolve_tails: bool) -> Result<Option<(PageIdx, u32)>, FreeError> {
+    fn put_for_batch(
+        &self,
+        pfn: Pfn,
+        resolve_tails: bool,
+        bad: &mut BadPages,
+    ) -> Result<Option<(PageIdx, u32)>, FreeError> {
         let pfn = if resolve_tails {
             self.compound_head(pfn).map_err(|e| match e {
                 crate::PageError::Hole(p) => FreeError::Hole(p),
@@ -532,7 +542,7 @@ impl PageAllocator {
         match page.try_put() {
             None => Err(FreeError::RefcountMismatch { pfn, refcount: 0 }),
             Some(0) => {
-                self.claim_and_prepare(idx, order, Claim::ByRefcount)?;
+                self.claim_and_prepare_into(idx, order, Claim::ByRefcount, bad)?;
                 Ok(Some((idx, order)))
             }
             Some(_) => Ok(None),
@@ -541,7 +551,7 @@ impl PageAllocator {
 
     /// Frees a prepared block through the held pageset when it belongs to
     /// the same zone, switching pagesets when the zone changes.
-    fn free_prepared_batched<'a>(
+    pub(crate) fn free_prepared_batched<'a>(
         &'a self,
         cpu: usize,
         idx: PageIdx,

@@ -28,9 +28,10 @@
 
 use crate::mem::page::{PageFlags, PageIdx};
 use crate::page_alloc::migrate::{MigrateRequest, Migrator};
+use crate::types::error::MigrateError;
 use crate::types::gfp::{Gfp, MigrateType};
 use crate::types::placement::CompactionMode;
-use crate::PageAllocator;
+use crate::{PageAllocator, Pfn};
 use core::sync::atomic::Ordering::Relaxed;
 
 /// Order whose unusable free space the fragmentation score measures
@@ -277,7 +278,7 @@ impl PageAllocator {
                     let target_pfn = self.idx_to_pfn(target);
                     let request = MigrateRequest { pfn: self.idx_to_pfn(idx), order: block_order, gfp, nid: zone.nid };
                     match self.alloc_pages_at(target_pfn, block_order, gfp) {
-                        Ok(_) => match migrator.migrate_page_to(self, &request, target_pfn) {
+                        Ok(_) => match self.migrate_to_target(migrator, &request, target_pfn) {
                             Ok(_) => result.migrated += 1,
                             Err(_) => {
                                 result.failed += 1;
@@ -304,6 +305,35 @@ impl PageAllocator {
     /// (Linux's `try_to_compact_pages`): only for pageblock-sized and larger
     /// requests, each zone of the node until one has a block of `order`.
     /// True if any block moved.
+    /// `migrator.migrate_page_to` into `target`, which the caller
+    /// allocated: the migrator is the embedder's code, and a panic in it
+    /// counts as an `Err` (the target is freed on the way out, as the
+    /// caller frees it after an `Err`).
+    pub(crate) fn migrate_to_target(
+        &self,
+        migrator: &dyn Migrator,
+        request: &MigrateRequest,
+        target: Pfn,
+    ) -> Result<Pfn, MigrateError> {
+        struct FreeOnUnwind<'a> {
+            alloc: &'a PageAllocator,
+            target: Pfn,
+            order: u32,
+            armed: bool,
+        }
+        impl Drop for FreeOnUnwind<'_> {
+            fn drop(&mut self) {
+                if self.armed {
+                    let _ = self.alloc.free_pages(self.target, self.order);
+                }
+            }
+        }
+        let mut guard = FreeOnUnwind { alloc: self, target, order: request.order, armed: true };
+        let moved = migrator.migrate_page_to(self, request, target);
+        guard.armed = false;
+        moved
+    }
+
     pub(crate) fn direct_compact_zones(&self, order: u32, nid: usize) -> bool {
         if order < self.mem.geometry.pageblock_order || self.migrator.is_none() {
             return false;

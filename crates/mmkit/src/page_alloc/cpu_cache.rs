@@ -230,12 +230,10 @@ impl PageAllocator {
                 idx
             }
             Pop::Empty => {
-                let idx = self.cpu_cache_refill(caches, target.zi, target.mt, &target.flags)?;
-                // The refill may have taken pages from the buddy and
-                // boosted the zone; otherwise `fast_target`'s check covered
-                // the wake (a comfortably free zone has no boost waiting).
-                self.wake_kswapd_if_boosted(target.zone, gfp, target.flags);
-                idx
+                // A boost the refill causes wakes kswapd at the next
+                // allocation's check, before it takes a page: no hook runs
+                // while a page is in hand (`wake_kswapd_if_boosted`).
+                self.cpu_cache_refill(caches, target.zi, target.mt, &target.flags)?
             }
             Pop::Unavailable => return None,
         };
@@ -461,12 +459,9 @@ impl PageAllocator {
             Pop::Empty => {
                 let cpu = self.fold_cpu(caches.stacks.current_cpu()?);
                 let mut pcp = self.try_lock_pcp(cpu, target.zi)?;
-                let idx = self.pcp_take_locked(&mut pcp, target.zi, order, target.mt, target.flags)?;
-                // As after the order-0 refill: the lists may have gone to
-                // the buddy and boosted the zone; a pop needs no wake
-                // (`fast_target`'s check covered it).
-                self.wake_kswapd_if_boosted(target.zone, gfp, target.flags);
-                idx
+                // As after the order-0 refill: a boost wakes kswapd at the
+                // next allocation's check.
+                self.pcp_take_locked(&mut pcp, target.zi, order, target.mt, target.flags)?
             }
             Pop::Unavailable => return None,
         };

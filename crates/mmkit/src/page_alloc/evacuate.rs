@@ -181,7 +181,7 @@ impl PageAllocator {
                 result.failed += 1;
                 return None;
             }
-            if migrator.migrate_page_to(self, &request, target_pfn).is_err() {
+            if self.migrate_to_target(migrator, &request, target_pfn).is_err() {
                 result.failed += 1;
                 let _ = self.free_pages(target_pfn, order);
                 return None;

@@ -41,6 +41,20 @@ pub(crate) enum Claim {
     Frozen,
 }
 
+/// Bad pages a batch free found (a bulk free, a contiguous range): counted
+/// and leaked at once, published to the hooks once the batch has placed
+/// every other page and dropped its locks, since a hook may panic or call
+/// back into the allocator.
+#[derive(Default)]
+pub(crate) struct BadPages(alloc::vec::Vec<BadPageReport>);
+
+impl BadPages {
+    /// Keeps a counted report for the end of the batch.
+    pub(crate) fn push(&mut self, report: BadPageReport) {
+        self.0.push(report);
+    }
+}
+
 impl PageAllocator {
     /// Frees a block allocated with [`alloc_pages`](Self::alloc_pages)
     /// (Linux's `__free_pages`): drops one reference and, if it was the
@@ -251,7 +265,11 @@ impl PageAllocator {
     /// `pfn`; returns the new count.
     ///
     /// # Errors
-    /// [`PageError::NotInUse`] if the page is free, frozen or reserved.
+    /// [`PageError::NotInUse`] if the page is free, frozen or reserved;
+    /// [`PageError::Owned`] for a block a handle owns (its references are
+    /// the handle's, and a reference taken behind it could never be
+    /// dropped); [`PageError::RefcountSaturated`] when one more reference
+    /// would wrap the count.
     pub fn get_page(&self, pfn: Pfn) -> Result<u32, PageError> {
         let head = self.compound_head(pfn)?;
         let idx = self.pfn_to_idx(head).ok_or(PageError::OutOfRange(head))?;
@@ -259,13 +277,25 @@ impl PageAllocator {
         if !page.has(PageFlags::ALLOCATED) {
             return Err(PageError::NotInUse(head));
         }
-        // try_get refuses a LOCAL page in the same compare-and-swap that
-        // takes the reference; the load here only names the error.
-        page.try_get().ok_or(if page.has(PageFlags::LOCAL) {
-            PageError::CpuLocal(head)
-        } else {
-            PageError::NotInUse(head)
-        })
+        // try_get refuses a LOCAL or OWNED page in the same compare-and-swap
+        // that takes the reference; the loads here only name the error.
+        page.try_get().ok_or_else(|| self.page_error_of(head, idx))
+    }
+
+    /// Why `try_get` or a flag change refused allocated page `idx`.
+    #[cold]
+    fn page_error_of(&self, pfn: Pfn, idx: PageIdx) -> PageError {
+        let page = self.desc(idx);
+        if page.has(PageFlags::LOCAL) {
+            return PageError::CpuLocal(pfn);
+        }
+        if let Some(owner) = self.page_owner(pfn) {
+            return PageError::Owned { pfn, owner };
+        }
+        if page.refcount() == u32::MAX {
+            return PageError::RefcountSaturated(pfn);
+        }
+        PageError::NotInUse(pfn)
     }
 
     #[inline]
@@ -349,13 +379,38 @@ impl PageAllocator {
     /// `free_pages_prepare`; a failing block is reported and leaked.
     #[inline(always)]
     pub(crate) fn claim_and_prepare(&self, idx: PageIdx, order: u32, claim: Claim) -> Result<(), FreeError> {
+        self.claim_and_prepare_then(idx, order, claim, |report| self.publish_bad_page(&report))
+    }
+
+    /// [`claim_and_prepare`](Self::claim_and_prepare) for a batch with
+    /// other pages in flight: a failing block is counted and leaked, and
+    /// its report waits in `bad` for the hooks until the batch is done.
+    #[inline(always)]
+    pub(crate) fn claim_and_prepare_into(
+        &self,
+        idx: PageIdx,
+        order: u32,
+        claim: Claim,
+        bad: &mut BadPages,
+    ) -> Result<(), FreeError> {
+        self.claim_and_prepare_then(idx, order, claim, |report| bad.push(report))
+    }
+
+    #[inline(always)]
+    fn claim_and_prepare_then(
+        &self,
+        idx: PageIdx,
+        order: u32,
+        claim: Claim,
+        on_bad: impl FnOnce(BadPageReport),
+    ) -> Result<(), FreeError> {
         let page = self.desc(idx);
         if claim == Claim::Frozen && !page.clear_allocated() {
             return Err(FreeError::DoubleFree(self.idx_to_pfn(idx)));
         }
         if let Err((bad, reason)) = self.free_pages_prepare(idx, order) {
             page.update_flags_atomic(PageFlags::EMPTY, PageFlags::ALLOCATED);
-            self.report_bad_page(bad, reason, 1 << order);
+            on_bad(self.count_bad_page(bad, reason, 1 << order));
             return Err(FreeError::BadPage { pfn: self.idx_to_pfn(bad), reason });
         }
         Ok(())
@@ -425,15 +480,39 @@ impl PageAllocator {
 
     /// Counts, rate-limits, logs and publishes a bad page.
     pub(crate) fn report_bad_page(&self, idx: PageIdx, reason: BadPageReason, leaked_pages: u64) {
+        let report = self.count_bad_page(idx, reason, leaked_pages);
+        self.publish_bad_page(&report);
+    }
+
+    /// Counts a bad page (its pages leaked); the hooks hear of it from
+    /// [`publish_bad_page`](Self::publish_bad_page).
+    pub(crate) fn count_bad_page(&self, idx: PageIdx, reason: BadPageReason, leaked_pages: u64) -> BadPageReport {
         let total = self.stats.bad_pages.fetch_add(1, Relaxed) + 1;
         self.stats.bad_pages_leaked.fetch_add(leaked_pages, Relaxed);
-        let pfn = self.idx_to_pfn(idx);
-        if self.bad_page_log.lock().allow(self.hooks.now_ns()) {
-            self.hooks.log(format_args!("BUG: Bad page state: pfn {pfn}: {reason}"));
+        BadPageReport { pfn: self.idx_to_pfn(idx), reason, total }
+    }
+
+    /// Rate-limits, logs and hands a counted bad page to the hooks. The
+    /// hooks are the embedder's code: callers hold no allocator lock and no
+    /// page in flight (a batch publishes its reports once it is done).
+    pub(crate) fn publish_bad_page(&self, report: &BadPageReport) {
+        // The clock is read before the rate limit's lock: a clock that
+        // re-enters a free reporting a bad page would wait on it for ever.
+        let now = self.hooks.now_ns();
+        let allowed = self.bad_page_log.lock().allow(now);
+        if allowed {
+            self.hooks.log(format_args!("BUG: Bad page state: pfn {}: {}", report.pfn, report.reason));
         } else {
             self.stats.bad_pages_suppressed.fetch_add(1, Relaxed);
         }
-        self.hooks.bad_page(&BadPageReport { pfn, reason, total });
+        self.hooks.bad_page(report);
+    }
+
+    /// Publishes the reports a batch kept (see [`BadPages`]).
+    pub(crate) fn publish_bad_pages(&self, bad: BadPages) {
+        for report in &bad.0 {
+            self.publish_bad_page(report);
+        }
     }
 
     /// Returns prepared pages `[idx, idx + count)` of `zone` to its free
@@ -562,20 +641,34 @@ impl PageAllocator {
         if !self.desc(head_idx).has(PageFlags::ALLOCATED) {
             return Err(PageError::NotInUse(pfn));
         }
+        // An owned block's flags are its owner's: set behind its back, they
+        // made the owner's free report a bad page and leak the block.
+        if let Some(owner) = self.page_owner(head) {
+            return Err(PageError::Owned { pfn: head, owner });
+        }
         let idx = self.pfn_to_idx(pfn).ok_or(PageError::OutOfRange(pfn))?;
-        self.desc(idx).update_flags_atomic(set, clear);
+        // The head refuses in the same atomic update that changes it, so a
+        // block adopted meanwhile (`take_back_block`) keeps clean flags.
+        if !self.desc(idx).update_flags_unless_owned(set, clear) {
+            return Err(self.page_error_of(pfn, idx));
+        }
         Ok(())
     }
 
     /// Stores the embedder's private word on an allocated block's first page.
     ///
     /// # Errors
-    /// [`PageError::NotInUse`] unless `pfn` starts an allocated block.
+    /// [`PageError::NotInUse`] unless `pfn` starts an allocated block;
+    /// [`PageError::Owned`] for a block a handle owns (its private word is
+    /// its owner's).
     pub fn set_page_private(&self, pfn: Pfn, value: u64) -> Result<(), PageError> {
         let idx = self.pfn_to_idx(pfn).ok_or(PageError::OutOfRange(pfn))?;
         let page = self.desc(idx);
         if !page.has(PageFlags::ALLOCATED) {
             return Err(PageError::NotInUse(pfn));
+        }
+        if let Some(owner) = self.page_owner(pfn) {
+            return Err(PageError::Owned { pfn, owner });
         }
         page.set_private(value);
         Ok(())

@@ -282,7 +282,8 @@ impl<'h, 'a> LockedZone<'h, 'a> {
         if self.drift > self.drift_limit {
             self.recount();
         }
-        alloc.wake_kswapd_if_boosted(zone, self.gfp, self.flags);
+        // No hook under the zone lock: a boost wakes kswapd at the next
+        // allocation outside the locked zone, before it takes a page.
         alloc.prep_new_page_for(idx, order, self.gfp, self.mt, HandedTo::Cpu(self.cpu_id));
         self.cpu.mag.outstanding += 1;
         Some(Pfn(self.base_pfn + u64::from(idx)))

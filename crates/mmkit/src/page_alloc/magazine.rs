@@ -225,12 +225,9 @@ impl<'a> PinnedCpu<'a> {
             Some(offset) => offset,
             // Waiting requests are served on the general path first.
             None if self.mag.slot.has_requests() => return None,
-            None if self.mag_refill() => {
-                // The refill may have taken pages from the buddy and
-                // boosted the zone.
-                alloc.wake_kswapd_if_boosted(zone, gfp, self.mag.target.flags);
-                self.mag.stack.pop()?
-            }
+            // A boost the refill causes wakes kswapd at the next
+            // allocation's check (`zone_allows_waking`, above).
+            None if self.mag_refill() => self.mag.stack.pop()?,
             None => return None,
         };
         let page = self.mag.zone_descs.get(offset as usize)?;

@@ -77,7 +77,10 @@ pub trait Migrator: Send + Sync {
 /// compound-ness and frozen-ness), copies the contents when the map has real
 /// memory, carries the embedder's page flags and private word over, calls
 /// `on_moved(old, new, order)` so the owner can repoint itself, and frees the
-/// old block.
+/// old block. If `on_moved` panics the move is undone before the panic goes
+/// on: the old block stays where it was, with its reference, flags and
+/// private word, and the target is freed (so `on_moved` must not keep `new`
+/// when it panics); a contiguous allocation then gives its pageblocks back.
 ///
 /// It refuses blocks with references besides the owner's (refcount above
 /// one), as Linux's migration refuses pinned pages, and blocks a layer
@@ -203,24 +206,75 @@ where
         // The embedder's state moves with the contents: flags on every page
         // that can carry them (the head, and the tails of a compound page).
         let flagged = if compound { 1u64 << order } else { 1 };
-        for i in 0..flagged {
-            let (from, to) = (Pfn(old.0 + i), Pfn(new.0 + i));
-            let owned = alloc.page_flags(from).map_err(not_movable)?.intersection(PageFlags::EMBEDDER_SETTABLE);
-            if owned != PageFlags::EMPTY {
-                let _ = alloc.set_page_flags(to, owned);
-                let _ = alloc.clear_page_flags(from, owned);
-            }
-        }
-        if let Ok(private) = alloc.page_private(old) {
-            let _ = alloc.set_page_private(new, private);
-        }
+        move_embedder_state(alloc, old, new, flagged);
+        // `on_moved` is the embedder's code and may panic: the move is then
+        // undone (the old block keeps its place, reference and flags; a
+        // target this migrator allocated is freed, the caller's is left to
+        // the caller, which frees it as for an `Err`).
+        let undo = UndoMove { alloc, old, new, order, flagged, frozen, own_target: target.is_none(), armed: true };
         (self.on_moved)(old, new, order);
+        let mut undo = undo;
+        undo.armed = false;
         // A failure here is reported (bad page) by the free path itself; the
         // range check that follows the migration then fails as busy.
         // The old block is frozen now either way (by its holder or by the
         // freeze above).
         let _ = alloc.free_frozen_pages(old, order);
         Ok(new)
+    }
+}
+
+/// Moves the embedder's flags of `pages` pages and the private word from
+/// `from` to `to`.
+fn move_embedder_state(alloc: &PageAllocator, from: Pfn, to: Pfn, pages: u64) {
+    for i in 0..pages {
+        let (from, to) = (Pfn(from.0 + i), Pfn(to.0 + i));
+        let Ok(flags) = alloc.page_flags(from) else { continue };
+        let owned = flags.intersection(PageFlags::EMBEDDER_SETTABLE);
+        if owned != PageFlags::EMPTY {
+            let _ = alloc.set_page_flags(to, owned);
+            let _ = alloc.clear_page_flags(from, owned);
+        }
+    }
+    if let Ok(private) = alloc.page_private(from) {
+        let _ = alloc.set_page_private(to, private);
+    }
+}
+
+/// A move in flight while `on_moved` runs; dropped armed (a panic unwinding
+/// through it), it puts the old block back as it was and frees a target the
+/// migrator allocated.
+struct UndoMove<'a> {
+    alloc: &'a PageAllocator,
+    old: Pfn,
+    new: Pfn,
+    order: u32,
+    flagged: u64,
+    /// The old block was frozen by its holder (not by the migrator).
+    frozen: bool,
+    /// The migrator allocated `new` (else the caller's target).
+    own_target: bool,
+    armed: bool,
+}
+
+impl Drop for UndoMove<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let alloc = self.alloc;
+        move_embedder_state(alloc, self.new, self.old, self.flagged);
+        let _ = alloc.set_page_private(self.new, 0);
+        if !self.frozen {
+            alloc.ref_unfreeze(self.old, 1);
+        }
+        if self.own_target {
+            let _ = if self.frozen {
+                alloc.free_frozen_pages(self.new, self.order)
+            } else {
+                alloc.free_pages(self.new, self.order)
+            };
+        }
     }
 }
 

@@ -5,6 +5,13 @@
 //!
 //! Owns only the trait and its three implementations; every call forwards
 //! to the path its type already has. It must not add a path of its own.
+//!
+//! The trait is sealed: these three are its only implementations. An
+//! adapter that lends its [`OwnerKey`] to a source (`X86Frames`, whose
+//! `unsafe impl FrameAllocator` promises a frame is nobody else's) must
+//! not rest that promise on code a caller wrote: a source of the caller's
+//! could keep the key's block, take it back with the lent key and return
+//! it twice.
 #![deny(unsafe_code)]
 
 use crate::mem::owned::OwnerKey;
@@ -46,7 +53,24 @@ use crate::{CpuHandle, PageAllocator, Pfn, PinnedCpu};
 /// mm.drain_all_pages();
 /// Report::new(&mm).check_invariants().unwrap();
 /// ```
-pub trait PageSource {
+///
+/// Sealed: no type outside this crate implements it.
+///
+/// ```compile_fail
+/// use mmkit::{PageAllocator, PageSource};
+/// struct Mine<'a>(&'a PageAllocator);
+/// impl PageSource for Mine<'_> { // error: the trait is sealed
+/// #   fn allocator(&self) -> &PageAllocator { self.0 }
+/// #   fn alloc_pages(&mut self, g: mmkit::Gfp, o: u32) -> Result<mmkit::Pfn, mmkit::AllocError> { todo!() }
+/// #   fn free_pages(&mut self, p: mmkit::Pfn, o: u32) -> Result<(), mmkit::FreeError> { todo!() }
+/// #   fn put_page(&mut self, p: mmkit::Pfn) -> Result<(), mmkit::FreeError> { todo!() }
+/// #   fn alloc_pages_bulk(&mut self, g: mmkit::Gfp, a: &mut [Option<mmkit::Pfn>]) -> usize { 0 }
+/// #   fn free_pages_bulk(&mut self, p: &[mmkit::Pfn]) -> Result<usize, mmkit::BulkFreeError> { todo!() }
+/// #   fn alloc_block(&mut self, k: &mmkit::OwnerKey, g: mmkit::Gfp, o: u32) -> Result<mmkit::PageBlock, mmkit::AllocError> { todo!() }
+/// #   fn free_block(&mut self, b: mmkit::PageBlock) -> Result<(), mmkit::BlockError> { todo!() }
+/// }
+/// ```
+pub trait PageSource: sealed::Sealed {
     /// The allocator behind this source (for everything else: counters,
     /// byte access to owned blocks, drains).
     fn allocator(&self) -> &PageAllocator;
@@ -96,6 +120,14 @@ pub trait PageSource {
     /// # Errors
     /// As [`PageAllocator::free_block`].
     fn free_block(&mut self, block: PageBlock) -> Result<(), BlockError>;
+}
+
+mod sealed {
+    /// The seal: only this module's impls exist.
+    pub trait Sealed {}
+    impl Sealed for &crate::PageAllocator {}
+    impl Sealed for crate::CpuHandle<'_> {}
+    impl Sealed for crate::PinnedCpu<'_> {}
 }
 
 impl PageSource for &PageAllocator {

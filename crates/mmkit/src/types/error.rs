@@ -395,6 +395,18 @@ pub enum PageError {
     /// The page belongs to a pinned CPU ([`FreeError::CpuLocal`]); no
     /// reference can be taken until its handle hands it over.
     CpuLocal(Pfn),
+    /// The page is part of a block a handle owns (a layer's
+    /// [`PageBlock`](crate::PageBlock), a [`PageGuard`](crate::PageGuard),
+    /// a frame adapter's frame, a contiguous range): no bare-PFN call
+    /// changes it ([`FreeError::Owned`] for the frees).
+    Owned {
+        /// The page asked about (its block's head for a compound page).
+        pfn: Pfn,
+        /// Its owner.
+        owner: crate::PageOwner,
+    },
+    /// The page's reference count is at its maximum: one more would wrap.
+    RefcountSaturated(Pfn),
 }
 
 impl fmt::Display for PageError {
@@ -405,6 +417,10 @@ impl fmt::Display for PageError {
             Self::NotInUse(p) => write!(f, "pfn {p} is not in use"),
             Self::FlagNotSettable(flags) => write!(f, "flags {flags:?} are owned by the allocator"),
             Self::CpuLocal(p) => write!(f, "pfn {p} belongs to a pinned cpu; it must hand the page over first"),
+            Self::Owned { pfn, owner } => {
+                write!(f, "pfn {pfn} is owned by layer {}; only that layer's handle changes it", owner.id())
+            }
+            Self::RefcountSaturated(p) => write!(f, "pfn {p} has the most references a page can hold"),
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod error;
 pub(crate) mod geometry;
 pub mod gfp;
 pub(crate) mod page_flags;
+pub(crate) mod pfn_calls;
 pub mod placement;
 
 /// Orders above this are "costly": they give up sooner (Linux's
