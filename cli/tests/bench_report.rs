@@ -24,8 +24,13 @@ fn ratio_rows_print_their_ratio_and_zram_compares_with_its_lz4_device() {
         assert!(row.contains(" ratio ") && row.contains("bytes "), "a ratio row shows its figures: {row}");
         assert!(!row.contains("0.0..0.0"), "a ratio row is no zero time: {row}");
     }
-    // Every row is compared with mmkit/lz4, the algorithm the kernel row runs.
-    assert!(text.contains("vs mmkit/lz4"), "{text}");
+    // Every I/O and ratio row is compared with mmkit/lz4, the algorithm the
+    // kernel row runs; the release rows with `deferred` (so the column says
+    // "vs baseline").
+    assert!(text.contains("vs baseline"), "{text}");
+    for row in text.lines().filter(|l| l.starts_with("release/256MiB") && l.contains("  deferred  ")) {
+        assert!(row.trim_end().ends_with("1.00"), "deferred is the release rows' baseline: {row}");
+    }
     for row in text.lines().filter(|l| l.contains("  mmkit/lz4  ") && !l.starts_with("summary")) {
         assert!(row.trim_end().ends_with("1.00"), "the baseline row compares as 1.00: {row}");
     }

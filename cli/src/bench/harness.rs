@@ -145,6 +145,27 @@ pub struct CaseResult {
 }
 
 impl CaseResult {
+    /// A row of whole releases timed once a run (`times`, ns, at least
+    /// one): unit `release`, their median, fastest and slowest, and the
+    /// figures in `extra`.
+    pub fn releases(
+        suite: &'static str,
+        name: &'static str,
+        impl_name: &'static str,
+        times: &[f64],
+        extra: Vec<(&'static str, f64)>,
+    ) -> Self {
+        let (min_ns, max_ns) = times.iter().fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        Self {
+            unit: "release",
+            median_ns: median(&mut times.to_vec()),
+            min_ns,
+            max_ns,
+            runs: times.len(),
+            ..Self::untimed(suite, name, impl_name, extra)
+        }
+    }
+
     /// A row that times nothing (a device filled once, its compression
     /// ratio): unit `device`, one run of one unit, zero times, the figures
     /// in `extra`.

@@ -145,6 +145,10 @@ pub struct SummaryLine {
     pub vs_published: Option<f64>,
     /// The Linux change the figure comes from.
     pub source: Option<&'static str>,
+    /// Calls of mmkit's row that fell back to a slower path (its
+    /// `fallback_frees` figure, the most of one run), where the row counts them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<f64>,
 }
 
 /// The summary line of one suite, when it declares a headline.
@@ -173,6 +177,7 @@ pub fn summary_line(report: &SuiteReport, headline: &Headline) -> SummaryLine {
         published_ratio,
         vs_published,
         source: headline.published.map(|p| p.source),
+        fallback: ours.and_then(|c| figure(c, "fallback_frees")),
     }
 }
 
@@ -264,7 +269,12 @@ fn cells(line: &SummaryLine, source: Option<usize>) -> [String; 8] {
     };
     [
         line.suite.to_string(),
-        if line.imp == MMKIT { line.case.to_string() } else { format!("{} ({})", line.case, line.imp) },
+        match (line.imp == MMKIT, line.fallback) {
+            (true, None) => line.case.to_string(),
+            (true, Some(n)) => format!("{} ({n} fell back)", line.case),
+            (false, None) => format!("{} ({})", line.case, line.imp),
+            (false, Some(n)) => format!("{} ({}, {n} fell back)", line.case, line.imp),
+        },
         time(line.median_ns),
         if line.peer_is_mmkit { format!("{} (mmkit's own path)", line.peer) } else { line.peer.to_string() },
         time(line.peer_median_ns),
@@ -484,6 +494,26 @@ mod tests {
         // One figure for the published speed-up in both columns.
         assert!(text.contains("2.08x [1]") && text.contains("vs 2.08x") && !text.contains("2.1x"), "{text}");
         assert!(text.contains("mmkit-no-quicklists (mmkit's own path)"), "{text}");
+    }
+
+    #[test]
+    fn a_row_that_counts_fallbacks_shows_them() {
+        let mut deferred = row("release/1threads", "deferred", 2.0e6);
+        deferred.extra.push(("fallback_frees", 3.0));
+        let r = report(vec![deferred, row("release/1threads", "pool_locked", 12.0e6)]);
+        let headline = Headline {
+            mmkit: Row { case: "release/1threads", imp: "deferred" },
+            peer: Row { case: "release/1threads", imp: "pool_locked" },
+            published: None,
+        };
+        let line = summary_line(&r, &headline);
+        assert_eq!((line.fallback, line.ratio), (Some(3.0), Some(6.0)));
+        let text = to_text(std::slice::from_ref(&line), &[]);
+        assert!(text.contains("release/1threads (deferred, 3 fell back)"), "{text}");
+        let json = serde_json::to_string(&line).unwrap();
+        assert!(json.contains("\"fallback\":3.0"), "{json}");
+        let plain = summary_line(&report(vec![row("pair", MMKIT, 1.0)]), &headline);
+        assert!(!serde_json::to_string(&plain).unwrap().contains("fallback"));
     }
 
     #[test]

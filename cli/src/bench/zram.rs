@@ -11,6 +11,16 @@
 //!   `kernel/lz4` through `O_DIRECT` `pwrite`/`pread`.
 //! - `ratio/real`: 256 MiB of real binaries written once;
 //!   `orig_data_size / mem_used_total` per impl (the `ratio` extra).
+//! - `release/256MiB`: 256 MiB of real pages written to a device, then
+//!   every slot freed through the slot-free notification, as a process
+//!   exit releases its swap: the swap layer frees a cluster of 512 slots
+//!   at a time and notifies each (Linux's `swap_range_free` calling
+//!   `zram_slot_free_notify`; here `slot_free_notify_range`, one call a
+//!   cluster). Impl `sync` frees each object before the call returns (the
+//!   kernel before its 2026 series), `deferred` queues it
+//!   (`zs_free_deferred`). `median_ns` until the caller returns,
+//!   `drained_ns` until the pages are back with the page allocator;
+//!   `fallback_frees`: deferred frees that fell back (most of a run).
 //!
 //! Owns the data sets and the kernel device's life: it never touches an
 //! existing zram device, and resets and hot-removes the one it added.
@@ -27,9 +37,9 @@ use std::sync::Arc;
 /// The suite as the registry lists it.
 pub const SUITE: Suite = Suite {
     name: "zram",
-    about: "4 KiB random writes and reads on a 64 MiB device (real, half-compressible, same-filled data), 1 and 2 threads, lz4 and zstd, next to the kernel's zram; compression ratio on real binaries",
+    about: "4 KiB random writes and reads on a 64 MiB device (real, half-compressible, same-filled data), 1 and 2 threads, lz4 and zstd, next to the kernel's zram; compression ratio on real binaries; release of 256 MiB through the slot-free notification (sync vs deferred)",
     run,
-    baselines: &[("", "mmkit/lz4")],
+    baselines: &[("release/", "deferred"), ("", "mmkit/lz4")],
     headline: Some(Headline {
         mmkit: Row { case: "randwrite_4k/real", imp: "mmkit/lz4" },
         peer: Row { case: "randwrite_4k/real", imp: "kernel/lz4" },
@@ -191,6 +201,8 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
     }
     progress("ratio/real");
     cases.extend(ratio_case(settings, kernel.as_ref().ok())?);
+    progress("release/256MiB");
+    cases.extend(release_case(settings)?);
     Ok(SuiteReport {
         suite: SUITE.name,
         description: format!(
@@ -257,6 +269,56 @@ fn ratio_case(settings: &Settings, kernel: Option<&KernelZram>) -> Result<Vec<Ca
                 out.push(row("kernel/lz4", cols[0] as f64 / cols[2].max(1) as f64));
             }
         }
+    }
+    Ok(out)
+}
+
+/// Slots the swap layer frees together (Linux's `SWAPFILE_CLUSTER`).
+const SWAP_CLUSTER: usize = 512;
+
+/// `release/256MiB`: for each impl and run, a fresh device gets 256 MiB of
+/// real pages, then one thread sends the slot-free notification for every
+/// page, a swap cluster a call, as a process exit does.
+fn release_case(settings: &Settings) -> Result<Vec<CaseResult>, BenchError> {
+    let pages = real_pages(settings.pick(65_536, 2_048));
+    let bytes = (pages.len() * PAGE_SIZE) as u64;
+    let mut out = Vec::new();
+    for impl_name in ["sync", "deferred"] {
+        let (mut callers, mut drained, mut fallback) = (Vec::new(), Vec::new(), 0u64);
+        for _ in 0..settings.runs.max(1) {
+            let mm = MemoryMapBuilder::with_memory(bytes * 2 + (64 << 20))
+                .backing(Backing::RealMemory(HugePages::None))
+                .build()
+                .map_err(|e| BenchError::context("building the map", e))?;
+            let dev = Zram::new(Arc::new(mm), ZramConfig { disksize: bytes, mem_limit: 0, ..ZramConfig::default() })
+                .map_err(|e| BenchError::context("zram device", e))?;
+            let pool = dev.pool().ok_or_else(|| BenchError("the device has no pool".into()))?;
+            let io = open(&dev)?;
+            for (i, page) in pages.iter().enumerate() {
+                io.write_page(i as u64, page)?;
+            }
+            let start = std::time::Instant::now();
+            for first in (0..pages.len()).step_by(SWAP_CLUSTER) {
+                let count = SWAP_CLUSTER.min(pages.len() - first);
+                if impl_name == "sync" {
+                    io.slot_free_notify_range_sync(first, count);
+                } else {
+                    io.slot_free_notify_range(first, count);
+                }
+            }
+            callers.push(start.elapsed().as_nanos() as f64);
+            pool.zs_free_deferred_flush();
+            drained.push(start.elapsed().as_nanos() as f64);
+            fallback = fallback.max(pool.deferred_stats().fallback);
+            if pool.zs_get_total_pages() != 0 || dev.mm_stat_values().orig_data_size != 0 {
+                return Err(BenchError(format!("release/256MiB/{impl_name}: pages left after the release")));
+            }
+        }
+        let mut extra = vec![("drained_ns", super::harness::median(&mut drained)), ("pages", pages.len() as f64)];
+        if impl_name == "deferred" {
+            extra.push(("fallback_frees", fallback as f64));
+        }
+        out.push(CaseResult::releases(SUITE.name, "release/256MiB", impl_name, &callers, extra));
     }
     Ok(out)
 }

@@ -10,9 +10,11 @@
 //! - `release/Nthreads`: the experiment of Linux's 2026 series "reduce
 //!   zs_free() latency on swap release path": 256 MiB worth of pages'
 //!   objects freed from 1, 2 and 4 threads with the pre-series pool-locked
-//!   free, the lock-light `zs_free` and `zs_free_deferred` (per-CPU shards,
-//!   and one per-pool queue); the time until the callers return, and
-//!   (`drained_ns`) until everything is freed.
+//!   free, the lock-light `zs_free` and `zs_free_deferred` (per-CPU batches,
+//!   and one per-pool shard); the time until the callers return, and
+//!   (`drained_ns`) until everything is freed; the deferred rows count the
+//!   frees that fell back to a synchronous free (`fallback_frees`, the most of
+//!   any run).
 //!
 //! Owns the workloads; timing and output are the harness's.
 
@@ -163,7 +165,7 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
         cases.extend(release_case(name, threads, &sizes, release_objects, settings)?);
     }
     notes.push(format!(
-        "release/*: {release_objects} objects (256 MiB of pages) freed by N threads; median_ns is the time until the callers return, drained_ns until every page is freed; Linux's series reports 56.2 -> 17.2 ms for 256 MB single-threaded with per-CPU deferral"
+        "release/*: {release_objects} objects (256 MiB of pages) freed by N threads; median_ns is the time until the callers return, drained_ns until every page is freed, fallback_frees the most frees of one run that fell back to a synchronous free; Linux's series reports 56.2 -> 17.2 ms for 256 MB single-threaded with per-CPU deferral"
     ));
     Ok(SuiteReport {
         suite: SUITE.name,
@@ -270,6 +272,7 @@ fn release_case(
     for variant in ["pool_locked", "lock_light", "deferred", "deferred_per_pool"] {
         let mut callers = Vec::new();
         let mut drained = Vec::new();
+        let mut fallback = 0u64;
         for _ in 0..settings.runs.max(1) {
             let config = ZsConfig {
                 deferred: if variant == "deferred_per_pool" { DeferredLayout::PerPool } else { DeferredLayout::PerCpu },
@@ -304,28 +307,18 @@ fn release_case(
             callers.push(start.elapsed().as_nanos() as f64);
             zs.zs_free_deferred_flush();
             drained.push(start.elapsed().as_nanos() as f64);
+            fallback = fallback.max(zs.deferred_stats().fallback);
             if zs.zs_get_total_pages() != 0 {
                 return Err(BenchError(format!("{name}/{variant}: pages left after the release")));
             }
         }
-        let caller_median = super::harness::median(&mut callers.clone());
         let drained_median = super::harness::median(&mut drained);
-        let (min, max) = callers.iter().fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-        results.push(CaseResult {
-            suite: SUITE.name,
-            name,
-            impl_name: variant,
-            unit: "release",
-            median_ns: caller_median,
-            min_ns: min,
-            max_ns: max,
-            runs: callers.len(),
-            units_per_run: 1,
-            ratio_vs_mmkit: None,
-            baseline: None,
-            ratio_vs_baseline: None,
-            extra: vec![("drained_ns", drained_median)],
-        });
+        let extra = if variant.starts_with("deferred") {
+            vec![("drained_ns", drained_median), ("fallback_frees", fallback as f64)]
+        } else {
+            vec![("drained_ns", drained_median)]
+        };
+        results.push(CaseResult::releases(SUITE.name, name, variant, &callers, extra));
     }
     Ok(results)
 }

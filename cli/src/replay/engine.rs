@@ -217,9 +217,9 @@ impl<'a> Engine<'a> {
     ) -> Result<Self, String> {
         let backend = match mode {
             Mode::Policy => Backend::Policy(
-                (0..Cpus::new(&mm).nr_cpus())
+                (0..Cpus::new(mm).nr_cpus())
                     .map(|cpu| {
-                        let mut pinned = Cpus::new(&mm).pin_cpu(cpu).map_err(|e| e.to_string())?;
+                        let mut pinned = Cpus::new(mm).pin_cpu(cpu).map_err(|e| e.to_string())?;
                         // The replay models Linux's per-CPU lists page by page.
                         pinned.set_magazine(false);
                         Ok(pinned)
@@ -402,7 +402,7 @@ impl<'a> Engine<'a> {
     fn note_failure(&mut self, order: u32) {
         self.apply_moves();
         self.counts.failures_by_order[order as usize] += 1;
-        if order >= 9 && Report::new(&self.mm).nr_free_pages() >= 2 << order {
+        if order >= 9 && Report::new(self.mm).nr_free_pages() >= 2 << order {
             self.counts.order9_failures_with_2x_free += 1;
         }
     }

@@ -453,7 +453,7 @@ impl Pass {
             return Duration::ZERO;
         }
         let tc = Instant::now();
-        if matches!(Tuning::new(&mm).proactive_compact_marks(0, self.marks.0, self.marks.1), Ok(Some(_))) {
+        if matches!(Tuning::new(mm).proactive_compact_marks(0, self.marks.0, self.marks.1), Ok(Some(_))) {
             engine.apply_moves();
             self.proactive_runs += 1;
         }

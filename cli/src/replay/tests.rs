@@ -140,7 +140,7 @@ fn placed_mode_ends_with_the_traces_live_blocks() {
         seen = engine.live_blocks().collect();
         let live_pages: u64 = seen.values().map(|&o| 1u64 << o).sum();
         let zone_pages = mm.zones().iter().map(|z| z.managed_pages()).sum::<u64>();
-        assert_eq!(Report::new(&mm).nr_free_pages(), zone_pages - live_pages, "every other page is free");
+        assert_eq!(Report::new(mm).nr_free_pages(), zone_pages - live_pages, "every other page is free");
         for &pfn in seen.keys() {
             assert!(mm.page_count(mmkit::Pfn(pfn)).unwrap() >= 1, "{pfn:#x} is allocated in mmkit");
         }

@@ -291,8 +291,11 @@ pub fn real_file(dir: &Path, len: usize) -> PathBuf {
 }
 
 /// `mmkit zram serve ARGS` run in `cwd` (with `env` set), and its URI once
-/// printed (`None` when it exits or says nothing within 60 s).
+/// printed (`None` when it exits or says nothing within 60 s). Builds the
+/// plugin first: a test that runs before any other has built it must not
+/// see a server that cannot start.
 pub fn serve_in(args: &[std::ffi::OsString], cwd: &Path, env: &[(&str, &Path)]) -> (Child, Option<String>) {
+    plugin();
     let mut command = Command::new(mmkit());
     command.current_dir(cwd).args(["zram", "serve"]).args(args);
     for (k, v) in env {

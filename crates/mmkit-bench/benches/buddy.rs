@@ -44,7 +44,7 @@ fn pair_on(c: &mut Criterion, name: &str, mm: &PageAllocator, order: u32) {
 fn pair(c: &mut Criterion, name: &str, (default, lists_off): &(PageAllocator, PageAllocator), order: u32) {
     pair_on(c, name, default, order);
     pair_on(c, &format!("{name}/lists_off"), lists_off, order);
-    let mut cpu = Cpus::new(&lists_off).pin_cpu(0).expect("CPU 0 is free to pin");
+    let mut cpu = Cpus::new(lists_off).pin_cpu(0).expect("CPU 0 is free to pin");
     let mut zone = cpu.lock_zone(Gfp::KERNEL).expect("the map has a zone for GFP_KERNEL");
     c.bench_function(&format!("{name}/locked_zone"), |b| {
         b.iter(|| {

@@ -209,7 +209,7 @@ mod tests {
     #[test]
     fn every_case_round_trips() {
         let b = ContigBench::new(2048).unwrap();
-        let free = Report::new(&b.allocator()).nr_free_pages();
+        let free = Report::new(b.allocator()).nr_free_pages();
         let pfn = b.alloc_range().unwrap();
         b.free_per_page(pfn).unwrap();
         let pfn = b.alloc_range().unwrap();
@@ -220,7 +220,7 @@ mod tests {
         b.free_owned(range).unwrap();
         let pfn = b.cma_alloc().unwrap();
         b.cma_release(pfn).unwrap();
-        assert_eq!(Report::new(&b.allocator()).nr_free_pages(), free);
+        assert_eq!(Report::new(b.allocator()).nr_free_pages(), free);
         Report::new(b.allocator()).check_invariants().unwrap();
     }
 

@@ -75,7 +75,7 @@ pub struct OwnedBlock {
 // One `unsafe` call: the frame adapter's deallocation, whose contract holds.
 #[allow(unsafe_code)]
 pub fn with_owned<R>(mm: &Arc<PageAllocator>, kind: OwnedKind, body: impl FnOnce(OwnedBlock) -> R) -> R {
-    let blocks = Blocks::new(&mm);
+    let blocks = Blocks::new(mm);
     let gfp = Gfp::KERNEL;
     match kind {
         OwnedKind::Guard => {
@@ -148,7 +148,7 @@ pub fn with_owned<R>(mm: &Arc<PageAllocator>, kind: OwnedKind, body: impl FnOnce
 fn zspage_pfn(mm: &PageAllocator, pool: &ZsPool) -> Pfn {
     (mm.start_pfn().0..mm.end_pfn().0)
         .map(Pfn)
-        .find(|&pfn| Blocks::new(&mm).page_owner(pfn) == Some(pool.owner()))
+        .find(|&pfn| Blocks::new(mm).page_owner(pfn) == Some(pool.owner()))
         .expect("the pool holds a page")
 }
 

@@ -39,14 +39,10 @@ fn for_every_panic(what: &str, mut workload: impl FnMut(u64) -> (u64, bool)) -> 
 /// The map's invariants, and every page free (after a drain) but the
 /// `leaked` bad pages.
 fn all_back(mm: &PageAllocator, total: u64, what: &str) {
-    Cpus::new(&mm).drain_all_pages();
+    Cpus::new(mm).drain_all_pages();
     Report::new(mm).check_invariants().unwrap_or_else(|e| panic!("{what}: {e:?}"));
-    let leaked = Report::new(&mm).stats().bad_pages_leaked;
-    assert_eq!(
-        Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages() + leaked,
-        total,
-        "{what}: pages lost"
-    );
+    let leaked = Report::new(mm).stats().bad_pages_leaked;
+    assert_eq!(Report::new(mm).nr_free_pages() + Report::new(mm).nr_pcp_pages() + leaked, total, "{what}: pages lost");
 }
 
 fn real_map(bytes: u64) -> MemoryMapBuilder {

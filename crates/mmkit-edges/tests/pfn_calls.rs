@@ -206,28 +206,28 @@ fn dispatch(name: &str) -> Option<Call> {
         "PageAllocator::get_page" => |t| outcome(t.mm.get_page(t.pfn)),
         "PageAllocator::free_pages_bulk" => |t| outcome(t.mm.free_pages_bulk(&[t.pfn])),
         "PageAllocator::release_pages" => |t| outcome(t.mm.release_pages(&[t.pfn])),
-        "CpuHandle::free_pages" => |t| outcome(Cpus::new(&t.mm).cpu(0).unwrap().free_pages(t.pfn, t.block.order)),
+        "CpuHandle::free_pages" => |t| outcome(Cpus::new(t.mm).cpu(0).unwrap().free_pages(t.pfn, t.block.order)),
         "CpuHandle::free_frozen_pages" => {
-            |t| outcome(Cpus::new(&t.mm).cpu(0).unwrap().free_frozen_pages(t.pfn, t.block.order))
+            |t| outcome(Cpus::new(t.mm).cpu(0).unwrap().free_frozen_pages(t.pfn, t.block.order))
         }
-        "CpuHandle::put_page" => |t| outcome(Cpus::new(&t.mm).cpu(0).unwrap().put_page(t.pfn)),
-        "CpuHandle::free_pages_bulk" => |t| outcome(Cpus::new(&t.mm).cpu(0).unwrap().free_pages_bulk(&[t.pfn])),
-        "CpuHandle::release_pages" => |t| outcome(Cpus::new(&t.mm).cpu(0).unwrap().release_pages(&[t.pfn])),
-        "PinnedCpu::free_pages" => |t| outcome(Cpus::new(&t.mm).pin_cpu(1).unwrap().free_pages(t.pfn, t.block.order)),
+        "CpuHandle::put_page" => |t| outcome(Cpus::new(t.mm).cpu(0).unwrap().put_page(t.pfn)),
+        "CpuHandle::free_pages_bulk" => |t| outcome(Cpus::new(t.mm).cpu(0).unwrap().free_pages_bulk(&[t.pfn])),
+        "CpuHandle::release_pages" => |t| outcome(Cpus::new(t.mm).cpu(0).unwrap().release_pages(&[t.pfn])),
+        "PinnedCpu::free_pages" => |t| outcome(Cpus::new(t.mm).pin_cpu(1).unwrap().free_pages(t.pfn, t.block.order)),
         "PinnedCpu::free_frozen_pages" => {
-            |t| outcome(Cpus::new(&t.mm).pin_cpu(1).unwrap().free_frozen_pages(t.pfn, t.block.order))
+            |t| outcome(Cpus::new(t.mm).pin_cpu(1).unwrap().free_frozen_pages(t.pfn, t.block.order))
         }
-        "PinnedCpu::put_page" => |t| outcome(Cpus::new(&t.mm).pin_cpu(1).unwrap().put_page(t.pfn)),
-        "PinnedCpu::free_pages_bulk" => |t| outcome(Cpus::new(&t.mm).pin_cpu(1).unwrap().free_pages_bulk(&[t.pfn])),
-        "PinnedCpu::hand_over" => |t| outcome(Cpus::new(&t.mm).pin_cpu(1).unwrap().hand_over(t.pfn)),
+        "PinnedCpu::put_page" => |t| outcome(Cpus::new(t.mm).pin_cpu(1).unwrap().put_page(t.pfn)),
+        "PinnedCpu::free_pages_bulk" => |t| outcome(Cpus::new(t.mm).pin_cpu(1).unwrap().free_pages_bulk(&[t.pfn])),
+        "PinnedCpu::hand_over" => |t| outcome(Cpus::new(t.mm).pin_cpu(1).unwrap().hand_over(t.pfn)),
         "LockedZone::free_pages" => |t| {
-            let mut cpu = Cpus::new(&t.mm).pin_cpu(1).unwrap();
+            let mut cpu = Cpus::new(t.mm).pin_cpu(1).unwrap();
             let gfp = zone_gfp(t.mm, t.pfn);
             let result = cpu.burst(gfp, |zone| zone.free_pages(t.pfn, t.block.order)).unwrap();
             outcome(result)
         },
         "LockedZone::hand_over" => |t| {
-            let mut cpu = Cpus::new(&t.mm).pin_cpu(1).unwrap();
+            let mut cpu = Cpus::new(t.mm).pin_cpu(1).unwrap();
             let gfp = zone_gfp(t.mm, t.pfn);
             outcome(cpu.burst(gfp, |zone| zone.hand_over(t.pfn)).unwrap())
         },
@@ -249,7 +249,7 @@ fn dispatch(name: &str) -> Option<Call> {
             ))
         },
         "Contig::alloc_contig_block" => |t| {
-            let key = Blocks::new(&t.mm).new_owner_key().unwrap();
+            let key = Blocks::new(t.mm).new_owner_key().unwrap();
             let contig = Contig::new(t.mm);
             let got = contig.alloc_contig_block(&key, t.pfn, Pfn(t.pfn.0 + 1), MigrateType::Movable, Gfp::KERNEL);
             let out = match got {
@@ -259,7 +259,7 @@ fn dispatch(name: &str) -> Option<Call> {
                 }
                 Err(e) => Err(format!("{e:?}")),
             };
-            Blocks::new(&t.mm).release_owner_key(key);
+            Blocks::new(t.mm).release_owner_key(key);
             out
         },
         "Contig::cma_release" => |t| {
@@ -294,12 +294,12 @@ fn snapshot(mm: &PageAllocator, block: OwnedBlock) -> (Vec<String>, u64) {
                 mm.page_flags(p),
                 mm.page_count(p),
                 mm.page_private(p),
-                Blocks::new(&mm).page_owner(p)
+                Blocks::new(mm).page_owner(p)
             )
         })
         .collect();
-    Cpus::new(&mm).drain_all_pages();
-    (pages, Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages())
+    Cpus::new(mm).drain_all_pages();
+    (pages, Report::new(mm).nr_free_pages() + Report::new(mm).nr_pcp_pages())
 }
 
 fn map() -> Arc<PageAllocator> {

@@ -24,10 +24,10 @@ fn real_map(bytes: u64) -> MemoryMapBuilder {
 }
 
 fn all_back(mm: &PageAllocator, total: u64, what: &str) {
-    Cpus::new(&mm).drain_all_pages();
+    Cpus::new(mm).drain_all_pages();
     Report::new(mm).check_invariants().unwrap_or_else(|e| panic!("{what}: {e:?}"));
     assert_eq!(
-        Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages() + Report::new(&mm).stats().bad_pages_leaked,
+        Report::new(mm).nr_free_pages() + Report::new(mm).nr_pcp_pages() + Report::new(mm).stats().bad_pages_leaked,
         total,
         "{what}: pages lost"
     );

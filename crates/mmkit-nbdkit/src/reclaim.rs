@@ -114,8 +114,8 @@ impl Reclaimer {
                 }
                 if schedule.sample(pool.zs_get_total_pages(), Instant::now()) {
                     let mm = pool.allocator();
-                    Cpus::new(&mm).drain_all_pages();
-                    Tuning::new(&mm).report_free_pages();
+                    Cpus::new(mm).drain_all_pages();
+                    Tuning::new(mm).report_free_pages();
                 }
             }
         })?;
@@ -172,13 +172,13 @@ mod tests {
         }
         let pool = zram.pool().unwrap();
         assert!(pool.zs_get_total_pages() > 2 * SHRINK_PAGES);
-        let reported_before = Report::new(&pool.allocator()).nr_reported_pages();
+        let reported_before = Report::new(pool.allocator()).nr_reported_pages();
         let _reclaimer = Reclaimer::with_delay(Arc::clone(&zram), Duration::from_millis(300)).unwrap();
         std::thread::sleep(2 * SAMPLE_EVERY);
         dev.discard(0, 64 << 20).unwrap();
         assert_eq!(pool.zs_get_total_pages(), 0, "zsmalloc gave every emptied zspage back at once");
         let started = Instant::now();
-        while Report::new(&pool.allocator()).nr_reported_pages() <= reported_before {
+        while Report::new(pool.allocator()).nr_reported_pages() <= reported_before {
             assert!(started.elapsed() < Duration::from_secs(10), "no reporting pass within 10 s");
             std::thread::sleep(SAMPLE_EVERY);
         }

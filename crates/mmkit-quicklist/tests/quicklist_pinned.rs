@@ -21,8 +21,8 @@ fn real_map(cpus: usize) -> Arc<PageAllocator> {
 
 /// Free + cached + held pages add up to what was free at the start.
 fn assert_conserved(mm: &PageAllocator, ql: &Quicklists, start_free: u64, held: u64) {
-    Cpus::new(&mm).drain_all_pages();
-    assert_eq!(Report::new(&mm).nr_free_pages() + ql.quicklist_total_size() + held, start_free);
+    Cpus::new(mm).drain_all_pages();
+    assert_eq!(Report::new(mm).nr_free_pages() + ql.quicklist_total_size() + held, start_free);
 }
 
 #[test]

@@ -29,8 +29,8 @@ fn read_byte(mm: &PageAllocator, pfn: Pfn, offset: usize) -> u8 {
 
 /// Free + cached + held pages add up to what was free at the start.
 fn assert_conserved(mm: &PageAllocator, ql: &Quicklists, start_free: u64, held: u64) {
-    Cpus::new(&mm).drain_all_pages();
-    assert_eq!(Report::new(&mm).nr_free_pages() + ql.quicklist_total_size() + held, start_free);
+    Cpus::new(mm).drain_all_pages();
+    assert_eq!(Report::new(mm).nr_free_pages() + ql.quicklist_total_size() + held, start_free);
 }
 
 #[test]

@@ -27,9 +27,11 @@ use std::path::{Path, PathBuf};
 /// the files it names are split (`Device` as a composition of parts,
 /// `config` plain data that `params` validates; a `report` module the
 /// bench harness and summary share; the deferred queue apart from the
-/// pool; the trace cache's writer apart from the converter).
+/// pool; the trace cache's writer apart from the converter; the
+/// `SwapRegion`'s fault hand-off slots apart from the fault path).
 const KNOWN_CYCLES: &[(&str, &str)] = &[
     ("crates/mmkit-zsmalloc", "deferred ↔ pool"),
+    ("crates/mmkit-zswap", "region::fault ↔ region::pager"),
     ("crates/mmkit-zram", "config ↔ device ↔ params ↔ stats ↔ writeback"),
     ("cli", "bench::harness ↔ bench::summary"),
     ("cli", "replay::cache ↔ replay::scan"),

@@ -32,17 +32,6 @@ pub const PAGE_SIZE: usize = 4096;
 /// could recurse into block I/O).
 const ZRAM_GFP: Gfp = Gfp::NOIO.union(Gfp::NOWARN).union(Gfp::HIGHMEM).union(Gfp::MOVABLE);
 
-/// Flags a freed slot loses at once: one mask, as the 2026 series merged
-/// the separate clears of `slot_free`.
-const CLEARED_ON_FREE: u32 = flags::SAME
-    | flags::HUGE
-    | flags::IDLE
-    | flags::INCOMPRESSIBLE
-    | flags::PP_SLOT
-    | flags::WB
-    | flags::COMP_PRIORITY_BIT1
-    | flags::COMP_PRIORITY_BIT2;
-
 /// What a slot will hold after a write.
 enum Content {
     Same(u64),
@@ -296,30 +285,6 @@ impl Device {
         self.write(last_whole, &vec![0; (end - last_whole) as usize])
     }
 
-    /// The free notification of a swap-like user (Linux's
-    /// `zram_slot_free_notify`): must not wait, so it only tries the slot
-    /// lock (counting `miss_free` when it cannot take it) and hands the
-    /// object to zsmalloc's deferred free.
-    pub fn slot_free_notify(&self, index: usize) {
-        if index >= self.slots.len() {
-            self.counters.invalid_io.fetch_add(1, Relaxed);
-            return;
-        }
-        let Some(slot) = self.slots.get(index) else { return };
-        let Some(guard) = slot.try_lock() else {
-            self.counters.miss_free.fetch_add(1, Relaxed);
-            return;
-        };
-        let handle = self.slot_free_extract(&guard);
-        drop(guard);
-        self.counters.notify_free.fetch_add(1, Relaxed);
-        if let Some(handle) = handle {
-            // The handle came from the slot, so the free can only fail on
-            // a corrupted table: counted by the pool's deferred statistics.
-            let _ = self.pool.zs_free_deferred_raw(&self.key, handle);
-        }
-    }
-
     /// Marks every stored page idle (`echo all > idle`).
     pub fn idle_all(&self) {
         self.mark_idle(|_| true);
@@ -545,36 +510,6 @@ impl Device {
             return Err(ZramError::NoSpace);
         }
         Ok(())
-    }
-
-    /// Clears a slot under its lock (Linux's `slot_free_extract`: flags,
-    /// statistics, size and handle at once) and returns the object to free
-    /// once the lock is dropped.
-    pub(crate) fn slot_free_extract(&self, slot: &SlotGuard<'_>) -> Option<u64> {
-        if !slot.allocated() {
-            return None;
-        }
-        let handle = if slot.has(flags::SAME) {
-            self.counters.hot().same_pages.fetch_sub(1, Relaxed);
-            None
-        } else if slot.has(flags::WB) {
-            if let Some(backing) = &self.wb.backing {
-                backing.free_block(slot.handle());
-            }
-            self.wb.bd_count.fetch_sub(1, Relaxed);
-            None
-        } else {
-            if slot.has(flags::HUGE) {
-                self.counters.hot().huge_pages.fetch_sub(1, Relaxed);
-            }
-            self.counters.hot().compr_data_size.fetch_sub(slot.size() as i64, Relaxed);
-            Some(slot.handle()).filter(|&word| word != 0)
-        };
-        self.counters.hot().pages_stored.fetch_sub(1, Relaxed);
-        slot.update_flags(0, CLEARED_ON_FREE);
-        slot.set_size(0);
-        slot.set_handle(0);
-        handle
     }
 
     /// Frees pages `first..end`, skipping the chunks never written (a

@@ -25,6 +25,7 @@ mod device;
 mod lifecycle;
 mod params;
 mod recompress;
+mod release;
 mod size;
 pub mod slot;
 mod stats;

@@ -180,6 +180,41 @@ impl<'a> OpenHandle<'a> {
             Ok(())
         });
     }
+
+    /// [`slot_free_notify`](Self::slot_free_notify) as Linux had it before
+    /// its 2026 series made it deferred: the page's object is freed before
+    /// the call returns (`zs_free`). For callers that want the memory back
+    /// at once, and to measure the deferred free against.
+    pub fn slot_free_notify_sync(&self, index: usize) {
+        let _ = self.zram.with(|d| {
+            d.slot_free_notify_sync(index);
+            Ok(())
+        });
+    }
+
+    /// [`slot_free_notify`](Self::slot_free_notify) of every slot in
+    /// `first .. first + count`, as the swap layer sends it for each slot
+    /// of a range it frees (Linux's `swap_range_free`, a swap cluster of
+    /// up to 512 slots at a time on a process exit): the device is held
+    /// once for the run and the counters are updated once, instead of
+    /// once a slot. Indices past the device count as invalid I/O, one
+    /// each; nothing happens on an uninitialised device.
+    pub fn slot_free_notify_range(&self, first: usize, count: usize) {
+        let _ = self.zram.with(|d| {
+            d.slot_free_notify_range(first, count, true);
+            Ok(())
+        });
+    }
+
+    /// [`slot_free_notify_range`](Self::slot_free_notify_range) with each
+    /// object freed before the call returns, as
+    /// [`slot_free_notify_sync`](Self::slot_free_notify_sync) does.
+    pub fn slot_free_notify_range_sync(&self, first: usize, count: usize) {
+        let _ = self.zram.with(|d| {
+            d.slot_free_notify_range(first, count, false);
+            Ok(())
+        });
+    }
 }
 
 impl Drop for OpenHandle<'_> {

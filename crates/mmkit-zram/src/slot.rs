@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Acquire, Ordering::Relax
 /// Bits of the flags word below the flags: the compressed size
 /// (`PAGE_SHIFT + 1`, room for 4096).
 pub const ZRAM_FLAG_SHIFT: u32 = 13;
-const SIZE_MASK: u32 = (1 << ZRAM_FLAG_SHIFT) - 1;
+pub(crate) const SIZE_MASK: u32 = (1 << ZRAM_FLAG_SHIFT) - 1;
 
 /// Slot flags, Linux's `enum zram_pageflags`.
 pub mod flags {
@@ -80,6 +80,14 @@ impl Slot {
         }
     }
 
+    /// [`try_lock`](Self::try_lock), with the flags word as the lock found
+    /// it (lock bit clear): the free notification reads the slot from the
+    /// one atomic step that takes it.
+    pub(crate) fn try_lock_word(&self) -> Option<(SlotGuard<'_>, u32)> {
+        let old = self.flags.fetch_or(flags::LOCK, Acquire);
+        (old & flags::LOCK == 0).then(|| (SlotGuard { slot: self }, old))
+    }
+
     /// Takes the lock if it is free (Linux's `slot_trylock`, for the free
     /// notification that must not sleep).
     pub(crate) fn try_lock(&self) -> Option<SlotGuard<'_>> {
@@ -131,6 +139,24 @@ impl SlotGuard<'_> {
     pub(crate) fn ac_time(&self) -> u32 {
         self.slot.ac_time.load(Relaxed)
     }
+    /// Empties the slot for a free and unlocks it: `clear` flags, the size
+    /// and the handle cleared, from `word`, the flags word the lock was
+    /// taken with ([`Slot::try_lock_word`]); one store of the flags word
+    /// both clears and unlocks.
+    pub(crate) fn clear_and_unlock(self, word: u32, clear: u32) {
+        self.slot.handle.store(0, Relaxed);
+        self.slot.flags.store(word & !(clear | flags::LOCK | SIZE_MASK), Release);
+        std::mem::forget(self);
+    }
+
+    /// Empties the slot for a free: `clear` flags, the size and the handle
+    /// cleared, with one store of the flags word.
+    pub(crate) fn clear_on_free(&self, clear: u32) {
+        let word = self.slot.flags.load(Relaxed);
+        self.slot.flags.store(word & !(clear & !flags::LOCK) & !SIZE_MASK, Relaxed);
+        self.slot.handle.store(0, Relaxed);
+    }
+
     /// Whether the slot holds data (a handle, a fill word, or a
     /// written-back page).
     pub(crate) fn allocated(&self) -> bool {
@@ -139,8 +165,13 @@ impl SlotGuard<'_> {
 }
 
 impl Drop for SlotGuard<'_> {
+    /// Unlocks with a plain store: while the lock is held only its holder
+    /// changes the word (a try of another thread is a `fetch_or` of the
+    /// bit that is set already, which changes nothing), so the word the
+    /// holder last wrote, less the bit, is the word.
     fn drop(&mut self) {
-        self.slot.flags.fetch_and(!flags::LOCK, Release);
+        let word = self.slot.flags.load(Relaxed);
+        self.slot.flags.store(word & !flags::LOCK, Release);
     }
 }
 

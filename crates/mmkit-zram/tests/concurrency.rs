@@ -73,7 +73,13 @@ fn a_million_mixed_operations_lose_and_tear_nothing() {
                     match rng.next_u64() % 16 {
                         0..=4 => zram.open().unwrap().write(offset, &stamped(thread, shared, version)).unwrap(),
                         5 => zram.open().unwrap().discard(offset, PAGE_SIZE as u64).unwrap(),
-                        6 => zram.open().unwrap().slot_free_notify(shared as usize),
+                        6 if version % 2 == 0 => zram.open().unwrap().slot_free_notify(shared as usize),
+                        // A run of shared slots freed at once, as a swap
+                        // cluster is, among the writes of the others.
+                        6 => {
+                            let count = (1 + version % 5).min(SHARED - shared);
+                            zram.open().unwrap().slot_free_notify_range(shared as usize, count as usize)
+                        }
                         7 => {
                             let data = stamped(thread, first_private + private, version);
                             zram.open().unwrap().write(private_offset, &data).unwrap();

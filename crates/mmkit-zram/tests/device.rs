@@ -195,6 +195,63 @@ fn free_notify_defers_the_free() {
 }
 
 #[test]
+fn the_synchronous_free_notify_frees_before_it_returns() {
+    let zram = device(1 << 20, Algorithm::Lz4);
+    let io = zram.open().unwrap();
+    for (i, page) in real_pages(3).iter().enumerate() {
+        io.write((i * PAGE_SIZE) as u64, page).unwrap();
+    }
+    let pool = zram.pool().unwrap();
+    for index in 0..3 {
+        io.slot_free_notify_sync(index);
+    }
+    // No flush: the objects are gone and their pages back already.
+    assert_eq!((pool.zs_get_total_pages(), pool.deferred_stats().queued), (0, 0));
+    assert_eq!(zram.mm_stat_values().orig_data_size, 0);
+    assert_eq!(zram.io_stat().split_whitespace().nth(3), Some("3"), "notify_free counts them");
+    // Out of range: counted as invalid I/O, nothing freed.
+    io.slot_free_notify_sync(usize::MAX);
+    assert_eq!(zram.io_stat().split_whitespace().nth(2), Some("1"), "invalid_io");
+}
+
+#[test]
+fn a_range_notification_frees_each_slot_as_one_notification_would() {
+    let zram = device(1 << 20, Algorithm::Lz4);
+    let io = zram.open().unwrap();
+    let pages = real_pages(3);
+    for (i, page) in pages.iter().enumerate() {
+        io.write((i * PAGE_SIZE) as u64, page).unwrap();
+    }
+    io.write(3 * PAGE_SIZE as u64, &[7; PAGE_SIZE]).unwrap();
+    io.write(5 * PAGE_SIZE as u64, &noise(5)).unwrap();
+    let before = zram.mm_stat_values();
+    assert_eq!((before.same_pages, before.huge_pages, before.orig_data_size), (1, 1, 5 * PAGE_SIZE as u64));
+    let pool = zram.pool().unwrap();
+    // Slots 1 ..= 299 of a 256-page device: a compressed page, a
+    // same-filled one, a huge one, empty slots, then 44 past the end.
+    io.slot_free_notify_range(1, 299);
+    pool.zs_free_deferred_flush();
+    let after = zram.mm_stat_values();
+    assert_eq!((after.same_pages, after.huge_pages, after.orig_data_size), (0, 0, PAGE_SIZE as u64));
+    let io_stat: Vec<String> = zram.io_stat().split_whitespace().map(str::to_string).collect();
+    assert_eq!((io_stat[2].as_str(), io_stat[3].as_str()), ("44", "255"), "invalid_io, notify_free");
+    let mut back = vec![0; PAGE_SIZE];
+    io.read(0, &mut back).unwrap();
+    assert_eq!(back, pages[0], "the slot before the range keeps its page");
+    io.read(2 * PAGE_SIZE as u64, &mut back).unwrap();
+    assert_eq!(back, vec![0; PAGE_SIZE], "a freed slot reads as zeroes");
+    assert_eq!(after.compr_data_size, zram.mm_stat_values().compr_data_size);
+    // The synchronous form frees before it returns; a range of nothing,
+    // or wholly past the device, frees nothing.
+    io.slot_free_notify_range_sync(0, 1);
+    assert_eq!((pool.zs_get_total_pages(), zram.mm_stat_values().orig_data_size), (0, 0));
+    io.slot_free_notify_range(7, 0);
+    io.slot_free_notify_range(usize::MAX - 1, usize::MAX);
+    assert_eq!(zram.io_stat().split_whitespace().nth(2), Some("45"), "one more invalid index");
+    assert_eq!(pool.deferred_stats().invalid, 0);
+}
+
+#[test]
 fn idle_marking_and_block_state_use_the_kernel_letters() {
     let zram = device(1 << 20, Algorithm::Lz4);
     zram.open().unwrap().write(0, &real_pages(1)[0]).unwrap();

@@ -41,12 +41,14 @@ impl ClassShape {
 #[derive(Clone, Debug)]
 pub struct ClassTable {
     page_size: usize,
-    delta: usize,
     /// Shape of every class index `0..nr_classes`.
     shapes: Vec<ClassShape>,
     /// Class index `i` is served by class `merged_into[i]` (itself when it
     /// was not merged), as `pool->size_class[i]` points in Linux.
     merged_into: Vec<usize>,
+    /// The serving class of every object size `0..=page_size` (header
+    /// included): `class_for` as one load.
+    by_size: Box<[u16]>,
     huge_class_size: usize,
 }
 
@@ -88,7 +90,12 @@ impl ClassTable {
                 }
             };
         }
-        Self { page_size, delta, shapes, merged_into, huge_class_size }
+        let lookup = |size: usize| {
+            let idx = if size > ZS_MIN_ALLOC_SIZE { (size - ZS_MIN_ALLOC_SIZE).div_ceil(delta) } else { 0 };
+            merged_into[idx.min(nr_classes - 1)]
+        };
+        let by_size = (0..=max).map(|size| lookup(size) as u16).collect();
+        Self { page_size, shapes, merged_into, by_size, huge_class_size }
     }
 
     /// Size classes before merging (255 on 4 KiB pages).
@@ -124,9 +131,12 @@ impl ClassTable {
 
     /// The class index for an object of `size` bytes, header included
     /// (Linux's `get_size_class_index`), then the class serving it.
+    #[inline]
     pub fn class_for(&self, size: usize) -> usize {
-        let idx = if size > ZS_MIN_ALLOC_SIZE { (size - ZS_MIN_ALLOC_SIZE).div_ceil(self.delta) } else { 0 };
-        self.merged_into[idx.min(self.shapes.len() - 1)]
+        match self.by_size.get(size) {
+            Some(&class) => usize::from(class),
+            None => self.merged_into[self.shapes.len() - 1],
+        }
     }
 }
 
@@ -173,6 +183,21 @@ mod tests {
             let c = t.class_for(size);
             assert_eq!(t.serving(c), c);
             assert!(t.shape(c).size >= size, "size {size} in class of {}", t.shape(c).size);
+        }
+    }
+
+    #[test]
+    fn the_lookup_table_agrees_with_linux_arithmetic() {
+        for (page_size, chain) in [(4096, 4), (4096, 8), (4096, 16), (16384, 8), (65536, 8)] {
+            let t = ClassTable::new(page_size, chain);
+            for size in 0..=page_size + 64 {
+                let idx = if size > ZS_MIN_ALLOC_SIZE {
+                    (size - ZS_MIN_ALLOC_SIZE).div_ceil(page_size >> CLASS_BITS)
+                } else {
+                    0
+                };
+                assert_eq!(t.class_for(size), t.merged_into[idx.min(t.nr_classes() - 1)], "size {size}");
+            }
         }
     }
 

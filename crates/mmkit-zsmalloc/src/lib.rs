@@ -26,6 +26,8 @@
 pub mod class;
 mod compact;
 mod deferred;
+mod deferred_queue;
+mod groups;
 mod handle;
 mod migrate;
 mod pool;
@@ -89,6 +91,13 @@ pub enum ZsError {
     /// (by pools, quicklist sets, frame adapters, guards, or tags retired
     /// with pages still out).
     OwnerTagsExhausted,
+    /// A `zs_obj_read_with` call from inside the closures of `max` reads
+    /// nested in each other on one thread: the thread's record of the
+    /// classes it reads (what tells re-entry from contention) is full.
+    ReadsNestedTooDeep {
+        /// Reads one thread may nest.
+        max: usize,
+    },
     /// The caller's buffer cannot hold the object.
     BufferTooSmall {
         /// The object's size.
@@ -116,6 +125,9 @@ impl core::fmt::Display for ZsError {
                 "size class {class} is being read by this thread's zs_obj_read_with closure; \
                  a call from that closure cannot lock it"
             ),
+            Self::ReadsNestedTooDeep { max } => {
+                write!(f, "{max} zs_obj_read_with closures are already nested on this thread; no deeper read is taken")
+            }
             Self::OwnerTagsExhausted => {
                 f.write_str("the page allocator's owner tags are all held; no owner key is left for another pool")
             }

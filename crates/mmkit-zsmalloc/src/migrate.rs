@@ -21,11 +21,8 @@ impl Inner {
     /// cost every zspage allocation a pool-wide lock.
     fn find_page(&self, pfn: Pfn) -> Option<(usize, usize, usize)> {
         for class in self.serving_classes() {
-            let state = self.lock(class);
-            for (id, zspage) in state.zspages.iter().enumerate() {
-                if let Some(at) = zspage.as_ref().and_then(|z| z.pages.iter().position(|b| b.pfn() == pfn)) {
-                    return Some((class, id, at));
-                }
+            if let Some((id, at)) = self.lock(class).find_page(pfn) {
+                return Some((class, id, at));
             }
         }
         None
@@ -34,26 +31,17 @@ impl Inner {
     pub(crate) fn migrate_page(&self, pfn: Pfn, gfp: Gfp, nid: usize) -> Result<Pfn, ZsError> {
         let blocks = Blocks::new(&self.mm);
         let (class, id, at) = self.find_page(pfn).ok_or(ZsError::UnknownPage(pfn))?;
-        let mut target = blocks.alloc_block_node(nid, self.key()?, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
+        let target =
+            Blocks::new(&self.mm).alloc_block_node(nid, self.key()?, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
         let new = target.pfn();
-        let old = {
-            let mut state = self.lock(class);
-            match state.zspages.get_mut(id).and_then(Option::as_mut) {
-                // Still there (not freed or moved since the scan): copy it
-                // under the class lock, so no object changes meanwhile.
-                Some(zspage) if zspage.pages.get(at).is_some_and(|b| b.pfn() == pfn) => {
-                    if let (Some(src), Some(dst)) =
-                        (blocks.block_bytes(&zspage.pages[at]), blocks.block_bytes_mut(&mut target))
-                    {
-                        dst.copy_from_slice(src);
-                    }
-                    Some(std::mem::replace(&mut zspage.pages[at], target))
-                }
-                _ => {
-                    drop(state);
-                    let _ = blocks.free_block(target);
-                    None
-                }
+        // Still there (not freed or moved since the scan): copied under
+        // the class lock, so no object changes meanwhile.
+        let swapped = self.lock(class).replace_page(&self.mm, id, at, pfn, target);
+        let old = match swapped {
+            Ok(old) => Some(old),
+            Err(target) => {
+                let _ = Blocks::new(&self.mm).free_block(target);
+                None
             }
         };
         let old = old.ok_or(ZsError::UnknownPage(pfn))?;

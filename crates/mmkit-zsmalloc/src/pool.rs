@@ -19,13 +19,31 @@ use crate::deferred::{DeferredLayout, DeferredQueue};
 use crate::handle::{new_pool_id, raw_fields, raw_id, Handle, RawKey, RAW_GEN_LIMIT};
 use crate::size_class::{AllocMiss, ClassState, Held, Name, NewObj};
 use crate::slot_state::SlotStates;
-use crate::zspage::Zspage;
 use crate::ZsError;
 use mmkit::Blocks;
 use mmkit::Cpus;
 use mmkit::{Gfp, PageAllocator, PageBlock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+
+thread_local! {
+    /// Pages of a zspage a free emptied, on their way back to the page
+    /// allocator: one buffer per thread, reused.
+    static EMPTIED: std::cell::Cell<Vec<PageBlock>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// This thread's buffer for the pages of emptied zspages, or a new one
+/// once the thread's locals are being destroyed (a free from another
+/// thread-local's destructor).
+fn take_emptied() -> Vec<PageBlock> {
+    EMPTIED.try_with(std::cell::Cell::take).unwrap_or_default()
+}
+
+/// Gives an emptied buffer back to the thread for the next free.
+fn keep_emptied(pages: Vec<PageBlock>) {
+    debug_assert!(pages.is_empty());
+    let _ = EMPTIED.try_with(|buffer| buffer.set(pages));
+}
 
 /// How a pool is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +83,9 @@ pub(crate) struct Inner {
     /// The key's tag.
     pub(crate) owner: mmkit::PageOwner,
     pub(crate) table: ClassTable,
+    /// Whether each class index a handle can name serves objects (merged
+    /// classes and indices past the table do not).
+    serving: [bool; 256],
     /// One per class index; only the classes that serve others are used.
     pub(crate) classes: Box<[RwLock<ClassState>]>,
     /// Each class's slot state words (the same table its `ClassState`
@@ -114,13 +135,16 @@ impl Inner {
             .map(|i| if table.serving(i) == i { Arc::new(SlotStates::new()) } else { unused.clone() })
             .collect();
         let classes = (0..table.nr_classes())
-            .map(|i| RwLock::new(ClassState::new(pool_id, gen_limit, i, table.shape(i), states[i].clone())))
+            .map(|i| {
+                let page_size = table.page_size();
+                RwLock::new(ClassState::new(pool_id, gen_limit, i, table.shape(i), page_size, states[i].clone()))
+            })
             .collect();
         let shards = match deferred {
             DeferredLayout::PerCpu => Cpus::new(&mm).nr_cpus(),
             DeferredLayout::PerPool => 1,
         };
-        let deferred = DeferredQueue::new(crate::deferred::queue_capacity(table.page_size()), shards);
+        let deferred = DeferredQueue::new(shards, table.page_size());
         Ok(Self {
             name: name.to_string(),
             pool_id,
@@ -128,6 +152,7 @@ impl Inner {
             mm,
             owner: key.owner(),
             key: Some(key),
+            serving: std::array::from_fn(|i| i < table.nr_classes() && table.serving(i) == i),
             table,
             classes,
             states,
@@ -216,18 +241,26 @@ impl Inner {
     /// The class and name of the object raw word `word` names under `key`,
     /// if the key is this pool's and the word could name an object (whether
     /// it does, and is raw-held, the class lock tells).
+    #[inline]
     pub(crate) fn name_of_raw(&self, key: &RawKey, word: u64) -> Result<(usize, Name), ZsError> {
         let (slot, class, generation) = raw_fields(word);
         let name = Name { slot, held: Held::Raw(generation), id: raw_id(key.pool, word) };
-        if key.pool == self.pool_id && self.raw_keyed && word != 0 && self.serves(class) {
+        // Word 0 names no object: a live slot's generation is never 0 in
+        // its low bits (generations start at 1 and retire before 2^28).
+        // A key of this pool's id was made by `with_raw_key` for this pool
+        // (ids are never reused), so the pool is raw-keyed.
+        if key.pool == self.pool_id && self.serves(class) {
             Ok((class, name))
         } else {
             Err(ZsError::InvalidHandle(name.id))
         }
     }
 
-    fn serves(&self, class: usize) -> bool {
-        class < self.table.nr_classes() && self.table.serving(class) == class
+    /// Whether class index `class` (of a handle or a word: below 256)
+    /// serves objects; one load.
+    #[inline]
+    pub(crate) fn serves(&self, class: usize) -> bool {
+        self.serving[class & 0xff]
     }
 
     /// The handle of new object `new` of `class`.
@@ -238,6 +271,7 @@ impl Inner {
     /// An object of `size` bytes, held by a handle or (`raw`) a raw word;
     /// with `data`, its bytes are written before the class lock is
     /// dropped. Returns its class and slot.
+    #[inline(always)]
     pub(crate) fn malloc(
         &self,
         size: usize,
@@ -252,26 +286,39 @@ impl Inner {
         }
         // The header is added before the lookup, as in Linux.
         let class = self.table.class_for(size + ZS_HANDLE_SIZE);
-        let fill = |state: &mut ClassState, new: NewObj| match data {
-            Some(bytes) => state.write_new(&self.mm, new, bytes).map(|()| (class, new)),
-            None => Ok((class, new)),
-        };
+        let mut state = self.lock_checked(class)?;
+        match state.alloc(&self.mm, size, raw, data) {
+            Ok(new) => Ok((class, new)),
+            Err(miss) => self.malloc_slow(state, class, miss, size, data, gfp, nid, raw),
+        }
+    }
+
+    /// [`malloc`](Self::malloc) when no zspage of the class has a backed
+    /// free object: a page is needed, for the zspage growing its chain or
+    /// for a new zspage. Pages come from the allocator with no class lock
+    /// held (as Linux's `alloc_zspage`): its slow path may compact, and
+    /// compaction may call back into this pool to migrate a page.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn malloc_slow<'a>(
+        &'a self,
+        mut state: RwLockWriteGuard<'a, ClassState>,
+        class: usize,
+        mut miss: AllocMiss,
+        size: usize,
+        data: Option<&[u8]>,
+        gfp: Gfp,
+        nid: usize,
+        raw: bool,
+    ) -> Result<(usize, NewObj), ZsError> {
         loop {
-            let miss = {
-                let mut state = self.lock_checked(class)?;
-                if state.slots_exhausted() {
-                    return Err(ZsError::NoMemory(None));
-                }
-                match state.alloc(&self.mm, size, raw) {
-                    Ok(new) => return fill(&mut state, new),
-                    Err(miss) => miss,
-                }
-            };
-            // Pages come from the allocator with no class lock held (as
-            // Linux's `alloc_zspage`): its slow path may compact, and
-            // compaction may call back into this pool to migrate a page.
+            if state.slots_exhausted() {
+                return Err(ZsError::NoMemory(None));
+            }
+            drop(state);
             let page = self.alloc_page(gfp, nid)?;
-            let mut state = match self.lock_checked(class) {
+            state = match self.lock_checked(class) {
                 Ok(state) => state,
                 Err(e) => {
                     self.free_pages(vec![page]);
@@ -279,10 +326,11 @@ impl Inner {
                 }
             };
             match miss {
-                AllocMiss::NeedsPage(id) => match state.attach_page(&self.mm, id, page) {
+                AllocMiss::NeedsPage(id) => match state.attach_page(id, page) {
                     Ok(()) => {
-                        if let Some(new) = state.alloc_in(&self.mm, id, size, raw) {
-                            return fill(&mut state, new);
+                        // The page backs the zspage's next object.
+                        if let Some(new) = state.take_object(&self.mm, id, size, raw, data) {
+                            return Ok((class, new));
                         }
                     }
                     Err(unused) => {
@@ -290,6 +338,7 @@ impl Inner {
                         // meanwhile: give the page back and look again.
                         drop(state);
                         self.free_pages(vec![unused]);
+                        state = self.lock_checked(class)?;
                     }
                 },
                 AllocMiss::NoRoom if state.slots_exhausted() || state.zspages_exhausted() => {
@@ -305,15 +354,19 @@ impl Inner {
                     // one gained room meanwhile (as Linux's zs_malloc
                     // does): an empty zspage left behind would never be
                     // freed.
-                    let id = state.insert_zspage(&self.mm, Zspage::new(&self.mm, page, self.table.shape(class)));
-                    let new = state.alloc_in(&self.mm, id, size, raw).ok_or(ZsError::NoMemory(None))?;
-                    return fill(&mut state, new);
+                    let id = state.insert_zspage(page);
+                    let new = state.alloc_in(&self.mm, id, size, raw, data).ok_or(ZsError::NoMemory(None))?;
+                    return Ok((class, new));
                 }
             }
+            miss = match state.alloc(&self.mm, size, raw, data) {
+                Ok(new) => return Ok((class, new)),
+                Err(miss) => miss,
+            };
         }
     }
 
-    /// One page for a zspage, allocated with no lock held.
+    /// One page for a zspage.
     fn alloc_page(&self, gfp: Gfp, nid: usize) -> Result<PageBlock, ZsError> {
         let block =
             Blocks::new(&self.mm).alloc_block_node(nid, self.key()?, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
@@ -322,13 +375,22 @@ impl Inner {
     }
 
     /// Returns pages to the page allocator (no class lock may be held).
-    pub(crate) fn free_pages(&self, pages: Vec<PageBlock>) {
+    pub(crate) fn free_pages(&self, mut pages: Vec<PageBlock>) {
+        self.free_page_list(&mut pages);
+    }
+
+    /// Returns the pages in `pages` to the page allocator in one bulk
+    /// free, leaving `pages` empty (no class lock may be held).
+    pub(crate) fn free_page_list(&self, pages: &mut Vec<PageBlock>) {
         let n = pages.len() as u64;
-        for block in pages {
-            // Blocks of this pool come from `self.mm`; a bad-page report
-            // (embedder flags set on our page) leaks it, as in Linux.
-            let _ = Blocks::new(&self.mm).free_block(block);
+        if n == 0 {
+            return;
         }
+        // Blocks of this pool come from `self.mm`, so none is given back;
+        // a bad-page report (embedder flags set on our page) leaks it, as
+        // in Linux.
+        let _ = Blocks::new(&self.mm).free_blocks_bulk(pages);
+        pages.clear();
         self.pages_allocated.fetch_sub(n, Relaxed);
     }
 
@@ -351,19 +413,20 @@ impl Inner {
                 let mut state = self.lock_checked(class)?;
                 state.resolve(&old)?;
                 if !state.slots_exhausted() {
-                    if let Ok(new) = state.alloc(&self.mm, size, raw) {
-                        let freed = state.write_new(&self.mm, new, data).and_then(|()| state.free(&self.mm, &old));
+                    if let Ok(new) = state.alloc(&self.mm, size, raw, Some(data)) {
+                        let mut emptied = Vec::new();
                         // A lock-free call (a deferred free of its word) can
                         // have taken `old` since it was resolved: then the
                         // new object goes too, and nothing changed.
-                        let (result, emptied) = match freed {
-                            Ok(emptied) => (Ok((class, new)), emptied),
-                            Err(e) => (Err(e), state.free(&self.mm, &self.name_of_new(class, new, raw)).ok().flatten()),
+                        let result = match state.free(&old, &mut emptied) {
+                            Ok(()) => Ok((class, new)),
+                            Err(e) => {
+                                let _ = state.free(&self.name_of_new(class, new, raw), &mut emptied);
+                                Err(e)
+                            }
                         };
                         drop(state);
-                        if let Some(pages) = emptied {
-                            self.free_pages(pages);
-                        }
+                        self.free_pages(emptied);
                         return result;
                     }
                 }
@@ -390,12 +453,26 @@ impl Inner {
         Name { slot: new.slot as usize, held, id }
     }
 
+    #[inline(always)]
     pub(crate) fn free(&self, class: usize, name: &Name) -> Result<(), ZsError> {
-        let emptied = self.lock_checked(class)?.free(&self.mm, name)?;
-        if let Some(pages) = emptied {
-            self.free_pages(pages);
+        let mut state = self.lock_checked(class)?;
+        if let Some(id) = state.free_regrouped(name)? {
+            self.free_emptied(state, id);
         }
         Ok(())
+    }
+
+    /// The end of a free that emptied zspage `id`: it leaves the class,
+    /// and its pages go back to the page allocator once the lock is
+    /// dropped, through this thread's buffer (a free allocates nothing).
+    #[cold]
+    #[inline(never)]
+    fn free_emptied(&self, mut state: RwLockWriteGuard<'_, ClassState>, id: usize) {
+        let mut pages = take_emptied();
+        state.release_zspage(id, &mut pages);
+        drop(state);
+        self.free_page_list(&mut pages);
+        keep_emptied(pages);
     }
 
     pub(crate) fn read_with<R>(
@@ -406,19 +483,17 @@ impl Inner {
     ) -> Result<R, ZsError> {
         let state = self.read_lock(class)?;
         let at = state.resolve(&name)?;
-        let zspage = state.zspages[at.zspage].as_ref().ok_or(ZsError::InvalidHandle(name.id))?;
-        let offset = Zspage::payload_offset(state.shape, at.obj);
         // `f` is the caller's code and runs under the class's read lock:
         // a call of its that needs the class again gets
         // `ZsError::Reentered` (or, without an error to give, a panic)
         // instead of waiting for ever on the lock this read holds.
-        let _reading = reading::Reading::enter(self.pool_id, class);
-        if let Some(bytes) = zspage.contiguous(&self.mm, offset, at.len) {
+        let _reading = reading::Reading::enter(self.pool_id, class)?;
+        if let Some(bytes) = state.object_bytes(&self.mm, at) {
             return Ok(f(bytes));
         }
         let got = local_copy.len();
         let buf = local_copy.get_mut(..at.len).ok_or(ZsError::BufferTooSmall { need: at.len, got })?;
-        zspage.read(&self.mm, offset, buf);
+        state.read_object(&self.mm, at, buf);
         Ok(f(buf))
     }
 
@@ -431,8 +506,7 @@ impl Inner {
         let at = state.resolve(&name)?;
         let got = out.len();
         let dst = out.get_mut(..at.len).ok_or(ZsError::BufferTooSmall { need: at.len, got })?;
-        let zspage = state.zspages[at.zspage].as_ref().ok_or(ZsError::InvalidHandle(name.id))?;
-        zspage.read(&self.mm, Zspage::payload_offset(state.shape, at.obj), dst);
+        state.read_object(&self.mm, at, dst);
         Ok(at.len)
     }
 
@@ -451,7 +525,7 @@ impl Inner {
         for class in self.serving_classes() {
             let state = self.lock(class);
             state.check(&self.mm)?;
-            pages += state.pages;
+            pages += state.pages_held;
         }
         let counted = self.pages_allocated.load(Relaxed);
         if pages != counted {
@@ -660,8 +734,13 @@ impl ZsPool {
         let _pool = self.inner.legacy_pool_lock.read().unwrap_or_else(|p| p.into_inner());
         let freed = self.inner.name_of(&handle).and_then(|(class, name)| {
             let mut state = self.inner.lock_checked(class)?;
-            if let Some(pages) = state.free(&self.inner.mm, &name)? {
-                self.inner.free_pages(pages);
+            // The same free as `zs_free`'s, but the pages of an emptied
+            // zspage go back while the class lock is held.
+            if let Some(id) = state.free_regrouped(&name)? {
+                let mut pages = take_emptied();
+                state.release_zspage(id, &mut pages);
+                self.inner.free_page_list(&mut pages);
+                keep_emptied(pages);
             }
             Ok(())
         });
@@ -770,16 +849,27 @@ impl Drop for ZsPool {
 /// The classes this thread reads in `zs_obj_read_with` closures, innermost
 /// last: what tells a busy class lock that waiting would wait on this
 /// thread itself.
+///
+/// Plain `Cell`s of `Copy` data with constant initial values, so the
+/// thread-locals need no destructor: a read from another thread-local's
+/// destructor (a `SwapRegion` touched while a thread exits) still finds
+/// them, and entering a read allocates nothing.
 mod reading {
-    use std::cell::RefCell;
+    use super::ZsError;
+    use std::cell::Cell;
+
+    /// Reads one thread may nest in each other's closures.
+    pub(crate) const MAX_NESTED_READS: usize = 16;
 
     std::thread_local! {
-        static HELD: RefCell<Vec<(u64, usize)>> = const { RefCell::new(Vec::new()) };
+        static HELD: Cell<[(u64, usize); MAX_NESTED_READS]> = const { Cell::new([(0, 0); MAX_NESTED_READS]) };
+        static DEPTH: Cell<usize> = const { Cell::new(0) };
     }
 
     /// Whether this thread reads class `class` of pool `pool` in a closure.
     pub(super) fn holds(pool: u64, class: usize) -> bool {
-        HELD.with(|held| held.borrow().contains(&(pool, class)))
+        let depth = DEPTH.with(Cell::get);
+        HELD.with(|held| held.get()[..depth].contains(&(pool, class)))
     }
 
     /// One read in progress; dropped (also by a panic of the closure
@@ -787,17 +877,26 @@ mod reading {
     pub(super) struct Reading(());
 
     impl Reading {
-        pub(super) fn enter(pool: u64, class: usize) -> Self {
-            HELD.with(|held| held.borrow_mut().push((pool, class)));
-            Self(())
+        /// Records a read of `class` of `pool`, or refuses one nested
+        /// [`MAX_NESTED_READS`] deep.
+        pub(super) fn enter(pool: u64, class: usize) -> Result<Self, ZsError> {
+            let depth = DEPTH.with(Cell::get);
+            if depth >= MAX_NESTED_READS {
+                return Err(ZsError::ReadsNestedTooDeep { max: MAX_NESTED_READS });
+            }
+            HELD.with(|held| {
+                let mut all = held.get();
+                all[depth] = (pool, class);
+                held.set(all);
+            });
+            DEPTH.with(|d| d.set(depth + 1));
+            Ok(Self(()))
         }
     }
 
     impl Drop for Reading {
         fn drop(&mut self) {
-            HELD.with(|held| {
-                held.borrow_mut().pop();
-            });
+            DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
         }
     }
 }

@@ -17,9 +17,9 @@
 //! slot's state word (`slot_state`), so of two calls with one word exactly
 //! one wins and the other is refused at the call.
 
-use crate::handle::{raw_word, Handle, RawKey, RAW_GEN_LIMIT};
+use crate::handle::{raw_fields, raw_word, Handle, RawKey, RAW_GEN_LIMIT};
 use crate::size_class::{Held, Name};
-use crate::slot_state::{state, HANDLE, QUEUED, RAW};
+use crate::slot_state::{state, SlotEntry, HANDLE, QUEUED, RAW};
 use crate::{ZsError, ZsPool};
 use mmkit::Gfp;
 
@@ -109,6 +109,57 @@ impl ZsPool {
         self.inner.queue_taken(class, &queued, word, self.worker.as_ref())
     }
 
+    /// [`zs_free_deferred_raw`](Self::zs_free_deferred_raw) of every word
+    /// in `words`, as a slot table releasing a run of its slots sends
+    /// them: each word is checked and taken from its object as one call
+    /// would (a refused word changes nothing), and the taken ones are
+    /// queued together, with one reservation of the calling CPU's batch
+    /// for as many as it has room for instead of one a word. Returns how
+    /// many words were refused.
+    pub fn zs_free_deferred_raw_many(&self, key: &RawKey, words: &[u64]) -> usize {
+        if self.check_key(key).is_err() {
+            return words.len();
+        }
+        // Taken words gather here and go to the queue a run at a time.
+        let mut taken = [0u64; 64];
+        let (mut n, mut refused) = (0, 0);
+        for block in words.chunks(16) {
+            // The entries first, each read once: plain loads overlap their
+            // cache misses, where each compare-and-swap would wait for its
+            // own (a locked instruction orders the loads around it).
+            let mut entries: [Option<&SlotEntry>; 16] = [None; 16];
+            for (entry, &word) in entries.iter_mut().zip(block) {
+                let (slot, class, _) = raw_fields(word);
+                *entry = self
+                    .inner
+                    .states
+                    .get(class)
+                    .filter(|_| word != 0 && self.inner.serves(class))
+                    .and_then(|s| s.get(slot));
+                if let Some(e) = entry {
+                    std::hint::black_box(e.state());
+                }
+            }
+            for (entry, &word) in entries.iter().zip(block) {
+                let generation = raw_fields(word).2;
+                if entry.is_some_and(|e| e.swap(state(RAW, generation), state(QUEUED, generation))) {
+                    taken[n] = word;
+                    n += 1;
+                    if n == taken.len() {
+                        self.inner.queue_taken_many(&taken, self.worker.as_ref());
+                        n = 0;
+                    }
+                } else {
+                    refused += 1;
+                }
+            }
+        }
+        if n > 0 {
+            self.inner.queue_taken_many(&taken[..n], self.worker.as_ref());
+        }
+        refused
+    }
+
     /// [`zs_obj_read`](Self::zs_obj_read) of the object `word` names.
     ///
     /// # Errors
@@ -145,6 +196,7 @@ impl ZsPool {
     /// compare-and-swap of its state word from "raw-held, of the word's
     /// generation". Returns its class, name and generation (all of it, in
     /// a raw-keyed pool).
+    #[inline]
     fn take_word(&self, key: &RawKey, word: u64, to: u32) -> Result<(usize, Name, u64), ZsError> {
         let (class, name) = self.inner.name_of_raw(key, word)?;
         let Held::Raw(generation) = name.held else { return Err(ZsError::InvalidHandle(name.id)) };

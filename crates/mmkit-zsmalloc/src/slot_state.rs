@@ -1,11 +1,15 @@
-//! Who holds each handle slot's object, as one atomic word per slot that a
-//! call may read and change without the class lock.
+//! The class's handle slots: one entry per slot, holding who holds the
+//! slot's object (an atomic state word that a call may read and change
+//! without the class lock) and where the object is (its zspage, index,
+//! length and full generation, which only the class lock's holder reads
+//! or writes).
 //!
 //! Owns the holder states (free, a [`Handle`](crate::Handle), a raw word,
 //! queued for a deferred free), the word that packs a state with the low
-//! 28 bits of the slot's generation, and the table of those words. The
-//! rest of a slot (where its object is, its full generation) stays in the
-//! class state, behind the class lock.
+//! 28 bits of the slot's generation, and the table of entries. Keeping
+//! the location beside the state word means a free finds both with one
+//! lookup and one cache line (the release path frees objects in an order
+//! unrelated to their slots, so each lookup is a likely cache miss).
 //!
 //! # The protocol
 //!
@@ -20,22 +24,24 @@
 //! Handing an object between a handle and a raw word needs no lock either.
 //!
 //! The class lock still orders everything that touches the object's bytes
-//! or the slot's other fields: allocation (a free slot to `HANDLE|g` or
+//! or the entry's other fields: allocation (a free slot to `HANDLE|g` or
 //! `RAW|g`, a store, since nothing races for a free slot), frees (a live
 //! or queued word to `FREE`, by compare-and-swap, under the lock; the drain
 //! of the deferred queue is one of them), reads, writes and compaction. A
 //! call that reads an object under the lock after a lock-free call queued
 //! it still reads valid bytes: the free that would reuse them waits for
-//! the lock.
+//! the lock. The location fields are atomics only so that the table can
+//! be shared without `unsafe`; the lock's holder is their only reader and
+//! writer, so relaxed loads and stores (plain moves) suffice.
 //!
 //! # The table
 //!
 //! Slots are added under the class lock while other threads read the
-//! table without it, so the table never moves a word: it is a fixed array
-//! of chunks, chunk `k` holding `64 << k` words, each allocated once
-//! (`OnceLock`) when the class first needs a slot in it. A reader finds
-//! the chunk published whole or not at all; a slot in no chunk yet names
-//! no object. 23 chunks cover the 2^28 slots a class may have.
+//! table without it, so the table never moves an entry: it is a fixed
+//! array of chunks, chunk `k` holding `64 << k` entries, each allocated
+//! once (`OnceLock`) when the class first needs a slot in it. A reader
+//! finds the chunk published whole or not at all; a slot in no chunk yet
+//! names no object. 23 chunks cover the 2^28 slots a class may have.
 
 use crate::handle::{MAX_SLOTS, RAW_GEN_LIMIT};
 use std::sync::OnceLock;
@@ -44,10 +50,7 @@ use std::sync::OnceLock;
 use loom::sync::atomic::AtomicU32;
 #[cfg(not(loom))]
 use std::sync::atomic::AtomicU32;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
-
-/// One slot's state word.
-pub(crate) type StateWord = AtomicU32;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
 /// Free slot (or one not handed out yet: a new chunk is zeroed).
 pub(crate) const FREE: u32 = 0;
@@ -84,9 +87,105 @@ const fn locate(slot: usize) -> (usize, usize) {
     (top - FIRST_SHIFT as usize, v - (1 << top))
 }
 
-/// One class's state words, at addresses that never change.
+/// One slot: its state word and, behind the class lock, its object's
+/// place and its full generation.
+pub(crate) struct SlotEntry {
+    /// Holder and generation's low bits ([`state`]); changed lock-free by
+    /// compare-and-swap.
+    state: AtomicU32,
+    /// The object's zspage (class lock).
+    zspage: std::sync::atomic::AtomicU32,
+    /// The object's index in its zspage (class lock).
+    obj: std::sync::atomic::AtomicU32,
+    /// Bytes the caller asked for (class lock).
+    len: std::sync::atomic::AtomicU32,
+    /// Objects the slot held before this one (class lock): 64 bits, and
+    /// the slot is retired before it reaches the pool's limit.
+    generation: std::sync::atomic::AtomicU64,
+}
+
+impl SlotEntry {
+    fn new() -> Self {
+        Self {
+            state: AtomicU32::new(FREE),
+            zspage: std::sync::atomic::AtomicU32::new(0),
+            obj: std::sync::atomic::AtomicU32::new(0),
+            len: std::sync::atomic::AtomicU32::new(0),
+            // Generations start at 1: a raw word is never 0.
+            generation: std::sync::atomic::AtomicU64::new(1),
+        }
+    }
+
+    /// The state word (a lock-free call's view).
+    #[inline]
+    pub(crate) fn state(&self) -> u32 {
+        self.state.load(Acquire)
+    }
+
+    /// Moves the state word from `from` to `to` if it is `from` now;
+    /// whether it was. Of two calls from one word, exactly one wins.
+    #[inline]
+    pub(crate) fn swap(&self, from: u32, to: u32) -> bool {
+        self.state.compare_exchange(from, to, AcqRel, Acquire).is_ok()
+    }
+
+    /// Hands the free slot to a new object of `zspage`, index `obj`,
+    /// `len` bytes, held as `holder` (allocation, under the class lock: no
+    /// call races for a free slot, every lock-free one expects a live
+    /// word). Returns the object's generation.
+    #[inline]
+    pub(crate) fn fill(&self, zspage: u32, obj: u32, len: u32, holder: u32) -> u64 {
+        self.zspage.store(zspage, Relaxed);
+        self.obj.store(obj, Relaxed);
+        self.len.store(len, Relaxed);
+        let generation = self.generation.load(Relaxed);
+        self.state.store(state(holder, generation), Release);
+        generation
+    }
+
+    /// Where the object is: zspage and index (class lock).
+    #[inline]
+    pub(crate) fn place(&self) -> (usize, u16) {
+        (self.zspage.load(Relaxed) as usize, self.obj.load(Relaxed) as u16)
+    }
+
+    /// The object's length (class lock).
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Relaxed) as usize
+    }
+
+    /// The full generation (class lock).
+    #[inline]
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Relaxed)
+    }
+
+    /// Points the entry at its object's new place (compaction).
+    pub(crate) fn relocate(&self, zspage: usize, obj: u16) {
+        self.zspage.store(zspage as u32, Relaxed);
+        self.obj.store(u32::from(obj), Relaxed);
+    }
+
+    /// Bumps the generation of a slot just freed (its state word `FREE`)
+    /// and returns the new one.
+    #[inline]
+    pub(crate) fn next_generation(&self) -> u64 {
+        let next = self.generation.load(Relaxed) + 1;
+        self.generation.store(next, Relaxed);
+        next
+    }
+
+    /// Test hook: the generation of a free slot set to `generation`.
+    #[cfg(test)]
+    pub(crate) fn set_generation(&self, generation: u64) {
+        self.generation.store(generation, Relaxed);
+    }
+}
+
+/// One class's slots, at addresses that never change.
 pub(crate) struct SlotStates {
-    chunks: [OnceLock<Box<[AtomicU32]>>; NR_CHUNKS],
+    chunks: [OnceLock<Box<[SlotEntry]>>; NR_CHUNKS],
 }
 
 impl SlotStates {
@@ -94,9 +193,9 @@ impl SlotStates {
         Self { chunks: std::array::from_fn(|_| OnceLock::new()) }
     }
 
-    /// Slot `slot`'s word, if its chunk was made (one lookup, for a call
-    /// that loads the word and then swaps it: [`swap_word`]).
-    pub(crate) fn get(&self, slot: usize) -> Option<&AtomicU32> {
+    /// Slot `slot`'s entry, if its chunk was made.
+    #[inline]
+    pub(crate) fn get(&self, slot: usize) -> Option<&SlotEntry> {
         if slot >= MAX_SLOTS {
             return None;
         }
@@ -104,45 +203,38 @@ impl SlotStates {
         self.chunks[chunk].get()?.get(at)
     }
 
-    /// Makes slot `slot`'s word (free) if its chunk is not there yet.
-    /// Called under the class lock, before the slot is handed out.
-    pub(crate) fn grow_to(&self, slot: usize) {
-        if slot < MAX_SLOTS {
-            let (chunk, _) = locate(slot);
-            self.chunks[chunk]
-                .get_or_init(|| (0..1usize << (chunk + FIRST_SHIFT as usize)).map(|_| AtomicU32::new(FREE)).collect());
+    /// Makes slot `slot`'s entry (free) if its chunk is not there yet, and
+    /// returns it. Called under the class lock, before the slot is handed
+    /// out.
+    pub(crate) fn grow_to(&self, slot: usize) -> Option<&SlotEntry> {
+        if slot >= MAX_SLOTS {
+            return None;
         }
+        let (chunk, at) = locate(slot);
+        self.chunks[chunk]
+            .get_or_init(|| (0..1usize << (chunk + FIRST_SHIFT as usize)).map(|_| SlotEntry::new()).collect())
+            .get(at)
     }
 
     /// Slot `slot`'s state word; `FREE` for a slot never handed out.
+    #[cfg(any(test, loom))]
     pub(crate) fn load(&self, slot: usize) -> u32 {
-        self.get(slot).map_or(FREE, |w| w.load(Acquire))
-    }
-
-    /// Sets free slot `slot`'s word (allocation, under the class lock: no
-    /// call races for a free slot, every lock-free one expects a live
-    /// word).
-    pub(crate) fn set_free_slot(&self, slot: usize, word: u32) {
-        if let Some(w) = self.get(slot) {
-            w.store(word, Release);
-        }
+        self.get(slot).map_or(FREE, SlotEntry::state)
     }
 
     /// Moves slot `slot` from state `from` to `to` if it is in `from` now;
     /// whether it was. Of two calls from one word, exactly one wins.
     pub(crate) fn swap_if(&self, slot: usize, from: u32, to: u32) -> bool {
-        self.get(slot).is_some_and(|w| swap_word(w, from, to))
+        self.get(slot).is_some_and(|e| e.swap(from, to))
     }
-}
 
-/// Slot word `word`'s value, as [`SlotStates::load`] gives it.
-pub(crate) fn load_word(word: &AtomicU32) -> u32 {
-    word.load(Acquire)
-}
-
-/// [`SlotStates::swap_if`] on a word found already.
-pub(crate) fn swap_word(word: &AtomicU32, from: u32, to: u32) -> bool {
-    word.compare_exchange(from, to, AcqRel, Acquire).is_ok()
+    /// Test and model hook: sets free slot `slot`'s word.
+    #[cfg(any(test, loom))]
+    pub(crate) fn set_free_slot(&self, slot: usize, word: u32) {
+        if let Some(e) = self.get(slot) {
+            e.state.store(word, Release);
+        }
+    }
 }
 
 #[cfg(all(test, not(loom)))]

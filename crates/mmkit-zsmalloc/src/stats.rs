@@ -27,10 +27,10 @@ impl crate::ZsPool {
         for class in inner.serving_classes() {
             let state = inner.lock(class);
             let shape = state.shape;
-            let class_pages = state.pages;
+            let class_pages = state.pages_held;
             let _ = write!(out, "{:>6} {:>5} ", class, shape.size);
             for (g, total) in totals.iter_mut().enumerate().skip(1) {
-                let n = state.groups[g].len() as u64;
+                let n = state.groups.list(g).len() as u64;
                 *total += n;
                 let _ = write!(out, "{n:>9} ");
             }

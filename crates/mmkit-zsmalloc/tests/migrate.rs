@@ -22,7 +22,7 @@ struct Dispatch {
 impl Migrator for Dispatch {
     fn migrate_page(&self, alloc: &PageAllocator, request: &MigrateRequest) -> Result<Pfn, MigrateError> {
         let pool = self.pool.get().and_then(Weak::upgrade);
-        let Some(pool) = pool.filter(|pool| Blocks::new(&alloc).page_owner(request.pfn) == Some(pool.owner())) else {
+        let Some(pool) = pool.filter(|pool| Blocks::new(alloc).page_owner(request.pfn) == Some(pool.owner())) else {
             return self.other.migrate_page(alloc, request);
         };
         pool.zs_migrate_page(request.pfn, request.gfp, request.nid).map_err(|_| MigrateError::Refused(request.pfn))

@@ -160,6 +160,35 @@ fn deferred_frees_happen_by_the_flush() {
     pool.check_invariants().unwrap();
 }
 
+/// Without a flush, the worker frees what was queued: a few handles after
+/// its idle period, a burst once half the series' queue (64 MiB of handles:
+/// 16,384 on 4 KiB pages) waits in full batches, while the burst goes on.
+#[test]
+fn the_worker_drains_a_small_queue_when_idle_and_a_burst_past_half_the_series_queue() {
+    let wait_for = |pool: &ZsPool, drained: u64| {
+        let start = std::time::Instant::now();
+        while pool.deferred_stats().drained < drained {
+            assert!(start.elapsed() < std::time::Duration::from_secs(30), "{:?}", pool.deferred_stats());
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    };
+    let mm = real_map(64 << 20);
+    let pool = ZsPool::zs_create_pool("t", mm).unwrap();
+    for _ in 0..100 {
+        pool.zs_free_deferred(pool.zs_malloc(300, gfp(), 0).unwrap()).unwrap();
+    }
+    wait_for(&pool, 100);
+    let burst = 40 * 512;
+    let handles: Vec<Handle> = (0..burst).map(|_| pool.zs_malloc(300, gfp(), 0).unwrap()).collect();
+    for h in handles {
+        pool.zs_free_deferred(h).unwrap();
+    }
+    wait_for(&pool, 100 + burst as u64);
+    assert_eq!(pool.deferred_stats().fallback, 0);
+    assert_eq!(pool.zs_get_total_pages(), 0);
+    pool.check_invariants().unwrap();
+}
+
 #[test]
 fn the_classes_table_has_linux_columns_and_counts() {
     let mm = real_map(16 << 20);
@@ -280,4 +309,71 @@ fn a_zspage_takes_its_pages_as_its_objects_reach_them() {
     }
     assert_eq!(pool.zs_get_total_pages(), 0);
     pool.check_invariants().unwrap();
+}
+
+/// Reads nest in each other's closures up to a fixed depth (the thread's
+/// record of the classes it reads is a fixed array, so entering a read
+/// allocates nothing); one more is a typed error, and the reads around it
+/// go on.
+#[test]
+fn reads_nested_past_the_limit_get_an_error_and_the_outer_reads_finish() {
+    let mm = real_map(16 << 20);
+    let pool = ZsPool::zs_create_pool("nest", mm.clone()).unwrap();
+    // One object of its own class per level, so no level re-enters a class.
+    let handles: Vec<Handle> =
+        (0..20).map(|i| pool.zs_malloc_copy(&pattern(i, 40 + 200 * i as usize), gfp(), 0).unwrap()).collect();
+    fn nest(pool: &ZsPool, handles: &[Handle], depth: usize) -> Result<usize, ZsError> {
+        let Some((first, rest)) = handles.split_first() else { return Ok(depth) };
+        pool.zs_obj_read_with(first, &mut [0; 4096], |_| nest(pool, rest, depth + 1))?
+    }
+    assert_eq!(nest(&pool, &handles, 0), Err(ZsError::ReadsNestedTooDeep { max: 16 }));
+    assert_eq!(nest(&pool, &handles[..16], 0), Ok(16), "16 nested reads are fine");
+    // The record unwound with the closures: a write from outside works.
+    pool.zs_obj_write(&handles[0], &[7; 10]).unwrap();
+    for h in handles {
+        pool.zs_free(h).unwrap();
+    }
+    drop(pool);
+    Report::new(&mm).check_invariants().unwrap();
+}
+
+/// A thread-local's destructor may use a pool while the thread exits,
+/// after the pool's own thread-locals are gone (a `SwapRegion` touched from
+/// a destructor does this): reads and frees that empty a zspage still work.
+#[test]
+fn a_thread_local_destructor_may_read_and_free() {
+    struct LastUse(Option<(Arc<ZsPool>, Vec<Handle>)>);
+    impl Drop for LastUse {
+        fn drop(&mut self) {
+            let (pool, handles) = self.0.take().unwrap();
+            for h in handles {
+                assert_eq!(read(&pool, &h), pattern(5, 300));
+                pool.zs_free(h).unwrap();
+            }
+        }
+    }
+    std::thread_local! {
+        static LAST: std::cell::RefCell<LastUse> = const { std::cell::RefCell::new(LastUse(None)) };
+    }
+    let mm = real_map(16 << 20);
+    let pool = Arc::new(ZsPool::zs_create_pool("tls", mm.clone()).unwrap());
+    let worker = {
+        let pool = pool.clone();
+        std::thread::spawn(move || {
+            // This thread-local first, then the pool's: destructors run in
+            // the reverse order, so the pool's are gone when this one runs.
+            LAST.with(|last| assert!(last.borrow().0.is_none()));
+            let warm = pool.zs_malloc_copy(&pattern(1, 300), gfp(), 0).unwrap();
+            assert_eq!(read(&pool, &warm), pattern(1, 300));
+            pool.zs_free(warm).unwrap();
+            let handles: Vec<Handle> =
+                (0..64).map(|_| pool.zs_malloc_copy(&pattern(5, 300), gfp(), 0).unwrap()).collect();
+            LAST.with(|last| last.borrow_mut().0 = Some((pool.clone(), handles)));
+        })
+    };
+    worker.join().expect("the destructor's reads and frees do not panic");
+    let pool = Arc::try_unwrap(pool).ok().unwrap();
+    assert_eq!(pool.zs_get_total_pages(), 0, "every zspage emptied and freed");
+    drop(pool);
+    Report::new(&mm).check_invariants().unwrap();
 }

@@ -212,6 +212,42 @@ fn a_deferred_free_is_refused_at_the_call_for_a_word_queued_freed_or_stale() {
     pool.check_invariants().unwrap();
 }
 
+/// A run of deferred frees refuses each bad word at the call as one call
+/// would (queued or freed already, twice in the run, stale, of another
+/// pool, forged) and queues every other one, across more words than one
+/// reservation takes; another pool's key is refused for the whole run.
+#[test]
+fn a_run_of_deferred_frees_refuses_each_bad_word_and_queues_the_rest() {
+    let mm = real_map(16 << 20);
+    let (pool, key) = raw_pool(&mm, "raw");
+    let (other, other_key) = raw_pool(&mm, "other");
+    let mut words: Vec<u64> =
+        (0..200).map(|i| pool.zs_malloc_copy_raw(&key, &[i as u8; 300], gfp(), 0).unwrap()).collect();
+    let queued = words.pop().unwrap();
+    pool.zs_free_deferred_raw(&key, queued).unwrap();
+    let freed = words.pop().unwrap();
+    pool.zs_free_raw(&key, freed).unwrap();
+    let foreign = other.zs_malloc_copy_raw(&other_key, &[9; 300], gfp(), 0).unwrap();
+    // Another pool's key: nothing is taken, every word still reads.
+    assert_eq!(pool.zs_free_deferred_raw_many(&other_key, &words), words.len());
+    assert_eq!(pool.zs_obj_read_raw(&key, words[7], &mut [0; 4096]), Ok(300));
+    let mut run = words.clone();
+    run.extend([queued, freed, words[3], foreign, 0, u64::MAX]);
+    let before = pool.deferred_stats().queued;
+    assert_eq!(pool.zs_free_deferred_raw_many(&key, &run), 6);
+    assert_eq!(pool.deferred_stats().queued - before, words.len() as u64);
+    for &w in &words {
+        assert!(matches!(pool.zs_obj_read_raw(&key, w, &mut [0; 4096]), Err(ZsError::InvalidHandle(_))), "queued");
+    }
+    assert_eq!(other.zs_obj_read_raw(&other_key, foreign, &mut [0; 4096]), Ok(300));
+    pool.zs_free_deferred_flush();
+    let stats = pool.deferred_stats();
+    assert_eq!((stats.invalid, stats.drained), (0, words.len() as u64 + 1));
+    assert_eq!(pool.zs_get_total_pages(), 0);
+    pool.check_invariants().unwrap();
+    other.zs_free_raw(&other_key, foreign).unwrap();
+}
+
 #[test]
 fn a_word_reaches_only_objects_held_as_words_under_the_pools_key() {
     let mm = real_map(16 << 20);

@@ -171,3 +171,40 @@ fn racing_frees_of_one_raw_word_exactly_one_wins() {
     assert_eq!(Report::new(&mm).nr_free_pages(), start);
     Report::new(&mm).check_invariants().unwrap();
 }
+
+/// The seed's release (256 MiB of pages' objects, 65,536 handles) from one
+/// to four threads through `zs_free_deferred`: no free falls back to the
+/// synchronous path, the worker and a flush free every object exactly once
+/// (none is invalid when drained), and every page goes back.
+#[test]
+fn a_release_of_65536_handles_never_falls_back() {
+    let mm = Arc::new(
+        MemoryMapBuilder::with_memory(256 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap(),
+    );
+    for threads in [1usize, 2, 4] {
+        let pool = ZsPool::zs_create_pool("release", mm.clone()).unwrap();
+        let mut rng = XorShift64::new(threads as u64);
+        let gfp = Gfp::NOIO | Gfp::HIGHMEM | Gfp::MOVABLE;
+        let handles: Vec<Handle> =
+            (0..65_536).map(|_| pool.zs_malloc(400 + (rng.next_u64() % 2000) as usize, gfp, 0).unwrap()).collect();
+        let mut parts: Vec<Vec<Handle>> = (0..threads).map(|_| Vec::new()).collect();
+        for (i, h) in handles.into_iter().enumerate() {
+            parts[i % threads].push(h);
+        }
+        std::thread::scope(|s| {
+            for part in parts {
+                let pool = &pool;
+                s.spawn(move || part.into_iter().for_each(|h| pool.zs_free_deferred(h).unwrap()));
+            }
+        });
+        pool.zs_free_deferred_flush();
+        let stats = pool.deferred_stats();
+        assert_eq!(
+            (stats.queued, stats.fallback, stats.drained, stats.invalid),
+            (65_536, 0, 65_536, 0),
+            "{threads} threads"
+        );
+        assert_eq!(pool.zs_get_total_pages(), 0);
+        pool.check_invariants().unwrap();
+    }
+}

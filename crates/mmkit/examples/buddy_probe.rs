@@ -103,7 +103,7 @@ fn timed_pairs(mm: &mmkit::PageAllocator, order: u32, n: u32) {
 
 /// The timed loop through CPU 0's pinned handle with the zone held locked.
 fn timed_locked(mm: &mmkit::PageAllocator, mode: &str, order: u32, n: u32, held: usize) {
-    let mut cpu = Cpus::new(&mm).pin_cpu(0).unwrap();
+    let mut cpu = Cpus::new(mm).pin_cpu(0).unwrap();
     let mut zone = cpu.lock_zone(Gfp::KERNEL).unwrap();
     let t = Instant::now();
     if mode == "batch" {

@@ -66,7 +66,7 @@ fn main() {
                     for cpu in 0..2 {
                         let mm = &mm;
                         s.spawn(move || {
-                            let mut pinned = Cpus::new(&mm).pin_cpu(cpu).unwrap();
+                            let mut pinned = Cpus::new(mm).pin_cpu(cpu).unwrap();
                             let mut last = mmkit::Pfn(0);
                             for _ in 0..n {
                                 let p = pinned.alloc_pages(Gfp::KERNEL, 0).unwrap();

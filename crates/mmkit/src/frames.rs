@@ -14,13 +14,13 @@
 //! a frame it gets is used by nobody else. So the adapter's frames must
 //! not come back to the allocator through any safe call but its own
 //! deallocation. Each adapter takes an [`OwnerKey`] from the map and hands
-//! every frame out as a block of that key ([`Blocks::alloc_block`],
-//! then [`Blocks::hand_out_block`]): allocated, marked `OWNED` with
+//! every frame out as a block of that key ([`Blocks::alloc_block`](crate::Blocks::alloc_block),
+//! then [`Blocks::hand_out_block`](crate::Blocks::hand_out_block)): allocated, marked `OWNED` with
 //! the key's tag, one reference. Every ordinary free path (`free_pages`,
 //! `put_page`, `free_frozen_pages`, the bulk and range frees, a
 //! [`PageGuard`](crate::PageGuard)'s drop) refuses such a page with
 //! [`FreeError::Owned`], contiguous allocation does not migrate it, and
-//! [`take_back_block`](Blocks::take_back_block) gives it back only
+//! [`take_back_block`](crate::Blocks::take_back_block) gives it back only
 //! to the holder of this adapter's key (not `Clone`; a tag is reissued only
 //! once no page carries it). The adapter's deallocations are `unsafe`, with
 //! the contract of `FrameDeallocator::deallocate_frame` written down.
@@ -97,7 +97,7 @@ pub struct X86Frames<P: PageSource> {
 impl<P: PageSource> X86Frames<P> {
     /// Frames from `source`, allocated with `gfp`; `None` unless the map's
     /// pages are 4 KiB and it has an owner key left
-    /// ([`Blocks::new_owner_key`]).
+    /// ([`Blocks::new_owner_key`](crate::Blocks::new_owner_key)).
     pub fn new(source: P, gfp: Gfp) -> Option<Self> {
         let mm = source.allocator();
         if mm.geometry().page_shift != FRAME_SHIFT {
@@ -133,7 +133,7 @@ impl<P: PageSource> X86Frames<P> {
     /// # Errors
     /// [`FreeError::NotAllocated`] for a frame not handed out by this
     /// adapter (or freed already); otherwise as
-    /// [`Blocks::take_back_block`] and [`Blocks::free_block`].
+    /// [`Blocks::take_back_block`](crate::Blocks::take_back_block) and [`Blocks::free_block`](crate::Blocks::free_block).
     pub unsafe fn try_deallocate<S: PageSize>(&mut self, frame: PhysFrame<S>) -> Result<(), FreeError> {
         let pfn = Pfn(frame.start_address().as_u64() >> FRAME_SHIFT);
         let mm: &PageAllocator = self.source.allocator();

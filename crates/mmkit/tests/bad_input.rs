@@ -33,8 +33,8 @@ fn state(mm: &PageAllocator) -> State {
     State {
         zones: Report::new(mm).zone_snapshots(),
         buddyinfo: Report::new(mm).buddyinfo(),
-        nr_free: Report::new(&mm).nr_free_pages(),
-        stats: Report::new(&mm).stats(),
+        nr_free: Report::new(mm).nr_free_pages(),
+        stats: Report::new(mm).stats(),
     }
 }
 
@@ -79,14 +79,14 @@ fn zone_free(mm: &PageAllocator, pfn: Pfn) -> u64 {
 /// order from `order` down, and returns the blocks.
 fn take_everything(mm: &PageAllocator, order: u32) -> Vec<(Pfn, u32)> {
     let gfp = Gfp::ATOMIC | Gfp::MEMALLOC | Gfp::NOWARN;
-    Cpus::new(&mm).drain_all_pages();
+    Cpus::new(mm).drain_all_pages();
     let mut got = Vec::new();
     for o in (0..=order).rev() {
         while let Ok(p) = mm.alloc_pages(gfp, o) {
             got.push((p, o));
         }
     }
-    assert_eq!(Report::new(&mm).nr_free_pages(), 0, "MEMALLOC takes every page");
+    assert_eq!(Report::new(mm).nr_free_pages(), 0, "MEMALLOC takes every page");
     assert_eq!(pcp_pages(mm), 0);
     got
 }

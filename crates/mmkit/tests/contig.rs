@@ -53,7 +53,7 @@ fn assert_same(a: &Observed, b: &Observed, what: &str) {
 
 /// Free blocks per order of zone 0.
 fn free_blocks(mm: &PageAllocator) -> Vec<u64> {
-    assert_eq!(Cpus::new(&mm).drain_all_pages(), 0);
+    assert_eq!(Cpus::new(mm).drain_all_pages(), 0);
     Report::new(mm).zone_snapshots()[0].free.free_blocks_per_order.clone()
 }
 

@@ -32,7 +32,7 @@ fn map(bytes: u64) -> PageAllocator {
 /// Free pages plus pages cached on lists and in caches: what the map has
 /// when nothing is allocated.
 fn free_and_cached(mm: &PageAllocator) -> u64 {
-    Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages()
+    Report::new(mm).nr_free_pages() + Report::new(mm).nr_pcp_pages()
 }
 
 #[test]

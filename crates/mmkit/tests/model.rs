@@ -257,7 +257,7 @@ impl<'a> Model<'a> {
         match *op {
             Op::Alloc { gfp, order, frozen, node, cpu } => self.alloc(GFPS[gfp], order, frozen, node, cpu),
             Op::Drain => {
-                Cpus::new(&mm).drain_all_pages();
+                Cpus::new(mm).drain_all_pages();
             }
             Op::Free { which, wrong, cpu } => {
                 if self.live.is_empty() {
@@ -266,7 +266,7 @@ impl<'a> Model<'a> {
                 let i = which.index(self.live.len());
                 let b = self.live[i];
                 let given = wrong.unwrap_or(b.order);
-                let h = Cpus::new(&mm).cpu(cpu).unwrap();
+                let h = Cpus::new(mm).cpu(cpu).unwrap();
                 let got = match (b.frozen, self.pcp) {
                     (true, true) => h.free_frozen_pages(Pfn(b.pfn), given),
                     (false, true) => h.free_pages(Pfn(b.pfn), given),
@@ -406,7 +406,7 @@ impl<'a> Model<'a> {
         let got = if frozen {
             mm.alloc_frozen_pages_node(node, gfp, order)
         } else if self.pcp {
-            Cpus::new(&mm).cpu(cpu).unwrap().alloc_pages_node(node, gfp, order)
+            Cpus::new(mm).cpu(cpu).unwrap().alloc_pages_node(node, gfp, order)
         } else {
             mm.alloc_pages_node(node, gfp, order)
         };
@@ -515,7 +515,7 @@ impl<'a> Model<'a> {
 
 /// State that a rejected call must leave alone.
 fn snapshot(mm: &PageAllocator) -> (Vec<mmkit::ZoneSnapshot>, mmkit::StatsSnapshot) {
-    (Report::new(mm).zone_snapshots(), Report::new(&mm).stats())
+    (Report::new(mm).zone_snapshots(), Report::new(mm).stats())
 }
 
 fn run(which: u8, pcp: bool, ops: &[Op]) {

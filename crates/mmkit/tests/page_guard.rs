@@ -5,7 +5,7 @@ use mmkit::Blocks;
 use mmkit::{FreeError, Gfp, MemoryMapBuilder, PageAllocator, Report};
 
 fn free(mm: &PageAllocator) -> u64 {
-    Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages()
+    Report::new(mm).nr_free_pages() + Report::new(mm).nr_pcp_pages()
 }
 
 #[test]

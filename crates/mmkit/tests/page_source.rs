@@ -39,7 +39,7 @@ fn op() -> impl Strategy<Value = Op> {
 /// model's own checks run until the handle is dropped (then `settle`).
 fn run(source: &mut impl PageSource, ops: &[Op], pinned: bool) {
     let mut model = LiveBlocks::default();
-    let owner = Blocks::new(&source.allocator()).new_owner_key().unwrap();
+    let owner = Blocks::new(source.allocator()).new_owner_key().unwrap();
     for op in ops {
         match *op {
             Op::Alloc { order } => {
@@ -79,10 +79,10 @@ fn run(source: &mut impl PageSource, ops: &[Op], pinned: bool) {
             }
             Op::Block { order, byte } => {
                 if let Ok(mut block) = source.alloc_block(&owner, Gfp::KERNEL, order) {
-                    if let Some(bytes) = Blocks::new(&source.allocator()).block_bytes_mut(&mut block) {
+                    if let Some(bytes) = Blocks::new(source.allocator()).block_bytes_mut(&mut block) {
                         bytes.fill(byte);
                     }
-                    if let Some(bytes) = Blocks::new(&source.allocator()).block_bytes(&block) {
+                    if let Some(bytes) = Blocks::new(source.allocator()).block_bytes(&block) {
                         assert!(bytes.iter().all(|&b| b == byte));
                     }
                     source.free_block(block).unwrap();
@@ -99,10 +99,10 @@ fn run(source: &mut impl PageSource, ops: &[Op], pinned: bool) {
 }
 
 fn settle(mm: &PageAllocator) {
-    assert_eq!(Cpus::new(&mm).drain_all_pages(), 0);
+    assert_eq!(Cpus::new(mm).drain_all_pages(), 0);
     Report::new(mm).check_invariants().unwrap();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
-    assert_eq!(Report::new(&mm).nr_free_pages(), managed, "every page came back");
+    assert_eq!(Report::new(mm).nr_free_pages(), managed, "every page came back");
 }
 
 proptest! {

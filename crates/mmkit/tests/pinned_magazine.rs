@@ -77,12 +77,12 @@ impl Model {
 }
 
 fn check(mm: &PageAllocator, model: &Model) {
-    assert_eq!(Cpus::new(&mm).drain_all_pages(), 0);
+    assert_eq!(Cpus::new(mm).drain_all_pages(), 0);
     Report::new(mm).check_invariants().unwrap();
     let live: u64 = model.blocks.live.values().map(|&order| 1u64 << order).sum();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     assert_eq!(
-        Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages() + live + model.gone.len() as u64,
+        Report::new(mm).nr_free_pages() + Report::new(mm).nr_pcp_pages() + live + model.gone.len() as u64,
         managed
     );
 }

@@ -123,7 +123,7 @@ fn stress(threads: usize, rounds: usize) {
                         }
                         _ => {
                             if round % 64 == 0 {
-                                Cpus::new(&mm).drain_all_pages();
+                                Cpus::new(mm).drain_all_pages();
                             }
                             // Free the bulk-allocated pages in one batch.
                             let (bulk, rest): (Vec<Owned>, Vec<Owned>) = held.drain(..).partition(|b| b.bulk);

@@ -27,7 +27,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// Frees `block` of `order` through the map inside a burst of CPU 0, which
 /// panics; returns the panic's message.
 fn free_inside_a_burst(mm: &PageAllocator, block: Pfn, order: u32) -> String {
-    let mut cpu = Cpus::new(&mm).pin_cpu(0).unwrap();
+    let mut cpu = Cpus::new(mm).pin_cpu(0).unwrap();
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         cpu.burst(Gfp::KERNEL, |zone| {
             let mine = zone.alloc_pages(Gfp::KERNEL, 1).unwrap();

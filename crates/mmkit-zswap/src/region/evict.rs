@@ -5,10 +5,11 @@
 //! zeros needs no copy), all dropped in one `process_madvise`. Fixed
 //! arrays on the stack: nothing is allocated.
 //!
-//! Works on the `pager`'s shared state; the operating system through `os`,
-//! the stored copies through `slots`.
+//! Works on the `pager`'s shared state; the operating system through its
+//! facade (`os::Os`), the stored copies through `slots`.
 
 use super::os::mapping::MAX_RUNS;
+use super::os::Os;
 use super::page::{self, DIRTY, EVICTING, LOADING, REFERENCED, RESIDENT};
 use super::pager::Shared;
 use super::Counters;
@@ -18,7 +19,7 @@ use std::sync::atomic::Ordering::Relaxed;
 /// Victims one eviction step picks at most (its arrays are on the stack).
 const EVICT_CHUNK: usize = MAX_RUNS;
 
-impl Shared {
+impl<O: Os> Shared<O> {
     /// Picks up to `out.len()` victims with the CLOCK, into `out`, and
     /// marks them `EVICTING`; returns how many. A marked page is not
     /// picked again (one scan may pass a page twice), a pinned or loading
@@ -50,7 +51,9 @@ impl Shared {
                 continue;
             }
             if flags & DIRTY != 0 {
-                if !clean_only && dirty_seen < want {
+                // A pinned page is no candidate, and one scan may pass a
+                // page twice: neither may take the place of a victim.
+                if !clean_only && dirty_seen < want && !page::is_pinned(state) && !dirty[..dirty_seen].contains(&i) {
                     dirty[dirty_seen] = i;
                     dirty_seen += 1;
                 }
@@ -142,7 +145,7 @@ impl Shared {
             k += run;
         }
         let mut dropped = [false; EVICT_CHUNK];
-        self.map.dontneed_runs(&runs[..n_runs], &mut dropped);
+        self.os.drop_runs(&runs[..n_runs], &mut dropped);
         let mut gone = 0;
         for (&(first, run), &dropped) in runs[..n_runs].iter().zip(&dropped) {
             for v in first..first + run {
@@ -178,7 +181,7 @@ impl Shared {
         let mut k = 0;
         while k < dirty.len() {
             let run = run_length(&dirty[k..]);
-            let ok = self.uffd.write_protect(self.map.page_addr(dirty[k]), run * PAGE_SIZE).is_ok();
+            let ok = self.os.write_protect(dirty[k], run);
             protected[k..k + run].fill(ok);
             k += run;
         }
@@ -190,7 +193,7 @@ impl Shared {
             }
             let state = &self.states[v];
             let mut slot = self.slots.lock(v);
-            if !self.map.read_page(v, &mut page) {
+            if !self.os.read_page(v, &mut page) {
                 // Not in the page tables: the program dropped it (its
                 // contents are gone, as `MADV_DONTNEED` drops them; a
                 // stored copy stays the page's).
@@ -199,7 +202,7 @@ impl Shared {
                 slot.free(&self.zswap);
                 Counters::bump(&self.counters.zero_drops);
             } else if slot.store(&self.zswap, &page).is_err() {
-                let _ = self.uffd.remove_write_protection(self.map.page_addr(v), PAGE_SIZE, true);
+                self.os.unprotect(v, 1, true);
                 self.keep(v);
                 continue;
             }

@@ -5,62 +5,64 @@
 //! evicting down to the low mark once a load has woken it at the high one.
 //!
 //! In `SIGBUS` mode it also does the loads the faulting threads' handlers
-//! hand to it (`pager`'s hand-offs). It blocks the program's asynchronous
-//! signals, so that none of the program's handlers runs on it.
+//! hand to it (`fault`'s hand-offs). It blocks the program's asynchronous
+//! signals, so that none of the program's handlers runs on it, and is
+//! region code for its whole life (`signal::RegionCode`: an allocator
+//! whose heap is a region serves it from elsewhere). Generic over the
+//! operating system's facade, like the pager: the policy tests run it on
+//! the in-memory fake.
 //!
 //! Owns only its load buffer; everything else is the `pager`'s shared
 //! state.
 
-use super::os::uffd::{Event, EventBuffer, FaultKind};
-use super::os::{self, WakePipe};
+use super::os::{FaultKind, Os};
 use super::page::{self, EVICTING, LOADING, RESIDENT};
 use super::pager::Shared;
+use super::signal::RegionCode;
 use super::Counters;
 use crate::PAGE_SIZE;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
 
 /// The handler thread's state.
-pub(crate) struct Handler {
-    shared: Arc<Shared>,
+pub(crate) struct Handler<O: Os> {
+    shared: Arc<Shared<O>>,
     /// Its load buffer (`fault_around` pages).
     buf: Vec<u8>,
 }
 
 /// Says the thread is gone when it returns (or unwinds), so that nothing
 /// waits on it.
-struct Alive<'a>(&'a Shared);
+struct Alive<'a, O: Os>(&'a Shared<O>);
 
-impl Drop for Alive<'_> {
+impl<O: Os> Drop for Alive<'_, O> {
     fn drop(&mut self) {
         self.0.handler_alive.store(false, SeqCst);
     }
 }
 
-impl Handler {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+impl<O: Os> Handler<O> {
+    pub(crate) fn new(shared: Arc<Shared<O>>) -> Self {
         let buf = vec![0u8; shared.config.fault_around * PAGE_SIZE];
         Self { shared, buf }
-    }
-
-    fn wake_pipe(&self) -> &WakePipe {
-        &self.shared.wake
     }
 
     /// Serves faults, hand-offs and reclaim until the region is dropped.
     pub(crate) fn run(mut self) {
         let shared = self.shared.clone();
         let _alive = Alive(&shared);
+        // Everything this thread does is the region's own code (a global
+        // allocator whose heap is a region serves it elsewhere).
+        let _region_code = RegionCode::enter();
         // The program's signals land on its own threads, never here.
-        os::block_asynchronous_signals();
-        let mut events = EventBuffer::new(64);
+        std::mem::forget(O::block_signals());
         let mut faults = Vec::with_capacity(64);
         loop {
             let reclaiming = self.shared.reclaim_wanted.load(Relaxed);
             // While reclaiming, only look for events between batches.
-            let (uffd_ready, wake_ready) = self.wake_pipe().wait(&self.shared.uffd, reclaiming);
-            if wake_ready {
-                self.wake_pipe().drain();
+            let ready = self.shared.os.wait(reclaiming);
+            if ready.kicked {
+                self.shared.os.drain_kicks();
                 if self.shared.stop.load(Relaxed) {
                     return;
                 }
@@ -68,17 +70,9 @@ impl Handler {
                 self.shared.serve_handoffs(&mut buf);
                 self.buf = buf;
             }
-            if uffd_ready {
+            if ready.faults {
                 faults.clear();
-                if let Ok(iter) = self.shared.uffd.read_events(&mut events) {
-                    faults.extend(iter.filter_map(|event| match event {
-                        Event::Pagefault { kind, addr } => {
-                            let offset = (addr as usize).wrapping_sub(self.shared.map.as_ptr() as usize);
-                            (offset < self.shared.map.len()).then_some((offset / PAGE_SIZE, kind))
-                        }
-                        Event::Other => None,
-                    }));
-                }
+                self.shared.os.read_faults(&mut faults);
                 for &(index, kind) in &faults {
                     match kind {
                         FaultKind::WriteProtected => self.write_fault(index),
@@ -86,7 +80,7 @@ impl Handler {
                         FaultKind::MissingWrite => self.missing_fault(index, true),
                     }
                 }
-            } else if reclaiming && !wake_ready {
+            } else if reclaiming && !ready.kicked {
                 self.reclaim_step();
             }
         }
@@ -145,7 +139,7 @@ impl Handler {
             }
             let flags = page::flags(state);
             if flags & (RESIDENT | EVICTING | LOADING) == RESIDENT {
-                if self.shared.map.is_mapped(index) {
+                if self.shared.os.is_mapped(index) {
                     // Another thread's load came first.
                     self.shared.wake(index, 1);
                     return;

@@ -2,11 +2,13 @@
 //! of its own that touch the region while a load is under way, thread-local
 //! destructors, a `kill -BUS`, a chaining handler on a small alternate
 //! stack, `errno`, regions dropped while another region faults, a forked
-//! child, and the program's own `madvise`/`munmap` on region memory. Each
+//! child, the program's own `madvise`/`munmap` on region memory, and a raw
+//! fault near the end of a thread's stack. Each
 //! case that could crash or hang runs in a child process (a re-run of this
 //! binary, or a fork) so that a failure is a failed test, not a dead run.
 
 use super::os::testing;
+use super::os::Os;
 use super::tests::{region, word, zswap};
 use super::*;
 use std::time::{Duration, Instant};
@@ -16,9 +18,14 @@ const CHILD: &str = "MMKIT_ZSWAP_REGION_HOSTILE_CHILD";
 /// Runs test `name` of this binary in a child with `CHILD=1`; its exit
 /// code (`None`: killed by a signal).
 fn run_child(name: &str) -> (Option<i32>, String) {
+    run_child_with(name, "1")
+}
+
+/// Runs test `name` of this binary in a child with `CHILD=mode`.
+fn run_child_with(name: &str, mode: &str) -> (Option<i32>, String) {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
+        .env(CHILD, mode)
         .output()
         .unwrap();
     let text =
@@ -112,7 +119,7 @@ impl Drop for LastWords {
         // An accessor load and a raw fault, after (or before) the other
         // thread-locals of the thread are gone.
         assert_eq!(r.read_u64(7 * PAGE_SIZE).unwrap(), word(7, 1));
-        assert_eq!(r.shared.map.load_u64(9 * PAGE_SIZE), word(9, 1));
+        assert_eq!(r.shared.os.load_u64(9 * PAGE_SIZE), word(9, 1));
     }
 }
 
@@ -168,7 +175,7 @@ fn a_sigbus_sent_by_a_process_leaves_the_regions_handler_in_place() {
             testing::send_sigbus_to_self();
             assert!(testing::sigbus_has_a_handler());
             for p in 0..64 {
-                assert_eq!(r.shared.map.load_u64(p * PAGE_SIZE), word(p, 1));
+                assert_eq!(r.shared.os.load_u64(p * PAGE_SIZE), word(p, 1));
             }
         }
         std::process::exit(0);
@@ -202,10 +209,10 @@ fn a_chaining_handler_on_a_default_alternate_stack_resolves_faults() {
                 // Reads and writes, at random and in runs: loads, clean
                 // evictions and hand-offs in the handler.
                 let p = if round % 2 == 0 { p } else { (p * 37 + 11) % pages };
-                let v = r.shared.map.load_u64(p * PAGE_SIZE);
+                let v = r.shared.os.load_u64(p * PAGE_SIZE);
                 assert_eq!(v, word(p, 1));
                 if p % 4 == 0 {
-                    r.shared.map.store_u64(p * PAGE_SIZE + 8, round);
+                    r.shared.os.store_u64(p * PAGE_SIZE + 8, round);
                 }
             }
         }
@@ -234,7 +241,7 @@ fn errno_survives_a_fault_resolved_in_the_faulting_thread() {
                         // Two threads on the same pages: races, hand-offs.
                         let p = (k * 31 + round + t) % pages;
                         testing::set_errno(4242);
-                        let v = r.shared.map.load_u64(p * PAGE_SIZE);
+                        let v = r.shared.os.load_u64(p * PAGE_SIZE);
                         assert_eq!(testing::errno(), 4242, "page {p}");
                         assert_eq!(v, word(p, 1));
                     }
@@ -262,7 +269,7 @@ fn dropping_a_region_waits_for_its_own_faults_only() {
                 let mut p = t;
                 while !stop.load(Relaxed) {
                     p = (p * 13 + 7) % pages;
-                    assert_eq!(busy.shared.map.load_u64(p * PAGE_SIZE), word(p, 1));
+                    assert_eq!(busy.shared.os.load_u64(p * PAGE_SIZE), word(p, 1));
                 }
             });
         }
@@ -271,7 +278,7 @@ fn dropping_a_region_waits_for_its_own_faults_only() {
         for _ in 0..10 {
             let z2 = zswap(64);
             let other = evicted_sigbus_region(&z2, 16, 4).unwrap();
-            assert_eq!(other.shared.map.load_u64(3 * PAGE_SIZE), word(3, 1));
+            assert_eq!(other.shared.os.load_u64(3 * PAGE_SIZE), word(3, 1));
             let start = Instant::now();
             drop(other);
             slowest = slowest.max(start.elapsed());
@@ -288,7 +295,10 @@ fn a_forked_child_is_refused_and_the_parent_goes_on() {
     // userfaultfd it inherited, into the parent's memory.
     for fault_in_thread in [true, false] {
         let z = zswap(256);
-        let config = RegionConfig { fault_in_thread, ..RegionConfig::new(32 * PAGE_SIZE, 8) };
+        // No background reclaimer: its last batch may still be counting
+        // after `reclaim` returns, and the counts below must be the child's.
+        let config =
+            RegionConfig { fault_in_thread, background_reclaim: false, ..RegionConfig::new(32 * PAGE_SIZE, 8) };
         let Some(r) = region(&z, config) else { return };
         for p in 0..32 {
             r.write_u64(p * PAGE_SIZE, word(p, 1)).unwrap();
@@ -314,7 +324,7 @@ fn a_forked_child_is_refused_and_the_parent_goes_on() {
         assert_eq!((after.swap_ins, after.evictions), (before.swap_ins, before.evictions));
         for p in 0..32 {
             assert_eq!(r.read_u64(p * PAGE_SIZE).unwrap(), word(p, 1), "page {p}");
-            assert_eq!(r.shared.map.load_u64(p * PAGE_SIZE), word(p, 1), "page {p}");
+            assert_eq!(r.shared.os.load_u64(p * PAGE_SIZE), word(p, 1), "page {p}");
             r.write_u64(p * PAGE_SIZE, word(p, 2)).unwrap();
         }
         assert_eq!(r.mapped_pages().unwrap() as u64, r.stats().resident);
@@ -342,15 +352,15 @@ fn a_page_the_program_dropped_is_reloaded_not_refaulted_for_ever() {
             for p in [3, 5, 6] {
                 testing::madvise(at(p), PAGE_SIZE, libc::MADV_DONTNEED);
             }
-            let raw3 = r.shared.map.load_u64(3 * PAGE_SIZE);
-            let raw5 = r.shared.map.load_u64(5 * PAGE_SIZE);
+            let raw3 = r.shared.os.load_u64(3 * PAGE_SIZE);
+            let raw5 = r.shared.os.load_u64(5 * PAGE_SIZE);
             // Page 6 untouched: eviction finds it gone.
             r.reclaim(0).unwrap();
             let ok = raw3 == 33 && raw5 == 55 && r.read_u64(6 * PAGE_SIZE).unwrap() == 0;
             let ok = ok && r.stats().program_drops >= 3;
             // A write after the drop lands and stays.
             testing::madvise(at(5), PAGE_SIZE, libc::MADV_DONTNEED);
-            r.shared.map.store_u64(5 * PAGE_SIZE, 77);
+            r.shared.os.store_u64(5 * PAGE_SIZE, 77);
             r.reclaim(0).unwrap();
             let ok = ok && r.read_u64(5 * PAGE_SIZE).unwrap() == 77;
             if ok {
@@ -386,7 +396,7 @@ fn fault_around_stops_at_a_memory_area_boundary() {
         }
         r.reclaim(0).unwrap();
         for p in 0..32 {
-            assert_eq!(r.shared.map.load_u64(p * PAGE_SIZE), word(p, 1), "page {p}");
+            assert_eq!(r.shared.os.load_u64(p * PAGE_SIZE), word(p, 1), "page {p}");
         }
         assert_eq!(r.stats().load_failures, 0);
         assert!(r.stats().fault_around_pages > 0, "{:?}", r.stats());
@@ -415,5 +425,77 @@ fn a_partial_munmap_is_an_error_not_a_crash() {
     });
     if code != Some(3) {
         assert_eq!(code, Some(0));
+    }
+}
+
+/// Recurses until less than `margin` bytes of the thread's stack (whose
+/// lowest usable byte is `low`) are left under this frame, then runs
+/// `at_the_end` there.
+#[inline(never)]
+fn descend(low: usize, margin: usize, at_the_end: &mut dyn FnMut() -> u64) -> u64 {
+    let pad = std::hint::black_box([1u8; 128]);
+    let here = std::ptr::addr_of!(pad) as usize;
+    if here.saturating_sub(low) <= margin {
+        return at_the_end();
+    }
+    descend(low, margin, at_the_end).wrapping_add(u64::from(std::hint::black_box(pad)[0]))
+}
+
+#[test]
+fn a_raw_fault_near_the_end_of_a_threads_stack_is_resolved() {
+    // The base resolved a fault on the faulting thread's own stack and
+    // needed about 9 KiB of it (release; more in a debug build): a thread
+    // deep in a recursion that touched an evicted page with less left died
+    // of a stack overflow inside the handler. The handler now moves to a
+    // stack of its own at once, and with SA_ONSTACK even the kernel's
+    // signal frame lands on the thread's alternate stack where it has one
+    // (Rust's threads do). Without one (a thread of C code), what is left
+    // must hold the kernel's frame and the handler's first few hundred
+    // bytes (MMKIT_STACK_MARGIN measures it).
+    let name = "region::hostile_tests::a_raw_fault_near_the_end_of_a_threads_stack_is_resolved";
+    if let Ok(mode) = std::env::var(CHILD) {
+        let alternate = mode == "alternate";
+        let default_margin = if alternate { 1536 } else { 8 << 10 };
+        let margin = std::env::var("MMKIT_STACK_MARGIN").ok().and_then(|m| m.parse().ok()).unwrap_or(default_margin);
+        let z = zswap(1024);
+        let Some(r) = evicted_sigbus_region(&z, 64, 8) else { std::process::exit(3) };
+        let r = &r;
+        std::thread::scope(|s| {
+            let t = std::thread::Builder::new().stack_size(256 << 10);
+            t.spawn_scoped(s, move || {
+                if !alternate {
+                    testing::disable_alternate_stack();
+                }
+                let (low, _) = testing::stack_bounds();
+                let mut round = 0;
+                for _ in 0..8 {
+                    descend(low, margin, &mut || {
+                        round += 1;
+                        // A missing page read, a write to it (clean: a
+                        // write-protect fault), a missing page written.
+                        let p = (round * 3) % 64;
+                        assert_eq!(r.shared.os.load_u64(p * PAGE_SIZE), word(p, 1));
+                        r.shared.os.store_u64(p * PAGE_SIZE + 8, round as u64);
+                        let q = (p + 32) % 64;
+                        r.shared.os.store_u64(q * PAGE_SIZE + 16, round as u64);
+                        r.shared.os.load_u64(q * PAGE_SIZE)
+                    });
+                    r.reclaim(0).unwrap();
+                }
+            })
+            .unwrap();
+        });
+        let s = r.stats();
+        assert!(s.faults_in_thread >= 24, "{s:?}");
+        println!("deepest use of the handler's own stacks: {} bytes", super::os::stack::deepest_use());
+        std::process::exit(0);
+    }
+    for mode in ["alternate", "none"] {
+        let (code, out) = run_child_with(name, mode);
+        if skipped(code) {
+            return;
+        }
+        assert_eq!(code, Some(0), "{mode}: {out}");
+        eprintln!("{mode}: {}", out.lines().find(|l| l.contains("deepest use")).unwrap_or("?"));
     }
 }

@@ -19,15 +19,17 @@
 //!   through [`SwapRegion::as_ptr`] are userfaultfd faults. By default
 //!   (and `UFFD_FEATURE_SIGBUS`) a fault raises `SIGBUS` in the faulting
 //!   thread, and the crate's process-wide handler (`os::signal`,
-//!   `signal`) resolves it there and returns: async-signal-safe by
-//!   construction (see `pager`), handing what it cannot do to the handler
-//!   thread. Every other `SIGBUS` goes to the action installed before the
+//!   `signal`) resolves it there, on a stack of its own (`os::stack`), and
+//!   returns: async-signal-safe by construction (see `fault`), handing
+//!   what it cannot do to the handler thread. Every other `SIGBUS` goes to the action installed before the
 //!   first region; a `SIGBUS` handler installed after it replaces the
 //!   crate's and must chain to it for region addresses. A thread that
 //!   blocks `SIGBUS` dies on a raw touch of an evicted page (the kernel
 //!   forces the default action); its accessor calls never fault. The
 //!   handler loads with zswap's locks, so region memory must not be handed
-//!   to zswap's own calls by the program (the crate never does).
+//!   to zswap's own calls by the program (the crate never does). A global
+//!   allocator whose heap is a region serves what is allocated while
+//!   [`SwapRegion::in_region_call`] is true from other memory.
 //! - **Or by the handler thread**, with [`RegionConfig::fault_in_thread`]
 //!   off or where the kernel lacks the feature: a write to a missing page
 //!   maps it writable and dirty at once. A failed load poisons the page
@@ -63,15 +65,23 @@
 //! supported: `mremap` or `munmap` of parts of the region, pages larger
 //! than 4 KiB, sharing the region with another process.
 //!
-//! Files: `page` (the state word), `pager` (loading and eviction, any
-//! thread), `handler` (the fault and reclaim thread), `signal` (the table
-//! of regions the `SIGBUS` handler resolves), `slots` (the stored copies:
-//! the only use of swap entries), `times` (the load-time histogram), `os`
-//! (the operating system: the mapping, the userfaultfd bindings, the
-//! `SIGBUS` action, pipes, futexes, signal masks, forks). No `rustix` or
-//! `libc` outside `os`; its `unsafe` is in `os` and `signal`.
+//! Files: `page` (the state word), `pager` (loading, any thread), `evict`
+//! (the CLOCK and eviction), `fault` (the `SIGBUS` handler's path and its
+//! hand-offs), `calls` (what the region's calls do, over any facade),
+//! `handler` (the fault and reclaim thread), `signal` (the table of
+//! regions the `SIGBUS` handler resolves, and the mark of region code),
+//! `slots` (the stored copies: the only use of swap entries), `times` (the
+//! load-time histogram), `os` (the operating system behind the `os::Os`
+//! facade — the mapping, the userfaultfd bindings, the `SIGBUS` action and
+//! the handler's stacks, pipes, futexes, signal masks, forks — and the
+//! tests' in-memory fake of it). The paging policy is generic over the
+//! facade, so the same code runs on Linux and, in `policy_tests`, on the
+//! fake. No `rustix` or `libc` outside `os`; its `unsafe` is in `os` and
+//! `signal`.
 
+mod calls;
 mod evict;
+mod fault;
 mod handler;
 mod os;
 mod page;
@@ -83,9 +93,9 @@ mod times;
 
 use crate::{ReleaseMode, Zswap, PAGE_SIZE};
 use handler::Handler;
-use os::uffd::{FeatureFlags, IoctlFlags, RegisterMode, UffdBuilder};
-use page::{PinRefused, DIRTY, FAILED, RESIDENT};
-use pager::{LoadError, Shared};
+use os::linux::{Linux, SetupError};
+use os::Os;
+use pager::Shared;
 pub use pinned::PinnedRange;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -351,7 +361,7 @@ pub(crate) struct Counters {
 /// assert_eq!(zswap.stats().stored_pages, 0);
 /// ```
 pub struct SwapRegion {
-    shared: Arc<Shared>,
+    shared: Arc<Shared<Linux>>,
     handler: Option<JoinHandle<()>>,
     /// The region's entry in the `SIGBUS` handler's table, in that mode.
     signal: Option<signal::Registration>,
@@ -361,6 +371,12 @@ impl core::fmt::Debug for SwapRegion {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("SwapRegion").field("len", &self.len()).field("stats", &self.stats()).finish()
     }
+}
+
+/// Starts the handler thread of `shared`.
+fn spawn_handler<O: os::Os>(shared: &Arc<Shared<O>>) -> std::io::Result<JoinHandle<()>> {
+    let handler = Handler::new(shared.clone());
+    std::thread::Builder::new().name("mmkit-zswap-uffd".into()).spawn(move || handler.run())
 }
 
 impl SwapRegion {
@@ -396,40 +412,18 @@ impl SwapRegion {
         if config.len > max {
             return Err(RegionError::TooLarge { len: config.len, max });
         }
+        let _region_code = signal::RegionCode::enter();
         let forks = os::watch_forks();
         // The handler goes in before the descriptor asks for SIGBUS mode.
-        let optional = if config.fault_in_thread && signal::install() {
-            FeatureFlags::POISON | FeatureFlags::SIGBUS
-        } else {
-            FeatureFlags::POISON
-        };
-        let uffd = UffdBuilder::new()
-            .close_on_exec(true)
-            .non_blocking(true)
-            .user_mode_only(true)
-            .require_features(FeatureFlags::PAGEFAULT_FLAG_WP)
-            .optional_features(optional)
-            .create()
-            .map_err(|e| RegionError::Userfaultfd(e.to_string()))?;
-        let map = os::mapping::Mapping::new(config.len).map_err(RegionError::Setup)?;
-        map.dont_fork().map_err(RegionError::Setup)?;
-        let ioctls = uffd
-            .register_with_mode(map.as_ptr().cast(), map.len(), RegisterMode::MISSING | RegisterMode::WRITE_PROTECT)
-            .map_err(|e| RegionError::Userfaultfd(format!("register: {e}")))?;
-        if !ioctls.contains(IoctlFlags::WRITE_PROTECT | IoctlFlags::COPY) {
-            return Err(RegionError::Userfaultfd("no write-protection for anonymous memory".into()));
-        }
-        let poison = uffd.has_feature(FeatureFlags::POISON) && ioctls.contains(IoctlFlags::POISON);
-        let wake = os::WakePipe::new().map_err(RegionError::Setup)?;
-        let shared = Shared::new(map, uffd, zswap, config, wake, poison, forks)
-            .ok_or(RegionError::TooLarge { len: config.len, max })?;
+        let sigbus = config.fault_in_thread && signal::install();
+        let os = Linux::new(config.len, sigbus).map_err(|e| match e {
+            SetupError::Userfaultfd(why) => RegionError::Userfaultfd(why),
+            SetupError::Io(e) => RegionError::Setup(e),
+        })?;
+        let shared = Shared::new(os, zswap, config, forks).ok_or(RegionError::TooLarge { len: config.len, max })?;
         let shared = Arc::new(shared);
-        let handler = Handler::new(shared.clone());
-        let thread = std::thread::Builder::new()
-            .name("mmkit-zswap-uffd".into())
-            .spawn(move || handler.run())
-            .map_err(RegionError::Setup)?;
-        let signal = if shared.uffd.has_feature(FeatureFlags::SIGBUS) {
+        let thread = spawn_handler(&shared).map_err(RegionError::Setup)?;
+        let signal = if shared.os.has_sigbus() {
             match signal::register(&shared) {
                 Some(registration) => Some(registration),
                 None => {
@@ -455,9 +449,23 @@ impl SwapRegion {
         usize::try_from(pages).unwrap_or(usize::MAX / PAGE_SIZE).saturating_mul(PAGE_SIZE)
     }
 
+    /// Whether the calling thread is running a region's own code: one of
+    /// the calls of a region that may load, evict or allocate, or a
+    /// region's handler thread. A global allocator whose heap is region
+    /// memory must serve the allocations made while this is true from
+    /// other memory (and free each block where it came from): the
+    /// region's code may hold the page claims and locks that a fault on
+    /// its own allocation would need, and such a fault ends the process
+    /// with a message (`docs/zsmalloc-zswap.md`, "A heap in a region").
+    /// One thread-local read: no allocation, no lock, safe in an allocator
+    /// and in a signal handler.
+    pub fn in_region_call() -> bool {
+        signal::RegionCode::active()
+    }
+
     /// Bytes of the region.
     pub fn len(&self) -> usize {
-        self.shared.map.len()
+        self.shared.os.len()
     }
 
     /// Always false: a region has at least one page.
@@ -469,7 +477,7 @@ impl SwapRegion {
     /// it is the caller's `unsafe` business; [`read`](Self::read) and
     /// [`write`](Self::write) are the safe way.
     pub fn as_ptr(&self) -> *mut u8 {
-        self.shared.map.as_ptr()
+        self.shared.os.as_ptr()
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<(), RegionError> {
@@ -482,95 +490,15 @@ impl SwapRegion {
         }
     }
 
-    /// Whether the handler thread still serves faults and requests.
-    fn alive(&self) -> bool {
-        !self.shared.forked()
-            && !self.shared.stop.load(Relaxed)
-            && self.handler.as_ref().is_some_and(|h| !h.is_finished())
-    }
-
-    /// Runs `access` on page `index` pinned (not evicted meanwhile) and
-    /// mapped (writable when `write`): a page that is not mapped is loaded
-    /// in this thread first, so that `access` never faults on a missing
-    /// page and a failed load is an error here, never a page of zeros.
-    fn with_page<T>(&self, index: usize, write: bool, access: impl FnOnce() -> T) -> Result<T, RegionError> {
-        let state = &self.shared.states[index];
-        page::pin(state, || self.alive()).map_err(|why| self.pin_refused(why, index))?;
-        let out = self.ensure(index, write).map(|()| access());
-        page::unpin(state);
-        out
-    }
-
-    /// The error for a pin of page `index` refused.
-    fn pin_refused(&self, why: PinRefused, index: usize) -> RegionError {
-        match why {
-            PinRefused::Gone => RegionError::HandlerGone,
-            PinRefused::TooMany => RegionError::TooManyPins { offset: index * PAGE_SIZE },
-        }
-    }
-
-    /// Maps pinned page `index` (writable when `write`) unless it is.
-    fn ensure(&self, index: usize, write: bool) -> Result<(), RegionError> {
-        let state = &self.shared.states[index];
-        loop {
-            let flags = page::flags(state);
-            if flags & (RESIDENT | FAILED) == RESIDENT {
-                if write && flags & DIRTY == 0 {
-                    self.shared.make_writable(index);
-                }
-                return Ok(());
-            }
-            if !self.alive() {
-                // Raw accesses would wait for ever: the region is broken.
-                return Err(RegionError::HandlerGone);
-            }
-            // No handler of the program's runs while this thread holds the
-            // claim (and zswap's locks): one that touched the region could
-            // need them. Blocked before the claim is taken.
-            let _blocked = os::SignalsBlocked::new();
-            if page::try_claim_load(state) {
-                return match self.shared.load_in_thread(index, write, false, None) {
-                    Ok(_) => {
-                        Counters::bump(&self.shared.counters.loads_in_thread);
-                        Ok(())
-                    }
-                    Err(LoadError::Failed) => Err(RegionError::LoadFailed { offset: index * PAGE_SIZE }),
-                    Err(LoadError::SwapFull) => Err(RegionError::SwapFull { offset: index * PAGE_SIZE }),
-                };
-            }
-            // Another thread is loading it.
-            std::thread::yield_now();
-        }
-    }
-
-    /// Calls `access(at, from, n)` for each page's part of `len` bytes at
-    /// `offset` (`at`: region offset, `from`: offset into the caller's
-    /// buffer), each on its page pinned and mapped.
-    fn by_page(
-        &self,
-        offset: usize,
-        len: usize,
-        write: bool,
-        mut access: impl FnMut(usize, usize, usize),
-    ) -> Result<(), RegionError> {
-        self.check(offset, len)?;
-        let mut done = 0;
-        while done < len {
-            let at = offset + done;
-            let n = (PAGE_SIZE - at % PAGE_SIZE).min(len - done);
-            self.with_page(at / PAGE_SIZE, write, || access(at, done, n))?;
-            done += n;
-        }
-        Ok(())
-    }
-
     /// Copies `out.len()` bytes at `offset` out of the region.
     ///
     /// # Errors
     /// [`RegionError::OutOfBounds`]; [`RegionError::LoadFailed`] (the
     /// bytes before that page were read); [`RegionError::HandlerGone`].
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), RegionError> {
-        self.by_page(offset, out.len(), false, |at, from, n| self.shared.map.read(at, &mut out[from..from + n]))
+        self.check(offset, out.len())?;
+        let os = &self.shared.os;
+        self.shared.by_page(offset, out.len(), false, |at, from, n| os.read(at, &mut out[from..from + n]))
     }
 
     /// Copies `data` into the region at `offset`.
@@ -580,7 +508,9 @@ impl SwapRegion {
     /// bytes before that page were written, none from it on);
     /// [`RegionError::HandlerGone`].
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), RegionError> {
-        self.by_page(offset, data.len(), true, |at, from, n| self.shared.map.write(at, &data[from..from + n]))
+        self.check(offset, data.len())?;
+        let os = &self.shared.os;
+        self.shared.by_page(offset, data.len(), true, |at, from, n| os.write(at, &data[from..from + n]))
     }
 
     /// The word at `offset` (8-aligned).
@@ -593,7 +523,7 @@ impl SwapRegion {
         if offset % 8 != 0 {
             return Err(RegionError::Misaligned(offset));
         }
-        self.with_page(offset / PAGE_SIZE, false, || self.shared.map.load_u64(offset))
+        self.shared.with_page(offset / PAGE_SIZE, false, || self.shared.os.load_u64(offset))
     }
 
     /// Stores `value` at `offset` (8-aligned).
@@ -606,7 +536,7 @@ impl SwapRegion {
         if offset % 8 != 0 {
             return Err(RegionError::Misaligned(offset));
         }
-        self.with_page(offset / PAGE_SIZE, true, || self.shared.map.store_u64(offset, value))
+        self.shared.with_page(offset / PAGE_SIZE, true, || self.shared.os.store_u64(offset, value))
     }
 
     /// Evicts pages until at most `keep` are resident, and returns how many
@@ -615,28 +545,7 @@ impl SwapRegion {
     /// # Errors
     /// [`RegionError::HandlerGone`], [`RegionError::Forked`].
     pub fn reclaim(&self, keep: usize) -> Result<usize, RegionError> {
-        if self.shared.forked() {
-            return Err(RegionError::Forked);
-        }
-        if !self.alive() {
-            return Err(RegionError::HandlerGone);
-        }
-        let _blocked = os::SignalsBlocked::new();
-        let mut evicted = 0;
-        while self.shared.resident() > keep {
-            let want = (self.shared.resident() - keep).min(self.shared.config.evict_batch.max(64));
-            match self.shared.evict(want) {
-                // Nothing picked: done, unless another thread (the
-                // background reclaimer) is evicting pages right now, whose
-                // count has not gone down yet.
-                0 if self.shared.states.iter().any(|s| page::flags(s) & page::EVICTING != 0) => {
-                    std::thread::yield_now()
-                }
-                0 => break,
-                n => evicted += n,
-            }
-        }
-        Ok(evicted)
+        self.shared.reclaim(keep)
     }
 
     /// Whether raw accesses' faults are resolved in the faulting thread
@@ -648,28 +557,7 @@ impl SwapRegion {
 
     /// The region's counters.
     pub fn stats(&self) -> RegionStats {
-        let c = &self.shared.counters;
-        RegionStats {
-            missing_faults: c.missing_faults.load(Relaxed),
-            wp_faults: c.wp_faults.load(Relaxed),
-            zero_fills: c.zero_fills.load(Relaxed),
-            swap_ins: c.swap_ins.load(Relaxed),
-            fault_around_pages: c.fault_around_pages.load(Relaxed),
-            evictions: c.evictions.load(Relaxed),
-            evicted_clean: c.evicted_clean.load(Relaxed),
-            evict_failures: c.evict_failures.load(Relaxed),
-            load_failures: c.load_failures.load(Relaxed),
-            resident: c.resident.load(Relaxed),
-            loads_in_thread: c.loads_in_thread.load(Relaxed),
-            direct_reclaims: c.direct_reclaims.load(Relaxed),
-            reclaimer_wakeups: c.reclaimer_wakeups.load(Relaxed),
-            background_evictions: c.background_evictions.load(Relaxed),
-            load_p99_ns: self.shared.load_times.percentile(990),
-            faults_in_thread: c.faults_in_thread.load(Relaxed),
-            handoffs: c.handoffs.load(Relaxed),
-            program_drops: c.program_drops.load(Relaxed),
-            zero_drops: c.zero_drops.load(Relaxed),
-        }
+        self.shared.stats()
     }
 
     /// Pages of the region the kernel has mapped now (`mincore`): what
@@ -678,7 +566,8 @@ impl SwapRegion {
     /// # Errors
     /// [`RegionError::Setup`] when `mincore` fails.
     pub fn mapped_pages(&self) -> Result<usize, RegionError> {
-        self.shared.map.mapped_pages().map_err(RegionError::Setup)
+        let _region_code = signal::RegionCode::enter();
+        self.shared.os.mapped_pages().map_err(RegionError::Setup)
     }
 
     /// The zswap the region swaps to.
@@ -689,6 +578,8 @@ impl SwapRegion {
 
 #[cfg(test)]
 mod hostile_tests;
+#[cfg(test)]
+mod policy_tests;
 #[cfg(test)]
 mod tests;
 
@@ -708,6 +599,7 @@ impl Drop for SwapRegion {
             std::mem::forget(self.shared.clone());
             return;
         }
+        let _region_code = signal::RegionCode::enter();
         // Out of the SIGBUS handler's table first (waiting only for this
         // region's handlers in flight, which may need the handler thread
         // to finish a hand-off), then the handler stops.

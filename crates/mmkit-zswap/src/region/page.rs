@@ -94,6 +94,11 @@ pub(crate) fn pin(state: &AtomicU32, alive: impl Fn() -> bool) -> Result<u32, Pi
     }
 }
 
+/// Whether the page holds a pin now.
+pub(crate) fn is_pinned(state: &AtomicU32) -> bool {
+    state.load(Acquire) >= PIN
+}
+
 /// Drops one pin taken by [`pin`].
 pub(crate) fn unpin(state: &AtomicU32) {
     state.fetch_sub(PIN, AcqRel);

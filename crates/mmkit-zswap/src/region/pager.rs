@@ -1,35 +1,27 @@
 //! The region's paging, callable from any thread: loading a page (with
-//! fault-around), evicting with the CLOCK, making a clean page writable.
-//! The transitions are the page states' (`page`) compare-and-swaps, so an
-//! accessor loads the page it needs in its own thread, evicts for itself
-//! when the region is at its budget (direct reclaim), and the handler
-//! thread does the same for raw faults and evicts in the background.
+//! fault-around), making room under the budget, making a clean page
+//! writable. The transitions are the page states' (`page`)
+//! compare-and-swaps, so an accessor loads the page it needs in its own
+//! thread, evicts for itself when the region is at its budget (direct
+//! reclaim), and the handler thread does the same for raw faults and
+//! evicts in the background. Eviction is `evict`'s, the `SIGBUS`
+//! handler's path and its hand-offs `fault`'s, the region's calls on top
+//! of these `calls`'.
 //!
-//! Owns what every thread of a region shares: the mapping, the
-//! userfaultfd, the page states and slots, the counters and the CLOCK
-//! hand, the load buffers and the hand-offs from the `SIGBUS` handler to
-//! the handler thread. Everything the operating system does goes through
-//! `os`, storage through `slots`.
-//!
-//! What runs in the `SIGBUS` handler (`resolve_signal` and what it calls)
-//! is async-signal-safe by construction: atomics, system calls, zswap's
-//! load (its locks, which no code interrupted by the handler holds: region
-//! code runs with asynchronous signals blocked, and a raw touch is no
-//! region code), a load buffer taken with a non-blocking `try_lock` from
-//! a pool made with the region, and eviction of clean pages only (a drop,
-//! no compression, no allocation). Anything else — no free buffer, no
-//! clean victim at the budget — is handed to the handler thread, and the
-//! handler waits on a futex for its answer.
+//! Owns what every thread of a region shares: the operating system's
+//! facade (`os::Os`: generic, so that the policy runs as well on the
+//! tests' in-memory fake as on Linux), the page states and slots, the
+//! counters and the CLOCK hand, the load buffers and the hand-offs.
+//! Storage goes through `slots`.
 
-use super::os::mapping::Mapping;
-use super::os::uffd::Uffd;
-use super::os::{self, WakePipe};
-use super::page::{self, DIRTY, EVICTING, FAILED, LOADING, REFERENCED, RESIDENT};
+use super::fault::Handoff;
+use super::os::{CopyError, Os};
+use super::page::{self, DIRTY, FAILED, LOADING, REFERENCED, RESIDENT};
 use super::slots::Slots;
 use super::times::Times;
 use super::{Counters, RegionConfig};
 use crate::{Zswap, PAGE_SIZE};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 /// Why a load placed nothing.
@@ -43,7 +35,7 @@ pub(crate) enum LoadError {
 }
 
 /// Whether room was made for one more page.
-enum Room {
+pub(super) enum Room {
     Made,
     /// Only the handler thread may make it (a dirty victim's compression
     /// is no work for a signal handler).
@@ -51,43 +43,23 @@ enum Room {
     SwapFull,
 }
 
-/// A load the `SIGBUS` handler hands to the handler thread: the page's
-/// claim (`LOADING`) is the handler's, the work the thread's.
-pub(crate) struct Handoff {
-    /// `FREE` → `FILLING` → `PENDING` → `TAKEN` → `DONE_OK` / `DONE_FAILED`
-    /// → `FREE`; the handler sleeps on it (a futex).
-    state: AtomicU32,
-    page: AtomicUsize,
-    write: AtomicBool,
-}
-
-const FREE: u32 = 0;
-const FILLING: u32 = 1;
-const PENDING: u32 = 2;
-const TAKEN: u32 = 3;
-const DONE_OK: u32 = 4;
-const DONE_FAILED: u32 = 5;
-
 /// Hand-offs that may wait at once (more wait for a free one).
 const HANDOFFS: usize = 16;
 
 /// What every thread of a region shares.
-pub(crate) struct Shared {
-    pub(crate) map: Mapping,
-    pub(crate) uffd: Uffd,
+pub(crate) struct Shared<O: Os> {
+    /// The operating system: the region's memory and the handler
+    /// thread's events.
+    pub(crate) os: O,
     pub(crate) zswap: Arc<Zswap>,
     pub(crate) config: RegionConfig,
     pub(crate) counters: Counters,
     /// The region is being dropped: the handler returns.
     pub(crate) stop: AtomicBool,
-    /// The handler thread's wake-up pipe.
-    pub(crate) wake: WakePipe,
     /// Each page's state word (`page`).
     pub(crate) states: Box<[AtomicU32]>,
     /// Each page's stored copy.
     pub(crate) slots: Slots,
-    /// Whether the kernel has `UFFDIO_POISON` for this region.
-    pub(crate) poison: bool,
     /// The CLOCK hand (a page index, modulo the page count).
     pub(crate) hand: AtomicUsize,
     /// The last page loaded, to detect sequential runs.
@@ -101,57 +73,43 @@ pub(crate) struct Shared {
     pub(crate) forks: u64,
     /// Load buffers of `fault_around` pages, made with the region and
     /// taken with `try_lock` (never waited for).
-    buffers: Box<[Mutex<Box<[u8]>>]>,
+    pub(super) buffers: Box<[Mutex<Box<[u8]>>]>,
     /// Loads handed from the `SIGBUS` handler to the handler thread.
-    handoffs: Box<[Handoff]>,
+    pub(super) handoffs: Box<[Handoff]>,
     /// The handler thread runs (cleared as it returns).
     pub(crate) handler_alive: AtomicBool,
 }
 
-impl Shared {
-    pub(crate) fn new(
-        map: Mapping,
-        uffd: Uffd,
-        zswap: Arc<Zswap>,
-        config: RegionConfig,
-        wake: WakePipe,
-        poison: bool,
-        forks: u64,
-    ) -> Option<Self> {
-        let pages = map.len() / PAGE_SIZE;
+impl<O: Os> Shared<O> {
+    /// The shared state of a region over `os`, made in a process whose
+    /// fork count (`os::forks`) is `forks`; `None` when the per-page state
+    /// cannot be allocated.
+    pub(crate) fn new(os: O, zswap: Arc<Zswap>, config: RegionConfig, forks: u64) -> Option<Self> {
+        let pages = os.pages();
         let buffers = std::thread::available_parallelism().map_or(2, usize::from).clamp(2, 16) * 2;
         let buffer = || Mutex::new(vec![0u8; config.fault_around * PAGE_SIZE].into_boxed_slice());
         Some(Self {
-            map,
-            uffd,
+            os,
             zswap,
             config,
             counters: Counters::default(),
             stop: AtomicBool::new(false),
-            wake,
             states: page::new_states(pages)?,
             slots: Slots::new(pages)?,
-            poison,
             hand: AtomicUsize::new(0),
             last_loaded: AtomicUsize::new(usize::MAX),
             reclaim_wanted: AtomicBool::new(false),
             load_times: Times::new(),
             forks,
             buffers: (0..buffers).map(|_| buffer()).collect(),
-            handoffs: (0..HANDOFFS)
-                .map(|_| Handoff {
-                    state: AtomicU32::new(FREE),
-                    page: AtomicUsize::new(0),
-                    write: AtomicBool::new(false),
-                })
-                .collect(),
+            handoffs: (0..HANDOFFS).map(|_| Handoff::new()).collect(),
             handler_alive: AtomicBool::new(true),
         })
     }
 
     /// Whether this process is a child forked after the region was made.
     pub(crate) fn forked(&self) -> bool {
-        os::forks() != self.forks
+        super::os::forks() != self.forks
     }
 
     pub(crate) fn pages(&self) -> usize {
@@ -164,7 +122,7 @@ impl Shared {
 
     /// Wakes the handler out of its wait.
     pub(crate) fn kick(&self) {
-        self.wake.kick();
+        self.os.kick();
     }
 
     /// The background reclaimer's marks: it is woken when a load takes the
@@ -182,12 +140,12 @@ impl Shared {
     }
 
     pub(crate) fn wake(&self, first: usize, n: usize) {
-        let _ = self.uffd.wake(self.map.page_addr(first), n * PAGE_SIZE);
+        self.os.wake(first, n);
     }
 
     /// Evicts for the caller when a new page would pass the budget; in a
     /// signal handler (`in_signal`) clean victims only.
-    fn make_room(&self, in_signal: bool) -> Room {
+    pub(super) fn make_room(&self, in_signal: bool) -> Room {
         let budget = self.config.resident_budget;
         if self.resident() < budget {
             return Room::Made;
@@ -260,14 +218,12 @@ impl Shared {
     /// raw access's page poisoned where the kernel can (its thread gets
     /// `SIGBUS`), an accessor's left missing and its racing raw faults
     /// woken to fault again.
-    fn fail_load(&self, index: usize, poison: bool) {
+    pub(super) fn fail_load(&self, index: usize, poison: bool) {
         let state = &self.states[index];
         Counters::bump(&self.counters.load_failures);
         if poison {
             page::set(state, FAILED);
-            if self.poison {
-                let _ = self.map.uffd_poison(&self.uffd, index);
-            }
+            self.os.poison(index);
         }
         page::clear(state, LOADING);
         if !poison {
@@ -284,7 +240,7 @@ impl Shared {
     /// poisoned when `poison_on_failure` (a raw access, which no error can
     /// reach) and the kernel can, else left missing (threads blocked on it
     /// fault again). Allocates nothing.
-    fn load_claimed(
+    pub(super) fn load_claimed(
         &self,
         index: usize,
         write: bool,
@@ -294,7 +250,7 @@ impl Shared {
         let state = &self.states[index];
         if page::flags(state) & FAILED != 0 {
             // Drop the poison marker before the retry.
-            let _ = self.map.dontneed(index, 1);
+            self.os.drop_page(index);
             page::clear(state, FAILED);
         }
         let slot = self.slots.lock(index);
@@ -374,7 +330,7 @@ impl Shared {
             let at = index + placed;
             let writable = write && placed == 0;
             let end = if writable { 1 } else { n };
-            match self.map.uffd_copy(&self.uffd, at, &src[placed * PAGE_SIZE..end * PAGE_SIZE], !writable, wake) {
+            match self.os.copy(at, &src[placed * PAGE_SIZE..end * PAGE_SIZE], !writable, wake) {
                 // A page there already: it is not ours to place.
                 Ok(0) => break,
                 Ok(k) => {
@@ -388,7 +344,7 @@ impl Shared {
                     placed += k;
                 }
                 // The address space is changing: try again.
-                Err(e) if os::is_again(&e) && retries < 16 => retries += 1,
+                Err(CopyError::Again) if retries < 16 => retries += 1,
                 // Refused whole: the requested page alone (the pages ahead
                 // stay where they are, stored).
                 Err(_) if placed == 0 && end > 1 => n = 1,
@@ -407,7 +363,9 @@ impl Shared {
         // A page there already (`Ok(false)`) was placed by nobody but the
         // region's own calls, which the claim excludes; it is taken as
         // mapped and dirty, which is what a later eviction checks.
-        self.map.uffd_zeropage(&self.uffd, index).ok()?;
+        if !self.os.zero_fill(index) {
+            return None;
+        }
         // Writes to the zero page are not write-protect faults: dirty from
         // the start.
         page::set(state, RESIDENT | DIRTY | REFERENCED);
@@ -429,164 +387,13 @@ impl Shared {
         }
     }
 
-    /// Resolves a fault on page `index` in the faulting thread's `SIGBUS`
-    /// handler (`signal`): waits for a thread loading or evicting the page,
-    /// makes a mapped page writable (the fault was a write to it, being
-    /// clean), reloads one the program dropped behind the region's back
-    /// (marked mapped, not in the page tables), or loads a missing one
-    /// (writable and dirty when `write`). False when the fault is not the
-    /// region's to resolve (a load that failed, or a forked child's): the
-    /// signal then goes on to the program's handler or the default action,
-    /// as a `SIGBUS` from a swap-in error does in the kernel.
-    ///
-    /// Async-signal-safe (see the module docs): no allocation, no lock the
-    /// interrupted code may hold, no wait on a claim of its own thread
-    /// (region code that claims pages runs with asynchronous signals
-    /// blocked, and reads victims through the kernel, never faulting).
-    ///
-    /// On a small stack (`small_stack`: another than the faulting code's,
-    /// such as a chaining program handler's alternate stack) a load is
-    /// handed to the handler thread at once: the hand-off needs a few
-    /// hundred bytes, a load in the handler a few KiB (measured in the
-    /// region's tests; `docs/zsmalloc-zswap.md`).
-    pub(crate) fn resolve_signal(&self, index: usize, write: bool, small_stack: bool) -> bool {
-        if self.forked() {
-            return false;
-        }
-        Counters::bump(&self.counters.faults_in_thread);
-        let state = &self.states[index];
-        loop {
-            let flags = page::flags(state);
-            if flags & FAILED != 0 {
-                return false;
-            }
-            if flags & (EVICTING | LOADING) != 0 {
-                // Another thread's claim: it finishes without this one.
-                std::thread::yield_now();
-                continue;
-            }
-            if flags & RESIDENT != 0 {
-                if write && flags & DIRTY == 0 {
-                    // A write to a clean page: writable, and the access
-                    // runs again (and faults again if the page is gone).
-                    if let Some(pinned) = page::try_pin(state) {
-                        if pinned & (RESIDENT | DIRTY) == RESIDENT {
-                            self.make_writable(index);
-                        }
-                        page::unpin(state);
-                    }
-                    return true;
-                }
-                // A read, or a write to a writable page: only a page that
-                // is not there faults so. Another thread's load may have
-                // placed it since; else the program dropped it.
-                if self.map.is_mapped(index) {
-                    return true;
-                }
-                if page::try_claim_reload(state) {
-                    self.dropped_by_program();
-                    return self.signal_load(index, write, small_stack);
-                }
-                continue;
-            }
-            if page::try_claim_load(state) {
-                return self.signal_load(index, write, small_stack);
-            }
-        }
-    }
-
-    /// A page marked mapped was not: counted, and out of the resident
-    /// count (its reload claimed it).
-    pub(crate) fn dropped_by_program(&self) {
-        self.counters.resident.fetch_sub(1, Relaxed);
-        Counters::bump(&self.counters.program_drops);
-    }
-
-    /// The `SIGBUS` handler's load of claimed page `index`: room from
-    /// clean victims and a pool buffer, else handed to the handler thread.
-    fn signal_load(&self, index: usize, write: bool, small_stack: bool) -> bool {
-        if small_stack {
-            return self.hand_off(index, write);
-        }
-        let start = std::time::Instant::now();
-        let loaded = match self.make_room(true) {
-            Room::Made => match self.buffers.iter().find_map(|b| b.try_lock().ok()) {
-                Some(mut buf) => self.load_claimed(index, write, false, &mut buf).is_ok(),
-                None => self.hand_off(index, write),
-            },
-            Room::HandOff => self.hand_off(index, write),
-            Room::SwapFull => {
-                self.fail_load(index, false);
-                false
-            }
-        };
-        self.load_times.record(start.elapsed().as_nanos().try_into().unwrap_or(u64::MAX));
-        loaded
-    }
-
-    /// Hands the load of claimed page `index` to the handler thread and
-    /// sleeps until it is done; false when it failed or the thread is
-    /// gone.
-    fn hand_off(&self, index: usize, write: bool) -> bool {
-        Counters::bump(&self.counters.handoffs);
-        loop {
-            if !self.handler_alive.load(SeqCst) {
-                self.fail_load(index, false);
-                return false;
-            }
-            for h in self.handoffs.iter() {
-                if h.state.compare_exchange(FREE, FILLING, SeqCst, SeqCst).is_err() {
-                    continue;
-                }
-                h.page.store(index, SeqCst);
-                h.write.store(write, SeqCst);
-                h.state.store(PENDING, SeqCst);
-                self.kick();
-                loop {
-                    match h.state.load(SeqCst) {
-                        done @ (DONE_OK | DONE_FAILED) => {
-                            h.state.store(FREE, SeqCst);
-                            return done == DONE_OK;
-                        }
-                        PENDING if !self.handler_alive.load(SeqCst) => {
-                            // Taken back unless the thread took it first.
-                            if h.state.compare_exchange(PENDING, FREE, SeqCst, SeqCst).is_ok() {
-                                self.fail_load(index, false);
-                                return false;
-                            }
-                        }
-                        seen => os::futex_wait(&h.state, seen),
-                    }
-                }
-            }
-            // Every hand-off in use: wait for one.
-            std::thread::yield_now();
-        }
-    }
-
-    /// The handler thread's side of the hand-offs: does each pending
-    /// load (with `buf`) and wakes its handler.
-    pub(crate) fn serve_handoffs(&self, buf: &mut [u8]) {
-        for h in self.handoffs.iter() {
-            if h.state.compare_exchange(PENDING, TAKEN, SeqCst, SeqCst).is_err() {
-                continue;
-            }
-            let index = h.page.load(SeqCst);
-            let write = h.write.load(SeqCst);
-            let loaded = self.load_in_thread(index, write, false, Some(buf)).is_ok();
-            h.state.store(if loaded { DONE_OK } else { DONE_FAILED }, SeqCst);
-            os::futex_wake(&h.state);
-        }
-    }
-
     /// Makes mapped page `index`, which the caller has pinned, writable and
     /// dirty (a clean page is write-protected), waking writers waiting on
     /// its protection.
     pub(crate) fn make_writable(&self, index: usize) {
         let old = page::set_old(&self.states[index], DIRTY | REFERENCED);
-        let addr = self.map.page_addr(index);
         if old & DIRTY == 0 {
-            let _ = self.uffd.remove_write_protection(addr, PAGE_SIZE, true);
+            self.os.unprotect(index, 1, true);
         } else {
             self.wake(index, 1);
         }

@@ -6,10 +6,9 @@
 //! returns `EFAULT`. A pinned page is mapped, and writable when the range
 //! was pinned for writing, until the guard drops.
 //!
-//! Owns only the guard; pinning and loading are the region's (`page`, and
-//! `SwapRegion::ensure`).
+//! Owns only the guard; pinning and loading are the region's (`calls`).
 
-use super::{page, RegionError, SwapRegion};
+use super::{RegionError, SwapRegion};
 use crate::PAGE_SIZE;
 
 /// A byte range of a [`SwapRegion`] whose pages stay mapped (loaded first
@@ -92,13 +91,7 @@ impl Drop for PinnedRange<'_> {
     /// next load evicts for itself (as `munlock` hands pages back to
     /// reclaim at once).
     fn drop(&mut self) {
-        for index in self.pages() {
-            page::unpin(&self.region.shared.states[index]);
-        }
-        if self.region.alive() {
-            let _blocked = super::os::SignalsBlocked::new();
-            self.region.shared.evict_to_budget();
-        }
+        self.region.shared.unpin_span(self.pages());
     }
 }
 
@@ -124,16 +117,7 @@ impl SwapRegion {
         if span.len() > budget {
             return Err(RegionError::PinTooLarge { pages: span.len(), budget });
         }
-        for index in span.clone() {
-            let state = &self.shared.states[index];
-            let pinned = page::pin(state, || self.alive()).map_err(|why| self.pin_refused(why, index));
-            if let Err(e) = pinned.and_then(|_| self.ensure(index, write).inspect_err(|_| page::unpin(state))) {
-                for earlier in span.start..index {
-                    page::unpin(&self.shared.states[earlier]);
-                }
-                return Err(e);
-            }
-        }
+        self.shared.pin_span(span, write)?;
         Ok(PinnedRange { region: self, offset, len, write })
     }
 }

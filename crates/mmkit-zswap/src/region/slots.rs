@@ -69,10 +69,15 @@ impl Slot<'_> {
     }
 
     /// Frees the stored copy, if any (a page of zeros needs none: its next
-    /// load maps the zero page). A copy the instance refuses to free (it
-    /// is not its own, which a region's never is) is kept.
+    /// load maps the zero page). Its zswap entry is freed here, in the
+    /// region's code, not queued for zsmalloc's drain thread: that thread
+    /// is no region code, and its allocations (made under zsmalloc's
+    /// locks) would come from the region if a global allocator's heap is
+    /// one. A copy the instance refuses to free (it is not its own, which
+    /// a region's never is) is kept.
     pub(crate) fn free(&mut self, zswap: &Zswap) {
         if let Some(entry) = self.0.take() {
+            let _ = zswap.zswap_invalidate_mode(&entry, ReleaseMode::Sync);
             if let Err((_, entry)) = zswap.swap_free(entry) {
                 *self.0 = Some(entry);
             }

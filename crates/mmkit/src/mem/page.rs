@@ -72,11 +72,11 @@
 
 pub use crate::types::page_flags::PageFlags;
 use core::sync::atomic::Ordering::Relaxed;
-#[cfg(not(loom_desc))]
+#[cfg(not(all(loom, feature = "loom-desc")))]
 use core::sync::atomic::{AtomicU32, AtomicU64};
-// The descriptor protocol's loom model (`--cfg loom --cfg loom_desc`, see
+// The descriptor protocol's loom model (`--cfg loom` with the `loom-desc` feature, see
 // the tests at the end) swaps in loom's atomics; nothing else changes.
-#[cfg(loom_desc)]
+#[cfg(all(loom, feature = "loom-desc"))]
 use loom::sync::atomic::{AtomicU32, AtomicU64};
 
 mod word;
@@ -130,7 +130,7 @@ pub(crate) struct PageDesc {
     rc_state: AtomicU64,
 }
 
-#[cfg(not(loom_desc))]
+#[cfg(not(all(loom, feature = "loom-desc")))]
 const _: () = assert!(core::mem::size_of::<PageDesc>() == 16);
 
 // SAFETY: PageDesc is two AtomicU32s and an AtomicU64 (`repr(C)`, not
@@ -662,5 +662,5 @@ mod tests {
     }
 }
 
-#[cfg(all(test, loom_desc))]
+#[cfg(all(test, loom, feature = "loom-desc"))]
 mod loom_hand_over;

@@ -550,7 +550,7 @@ impl PageAllocator {
 
     /// Frees a prepared block through the held pageset when it belongs to
     /// the same zone, switching pagesets when the zone changes.
-    fn free_prepared_batched<'a>(
+    pub(crate) fn free_prepared_batched<'a>(
         &'a self,
         cpu: usize,
         idx: PageIdx,

@@ -468,7 +468,7 @@ impl PageAllocator {
 
     /// Whether real memory stands behind the PFNs
     /// ([`Backing::RealMemory`](crate::Backing)): only then do blocks have
-    /// bytes ([`block_bytes`](Self::block_bytes)).
+    /// bytes ([`block_bytes`](crate::Blocks::block_bytes)).
     pub fn has_real_memory(&self) -> bool {
         self.mem.memory.is_some()
     }

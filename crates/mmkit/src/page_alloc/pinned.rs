@@ -302,7 +302,7 @@ impl<'a> PinnedCpu<'a> {
     }
 
     /// Allocates a block owned by layer `owner` on this CPU (see
-    /// [`Blocks::alloc_block`]).
+    /// [`Blocks::alloc_block`](crate::Blocks::alloc_block)).
     ///
     /// # Errors
     /// As [`PageAllocator::alloc_pages`].
@@ -311,10 +311,10 @@ impl<'a> PinnedCpu<'a> {
         self.alloc.alloc_block_on(self.cpu, self.nid, owner, gfp, order)
     }
 
-    /// Frees an owned block (see [`Blocks::free_block`]).
+    /// Frees an owned block (see [`Blocks::free_block`](crate::Blocks::free_block)).
     ///
     /// # Errors
-    /// As [`Blocks::free_block`].
+    /// As [`Blocks::free_block`](crate::Blocks::free_block).
     pub fn free_block(&mut self, block: PageBlock) -> Result<(), BlockError> {
         self.serve_drain_request();
         self.alloc.free_block_on(self.cpu, block)

@@ -108,17 +108,17 @@ pub trait PageSource: sealed::Sealed {
     fn free_pages_bulk(&mut self, pfns: &[Pfn]) -> Result<usize, BulkFreeError>;
 
     /// Allocates a block owned by layer `owner` (see
-    /// [`Blocks::alloc_block`]); its bytes are reachable safely
-    /// through [`Blocks::block_bytes`].
+    /// [`Blocks::alloc_block`](crate::Blocks::alloc_block)); its bytes are reachable safely
+    /// through [`Blocks::block_bytes`](crate::Blocks::block_bytes).
     ///
     /// # Errors
     /// As [`PageAllocator::alloc_pages`].
     fn alloc_block(&mut self, owner: &OwnerKey, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError>;
 
-    /// Frees an owned block (see [`Blocks::free_block`]).
+    /// Frees an owned block (see [`Blocks::free_block`](crate::Blocks::free_block)).
     ///
     /// # Errors
-    /// As [`Blocks::free_block`].
+    /// As [`Blocks::free_block`](crate::Blocks::free_block).
     fn free_block(&mut self, block: PageBlock) -> Result<(), BlockError>;
 }
 

@@ -20,7 +20,7 @@ type ZoneEssence = (mmkit::procfs::ZoneFreeInfo, u64, [u64; 6], u64, u64, u64, u
 /// The observable state, per-CPU lists drained first (a contiguous
 /// allocation drains them too, busy or not, as Linux does).
 pub fn observe(mm: &PageAllocator) -> Observed {
-    assert_eq!(Cpus::new(&mm).drain_all_pages(), 0);
+    assert_eq!(Cpus::new(mm).drain_all_pages(), 0);
     let pages = (mm.start_pfn().0..mm.end_pfn().0)
         .map(|p| {
             let flags = mm.page_flags(Pfn(p)).unwrap();

@@ -37,11 +37,16 @@ impl Mapping {
     /// Maps `len` bytes (a positive multiple of the page size).
     pub(crate) fn new(len: usize) -> std::io::Result<Self> {
         use rustix::mm::{MapFlags, ProtFlags};
+        #[cfg(test)]
+        let hint = testing_hint::take();
+        #[cfg(not(test))]
+        let hint = std::ptr::null_mut();
         // SAFETY: a fresh anonymous mapping at an address the kernel picks
-        // overlaps nothing this program owns.
+        // (a hint, without `MAP_FIXED`, is only a wish: the kernel never
+        // maps over anything for it) overlaps nothing this program owns.
         let ptr = unsafe {
             rustix::mm::mmap_anonymous(
-                std::ptr::null_mut(),
+                hint,
                 len,
                 ProtFlags::READ | ProtFlags::WRITE,
                 MapFlags::PRIVATE | MapFlags::NORESERVE,
@@ -339,6 +344,24 @@ impl Mapping {
         // what a future fork copies.
         unsafe { rustix::mm::madvise(self.base.as_ptr().cast(), self.len, rustix::mm::Advice::LinuxDontFork) }?;
         Ok(())
+    }
+}
+
+/// The address the next mapping asks the kernel for (tests that need a
+/// region where another was).
+#[cfg(test)]
+pub(crate) mod testing_hint {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+    static HINT: AtomicUsize = AtomicUsize::new(0);
+
+    /// The next [`Mapping::new`](super::Mapping::new) asks for `addr`.
+    pub(crate) fn set(addr: usize) {
+        HINT.store(addr, SeqCst);
+    }
+
+    pub(super) fn take() -> *mut std::ffi::c_void {
+        HINT.swap(0, SeqCst) as *mut std::ffi::c_void
     }
 }
 

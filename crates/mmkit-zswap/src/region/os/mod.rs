@@ -1,9 +1,14 @@
-//! The operating system behind one facade: everything a region asks of
-//! Linux — the mapping and its copies, reads, drops and advice
-//! (`mapping`), the userfaultfd calls (`uffd`: copy, zero, poison,
-//! write-protect, wake, next event), the `SIGBUS` registration and what a
-//! signal handler may call (`signal`), and here the handler thread's
-//! wake-up pipe and wait, futexes, signal masks and the fork count.
+//! The operating system behind one facade: the [`Os`] trait is
+//! everything the pager and the handler thread ask of it for one region —
+//! place, protect, drop and read back pages, the handler thread's wake-ups
+//! and faults, waits between threads, signal masks. [`linux::Linux`] is
+//! the real one (the mapping and its copies, reads, drops and advice in
+//! `mapping`, the userfaultfd calls in `uffd`); the tests have an
+//! in-memory fake (`fake`) that models a region's pages and records the
+//! calls. The pager is generic over it, not `dyn`: the fault path pays no
+//! indirect call. Besides: the `SIGBUS` registration and what a signal
+//! handler may call (`signal`), the handler's own stacks (`stack`), and
+//! here the wake-up pipe, futexes, signal masks and the fork count.
 //!
 //! The rest of the region calls only this module: no `rustix` or `libc`
 //! outside it (its tests' fork helpers are `cfg(test)` items here). Every
@@ -11,13 +16,115 @@
 //! operation: async-signal-safe, no allocation, no lock.
 #![allow(unsafe_code)]
 
+#[cfg(test)]
+pub(crate) mod fake;
+pub(crate) mod linux;
 pub(crate) mod mapping;
 pub(crate) mod signal;
+pub(crate) mod stack;
 pub(crate) mod uffd;
 
+pub(crate) use uffd::FaultKind;
+
+use crate::PAGE_SIZE;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 use std::sync::Once;
+
+/// Why a copy placed nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CopyError {
+    /// The address space changed under the copy (`EAGAIN`): try again.
+    Again,
+    /// Refused whole (`ENOENT` for a copy that crosses the end of a
+    /// memory area, or another error).
+    Refused,
+}
+
+/// What woke the handler thread's wait.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Ready {
+    /// Faults are waiting to be read.
+    pub(crate) faults: bool,
+    /// Someone kicked it.
+    pub(crate) kicked: bool,
+}
+
+/// What the pager and the handler thread ask of the operating system for
+/// one region of `pages()` pages. Pages are named by index, bytes by
+/// offset; every index or range passed is inside the region (the pager's
+/// indices come from its own state array, which has `pages()` entries).
+pub(crate) trait Os: Send + Sync + Sized + 'static {
+    /// A guard that keeps the calling thread's asynchronous signals
+    /// blocked while it lives.
+    type SignalsBlocked;
+
+    /// Pages of the region.
+    fn pages(&self) -> usize;
+
+    /// Copies bytes out of the region at `offset` (pages mapped, pinned by
+    /// the caller).
+    fn read(&self, offset: usize, out: &mut [u8]);
+    /// Copies bytes into the region at `offset` (pages mapped writable,
+    /// pinned by the caller).
+    fn write(&self, offset: usize, data: &[u8]);
+    /// The word at `offset` (8-aligned, mapped, pinned).
+    fn load_u64(&self, offset: usize) -> u64;
+    /// Stores the word at `offset` (8-aligned, mapped writable, pinned).
+    fn store_u64(&self, offset: usize, value: u64);
+
+    /// Places the pages of `src` from page `first` on (`UFFDIO_COPY`),
+    /// write-protected when `write_protect`, waking their faulting threads
+    /// when `wake`. Returns the pages placed: fewer than asked when the
+    /// copy stopped at a page that was there, 0 when page `first` was.
+    fn copy(&self, first: usize, src: &[u8], write_protect: bool, wake: bool) -> Result<usize, CopyError>;
+    /// Maps the zero page at page `index` (`UFFDIO_ZEROPAGE`); true when
+    /// it is mapped now (or a page was there), false when refused.
+    fn zero_fill(&self, index: usize) -> bool;
+    /// Poisons page `index` (`UFFDIO_POISON`) where the kernel can: a raw
+    /// touch of it raises `SIGBUS` until [`drop_page`](Self::drop_page).
+    fn poison(&self, index: usize);
+    /// Write-protects pages `first .. first + n`; false when refused.
+    fn write_protect(&self, first: usize, n: usize) -> bool;
+    /// Lifts the write protection of pages `first .. first + n`, waking
+    /// the writers waiting on it when `wake`.
+    fn unprotect(&self, first: usize, n: usize, wake: bool);
+    /// Wakes the threads waiting on faults in pages `first .. first + n`.
+    fn wake(&self, first: usize, n: usize);
+    /// Drops page `index` (`MADV_DONTNEED`).
+    fn drop_page(&self, index: usize);
+    /// Drops each run `(first, n)` of pages, all in one call where it can;
+    /// `dropped[k]` says whether run `k` was. At most
+    /// [`mapping::MAX_RUNS`] runs go in one call; allocates nothing.
+    fn drop_runs(&self, runs: &[(usize, usize)], dropped: &mut [bool]);
+    /// Copies page `index` into `out` without faulting; false when it is
+    /// not mapped (the program dropped it).
+    fn read_page(&self, index: usize, out: &mut [u8; PAGE_SIZE]) -> bool;
+    /// Whether page `index` is mapped now.
+    fn is_mapped(&self, index: usize) -> bool;
+    /// How many pages are mapped now.
+    fn mapped_pages(&self) -> std::io::Result<usize>;
+
+    /// Wakes the handler thread out of [`wait`](Self::wait)
+    /// (async-signal-safe).
+    fn kick(&self);
+    /// Waits until faults are waiting or a kick came (no wait when
+    /// `poll_only`).
+    fn wait(&self, poll_only: bool) -> Ready;
+    /// Forgets the kicks seen.
+    fn drain_kicks(&self);
+    /// Appends the raw faults waiting, as `(page, kind)`.
+    fn read_faults(&self, out: &mut Vec<(usize, FaultKind)>);
+
+    /// Sleeps a little while `word` holds `expected` (the caller looks
+    /// again). Async-signal-safe.
+    fn sleep_while(word: &AtomicU32, expected: u32);
+    /// Wakes the threads in [`sleep_while`](Self::sleep_while) on `word`.
+    fn wake_sleepers(word: &AtomicU32);
+    /// Blocks the calling thread's asynchronous signals until the guard
+    /// drops.
+    fn block_signals() -> Self::SignalsBlocked;
+}
 
 /// The handler thread's wake-up pipe (non-blocking, close-on-exec).
 pub(crate) struct WakePipe {
@@ -58,7 +165,7 @@ impl WakePipe {
 }
 
 /// Whether `e` is `EAGAIN` (the address space changed under a copy).
-pub(crate) fn is_again(e: &std::io::Error) -> bool {
+fn is_again(e: &std::io::Error) -> bool {
     e.raw_os_error() == Some(libc::EAGAIN)
 }
 
@@ -126,12 +233,6 @@ impl Drop for SignalsBlocked {
         // SAFETY: puts back the mask read in `new`, a live `sigset_t`.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
     }
-}
-
-/// Blocks every asynchronous signal in the calling thread for good (the
-/// handler thread: a program's signals land on its own threads).
-pub(crate) fn block_asynchronous_signals() {
-    std::mem::forget(SignalsBlocked::new());
 }
 
 /// Forks this process has made since the first region (counted in each

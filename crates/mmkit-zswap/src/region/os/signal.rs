@@ -9,12 +9,19 @@
 //! a fault (`si_code` `BUS_ADRERR`; a `kill`/`tgkill` has `SI_USER` or
 //! `SI_TKILL`, never a fault) and the resolver (the region table's lookup,
 //! `region::signal`) says the address is a live region's and resolves it;
-//! otherwise chains; restores `errno`. Installed with `SA_SIGINFO` and
-//! every blockable signal in `sa_mask`, so no handler of the program's
-//! runs on top of it; without `SA_NODEFER` (a fault inside it is fatal,
-//! as for any handler) and without `SA_ONSTACK` (it runs on the faulting
-//! thread's own stack; its need is measured in the region tests, see
-//! `docs/zsmalloc-zswap.md`).
+//! otherwise chains; restores `errno`. The resolver runs on one of the
+//! handler's own stacks (`stack`), so that where the signal landed it
+//! needs only the kernel's signal frame and this module's few hundred
+//! bytes; with every own stack taken (or without the switch, on other
+//! architectures than x86-64) it runs where it is, told the stack is small
+//! (it then hands loads to the handler thread). Installed with
+//! `SA_SIGINFO` and every blockable signal in `sa_mask`, so no handler of
+//! the program's runs on top of it; without `SA_NODEFER` (a fault inside
+//! it is fatal, as for any handler); with `SA_ONSTACK` where it can switch
+//! stacks, so that on a thread with an alternate signal stack (Rust's
+//! threads have one) even the kernel's frame lands there, not on a stack
+//! that may be nearly used up. Its needs are measured in the region tests
+//! (`docs/zsmalloc-zswap.md`).
 //!
 //! Chaining keeps the previous action intact: a function is called; the
 //! default action or "ignore" is put back for a fault (the access faults
@@ -26,20 +33,17 @@
 //! the fault to come again: a `kill -BUS` would otherwise leave regions
 //! without their handler).
 
+use super::stack;
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::OnceLock;
 
 /// What resolves a fault: `(address, write, small_stack)` → resolved.
-/// `small_stack`: the handler runs on another stack than the faulting
-/// code's (a program's `SA_ONSTACK` handler chained to it, on an
-/// alternate stack that may be as small as glibc's `SIGSTKSZ`, 8 KiB):
-/// the resolver must then use the least stack it can.
+/// `small_stack`: the handler could not move to a stack of its own and
+/// runs on one of unknown room (the faulting thread's, perhaps nearly used
+/// up, or an alternate stack that may be as small as glibc's `SIGSTKSZ`,
+/// 8 KiB): the resolver must then use the least stack it can.
 pub(crate) type Resolver = fn(usize, bool, bool) -> bool;
-
-/// How far below the interrupted code's stack pointer the handler may run
-/// and still be on the same stack (the kernel's signal frame, with the
-/// largest extended state, and a program handler's frames above ours).
-const SAME_STACK_REACH: usize = 64 << 10;
 
 /// The resolver, as an address (0 until installed).
 static RESOLVER: AtomicUsize = AtomicUsize::new(0);
@@ -52,7 +56,7 @@ fn ours() -> libc::sigaction {
     // mask, no flags), filled in below.
     let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
     action.sa_sigaction = on_sigbus as *const () as libc::sighandler_t;
-    action.sa_flags = libc::SA_SIGINFO;
+    action.sa_flags = if stack::CAN_SWITCH { libc::SA_SIGINFO | libc::SA_ONSTACK } else { libc::SA_SIGINFO };
     // SAFETY: `sa_mask` is a live `sigset_t` of ours.
     unsafe { libc::sigfillset(&mut action.sa_mask) };
     action
@@ -98,31 +102,44 @@ fn is_write(context: *mut libc::c_void) -> bool {
     }
 }
 
-/// Whether the handler runs on a stack other than the interrupted code's:
-/// on x86-64, our stack pointer against the one the kernel saved (the same
-/// stack: a little below it); elsewhere, whether the thread is on its
-/// alternate stack (`sigaltstack`).
-fn on_other_stack(context: *mut libc::c_void) -> bool {
-    let here = std::ptr::addr_of!(context) as usize;
-    #[cfg(target_arch = "x86_64")]
-    {
-        if context.is_null() {
-            return true;
-        }
-        // SAFETY: for an `SA_SIGINFO` handler the third argument is the
-        // interrupted thread's `ucontext_t`, live while the handler runs.
-        let context = unsafe { &*context.cast::<libc::ucontext_t>() };
-        let interrupted = context.uc_mcontext.gregs[libc::REG_RSP as usize] as usize;
-        !(here < interrupted && interrupted - here < SAME_STACK_REACH)
+/// Whether the stack the handler runs on may be small: where it cannot
+/// switch stacks, whether the thread is on its alternate stack
+/// (`sigaltstack`); where it can but found no stack of its own free,
+/// always (it may be the faulting thread's, nearly used up).
+fn small_stack_here() -> bool {
+    if stack::CAN_SWITCH {
+        return true;
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (context, here);
-        // SAFETY: `now` is a live `stack_t` the kernel fills.
-        let mut now: libc::stack_t = unsafe { std::mem::zeroed() };
-        // SAFETY: reads this thread's alternate stack into `now`.
-        let read = unsafe { libc::sigaltstack(std::ptr::null(), &mut now) };
-        read == 0 && now.ss_flags & libc::SS_ONSTACK != 0
+    // SAFETY: `now` is a live `stack_t` the kernel fills.
+    let mut now: libc::stack_t = unsafe { std::mem::zeroed() };
+    // SAFETY: reads this thread's alternate stack into `now`.
+    let read = unsafe { libc::sigaltstack(std::ptr::null(), &mut now) };
+    read == 0 && now.ss_flags & libc::SS_ONSTACK != 0
+}
+
+/// A fault for the resolver, called on one of the handler's stacks.
+struct Call {
+    resolve: Resolver,
+    addr: usize,
+    write: bool,
+    resolved: bool,
+}
+
+extern "C" fn resolve_call(call: *mut c_void) {
+    // SAFETY: `on_sigbus` passes its live, exclusive `Call`, which outlives
+    // this call.
+    let call = unsafe { &mut *call.cast::<Call>() };
+    call.resolved = (call.resolve)(call.addr, call.write, false);
+}
+
+/// Ends the process after writing `message` to standard error (both
+/// async-signal-safe): a fault the handler must not resolve and must not
+/// leave to fault for ever.
+pub(crate) fn die(message: &str) -> ! {
+    // SAFETY: `write` reads `message`'s bytes; `abort` ends the process.
+    unsafe {
+        libc::write(2, message.as_ptr().cast(), message.len());
+        libc::abort()
     }
 }
 
@@ -137,7 +154,12 @@ extern "C" fn on_sigbus(signal: libc::c_int, info: *mut libc::siginfo_t, context
     let handled = code == libc::BUS_ADRERR && resolver != 0 && {
         // SAFETY: `RESOLVER` holds only a `Resolver` stored by `install`.
         let resolve: Resolver = unsafe { std::mem::transmute::<usize, Resolver>(resolver) };
-        resolve(addr, is_write(context), on_other_stack(context))
+        let mut call = Call { resolve, addr, write: is_write(context), resolved: false };
+        if stack::call_on_own_stack(resolve_call, std::ptr::addr_of_mut!(call).cast()) {
+            call.resolved
+        } else {
+            resolve(addr, call.write, small_stack_here())
+        }
     };
     if !handled {
         chain(signal, info, context, code <= 0);

@@ -292,3 +292,53 @@ pub(crate) fn in_forked_child(f: impl FnOnce() -> i32) -> Option<i32> {
     let status = wait_or_kill(pid, 20)?;
     libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status))
 }
+
+/// The calling thread's stack, as the C library reports it: its lowest
+/// usable address (above the guard page) and its top.
+pub(crate) fn stack_bounds() -> (usize, usize) {
+    // SAFETY: `attr` is filled by `pthread_getattr_np` before it is read
+    // and destroyed after; the calls write only `attr`, `addr` and `size`.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        assert_eq!(libc::pthread_getattr_np(libc::pthread_self(), &mut attr), 0);
+        let mut addr: *mut libc::c_void = std::ptr::null_mut();
+        let mut size = 0;
+        assert_eq!(libc::pthread_attr_getstack(&attr, &mut addr, &mut size), 0);
+        libc::pthread_attr_destroy(&mut attr);
+        (addr as usize, addr as usize + size)
+    }
+}
+
+/// Takes the calling thread's alternate signal stack away (as a thread
+/// made by C code has none): its signals land on its own stack.
+pub(crate) fn disable_alternate_stack() {
+    let off = libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 };
+    // SAFETY: only this thread's alternate stack setting changes; the
+    // stack std made stays mapped (std unmaps it when the thread ends).
+    assert_eq!(unsafe { libc::sigaltstack(&off, std::ptr::null_mut()) }, 0);
+}
+
+/// Keeps `len` bytes at `addr` from being mapped by anything else until
+/// [`release`] (an inaccessible mapping placed there, if the range is
+/// free); whether it could.
+pub(crate) fn reserve(addr: usize, len: usize) -> bool {
+    // SAFETY: `MAP_FIXED_NOREPLACE` maps only where nothing is mapped (it
+    // fails otherwise): nothing of this program's is replaced.
+    let ptr = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    ptr as usize == addr
+}
+
+/// Gives back a range [`reserve`] took.
+pub(crate) fn release(addr: usize, len: usize) {
+    // SAFETY: the range is the caller's reservation, which nothing uses.
+    assert_eq!(unsafe { libc::munmap(addr as *mut libc::c_void, len) }, 0);
+}

@@ -1,5 +1,5 @@
-//! Loom models of the `LOCAL` protocol (run with
-//! `RUSTFLAGS="--cfg loom --cfg loom_desc"`): every interleaving of an
+//! Loom models of the `LOCAL` protocol (run with `RUSTFLAGS="--cfg loom"`
+//! and `--features loom-desc`): every interleaving of an
 //! owner's free with another thread's speculative reference.
 
 use super::*;
