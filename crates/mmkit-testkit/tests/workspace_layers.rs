@@ -24,15 +24,12 @@ use std::path::{Path, PathBuf};
 
 /// Cycles waiting for work under way elsewhere, as (crate directory,
 /// the cycle's members joined by " ↔ " in sorted order). Each goes when
-/// the files it names are split (`Device` as a composition of parts,
-/// `config` plain data that `params` validates; a `report` module the
-/// bench harness and summary share; the deferred queue apart from the
+/// the files it names are split (the deferred queue apart from the
 /// pool; the trace cache's writer apart from the converter; the
 /// `SwapRegion`'s fault hand-off slots apart from the fault path).
 const KNOWN_CYCLES: &[(&str, &str)] = &[
     ("crates/mmkit-zsmalloc", "deferred ↔ pool"),
     ("crates/mmkit-zswap", "region::fault ↔ region::pager"),
-    ("crates/mmkit-zram", "config ↔ device ↔ params ↔ stats ↔ writeback"),
     ("cli", "bench::harness ↔ bench::summary"),
     ("cli", "replay::cache ↔ replay::scan"),
 ];

@@ -16,10 +16,11 @@
 //! the device's (`device`), which knows nothing of the lifecycle.
 
 use crate::config::ZramConfig;
-use crate::device::{Device, PAGE_SIZE};
+use crate::counters::{hot_shard, MmStat, HOT_SHARDS};
+use crate::device::Device;
 use crate::recompress::RecompressParams;
-use crate::stats::{hot_shard, MmStat, HOT_SHARDS};
 use crate::writeback::WritebackMode;
+use crate::PAGE_SIZE;
 use crate::{Algorithm, Dictionary, Extent, ZramError};
 use mmkit::PageAllocator;
 use mmkit::{Cpus, Tuning};
@@ -399,7 +400,7 @@ impl Zram {
                 if let Some(path) = &config.backing_dev {
                     // Refused now, as the kernel's `backing_dev_store`
                     // opens and claims the file at once.
-                    crate::writeback::BackingDev::open(path)?;
+                    crate::backing::BackingDev::open(path)?;
                 }
                 setup.pending = config;
                 Ok(())

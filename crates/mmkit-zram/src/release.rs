@@ -14,9 +14,9 @@
 //! slot lock is dropped. Must not wait: a slot whose lock is held is
 //! counted as `miss_free` and left alone, as the kernel's trylock does.
 
+use crate::counters::Counters;
 use crate::device::Device;
 use crate::slot::{flags, SlotGuard, SIZE_MASK};
-use crate::stats::Counters;
 use crate::table::CHUNK_PAGES;
 use std::sync::atomic::Ordering::Relaxed;
 
