@@ -25,6 +25,7 @@ pub mod report;
 pub mod scan;
 pub mod source;
 pub mod stream;
+pub mod writer;
 
 use crate::paths::{Input, Passes};
 use crate::size;
