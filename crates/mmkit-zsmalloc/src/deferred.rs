@@ -31,7 +31,7 @@
 //! runs without the drain taking a CPU from it until then. Awake, it takes
 //! every full batch until none is left; a flush (or a worker that slept
 //! its full period, 100 ms) also seals the partial ones. Words of up to `DRAIN_GROUP` batches at
-//! a time are sorted by class (a counting sort: classes are 8 bits), each
+//! a time are sorted by class (a counting sort: classes are 9 bits), each
 //! class is locked once for all its handles in the group, and the pages of
 //! the zspages they emptied go back to the page allocator together
 //! ([`PageAllocator::free_blocks_bulk`](mmkit::PageAllocator::free_blocks_bulk):
@@ -50,7 +50,7 @@
 //! at zero.
 
 use crate::deferred_queue::{BatchQueue, Pushed};
-use crate::handle::{raw_fields, raw_id, Handle};
+use crate::handle::{raw_fields, raw_id, Handle, MAX_CLASSES};
 use crate::pool::Inner;
 use crate::size_class::{Held, Name};
 use crate::ZsError;
@@ -251,8 +251,8 @@ impl Inner {
     /// emptied zspages' pages (gathered in `pages`) in one bulk free.
     fn free_queued(&self, words: &[u64], sorted: &mut Vec<u64>, touched: &mut Vec<u32>, pages: &mut Vec<PageBlock>) {
         let class_of = |word: u64| raw_fields(word).1;
-        // A counting sort: classes are 8 bits.
-        let mut start = [0usize; 257];
+        // A counting sort: classes are below `MAX_CLASSES` (9 bits).
+        let mut start = [0usize; MAX_CLASSES + 1];
         for &word in words {
             start[class_of(word) + 1] += 1;
         }
@@ -268,7 +268,7 @@ impl Inner {
             *at += 1;
         }
         let (mut freed, mut invalid) = (0u64, 0u64);
-        for class in 0..256 {
+        for class in 0..MAX_CLASSES {
             let run = &sorted[bounds[class]..bounds[class + 1]];
             if run.is_empty() {
                 continue;

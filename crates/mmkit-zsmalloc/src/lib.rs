@@ -50,6 +50,9 @@ pub enum ZsError {
     NoRealMemory,
     /// A chain size outside Linux's 4 ..= 16.
     BadChainSize(usize),
+    /// The page allocator's pages are not of a size a pool can be made
+    /// for (4 ..= 64 KiB, [`class::PAGE_SIZES`]).
+    UnsupportedPageSize(usize),
     /// `zs_malloc` of 0 bytes or of more than a page.
     BadSize {
         /// Bytes asked for.
@@ -112,6 +115,7 @@ impl core::fmt::Display for ZsError {
         match self {
             Self::NoRealMemory => f.write_str("zsmalloc needs a page allocator with real memory"),
             Self::BadChainSize(n) => write!(f, "chain size {n} outside 4..=16"),
+            Self::UnsupportedPageSize(n) => write!(f, "page size {n} outside 4 KiB ..= 64 KiB"),
             Self::BadSize { size, max } => write!(f, "object size {size} outside 1..={max}"),
             Self::NoMemory(Some(e)) => write!(f, "no zspage: {e}"),
             Self::NoMemory(None) => f.write_str("no zspage"),

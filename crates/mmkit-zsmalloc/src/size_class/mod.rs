@@ -500,7 +500,7 @@ impl ClassState {
     }
 
     /// Test hook: slot `slot`'s generation set to `generation` (a free
-    /// slot only), to reach the limit without 2^28 cycles.
+    /// slot only), to reach the limit without 2^27 cycles.
     #[cfg(test)]
     pub(crate) fn set_generation(&mut self, slot: usize, generation: u64) {
         if let Some(entry) = self.states.get(slot).filter(|e| e.state() == FREE) {
