@@ -26,9 +26,14 @@
 //! # The drain
 //!
 //! The worker is woken when a batch is sealed, it is asleep and half the
-//! series' queue (64 MiB worth of handles) is waiting in full batches, as
-//! Linux schedules its drain when its array is half full: a burst of frees
-//! runs without the drain taking a CPU from it until then. Awake, it takes
+//! queue is waiting in full batches (half its cap, and at least half the
+//! series' 128 MiB of handles), as Linux schedules its drain when its array
+//! is half full: a burst of frees runs without the drain taking a CPU from
+//! it until then. The cap grows with the pool, so in a large pool a whole
+//! release (256 MiB of swap) queues before the worker wakes; its memory
+//! comes back at the next flush or within the worker's idle period. On a
+//! machine whose other CPUs are busy, a worker woken earlier shares the
+//! releasing caller's CPU, which is what the deferral exists to spare. Awake, it takes
 //! every full batch until none is left; a flush (or a worker that slept
 //! its full period, 100 ms) also seals the partial ones. Words of up to `DRAIN_GROUP` batches at
 //! a time are sorted by class (a counting sort: classes are 9 bits), each
@@ -45,14 +50,21 @@
 //! taken from its object at the call by one compare-and-swap of the
 //! object's state word (`slot_state`: raw-held to queued), which refuses a
 //! word freed, queued or stale. Neither call takes a class lock: only the
-//! drain does (and the synchronous fallback). `DeferredStats::invalid`
-//! counts queued words found invalid when drained, which these checks keep
-//! at zero.
+//! drain does (and the synchronous fallback). A slot table releasing its
+//! own words may instead queue them unchecked
+//! (`zs_free_deferred_raw_many_drain_checked`): the drain then frees a
+//! queued word's object only if the word still names it as raw-held, and
+//! never an object a handle holds (a handle queued in a raw-keyed pool is
+//! moved to the queued state at its call, so the drain needs no handle
+//! state there). `DeferredStats::invalid` counts queued words found
+//! invalid when drained: zero for the checked calls, the words that went
+//! stale before their drain for the unchecked one.
 
 use crate::deferred_queue::{BatchQueue, Pushed};
 use crate::handle::{raw_fields, raw_id, Handle, MAX_CLASSES};
 use crate::pool::Inner;
 use crate::size_class::{Held, Name};
+use crate::slot_state::{state, HANDLE, QUEUED};
 use crate::ZsError;
 use mmkit::PageBlock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
@@ -110,9 +122,10 @@ pub(crate) struct DrainBuffers {
 /// The queue and the drain's state.
 pub(crate) struct DeferredQueue {
     pub(crate) batches: BatchQueue,
-    /// Full batches that wake the worker: half the series' 128 MiB of
-    /// handles (Linux's `zs_free_deferred` schedules its drain when the
-    /// array is half full).
+    /// Full batches that wake the worker at the least: half the series'
+    /// 128 MiB of handles (Linux's `zs_free_deferred` schedules its drain
+    /// when the array is half full); in a pool whose cap is larger, half
+    /// the cap.
     wake_at: usize,
     /// Held for a whole drain, so that a flush waits for the worker's
     /// drain in progress (Linux's `flush_work`): after a flush every handle
@@ -148,7 +161,25 @@ impl Inner {
             Ok(name) => name,
             Err(e) => return Err((e, handle)),
         };
-        self.queue_taken(class, &name, handle.queued_word(), worker).map_err(|e| (e, handle))
+        // In a raw-keyed pool the drain frees a queued object still held
+        // by a raw word (a slot table's words are checked there), never
+        // one held by a handle: so the object leaves its handle here, by
+        // one compare-and-swap (the handle is the caller's, so it wins).
+        let generation = handle.generation();
+        if self.raw_keyed
+            && !self.states[class].swap_if(name.slot, state(HANDLE, generation), state(QUEUED, generation))
+        {
+            return Err((ZsError::InvalidHandle(name.id), handle));
+        }
+        let queued = Name { held: Held::Queued(generation), ..name };
+        self.queue_taken(class, &queued, handle.queued_word(), worker).map_err(|e| {
+            // The synchronous fallback was refused: the handle gets its
+            // object back with the error.
+            if self.raw_keyed {
+                self.states[class].swap_if(name.slot, state(QUEUED, generation), state(HANDLE, generation));
+            }
+            (e, handle)
+        })
     }
 
     /// The most batches the deferred queue may have (see the module
@@ -183,7 +214,8 @@ impl Inner {
     }
 
     /// Queues `words`, whose objects the caller took from their raw words
-    /// already (each moved to the queued state), with one reservation of
+    /// already (each moved to the queued state) or whose checks are the
+    /// drain's (a slot table's own words), with one reservation of
     /// the calling CPU's batch for as many as it has room for; frees the
     /// ones that find the queue at its cap now, under their class locks.
     pub(crate) fn queue_taken_many(&self, words: &[u64], worker: Option<&Worker>) {
@@ -199,14 +231,16 @@ impl Inner {
         }
     }
 
-    /// Wakes the worker once half the series' queue is waiting: a burst of
-    /// frees (a process exiting) runs without the drain taking a CPU from
-    /// it until then, and the worker's idle period drains what a smaller
-    /// burst left.
+    /// Wakes the worker once half the queue is waiting (half its cap, at
+    /// least half the series' queue): a burst of frees (a process exiting)
+    /// runs without the drain taking a CPU from it until then, and the
+    /// worker's idle period drains what a smaller burst left. The cap is
+    /// read only here, once a batch is sealed.
     #[inline]
     fn wake_if_due(&self, worker: Option<&Worker>) {
         if let Some(worker) = worker {
-            if self.deferred.batches.pending() >= self.deferred.wake_at {
+            let pending = self.deferred.batches.pending();
+            if pending >= self.deferred.wake_at && pending >= self.deferred_cap() / 2 {
                 worker.kick();
             }
         }

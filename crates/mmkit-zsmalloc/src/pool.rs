@@ -16,7 +16,7 @@
 
 use crate::class::{ClassTable, DEFAULT_CHAIN_SIZE, ZS_HANDLE_SIZE};
 use crate::deferred::{DeferredLayout, DeferredQueue};
-use crate::handle::{new_pool_id, raw_fields, raw_id, Handle, RawKey, MAX_CLASSES, RAW_GEN_LIMIT};
+use crate::handle::{new_pool_id, raw_fields, raw_id, Handle, RawKey, MAX_CLASSES};
 use crate::size_class::{AllocMiss, ClassState, Held, Name, NewObj};
 use crate::slot_state::SlotStates;
 use crate::ZsError;
@@ -134,7 +134,6 @@ impl Inner {
         }
         let pool_id = new_pool_id().ok_or(ZsError::TooManyPools)?;
         let key = mm.new_owner_key().map_err(|_| ZsError::OwnerTagsExhausted)?;
-        let gen_limit = if raw_keyed { RAW_GEN_LIMIT } else { u64::MAX };
         // A merged class never has a slot (its sizes go to the class that
         // serves it): those share one empty table.
         let unused = Arc::new(SlotStates::new());
@@ -144,7 +143,7 @@ impl Inner {
         let classes = (0..table.nr_classes())
             .map(|i| {
                 let page_size = table.page_size();
-                RwLock::new(ClassState::new(pool_id, gen_limit, i, table.shape(i), page_size, states[i].clone()))
+                RwLock::new(ClassState::new(pool_id, raw_keyed, i, table.shape(i), page_size, states[i].clone()))
             })
             .collect();
         let shards = match deferred {
