@@ -4,13 +4,15 @@
 //! handle and returns; a worker frees the queued handles later.
 //!
 //! Owns the pool's side of the queue (what a queued word is, the queue's
-//! cap, the synchronous fallback), the drain and its worker. The queue's
-//! mechanics are `deferred_queue`'s: per-CPU batches filled with no lock,
-//! handed whole to the drain.
+//! cap, the synchronous fallback) and the drain. The queue's mechanics are
+//! `deferred_queue`'s (per-CPU batches filled with no lock, handed whole
+//! to the drain), the state a pool keeps for it `deferred_state`'s, and
+//! the thread that runs the drain `worker`'s; all three sit below the
+//! pool, and this module above it.
 //!
 //! # Bound
 //!
-//! The queue grows by batches of [`BATCH_LEN`] handles (4 KiB of words)
+//! The queue grows by batches of `BATCH_LEN` handles (4 KiB of words)
 //! and may have at most [`Inner::deferred_cap`] of them: the series' 128
 //! MiB worth of pages' handles plus one batch per CPU, or, in a larger
 //! pool, as many as make the queue's words 1/64 of the pool's pages
@@ -60,98 +62,16 @@
 //! invalid when drained: zero for the checked calls, the words that went
 //! stale before their drain for the unchecked one.
 
-use crate::deferred_queue::{BatchQueue, Pushed};
+use crate::deferred_queue::Pushed;
+use crate::deferred_state::{queue_floor, DrainBuffers, BATCH_LEN, DRAIN_GROUP};
 use crate::handle::{raw_fields, raw_id, Handle, MAX_CLASSES};
 use crate::pool::Inner;
 use crate::size_class::{Held, Name};
 use crate::slot_state::{state, HANDLE, QUEUED};
-use crate::ZsError;
+use crate::worker::{Drain, Worker};
+use crate::{DeferredStats, ZsError};
 use mmkit::PageBlock;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Condvar, Mutex, Weak};
-use std::thread::JoinHandle;
-use std::time::Duration;
-
-/// Handles in one batch of the queue: 4 KiB of words.
-pub(crate) const BATCH_LEN: usize = 512;
-/// Batches the drain sorts and frees together.
-pub(crate) const DRAIN_GROUP: usize = 8;
-
-/// Handles worth 128 MiB of pages, the series' queue size: the queue's
-/// cap in a small pool.
-pub(crate) fn queue_floor(page_size: usize) -> usize {
-    (128 << 20) / page_size
-}
-
-/// How the deferred-free queue is laid out; both designs of Linux's
-/// series, to measure one against the other.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum DeferredLayout {
-    /// One shard per CPU of the page allocator, each filling its own
-    /// batch (the series' third version's per-CPU buffers). The default.
-    #[default]
-    PerCpu,
-    /// One shard for the pool (the series' second version's one queue):
-    /// every CPU fills the same batch.
-    PerPool,
-}
-
-/// Counters of the deferred free.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DeferredStats {
-    /// Handles queued.
-    pub queued: u64,
-    /// Calls that freed synchronously: the queue was at its cap.
-    pub fallback: u64,
-    /// Queued handles freed by a drain.
-    pub drained: u64,
-    /// Queued handles that were invalid when drained (freed twice, forged).
-    pub invalid: u64,
-}
-
-/// What the drain reuses from one run to the next.
-#[derive(Default)]
-pub(crate) struct DrainBuffers {
-    ids: Vec<u32>,
-    words: Vec<u64>,
-    sorted: Vec<u64>,
-    touched: Vec<u32>,
-    pages: Vec<PageBlock>,
-}
-
-/// The queue and the drain's state.
-pub(crate) struct DeferredQueue {
-    pub(crate) batches: BatchQueue,
-    /// Full batches that wake the worker at the least: half the series'
-    /// 128 MiB of handles (Linux's `zs_free_deferred` schedules its drain
-    /// when the array is half full); in a pool whose cap is larger, half
-    /// the cap.
-    wake_at: usize,
-    /// Held for a whole drain, so that a flush waits for the worker's
-    /// drain in progress (Linux's `flush_work`): after a flush every handle
-    /// queued before it is freed.
-    pub(crate) draining: Mutex<DrainBuffers>,
-    drained: AtomicU64,
-    invalid: AtomicU64,
-}
-
-impl DeferredQueue {
-    /// A queue of `shards` shards.
-    pub(crate) fn new(shards: usize, page_size: usize) -> Self {
-        Self {
-            batches: BatchQueue::new(shards, BATCH_LEN),
-            wake_at: (queue_floor(page_size).div_ceil(BATCH_LEN) / 2).max(1),
-            draining: Mutex::new(DrainBuffers::default()),
-            drained: AtomicU64::new(0),
-            invalid: AtomicU64::new(0),
-        }
-    }
-
-    pub(crate) fn stats(&self) -> DeferredStats {
-        let (queued, fallback) = self.batches.counts();
-        DeferredStats { queued, fallback, drained: self.drained.load(Relaxed), invalid: self.invalid.load(Relaxed) }
-    }
-}
+use std::sync::atomic::Ordering::Relaxed;
 
 impl Inner {
     pub(crate) fn free_deferred(&self, handle: Handle, worker: Option<&Worker>) -> Result<(), (ZsError, Handle)> {
@@ -325,83 +245,18 @@ impl Inner {
     }
 }
 
-/// The pool's drain thread.
-pub(crate) struct Worker {
-    shared: Arc<WorkerShared>,
-    thread: Option<JoinHandle<()>>,
-}
-
-struct WorkerShared {
-    stop: AtomicBool,
-    /// Whether the worker is asleep (or about to be): a push that seals a
-    /// batch past the wake-up threshold wakes it only then.
-    asleep: AtomicBool,
-    kicked: Mutex<bool>,
-    wake: Condvar,
-}
-
-/// How long the worker sleeps with nothing sealed before it seals and
-/// drains the partial batches itself.
-const IDLE_PERIOD: Duration = Duration::from_millis(100);
-
-impl Worker {
-    /// Starts the drain thread of pool `inner` (it holds the pool weakly,
-    /// so a pool is dropped even while its worker sleeps).
-    pub(crate) fn start(inner: &Arc<Inner>) -> Self {
-        let shared = Arc::new(WorkerShared {
-            stop: AtomicBool::new(false),
-            asleep: AtomicBool::new(true),
-            kicked: Mutex::new(false),
-            wake: Condvar::new(),
-        });
-        let (pool, me): (Weak<Inner>, _) = (Arc::downgrade(inner), shared.clone());
-        let thread = std::thread::Builder::new()
-            .name(format!("zs-free:{}", inner.name))
-            .spawn(move || loop {
-                let woken = {
-                    let kicked = me.kicked.lock().unwrap_or_else(|p| p.into_inner());
-                    let (mut kicked, _) = me
-                        .wake
-                        .wait_timeout_while(kicked, IDLE_PERIOD, |k| !*k && !me.stop.load(Relaxed))
-                        .unwrap_or_else(|p| p.into_inner());
-                    std::mem::replace(&mut *kicked, false)
-                };
-                me.asleep.store(false, SeqCst);
-                if me.stop.load(Relaxed) {
-                    return;
-                }
-                let Some(inner) = pool.upgrade() else { return };
-                // Until no full batch is left; a period without one also
-                // seals and drains the partial batches.
-                while inner.deferred_drain(!woken) > 0 && !me.stop.load(Relaxed) {}
-                me.asleep.store(true, SeqCst);
-                // A batch sealed after the last take but before `asleep`
-                // was set did not kick: look once more.
-                if inner.deferred.batches.pending() > 0 {
-                    me.asleep.store(false, SeqCst);
-                    *me.kicked.lock().unwrap_or_else(|p| p.into_inner()) = true;
-                }
-            })
-            .ok();
-        Self { shared, thread }
+/// The pool's queue, as its worker drains it.
+impl Drain for Inner {
+    fn drain_name(&self) -> &str {
+        &self.name
     }
 
-    /// Wakes the worker if it sleeps.
-    fn kick(&self) {
-        if self.shared.asleep.swap(false, SeqCst) {
-            *self.shared.kicked.lock().unwrap_or_else(|p| p.into_inner()) = true;
-            self.shared.wake.notify_one();
-        }
+    fn drain(&self, seal: bool) -> usize {
+        self.deferred_drain(seal)
     }
 
-    /// Stops the thread and waits for it.
-    pub(crate) fn stop(mut self) {
-        self.shared.stop.store(true, Relaxed);
-        *self.shared.kicked.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        self.shared.wake.notify_one();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+    fn pending(&self) -> usize {
+        self.deferred.batches.pending()
     }
 }
 

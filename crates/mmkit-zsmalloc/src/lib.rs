@@ -27,6 +27,7 @@ pub mod class;
 mod compact;
 mod deferred;
 mod deferred_queue;
+mod deferred_state;
 mod groups;
 mod handle;
 mod migrate;
@@ -35,9 +36,10 @@ mod raw;
 mod size_class;
 mod slot_state;
 mod stats;
+mod worker;
 mod zspage;
 
-pub use deferred::{DeferredLayout, DeferredStats};
+pub use deferred_state::{DeferredLayout, DeferredStats};
 pub use handle::{Handle, HandleId, RawKey};
 pub use pool::{ZsConfig, ZsPool, ZsPoolStats};
 

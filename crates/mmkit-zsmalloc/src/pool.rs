@@ -15,10 +15,11 @@
 //! Compaction is `compact`'s, the deferred free `deferred`'s.
 
 use crate::class::{ClassTable, DEFAULT_CHAIN_SIZE, ZS_HANDLE_SIZE};
-use crate::deferred::{DeferredLayout, DeferredQueue};
+use crate::deferred_state::{DeferredLayout, DeferredQueue};
 use crate::handle::{new_pool_id, raw_fields, raw_id, Handle, RawKey, MAX_CLASSES};
 use crate::size_class::{AllocMiss, ClassState, Held, Name, NewObj};
 use crate::slot_state::SlotStates;
+use crate::worker::{Drain, Worker};
 use crate::ZsError;
 use mmkit::{Gfp, PageAllocator, PageBlock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -566,7 +567,7 @@ impl Inner {
 /// ```
 pub struct ZsPool {
     pub(crate) inner: Arc<Inner>,
-    pub(crate) worker: Option<crate::deferred::Worker>,
+    pub(crate) worker: Option<Worker>,
 }
 
 impl ZsPool {
@@ -630,7 +631,7 @@ impl ZsPool {
 
     fn build(name: &str, mm: Arc<PageAllocator>, config: ZsConfig, raw_keyed: bool) -> Result<Self, ZsError> {
         let inner = Arc::new(Inner::new(name, mm, config, raw_keyed)?);
-        let worker = crate::deferred::Worker::start(&inner);
+        let worker = Worker::start(&inner);
         Ok(Self { inner, worker: Some(worker) })
     }
 
@@ -846,7 +847,9 @@ impl Drop for ZsPool {
         if let Some(worker) = self.worker.take() {
             worker.stop();
         }
-        self.inner.deferred_flush();
+        // What is still queued is freed first (the deferred free's
+        // flush, through the trait the worker drains by).
+        self.inner.drain(true);
         for class in 0..self.inner.classes.len() {
             let pages = self.inner.lock(class).take_all_pages();
             self.inner.free_pages(pages);
