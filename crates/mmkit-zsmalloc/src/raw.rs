@@ -110,11 +110,21 @@ impl ZsPool {
     pub fn zs_free_deferred_raw(&self, key: &RawKey, word: u64) -> Result<(), ZsError> {
         let (class, name, generation) = self.take_word(key, word, QUEUED)?;
         let queued = Name { held: Held::Queued(generation), ..name };
-        self.inner.queue_taken(class, &queued, word, self.worker.as_ref()).inspect_err(|_| {
+        let queued_now = self.inner.queue_taken(class, &queued, word, self.worker.as_ref());
+        if queued_now.is_err() {
             // The synchronous fallback was refused: the word keeps its
             // object, as the error says nothing changed.
-            self.inner.states[class].swap_if(name.slot, state(QUEUED, generation), state(RAW, generation));
-        })
+            self.give_back(class, name.slot, generation);
+        }
+        queued_now
+    }
+
+    /// Hands a queued object back to its raw word (a deferred free whose
+    /// fallback was refused).
+    #[cold]
+    #[inline(never)]
+    fn give_back(&self, class: usize, slot: usize, generation: u64) {
+        self.inner.states[class].swap_if(slot, state(QUEUED, generation), state(RAW, generation));
     }
 
     /// [`zs_free_deferred_raw_many`](Self::zs_free_deferred_raw_many)
