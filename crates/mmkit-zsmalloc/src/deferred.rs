@@ -21,9 +21,11 @@
 //! to a synchronous free (`DeferredStats::fallback`). Worst case: the
 //! queue holds `cap × BATCH_LEN` handles, at most 1/64 of the pool's
 //! memory in words beyond the fixed floor, and its batches stay allocated
-//! (for reuse) until the pool goes. Every queued handle names a live
-//! object, so the queue never holds more handles than the pool has
-//! objects.
+//! (for reuse) until the pool goes. Every word a checked call queued
+//! names a distinct live object; an unchecked run
+//! (`zs_free_deferred_raw_many_drain_checked`) may queue stale or repeated
+//! words of its key holder, which take room under the same cap and are
+//! counted invalid when drained.
 //!
 //! # The drain
 //!
@@ -35,10 +37,11 @@
 //! release (256 MiB of swap) queues before the worker wakes; its memory
 //! comes back at the next flush or within the worker's idle period. On a
 //! machine whose other CPUs are busy, a worker woken earlier shares the
-//! releasing caller's CPU, which is what the deferral exists to spare. Awake, it takes
-//! every full batch until none is left; a flush (or a worker that slept
-//! its full period, 100 ms) also seals the partial ones. Words of up to `DRAIN_GROUP` batches at
-//! a time are sorted by class (a counting sort: classes are 9 bits), each
+//! releasing caller's CPU, which is what the deferral exists to spare.
+//! Awake, it takes every full batch until none is left; a flush (or a
+//! worker that slept its full period, 100 ms) also seals the partial ones.
+//! Words of up to `DRAIN_GROUP` batches at a time are sorted by class (a
+//! counting sort: classes are 9 bits), each
 //! class is locked once for all its handles in the group, and the pages of
 //! the zspages they emptied go back to the page allocator together
 //! ([`PageAllocator::free_blocks_bulk`](mmkit::PageAllocator::free_blocks_bulk):
