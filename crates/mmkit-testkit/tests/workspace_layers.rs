@@ -24,11 +24,9 @@ use std::path::{Path, PathBuf};
 
 /// Cycles waiting for work under way elsewhere, as (crate directory,
 /// the cycle's members joined by " ↔ " in sorted order). Each goes when
-/// the files it names are split (the deferred queue apart from the
-/// pool; the `SwapRegion`'s fault hand-off slots apart from the fault
-/// path).
-const KNOWN_CYCLES: &[(&str, &str)] =
-    &[("crates/mmkit-zsmalloc", "deferred ↔ pool"), ("crates/mmkit-zswap", "region::fault ↔ region::pager")];
+/// the files it names are split (the `SwapRegion`'s fault hand-off slots
+/// apart from the fault path).
+const KNOWN_CYCLES: &[(&str, &str)] = &[("crates/mmkit-zswap", "region::fault ↔ region::pager")];
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

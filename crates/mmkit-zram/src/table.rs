@@ -71,6 +71,20 @@ impl SlotTable {
         self.chunks.get(index / CHUNK_PAGES)?.get().map(|chunk| &chunk[index % CHUNK_PAGES])
     }
 
+    /// The slots of pages `index ..` up to `end` or the end of `index`'s
+    /// chunk, whichever comes first, if that chunk exists: a walk over a
+    /// range looks each chunk up once instead of once a page. `Err` gives
+    /// the first index past the hole when the chunk was never written.
+    #[inline]
+    pub(crate) fn run(&self, index: usize, end: usize) -> Result<&[Slot], usize> {
+        let base = index / CHUNK_PAGES * CHUNK_PAGES;
+        let chunk_end = base + CHUNK_PAGES;
+        match self.chunks.get(index / CHUNK_PAGES).and_then(OnceLock::get) {
+            Some(chunk) => Ok(chunk.get(index - base..end.min(chunk_end) - base).unwrap_or(&[])),
+            None => Err(chunk_end),
+        }
+    }
+
     /// The slot of page `index`, allocating its chunk on first use.
     ///
     /// # Errors

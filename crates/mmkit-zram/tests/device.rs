@@ -251,6 +251,33 @@ fn a_range_notification_frees_each_slot_as_one_notification_would() {
     assert_eq!(pool.deferred_stats().invalid, 0);
 }
 
+/// A range across chunks of the slot table (4096 slots each), one of them
+/// never written (a hole), starting and ending inside chunks: the slots in
+/// the range are freed and counted, the hole is skipped, the slot just past
+/// the range keeps its page.
+#[test]
+fn a_range_notification_walks_chunks_and_skips_a_hole() {
+    let chunk = 4096;
+    let zram = device(3 * chunk as u64 * PAGE_SIZE as u64, Algorithm::Lz4);
+    let io = zram.open().unwrap();
+    let pages = real_pages(3);
+    for (index, page) in [10, 2 * chunk + 4, 2 * chunk + 5].into_iter().zip(&pages) {
+        io.write((index * PAGE_SIZE) as u64, page).unwrap();
+    }
+    let pool = zram.pool().unwrap();
+    io.slot_free_notify_range(5, 2 * chunk);
+    pool.zs_free_deferred_flush();
+    assert_eq!(zram.mm_stat_values().orig_data_size, PAGE_SIZE as u64, "two of three pages freed");
+    let io_stat: Vec<String> = zram.io_stat().split_whitespace().map(str::to_string).collect();
+    assert_eq!(io_stat[3], (chunk - 5 + 5).to_string(), "notify_free: the written chunks' slots in the range");
+    let mut back = vec![0; PAGE_SIZE];
+    io.read(((2 * chunk + 5) * PAGE_SIZE) as u64, &mut back).unwrap();
+    assert_eq!(back, pages[2], "the slot past the range keeps its page");
+    io.read(((2 * chunk + 4) * PAGE_SIZE) as u64, &mut back).unwrap();
+    assert_eq!(back, vec![0; PAGE_SIZE]);
+    assert_eq!(pool.deferred_stats().invalid, 0);
+}
+
 #[test]
 fn idle_marking_and_block_state_use_the_kernel_letters() {
     let zram = device(1 << 20, Algorithm::Lz4);

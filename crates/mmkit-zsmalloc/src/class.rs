@@ -15,6 +15,10 @@ pub const ZS_MIN_ALLOC_SIZE: usize = 32;
 const CLASS_BITS: u32 = 8;
 /// Default `CONFIG_ZSMALLOC_CHAIN_SIZE`.
 pub const DEFAULT_CHAIN_SIZE: usize = 8;
+/// Page sizes a pool can be made for (Linux builds zsmalloc with 4, 16
+/// and 64 KiB pages): a zspage's object indices are 16 bits, which 32-byte
+/// objects in a chain of 16 pages of more than 64 KiB would overflow.
+pub const PAGE_SIZES: core::ops::RangeInclusive<usize> = 4096..=65536;
 /// Chain sizes Linux's Kconfig allows.
 pub const CHAIN_SIZES: core::ops::RangeInclusive<usize> = 4..=16;
 

@@ -4,13 +4,15 @@
 //! handle and returns; a worker frees the queued handles later.
 //!
 //! Owns the pool's side of the queue (what a queued word is, the queue's
-//! cap, the synchronous fallback), the drain and its worker. The queue's
-//! mechanics are `deferred_queue`'s: per-CPU batches filled with no lock,
-//! handed whole to the drain.
+//! cap, the synchronous fallback) and the drain. The queue's mechanics are
+//! `deferred_queue`'s (per-CPU batches filled with no lock, handed whole
+//! to the drain), the state a pool keeps for it `deferred_state`'s, and
+//! the thread that runs the drain `worker`'s; all three sit below the
+//! pool, and this module above it.
 //!
 //! # Bound
 //!
-//! The queue grows by batches of [`BATCH_LEN`] handles (4 KiB of words)
+//! The queue grows by batches of `BATCH_LEN` handles (4 KiB of words)
 //! and may have at most [`Inner::deferred_cap`] of them: the series' 128
 //! MiB worth of pages' handles plus one batch per CPU, or, in a larger
 //! pool, as many as make the queue's words 1/64 of the pool's pages
@@ -19,19 +21,27 @@
 //! to a synchronous free (`DeferredStats::fallback`). Worst case: the
 //! queue holds `cap × BATCH_LEN` handles, at most 1/64 of the pool's
 //! memory in words beyond the fixed floor, and its batches stay allocated
-//! (for reuse) until the pool goes. Every queued handle names a live
-//! object, so the queue never holds more handles than the pool has
-//! objects.
+//! (for reuse) until the pool goes. Every word a checked call queued
+//! names a distinct live object; an unchecked run
+//! (`zs_free_deferred_raw_many_drain_checked`) may queue stale or repeated
+//! words of its key holder, which take room under the same cap and are
+//! counted invalid when drained.
 //!
 //! # The drain
 //!
 //! The worker is woken when a batch is sealed, it is asleep and half the
-//! series' queue (64 MiB worth of handles) is waiting in full batches, as
-//! Linux schedules its drain when its array is half full: a burst of frees
-//! runs without the drain taking a CPU from it until then. Awake, it takes
-//! every full batch until none is left; a flush (or a worker that slept
-//! its full period, 100 ms) also seals the partial ones. Words of up to `DRAIN_GROUP` batches at
-//! a time are sorted by class (a counting sort: classes are 8 bits), each
+//! queue is waiting in full batches (half its cap, and at least half the
+//! series' 128 MiB of handles), as Linux schedules its drain when its array
+//! is half full: a burst of frees runs without the drain taking a CPU from
+//! it until then. The cap grows with the pool, so in a large pool a whole
+//! release (256 MiB of swap) queues before the worker wakes; its memory
+//! comes back at the next flush or within the worker's idle period. On a
+//! machine whose other CPUs are busy, a worker woken earlier shares the
+//! releasing caller's CPU, which is what the deferral exists to spare.
+//! Awake, it takes every full batch until none is left; a flush (or a
+//! worker that slept its full period, 100 ms) also seals the partial ones.
+//! Words of up to `DRAIN_GROUP` batches at a time are sorted by class (a
+//! counting sort: classes are 9 bits), each
 //! class is locked once for all its handles in the group, and the pages of
 //! the zspages they emptied go back to the page allocator together
 //! ([`PageAllocator::free_blocks_bulk`](mmkit::PageAllocator::free_blocks_bulk):
@@ -45,100 +55,26 @@
 //! taken from its object at the call by one compare-and-swap of the
 //! object's state word (`slot_state`: raw-held to queued), which refuses a
 //! word freed, queued or stale. Neither call takes a class lock: only the
-//! drain does (and the synchronous fallback). `DeferredStats::invalid`
-//! counts queued words found invalid when drained, which these checks keep
-//! at zero.
+//! drain does (and the synchronous fallback). A slot table releasing its
+//! own words may instead queue them unchecked
+//! (`zs_free_deferred_raw_many_drain_checked`): the drain then frees a
+//! queued word's object only if the word still names it as raw-held, and
+//! never an object a handle holds (a handle queued in a raw-keyed pool is
+//! moved to the queued state at its call, so the drain needs no handle
+//! state there). `DeferredStats::invalid` counts queued words found
+//! invalid when drained: zero for the checked calls, the words that went
+//! stale before their drain for the unchecked one.
 
-use crate::deferred_queue::{BatchQueue, Pushed};
-use crate::handle::{raw_fields, raw_id, Handle};
+use crate::deferred_queue::Pushed;
+use crate::deferred_state::{queue_floor, DrainBuffers, BATCH_LEN, DRAIN_GROUP};
+use crate::handle::{raw_fields, raw_id, Handle, MAX_CLASSES};
 use crate::pool::Inner;
 use crate::size_class::{Held, Name};
-use crate::ZsError;
+use crate::slot_state::{state, HANDLE, QUEUED};
+use crate::worker::{Drain, Worker};
+use crate::{DeferredStats, ZsError};
 use mmkit::{Cpus, PageBlock};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Condvar, Mutex, Weak};
-use std::thread::JoinHandle;
-use std::time::Duration;
-
-/// Handles in one batch of the queue: 4 KiB of words.
-pub(crate) const BATCH_LEN: usize = 512;
-/// Batches the drain sorts and frees together.
-pub(crate) const DRAIN_GROUP: usize = 8;
-
-/// Handles worth 128 MiB of pages, the series' queue size: the queue's
-/// cap in a small pool.
-pub(crate) fn queue_floor(page_size: usize) -> usize {
-    (128 << 20) / page_size
-}
-
-/// How the deferred-free queue is laid out; both designs of Linux's
-/// series, to measure one against the other.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum DeferredLayout {
-    /// One shard per CPU of the page allocator, each filling its own
-    /// batch (the series' third version's per-CPU buffers). The default.
-    #[default]
-    PerCpu,
-    /// One shard for the pool (the series' second version's one queue):
-    /// every CPU fills the same batch.
-    PerPool,
-}
-
-/// Counters of the deferred free.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DeferredStats {
-    /// Handles queued.
-    pub queued: u64,
-    /// Calls that freed synchronously: the queue was at its cap.
-    pub fallback: u64,
-    /// Queued handles freed by a drain.
-    pub drained: u64,
-    /// Queued handles that were invalid when drained (freed twice, forged).
-    pub invalid: u64,
-}
-
-/// What the drain reuses from one run to the next.
-#[derive(Default)]
-pub(crate) struct DrainBuffers {
-    ids: Vec<u32>,
-    words: Vec<u64>,
-    sorted: Vec<u64>,
-    touched: Vec<u32>,
-    pages: Vec<PageBlock>,
-}
-
-/// The queue and the drain's state.
-pub(crate) struct DeferredQueue {
-    pub(crate) batches: BatchQueue,
-    /// Full batches that wake the worker: half the series' 128 MiB of
-    /// handles (Linux's `zs_free_deferred` schedules its drain when the
-    /// array is half full).
-    wake_at: usize,
-    /// Held for a whole drain, so that a flush waits for the worker's
-    /// drain in progress (Linux's `flush_work`): after a flush every handle
-    /// queued before it is freed.
-    pub(crate) draining: Mutex<DrainBuffers>,
-    drained: AtomicU64,
-    invalid: AtomicU64,
-}
-
-impl DeferredQueue {
-    /// A queue of `shards` shards.
-    pub(crate) fn new(shards: usize, page_size: usize) -> Self {
-        Self {
-            batches: BatchQueue::new(shards, BATCH_LEN),
-            wake_at: (queue_floor(page_size).div_ceil(BATCH_LEN) / 2).max(1),
-            draining: Mutex::new(DrainBuffers::default()),
-            drained: AtomicU64::new(0),
-            invalid: AtomicU64::new(0),
-        }
-    }
-
-    pub(crate) fn stats(&self) -> DeferredStats {
-        let (queued, fallback) = self.batches.counts();
-        DeferredStats { queued, fallback, drained: self.drained.load(Relaxed), invalid: self.invalid.load(Relaxed) }
-    }
-}
+use std::sync::atomic::Ordering::Relaxed;
 
 impl Inner {
     pub(crate) fn free_deferred(&self, handle: Handle, worker: Option<&Worker>) -> Result<(), (ZsError, Handle)> {
@@ -148,7 +84,25 @@ impl Inner {
             Ok(name) => name,
             Err(e) => return Err((e, handle)),
         };
-        self.queue_taken(class, &name, handle.queued_word(), worker).map_err(|e| (e, handle))
+        // In a raw-keyed pool the drain frees a queued object still held
+        // by a raw word (a slot table's words are checked there), never
+        // one held by a handle: so the object leaves its handle here, by
+        // one compare-and-swap (the handle is the caller's, so it wins).
+        let generation = handle.generation();
+        if self.raw_keyed
+            && !self.states[class].swap_if(name.slot, state(HANDLE, generation), state(QUEUED, generation))
+        {
+            return Err((ZsError::InvalidHandle(name.id), handle));
+        }
+        let queued = Name { held: Held::Queued(generation), ..name };
+        self.queue_taken(class, &queued, handle.queued_word(), worker).map_err(|e| {
+            // The synchronous fallback was refused: the handle gets its
+            // object back with the error.
+            if self.raw_keyed {
+                self.states[class].swap_if(name.slot, state(QUEUED, generation), state(HANDLE, generation));
+            }
+            (e, handle)
+        })
     }
 
     /// The most batches the deferred queue may have (see the module
@@ -183,7 +137,8 @@ impl Inner {
     }
 
     /// Queues `words`, whose objects the caller took from their raw words
-    /// already (each moved to the queued state), with one reservation of
+    /// already (each moved to the queued state) or whose checks are the
+    /// drain's (a slot table's own words), with one reservation of
     /// the calling CPU's batch for as many as it has room for; frees the
     /// ones that find the queue at its cap now, under their class locks.
     pub(crate) fn queue_taken_many(&self, words: &[u64], worker: Option<&Worker>) {
@@ -204,14 +159,16 @@ impl Inner {
         }
     }
 
-    /// Wakes the worker once half the series' queue is waiting: a burst of
-    /// frees (a process exiting) runs without the drain taking a CPU from
-    /// it until then, and the worker's idle period drains what a smaller
-    /// burst left.
+    /// Wakes the worker once half the queue is waiting (half its cap, at
+    /// least half the series' queue): a burst of frees (a process exiting)
+    /// runs without the drain taking a CPU from it until then, and the
+    /// worker's idle period drains what a smaller burst left. The cap is
+    /// read only here, once a batch is sealed.
     #[inline]
     fn wake_if_due(&self, worker: Option<&Worker>) {
         if let Some(worker) = worker {
-            if self.deferred.batches.pending() >= self.deferred.wake_at {
+            let pending = self.deferred.batches.pending();
+            if pending >= self.deferred.wake_at && pending >= self.deferred_cap() / 2 {
                 worker.kick();
             }
         }
@@ -256,8 +213,8 @@ impl Inner {
     /// emptied zspages' pages (gathered in `pages`) in one bulk free.
     fn free_queued(&self, words: &[u64], sorted: &mut Vec<u64>, touched: &mut Vec<u32>, pages: &mut Vec<PageBlock>) {
         let class_of = |word: u64| raw_fields(word).1;
-        // A counting sort: classes are 8 bits.
-        let mut start = [0usize; 257];
+        // A counting sort: classes are below `MAX_CLASSES` (9 bits).
+        let mut start = [0usize; MAX_CLASSES + 1];
         for &word in words {
             start[class_of(word) + 1] += 1;
         }
@@ -273,7 +230,7 @@ impl Inner {
             *at += 1;
         }
         let (mut freed, mut invalid) = (0u64, 0u64);
-        for class in 0..256 {
+        for class in 0..MAX_CLASSES {
             let run = &sorted[bounds[class]..bounds[class + 1]];
             if run.is_empty() {
                 continue;
@@ -296,83 +253,18 @@ impl Inner {
     }
 }
 
-/// The pool's drain thread.
-pub(crate) struct Worker {
-    shared: Arc<WorkerShared>,
-    thread: Option<JoinHandle<()>>,
-}
-
-struct WorkerShared {
-    stop: AtomicBool,
-    /// Whether the worker is asleep (or about to be): a push that seals a
-    /// batch past the wake-up threshold wakes it only then.
-    asleep: AtomicBool,
-    kicked: Mutex<bool>,
-    wake: Condvar,
-}
-
-/// How long the worker sleeps with nothing sealed before it seals and
-/// drains the partial batches itself.
-const IDLE_PERIOD: Duration = Duration::from_millis(100);
-
-impl Worker {
-    /// Starts the drain thread of pool `inner` (it holds the pool weakly,
-    /// so a pool is dropped even while its worker sleeps).
-    pub(crate) fn start(inner: &Arc<Inner>) -> Self {
-        let shared = Arc::new(WorkerShared {
-            stop: AtomicBool::new(false),
-            asleep: AtomicBool::new(true),
-            kicked: Mutex::new(false),
-            wake: Condvar::new(),
-        });
-        let (pool, me): (Weak<Inner>, _) = (Arc::downgrade(inner), shared.clone());
-        let thread = std::thread::Builder::new()
-            .name(format!("zs-free:{}", inner.name))
-            .spawn(move || loop {
-                let woken = {
-                    let kicked = me.kicked.lock().unwrap_or_else(|p| p.into_inner());
-                    let (mut kicked, _) = me
-                        .wake
-                        .wait_timeout_while(kicked, IDLE_PERIOD, |k| !*k && !me.stop.load(Relaxed))
-                        .unwrap_or_else(|p| p.into_inner());
-                    std::mem::replace(&mut *kicked, false)
-                };
-                me.asleep.store(false, SeqCst);
-                if me.stop.load(Relaxed) {
-                    return;
-                }
-                let Some(inner) = pool.upgrade() else { return };
-                // Until no full batch is left; a period without one also
-                // seals and drains the partial batches.
-                while inner.deferred_drain(!woken) > 0 && !me.stop.load(Relaxed) {}
-                me.asleep.store(true, SeqCst);
-                // A batch sealed after the last take but before `asleep`
-                // was set did not kick: look once more.
-                if inner.deferred.batches.pending() > 0 {
-                    me.asleep.store(false, SeqCst);
-                    *me.kicked.lock().unwrap_or_else(|p| p.into_inner()) = true;
-                }
-            })
-            .ok();
-        Self { shared, thread }
+/// The pool's queue, as its worker drains it.
+impl Drain for Inner {
+    fn drain_name(&self) -> &str {
+        &self.name
     }
 
-    /// Wakes the worker if it sleeps.
-    fn kick(&self) {
-        if self.shared.asleep.swap(false, SeqCst) {
-            *self.shared.kicked.lock().unwrap_or_else(|p| p.into_inner()) = true;
-            self.shared.wake.notify_one();
-        }
+    fn drain(&self, seal: bool) -> usize {
+        self.deferred_drain(seal)
     }
 
-    /// Stops the thread and waits for it.
-    pub(crate) fn stop(mut self) {
-        self.shared.stop.store(true, Relaxed);
-        *self.shared.kicked.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        self.shared.wake.notify_one();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+    fn pending(&self) -> usize {
+        self.deferred.batches.pending()
     }
 }
 

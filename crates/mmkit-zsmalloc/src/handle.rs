@@ -50,17 +50,26 @@
 //!    the generation's low bits beside the holder, and every change of
 //!    holder is one compare-and-swap of it: of two calls with one word,
 //!    even two at once on two threads, exactly one wins;
-//! 3. a raw word carries its generation's low 28 bits
-//!    (`[class:8 | slot:28 | generation:28]`), and a pool with a raw key
-//!    retires a slot before its generation needs a 29th bit: a stale word
+//! 3. a raw word carries its generation's low 27 bits
+//!    (`[generation:27 | class:9 | slot:28]`), and a pool with a raw key
+//!    retires a slot before its generation needs a 28th bit: a stale word
 //!    never matches a later object of its slot, however many cycles later.
 //!
 //! What the key holder can still do is mix up its own words (use the word
 //! of one of its objects for another of its objects), as a caller can mix
 //! up indices into its own `Vec`: every raw-held object belongs to the key
 //! holder, so no word reaches an object someone else owns. The cost is a
-//! slot retired after 2^28 frees of it: a few bytes of metadata lost per
-//! 2^28 allocations, and no slot retirement at all before that.
+//! slot retired after 2^27 frees of it: a few bytes of metadata lost per
+//! 2^27 allocations, and no slot retirement at all before that.
+//!
+//! The class field has 9 bits because Linux's size-class arithmetic gives
+//! 257 classes on 16 and 64 KiB pages (`(PAGE_SIZE - 32)` in steps of
+//! `PAGE_SIZE >> 8`, plus one), and at most 257 on any page size: with 8
+//! bits the top class (every huge object) would name class 0's slots. The
+//! bit comes from the generation, not the slot: a slot retires after 2^27
+//! of its objects instead of 2^28 (bytes of metadata), where a slot bit
+//! would halve the objects a class can hold. A pool whose table would
+//! not fit is refused at creation ([`ZsError::UnsupportedPageSize`](crate::ZsError::UnsupportedPageSize)).
 //!
 //! Owns the handle type, its raw encoding and the pool-id counter.
 
@@ -68,14 +77,17 @@ use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Slot bits in a raw word (and the slots a class may have).
 const SLOT_BITS: u32 = 28;
-/// Class bits in a raw word.
-const CLASS_BITS: u32 = 8;
+/// Class bits in a raw word: Linux's 257 classes of 16 and 64 KiB pages
+/// need a ninth.
+const CLASS_BITS: u32 = 9;
 /// Generation bits in a raw word.
-const RAW_GEN_BITS: u32 = 28;
+const RAW_GEN_BITS: u32 = 27;
 const CLASS_SHIFT: u32 = SLOT_BITS;
 const GEN_SHIFT: u32 = SLOT_BITS + CLASS_BITS;
 const _: () = assert!(GEN_SHIFT + RAW_GEN_BITS == 64, "the fields fill the word");
 
+/// Class indices a handle or a raw word can name: `0..MAX_CLASSES`.
+pub(crate) const MAX_CLASSES: usize = 1 << CLASS_BITS;
 /// Slots a class may have: indices `0..MAX_SLOTS`.
 pub(crate) const MAX_SLOTS: usize = 1 << SLOT_BITS;
 /// The generation at which a slot of a pool with a raw key is retired: its
@@ -153,7 +165,7 @@ pub struct Handle {
 pub struct HandleId {
     pool: u64,
     generation: u64,
-    class: u8,
+    class: u16,
     slot: u32,
 }
 
@@ -177,8 +189,8 @@ pub(crate) fn new_pool_id() -> Option<u64> {
 
 impl Handle {
     pub(crate) fn new(pool: u64, slot: u32, class: usize, generation: u64) -> Self {
-        debug_assert!((slot as usize) < MAX_SLOTS && class < 1 << CLASS_BITS);
-        Self { id: HandleId { pool, generation, class: class as u8, slot } }
+        debug_assert!((slot as usize) < MAX_SLOTS && class < MAX_CLASSES);
+        Self { id: HandleId { pool, generation, class: class as u16, slot } }
     }
 
     /// What names the object (its pool, class, slot and generation), to
@@ -205,7 +217,7 @@ impl Handle {
     }
 
     /// The handle as the deferred-free queue keeps it, one word
-    /// (`[generation's low 28 bits | class:8 | slot:28]`): the queue took
+    /// (`[generation's low 27 bits | class:9 | slot:28]`): the queue took
     /// the handle by value, so no other call can reach the object before
     /// the drain; the generation bits are a check on that, not its proof.
     pub(crate) fn queued_word(&self) -> u64 {
@@ -239,8 +251,8 @@ impl core::fmt::Display for Handle {
     }
 }
 
-/// A raw word: `[generation:28 | class:8 | slot:28]`, never 0 (generations
-/// start at 1 and a raw-keyed pool retires a slot before 2^28).
+/// A raw word: `[generation:27 | class:9 | slot:28]`, never 0 (generations
+/// start at 1 and a raw-keyed pool retires a slot before 2^27).
 pub(crate) fn raw_word(slot: usize, class: usize, generation: u64) -> u64 {
     debug_assert!(generation != 0 && generation < RAW_GEN_LIMIT);
     slot as u64 | (class as u64) << CLASS_SHIFT | generation << GEN_SHIFT
@@ -258,7 +270,7 @@ pub(crate) fn raw_fields(word: u64) -> (usize, usize, u64) {
 /// What a raw word of a pool names, for [`ZsError::InvalidHandle`](crate::ZsError::InvalidHandle).
 pub(crate) fn raw_id(pool: u64, word: u64) -> HandleId {
     let (slot, class, generation) = raw_fields(word);
-    HandleId { pool, generation, class: class as u8, slot: slot as u32 }
+    HandleId { pool, generation, class: class as u16, slot: slot as u32 }
 }
 
 #[cfg(test)]
@@ -267,10 +279,14 @@ mod tests {
 
     #[test]
     fn raw_fields_round_trip_and_the_word_is_never_zero() {
-        let w = raw_word(0xead_beef, 254, 0x345_6789);
-        assert_eq!(raw_fields(w), (0xead_beef, 254, 0x345_6789));
+        let w = raw_word(0xead_beef, 256, 0x345_6789);
+        assert_eq!(raw_fields(w), (0xead_beef, 256, 0x345_6789));
+        assert_ne!(raw_fields(w).1, 0, "class 256 is not class 0");
         assert_ne!(raw_word(0, 0, 1), 0);
-        assert_eq!(raw_word(MAX_SLOTS - 1, 255, RAW_GEN_LIMIT - 1), u64::MAX);
+        assert_eq!(raw_word(MAX_SLOTS - 1, MAX_CLASSES - 1, RAW_GEN_LIMIT - 1), u64::MAX);
+        let h = Handle::new(7, 3, 256, 5);
+        assert_eq!(h.class(), 256);
+        assert_eq!(raw_fields(h.queued_word()), (3, 256, 5));
         let h = Handle::new(7, 3, 2, u64::MAX - 1);
         assert_eq!((h.pool(), h.slot(), h.class(), h.generation()), (7, 3, 2, u64::MAX - 1));
     }

@@ -27,6 +27,7 @@ pub mod class;
 mod compact;
 mod deferred;
 mod deferred_queue;
+mod deferred_state;
 mod groups;
 mod handle;
 mod migrate;
@@ -35,9 +36,10 @@ mod raw;
 mod size_class;
 mod slot_state;
 mod stats;
+mod worker;
 mod zspage;
 
-pub use deferred::{DeferredLayout, DeferredStats};
+pub use deferred_state::{DeferredLayout, DeferredStats};
 pub use handle::{Handle, HandleId, RawKey};
 pub use pool::{ZsConfig, ZsPool, ZsPoolStats};
 
@@ -50,6 +52,9 @@ pub enum ZsError {
     NoRealMemory,
     /// A chain size outside Linux's 4 ..= 16.
     BadChainSize(usize),
+    /// The page allocator's pages are not of a size a pool can be made
+    /// for (4 ..= 64 KiB, [`class::PAGE_SIZES`]).
+    UnsupportedPageSize(usize),
     /// `zs_malloc` of 0 bytes or of more than a page.
     BadSize {
         /// Bytes asked for.
@@ -112,6 +117,7 @@ impl core::fmt::Display for ZsError {
         match self {
             Self::NoRealMemory => f.write_str("zsmalloc needs a page allocator with real memory"),
             Self::BadChainSize(n) => write!(f, "chain size {n} outside 4..=16"),
+            Self::UnsupportedPageSize(n) => write!(f, "page size {n} outside 4 KiB ..= 64 KiB"),
             Self::BadSize { size, max } => write!(f, "object size {size} outside 1..={max}"),
             Self::NoMemory(Some(e)) => write!(f, "no zspage: {e}"),
             Self::NoMemory(None) => f.write_str("no zspage"),

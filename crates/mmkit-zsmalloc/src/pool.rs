@@ -15,10 +15,11 @@
 //! Compaction is `compact`'s, the deferred free `deferred`'s.
 
 use crate::class::{ClassTable, DEFAULT_CHAIN_SIZE, ZS_HANDLE_SIZE};
-use crate::deferred::{DeferredLayout, DeferredQueue};
-use crate::handle::{new_pool_id, raw_fields, raw_id, Handle, RawKey, RAW_GEN_LIMIT};
+use crate::deferred_state::{DeferredLayout, DeferredQueue};
+use crate::handle::{new_pool_id, raw_fields, raw_id, Handle, RawKey, MAX_CLASSES};
 use crate::size_class::{AllocMiss, ClassState, Held, Name, NewObj};
 use crate::slot_state::SlotStates;
+use crate::worker::{Drain, Worker};
 use crate::ZsError;
 use mmkit::Blocks;
 use mmkit::Cpus;
@@ -85,7 +86,7 @@ pub(crate) struct Inner {
     pub(crate) table: ClassTable,
     /// Whether each class index a handle can name serves objects (merged
     /// classes and indices past the table do not).
-    serving: [bool; 256],
+    serving: [bool; MAX_CLASSES],
     /// One per class index; only the classes that serve others are used.
     pub(crate) classes: Box<[RwLock<ClassState>]>,
     /// Each class's slot state words (the same table its `ClassState`
@@ -124,10 +125,18 @@ impl Inner {
         if !crate::class::CHAIN_SIZES.contains(&chain_size) {
             return Err(ZsError::BadChainSize(chain_size));
         }
+        let page_size = mm.geometry().page_size() as usize;
+        if !crate::class::PAGE_SIZES.contains(&page_size) {
+            return Err(ZsError::UnsupportedPageSize(page_size));
+        }
+        let table = ClassTable::new(page_size, chain_size);
+        // At most 257 classes on the page sizes above: every index fits
+        // the 9 bits of a handle's and a raw word's class field.
+        if table.nr_classes() > MAX_CLASSES {
+            return Err(ZsError::UnsupportedPageSize(page_size));
+        }
         let pool_id = new_pool_id().ok_or(ZsError::TooManyPools)?;
         let key = Blocks::new(&mm).new_owner_key().map_err(|_| ZsError::OwnerTagsExhausted)?;
-        let gen_limit = if raw_keyed { RAW_GEN_LIMIT } else { u64::MAX };
-        let table = ClassTable::new(mm.geometry().page_size() as usize, chain_size);
         // A merged class never has a slot (its sizes go to the class that
         // serves it): those share one empty table.
         let unused = Arc::new(SlotStates::new());
@@ -137,7 +146,7 @@ impl Inner {
         let classes = (0..table.nr_classes())
             .map(|i| {
                 let page_size = table.page_size();
-                RwLock::new(ClassState::new(pool_id, gen_limit, i, table.shape(i), page_size, states[i].clone()))
+                RwLock::new(ClassState::new(pool_id, raw_keyed, i, table.shape(i), page_size, states[i].clone()))
             })
             .collect();
         let shards = match deferred {
@@ -246,7 +255,7 @@ impl Inner {
         let (slot, class, generation) = raw_fields(word);
         let name = Name { slot, held: Held::Raw(generation), id: raw_id(key.pool, word) };
         // Word 0 names no object: a live slot's generation is never 0 in
-        // its low bits (generations start at 1 and retire before 2^28).
+        // its low bits (generations start at 1 and retire before 2^27).
         // A key of this pool's id was made by `with_raw_key` for this pool
         // (ids are never reused), so the pool is raw-keyed.
         if key.pool == self.pool_id && self.serves(class) {
@@ -256,11 +265,11 @@ impl Inner {
         }
     }
 
-    /// Whether class index `class` (of a handle or a word: below 256)
-    /// serves objects; one load.
+    /// Whether class index `class` (of a handle or a word: below
+    /// `MAX_CLASSES`) serves objects; one load.
     #[inline]
     pub(crate) fn serves(&self, class: usize) -> bool {
-        self.serving[class & 0xff]
+        self.serving[class & (MAX_CLASSES - 1)]
     }
 
     /// The handle of new object `new` of `class`.
@@ -343,7 +352,7 @@ impl Inner {
                 },
                 AllocMiss::NoRoom if state.slots_exhausted() || state.zspages_exhausted() => {
                     // Every handle the class can name is live or retired
-                    // (2^28), or every zspage id is taken: an empty zspage
+                    // (2^28 slots), or every zspage id is taken: an empty zspage
                     // would stay behind, so the page goes back.
                     drop(state);
                     self.free_pages(vec![page]);
@@ -561,7 +570,7 @@ impl Inner {
 /// ```
 pub struct ZsPool {
     pub(crate) inner: Arc<Inner>,
-    pub(crate) worker: Option<crate::deferred::Worker>,
+    pub(crate) worker: Option<Worker>,
 }
 
 impl ZsPool {
@@ -579,7 +588,8 @@ impl ZsPool {
     ///
     /// # Errors
     /// [`ZsError::NoRealMemory`] for a metadata-only map;
-    /// [`ZsError::TooManyPools`] once the process made 2^64 - 1 pools;
+    /// [`ZsError::UnsupportedPageSize`] for pages other than 4, 8, 16,
+    /// 32 or 64 KiB; [`ZsError::TooManyPools`] once the process made 2^64 - 1 pools;
     /// [`ZsError::OwnerTagsExhausted`] when the page allocator has no owner
     /// tag left.
     pub fn zs_create_pool(name: &str, mm: Arc<PageAllocator>) -> Result<Self, ZsError> {
@@ -592,7 +602,8 @@ impl ZsPool {
     ///
     /// # Errors
     /// [`ZsError::NoRealMemory`], [`ZsError::BadChainSize`],
-    /// [`ZsError::TooManyPools`], [`ZsError::OwnerTagsExhausted`].
+    /// [`ZsError::UnsupportedPageSize`], [`ZsError::TooManyPools`],
+    /// [`ZsError::OwnerTagsExhausted`].
     pub fn with_chain_size(name: &str, mm: Arc<PageAllocator>, chain_size: usize) -> Result<Self, ZsError> {
         Self::with_config(name, mm, ZsConfig { chain_size, ..ZsConfig::default() })
     }
@@ -601,7 +612,8 @@ impl ZsPool {
     ///
     /// # Errors
     /// [`ZsError::NoRealMemory`], [`ZsError::BadChainSize`],
-    /// [`ZsError::TooManyPools`], [`ZsError::OwnerTagsExhausted`].
+    /// [`ZsError::UnsupportedPageSize`], [`ZsError::TooManyPools`],
+    /// [`ZsError::OwnerTagsExhausted`].
     pub fn with_config(name: &str, mm: Arc<PageAllocator>, config: ZsConfig) -> Result<Self, ZsError> {
         Self::build(name, mm, config, false)
     }
@@ -609,8 +621,8 @@ impl ZsPool {
     /// A pool built as `config` says, and the [`RawKey`] under which its
     /// objects may be held as raw words, one word each (for a slot table
     /// such as zram's; see the raw calls, `zs_malloc_copy_raw` and the
-    /// others). A slot of such a pool is retired after 2^28 objects, so
-    /// that the 28 generation bits a word carries never repeat.
+    /// others). A slot of such a pool is retired after 2^27 objects, so
+    /// that the 27 generation bits a word carries never repeat.
     ///
     /// # Errors
     /// As [`with_config`](Self::with_config).
@@ -622,7 +634,7 @@ impl ZsPool {
 
     fn build(name: &str, mm: Arc<PageAllocator>, config: ZsConfig, raw_keyed: bool) -> Result<Self, ZsError> {
         let inner = Arc::new(Inner::new(name, mm, config, raw_keyed)?);
-        let worker = crate::deferred::Worker::start(&inner);
+        let worker = Worker::start(&inner);
         Ok(Self { inner, worker: Some(worker) })
     }
 
@@ -838,7 +850,9 @@ impl Drop for ZsPool {
         if let Some(worker) = self.worker.take() {
             worker.stop();
         }
-        self.inner.deferred_flush();
+        // What is still queued is freed first (the deferred free's
+        // flush, through the trait the worker drains by).
+        self.inner.drain(true);
         for class in 0..self.inner.classes.len() {
             let pages = self.inner.lock(class).take_all_pages();
             self.inner.free_pages(pages);

@@ -15,7 +15,11 @@
 //! back, and the deferred free, which takes the object from its word for
 //! the queue) take no class lock: each is one compare-and-swap of the
 //! slot's state word (`slot_state`), so of two calls with one word exactly
-//! one wins and the other is refused at the call.
+//! one wins and the other is refused at the call. The one exception is
+//! `zs_free_deferred_raw_many_drain_checked`, for a slot table releasing
+//! words it just took out of its own slots: it queues them unlooked-at, and
+//! the drain checks each as a synchronous free would (a word that went
+//! stale meanwhile is counted and changes nothing).
 
 use crate::handle::{raw_fields, raw_word, Handle, RawKey, RAW_GEN_LIMIT};
 use crate::size_class::{Held, Name};
@@ -106,7 +110,60 @@ impl ZsPool {
     pub fn zs_free_deferred_raw(&self, key: &RawKey, word: u64) -> Result<(), ZsError> {
         let (class, name, generation) = self.take_word(key, word, QUEUED)?;
         let queued = Name { held: Held::Queued(generation), ..name };
-        self.inner.queue_taken(class, &queued, word, self.worker.as_ref())
+        let queued_now = self.inner.queue_taken(class, &queued, word, self.worker.as_ref());
+        if queued_now.is_err() {
+            // The synchronous fallback was refused: the word keeps its
+            // object, as the error says nothing changed.
+            self.give_back(class, name.slot, generation);
+        }
+        queued_now
+    }
+
+    /// Hands a queued object back to its raw word (a deferred free whose
+    /// fallback was refused).
+    #[cold]
+    #[inline(never)]
+    fn give_back(&self, class: usize, slot: usize, generation: u64) {
+        self.inner.states[class].swap_if(slot, state(QUEUED, generation), state(RAW, generation));
+    }
+
+    /// [`zs_free_deferred_raw_many`](Self::zs_free_deferred_raw_many)
+    /// for a slot table that took `words` out of its own slots: the words
+    /// are queued as they are, with no look at their objects now, and each
+    /// is checked when drained, as a synchronous free would check it. The
+    /// caller's cost is the queue's and nothing else: no object's slot
+    /// entry is read or changed, so a release touches only the caller's
+    /// own table and the queue (the slot-free notification of zram's
+    /// release path, `release/256MiB` of `mmkit bench zram`).
+    ///
+    /// A word that names nothing the key holder may free when it is drained
+    /// (freed or replaced since, queued twice, stale, forged) is counted in
+    /// [`DeferredStats::invalid`](crate::DeferredStats::invalid) and
+    /// changes nothing; a word turned back into a
+    /// [`Handle`] before the drain is left to the handle. Until the drain,
+    /// the object is still the word's: reads of it work, and a free of it
+    /// makes the queued word stale. Returns how many words were refused at
+    /// the call: every one for another pool's key, and words that could
+    /// name no object (0, or of a class that serves none).
+    pub fn zs_free_deferred_raw_many_drain_checked(&self, key: &RawKey, words: &[u64]) -> usize {
+        if self.check_key(key).is_err() {
+            return words.len();
+        }
+        // Words the queue cannot tell from an empty slot (`u64::MAX`), or
+        // that cannot name an object, are refused here; the rest go to the
+        // queue together, a run of well-formed words at a time.
+        let plausible = |word: u64| word != 0 && word != u64::MAX && self.inner.serves(raw_fields(word).1);
+        let mut refused = 0;
+        let mut rest = words;
+        while !rest.is_empty() {
+            let run = rest.iter().position(|&w| !plausible(w)).unwrap_or(rest.len());
+            if run > 0 {
+                self.inner.queue_taken_many(&rest[..run], self.worker.as_ref());
+            }
+            refused += usize::from(run < rest.len());
+            rest = rest.get(run + 1..).unwrap_or(&[]);
+        }
+        refused
     }
 
     /// [`zs_free_deferred_raw`](Self::zs_free_deferred_raw) of every word

@@ -6,7 +6,7 @@
 //!
 //! Owns the holder states (free, a [`Handle`](crate::Handle), a raw word,
 //! queued for a deferred free), the word that packs a state with the low
-//! 28 bits of the slot's generation, and the table of entries. Keeping
+//! 27 bits of the slot's generation, and the table of entries. Keeping
 //! the location beside the state word means a free finds both with one
 //! lookup and one cache line (the release path frees objects in an order
 //! unrelated to their slots, so each lookup is a likely cache miss).
@@ -20,7 +20,7 @@
 //! a deferred free (`RAW|g` to `QUEUED|g`) at the call, without the class
 //! lock, and a word freed, queued or taken back already, or stale (its
 //! slot's generation moved on, and a raw-keyed pool retires a slot before
-//! the 28 bits could repeat), finds another word there and is refused.
+//! the 27 bits could repeat), finds another word there and is refused.
 //! Handing an object between a handle and a raw word needs no lock either.
 //!
 //! The class lock still orders everything that touches the object's bytes
@@ -64,7 +64,7 @@ pub(crate) const QUEUED: u32 = 3;
 const HOLDER_BITS: u32 = 2;
 
 /// The state word of a slot whose holder is `holder` and whose generation
-/// is `generation` (its low 28 bits, all of it in a raw-keyed pool).
+/// is `generation` (its low 27 bits, all of it in a raw-keyed pool).
 pub(crate) fn state(holder: u32, generation: u64) -> u32 {
     ((generation & (RAW_GEN_LIMIT - 1)) as u32) << HOLDER_BITS | holder
 }

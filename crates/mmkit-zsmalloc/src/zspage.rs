@@ -138,6 +138,10 @@ pub(crate) fn write_object(
         return;
     };
     *head = header.to_ne_bytes();
+    if data.is_empty() {
+        // `zs_malloc`: the header only (no call into `memcpy` for nothing).
+        return;
+    }
     let first = data.len().min(rest.len());
     rest[..first].copy_from_slice(&data[..first]);
     if first < data.len() {

@@ -248,6 +248,56 @@ fn a_run_of_deferred_frees_refuses_each_bad_word_and_queues_the_rest() {
     other.zs_free_raw(&other_key, foreign).unwrap();
 }
 
+/// A run queued to be checked when drained (`_drain_checked`, zram's
+/// release path): the call touches no object, and the drain frees exactly
+/// the objects the words still name as raw-held, refusing (counting
+/// `invalid`) a word freed or replaced since, queued twice, stale, or
+/// taken back into a handle (which keeps its object); another pool's key
+/// and words that cannot name an object are refused at the call.
+#[test]
+fn a_run_checked_at_the_drain_frees_exactly_the_words_that_still_name_their_objects() {
+    let mm = real_map(16 << 20);
+    let (pool, key) = raw_pool(&mm, "raw");
+    let (other, other_key) = raw_pool(&mm, "other");
+    let mut words: Vec<u64> =
+        (0..1200).map(|i| pool.zs_malloc_copy_raw(&key, &[i as u8; 300], gfp(), 0).unwrap()).collect();
+    let foreign = other.zs_malloc_copy_raw(&other_key, &[9; 300], gfp(), 0).unwrap();
+    assert_eq!(pool.zs_free_deferred_raw_many_drain_checked(&other_key, &words), words.len());
+    assert_eq!(pool.zs_free_deferred_raw_many_drain_checked(&key, &[0, u64::MAX]), 2);
+    assert_eq!(pool.deferred_stats().queued, 0, "nothing queued by the refusals");
+    // Words that will name nothing by the drain, each queued in the run.
+    let freed = words.pop().unwrap();
+    let replaced = words.pop().unwrap();
+    let taken_back = words.pop().unwrap();
+    let twice = words[5];
+    let mut run = words.clone();
+    run.extend([freed, replaced, taken_back, twice, foreign]);
+    assert_eq!(pool.zs_free_deferred_raw_many_drain_checked(&key, &run), 0, "the call looks at no object");
+    // Until the drain the objects are still the words'.
+    assert_eq!(pool.zs_obj_read_raw(&key, words[7], &mut [0; 4096]), Ok(300));
+    pool.zs_free_raw(&key, freed).unwrap();
+    let new = pool.zs_replace_raw(&key, replaced, &[7; 310], gfp(), 0).unwrap();
+    let handle = pool.zs_handle_from_raw(&key, taken_back).unwrap();
+    pool.zs_free_deferred_flush();
+    let stats = pool.deferred_stats();
+    assert_eq!(stats.drained, words.len() as u64);
+    assert_eq!(stats.invalid, 5, "freed, replaced, taken back, queued twice, another pool's");
+    assert_eq!(read(&pool, &handle).unwrap(), vec![(1200 - 3) as u8; 300], "the handle keeps its object");
+    assert_eq!(pool.zs_obj_read_raw(&key, new, &mut [0; 4096]), Ok(310));
+    assert_eq!(other.zs_obj_read_raw(&other_key, foreign, &mut [0; 4096]), Ok(300), "another pool is untouched");
+    for &w in &words {
+        assert!(matches!(pool.zs_obj_read_raw(&key, w, &mut [0; 4096]), Err(ZsError::InvalidHandle(_))), "drained");
+    }
+    // A handle queued in a raw-keyed pool leaves its handle at the call.
+    pool.zs_free_deferred(handle).unwrap();
+    pool.zs_free_raw(&key, new).unwrap();
+    pool.zs_free_deferred_flush();
+    assert_eq!(pool.deferred_stats().invalid, 5);
+    assert_eq!(pool.zs_get_total_pages(), 0);
+    pool.check_invariants().unwrap();
+    other.zs_free_raw(&other_key, foreign).unwrap();
+}
+
 #[test]
 fn a_word_reaches_only_objects_held_as_words_under_the_pools_key() {
     let mm = real_map(16 << 20);

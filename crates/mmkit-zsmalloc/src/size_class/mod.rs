@@ -23,7 +23,7 @@
 
 use crate::class::ClassShape;
 use crate::groups::{fullness_table, Groups};
-use crate::handle::{HandleId, MAX_SLOTS};
+use crate::handle::{HandleId, MAX_SLOTS, RAW_GEN_LIMIT};
 use crate::slot_state::{state, SlotEntry, SlotStates, FREE, HANDLE, QUEUED, RAW};
 use crate::zspage::{self, Zspage};
 use crate::ZsError;
@@ -90,6 +90,14 @@ pub(crate) struct ClassState {
     pool: u64,
     /// A slot whose generation reaches this is retired.
     gen_limit: u64,
+    /// The holder a queued word's object may still have when the drain
+    /// frees it, besides `QUEUED`: in a raw-keyed pool a raw word's
+    /// (`RAW`: a slot table's words may be queued as they are and checked
+    /// here, `zs_free_deferred_raw_many_drain_checked`; a handle queued in
+    /// such a pool is moved to `QUEUED` at the call), otherwise a consumed
+    /// handle's (`HANDLE`). Never both: a word queued and then turned into
+    /// a handle is refused here, and the handle keeps its object.
+    queued_from: u32,
     page_shift: u32,
     page_size: usize,
     huge: bool,
@@ -126,7 +134,7 @@ pub(crate) struct ClassState {
 impl ClassState {
     pub(crate) fn new(
         pool: u64,
-        gen_limit: u64,
+        raw_keyed: bool,
         index: usize,
         shape: ClassShape,
         page_size: usize,
@@ -136,7 +144,8 @@ impl ClassState {
             shape,
             index,
             pool,
-            gen_limit,
+            gen_limit: if raw_keyed { RAW_GEN_LIMIT } else { u64::MAX },
+            queued_from: if raw_keyed { RAW } else { HANDLE },
             page_shift: page_size.trailing_zeros(),
             page_size,
             huge: shape.is_huge(),
@@ -308,7 +317,7 @@ impl ClassState {
     /// raw word carries for a word).
     #[inline]
     pub(crate) fn resolve(&self, name: &Name) -> Result<Resolved, ZsError> {
-        named_in(&self.states, &self.zspages, name).map(|(at, _, _)| at)
+        named_in(&self.states, &self.zspages, self.queued_from, name).map(|(at, _, _)| at)
     }
 
     /// The object `at`'s bytes when they lie in one page.
@@ -420,7 +429,7 @@ impl ClassState {
         let named = match name.held {
             Held::Handle(g) => word == state(HANDLE, g) && entry.generation() == g,
             Held::Raw(g) => word == state(RAW, g),
-            Held::Queued(g) => word == state(QUEUED, g) || word == state(HANDLE, g),
+            Held::Queued(g) => word == state(QUEUED, g) || word == state(self.queued_from, g),
         };
         let (id, obj) = entry.place();
         let Some(z) = self.zspages.get_mut(id).filter(|z| named && z.is_live()) else { return Err(refused) };
@@ -500,7 +509,7 @@ impl ClassState {
     }
 
     /// Test hook: slot `slot`'s generation set to `generation` (a free
-    /// slot only), to reach the limit without 2^28 cycles.
+    /// slot only), to reach the limit without 2^27 cycles.
     #[cfg(test)]
     pub(crate) fn set_generation(&mut self, slot: usize, generation: u64) {
         if let Some(entry) = self.states.get(slot).filter(|e| e.state() == FREE) {
@@ -596,6 +605,7 @@ impl ClassState {
 fn named_in<'a>(
     states: &'a SlotStates,
     zspages: &[Zspage],
+    queued_from: u32,
     name: &Name,
 ) -> Result<(Resolved, u32, &'a SlotEntry), ZsError> {
     let refused = ZsError::InvalidHandle(name.id);
@@ -607,7 +617,7 @@ fn named_in<'a>(
     let named = match name.held {
         Held::Handle(g) => word == state(HANDLE, g) && entry.generation() == g,
         Held::Raw(g) => word == state(RAW, g),
-        Held::Queued(g) => word == state(QUEUED, g) || word == state(HANDLE, g),
+        Held::Queued(g) => word == state(QUEUED, g) || word == state(queued_from, g),
     };
     let (zspage, obj) = entry.place();
     if !named || !zspages.get(zspage).is_some_and(|z| z.is_live() && obj < z.used) {
