@@ -10,6 +10,7 @@
 use crate::size::{self, format_size};
 use clap::Args;
 use mmkit::gfp::Watermark;
+use mmkit::Tuning;
 use mmkit::{MemoryMapBuilder, PageAllocator, Report, ZoneType};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -123,8 +124,8 @@ pub fn report(mm: &PageAllocator, args: InfoArgs, build_time: Duration) -> Strin
         "PFNs {}..{}, {} free pages, min_free_kbytes {}",
         mm.start_pfn(),
         mm.end_pfn(),
-        mm.nr_free_pages(),
-        mm.min_free_kbytes()
+        Report::new(mm).nr_free_pages(),
+        Tuning::new(mm).min_free_kbytes()
     );
     let _ = writeln!(out, "build time: {:.3} ms", build_time.as_secs_f64() * 1e3);
     let report = Report::new(mm);

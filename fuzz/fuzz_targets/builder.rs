@@ -9,6 +9,7 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use mmkit::zone::WatermarkConfig;
+use mmkit::Cpus;
 use mmkit::{Backing, Geometry, Gfp, HugePages, MemoryMapBuilder, Pfn, PlacementPolicy, Report, ZoneType};
 
 /// A value that is often at an edge: 0, 1, the type's maximum, a limit.
@@ -166,6 +167,6 @@ fuzz_target!(|c: Config| {
     for (pfn, order) in held {
         mm.free_pages(pfn, order).unwrap();
     }
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
 });

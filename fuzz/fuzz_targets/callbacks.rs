@@ -14,6 +14,7 @@
 //! Run with `cargo +nightly fuzz run callbacks` from `fuzz/`.
 #![no_main]
 
+use mmkit::{Blocks, Cpus, Tuning};
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use mmkit::hooks::{AllocFailure, BadPageReport, ReclaimRequest};
@@ -107,7 +108,7 @@ fn reenter_allocator() {
                     }
                 }
                 2 => {
-                    mm.drain_all_pages();
+                    Cpus::new(&mm).drain_all_pages();
                 }
                 _ => {
                     let mut burst = [None; 4];
@@ -197,8 +198,8 @@ fn fixture() -> Fixture {
             .unwrap(),
     );
     *MAP.get_or_init(|| std::sync::Mutex::new(Weak::new())).lock().unwrap() = Arc::downgrade(&mm);
-    mm.drain_all_pages();
-    let total = mm.nr_free_pages();
+    Cpus::new(&mm).drain_all_pages();
+    let total = Report::new(&mm).nr_free_pages();
     let ql = Quicklists::new(mm.clone(), 2).unwrap();
     let pool = ZsPool::zs_create_pool("callbacks", mm.clone()).unwrap();
     let other_pool = ZsPool::zs_create_pool("other", mm.clone()).unwrap();
@@ -283,15 +284,15 @@ fn run(f: &mut Fixture, input: Input) {
     // names: the ones left allocated without an owner.
     for pfn in (mm.start_pfn().0..mm.end_pfn().0).map(Pfn) {
         if mm.page_flags(pfn).is_ok_and(|fl| fl.contains(PageFlags::ALLOCATED) && !fl.contains(PageFlags::TAIL))
-            && mm.page_owner(pfn).is_none()
+            && Blocks::new(&mm).page_owner(pfn).is_none()
         {
             let _ = mm.put_page(pfn);
         }
     }
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
-    let leaked = mm.stats().bad_pages_leaked;
-    assert_eq!(mm.nr_free_pages() + leaked + f.forgotten, f.total, "pages lost");
+    let leaked = Report::new(&mm).stats().bad_pages_leaked;
+    assert_eq!(Report::new(&mm).nr_free_pages() + leaked + f.forgotten, f.total, "pages lost");
     if let Some(region) = &f.region {
         let mut all = vec![0; REGION_PAGES * PAGE_SIZE];
         region.read(0, &mut all).unwrap();
@@ -347,12 +348,12 @@ fn step<'m>(f: &Fixture, mm: &'m PageAllocator, held: &mut Held<'m>, op: &Op) {
             }
         }
         Op::Compact => {
-            let _ = mm.compact_zone(1, None);
+            let _ = Tuning::new(&mm).compact_zone(1, None);
             // Moved pages are found at the end, as after `Contig`.
             held.pages.retain(|&(p, _)| mm.page_count(p) == Ok(1));
         }
         Op::Burst { n } => {
-            let Ok(mut cpu) = mm.pin_cpu(1) else { return };
+            let Ok(mut cpu) = Cpus::new(&mm).pin_cpu(1) else { return };
             let mut got = Vec::new();
             let _ = cpu.burst(gfp, |zone| {
                 for _ in 0..n % 8 {

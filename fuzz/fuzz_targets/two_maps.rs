@@ -18,6 +18,7 @@ use libfuzzer_sys::fuzz_target;
 use mmkit::{
     Contig, FreeError, Gfp, IndexError, MemoryMapBuilder, MigrateType, PageAllocator, PageGuard, Pfn, Report, ZoneType,
 };
+use mmkit::{Cpus, Tuning};
 use mmkit_fuzz::Persistent;
 use std::collections::BTreeMap;
 
@@ -55,8 +56,8 @@ struct Side {
 
 impl Side {
     fn new(mm: PageAllocator) -> Self {
-        mm.drain_all_pages();
-        let total = mm.nr_free_pages();
+        Cpus::new(&mm).drain_all_pages();
+        let total = Report::new(&mm).nr_free_pages();
         Self { mm, blocks: BTreeMap::new(), contig: BTreeMap::new(), total }
     }
 
@@ -99,7 +100,7 @@ impl View<'_> {
 
     fn check(&self) {
         Report::new(self.mm).check_invariants().unwrap();
-        let free = self.mm.nr_free_pages() + self.mm.nr_pcp_pages();
+        let free = Report::new(&self.mm).nr_free_pages() + Report::new(&self.mm).nr_pcp_pages();
         assert_eq!(free + self.held_pages(), self.total, "pages lost or made up");
     }
 
@@ -291,7 +292,7 @@ fn run(persistent: &mut [Side; 2], ops: Vec<Op>) {
                 let s = &sides[map as usize];
                 let zone = usize::from(zone % 8);
                 let nr_zones = s.mm.zones().len();
-                match s.mm.compact_zone(zone, None) {
+                match Tuning::new(&s.mm).compact_zone(zone, None) {
                     Ok(_) => assert!(zone < nr_zones),
                     Err(e) => assert_eq!(e, IndexError::NoSuchZone { zone, nr_zones }),
                 }
@@ -299,14 +300,14 @@ fn run(persistent: &mut [Side; 2], ops: Vec<Op>) {
             Op::Drain { map, cpu } => {
                 let s = &sides[map as usize];
                 let cpu = usize::from(cpu % 4);
-                match s.mm.drain_cpu_pages(cpu) {
-                    Ok(_) => assert!(cpu < s.mm.nr_cpus()),
-                    Err(e) => assert_eq!(e, IndexError::NoSuchCpu { cpu, nr_cpus: s.mm.nr_cpus() }),
+                match Cpus::new(&s.mm).drain_cpu_pages(cpu) {
+                    Ok(_) => assert!(cpu < Cpus::new(&s.mm).nr_cpus()),
+                    Err(e) => assert_eq!(e, IndexError::NoSuchCpu { cpu, nr_cpus: Cpus::new(&s.mm).nr_cpus() }),
                 }
             }
             Op::Pinned { map, cpu, order } => {
                 let s = &sides[map as usize];
-                if let Ok(mut pinned) = s.mm.pin_cpu(usize::from(cpu % 3)) {
+                if let Ok(mut pinned) = Cpus::new(&s.mm).pin_cpu(usize::from(cpu % 3)) {
                     let order = u32::from(order % 4);
                     if let Ok(pfn) = pinned.alloc_pages(Gfp::KERNEL, order) {
                         assert!(!s.overlaps(pfn.0, 1 << order), "pinned handed out {pfn} twice");
@@ -317,7 +318,7 @@ fn run(persistent: &mut [Side; 2], ops: Vec<Op>) {
             Op::Score { map, nid } => {
                 let s = &sides[map as usize];
                 let nid = usize::from(nid % 3);
-                assert_eq!(s.mm.fragmentation_score(nid).is_ok(), nid < s.mm.nr_nodes());
+                assert_eq!(Tuning::new(&s.mm).fragmentation_score(nid).is_ok(), nid < s.mm.nr_nodes());
             }
             Op::Guard { map, gfp, order } => {
                 let s = &mut sides[map as usize];
@@ -368,7 +369,7 @@ fn run(persistent: &mut [Side; 2], ops: Vec<Op>) {
         for (start, pages) in std::mem::take(s.contig) {
             Contig::new(&s.mm).free_contig_range(Pfn(start), pages).unwrap();
         }
-        s.mm.drain_all_pages();
+        Cpus::new(&s.mm).drain_all_pages();
         s.check();
     }
 }

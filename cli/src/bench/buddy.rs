@@ -18,6 +18,7 @@ use super::harness::{measure, BenchError, CaseResult, CaseSpec, Contender, Setti
 use super::summary::{Headline, Row};
 use super::{Progress, Suite};
 use crate::size::format_size;
+use mmkit::{Cpus, Report};
 use mmkit_bench::fragment::{self, SEED};
 use mmkit_bench::heap::MiMalloc;
 use mmkit_bench::subjects::{
@@ -142,7 +143,7 @@ fn run(settings: &Settings, progress: &mut Progress<'_>) -> Result<SuiteReport, 
 /// CPU 0's pinned handle, for the `mmkit_locked_zone` contender (its
 /// lists are unused: the map has none).
 fn pin(mm: &mmkit::PageAllocator) -> Result<mmkit::PinnedCpu<'_>, BenchError> {
-    mm.pin_cpu(0).map_err(|e| BenchError::context("pinning CPU 0", e))
+    Cpus::new(mm).pin_cpu(0).map_err(|e| BenchError::context("pinning CPU 0", e))
 }
 
 /// A case: its name (as reported), the suite's sizes and settings.
@@ -197,7 +198,7 @@ fn order9_fresh(name: &'static str, plan: &Plan, settings: &Settings) -> Result<
 fn order0_fragmented(name: &'static str, plan: &Plan, settings: &Settings) -> Result<Vec<CaseResult>, BenchError> {
     let mm = default_map(plan.map_bytes)?;
     let mut mmkit = Mmkit::new(&mm);
-    let count = mmkit.map().nr_free_pages() * 9 / 10;
+    let count = Report::new(mmkit.map()).nr_free_pages() * 9 / 10;
     let _mmkit_held = fragment::scatter(&mut mmkit, count, SEED)?;
     let lists_off_mm = buddy_only_map(plan.map_bytes)?;
     let mut lists_off = Mmkit::new(&lists_off_mm);

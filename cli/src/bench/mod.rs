@@ -21,6 +21,7 @@ pub mod markdown;
 mod nbd;
 mod pcp;
 mod quicklist;
+pub mod report;
 pub mod summary;
 mod zram;
 mod zsmalloc;

@@ -14,6 +14,7 @@
 use super::harness::{measure, BenchError, CaseResult, CaseSpec, Contender, Settings, SuiteReport};
 use super::summary::{Headline, Row};
 use super::{Progress, Suite};
+use mmkit::Cpus;
 use mmkit::{Gfp, MemoryMapBuilder, PageAllocator};
 use mmkit_bench::heap::{MiMalloc, StatelessAlloc};
 use mmkit_bench::subjects::{names, pair_loop, Bsa, Heap, PageAlloc};
@@ -115,7 +116,7 @@ fn one_thread(bytes: u64, spec: CaseSpec, settings: &Settings) -> Result<Vec<Cas
     let shared = |iters: u64| shared_pairs(&mm, iters);
     let lists = |iters: u64| shared_pairs(&lists_mm, iters);
     let pinned = |iters: u64| -> Result<(), BenchError> {
-        let mut cpu = pinned_mm.pin_cpu(0).map_err(|e| BenchError::context("pin_cpu", e))?;
+        let mut cpu = Cpus::new(&pinned_mm).pin_cpu(0).map_err(|e| BenchError::context("pin_cpu", e))?;
         for _ in 0..iters {
             let pfn = cpu.alloc_pages(Gfp::KERNEL, 0).map_err(|e| BenchError::context("alloc_pages", e))?;
             cpu.free_pages(black_box(pfn), 0).map_err(|e| BenchError::context("free_pages", e))?;
@@ -171,7 +172,7 @@ fn two_threads(bytes: u64, spec: CaseSpec, settings: &Settings) -> Result<Vec<Ca
     let lists = |iters: u64| on_two_threads(iters, |_, n| shared_pairs(&lists_mm, n));
     let pinned = |iters: u64| {
         on_two_threads(iters, |t, n| {
-            let mut cpu = pinned_mm.pin_cpu(t).map_err(|e| BenchError::context("pin_cpu", e))?;
+            let mut cpu = Cpus::new(&pinned_mm).pin_cpu(t).map_err(|e| BenchError::context("pin_cpu", e))?;
             for _ in 0..n {
                 let pfn = cpu.alloc_pages(Gfp::KERNEL, 0).map_err(|e| BenchError::context("alloc_pages", e))?;
                 cpu.free_pages(black_box(pfn), 0).map_err(|e| BenchError::context("free_pages", e))?;

@@ -15,6 +15,7 @@
 use super::harness::{measure, median, BenchError, CaseResult, CaseSpec, Contender, Settings, SuiteReport, MMKIT};
 use super::summary::{Figure, Headline, Published, Row};
 use super::{Progress, Suite};
+use mmkit::Cpus;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
 use mmkit_bench::heap::{BlockLayout, HeapBlock, MiMalloc};
 use mmkit_bench::subjects::names;
@@ -127,7 +128,7 @@ fn hit_cases(settings: &Settings, progress: &mut Progress<'_>) -> Result<Vec<Cas
     let mm = real_map(settings.pick(256 << 20, 32 << 20))?;
     let ql = Quicklists::new(Arc::clone(&mm), 1).map_err(|e| BenchError::context("quicklists", e))?;
     // One page made and cached on every CPU, so each case below only hits.
-    for cpu in 0..mm.nr_cpus() {
+    for cpu in 0..Cpus::new(&mm).nr_cpus() {
         let mut handle = ql.pin_cpu(cpu).map_err(|e| BenchError::context("pin", e))?;
         let pfn = handle.alloc(0, Gfp::KERNEL, None).map_err(|e| BenchError::context("quicklist_alloc", e))?;
         handle.free_page(0, None, pfn).map_err(|e| BenchError::context("quicklist_free", e))?;

@@ -9,7 +9,8 @@
 //! names them and how to run them ([`LeftOut`]). Each suite declares its
 //! own rules in its `SUITE` constant; this module never names a suite.
 
-use super::harness::{CaseResult, SuiteReport, MMKIT};
+use super::report::{CaseResult, SuiteReport};
+use mmkit_bench::subjects::names::MMKIT;
 use serde::Serialize;
 use std::fmt::Write as _;
 

@@ -5,7 +5,7 @@
 //! replay.
 //!
 //! Owns the list of configurations, the table and the plot; each replay is
-//! an ordinary [`replay`] with other arguments, so nothing
+//! an ordinary `replay` with other arguments, so nothing
 //! here touches the allocator or the engine.
 
 use super::metrics::Sample;
@@ -99,7 +99,7 @@ fn series(samples: &[Sample]) -> Vec<(u64, f64)> {
 /// the first) and returns the rows, peer last.
 ///
 /// # Errors
-/// As [`replay`].
+/// As `replay`.
 pub fn compare(args: &ReplayArgs) -> Result<Vec<Row>, ReplayError> {
     super::plot::check_outputs(args).map_err(ReplayError::Usage)?;
     let trace = super::open_trace(args)?;

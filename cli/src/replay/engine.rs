@@ -12,6 +12,7 @@
 
 use mmkit::gfp::gfp_migratetype;
 use mmkit::{AllocError, Gfp, PageAllocator, Pfn, PinnedCpu};
+use mmkit::{Cpus, Report};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -172,7 +173,7 @@ pub const MAX_MAP_PAGES: u64 = 1 << 26;
 /// How the engine allocates.
 enum Backend<'a> {
     /// One pinned handle per traced CPU: that CPU's per-CPU lists, as
-    /// `PageAllocator::cpu(n)` gives, without a lock per operation (the
+    /// `Cpus::cpu(n)` gives, without a lock per operation (the
     /// replay is the lists' only user).
     Policy(Vec<PinnedCpu<'a>>),
     /// `alloc_pages_at` on a map without per-CPU lists.
@@ -216,9 +217,9 @@ impl<'a> Engine<'a> {
     ) -> Result<Self, String> {
         let backend = match mode {
             Mode::Policy => Backend::Policy(
-                (0..mm.nr_cpus())
+                (0..Cpus::new(mm).nr_cpus())
                     .map(|cpu| {
-                        let mut pinned = mm.pin_cpu(cpu).map_err(|e| e.to_string())?;
+                        let mut pinned = Cpus::new(mm).pin_cpu(cpu).map_err(|e| e.to_string())?;
                         // The replay models Linux's per-CPU lists page by page.
                         pinned.set_magazine(false);
                         Ok(pinned)
@@ -401,7 +402,7 @@ impl<'a> Engine<'a> {
     fn note_failure(&mut self, order: u32) {
         self.apply_moves();
         self.counts.failures_by_order[order as usize] += 1;
-        if order >= 9 && self.mm.nr_free_pages() >= 2 << order {
+        if order >= 9 && Report::new(self.mm).nr_free_pages() >= 2 << order {
             self.counts.order9_failures_with_2x_free += 1;
         }
     }

@@ -9,6 +9,7 @@
 
 use super::engine::{Counts, NR_ORDERS};
 use mmkit::gfp::MIGRATE_TYPES;
+use mmkit::Cpus;
 use mmkit::{procfs, MigrateType, PageAllocator, Pfn, Report};
 use serde::Serialize;
 
@@ -142,7 +143,7 @@ pub struct CompactionStats {
 
 /// The compaction counters of `mm` and the replay's own.
 pub fn compaction_stats(mm: &PageAllocator, counts: &Counts, proactive_runs: u64) -> CompactionStats {
-    let s = mm.stats();
+    let s = Report::new(mm).stats();
     CompactionStats {
         compact_stall: s.compact_stall,
         compact_success: s.compact_success,
@@ -211,8 +212,8 @@ pub fn sample(mm: &PageAllocator, composition: &[[u32; 3]], counts: &Counts) -> 
 
 /// Drains per-CPU lists, then takes the final sample with full detail.
 pub fn final_state(mm: &PageAllocator, composition: &[[u32; 3]], counts: &Counts) -> FinalState {
-    let pcp = mm.nr_pcp_pages();
-    mm.drain_all_pages();
+    let pcp = Report::new(mm).nr_pcp_pages();
+    Cpus::new(mm).drain_all_pages();
     let sample = sample(mm, composition, counts);
     let mut matrix = vec![vec![0u64; MIGRATE_TYPES]; NR_ORDERS];
     for z in Report::new(mm).zone_snapshots() {

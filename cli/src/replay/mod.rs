@@ -25,6 +25,7 @@ pub mod report;
 pub mod scan;
 pub mod source;
 pub mod stream;
+pub mod writer;
 
 use crate::paths::{Input, Passes};
 use crate::size;
@@ -32,6 +33,7 @@ use clap::Args;
 use engine::{Engine, Ev, Mode};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use mmkit::{CopyMigrator, MemoryMapBuilder, PageAllocator, PlacementPolicy, QuietHooks, ZoneType};
+use mmkit::{Cpus, Report, Tuning};
 use std::fs::File;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -372,8 +374,8 @@ pub fn replay_input(
     // The end state is taken with the per-CPU lists drained and, with
     // compaction, after one more kcompactd check (Linux's would come within
     // its 500 ms); the samples above are the running state.
-    let pcp_pages = mm.nr_pcp_pages();
-    mm.drain_all_pages();
+    let pcp_pages = Report::new(&mm).nr_pcp_pages();
+    Cpus::new(&mm).drain_all_pages();
     let end_check = pass.compact_check(&mm, &mut engine);
     pass.t_sample += end_check;
     let Pass { samples, t_loop, t_sample, t_peer, t_compact, proactive_runs, .. } = pass;
@@ -452,7 +454,7 @@ impl Pass {
             return Duration::ZERO;
         }
         let tc = Instant::now();
-        if matches!(mm.proactive_compact_marks(0, self.marks.0, self.marks.1), Ok(Some(_))) {
+        if matches!(Tuning::new(mm).proactive_compact_marks(0, self.marks.0, self.marks.1), Ok(Some(_))) {
             engine.apply_moves();
             self.proactive_runs += 1;
         }

@@ -7,10 +7,10 @@
 //! Streams the file once in constant memory apart from the set of live
 //! blocks; must not touch an allocator.
 
-use super::cache::CacheWriter;
 use super::engine::{Ev, Op};
 use super::source::Compression;
 use super::stream::EventStream;
+use super::writer::CacheWriter;
 use mmkit_trace::binary::BinaryMeta;
 use serde::Serialize;
 use std::collections::HashMap;

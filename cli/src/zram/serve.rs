@@ -68,7 +68,7 @@ pub struct ServeArgs {
     pub unix: Option<PathBuf>,
     /// Listen on TCP at this address instead (e.g. 127.0.0.1:10809; port 0: one the kernel
     /// chooses, which the URI names); anything but loopback exposes the device to the network
-    /// without TLS, and a wildcard address (0.0.0.0, [::]) is warned about.
+    /// without TLS, and a wildcard address (`0.0.0.0`, `[::]`) is warned about.
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<SocketAddr>,
     /// The control socket for `mmkit zram ctl` (default: ctl.sock beside the private NBD socket).

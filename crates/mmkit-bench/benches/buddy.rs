@@ -18,6 +18,7 @@
 mod common;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use mmkit::{Cpus, Report};
 use mmkit::{Gfp, PageAllocator};
 use mmkit_bench::fragment::{self, SEED};
 use mmkit_bench::subjects::{buddy_only_map, default_map, Mmkit};
@@ -43,7 +44,7 @@ fn pair_on(c: &mut Criterion, name: &str, mm: &PageAllocator, order: u32) {
 fn pair(c: &mut Criterion, name: &str, (default, lists_off): &(PageAllocator, PageAllocator), order: u32) {
     pair_on(c, name, default, order);
     pair_on(c, &format!("{name}/lists_off"), lists_off, order);
-    let mut cpu = lists_off.pin_cpu(0).expect("CPU 0 is free to pin");
+    let mut cpu = Cpus::new(lists_off).pin_cpu(0).expect("CPU 0 is free to pin");
     let mut zone = cpu.lock_zone(Gfp::KERNEL).expect("the map has a zone for GFP_KERNEL");
     c.bench_function(&format!("{name}/locked_zone"), |b| {
         b.iter(|| {
@@ -61,7 +62,7 @@ fn buddy(c: &mut Criterion) {
 
     // Allocate 90% of the free pages at order 0, free a pseudo-random half.
     let maps = fresh_maps();
-    let count = maps.0.nr_free_pages() * 9 / 10;
+    let count = Report::new(&maps.0).nr_free_pages() * 9 / 10;
     let held = [&maps.0, &maps.1].map(|mm| fragment::scatter(&mut Mmkit::new(mm), count, SEED).expect("90% of memory"));
     pair(c, "buddy_order0_alloc_free_fragmented", &maps, 0);
     drop((held, maps));

@@ -20,6 +20,7 @@
 mod common;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use mmkit::Cpus;
 use mmkit::{Gfp, MemoryMapBuilder, PageAllocator};
 use std::hint::black_box;
 
@@ -52,7 +53,7 @@ fn pcp(c: &mut Criterion) {
     drop(mm);
 
     let mm = fresh_map();
-    let mut cpu = mm.pin_cpu(0).expect("pin cpu 0");
+    let mut cpu = Cpus::new(&mm).pin_cpu(0).expect("pin cpu 0");
     group.bench_function("pinned", |b| {
         b.iter(|| {
             let pfn = black_box(cpu.alloc_pages(Gfp::KERNEL, 0).expect("alloc"));
@@ -63,7 +64,7 @@ fn pcp(c: &mut Criterion) {
     drop(mm);
 
     let mm = fresh_map();
-    let cpu = mm.cpu(0).expect("cpu 0");
+    let cpu = Cpus::new(&mm).cpu(0).expect("cpu 0");
     group.bench_function("cpu_handle", |b| {
         b.iter(|| {
             let pfn = black_box(cpu.alloc_pages(Gfp::KERNEL, 0).expect("alloc"));

@@ -25,6 +25,7 @@
 //! | `alloc_contig_range`         | —                      | [`ContigBench::alloc_range`], then untimed [`ContigBench::free_batched`] |
 //! | `cma_alloc`                  | —                      | [`ContigBench::cma_alloc`], then untimed [`ContigBench::cma_release`] |
 
+use mmkit::Blocks;
 use mmkit::{
     BuildError, CmaError, CmaId, Contig, ContigError, ContigRange, ContigRangeError, FreeError, Gfp, MemoryMapBuilder,
     MigrateType, OwnerKey, PageAllocator, Pfn, ZoneType,
@@ -104,7 +105,7 @@ impl ContigBench {
             .cma(CMA_AREA, 2 * base..2 * base + nr_pages)
             .build()?;
         let cma = Contig::new(&mm).cma_area(CMA_AREA).ok_or(ContigBenchError::CmaAreaNotFound)?;
-        let key = mm.new_owner_key().map_err(|_| ContigBenchError::NoOwnerTag)?;
+        let key = Blocks::new(&mm).new_owner_key().map_err(|_| ContigBenchError::NoOwnerTag)?;
         Ok(Self { mm, key, cma, start: Pfn(base), nr_pages })
     }
 
@@ -208,7 +209,7 @@ mod tests {
     #[test]
     fn every_case_round_trips() {
         let b = ContigBench::new(2048).unwrap();
-        let free = b.allocator().nr_free_pages();
+        let free = Report::new(b.allocator()).nr_free_pages();
         let pfn = b.alloc_range().unwrap();
         b.free_per_page(pfn).unwrap();
         let pfn = b.alloc_range().unwrap();
@@ -219,7 +220,7 @@ mod tests {
         b.free_owned(range).unwrap();
         let pfn = b.cma_alloc().unwrap();
         b.cma_release(pfn).unwrap();
-        assert_eq!(b.allocator().nr_free_pages(), free);
+        assert_eq!(Report::new(b.allocator()).nr_free_pages(), free);
         Report::new(b.allocator()).check_invariants().unwrap();
     }
 

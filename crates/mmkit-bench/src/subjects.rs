@@ -353,6 +353,7 @@ pub fn batch_loop<P: PageAlloc>(p: &mut P, order: u32, batch: usize) -> impl FnM
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mmkit::Cpus;
     use mmkit::Report;
     use std::alloc::System;
 
@@ -365,12 +366,12 @@ mod tests {
     #[test]
     fn every_subject_runs_the_loops() {
         let mm = buddy_only_map(64 << 20).unwrap();
-        let free_before = mm.nr_free_pages();
+        let free_before = Report::new(&mm).nr_free_pages();
         exercise(&mut Mmkit::new(&mm));
-        assert_eq!(mm.nr_free_pages(), free_before);
+        assert_eq!(Report::new(&mm).nr_free_pages(), free_before);
         Report::new(&mm).check_invariants().unwrap();
         {
-            let mut cpu = mm.pin_cpu(0).unwrap();
+            let mut cpu = Cpus::new(&mm).pin_cpu(0).unwrap();
             locked_zone_loop(&mut cpu, |zone, iters| {
                 for _ in 0..iters {
                     exercise(zone);
@@ -379,7 +380,7 @@ mod tests {
             })(2)
             .unwrap();
         }
-        assert_eq!(mm.nr_free_pages(), free_before);
+        assert_eq!(Report::new(&mm).nr_free_pages(), free_before);
         Report::new(&mm).check_invariants().unwrap();
         exercise(&mut Bsa::like(&mm));
         exercise(&mut Heap::<System>::new());

@@ -13,6 +13,7 @@
 //! It must not be a dependency of any library crate: it exists for tests.
 #![deny(unsafe_code)]
 
+use mmkit::Blocks;
 use mmkit::{Contig, Gfp, MigrateType, PageAllocator, Pfn, X86Frames};
 use mmkit_quicklist::Quicklists;
 use mmkit_zsmalloc::ZsPool;
@@ -74,6 +75,7 @@ pub struct OwnedBlock {
 // One `unsafe` call: the frame adapter's deallocation, whose contract holds.
 #[allow(unsafe_code)]
 pub fn with_owned<R>(mm: &Arc<PageAllocator>, kind: OwnedKind, body: impl FnOnce(OwnedBlock) -> R) -> R {
+    let blocks = Blocks::new(mm);
     let gfp = Gfp::KERNEL;
     match kind {
         OwnedKind::Guard => {
@@ -83,15 +85,15 @@ pub fn with_owned<R>(mm: &Arc<PageAllocator>, kind: OwnedKind, body: impl FnOnce
             out
         }
         OwnedKind::Block => {
-            let key = mm.new_owner_key().expect("an owner key");
-            let block = mm.alloc_block(&key, gfp, 1).expect("a block");
+            let key = blocks.new_owner_key().expect("an owner key");
+            let block = blocks.alloc_block(&key, gfp, 1).expect("a block");
             let out = body(OwnedBlock { pfn: block.pfn(), nr_pages: 2, order: 1 });
-            mm.free_block(block).expect("the owner's free");
-            assert!(mm.release_owner_key(key));
+            blocks.free_block(block).expect("the owner's free");
+            assert!(blocks.release_owner_key(key));
             out
         }
         OwnedKind::ContigRange => {
-            let key = mm.new_owner_key().expect("an owner key");
+            let key = blocks.new_owner_key().expect("an owner key");
             let contig = Contig::new(mm);
             let start = Pfn(mm.start_pfn().0 + 4096);
             let range = contig
@@ -100,7 +102,7 @@ pub fn with_owned<R>(mm: &Arc<PageAllocator>, kind: OwnedKind, body: impl FnOnce
             let out = body(OwnedBlock { pfn: start, nr_pages: 16, order: 0 });
             let summary = contig.free_contig_block(range).expect("the owner's free");
             assert_eq!(summary.freed + summary.hwpoisoned, 16, "every page of the range back: {summary:?}");
-            assert!(mm.release_owner_key(key));
+            assert!(blocks.release_owner_key(key));
             out
         }
         OwnedKind::Frame => {
@@ -146,7 +148,7 @@ pub fn with_owned<R>(mm: &Arc<PageAllocator>, kind: OwnedKind, body: impl FnOnce
 fn zspage_pfn(mm: &PageAllocator, pool: &ZsPool) -> Pfn {
     (mm.start_pfn().0..mm.end_pfn().0)
         .map(Pfn)
-        .find(|&pfn| mm.page_owner(pfn) == Some(pool.owner()))
+        .find(|&pfn| Blocks::new(mm).page_owner(pfn) == Some(pool.owner()))
         .expect("the pool holds a page")
 }
 

@@ -4,6 +4,8 @@
 //! the caller's that lends the frame adapter's key is a compile error now
 //! (`PageSource` is sealed: its `compile_fail` doctest).
 
+use mmkit::Blocks;
+use mmkit::Cpus;
 use mmkit::{
     Backing, BlockStack, Contig, CopyMigrator, FreeError, Gfp, HugePages, MemoryMapBuilder, MigrateType, PageAllocator,
     PageError, PageFlags, Pfn, Report, X86Frames,
@@ -49,7 +51,7 @@ fn flags_and_private_words_of_owned_pages_are_their_owners() {
     assert!(matches!(mm.set_page_private(guard.pfn(), 7), Err(PageError::Owned { .. })));
     guard.free().unwrap();
     // A contiguous range.
-    let key = mm.new_owner_key().unwrap();
+    let key = Blocks::new(&mm).new_owner_key().unwrap();
     let contig = Contig::new(&mm);
     let start = Pfn(mm.start_pfn().0 + 4096);
     let range = contig.alloc_contig_block(&key, start, Pfn(start.0 + 8), MigrateType::Movable, Gfp::KERNEL).unwrap();
@@ -59,12 +61,15 @@ fn flags_and_private_words_of_owned_pages_are_their_owners() {
     // A zspage's page.
     let pool = ZsPool::zs_create_pool("flags", mm.clone()).unwrap();
     let handle = pool.zs_malloc_copy(&[9; 300], Gfp::NOIO, 0).unwrap();
-    let page = (mm.start_pfn().0..mm.end_pfn().0).map(Pfn).find(|&p| mm.page_owner(p) == Some(pool.owner())).unwrap();
+    let page = (mm.start_pfn().0..mm.end_pfn().0)
+        .map(Pfn)
+        .find(|&p| Blocks::new(&mm).page_owner(p) == Some(pool.owner()))
+        .unwrap();
     assert!(matches!(mm.set_page_flags(page, PageFlags::LRU), Err(PageError::Owned { .. })));
     assert!(matches!(mm.set_page_private(page, 7), Err(PageError::Owned { .. })));
     pool.zs_free(handle).map_err(|(e, _)| e).unwrap();
     drop(pool);
-    assert_eq!(mm.stats().bad_pages, 0, "no owner's free found a bad page");
+    assert_eq!(Report::new(&mm).stats().bad_pages, 0, "no owner's free found a bad page");
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -78,7 +83,7 @@ fn a_panicking_copy_migrator_leaves_no_pageblock_isolated() {
         .migrator(CopyMigrator::new(move |_, _, _| tripwire.tick()))
         .build()
         .unwrap();
-    let before = mm.nr_free_pages() + mm.nr_pcp_pages();
+    let before = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
     let page = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap();
     let pageblock = 1u64 << mm.geometry().pageblock_order;
     let start = Pfn(page.0 & !(pageblock - 1));
@@ -91,8 +96,8 @@ fn a_panicking_copy_migrator_leaves_no_pageblock_isolated() {
     assert_ne!(Report::new(&mm).pageblock_migratetype(start), Some(MigrateType::Isolate));
     assert_eq!(mm.page_count(page), Ok(1), "the move was undone: the page is where it was, with its reference");
     mm.free_pages(page, 0).unwrap();
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), before);
+    Cpus::new(&mm).drain_all_pages();
+    assert_eq!(Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages(), before);
     // The range can be collected now.
     let tripwire_spent = script.calls();
     contig.alloc_contig_range(start, Pfn(start.0 + pageblock), MigrateType::Movable, Gfp::KERNEL).unwrap();
@@ -104,7 +109,7 @@ fn a_panicking_copy_migrator_leaves_no_pageblock_isolated() {
 fn a_panicking_pinned_quicklist_constructor_keeps_the_handles_record() {
     quiet_scripted_panics();
     let mm = real_map(64 << 20);
-    let before = mm.nr_free_pages() + mm.nr_pcp_pages();
+    let before = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
     let ql = Quicklists::new(mm.clone(), 1).unwrap();
     let mut cpu = ql.pin_cpu(0).unwrap();
     let held = cpu.alloc(0, Gfp::KERNEL, None).unwrap();
@@ -118,8 +123,12 @@ fn a_panicking_pinned_quicklist_constructor_keeps_the_handles_record() {
     drop(cpu);
     drop(ql);
     Report::new(&mm).check_invariants().unwrap();
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), before, "every page back once the set is gone");
+    Cpus::new(&mm).drain_all_pages();
+    assert_eq!(
+        Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages(),
+        before,
+        "every page back once the set is gone"
+    );
 }
 
 #[test]
@@ -162,7 +171,7 @@ fn a_refused_zs_free_hands_the_handle_back() {
 #[test]
 fn sizes_a_caller_drives_are_refused_not_aborted() {
     let mm = MemoryMapBuilder::with_memory(16 << 20).build().unwrap();
-    let key = mm.new_owner_key().unwrap();
+    let key = Blocks::new(&mm).new_owner_key().unwrap();
     // Was: "memory allocation failed", the process aborted.
     let stack = BlockStack::with_capacity(&key, 0, 1 << 40);
     assert!(stack.is_empty());
@@ -180,7 +189,7 @@ fn sizes_a_caller_drives_are_refused_not_aborted() {
 fn no_owner_tag_left_is_named_as_such() {
     let mm = real_map(64 << 20);
     let mut keys = Vec::new();
-    while let Ok(key) = mm.new_owner_key() {
+    while let Ok(key) = Blocks::new(&mm).new_owner_key() {
         keys.push(key);
     }
     let Err(zs) = ZsPool::zs_create_pool("late", mm.clone()) else { panic!("a pool without an owner tag") };
@@ -194,6 +203,6 @@ fn no_owner_tag_left_is_named_as_such() {
     let Err(zram) = mmkit_zram::Zram::new(mm.clone(), config) else { panic!("a zram without an owner tag") };
     assert!(zram.to_string().contains("owner tag"), "{zram}");
     for key in keys {
-        mm.release_owner_key(key);
+        Blocks::new(&mm).release_owner_key(key);
     }
 }

@@ -7,10 +7,12 @@
 //! counted as a bad page the workload itself provoked.
 
 use mmkit::hooks::{AllocFailure, BadPageReport, ReclaimRequest};
+use mmkit::Blocks;
 use mmkit::{
     Backing, Contig, CopyMigrator, Gfp, Hooks, HugePages, MemoryMapBuilder, MigrateError, MigrateRequest, MigrateType,
     Migrator, PageAllocator, PageFlags, Pfn, Report,
 };
+use mmkit::{Cpus, Tuning};
 use mmkit_edges::{catch_scripted, quiet_scripted_panics, Script};
 use mmkit_quicklist::Quicklists;
 use mmkit_zsmalloc::ZsPool;
@@ -37,10 +39,10 @@ fn for_every_panic(what: &str, mut workload: impl FnMut(u64) -> (u64, bool)) -> 
 /// The map's invariants, and every page free (after a drain) but the
 /// `leaked` bad pages.
 fn all_back(mm: &PageAllocator, total: u64, what: &str) {
-    mm.drain_all_pages();
+    Cpus::new(mm).drain_all_pages();
     Report::new(mm).check_invariants().unwrap_or_else(|e| panic!("{what}: {e:?}"));
-    let leaked = mm.stats().bad_pages_leaked;
-    assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages() + leaked, total, "{what}: pages lost");
+    let leaked = Report::new(mm).stats().bad_pages_leaked;
+    assert_eq!(Report::new(mm).nr_free_pages() + Report::new(mm).nr_pcp_pages() + leaked, total, "{what}: pages lost");
 }
 
 fn real_map(bytes: u64) -> MemoryMapBuilder {
@@ -95,7 +97,7 @@ fn a_panic_in_any_hook_loses_no_page() {
         let script = Arc::new(Script::panic_at(k));
         let seen = Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
         let mm = real_map(bytes).hooks(ScriptedHooks(script.clone(), seen.clone())).build().unwrap();
-        let total = mm.nr_free_pages() + mm.nr_pcp_pages();
+        let total = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
         let mut held: Vec<(Pfn, u32)> = Vec::new();
         let panicked = catch_scripted(|| {
             // Bad pages on each free path: a plain free, a bulk free and a
@@ -186,7 +188,7 @@ fn a_panic_in_a_migrator_loses_no_page() {
                 builder.migrator(CopyMigrator::new(move |_, _, _| tripwire.tick()))
             };
             let mm = builder.build().unwrap();
-            let total = mm.nr_free_pages() + mm.nr_pcp_pages();
+            let total = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
             let pageblock = 1u64 << mm.geometry().pageblock_order;
             // Movable pages in two pageblocks, half of them freed again so
             // that compaction has holes to fill.
@@ -204,7 +206,7 @@ fn a_panic_in_a_migrator_loses_no_page() {
             let contig = Contig::new(&mm);
             let mut collected = false;
             let panicked = catch_scripted(|| {
-                let _ = mm.compact_zone(1, None);
+                let _ = Tuning::new(&mm).compact_zone(1, None);
                 contig.alloc_contig_range(start, Pfn(start.0 + pageblock), MigrateType::Movable, Gfp::KERNEL).unwrap();
                 collected = true;
             });
@@ -214,7 +216,9 @@ fn a_panic_in_a_migrator_loses_no_page() {
             // A moved page is somewhere else now: the kept pages are whatever
             // plain pages are allocated, one reference each.
             for pfn in (mm.start_pfn().0..mm.end_pfn().0).map(Pfn) {
-                if mm.page_flags(pfn).is_ok_and(|f| f.contains(PageFlags::ALLOCATED)) && mm.page_owner(pfn).is_none() {
+                if mm.page_flags(pfn).is_ok_and(|f| f.contains(PageFlags::ALLOCATED))
+                    && Blocks::new(&mm).page_owner(pfn).is_none()
+                {
                     mm.free_pages(pfn, 0).unwrap();
                 }
             }
@@ -230,9 +234,9 @@ fn a_panic_in_a_burst_closure_loses_no_page() {
     for_every_panic("burst closure", |k| {
         let script = Script::panic_at(k);
         let mm = real_map(bytes).build().unwrap();
-        let total = mm.nr_free_pages() + mm.nr_pcp_pages();
+        let total = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
         let mut held = Vec::new();
-        let mut cpu = mm.pin_cpu(0).unwrap();
+        let mut cpu = Cpus::new(&mm).pin_cpu(0).unwrap();
         let panicked = catch_scripted(|| {
             for round in 0..4 {
                 cpu.burst(Gfp::KERNEL, |zone| {
@@ -266,7 +270,7 @@ fn a_panic_in_a_quicklist_constructor_or_destructor_loses_no_page() {
         for_every_panic(if pinned { "pinned quicklist ctor/dtor" } else { "quicklist ctor/dtor" }, |k| {
             let script = Script::panic_at(k);
             let mm = Arc::new(real_map(bytes).build().unwrap());
-            let total = mm.nr_free_pages() + mm.nr_pcp_pages();
+            let total = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
             let ql = Quicklists::new(mm.clone(), 2).unwrap();
             let mut held = Vec::new();
             let ctor = |page: &mut [u8]| {
@@ -319,7 +323,7 @@ fn a_panic_in_a_zsmalloc_read_closure_loses_no_object() {
     for_every_panic("zs_obj_read_with closure", |k| {
         let script = Script::panic_at(k);
         let mm = Arc::new(real_map(bytes).build().unwrap());
-        let total = mm.nr_free_pages() + mm.nr_pcp_pages();
+        let total = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
         let pool = ZsPool::zs_create_pool("panics", mm.clone()).unwrap();
         let handles: Vec<_> = [100usize, 900, 3000, 4096]
             .iter()

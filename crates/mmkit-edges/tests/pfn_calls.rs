@@ -11,6 +11,8 @@
 //!   private words and owner, the free page count; then the owner's own
 //!   free succeeds and the map's invariants hold.
 
+use mmkit::Blocks;
+use mmkit::Cpus;
 use mmkit::{
     Backing, Contig, Gfp, HugePages, MemoryMapBuilder, MigrateType, OnOwnedBlock, PageAllocator, Pfn, Report, PFN_CALLS,
 };
@@ -204,24 +206,28 @@ fn dispatch(name: &str) -> Option<Call> {
         "PageAllocator::get_page" => |t| outcome(t.mm.get_page(t.pfn)),
         "PageAllocator::free_pages_bulk" => |t| outcome(t.mm.free_pages_bulk(&[t.pfn])),
         "PageAllocator::release_pages" => |t| outcome(t.mm.release_pages(&[t.pfn])),
-        "CpuHandle::free_pages" => |t| outcome(t.mm.cpu(0).unwrap().free_pages(t.pfn, t.block.order)),
-        "CpuHandle::free_frozen_pages" => |t| outcome(t.mm.cpu(0).unwrap().free_frozen_pages(t.pfn, t.block.order)),
-        "CpuHandle::put_page" => |t| outcome(t.mm.cpu(0).unwrap().put_page(t.pfn)),
-        "CpuHandle::free_pages_bulk" => |t| outcome(t.mm.cpu(0).unwrap().free_pages_bulk(&[t.pfn])),
-        "CpuHandle::release_pages" => |t| outcome(t.mm.cpu(0).unwrap().release_pages(&[t.pfn])),
-        "PinnedCpu::free_pages" => |t| outcome(t.mm.pin_cpu(1).unwrap().free_pages(t.pfn, t.block.order)),
-        "PinnedCpu::free_frozen_pages" => |t| outcome(t.mm.pin_cpu(1).unwrap().free_frozen_pages(t.pfn, t.block.order)),
-        "PinnedCpu::put_page" => |t| outcome(t.mm.pin_cpu(1).unwrap().put_page(t.pfn)),
-        "PinnedCpu::free_pages_bulk" => |t| outcome(t.mm.pin_cpu(1).unwrap().free_pages_bulk(&[t.pfn])),
-        "PinnedCpu::hand_over" => |t| outcome(t.mm.pin_cpu(1).unwrap().hand_over(t.pfn)),
+        "CpuHandle::free_pages" => |t| outcome(Cpus::new(t.mm).cpu(0).unwrap().free_pages(t.pfn, t.block.order)),
+        "CpuHandle::free_frozen_pages" => {
+            |t| outcome(Cpus::new(t.mm).cpu(0).unwrap().free_frozen_pages(t.pfn, t.block.order))
+        }
+        "CpuHandle::put_page" => |t| outcome(Cpus::new(t.mm).cpu(0).unwrap().put_page(t.pfn)),
+        "CpuHandle::free_pages_bulk" => |t| outcome(Cpus::new(t.mm).cpu(0).unwrap().free_pages_bulk(&[t.pfn])),
+        "CpuHandle::release_pages" => |t| outcome(Cpus::new(t.mm).cpu(0).unwrap().release_pages(&[t.pfn])),
+        "PinnedCpu::free_pages" => |t| outcome(Cpus::new(t.mm).pin_cpu(1).unwrap().free_pages(t.pfn, t.block.order)),
+        "PinnedCpu::free_frozen_pages" => {
+            |t| outcome(Cpus::new(t.mm).pin_cpu(1).unwrap().free_frozen_pages(t.pfn, t.block.order))
+        }
+        "PinnedCpu::put_page" => |t| outcome(Cpus::new(t.mm).pin_cpu(1).unwrap().put_page(t.pfn)),
+        "PinnedCpu::free_pages_bulk" => |t| outcome(Cpus::new(t.mm).pin_cpu(1).unwrap().free_pages_bulk(&[t.pfn])),
+        "PinnedCpu::hand_over" => |t| outcome(Cpus::new(t.mm).pin_cpu(1).unwrap().hand_over(t.pfn)),
         "LockedZone::free_pages" => |t| {
-            let mut cpu = t.mm.pin_cpu(1).unwrap();
+            let mut cpu = Cpus::new(t.mm).pin_cpu(1).unwrap();
             let gfp = zone_gfp(t.mm, t.pfn);
             let result = cpu.burst(gfp, |zone| zone.free_pages(t.pfn, t.block.order)).unwrap();
             outcome(result)
         },
         "LockedZone::hand_over" => |t| {
-            let mut cpu = t.mm.pin_cpu(1).unwrap();
+            let mut cpu = Cpus::new(t.mm).pin_cpu(1).unwrap();
             let gfp = zone_gfp(t.mm, t.pfn);
             outcome(cpu.burst(gfp, |zone| zone.hand_over(t.pfn)).unwrap())
         },
@@ -243,7 +249,7 @@ fn dispatch(name: &str) -> Option<Call> {
             ))
         },
         "Contig::alloc_contig_block" => |t| {
-            let key = t.mm.new_owner_key().unwrap();
+            let key = Blocks::new(t.mm).new_owner_key().unwrap();
             let contig = Contig::new(t.mm);
             let got = contig.alloc_contig_block(&key, t.pfn, Pfn(t.pfn.0 + 1), MigrateType::Movable, Gfp::KERNEL);
             let out = match got {
@@ -253,7 +259,7 @@ fn dispatch(name: &str) -> Option<Call> {
                 }
                 Err(e) => Err(format!("{e:?}")),
             };
-            t.mm.release_owner_key(key);
+            Blocks::new(t.mm).release_owner_key(key);
             out
         },
         "Contig::cma_release" => |t| {
@@ -288,12 +294,12 @@ fn snapshot(mm: &PageAllocator, block: OwnedBlock) -> (Vec<String>, u64) {
                 mm.page_flags(p),
                 mm.page_count(p),
                 mm.page_private(p),
-                mm.page_owner(p)
+                Blocks::new(mm).page_owner(p)
             )
         })
         .collect();
-    mm.drain_all_pages();
-    (pages, mm.nr_free_pages() + mm.nr_pcp_pages())
+    Cpus::new(mm).drain_all_pages();
+    (pages, Report::new(mm).nr_free_pages() + Report::new(mm).nr_pcp_pages())
 }
 
 fn map() -> Arc<PageAllocator> {
@@ -322,14 +328,14 @@ fn every_state_changing_pfn_call_refuses_every_owned_kind_and_changes_nothing() 
             .unwrap_or_else(|| panic!("{} changes state but has no entry in this test's dispatch table", call.name));
         for kind in OwnedKind::ALL {
             let mm = map();
-            let before = mm.nr_free_pages() + mm.nr_pcp_pages();
+            let before = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
             with_owned(&mm, kind, |block| {
                 let last = Pfn(block.pfn.0 + block.nr_pages - 1);
                 for pfn in [block.pfn, last] {
                     // A page a handle owns must say so; another page of
                     // the block (inside a block, not its head) is refused
                     // as such.
-                    let owned_page = mm.page_owner(pfn).is_some();
+                    let owned_page = Blocks::new(&mm).page_owner(pfn).is_some();
                     let was = snapshot(&mm, block);
                     let got = apply(&Target { mm: &mm, block, pfn });
                     let is = snapshot(&mm, block);
@@ -345,8 +351,13 @@ fn every_state_changing_pfn_call_refuses_every_owned_kind_and_changes_nothing() 
                     assert_eq!(was, is, "{what}: refused ({got:?}) but changed the block");
                 }
             });
-            mm.drain_all_pages();
-            assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), before, "{} on {kind:?}: pages lost", call.name);
+            Cpus::new(&mm).drain_all_pages();
+            assert_eq!(
+                Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages(),
+                before,
+                "{} on {kind:?}: pages lost",
+                call.name
+            );
             Report::new(&mm).check_invariants().unwrap_or_else(|e| panic!("{} on {kind:?}: {e:?}", call.name));
             checked += 1;
         }
@@ -362,7 +373,7 @@ fn a_poisoned_owned_block_stays_its_owners() {
         let mm = map();
         with_owned(&mm, kind, |block| {
             mm.memory_failure(block.pfn).unwrap();
-            assert!(mm.page_owner(block.pfn).is_some(), "{kind:?}: still owned");
+            assert!(Blocks::new(&mm).page_owner(block.pfn).is_some(), "{kind:?}: still owned");
         });
         Report::new(&mm).check_invariants().unwrap_or_else(|e| panic!("{kind:?}: {e:?}"));
     }

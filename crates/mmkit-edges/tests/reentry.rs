@@ -5,10 +5,12 @@
 //! the invariants hold and every page and object is back.
 
 use mmkit::hooks::{AllocFailure, BadPageReport, ReclaimRequest};
+use mmkit::Blocks;
 use mmkit::{
     Backing, Contig, CopyMigrator, Gfp, Hooks, HugePages, MemoryMapBuilder, MigrateType, PageAllocator, PageFlags, Pfn,
     Report,
 };
+use mmkit::{Cpus, Tuning};
 use mmkit_edges::within;
 use mmkit_quicklist::Quicklists;
 use mmkit_zsmalloc::{ZsError, ZsPool};
@@ -22,9 +24,13 @@ fn real_map(bytes: u64) -> MemoryMapBuilder {
 }
 
 fn all_back(mm: &PageAllocator, total: u64, what: &str) {
-    mm.drain_all_pages();
+    Cpus::new(mm).drain_all_pages();
     Report::new(mm).check_invariants().unwrap_or_else(|e| panic!("{what}: {e:?}"));
-    assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages() + mm.stats().bad_pages_leaked, total, "{what}: pages lost");
+    assert_eq!(
+        Report::new(mm).nr_free_pages() + Report::new(mm).nr_pcp_pages() + Report::new(mm).stats().bad_pages_leaked,
+        total,
+        "{what}: pages lost"
+    );
 }
 
 /// The map a hook calls back into, once it is built.
@@ -55,7 +61,7 @@ impl ReentrantHooks {
         let n = mm.alloc_pages_bulk(Gfp::KERNEL | Gfp::NOWARN, &mut burst);
         let pages: Vec<Pfn> = burst[..n].iter().flatten().copied().collect();
         mm.free_pages_bulk(&pages).unwrap();
-        mm.drain_all_pages();
+        Cpus::new(&mm).drain_all_pages();
         if bad_page_too {
             if let Ok(pfn) = mm.alloc_pages(Gfp::KERNEL | Gfp::NOWARN, 0) {
                 mm.set_page_flags(pfn, PageFlags::LRU).unwrap();
@@ -104,7 +110,7 @@ fn every_hook_may_call_back_into_the_allocator() {
     let hooks = ReentrantHooks { mm: later.clone(), depth: AtomicU64::new(0), calls: calls.clone() };
     let mm = Arc::new(real_map(8 << 20).hooks(hooks).build().unwrap());
     later.set(Arc::downgrade(&mm)).unwrap();
-    let total = mm.nr_free_pages() + mm.nr_pcp_pages();
+    let total = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
     let mm = within("hooks re-entering", WATCHDOG_SECONDS, move || {
         // Bad pages on each free path, then every slow-path hook.
         let pfn = mm.alloc_pages(Gfp::KERNEL, 1).unwrap();
@@ -151,13 +157,13 @@ fn a_migrator_may_call_back_into_the_allocator() {
             mm.free_pages(pfn, 0).unwrap();
             let got = Contig::new(&mm).alloc_contig_range(old, Pfn(old.0 + 1), MigrateType::Movable, Gfp::KERNEL);
             assert!(got.is_err(), "a page of an isolated range is not handed out twice");
-            let _ = mm.compact_zone(1, None);
+            let _ = Tuning::new(&mm).compact_zone(1, None);
         }))
         .build()
         .unwrap();
     let mm = Arc::new(mm);
     later.set(Arc::downgrade(&mm)).unwrap();
-    let total = mm.nr_free_pages() + mm.nr_pcp_pages();
+    let total = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
     let mm = within("migrator re-entering", WATCHDOG_SECONDS, move || {
         let pageblock = 1u64 << mm.geometry().pageblock_order;
         let held: Vec<Pfn> = (0..pageblock).map(|_| mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap()).collect();
@@ -170,7 +176,9 @@ fn a_migrator_may_call_back_into_the_allocator() {
     });
     assert!(calls.load(Relaxed) > 0, "the migrator ran");
     for pfn in (mm.start_pfn().0..mm.end_pfn().0).map(Pfn) {
-        if mm.page_flags(pfn).is_ok_and(|f| f.contains(PageFlags::ALLOCATED)) && mm.page_owner(pfn).is_none() {
+        if mm.page_flags(pfn).is_ok_and(|f| f.contains(PageFlags::ALLOCATED))
+            && Blocks::new(&mm).page_owner(pfn).is_none()
+        {
             mm.free_pages(pfn, 0).unwrap();
         }
     }
@@ -180,9 +188,9 @@ fn a_migrator_may_call_back_into_the_allocator() {
 #[test]
 fn a_burst_closure_may_call_the_shared_api() {
     let mm = Arc::new(real_map(16 << 20).build().unwrap());
-    let total = mm.nr_free_pages() + mm.nr_pcp_pages();
+    let total = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
     let mm = within("burst closure re-entering", WATCHDOG_SECONDS, move || {
-        let mut cpu = mm.pin_cpu(0).unwrap();
+        let mut cpu = Cpus::new(&mm).pin_cpu(0).unwrap();
         cpu.burst(Gfp::KERNEL, |zone| {
             let own = zone.alloc_pages(Gfp::KERNEL, 0).unwrap();
             // The shared API, the zone this thread holds included: served,
@@ -198,11 +206,11 @@ fn a_burst_closure_may_call_the_shared_api() {
                 let n = mm.alloc_pages_bulk(Gfp::KERNEL, &mut burst);
                 let pages: Vec<Pfn> = burst[..n].iter().flatten().copied().collect();
                 mm.free_pages_bulk(&pages).unwrap();
-                mm.drain_all_pages();
+                Cpus::new(&mm).drain_all_pages();
             }));
             let another_cpu = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                assert!(mm.pin_cpu(0).is_err(), "the CPU is pinned already");
-                let mut other = mm.pin_cpu(1).unwrap();
+                assert!(Cpus::new(&mm).pin_cpu(0).is_err(), "the CPU is pinned already");
+                let mut other = Cpus::new(&mm).pin_cpu(1).unwrap();
                 let pfn = other.alloc_pages(Gfp::KERNEL, 0).unwrap();
                 other.free_pages(pfn, 0).unwrap();
             }));
@@ -227,7 +235,7 @@ fn a_burst_closure_may_call_the_shared_api() {
 fn a_quicklist_constructor_may_call_back_into_its_quicklists() {
     for pinned in [false, true] {
         let mm = Arc::new(real_map(16 << 20).build().unwrap());
-        let total = mm.nr_free_pages() + mm.nr_pcp_pages();
+        let total = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
         let what = if pinned { "pinned quicklist ctor re-entering" } else { "quicklist ctor re-entering" };
         let mm = within(what, WATCHDOG_SECONDS, move || {
             let ql = Quicklists::new(mm.clone(), 2).unwrap();
@@ -277,7 +285,7 @@ fn a_quicklist_constructor_may_call_back_into_its_quicklists() {
 #[test]
 fn a_zsmalloc_read_closure_may_call_back_into_its_pool() {
     let mm = Arc::new(real_map(32 << 20).build().unwrap());
-    let total = mm.nr_free_pages() + mm.nr_pcp_pages();
+    let total = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
     let mm = within("zs_obj_read_with closure re-entering", WATCHDOG_SECONDS, move || {
         let pool = ZsPool::zs_create_pool("reentry", mm.clone()).unwrap();
         let a = pool.zs_malloc_copy(&[1; 500], Gfp::NOIO, 0).unwrap();

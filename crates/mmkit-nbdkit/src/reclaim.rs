@@ -15,9 +15,10 @@
 //! what stayed resident after a trim was the allocator's free memory.
 //!
 //! Owns the thread and when a pass runs; the pass itself is the page
-//! allocator's (`PageAllocator::report_free_pages`).
+//! allocator's (`Tuning::report_free_pages`).
 
 use mmkit::PAGE_REPORTING_DELAY;
+use mmkit::{Cpus, Tuning};
 use mmkit_zram::{Zram, PAGE_SIZE};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -113,8 +114,8 @@ impl Reclaimer {
                 }
                 if schedule.sample(pool.zs_get_total_pages(), Instant::now()) {
                     let mm = pool.allocator();
-                    mm.drain_all_pages();
-                    mm.report_free_pages();
+                    Cpus::new(mm).drain_all_pages();
+                    Tuning::new(mm).report_free_pages();
                 }
             }
         })?;
@@ -134,6 +135,7 @@ impl Drop for Reclaimer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mmkit::Report;
     use mmkit_zram::ZramConfig;
 
     #[test]
@@ -170,13 +172,13 @@ mod tests {
         }
         let pool = zram.pool().unwrap();
         assert!(pool.zs_get_total_pages() > 2 * SHRINK_PAGES);
-        let reported_before = pool.allocator().nr_reported_pages();
+        let reported_before = Report::new(pool.allocator()).nr_reported_pages();
         let _reclaimer = Reclaimer::with_delay(Arc::clone(&zram), Duration::from_millis(300)).unwrap();
         std::thread::sleep(2 * SAMPLE_EVERY);
         dev.discard(0, 64 << 20).unwrap();
         assert_eq!(pool.zs_get_total_pages(), 0, "zsmalloc gave every emptied zspage back at once");
         let started = Instant::now();
-        while pool.allocator().nr_reported_pages() <= reported_before {
+        while Report::new(pool.allocator()).nr_reported_pages() <= reported_before {
             assert!(started.elapsed() < Duration::from_secs(10), "no reporting pass within 10 s");
             std::thread::sleep(SAMPLE_EVERY);
         }

@@ -9,7 +9,7 @@
 //! Built on the page allocator's public API only: pages are held as
 //! [`mmkit::PageBlock`]s tagged with each set's own [`mmkit::OwnerKey`]
 //! ([`Quicklists::owner`]), whose bytes are reached
-//! through [`mmkit::PageAllocator::block_bytes`], so this crate has no
+//! through [`mmkit::Blocks::block_bytes`], so this crate has no
 //! `unsafe` block. Its only `unsafe` items are the two frees that trust
 //! their caller's word about a page's bytes (Linux's `quicklist_free`
 //! contract, [`Quicklists::quicklist_free_page_in_state`] and

@@ -19,6 +19,7 @@
 //! entries in place through the allocator's safe byte access.
 
 use crate::quicklist::{PageFn, QuicklistError, Quicklists};
+use mmkit::Blocks;
 use mmkit::{Gfp, PageAllocator, PageBlock, Pfn};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -471,7 +472,7 @@ impl PageTable<'_> {
     /// hold, such as a kernel table).
     fn entry(&self, table: Pfn, i: usize) -> u64 {
         let Some(t) = self.tables.get(&table) else { return 0 };
-        let Some(bytes) = self.shared.quicklists.allocator().block_bytes(&t.block) else { return 0 };
+        let Some(bytes) = Blocks::new(self.shared.quicklists.allocator()).block_bytes(&t.block) else { return 0 };
         bytes.get(i * 8..i * 8 + 8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_ne_bytes)
     }
 
@@ -481,7 +482,7 @@ impl PageTable<'_> {
         let shared: &PageTables = self.shared;
         let alloc = shared.quicklists.allocator();
         let Some(t) = self.tables.get_mut(&table) else { return };
-        if let Some(word) = alloc.block_bytes_mut(&mut t.block).and_then(|b| b.get_mut(i * 8..i * 8 + 8)) {
+        if let Some(word) = Blocks::new(alloc).block_bytes_mut(&mut t.block).and_then(|b| b.get_mut(i * 8..i * 8 + 8)) {
             word.copy_from_slice(&value.to_ne_bytes());
         }
     }

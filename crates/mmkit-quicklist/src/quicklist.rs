@@ -13,8 +13,8 @@
 //! ([`Quicklists::owner`]; the allocator's ordinary free paths refuse
 //! them, and only this key takes a handed-out page back),
 //! hand a page to their caller as a bare PFN with
-//! [`hand_out_block`](PageAllocator::hand_out_block) and take it back with
-//! [`take_back_block`](PageAllocator::take_back_block), one compare-and-swap
+//! [`hand_out_block`](Blocks::hand_out_block) and take it back with
+//! [`take_back_block`](Blocks::take_back_block), one compare-and-swap
 //! that makes a second free of the same page an error, even from another
 //! CPU. Linux threads the list through the pages' first word; a stack of
 //! handles instead leaves a cached page's bytes untouched, so the
@@ -51,7 +51,9 @@
 //! as the page allocator refuses another CPU's free of a pinned CPU's
 //! `LOCAL` page.
 
+use mmkit::Blocks;
 use mmkit::{BlockError, BlockStack, FreeError, Gfp, OwnerKey, PageAllocator, PageBlock, PageOwner, Pfn};
+use mmkit::{Cpus, Report};
 use spin::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
@@ -209,7 +211,7 @@ impl Quicklists {
     /// [`QuicklistError::NoRealMemory`] for a metadata-only map;
     /// [`QuicklistError::TooManyLists`] for more than [`MAX_NR_QUICK`]
     /// lists; [`QuicklistError::NoOwnerTag`] when the map has no owner tag
-    /// left ([`PageAllocator::new_owner_key`]). Nothing is allocated then.
+    /// left ([`Blocks::new_owner_key`]). Nothing is allocated then.
     pub fn new(alloc: Arc<PageAllocator>, nr_quick: usize) -> Result<Self, QuicklistError> {
         if !alloc.has_real_memory() {
             return Err(QuicklistError::NoRealMemory);
@@ -217,8 +219,8 @@ impl Quicklists {
         if nr_quick > MAX_NR_QUICK {
             return Err(QuicklistError::TooManyLists { nr_quick, max: MAX_NR_QUICK });
         }
-        let key = alloc.new_owner_key().map_err(|_| QuicklistError::NoOwnerTag)?;
-        let cpus = (0..alloc.nr_cpus())
+        let key = Blocks::new(&alloc).new_owner_key().map_err(|_| QuicklistError::NoOwnerTag)?;
+        let cpus = (0..Cpus::new(&alloc).nr_cpus())
             .map(|_| CpuLists {
                 stacks: Mutex::new((0..nr_quick).map(|_| BlockStack::with_capacity(&key, 0, 64)).collect()),
                 counters: (0..nr_quick).map(|_| ListCounters::default()).collect(),
@@ -259,7 +261,7 @@ impl Quicklists {
     }
 
     /// The owner tag of the pages this set holds or handed out (what
-    /// [`PageAllocator::page_owner`] and [`FreeError::Owned`] report).
+    /// [`Blocks::page_owner`] and [`FreeError::Owned`] report).
     pub fn owner(&self) -> Option<PageOwner> {
         self.key.as_ref().map(OwnerKey::owner)
     }
@@ -283,7 +285,7 @@ impl Quicklists {
 
     /// [`quicklist_alloc`](Self::quicklist_alloc) for a caller that keeps
     /// the page as a [`PageBlock`] (to read and write it through
-    /// [`PageAllocator::block_bytes`]); give it back with
+    /// [`Blocks::block_bytes`]); give it back with
     /// [`quicklist_free_block`](Self::quicklist_free_block).
     ///
     /// # Errors
@@ -294,7 +296,7 @@ impl Quicklists {
         gfp: Gfp,
         ctor: Option<PageFn<'_>>,
     ) -> Result<PageBlock, QuicklistError> {
-        let cpu = self.alloc.current_cpu();
+        let cpu = Cpus::new(&self.alloc).current_cpu();
         let slot = &self.cpus[cpu];
         self.check_list(nr)?;
         match slot.stacks.try_lock() {
@@ -408,7 +410,7 @@ impl Quicklists {
         block: PageBlock,
         check: StateCheck,
     ) -> Result<(), QuicklistError> {
-        let cpu = self.alloc.current_cpu();
+        let cpu = Cpus::new(&self.alloc).current_cpu();
         let slot = &self.cpus[cpu];
         if let Err(e) = self.check_list(nr) {
             self.release(cpu, block, None)?;
@@ -417,7 +419,7 @@ impl Quicklists {
         match slot.stacks.try_lock() {
             Some(mut stacks) => {
                 // `current_cpu` is one of the map's CPUs: the lookup holds.
-                let nid = self.alloc.cpu_to_node(cpu).unwrap_or(0);
+                let nid = Cpus::new(&self.alloc).cpu_to_node(cpu).unwrap_or(0);
                 self.free_on(Self::held(&mut stacks, slot, cpu, nr), dtor, block, nid, check)
             }
             None => self.release(cpu, block, dtor),
@@ -438,7 +440,7 @@ impl Quicklists {
         max_free: u64,
     ) -> Result<u64, QuicklistError> {
         self.check_list(nr)?;
-        let cpu = self.alloc.current_cpu();
+        let cpu = Cpus::new(&self.alloc).current_cpu();
         let slot = &self.cpus[cpu];
         Ok(match slot.stacks.try_lock() {
             Some(mut stacks) => self.trim_on(Self::held(&mut stacks, slot, cpu, nr), dtor, min_pages, max_free),
@@ -504,7 +506,7 @@ impl Quicklists {
         let slot = self.cpus.get(cpu).ok_or(QuicklistError::NoSuchCpu(cpu))?;
         let stacks = slot.stacks.try_lock().ok_or(QuicklistError::AlreadyPinned(cpu))?;
         slot.pinned.store(true, Relaxed);
-        let nid = self.alloc.cpu_to_node(cpu).unwrap_or(0);
+        let nid = Cpus::new(&self.alloc).cpu_to_node(cpu).unwrap_or(0);
         Ok(QuicklistCpu::new(self, &slot.counters, stacks, cpu, nid))
     }
 
@@ -585,14 +587,14 @@ impl Quicklists {
         gfp: Gfp,
         ctor: Option<PageFn<'_>>,
     ) -> Result<PageBlock, QuicklistError> {
-        let on_cpu = self.alloc.cpu(cpu).map_err(|_| QuicklistError::NoSuchCpu(cpu))?;
+        let on_cpu = Cpus::new(&self.alloc).cpu(cpu).map_err(|_| QuicklistError::NoSuchCpu(cpu))?;
         let block = on_cpu.alloc_block(self.key()?, gfp | Gfp::ZERO, 0).map_err(QuicklistError::Alloc)?;
         let Some(ctor) = ctor else {
             return Ok(block);
         };
         // The caller's constructor may panic: the page goes back then.
         let mut guard = FreeOnUnwind { alloc: &self.alloc, block: Some(block) };
-        if let Some(bytes) = guard.block.as_mut().and_then(|block| self.alloc.block_bytes_mut(block)) {
+        if let Some(bytes) = guard.block.as_mut().and_then(|block| Blocks::new(&self.alloc).block_bytes_mut(block)) {
             ctor(bytes);
             // The first constructed page is the list's state: every
             // page freed to the list is compared with it.
@@ -654,7 +656,7 @@ impl Quicklists {
         if let Some(offset) = scan.then(|| self.first_difference(&block, nr)).flatten() {
             counters.bypassed.add(1);
             let pfn = block.pfn();
-            self.alloc.report_bad_block(&block, offset);
+            Blocks::new(&self.alloc).report_bad_block(&block, offset);
             self.release(cpu, block, dtor)?;
             return Err(QuicklistError::WrongState { pfn, offset });
         }
@@ -672,7 +674,7 @@ impl Quicklists {
     /// refused unchanged.
     #[inline(always)]
     fn take_back(&self, pfn: Pfn) -> Result<PageBlock, QuicklistError> {
-        self.alloc.take_back_block(self.key()?, pfn, 0).map_err(|e| match e {
+        Blocks::new(&self.alloc).take_back_block(self.key()?, pfn, 0).map_err(|e| match e {
             FreeError::FlagsSet { pfn, flags } => QuicklistError::FlagsSet { pfn, flags },
             other => QuicklistError::Free(other),
         })
@@ -683,7 +685,7 @@ impl Quicklists {
     fn hand_out(&self, block: PageBlock) -> Pfn {
         let pfn = block.pfn();
         // Every block here came from `self.alloc`, so it cannot be foreign.
-        let _ = self.alloc.hand_out_block(block);
+        let _ = Blocks::new(&self.alloc).hand_out_block(block);
         pfn
     }
 
@@ -695,15 +697,17 @@ impl Quicklists {
             Some(dtor) => {
                 // The caller's destructor may panic: the page goes back then.
                 let mut guard = FreeOnUnwind { alloc: &self.alloc, block: Some(block) };
-                if let Some(bytes) = guard.block.as_mut().and_then(|block| self.alloc.block_bytes_mut(block)) {
+                if let Some(bytes) =
+                    guard.block.as_mut().and_then(|block| Blocks::new(&self.alloc).block_bytes_mut(block))
+                {
                     dtor(bytes);
                 }
                 guard.block.take().ok_or(QuicklistError::NoOwnerTag)?
             }
         };
-        let result = match self.alloc.cpu(cpu) {
+        let result = match Cpus::new(&self.alloc).cpu(cpu) {
             Ok(on_cpu) => on_cpu.free_block(block),
-            Err(_) => self.alloc.free_block(block),
+            Err(_) => Blocks::new(&self.alloc).free_block(block),
         };
         result.map_err(|e| match e {
             BlockError::Free(e) => QuicklistError::Free(e),
@@ -714,7 +718,7 @@ impl Quicklists {
     /// Whether hardware reported the page bad since it was cached.
     #[inline(always)]
     fn is_poisoned(&self, block: &PageBlock) -> bool {
-        self.alloc.block_poisoned(block)
+        Blocks::new(&self.alloc).block_poisoned(block)
     }
 
     fn trim_on(&self, at: HeldList<'_>, dtor: Option<PageFn<'_>>, min_pages: u64, max_free: u64) -> u64 {
@@ -722,8 +726,8 @@ impl Quicklists {
             return 0;
         }
         // A CPU of the map is on one of its nodes (checked at build).
-        let nid = self.alloc.cpu_to_node(at.cpu).unwrap_or(0);
-        let node_free = self.alloc.node_free_pages(nid).unwrap_or(0);
+        let nid = Cpus::new(&self.alloc).cpu_to_node(at.cpu).unwrap_or(0);
+        let node_free = Report::new(&self.alloc).node_free_pages(nid).unwrap_or(0);
         let keep = min_pages.max(node_free / FRACTION_OF_NODE_MEM);
         self.trim_to(at, dtor, keep, max_free)
     }
@@ -744,7 +748,7 @@ impl Quicklists {
     /// the first constructed page's bytes, or zeroes.
     #[inline]
     fn restore(&self, block: &mut PageBlock, nr: usize) {
-        if let Some(bytes) = self.alloc.block_bytes_mut(block) {
+        if let Some(bytes) = Blocks::new(&self.alloc).block_bytes_mut(block) {
             match self.states[nr].template.get() {
                 Some(template) if template.len() == bytes.len() => bytes.copy_from_slice(template),
                 _ => bytes.fill(0),
@@ -758,7 +762,7 @@ impl Quicklists {
     /// block 4 KiB at a time); only a page that differs is searched byte
     /// by byte.
     fn first_difference(&self, block: &PageBlock, nr: usize) -> Option<usize> {
-        let bytes = self.alloc.block_bytes(block)?;
+        let bytes = Blocks::new(&self.alloc).block_bytes(block)?;
         match self.states[nr].template.get() {
             Some(template) if bytes == &template[..] => None,
             Some(template) => bytes.iter().zip(template.iter()).position(|(a, b)| a != b),
@@ -808,7 +812,7 @@ impl Drop for Quicklists {
         if let Some(key) = self.key.take() {
             // A page still handed out keeps the tag retired (see
             // `release_owner_key`): nobody else can take it back.
-            self.alloc.release_owner_key(key);
+            Blocks::new(&self.alloc).release_owner_key(key);
         }
     }
 }

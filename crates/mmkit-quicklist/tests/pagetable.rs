@@ -2,6 +2,7 @@
 //! translate sequences, then a full teardown that must give every table
 //! page back (none leaked, none cached twice), with and without quicklists.
 
+use mmkit::Cpus;
 use mmkit::{Backing, HugePages, MemoryMapBuilder, Pfn, Report};
 use mmkit_quicklist::pagetable::{Level, MapError, PageTables, TableSource, USER_VA_END};
 use proptest::prelude::*;
@@ -41,8 +42,8 @@ fn run(ops: Vec<Op>, quicklists: bool) -> Result<(), TestCaseError> {
             .build()
             .unwrap(),
     );
-    mm.drain_all_pages();
-    let start = mm.nr_free_pages();
+    Cpus::new(&mm).drain_all_pages();
+    let start = Report::new(&mm).nr_free_pages();
     {
         let tables =
             PageTables::new(Arc::clone(&mm), if quicklists { TableSource::Quicklists } else { TableSource::Allocator })
@@ -94,8 +95,8 @@ fn run(ops: Vec<Op>, quicklists: bool) -> Result<(), TestCaseError> {
             prop_assert_eq!(s.count, s.freed, "{} tables leaked", level.name());
         }
     }
-    mm.drain_all_pages();
-    prop_assert_eq!(mm.nr_free_pages(), start, "table pages leaked");
+    Cpus::new(&mm).drain_all_pages();
+    prop_assert_eq!(Report::new(&mm).nr_free_pages(), start, "table pages leaked");
     Report::new(&mm).check_invariants().unwrap();
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! no page held twice, ctor and dtor counts exact, every page handed out in
 //! its list's state), and a multi-threaded stress over real memory.
 
+use mmkit::Cpus;
 use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn, Report};
 use mmkit_quicklist::{PageFn, QuicklistError, Quicklists, FRACTION_OF_NODE_MEM};
 use mmkit_testkit::XorShift64;
@@ -67,8 +68,8 @@ proptest! {
             .cpu_id_fn(current)
             .build()
             .unwrap());
-        mm.drain_all_pages();
-        let start = mm.nr_free_pages();
+        Cpus::new(&mm).drain_all_pages();
+        let start = Report::new(&mm).nr_free_pages();
         let ctor_calls = Cell::new(0u64);
         let dtor_calls = Cell::new(0u64);
         let ctor = |page: &mut [u8]| {
@@ -123,7 +124,7 @@ proptest! {
                 Op::Trim { list, cpu, min_pages, max_free } => {
                     CPU.with(|c| c.set(cpu));
                     let have = cached[cpu][list].len() as u64;
-                    let keep = min_pages.max(mm.node_free_pages(0).unwrap() / FRACTION_OF_NODE_MEM);
+                    let keep = min_pages.max(Report::new(&mm).node_free_pages(0).unwrap() / FRACTION_OF_NODE_MEM);
                     let expect = if have <= min_pages { 0 } else { have.saturating_sub(keep).min(max_free) };
                     let freed = ql.quicklist_trim(list, Some(&dtor), min_pages, max_free).unwrap();
                     prop_assert_eq!(freed, expect);
@@ -148,8 +149,8 @@ proptest! {
                     prop_assert_eq!(ql.quicklist_size(cpu, list), Some(pages.len()));
                 }
             }
-            mm.drain_all_pages();
-            prop_assert_eq!(mm.nr_free_pages() + model_cached as u64 + held.len() as u64, start);
+            Cpus::new(&mm).drain_all_pages();
+            prop_assert_eq!(Report::new(&mm).nr_free_pages() + model_cached as u64 + held.len() as u64, start);
             prop_assert_eq!(ctor_calls.get(), misses_with_ctor);
             prop_assert_eq!(dtor_calls.get(), destroyed);
             let all: HashSet<Pfn> = held.iter().map(|&(p, _)| p).chain(cached.iter().flatten().flatten().copied()).collect();
@@ -159,8 +160,8 @@ proptest! {
             ql.quicklist_free_page(list, None, pfn).unwrap();
         }
         drop(ql);
-        mm.drain_all_pages();
-        prop_assert_eq!(mm.nr_free_pages(), start);
+        Cpus::new(&mm).drain_all_pages();
+        prop_assert_eq!(Report::new(&mm).nr_free_pages(), start);
         Report::new(&mm).check_invariants().unwrap();
     }
 }
@@ -178,8 +179,8 @@ fn threads_never_share_a_quicklist_page() {
             .build()
             .unwrap(),
     );
-    mm.drain_all_pages();
-    let start = mm.nr_free_pages();
+    Cpus::new(&mm).drain_all_pages();
+    let start = Report::new(&mm).nr_free_pages();
     let ql = Quicklists::new(Arc::clone(&mm), 2).unwrap();
     std::thread::scope(|s| {
         for thread in 0..4u64 {
@@ -218,8 +219,8 @@ fn threads_never_share_a_quicklist_page() {
         }
     });
     drop(ql);
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_free_pages(), start);
+    Cpus::new(&mm).drain_all_pages();
+    assert_eq!(Report::new(&mm).nr_free_pages(), start);
     Report::new(&mm).check_invariants().unwrap();
 }
 

@@ -2,7 +2,9 @@
 //! it (frozen, no atomic on the pair) until it is freed there, handed over
 //! or the handle is dropped; every other free of it is refused unchanged.
 
+use mmkit::Blocks;
 use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn};
+use mmkit::{Cpus, Report};
 use mmkit_quicklist::{QuicklistError, Quicklists};
 use std::sync::Arc;
 
@@ -19,8 +21,8 @@ fn real_map(cpus: usize) -> Arc<PageAllocator> {
 
 /// Free + cached + held pages add up to what was free at the start.
 fn assert_conserved(mm: &PageAllocator, ql: &Quicklists, start_free: u64, held: u64) {
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_free_pages() + ql.quicklist_total_size() + held, start_free);
+    Cpus::new(mm).drain_all_pages();
+    assert_eq!(Report::new(mm).nr_free_pages() + ql.quicklist_total_size() + held, start_free);
 }
 
 #[test]
@@ -45,22 +47,22 @@ fn the_hit_pair_reuses_the_top_page_and_counts_it() {
 #[test]
 fn pinned_pages_are_refused_elsewhere_until_handed_over() {
     let mm = real_map(2);
-    let start = mm.nr_free_pages();
+    let start = Report::new(&mm).nr_free_pages();
     let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let mut cpu1 = ql.pin_cpu(1).unwrap();
     let p = cpu1.alloc(0, Gfp::KERNEL, None).unwrap();
-    let free = mm.nr_free_pages();
+    let free = Report::new(&mm).nr_free_pages();
     // The shared API (on CPU 0) and the allocator refuse it, changing nothing.
     assert_eq!(ql.quicklist_free_page(0, None, p), Err(QuicklistError::PinnedCpu(p)));
     assert_eq!(mm.free_pages(p, 0), Err(FreeError::Owned { pfn: p, owner: ql.owner().unwrap() }));
-    let thief = mm.new_owner_key().unwrap();
-    assert!(mm.take_back_block(&thief, p, 0).is_err(), "another key cannot take it");
+    let thief = Blocks::new(&mm).new_owner_key().unwrap();
+    assert!(Blocks::new(&mm).take_back_block(&thief, p, 0).is_err(), "another key cannot take it");
     {
         let mut cpu0 = ql.pin_cpu(0).unwrap();
         assert_eq!(cpu0.free_page(0, None, p), Err(QuicklistError::PinnedCpu(p)));
         assert_eq!(cpu0.hand_over(p), Err(QuicklistError::NotHeld(p)));
     }
-    assert_eq!(mm.nr_free_pages(), free);
+    assert_eq!(Report::new(&mm).nr_free_pages(), free);
     assert_eq!(ql.quicklist_total_size(), 0);
     assert_eq!(cpu1.nr_out(), 1);
     // Handed over, it is a page of the shared API.
@@ -76,7 +78,7 @@ fn pinned_pages_are_refused_elsewhere_until_handed_over() {
 #[test]
 fn a_handed_over_page_is_freed_by_any_cpu() {
     let mm = real_map(2);
-    let start = mm.nr_free_pages();
+    let start = Report::new(&mm).nr_free_pages();
     let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let mut cpu1 = ql.pin_cpu(1).unwrap();
     let p = cpu1.alloc(0, Gfp::KERNEL, None).unwrap();
@@ -96,14 +98,14 @@ fn double_frees_to_a_pinned_handle_change_nothing() {
     let mut cpu = ql.pin_cpu(0).unwrap();
     let p = cpu.alloc(0, Gfp::KERNEL, None).unwrap();
     cpu.free_page(0, None, p).unwrap();
-    let free = mm.nr_free_pages();
+    let free = Report::new(&mm).nr_free_pages();
     for nr in 0..2 {
         assert_eq!(cpu.free_page(nr, None, p), Err(QuicklistError::Free(FreeError::DoubleFree(p))));
     }
     assert_eq!(cpu.free_page(2, None, p), Err(QuicklistError::NoSuchList { nr: 2, nr_quick: 2 }));
     let far = Pfn(mm.end_pfn().0 + 5);
     assert_eq!(cpu.free_page(0, None, far), Err(QuicklistError::Free(FreeError::OutOfRange(far))));
-    assert_eq!(mm.nr_free_pages(), free);
+    assert_eq!(Report::new(&mm).nr_free_pages(), free);
     assert_eq!(ql.quicklist_size(0, 0), Some(1));
     assert_eq!(ql.quicklist_size(0, 1), Some(0));
     // Still usable, and the list-1 free of a list-0 page is cached on list 1.
@@ -116,7 +118,7 @@ fn double_frees_to_a_pinned_handle_change_nothing() {
 #[test]
 fn many_pages_out_in_any_order_come_back() {
     let mm = real_map(1);
-    let start = mm.nr_free_pages();
+    let start = Report::new(&mm).nr_free_pages();
     let ql = Quicklists::new(Arc::clone(&mm), 2).unwrap();
     let mut cpu = ql.pin_cpu(0).unwrap();
     // More than the recent window, from both lists.
@@ -148,7 +150,7 @@ fn many_pages_out_in_any_order_come_back() {
 #[test]
 fn dropping_the_handle_hands_over_what_is_out() {
     let mm = real_map(1);
-    let start = mm.nr_free_pages();
+    let start = Report::new(&mm).nr_free_pages();
     let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let mut cpu = ql.pin_cpu(0).unwrap();
     let pages: Vec<Pfn> = (0..40).map(|_| cpu.alloc(0, Gfp::KERNEL, None).unwrap()).collect();
@@ -175,7 +177,7 @@ fn blocks_from_a_pinned_handle_are_the_callers() {
     let out = cpu.alloc(0, Gfp::KERNEL, None).unwrap(); // p, out
     let mut block = cpu.alloc_block(0, Gfp::KERNEL, None).unwrap(); // a fresh page
     assert_ne!(block.pfn(), out);
-    assert!(mm.block_bytes_mut(&mut block).unwrap().iter().all(|&b| b == 0));
+    assert!(Blocks::new(&mm).block_bytes_mut(&mut block).unwrap().iter().all(|&b| b == 0));
     assert_eq!(cpu.nr_out(), 1);
     // The shared API runs on CPU 0, which this handle pins: it bypasses the lists.
     ql.quicklist_free_block(0, None, block).unwrap();

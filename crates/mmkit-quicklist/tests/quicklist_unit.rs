@@ -1,6 +1,8 @@
 //! Tests of the quicklist layer's behaviour: state kept, ownership
 //! enforced, trim arithmetic, node and poison bypasses.
 
+use mmkit::Blocks;
+use mmkit::Cpus;
 use mmkit::{Backing, Contig, FreeError, Gfp, HugePages, MemoryMapBuilder, PageAllocator, PageFlags, Pfn, Report};
 use mmkit_quicklist::{QuicklistError, Quicklists, FRACTION_OF_NODE_MEM};
 use std::cell::Cell;
@@ -27,15 +29,15 @@ fn read_byte(mm: &PageAllocator, pfn: Pfn, offset: usize) -> u8 {
 
 /// Free + cached + held pages add up to what was free at the start.
 fn assert_conserved(mm: &PageAllocator, ql: &Quicklists, start_free: u64, held: u64) {
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_free_pages() + ql.quicklist_total_size() + held, start_free);
+    Cpus::new(mm).drain_all_pages();
+    assert_eq!(Report::new(mm).nr_free_pages() + ql.quicklist_total_size() + held, start_free);
 }
 
 #[test]
 fn a_freed_page_comes_back_from_the_list_without_the_allocator() {
     let mm = real_map(16 << 20, 1);
-    mm.drain_all_pages();
-    let start = mm.nr_free_pages();
+    Cpus::new(&mm).drain_all_pages();
+    let start = Report::new(&mm).nr_free_pages();
     let ql = Quicklists::new(Arc::clone(&mm), 2).unwrap();
     let a = ql.quicklist_alloc(1, Gfp::KERNEL, None).unwrap();
     assert!(mm.page_flags(a).unwrap().contains(PageFlags::OWNED));
@@ -43,9 +45,13 @@ fn a_freed_page_comes_back_from_the_list_without_the_allocator() {
     assert_eq!(ql.quicklist_size(0, 1), Some(1));
     assert_eq!(ql.quicklist_size(0, 0), Some(0));
     assert_conserved(&mm, &ql, start, 0);
-    let free_before = mm.nr_free_pages() + mm.nr_pcp_pages();
+    let free_before = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
     assert_eq!(ql.quicklist_alloc(1, Gfp::KERNEL, None).unwrap(), a);
-    assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), free_before, "a hit does not reach the allocator");
+    assert_eq!(
+        Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages(),
+        free_before,
+        "a hit does not reach the allocator"
+    );
     assert_eq!((0..4096).map(|i| read_byte(&mm, a, i)).max(), Some(0), "a cached page keeps its state");
     let s = ql.stats(1);
     assert_eq!((s.hits, s.misses, s.cached), (1, 1, 1));
@@ -121,7 +127,7 @@ fn trim_keeps_max_of_min_pages_and_a_sixteenth_of_node_free() {
     }
     assert_eq!(ql.quicklist_trim(0, None, 400, 1000).unwrap(), 0, "at or below min_pages: nothing");
     assert_eq!(ql.quicklist_trim(0, None, 10, 7).unwrap(), 7, "at most max_free per call");
-    let node_free = mm.node_free_pages(0).unwrap();
+    let node_free = Report::new(&mm).node_free_pages(0).unwrap();
     let expect_keep = (node_free / FRACTION_OF_NODE_MEM).max(10);
     let freed = ql.quicklist_trim(0, None, 10, u64::MAX).unwrap();
     assert_eq!(ql.quicklist_total_size(), expect_keep.max(293 - freed));
@@ -136,11 +142,11 @@ fn bad_frees_are_refused_and_change_nothing() {
     let a = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
     ql.quicklist_free_page(0, None, a).unwrap();
     let size = ql.quicklist_total_size();
-    let free = mm.nr_free_pages();
+    let free = Report::new(&mm).nr_free_pages();
     let refused = |r: Result<(), QuicklistError>, want: QuicklistError| {
         assert_eq!(r, Err(want));
         assert_eq!(ql.quicklist_total_size(), size);
-        assert_eq!(mm.nr_free_pages(), free);
+        assert_eq!(Report::new(&mm).nr_free_pages(), free);
     };
     refused(ql.quicklist_free_page(0, None, a), QuicklistError::Free(FreeError::DoubleFree(a)));
     refused(ql.quicklist_free_page(1, None, a), QuicklistError::NoSuchList { nr: 1, nr_quick: 1 });
@@ -152,7 +158,7 @@ fn bad_frees_are_refused_and_change_nothing() {
         Err(QuicklistError::Free(FreeError::WrongOrder { pfn: block, allocated: 2, given: 0 }))
     );
     let shared = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
-    let free = mm.nr_free_pages() + mm.nr_pcp_pages();
+    let free = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
     mm.get_page(shared).unwrap();
     assert!(matches!(
         ql.quicklist_free_page(0, None, shared),
@@ -165,7 +171,7 @@ fn bad_frees_are_refused_and_change_nothing() {
         ql.quicklist_free_page(0, None, shared),
         Err(QuicklistError::FlagsSet { pfn: shared, flags: PageFlags::LRU })
     );
-    assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), free);
+    assert_eq!(Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages(), free);
     assert_eq!(ql.quicklist_total_size(), size);
     // The allocator's own free paths refuse quicklist pages, cached or held.
     assert_eq!(mm.free_pages(a, 0), Err(FreeError::Owned { pfn: a, owner: ql.owner().unwrap() }));
@@ -201,12 +207,12 @@ fn a_page_not_in_the_list_state_is_restored_and_cached() {
     let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let p = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
     write_byte(&mm, p, 100, 7);
-    let free = mm.nr_free_pages() + mm.nr_pcp_pages();
-    let bad = mm.stats().bad_pages;
+    let free = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
+    let bad = Report::new(&mm).stats().bad_pages;
     ql.quicklist_free_page(0, None, p).unwrap();
-    assert_eq!(mm.stats().bad_pages, bad, "a page the caller wrote is not a bad page");
+    assert_eq!(Report::new(&mm).stats().bad_pages, bad, "a page the caller wrote is not a bad page");
     assert_eq!(ql.quicklist_total_size(), 1);
-    assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), free, "cached, not returned");
+    assert_eq!(Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages(), free, "cached, not returned");
     let q = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
     assert_eq!(q, p, "the cached page comes back");
     common::with_page(&mm, q, |bytes| assert!(bytes.iter().all(|&b| b == 0)));
@@ -289,11 +295,11 @@ fn a_huge_list_count_is_refused() {
         let refused = Quicklists::new(Arc::clone(&mm), nr_quick).err();
         assert_eq!(refused, Some(QuicklistError::TooManyLists { nr_quick, max: mmkit_quicklist::MAX_NR_QUICK }));
     }
-    let keys: Vec<_> = (0..mmkit::PageOwner::MAX).map(|_| mm.new_owner_key().unwrap()).collect();
+    let keys: Vec<_> = (0..mmkit::PageOwner::MAX).map(|_| Blocks::new(&mm).new_owner_key().unwrap()).collect();
     assert_eq!(keys.len(), 15, "no key was kept by a refused set");
     assert!(Quicklists::new(Arc::clone(&mm), mmkit_quicklist::MAX_NR_QUICK).is_err(), "no tag left");
     for key in keys {
-        assert!(mm.release_owner_key(key));
+        assert!(Blocks::new(&mm).release_owner_key(key));
     }
     assert!(Quicklists::new(Arc::clone(&mm), mmkit_quicklist::MAX_NR_QUICK).is_ok());
 }
@@ -305,8 +311,8 @@ fn a_huge_list_count_is_refused() {
 fn a_panicking_constructor_or_destructor_loses_no_page() {
     use std::panic::{catch_unwind, AssertUnwindSafe};
     let mm = real_map(4 << 20, 1);
-    mm.drain_all_pages();
-    let start = mm.nr_free_pages();
+    Cpus::new(&mm).drain_all_pages();
+    let start = Report::new(&mm).nr_free_pages();
     let boom = |_: &mut [u8]| panic!("constructor failed");
     let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     assert!(catch_unwind(AssertUnwindSafe(|| ql.quicklist_alloc(0, Gfp::KERNEL, Some(&boom)))).is_err());
@@ -316,7 +322,7 @@ fn a_panicking_constructor_or_destructor_loses_no_page() {
     assert!(catch_unwind(AssertUnwindSafe(|| uncached.quicklist_free_page(0, Some(&boom), page))).is_err());
     assert_conserved(&mm, &uncached, start, 0);
     drop((ql, uncached));
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
-    assert_eq!(mm.nr_free_pages(), start);
+    assert_eq!(Report::new(&mm).nr_free_pages(), start);
 }

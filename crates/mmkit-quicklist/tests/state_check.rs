@@ -8,6 +8,7 @@
 //! cached a dirty page on a zero list and handed it out as zeroed, which a
 //! page table then read as garbage entries.)
 
+use mmkit::Blocks;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn, Report};
 use mmkit_quicklist::Quicklists;
 
@@ -38,10 +39,10 @@ fn a_dirty_page_freed_to_a_zero_list_is_zeroed_and_cached() {
     let p = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
     write_byte(&mm, p, 0, 0x11);
     write_byte(&mm, p, 4095, 0x5a);
-    let bad = mm.stats().bad_pages;
+    let bad = Report::new(&mm).stats().bad_pages;
     ql.quicklist_free_page(0, None, p).unwrap();
     assert_eq!(ql.quicklist_total_size(), 1, "the page was cached");
-    assert_eq!(mm.stats().bad_pages, bad);
+    assert_eq!(Report::new(&mm).stats().bad_pages, bad);
     let q = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
     assert_eq!(q, p);
     assert!(page(&mm, q).iter().all(|&b| b == 0), "a zero list hands out zeroed pages only");
@@ -80,7 +81,7 @@ fn a_lent_block_is_restored_too() {
     let ql = Quicklists::new(Arc::clone(&mm), 1).unwrap();
     let mut block = ql.quicklist_alloc_block(0, Gfp::KERNEL, None).unwrap();
     let pfn = block.pfn();
-    mm.block_bytes_mut(&mut block).unwrap().fill(0xab);
+    Blocks::new(&mm).block_bytes_mut(&mut block).unwrap().fill(0xab);
     ql.quicklist_free_block(0, None, block).unwrap();
     let q = ql.quicklist_alloc(0, Gfp::KERNEL, None).unwrap();
     assert_eq!(q, pfn);

@@ -5,12 +5,13 @@
 //! Owns the attribute names and their text forms only; every attribute
 //! calls the device's typed API, which does the work.
 
-use crate::device::{Device, PAGE_SIZE};
+use crate::device::Device;
 use crate::recompress::RecompressParams;
 use crate::slot::flags;
 use crate::table::CHUNK_PAGES;
 use crate::writeback::WritebackMode;
 use crate::ZramError;
+use crate::PAGE_SIZE;
 use mmkit_compress::{Algorithm, Compressor};
 use std::sync::atomic::Ordering::Relaxed;
 

@@ -1,12 +1,13 @@
 //! How a device is set up: zram's `disksize`, `comp_algorithm`,
 //! `recomp_algorithm`, `algorithm_params` (`params.rs`'s), `mem_limit` and
 //! `backing_dev`, plus zsmalloc's chain
-//! size, with a `key=value` parser for command lines and plugin arguments.
+//! size: plain data, and the checks of one value each (a size, an
+//! algorithm's name, a backing file, a memory limit).
 //!
-//! Owns the configuration's text forms (sizes with K/M/G suffixes, as the
-//! kernel's `memparse`). Knows nothing of slots, pools or files.
+//! Owns the configuration. `params` validates it and sets it from its text
+//! forms (`ZramConfig::set`, the `key=value` parser for command lines and
+//! plugin arguments). Knows nothing of slots, pools or the device.
 
-use crate::size::parse_size;
 use crate::ZramError;
 use mmkit_compress::{Algorithm, Dictionary};
 use std::collections::BTreeMap;
@@ -87,98 +88,6 @@ impl ZramConfig {
         ("chain_size", "most pages in one zspage, 4..=16"),
     ];
 
-    /// Sets one parameter from its text form.
-    ///
-    /// # Errors
-    /// [`ZramError::Invalid`] naming the key or value; the configuration is
-    /// unchanged.
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ZramError> {
-        let bad = |what: &str| ZramError::Invalid(format!("{key}={value}: {what}"));
-        match key {
-            "size" | "disksize" => {
-                let size = parse_size(value).map_err(|e| bad(&e.to_string()))?;
-                if size == 0 {
-                    return Err(bad("the device needs at least one page"));
-                }
-                check_disksize(size).map_err(|what| bad(&what))?;
-                self.disksize = size;
-            }
-            "comp" | "comp_algorithm" => self.algorithm = parse_algorithm(value).map_err(|what| bad(&what))?,
-            "recomp" | "recomp_algorithm" if value.contains('=') => self.set_recomp_priority(value)?,
-            "recomp" | "recomp_algorithm" => {
-                let mut list = Vec::new();
-                for name in value.split(',').filter(|n| !n.is_empty()) {
-                    list.push(parse_algorithm(name).map_err(|what| bad(&what))?);
-                }
-                if list.len() > MAX_RECOMP_ALGORITHMS {
-                    return Err(bad("at most 3 secondary algorithms"));
-                }
-                self.recomp_algorithms = list;
-            }
-            "algorithm_params" => crate::params::apply(self, value)?,
-            "mem_limit" => {
-                let bytes = parse_size(value).map_err(|e| bad(&e.to_string()))?;
-                check_mem_limit(bytes)?;
-                self.mem_limit = bytes;
-            }
-            "backing_dev" => {
-                let path = (!value.is_empty() && value != "none").then(|| PathBuf::from(value));
-                if let Some(path) = &path {
-                    refuse_backing_not_a_file(path).map_err(|what| bad(&what))?;
-                    if !self.backing_overwrite {
-                        refuse_backing_with_data(path).map_err(|what| bad(&what))?;
-                    }
-                }
-                self.backing_dev = path;
-            }
-            "backing_overwrite" => {
-                self.backing_overwrite = match value {
-                    "1" | "yes" | "true" => true,
-                    "0" | "no" | "false" => false,
-                    _ => return Err(bad("want 1 or 0")),
-                };
-            }
-            "chain_size" => {
-                self.chain_size =
-                    value.parse().ok().filter(|n| (4..=16).contains(n)).ok_or_else(|| bad("not in 4..=16"))?;
-            }
-            _ => return Err(ZramError::Invalid(format!("unknown parameter {key:?}"))),
-        }
-        Ok(())
-    }
-
-    /// `recomp_algorithm` in the kernel's form, `algo=NAME [priority=N]`
-    /// (`recomp_algorithm_store`: priority 1 when not given, 1..=3): sets
-    /// the secondary algorithm of one priority. A priority may replace one
-    /// set before or come next after them (the secondaries are kept in
-    /// order with no gap).
-    fn set_recomp_priority(&mut self, value: &str) -> Result<(), ZramError> {
-        let bad = |what: String| ZramError::Invalid(format!("recomp_algorithm {value:?}: {what}"));
-        let (mut algo, mut priority) = (None, None);
-        for word in value.split_whitespace() {
-            match word.split_once('=') {
-                Some(("algo", name)) if algo.is_none() => algo = Some(name),
-                Some(("priority", n)) if priority.is_none() => {
-                    priority = Some(n.parse::<usize>().map_err(|_| bad(format!("priority={n}: not a number")))?)
-                }
-                _ => return Err(bad(format!("{word:?}: want algo=NAME [priority=1..=3], each once"))),
-            }
-        }
-        let name = algo.ok_or_else(|| bad("algo=NAME is missing".into()))?;
-        let algorithm = parse_algorithm(name).map_err(bad)?;
-        let priority = priority.unwrap_or(1);
-        if !(1..=MAX_RECOMP_ALGORITHMS).contains(&priority) {
-            return Err(bad(format!("priority {priority}: secondary priorities are 1..={MAX_RECOMP_ALGORITHMS}")));
-        }
-        let set = self.recomp_algorithms.len();
-        match priority - 1 {
-            i if i < set => self.recomp_algorithms[i] = algorithm,
-            i if i == set => self.recomp_algorithms.push(algorithm),
-            _ => return Err(bad(format!("priority {priority}: set priority {} first", set + 1))),
-        }
-        Ok(())
-    }
-
     /// The algorithm of each priority: the primary, then the secondaries.
     pub(crate) fn algorithms(&self) -> Vec<Algorithm> {
         std::iter::once(self.algorithm).chain(self.recomp_algorithms.iter().copied()).collect()
@@ -222,7 +131,7 @@ pub fn slot_table_bytes(disksize: u64) -> u64 {
 /// a device whose slot table alone would need more than the machine's
 /// memory is refused, as the kernel's `disksize_store` fails when it cannot
 /// vmalloc the table. Returns the reason in GiB.
-fn check_disksize(disksize: u64) -> Result<(), String> {
+pub(crate) fn check_disksize(disksize: u64) -> Result<(), String> {
     let table = slot_table_bytes(disksize);
     match machine_memory() {
         Some(memory) if table > memory => {
@@ -249,7 +158,7 @@ pub(crate) fn gib(bytes: u64) -> String {
 /// claimed exclusively; a regular file full of someone's data is refused
 /// unless `backing_overwrite` says otherwise. A path that cannot be opened
 /// or is not a regular file is left to the backing device's own checks.
-fn refuse_backing_with_data(path: &std::path::Path) -> Result<(), String> {
+pub(crate) fn refuse_backing_with_data(path: &std::path::Path) -> Result<(), String> {
     let Ok(file) = std::fs::File::open(path) else { return Ok(()) };
     match first_data_byte(&file) {
         Ok(None) => Ok(()),
@@ -265,7 +174,7 @@ fn refuse_backing_with_data(path: &std::path::Path) -> Result<(), String> {
 /// refused before it is opened: opening a FIFO would wait for a writer, a
 /// device or a directory is no file to write pages into. A missing file is
 /// the open's to report.
-fn refuse_backing_not_a_file(path: &std::path::Path) -> Result<(), String> {
+pub(crate) fn refuse_backing_not_a_file(path: &std::path::Path) -> Result<(), String> {
     match std::fs::metadata(path) {
         Ok(meta) if !meta.is_file() => Err(format!(
             "{}, not a regular file: writeback needs a file of at least one page (truncate -s 1G FILE makes one)",
@@ -345,6 +254,7 @@ pub(crate) fn check_mem_limit(bytes: u64) -> Result<(), ZramError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::size::parse_size;
 
     #[test]
     fn sizes_parse_as_memparse_does_and_bad_input_changes_nothing() {

@@ -8,23 +8,23 @@
 //! There is no device-wide lock on the data path: each page's slot lock
 //! orders the operations on that page, and a partial-page write holds it
 //! across its read-modify-write so that writes to other bytes of the page
-//! are never lost. Statistics are `stats`' to print.
+//! are never lost. Statistics are `stats`' to print; the counters and the
+//! backing file are parts the device holds (`counters`, `backing`).
 
+use crate::backing::{BackingDev, Writeback};
 use crate::config::ZramConfig;
+use crate::counters::Counters;
 use crate::slot::{flags, SlotGuard};
-use crate::stats::Counters;
 use crate::table::{SlotTable, CHUNK_PAGES};
-use crate::writeback::{BackingDev, Writeback};
 use crate::ZramError;
+use crate::PAGE_SIZE;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator};
-use mmkit_compress::{fill_same, same_filled, Algorithm, Compressor};
+use mmkit::{Cpus, Tuning};
+use mmkit_compress::{fill_same, same_filled, Algorithm, Compressor, Dictionary};
 use mmkit_zsmalloc::{RawKey, ZsConfig, ZsPool};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// zram's page size.
-pub const PAGE_SIZE: usize = 4096;
 
 /// zsmalloc's flags for zram's objects (Linux's `GFP_NOIO | __GFP_NOWARN |
 /// __GFP_HIGHMEM | __GFP_MOVABLE` in the write fast path: no reclaim that
@@ -37,8 +37,13 @@ enum Content {
     Stored { handle: u64, size: usize, huge: bool },
 }
 
-/// An initialised zram device: the slots, the pool and the counters. The
-/// public [`Zram`](crate::Zram) holds one while initialised (`lifecycle`).
+/// An initialised zram device, a composition of parts that know nothing of
+/// it: the slot table (`table`, `slot`), the store (the zsmalloc pool and
+/// its key, the compressors), the counters (`counters`) and the backing
+/// file of writeback (`backing`). The modules of the operations over
+/// several parts (`stats`, `writeback`, `recompress`, `release`) take the
+/// device; no part imports them or the device. The public
+/// [`Zram`](crate::Zram) holds one while initialised (`lifecycle`).
 pub(crate) struct Device {
     pub(crate) pool: Arc<ZsPool>,
     /// The right to hold the pool's objects as raw words: the slot table
@@ -323,13 +328,13 @@ impl Device {
     }
 
     /// Drains the allocator's per-CPU lists and runs a free page reporting
-    /// pass ([`PageAllocator::report_free_pages`]): free blocks of 2 MiB
+    /// pass ([`Tuning::report_free_pages`]): free blocks of 2 MiB
     /// and more go back to the OS. `compact` and `reset` call it; with a
     /// map shared with others, it gives back their free memory too.
     pub fn give_back_memory(&self) -> mmkit::ReportSummary {
         let mm = self.pool.allocator();
-        mm.drain_all_pages();
-        mm.report_free_pages()
+        Cpus::new(mm).drain_all_pages();
+        Tuning::new(mm).report_free_pages()
     }
 
     // ---- slot operations, under the slot's lock ----
@@ -539,6 +544,13 @@ impl Device {
 thread_local! {
     /// This thread's copy of objects that span two pages, for reading.
     static BOUNCE: std::cell::RefCell<Box<[u8; PAGE_SIZE]>> = std::cell::RefCell::new(Box::new([0; PAGE_SIZE]));
+}
+
+impl Device {
+    /// The dictionary of the algorithm of `priority`, if it has one.
+    pub(crate) fn dictionary(&self, priority: usize) -> Option<&Dictionary> {
+        self.comps.get(priority)?.dictionary()
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,9 @@
 #![warn(missing_docs)]
 
 mod attrs;
+mod backing;
 mod config;
+mod counters;
 mod device;
 mod lifecycle;
 mod params;
@@ -34,14 +36,16 @@ mod writeback;
 
 pub use attrs::{Extent, ExtentKind, SHOW_ATTRS, STORE_ATTRS};
 pub use config::{machine_memory, slot_table_bytes, ZramConfig, MAX_RECOMP_ALGORITHMS};
-pub use device::PAGE_SIZE;
+pub use counters::MmStat;
 pub use lifecycle::{OpenHandle, Zram};
 pub use mmkit_compress::{Algorithm, CompressError, Compressor, Dictionary};
 pub use params::AlgorithmParams;
 pub use recompress::{RecompressParams, RecompressType};
 pub use size::{parse_size, SizeError};
-pub use stats::MmStat;
 pub use writeback::WritebackMode;
+
+/// zram's page size.
+pub const PAGE_SIZE: usize = 4096;
 
 /// Why a zram call failed.
 #[derive(Clone, Debug, PartialEq, Eq)]

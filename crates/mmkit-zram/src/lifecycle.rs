@@ -16,12 +16,14 @@
 //! the device's (`device`), which knows nothing of the lifecycle.
 
 use crate::config::ZramConfig;
-use crate::device::{Device, PAGE_SIZE};
+use crate::counters::{hot_shard, MmStat, HOT_SHARDS};
+use crate::device::Device;
 use crate::recompress::RecompressParams;
-use crate::stats::{hot_shard, MmStat, HOT_SHARDS};
 use crate::writeback::WritebackMode;
+use crate::PAGE_SIZE;
 use crate::{Algorithm, Dictionary, Extent, ZramError};
 use mmkit::PageAllocator;
+use mmkit::{Cpus, Tuning};
 use mmkit_zsmalloc::ZsPool;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering::Release};
@@ -354,8 +356,8 @@ impl Zram {
         let mm = old.as_ref().map(|device| Arc::clone(device.pool.allocator()));
         drop(old);
         if let Some(Err(shared)) = mm.map(Arc::try_unwrap) {
-            shared.drain_all_pages();
-            shared.report_free_pages();
+            Cpus::new(&shared).drain_all_pages();
+            Tuning::new(&shared).report_free_pages();
         }
         Ok(())
     }
@@ -398,7 +400,7 @@ impl Zram {
                 if let Some(path) = &config.backing_dev {
                     // Refused now, as the kernel's `backing_dev_store`
                     // opens and claims the file at once.
-                    crate::writeback::BackingDev::open(path)?;
+                    crate::backing::BackingDev::open(path)?;
                 }
                 setup.pending = config;
                 Ok(())

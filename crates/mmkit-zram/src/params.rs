@@ -7,11 +7,16 @@
 //! Owns the parameters' text form, their checking (an unknown key, a level
 //! the algorithm does not take, a dictionary file that is missing or not
 //! one: each a typed error that changes nothing) and turning a
-//! configuration into the device's compressors. Must not touch slots,
-//! pools or the I/O paths; `config.rs` and `attrs.rs` only call in here.
+//! configuration into the device's compressors; and setting a
+//! configuration from its text forms ([`ZramConfig::set`], every key
+//! checked before the configuration changes). Must not touch slots, pools,
+//! the device or the I/O paths.
 
-use crate::config::ZramConfig;
-use crate::device::Device;
+use crate::config::{
+    check_disksize, check_mem_limit, parse_algorithm, refuse_backing_not_a_file, refuse_backing_with_data, ZramConfig,
+    MAX_RECOMP_ALGORITHMS,
+};
+use crate::size::parse_size;
 use crate::ZramError;
 use mmkit_compress::{Algorithm, Compressor, Dictionary};
 use std::path::PathBuf;
@@ -166,10 +171,97 @@ pub(crate) fn compressors(config: &ZramConfig) -> Result<Vec<Compressor>, ZramEr
         .collect()
 }
 
-impl Device {
-    /// The dictionary of the algorithm of `priority`, if it has one.
-    pub(crate) fn dictionary(&self, priority: usize) -> Option<&Dictionary> {
-        self.comps.get(priority)?.dictionary()
+impl ZramConfig {
+    /// Sets one parameter from its text form.
+    ///
+    /// # Errors
+    /// [`ZramError::Invalid`] naming the key or value; the configuration is
+    /// unchanged.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ZramError> {
+        let bad = |what: &str| ZramError::Invalid(format!("{key}={value}: {what}"));
+        match key {
+            "size" | "disksize" => {
+                let size = parse_size(value).map_err(|e| bad(&e.to_string()))?;
+                if size == 0 {
+                    return Err(bad("the device needs at least one page"));
+                }
+                check_disksize(size).map_err(|what| bad(&what))?;
+                self.disksize = size;
+            }
+            "comp" | "comp_algorithm" => self.algorithm = parse_algorithm(value).map_err(|what| bad(&what))?,
+            "recomp" | "recomp_algorithm" if value.contains('=') => self.set_recomp_priority(value)?,
+            "recomp" | "recomp_algorithm" => {
+                let mut list = Vec::new();
+                for name in value.split(',').filter(|n| !n.is_empty()) {
+                    list.push(parse_algorithm(name).map_err(|what| bad(&what))?);
+                }
+                if list.len() > MAX_RECOMP_ALGORITHMS {
+                    return Err(bad("at most 3 secondary algorithms"));
+                }
+                self.recomp_algorithms = list;
+            }
+            "algorithm_params" => crate::params::apply(self, value)?,
+            "mem_limit" => {
+                let bytes = parse_size(value).map_err(|e| bad(&e.to_string()))?;
+                check_mem_limit(bytes)?;
+                self.mem_limit = bytes;
+            }
+            "backing_dev" => {
+                let path = (!value.is_empty() && value != "none").then(|| PathBuf::from(value));
+                if let Some(path) = &path {
+                    refuse_backing_not_a_file(path).map_err(|what| bad(&what))?;
+                    if !self.backing_overwrite {
+                        refuse_backing_with_data(path).map_err(|what| bad(&what))?;
+                    }
+                }
+                self.backing_dev = path;
+            }
+            "backing_overwrite" => {
+                self.backing_overwrite = match value {
+                    "1" | "yes" | "true" => true,
+                    "0" | "no" | "false" => false,
+                    _ => return Err(bad("want 1 or 0")),
+                };
+            }
+            "chain_size" => {
+                self.chain_size =
+                    value.parse().ok().filter(|n| (4..=16).contains(n)).ok_or_else(|| bad("not in 4..=16"))?;
+            }
+            _ => return Err(ZramError::Invalid(format!("unknown parameter {key:?}"))),
+        }
+        Ok(())
+    }
+
+    /// `recomp_algorithm` in the kernel's form, `algo=NAME [priority=N]`
+    /// (`recomp_algorithm_store`: priority 1 when not given, 1..=3): sets
+    /// the secondary algorithm of one priority. A priority may replace one
+    /// set before or come next after them (the secondaries are kept in
+    /// order with no gap).
+    fn set_recomp_priority(&mut self, value: &str) -> Result<(), ZramError> {
+        let bad = |what: String| ZramError::Invalid(format!("recomp_algorithm {value:?}: {what}"));
+        let (mut algo, mut priority) = (None, None);
+        for word in value.split_whitespace() {
+            match word.split_once('=') {
+                Some(("algo", name)) if algo.is_none() => algo = Some(name),
+                Some(("priority", n)) if priority.is_none() => {
+                    priority = Some(n.parse::<usize>().map_err(|_| bad(format!("priority={n}: not a number")))?)
+                }
+                _ => return Err(bad(format!("{word:?}: want algo=NAME [priority=1..=3], each once"))),
+            }
+        }
+        let name = algo.ok_or_else(|| bad("algo=NAME is missing".into()))?;
+        let algorithm = parse_algorithm(name).map_err(bad)?;
+        let priority = priority.unwrap_or(1);
+        if !(1..=MAX_RECOMP_ALGORITHMS).contains(&priority) {
+            return Err(bad(format!("priority {priority}: secondary priorities are 1..={MAX_RECOMP_ALGORITHMS}")));
+        }
+        let set = self.recomp_algorithms.len();
+        match priority - 1 {
+            i if i < set => self.recomp_algorithms[i] = algorithm,
+            i if i == set => self.recomp_algorithms.push(algorithm),
+            _ => return Err(bad(format!("priority {priority}: set priority {} first", set + 1))),
+        }
+        Ok(())
     }
 }
 

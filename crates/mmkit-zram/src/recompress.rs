@@ -10,9 +10,10 @@
 //! A page that no algorithm up to the last one shrinks is marked
 //! `INCOMPRESSIBLE` and skipped by later passes.
 
-use crate::device::{Device, PAGE_SIZE};
+use crate::device::Device;
 use crate::slot::{flags, SlotGuard};
 use crate::ZramError;
+use crate::PAGE_SIZE;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Which pages a recompression pass looks at.

@@ -19,9 +19,9 @@
 //! queue (`release/256MiB` of `mmkit bench zram`). Must not wait: a slot whose lock is held is
 //! counted as `miss_free` and left alone, as the kernel's trylock does.
 
+use crate::counters::Counters;
 use crate::device::Device;
 use crate::slot::{flags, SlotGuard, SIZE_MASK};
-use crate::stats::Counters;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Flags a freed slot loses at once: one mask, as the 2026 series merged

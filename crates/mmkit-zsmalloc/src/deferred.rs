@@ -73,7 +73,7 @@ use crate::size_class::{Held, Name};
 use crate::slot_state::{state, HANDLE, QUEUED};
 use crate::worker::{Drain, Worker};
 use crate::{DeferredStats, ZsError};
-use mmkit::PageBlock;
+use mmkit::{Cpus, PageBlock};
 use std::sync::atomic::Ordering::Relaxed;
 
 impl Inner {
@@ -109,7 +109,7 @@ impl Inner {
     /// documentation): read when it needs a new one.
     pub(crate) fn deferred_cap(&self) -> usize {
         let page_size = self.table.page_size();
-        let floor = queue_floor(page_size).div_ceil(BATCH_LEN) + self.mm.nr_cpus();
+        let floor = queue_floor(page_size).div_ceil(BATCH_LEN) + Cpus::new(&self.mm).nr_cpus();
         let pool_bytes = self.pages_allocated.load(Relaxed) as usize * page_size;
         floor.max(pool_bytes / 64 / (8 * BATCH_LEN))
     }
@@ -125,7 +125,7 @@ impl Inner {
         word: u64,
         worker: Option<&Worker>,
     ) -> Result<(), ZsError> {
-        match self.deferred.batches.push(self.mm.current_cpu(), word, || self.deferred_cap()) {
+        match self.deferred.batches.push(Cpus::new(&self.mm).current_cpu(), word, || self.deferred_cap()) {
             Pushed::Queued { sealed } => {
                 if sealed {
                     self.wake_if_due(worker);
@@ -143,7 +143,12 @@ impl Inner {
     /// ones that find the queue at its cap now, under their class locks.
     pub(crate) fn queue_taken_many(&self, words: &[u64], worker: Option<&Worker>) {
         let mut sealed = false;
-        let queued = self.deferred.batches.push_many(self.mm.current_cpu(), words, || self.deferred_cap(), &mut sealed);
+        let queued = self.deferred.batches.push_many(
+            Cpus::new(&self.mm).current_cpu(),
+            words,
+            || self.deferred_cap(),
+            &mut sealed,
+        );
         if sealed {
             self.wake_if_due(worker);
         }

@@ -12,6 +12,7 @@
 
 use crate::pool::Inner;
 use crate::ZsError;
+use mmkit::Blocks;
 use mmkit::{Gfp, Pfn};
 
 impl Inner {
@@ -28,8 +29,10 @@ impl Inner {
     }
 
     pub(crate) fn migrate_page(&self, pfn: Pfn, gfp: Gfp, nid: usize) -> Result<Pfn, ZsError> {
+        let blocks = Blocks::new(&self.mm);
         let (class, id, at) = self.find_page(pfn).ok_or(ZsError::UnknownPage(pfn))?;
-        let target = self.mm.alloc_block_node(nid, self.key()?, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
+        let target =
+            Blocks::new(&self.mm).alloc_block_node(nid, self.key()?, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
         let new = target.pfn();
         // Still there (not freed or moved since the scan): copied under
         // the class lock, so no object changes meanwhile.
@@ -37,14 +40,14 @@ impl Inner {
         let old = match swapped {
             Ok(old) => Some(old),
             Err(target) => {
-                let _ = self.mm.free_block(target);
+                let _ = Blocks::new(&self.mm).free_block(target);
                 None
             }
         };
         let old = old.ok_or(ZsError::UnknownPage(pfn))?;
         // The old page was this pool's: a failure can only be a bad-page
         // report (embedder flags set on it), which leaks it as Linux does.
-        let _ = self.mm.free_block(old);
+        let _ = blocks.free_block(old);
         Ok(new)
     }
 }
@@ -53,7 +56,7 @@ impl crate::ZsPool {
     /// Moves page `pfn` of one of the pool's zspages to a new page
     /// allocated with `gfp` on node `nid`, and frees the old one; returns
     /// the new page. For an embedder's [`Migrator`](mmkit::Migrator) asked
-    /// to move a page whose [`page_owner`](mmkit::PageAllocator::page_owner)
+    /// to move a page whose [`page_owner`](mmkit::Blocks::page_owner)
     /// is this pool's [`owner`](Self::owner).
     ///
     /// # Errors

@@ -21,6 +21,8 @@ use crate::size_class::{AllocMiss, ClassState, Held, Name, NewObj};
 use crate::slot_state::SlotStates;
 use crate::worker::{Drain, Worker};
 use crate::ZsError;
+use mmkit::Blocks;
+use mmkit::Cpus;
 use mmkit::{Gfp, PageAllocator, PageBlock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
@@ -104,7 +106,7 @@ impl Drop for Inner {
     /// Gives the pool's owner key back once its pages are freed.
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
-            self.mm.release_owner_key(key);
+            Blocks::new(&self.mm).release_owner_key(key);
         }
     }
 }
@@ -134,7 +136,7 @@ impl Inner {
             return Err(ZsError::UnsupportedPageSize(page_size));
         }
         let pool_id = new_pool_id().ok_or(ZsError::TooManyPools)?;
-        let key = mm.new_owner_key().map_err(|_| ZsError::OwnerTagsExhausted)?;
+        let key = Blocks::new(&mm).new_owner_key().map_err(|_| ZsError::OwnerTagsExhausted)?;
         // A merged class never has a slot (its sizes go to the class that
         // serves it): those share one empty table.
         let unused = Arc::new(SlotStates::new());
@@ -148,7 +150,7 @@ impl Inner {
             })
             .collect();
         let shards = match deferred {
-            DeferredLayout::PerCpu => mm.nr_cpus(),
+            DeferredLayout::PerCpu => Cpus::new(&mm).nr_cpus(),
             DeferredLayout::PerPool => 1,
         };
         let deferred = DeferredQueue::new(shards, table.page_size());
@@ -375,7 +377,8 @@ impl Inner {
 
     /// One page for a zspage.
     fn alloc_page(&self, gfp: Gfp, nid: usize) -> Result<PageBlock, ZsError> {
-        let block = self.mm.alloc_block_node(nid, self.key()?, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
+        let block =
+            Blocks::new(&self.mm).alloc_block_node(nid, self.key()?, gfp, 0).map_err(|e| ZsError::NoMemory(Some(e)))?;
         self.pages_allocated.fetch_add(1, Relaxed);
         Ok(block)
     }
@@ -395,7 +398,7 @@ impl Inner {
         // Blocks of this pool come from `self.mm`, so none is given back;
         // a bad-page report (embedder flags set on our page) leaks it, as
         // in Linux.
-        let _ = self.mm.free_blocks_bulk(pages);
+        let _ = Blocks::new(&self.mm).free_blocks_bulk(pages);
         pages.clear();
         self.pages_allocated.fetch_sub(n, Relaxed);
     }
@@ -572,7 +575,7 @@ pub struct ZsPool {
 
 impl ZsPool {
     /// The owner tag of this pool's pages (what
-    /// [`PageAllocator::page_owner`] reports for them): an embedder's
+    /// [`Blocks::page_owner`] reports for them): an embedder's
     /// [`Migrator`](mmkit::Migrator) hands such a page to
     /// [`zs_migrate_page`](Self::zs_migrate_page).
     pub fn owner(&self) -> mmkit::PageOwner {

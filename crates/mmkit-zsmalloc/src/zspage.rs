@@ -34,6 +34,7 @@
 //! headers are whatever the page held, and nothing reads them.
 
 use crate::class::{ClassShape, ZS_HANDLE_SIZE};
+use mmkit::Blocks;
 use mmkit::{PageAllocator, PageBlock};
 
 /// One zspage of a class. A zspage id whose record has no pages names no
@@ -129,7 +130,8 @@ pub(crate) fn write_object(
     data: &[u8],
 ) {
     let (page, start) = split(at, page_shift);
-    let Some(bytes) = pages.get_mut(page).and_then(Option::as_mut).and_then(|b| mm.block_bytes_mut(b)) else {
+    let Some(bytes) = pages.get_mut(page).and_then(Option::as_mut).and_then(|b| Blocks::new(mm).block_bytes_mut(b))
+    else {
         return;
     };
     let Some((head, rest)) = bytes.get_mut(start..).and_then(|b| b.split_first_chunk_mut::<ZS_HANDLE_SIZE>()) else {
@@ -146,7 +148,9 @@ pub(crate) fn write_object(
         // The rest lies at the start of the next page (an object is
         // smaller than a page).
         let tail = &data[first..];
-        if let Some(next) = pages.get_mut(page + 1).and_then(Option::as_mut).and_then(|b| mm.block_bytes_mut(b)) {
+        if let Some(next) =
+            pages.get_mut(page + 1).and_then(Option::as_mut).and_then(|b| Blocks::new(mm).block_bytes_mut(b))
+        {
             if let Some(dst) = next.get_mut(..tail.len()) {
                 dst.copy_from_slice(tail);
             }
@@ -174,7 +178,7 @@ pub(crate) fn contiguous<'a>(
     if start + len > 1 << page_shift {
         return None;
     }
-    mm.block_bytes(pages.get(page)?.as_ref()?).and_then(|bytes| bytes.get(start..start + len))
+    Blocks::new(mm).block_bytes(pages.get(page)?.as_ref()?).and_then(|bytes| bytes.get(start..start + len))
 }
 
 /// Copies `dst.len()` bytes from chain offset `at`, page by page (an
@@ -185,7 +189,7 @@ pub(crate) fn read_at(mm: &PageAllocator, pages: &[Option<PageBlock>], page_shif
     while done < dst.len() {
         let (page, start) = split(at + done, page_shift);
         let n = (page_size - start).min(dst.len() - done);
-        if let Some(bytes) = pages.get(page).and_then(Option::as_ref).and_then(|b| mm.block_bytes(b)) {
+        if let Some(bytes) = pages.get(page).and_then(Option::as_ref).and_then(|b| Blocks::new(mm).block_bytes(b)) {
             dst[done..done + n].copy_from_slice(&bytes[start..start + n]);
         }
         done += n;
@@ -199,7 +203,9 @@ pub(crate) fn write_at(mm: &PageAllocator, pages: &mut [Option<PageBlock>], page
     while done < src.len() {
         let (page, start) = split(at + done, page_shift);
         let n = (page_size - start).min(src.len() - done);
-        if let Some(bytes) = pages.get_mut(page).and_then(Option::as_mut).and_then(|b| mm.block_bytes_mut(b)) {
+        if let Some(bytes) =
+            pages.get_mut(page).and_then(Option::as_mut).and_then(|b| Blocks::new(mm).block_bytes_mut(b))
+        {
             bytes[start..start + n].copy_from_slice(&src[done..done + n]);
         }
         done += n;

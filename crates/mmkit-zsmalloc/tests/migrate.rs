@@ -3,6 +3,7 @@
 //! other page to `CopyMigrator`. After `alloc_contig_range` has collected a
 //! range full of zspage pages, every object reads back intact.
 
+use mmkit::Blocks;
 use mmkit::{
     Backing, Contig, CopyMigrator, Gfp, HugePages, MemoryMapBuilder, MigrateError, MigrateRequest, MigrateType,
     Migrator, PageAllocator, Pfn, Report,
@@ -21,7 +22,7 @@ struct Dispatch {
 impl Migrator for Dispatch {
     fn migrate_page(&self, alloc: &PageAllocator, request: &MigrateRequest) -> Result<Pfn, MigrateError> {
         let pool = self.pool.get().and_then(Weak::upgrade);
-        let Some(pool) = pool.filter(|pool| alloc.page_owner(request.pfn) == Some(pool.owner())) else {
+        let Some(pool) = pool.filter(|pool| Blocks::new(alloc).page_owner(request.pfn) == Some(pool.owner())) else {
             return self.other.migrate_page(alloc, request);
         };
         pool.zs_migrate_page(request.pfn, request.gfp, request.nid).map_err(|_| MigrateError::Refused(request.pfn))
@@ -58,17 +59,20 @@ fn a_contiguous_range_is_collected_through_live_zspages() {
     // A pageblock that holds zspage pages.
     let pb = 1u64 << mm.geometry().pageblock_order;
     let owned: HashSet<u64> = (mm.start_pfn().0..mm.end_pfn().0)
-        .filter(|&p| mm.page_owner(Pfn(p)) == Some(pool.owner()))
+        .filter(|&p| Blocks::new(&mm).page_owner(Pfn(p)) == Some(pool.owner()))
         .map(|p| p & !(pb - 1))
         .collect();
     let start = *owned.iter().min().unwrap();
-    let in_range = (start..start + pb).filter(|&p| mm.page_owner(Pfn(p)) == Some(pool.owner())).count();
+    let in_range = (start..start + pb).filter(|&p| Blocks::new(&mm).page_owner(Pfn(p)) == Some(pool.owner())).count();
     assert!(in_range > 100, "the range is full of zspage pages ({in_range})");
     let pages_before = pool.zs_get_total_pages();
 
     Contig::new(&mm).alloc_contig_range(Pfn(start), Pfn(start + pb), MigrateType::Movable, gfp).unwrap();
 
-    assert!((start..start + pb).all(|p| mm.page_owner(Pfn(p)).is_none()), "every zspage page left the range");
+    assert!(
+        (start..start + pb).all(|p| Blocks::new(&mm).page_owner(Pfn(p)).is_none()),
+        "every zspage page left the range"
+    );
     assert_eq!(pool.zs_get_total_pages(), pages_before);
     pool.check_invariants().unwrap();
     let mut out = vec![0; 4096];

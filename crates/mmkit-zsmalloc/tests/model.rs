@@ -11,6 +11,7 @@
 //! replaced), and a step may try one again with every raw call, each of
 //! which must refuse it at the call and change nothing.
 
+use mmkit::Cpus;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, Report};
 use mmkit_zsmalloc::{Handle, HandleId, ZsConfig, ZsError, ZsPool};
 use proptest::prelude::*;
@@ -51,8 +52,8 @@ proptest! {
     #[test]
     fn zsmalloc_matches_a_map(ops in proptest::collection::vec(op(), 1..120), chain in 4usize..=16) {
         let mm = Arc::new(MemoryMapBuilder::with_memory(32 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap());
-        mm.drain_all_pages();
-        let start = mm.nr_free_pages();
+        Cpus::new(&mm).drain_all_pages();
+        let start = Report::new(&mm).nr_free_pages();
         {
             let pool = ZsPool::with_chain_size("model", mm.clone(), chain).unwrap();
             // Live objects: handle and contents (unwritten objects are zero-length in the model's eyes).
@@ -111,8 +112,8 @@ proptest! {
             prop_assert_eq!(stats.invalid, 0);
             prop_assert_eq!(stats.queued, stats.drained);
         }
-        mm.drain_all_pages();
-        prop_assert_eq!(mm.nr_free_pages(), start);
+        Cpus::new(&mm).drain_all_pages();
+        prop_assert_eq!(Report::new(&mm).nr_free_pages(), start);
         Report::new(&mm).check_invariants().map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
     }
 }
@@ -171,8 +172,8 @@ proptest! {
     #[test]
     fn raw_words_match_a_map(ops in proptest::collection::vec(raw_op(), 1..120)) {
         let mm = Arc::new(MemoryMapBuilder::with_memory(32 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap());
-        mm.drain_all_pages();
-        let start = mm.nr_free_pages();
+        Cpus::new(&mm).drain_all_pages();
+        let start = Report::new(&mm).nr_free_pages();
         {
             let (pool, key) = ZsPool::with_raw_key("model", mm.clone(), ZsConfig::default()).unwrap();
             let mut live: Vec<(u64, Vec<u8>)> = Vec::new();
@@ -258,8 +259,8 @@ proptest! {
             prop_assert_eq!(stats.invalid, 0);
             prop_assert_eq!(stats.queued, stats.drained);
         }
-        mm.drain_all_pages();
-        prop_assert_eq!(mm.nr_free_pages(), start);
+        Cpus::new(&mm).drain_all_pages();
+        prop_assert_eq!(Report::new(&mm).nr_free_pages(), start);
         Report::new(&mm).check_invariants().map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
     }
 }

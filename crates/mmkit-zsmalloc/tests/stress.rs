@@ -4,6 +4,7 @@
 //! wrong, and afterwards every page is back with the page allocator. And
 //! threads race to free the same raw words: exactly one call wins a word.
 
+use mmkit::Cpus;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, Report};
 use mmkit_testkit::XorShift64;
 use mmkit_zsmalloc::{Handle, ZsConfig, ZsError, ZsPool};
@@ -20,8 +21,8 @@ fn four_threads_and_a_compactor() {
     let mm = Arc::new(
         MemoryMapBuilder::with_memory(128 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap(),
     );
-    mm.drain_all_pages();
-    let start = mm.nr_free_pages();
+    Cpus::new(&mm).drain_all_pages();
+    let start = Report::new(&mm).nr_free_pages();
     {
         let pool = ZsPool::zs_create_pool("stress", mm.clone()).unwrap();
         let stop = AtomicBool::new(false);
@@ -79,8 +80,8 @@ fn four_threads_and_a_compactor() {
         assert_eq!(pool.zs_get_total_pages(), 0);
         assert_eq!(pool.deferred_stats().invalid, 0);
     }
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_free_pages(), start);
+    Cpus::new(&mm).drain_all_pages();
+    assert_eq!(Report::new(&mm).nr_free_pages(), start);
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -96,8 +97,8 @@ fn racing_frees_of_one_raw_word_exactly_one_wins() {
     let mm = Arc::new(
         MemoryMapBuilder::with_memory(128 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap(),
     );
-    mm.drain_all_pages();
-    let start = mm.nr_free_pages();
+    Cpus::new(&mm).drain_all_pages();
+    let start = Report::new(&mm).nr_free_pages();
     {
         let (pool, key) = ZsPool::with_raw_key("race", mm.clone(), ZsConfig::default()).unwrap();
         let gfp = Gfp::NOIO | Gfp::HIGHMEM | Gfp::MOVABLE;
@@ -166,8 +167,8 @@ fn racing_frees_of_one_raw_word_exactly_one_wins() {
         assert_eq!(stats.invalid, 0, "every refusal was at the call");
         assert_eq!(stats.queued, stats.drained);
     }
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_free_pages(), start);
+    Cpus::new(&mm).drain_all_pages();
+    assert_eq!(Report::new(&mm).nr_free_pages(), start);
     Report::new(&mm).check_invariants().unwrap();
 }
 

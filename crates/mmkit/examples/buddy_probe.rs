@@ -17,6 +17,7 @@
 //! per-CPU lists off (the suite's `mmkit_lists_off` row) unless the second
 //! word is `default`: then it keeps the builder's defaults (per-CPU lists
 //! and cache on), as the suite's `mmkit` row.
+use mmkit::{Cpus, Report};
 use mmkit::{Gfp, MemoryMapBuilder};
 use mmkit_testkit::XorShift64;
 use std::hint::black_box;
@@ -62,7 +63,7 @@ fn buddy_fragmented(mode: &str, n: u32, locked: bool, default_map: bool) {
     }
     let mut held = Vec::new();
     if mode == "frag0" {
-        let count = mm.nr_free_pages() * 9 / 10;
+        let count = Report::new(&mm).nr_free_pages() * 9 / 10;
         let all: Vec<_> = (0..count).map(|_| mm.alloc_pages(Gfp::KERNEL, 0).unwrap()).collect();
         let mut rng = XorShift64::new(0x6d6d_6b69_745f_6d6d);
         for p in all {
@@ -102,7 +103,7 @@ fn timed_pairs(mm: &mmkit::PageAllocator, order: u32, n: u32) {
 
 /// The timed loop through CPU 0's pinned handle with the zone held locked.
 fn timed_locked(mm: &mmkit::PageAllocator, mode: &str, order: u32, n: u32, held: usize) {
-    let mut cpu = mm.pin_cpu(0).unwrap();
+    let mut cpu = Cpus::new(mm).pin_cpu(0).unwrap();
     let mut zone = cpu.lock_zone(Gfp::KERNEL).unwrap();
     let t = Instant::now();
     if mode == "batch" {

@@ -2,11 +2,13 @@
 //! `perf` or `valgrind --tool=callgrind` (the benchmarks of record are
 //! `mmkit bench pcp` and the criterion benches).
 //!
-//! Usage: `pcp_probe [shared|lists|shared2|shared2x|handle|pinned|pinned2|frozen|buddy|bulk64] [pairs]`
-//! (`lists`: the shared API with the per-CPU cache off, on the locked
-//! lists as before it; `shared2x`: `shared2` after one page moved from CPU 0's list to CPU 1's,
+//! Usage: `pcp_probe [shared|node|sfrozen|lists|shared2|shared2x|handle|pinned|pinned2|frozen|buddy|bulk64] [pairs]`
+//! (`node`: `alloc_pages_node` for the local node; `sfrozen`: the shared
+//! API's frozen pair; `frozen`: a pinned CPU's; `lists`: the shared API
+//! with the per-CPU cache off, on the locked lists as before it; `shared2x`: `shared2` after one page moved from CPU 0's list to CPU 1's,
 //! so that the two CPUs' hot pages are neighbours: their descriptors share
 //! a cache line)
+use mmkit::{Cpus, Report};
 use mmkit::{Gfp, MemoryMapBuilder};
 use std::hint::black_box;
 use std::time::Instant;
@@ -28,15 +30,27 @@ fn main() {
                 mm.free_pages(black_box(p), 0).unwrap();
             }
         }
+        "node" => {
+            for _ in 0..n {
+                let p = mm.alloc_pages_node(0, Gfp::KERNEL, 0).unwrap();
+                mm.free_pages(black_box(p), 0).unwrap();
+            }
+        }
+        "sfrozen" => {
+            for _ in 0..n {
+                let p = mm.alloc_frozen_pages(Gfp::KERNEL, 0).unwrap();
+                mm.free_frozen_pages(black_box(p), 0).unwrap();
+            }
+        }
         "handle" => {
-            let cpu = mm.cpu(0).unwrap();
+            let cpu = Cpus::new(&mm).cpu(0).unwrap();
             for _ in 0..n {
                 let p = cpu.alloc_pages(Gfp::KERNEL, 0).unwrap();
                 cpu.free_pages(black_box(p), 0).unwrap();
             }
         }
         "pinned" => {
-            let mut cpu = mm.pin_cpu(0).unwrap();
+            let mut cpu = Cpus::new(&mm).pin_cpu(0).unwrap();
             for _ in 0..n {
                 let p = cpu.alloc_pages(Gfp::KERNEL, 0).unwrap();
                 cpu.free_pages(black_box(p), 0).unwrap();
@@ -52,7 +66,7 @@ fn main() {
                     for cpu in 0..2 {
                         let mm = &mm;
                         s.spawn(move || {
-                            let mut pinned = mm.pin_cpu(cpu).unwrap();
+                            let mut pinned = Cpus::new(mm).pin_cpu(cpu).unwrap();
                             let mut last = mmkit::Pfn(0);
                             for _ in 0..n {
                                 let p = pinned.alloc_pages(Gfp::KERNEL, 0).unwrap();
@@ -69,7 +83,7 @@ fn main() {
             }
         }
         "frozen" => {
-            let mut cpu = mm.pin_cpu(0).unwrap();
+            let mut cpu = Cpus::new(&mm).pin_cpu(0).unwrap();
             for _ in 0..n {
                 let p = cpu.alloc_frozen_pages(Gfp::KERNEL, 0).unwrap();
                 cpu.free_frozen_pages(black_box(p), 0).unwrap();
@@ -91,14 +105,14 @@ fn main() {
                 // A page allocated on CPU 0 and freed on CPU 1 becomes CPU
                 // 1's hot page, next to CPU 0's: four 16-byte descriptors
                 // share a cache line, which both CPUs then write per pair.
-                let (c0, c1) = (mm.cpu(0).unwrap(), mm.cpu(1).unwrap());
+                let (c0, c1) = (Cpus::new(&mm).cpu(0).unwrap(), Cpus::new(&mm).cpu(1).unwrap());
                 let warm = c1.alloc_pages(Gfp::KERNEL, 0).unwrap();
                 c1.free_pages(warm, 0).unwrap();
                 let moved = c0.alloc_pages(Gfp::KERNEL, 0).unwrap();
                 c1.free_pages(moved, 0).unwrap();
             }
             for round in 0..8 {
-                let busy = mm.stats().pcp_contended;
+                let busy = Report::new(&mm).stats().pcp_contended;
                 let t = Instant::now();
                 std::thread::scope(|s| {
                     for _ in 0..2 {
@@ -113,7 +127,7 @@ fn main() {
                 println!(
                     "round {round}: {:.2} ns/pair aggregate, pageset busy {} times",
                     t.elapsed().as_nanos() as f64 / (2 * n) as f64,
-                    mm.stats().pcp_contended - busy
+                    Report::new(&mm).stats().pcp_contended - busy
                 );
             }
         }

@@ -14,13 +14,13 @@
 //! a frame it gets is used by nobody else. So the adapter's frames must
 //! not come back to the allocator through any safe call but its own
 //! deallocation. Each adapter takes an [`OwnerKey`] from the map and hands
-//! every frame out as a block of that key ([`PageAllocator::alloc_block`],
-//! then [`PageAllocator::hand_out_block`]): allocated, marked `OWNED` with
+//! every frame out as a block of that key ([`Blocks::alloc_block`](crate::Blocks::alloc_block),
+//! then [`Blocks::hand_out_block`](crate::Blocks::hand_out_block)): allocated, marked `OWNED` with
 //! the key's tag, one reference. Every ordinary free path (`free_pages`,
 //! `put_page`, `free_frozen_pages`, the bulk and range frees, a
 //! [`PageGuard`](crate::PageGuard)'s drop) refuses such a page with
 //! [`FreeError::Owned`], contiguous allocation does not migrate it, and
-//! [`take_back_block`](PageAllocator::take_back_block) gives it back only
+//! [`take_back_block`](crate::Blocks::take_back_block) gives it back only
 //! to the holder of this adapter's key (not `Clone`; a tag is reissued only
 //! once no page carries it). The adapter's deallocations are `unsafe`, with
 //! the contract of `FrameDeallocator::deallocate_frame` written down.
@@ -97,13 +97,13 @@ pub struct X86Frames<P: PageSource> {
 impl<P: PageSource> X86Frames<P> {
     /// Frames from `source`, allocated with `gfp`; `None` unless the map's
     /// pages are 4 KiB and it has an owner key left
-    /// ([`PageAllocator::new_owner_key`]).
+    /// ([`Blocks::new_owner_key`](crate::Blocks::new_owner_key)).
     pub fn new(source: P, gfp: Gfp) -> Option<Self> {
         let mm = source.allocator();
         if mm.geometry().page_shift != FRAME_SHIFT {
             return None;
         }
-        let key = mm.new_owner_key().ok()?;
+        let key = crate::Blocks::new(mm).new_owner_key().ok()?;
         Some(Self { source, gfp, key })
     }
 
@@ -116,7 +116,7 @@ impl<P: PageSource> X86Frames<P> {
     /// (its tag is reissued only once no frame of it is still out).
     pub fn into_inner(self) -> P {
         let Self { source, key, .. } = self;
-        source.allocator().release_owner_key(key);
+        crate::Blocks::new(source.allocator()).release_owner_key(key);
         source
     }
 
@@ -133,19 +133,19 @@ impl<P: PageSource> X86Frames<P> {
     /// # Errors
     /// [`FreeError::NotAllocated`] for a frame not handed out by this
     /// adapter (or freed already); otherwise as
-    /// [`PageAllocator::take_back_block`] and [`PageAllocator::free_block`].
+    /// [`Blocks::take_back_block`](crate::Blocks::take_back_block) and [`Blocks::free_block`](crate::Blocks::free_block).
     pub unsafe fn try_deallocate<S: PageSize>(&mut self, frame: PhysFrame<S>) -> Result<(), FreeError> {
         let pfn = Pfn(frame.start_address().as_u64() >> FRAME_SHIFT);
         let mm: &PageAllocator = self.source.allocator();
         // Only this adapter's frames: `take_back_block` alone would also
         // adopt a plain page of the map (someone else's).
-        if mm.page_owner(pfn) != Some(self.key.owner()) {
+        if crate::Blocks::new(mm).page_owner(pfn) != Some(self.key.owner()) {
             return Err(match mm.validate_allocated(pfn) {
                 Err(e) => e,
                 Ok(_) => FreeError::NotAllocated(pfn),
             });
         }
-        let block = mm.take_back_block(&self.key, pfn, order_of::<S>())?;
+        let block = crate::Blocks::new(mm).take_back_block(&self.key, pfn, order_of::<S>())?;
         self.source.free_block(block).map_err(|e| match e {
             crate::BlockError::Free(e) => e,
             crate::BlockError::Foreign(block) => FreeError::OutOfRange(block.pfn()),
@@ -168,7 +168,7 @@ impl<P: PageSource> X86Frames<P> {
         }
         // Allocated, owned by this adapter's key, one reference: refused by
         // every free path but this adapter's `try_deallocate`.
-        self.source.allocator().hand_out_block(block).ok()?;
+        crate::Blocks::new(self.source.allocator()).hand_out_block(block).ok()?;
         frame
     }
 }

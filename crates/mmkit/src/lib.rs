@@ -30,23 +30,31 @@
 //!
 //! 1. `types`: PFNs, geometry, GFP and migratetypes, page flags and owner
 //!    tags, the error types.
-//! 2. `mem`: page descriptors, the pageblock bitmap, the one index-linked
-//!    list, locks, raw memory. The only layer with `unsafe` (in `rawmem`).
-//! 3. `zone`: buddy free areas, zones and watermarks, the fallback and
+//! 2. `sys`: the OS and the CPU (restartable sequences and membarrier,
+//!    mmap and huge pages, the CPU id), one x86-64 Linux implementation
+//!    and a fallback that says "not available"; with `mem::rawmem` the
+//!    only place of `unsafe`.
+//! 3. `mem`: page descriptors, the pageblock bitmap, the one index-linked
+//!    list, locks, zeroed tables and owned blocks' bytes (`rawmem`).
+//! 4. `zone`: buddy free areas, zones and watermarks, the fallback and
 //!    claim rules, zonelists, CMA areas' bookkeeping.
-//! 4. `pcp`: per-CPU lists, their sizing, the per-CPU state.
-//! 5. `page_alloc`: [`PageAllocator`] — the allocation path with its
-//!    `#[cold]` slow path, free paths, bulk, per-CPU handles, owned blocks
-//!    for the layers above, the embedder's hooks and migrator.
-//! 6. `contig`: [`Contig`], a view of the allocator with
+//! 5. `pcp`: per-CPU lists, their sizing, the per-CPU state.
+//! 6. `page_alloc`: [`PageAllocator`], the allocation API: the per-CPU
+//!    cache (one door per direction for an order-0 page), the one slow
+//!    path behind it, free paths, bulk, pinned CPUs and held zones, owned
+//!    blocks for the layers above, the embedder's hooks and migrator; the
+//!    views [`Cpus`] (per-CPU control), [`Tuning`] (knobs and background
+//!    work) and [`Blocks`] (owner keys and owned blocks).
+//! 7. `contig`: [`Contig`], a view of the allocator with
 //!    `alloc_contig_range`, `free_contig_range`, owned ranges and CMA;
 //!    pageblock isolation.
-//! 7. `memmap` (the builder) and `report`: [`Report`], a view with the
-//!    `/proc` text, snapshots and the invariant checker.
+//! 8. `memmap` (the builder) and `report`: [`Report`], a view with the
+//!    counters, the `/proc` text, snapshots and the invariant checker.
 //!
-//! Only `page_alloc` adds methods to [`PageAllocator`]; the layers above it
-//! are views that borrow it (`Contig::new(&mm)`, `Report::new(&mm)`), so
-//! the allocator never names what is built on it.
+//! Only `page_alloc` adds methods to [`PageAllocator`]; the other concerns
+//! are views that borrow it (`Cpus::new(&mm)`, `Report::new(&mm)`), so the
+//! allocator's own methods are the allocation API and it never names what
+//! is built on it.
 //!
 //! Layers above the allocator live in crates of their own on its public
 //! API: quicklists and page tables, zsmalloc, the trace parser.
@@ -69,6 +77,9 @@ pub mod memmap;
 mod page_alloc;
 mod pcp;
 mod report;
+// The OS layer: restartable sequences, membarrier, mmap (see the module).
+#[allow(unsafe_code)]
+mod sys;
 mod types;
 pub mod zone;
 
@@ -85,16 +96,13 @@ pub use contig::owned::{ContigRange, ContigRangeError};
 #[cfg(feature = "x86_64")]
 pub use frames::X86Frames;
 pub use mem::owned::{BlockRef, BlockStack, OwnerKey, PageBlock};
-pub use mem::rawmem::prefetch;
-#[cfg(feature = "std")]
-pub use mem::rawmem::HugePages;
-#[cfg(feature = "std")]
 pub use memmap::machine_memory;
 pub use memmap::{Backing, MemoryMapBuilder};
 pub use page_alloc::block::BlockError;
 pub use page_alloc::bulk::BulkFreeError;
 pub use page_alloc::compaction::{fragmentation_score_wmark, CompactResult, COMPACTION_HPAGE_ORDER};
-pub use page_alloc::cpu::{BadHighFraction, CpuHandle, NoSuchCpu, PcpInfo};
+pub use page_alloc::cpu::BadHighFraction;
+pub use page_alloc::cpus::{CpuHandle, NoSuchCpu, PcpInfo};
 pub use page_alloc::guard::PageGuard;
 pub use page_alloc::hooks::{Hooks, NoHooks, QuietHooks};
 pub use page_alloc::hwpoison::MemoryFailure;
@@ -106,10 +114,11 @@ pub use page_alloc::reporting::FreePageReporter;
 pub use page_alloc::reporting::{ReportSummary, PAGE_REPORTING_CAPACITY, PAGE_REPORTING_DELAY};
 pub use page_alloc::source::PageSource;
 pub use page_alloc::stats::StatsSnapshot;
-pub use page_alloc::PageAllocator;
+pub use page_alloc::{Blocks, Cpus, PageAllocator, Tuning};
 pub use pcp::{PcpCounters, PcpSizing};
 pub use report::info::ZoneSnapshot;
 pub use report::invariants::InvariantViolation;
+pub use sys::{prefetch, HugePages};
 pub use types::error::{
     AllocError, BadCmaReason, BadPageReason, BadRangeReason, BuildError, CmaError, ContigError, FreeError, IndexError,
     MigrateError, OwnerTagsExhausted, PageError, RangeKind, Tunable,

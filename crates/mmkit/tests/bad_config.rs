@@ -8,6 +8,7 @@ use mmkit::{
     Backing, BadCmaReason, BadRangeReason, BuildError, Gfp, HugePages, IndexError, MemoryMapBuilder, PageAllocator,
     RangeKind, Report, Tunable, ZoneType,
 };
+use mmkit::{Cpus, Tuning};
 
 fn small() -> MemoryMapBuilder {
     MemoryMapBuilder::with_memory(16 << 20).nr_cpus(2).hooks(mmkit::QuietHooks)
@@ -62,7 +63,7 @@ fn min_free_kbytes_larger_than_memory() {
         assert_eq!(e, BuildError::BadTunable { tunable: Tunable::MinFreeKbytes, value: bad });
     }
     let mm = small().min_free_kbytes(1024).build().unwrap();
-    assert_eq!(mm.min_free_kbytes(), 1024);
+    assert_eq!(Tuning::new(&mm).min_free_kbytes(), 1024);
     mm.free_pages(mm.alloc_pages(Gfp::KERNEL, 0).unwrap(), 0).unwrap();
 }
 
@@ -179,27 +180,27 @@ fn two_cpus() -> PageAllocator {
 fn calls_on_a_cpu_that_does_not_exist() {
     let mm = two_cpus();
     let no_cpu = IndexError::NoSuchCpu { cpu: 99, nr_cpus: 2 };
-    assert_eq!(mm.drain_cpu_pages(99), Err(no_cpu));
-    assert_eq!(mm.drain_cpu_pages(1), Ok(true));
-    assert_eq!(mm.pcp_info(99, 0), Err(no_cpu));
-    assert_eq!(mm.cpu_to_node(99), Err(no_cpu));
-    assert_eq!(mm.cpu_to_node(1), Ok(0));
+    assert_eq!(Cpus::new(&mm).drain_cpu_pages(99), Err(no_cpu));
+    assert_eq!(Cpus::new(&mm).drain_cpu_pages(1), Ok(true));
+    assert_eq!(Cpus::new(&mm).pcp_info(99, 0), Err(no_cpu));
+    assert_eq!(Cpus::new(&mm).cpu_to_node(99), Err(no_cpu));
+    assert_eq!(Cpus::new(&mm).cpu_to_node(1), Ok(0));
 }
 
 #[test]
 fn calls_on_a_zone_or_node_that_does_not_exist() {
     let mm = two_cpus();
     let nr_zones = mm.zones().len();
-    assert_eq!(mm.compact_zone(99, None).unwrap_err(), IndexError::NoSuchZone { zone: 99, nr_zones });
-    assert_eq!(mm.pcp_info(0, 99), Err(IndexError::NoSuchZone { zone: 99, nr_zones }));
+    assert_eq!(Tuning::new(&mm).compact_zone(99, None).unwrap_err(), IndexError::NoSuchZone { zone: 99, nr_zones });
+    assert_eq!(Cpus::new(&mm).pcp_info(0, 99), Err(IndexError::NoSuchZone { zone: 99, nr_zones }));
     let no_node = IndexError::NoSuchNode { nid: 99, nr_nodes: 1 };
-    assert_eq!(mm.fragmentation_score(99), Err(no_node));
-    assert_eq!(mm.proactive_compact(99, 20).unwrap_err(), no_node);
-    assert_eq!(mm.kcompactd_check(99).unwrap_err(), no_node);
-    assert_eq!(mm.proactive_compact_marks(99, 0, 0).unwrap_err(), no_node);
-    assert_eq!(mm.node_free_pages(99), Err(no_node));
-    assert!(mm.fragmentation_score(0).is_ok());
-    assert_eq!(mm.node_free_pages(0), Ok(mm.nr_free_pages()));
+    assert_eq!(Tuning::new(&mm).fragmentation_score(99), Err(no_node));
+    assert_eq!(Tuning::new(&mm).proactive_compact(99, 20).unwrap_err(), no_node);
+    assert_eq!(Tuning::new(&mm).kcompactd_check(99).unwrap_err(), no_node);
+    assert_eq!(Tuning::new(&mm).proactive_compact_marks(99, 0, 0).unwrap_err(), no_node);
+    assert_eq!(Report::new(&mm).node_free_pages(99), Err(no_node));
+    assert!(Tuning::new(&mm).fragmentation_score(0).is_ok());
+    assert_eq!(Report::new(&mm).node_free_pages(0), Ok(Report::new(&mm).nr_free_pages()));
     Report::new(&mm).check_invariants().unwrap();
 }
 

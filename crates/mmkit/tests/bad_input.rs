@@ -13,6 +13,7 @@
 //! free and poison cases for a page cached on a per-CPU list.
 
 use mmkit::hooks::BadPageReport;
+use mmkit::Cpus;
 use mmkit::{
     AllocError, BadPageReason, FreeError, Gfp, Hooks, MemoryFailure, MemoryMapBuilder, PageAllocator, PageError,
     PageFlags, Pfn, Report, StatsSnapshot, ZoneSnapshot, ZoneType,
@@ -32,8 +33,8 @@ fn state(mm: &PageAllocator) -> State {
     State {
         zones: Report::new(mm).zone_snapshots(),
         buddyinfo: Report::new(mm).buddyinfo(),
-        nr_free: mm.nr_free_pages(),
-        stats: mm.stats(),
+        nr_free: Report::new(mm).nr_free_pages(),
+        stats: Report::new(mm).stats(),
     }
 }
 
@@ -78,14 +79,14 @@ fn zone_free(mm: &PageAllocator, pfn: Pfn) -> u64 {
 /// order from `order` down, and returns the blocks.
 fn take_everything(mm: &PageAllocator, order: u32) -> Vec<(Pfn, u32)> {
     let gfp = Gfp::ATOMIC | Gfp::MEMALLOC | Gfp::NOWARN;
-    mm.drain_all_pages();
+    Cpus::new(mm).drain_all_pages();
     let mut got = Vec::new();
     for o in (0..=order).rev() {
         while let Ok(p) = mm.alloc_pages(gfp, o) {
             got.push((p, o));
         }
     }
-    assert_eq!(mm.nr_free_pages(), 0, "MEMALLOC takes every page");
+    assert_eq!(Report::new(mm).nr_free_pages(), 0, "MEMALLOC takes every page");
     assert_eq!(pcp_pages(mm), 0);
     got
 }
@@ -165,7 +166,7 @@ fn wrong_order() {
     rejected(&mm, err, || mm.free_frozen_pages(f, 1));
     mm.free_pages(p, 2).unwrap();
     mm.free_frozen_pages(f, 2).unwrap();
-    assert_eq!(mm.nr_free_pages(), 16383);
+    assert_eq!(Report::new(&mm).nr_free_pages(), 16383);
 }
 
 #[test]
@@ -281,13 +282,13 @@ fn refcount_mismatches() {
     // free_pages with two references on a non-compound block (Linux's
     // __free_pages): the reference is dropped, the rest of the block is
     // freed, and the first page lives on as an order-0 page.
-    let free = mm.nr_free_pages();
+    let free = Report::new(&mm).nr_free_pages();
     mm.free_pages(p, 1).unwrap();
-    assert_eq!(mm.nr_free_pages(), free + 1);
+    assert_eq!(Report::new(&mm).nr_free_pages(), free + 1);
     assert_eq!(mm.page_count(p), Ok(1));
     assert_eq!(mm.free_pages(p, 1), Err(FreeError::WrongOrder { pfn: p, allocated: 0, given: 1 }));
     mm.free_pages(p, 0).unwrap();
-    assert_eq!(mm.nr_free_pages(), free + 2);
+    assert_eq!(Report::new(&mm).nr_free_pages(), free + 2);
 
     // free_pages / put_page of a frozen page (refcount 0).
     let f = mm.alloc_frozen_pages(Gfp::KERNEL, 0).unwrap();
@@ -345,14 +346,14 @@ fn bad_page_flag_set_at_free_is_reported_and_leaked() {
     let mm = MemoryMapBuilder::with_memory(64 << 20).hooks(rec.clone()).per_cpu_lists(false).build().unwrap();
     let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
     mm.set_page_flags(p, PageFlags::LRU).unwrap();
-    let free_before = mm.nr_free_pages();
+    let free_before = Report::new(&mm).nr_free_pages();
     let zone_before = zone_free(&mm, p);
     let err = mm.free_pages(p, 0).unwrap_err();
     assert_eq!(err, FreeError::BadPage { pfn: p, reason: BadPageReason::FlagsSetAtFree(PageFlags::LRU) });
-    let stats = mm.stats();
+    let stats = Report::new(&mm).stats();
     assert_eq!(stats.bad_pages, 1);
     assert_eq!(stats.bad_pages_leaked, 1);
-    assert_eq!(mm.nr_free_pages(), free_before, "leaked, not freed");
+    assert_eq!(Report::new(&mm).nr_free_pages(), free_before, "leaked, not freed");
     assert_eq!(zone_free(&mm, p), zone_before);
     assert_eq!(
         *rec.bad.lock().unwrap(),
@@ -377,11 +378,11 @@ fn bad_compound_tail_leaks_the_whole_block() {
     let head = mm.alloc_pages(Gfp::KERNEL | Gfp::COMP, 2).unwrap();
     let tail = Pfn(head.0 + 3);
     mm.set_page_flags(tail, PageFlags::MLOCKED).unwrap();
-    let free_before = mm.nr_free_pages();
+    let free_before = Report::new(&mm).nr_free_pages();
     let reason = BadPageReason::FlagsSetAtFree(PageFlags::MLOCKED);
     assert_eq!(mm.put_page(tail), Err(FreeError::BadPage { pfn: tail, reason }));
-    assert_eq!(mm.nr_free_pages(), free_before);
-    let stats = mm.stats();
+    assert_eq!(Report::new(&mm).nr_free_pages(), free_before);
+    let stats = Report::new(&mm).stats();
     assert_eq!((stats.bad_pages, stats.bad_pages_leaked), (1, 4));
     let reports = rec.bad.lock().unwrap().clone();
     assert_eq!(reports.len(), 1);
@@ -396,26 +397,26 @@ fn get_page_keeps_a_block_alive() {
     let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
     assert_eq!(mm.get_page(p), Ok(2));
     assert_eq!(mm.get_page(p), Ok(3));
-    let free = mm.nr_free_pages();
+    let free = Report::new(&mm).nr_free_pages();
     mm.put_page(p).unwrap();
     mm.free_pages(p, 0).unwrap();
-    assert_eq!(mm.nr_free_pages(), free, "one reference is left");
+    assert_eq!(Report::new(&mm).nr_free_pages(), free, "one reference is left");
     assert_eq!(mm.page_count(p), Ok(1));
     mm.put_page(p).unwrap();
-    assert_eq!(mm.nr_free_pages(), free + 1);
+    assert_eq!(Report::new(&mm).nr_free_pages(), free + 1);
     rejected(&mm, FreeError::DoubleFree(p), || mm.put_page(p));
-    assert_eq!(mm.stats().bad_pages, 0);
+    assert_eq!(Report::new(&mm).stats().bad_pages, 0);
 }
 
 #[test]
 fn hwpoison_free_page_never_comes_back() {
     let mm = small();
     let p = Pfn(9000);
-    let free = mm.nr_free_pages();
+    let free = Report::new(&mm).nr_free_pages();
     assert_eq!(mm.memory_failure(p), Ok(MemoryFailure::TakenOffFreeList));
-    assert_eq!(mm.nr_free_pages(), free - 1);
-    assert_eq!(mm.stats().hwpoison_marked, 1);
-    assert_eq!(mm.stats().hwpoison_offlined, 1);
+    assert_eq!(Report::new(&mm).nr_free_pages(), free - 1);
+    assert_eq!(Report::new(&mm).stats().hwpoison_marked, 1);
+    assert_eq!(Report::new(&mm).stats().hwpoison_offlined, 1);
     assert_eq!(mm.page_flags(p), Ok(PageFlags::HWPOISON | PageFlags::RESERVED), "offline for good");
     Report::new(&mm).check_invariants().unwrap();
     let before = state(&mm);
@@ -431,7 +432,7 @@ fn hwpoison_free_page_never_comes_back() {
     for (b, o) in all {
         mm.free_pages(b, o).unwrap();
     }
-    assert_eq!(mm.nr_free_pages(), free - 1);
+    assert_eq!(Report::new(&mm).nr_free_pages(), free - 1);
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -439,14 +440,14 @@ fn hwpoison_free_page_never_comes_back() {
 fn hwpoison_in_use_page_is_dropped_at_free() {
     let mm = small();
     let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
-    let free = mm.nr_free_pages();
+    let free = Report::new(&mm).nr_free_pages();
     assert_eq!(mm.memory_failure(p), Ok(MemoryFailure::InUse));
     assert_eq!(mm.memory_failure(p), Ok(MemoryFailure::AlreadyPoisoned));
-    assert_eq!(mm.stats().hwpoison_offlined, 0);
+    assert_eq!(Report::new(&mm).stats().hwpoison_offlined, 0);
     assert_eq!(mm.free_pages(p, 0), Ok(()));
-    assert_eq!(mm.nr_free_pages(), free, "the poisoned page is not freed");
-    assert_eq!(mm.stats().hwpoison_marked, 1);
-    assert_eq!(mm.stats().hwpoison_offlined, 1);
+    assert_eq!(Report::new(&mm).nr_free_pages(), free, "the poisoned page is not freed");
+    assert_eq!(Report::new(&mm).stats().hwpoison_marked, 1);
+    assert_eq!(Report::new(&mm).stats().hwpoison_offlined, 1);
     Report::new(&mm).check_invariants().unwrap();
     rejected(&mm, FreeError::Poisoned(p), || mm.free_pages(p, 0));
     let all = take_everything(&mm, 0);
@@ -464,12 +465,12 @@ fn hwpoison_inside_order3_block_frees_the_rest_in_aligned_chunks() {
     let bad = Pfn(block.0 + 5);
     assert_eq!(mm.memory_failure(bad), Ok(MemoryFailure::InUse));
     assert_eq!(mm.free_pages(block, 3), Ok(()));
-    assert_eq!(mm.nr_free_pages(), 7);
+    assert_eq!(Report::new(&mm).nr_free_pages(), 7);
     let snap = &Report::new(&mm).zone_snapshots()[zi];
     // [0,4) order 2, [4] order 0, [6,8) order 1; page 5 kept back.
     let per_order = &snap.free.free_blocks_per_order;
     assert_eq!(&per_order[..4], &[1, 1, 1, 0]);
-    assert_eq!(mm.stats().hwpoison_offlined, 1);
+    assert_eq!(Report::new(&mm).stats().hwpoison_offlined, 1);
     assert_eq!(mm.page_flags(bad), Ok(PageFlags::HWPOISON | PageFlags::RESERVED), "offline for good");
     Report::new(&mm).check_invariants().unwrap();
     // The seven pages come back exactly.
@@ -485,12 +486,12 @@ fn hwpoison_compound_tail_and_reserved() {
     let mm = MemoryMapBuilder::with_memory(64 << 20).reserved(6000..6001).per_cpu_lists(false).build().unwrap();
     assert_eq!(mm.memory_failure(Pfn(6000)), Ok(MemoryFailure::Reserved));
     let head = mm.alloc_pages(Gfp::KERNEL | Gfp::COMP, 2).unwrap();
-    let free = mm.nr_free_pages();
+    let free = Report::new(&mm).nr_free_pages();
     assert_eq!(mm.memory_failure(Pfn(head.0 + 2)), Ok(MemoryFailure::InUse));
     mm.put_page(Pfn(head.0 + 1)).unwrap();
-    assert_eq!(mm.nr_free_pages(), free + 3);
-    assert_eq!(mm.stats().hwpoison_offlined, 1);
-    assert_eq!(mm.stats().bad_pages, 0);
+    assert_eq!(Report::new(&mm).nr_free_pages(), free + 3);
+    assert_eq!(Report::new(&mm).stats().hwpoison_offlined, 1);
+    assert_eq!(Report::new(&mm).stats().bad_pages, 0);
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -520,16 +521,16 @@ fn hwpoison_of_a_page_on_a_per_cpu_list() {
     let mm = with_pcp();
     let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
     mm.free_pages(p, 0).unwrap();
-    mm.drain_all_pages();
-    let free = mm.nr_free_pages();
+    Cpus::new(&mm).drain_all_pages();
+    let free = Report::new(&mm).nr_free_pages();
     let p2 = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
     mm.free_pages(p2, 0).unwrap();
     assert!(pcp_pages(&mm) > 0);
     assert_eq!(mm.memory_failure(p2), Ok(MemoryFailure::TakenOffFreeList));
     assert_eq!(mm.page_flags(p2), Ok(PageFlags::HWPOISON | PageFlags::RESERVED), "offline for good");
     Report::new(&mm).check_invariants().unwrap();
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_free_pages(), free - 1);
+    Cpus::new(&mm).drain_all_pages();
+    assert_eq!(Report::new(&mm).nr_free_pages(), free - 1);
     rejected(&mm, FreeError::Poisoned(p2), || mm.free_pages(p2, 0));
     let all = take_everything(&mm, 0);
     assert_eq!(all.len() as u64, free - 1);
@@ -545,7 +546,7 @@ fn hwpoison_of_a_page_on_a_per_cpu_list() {
 fn a_huge_bulk_count_is_a_short_count_not_an_abort() {
     let mm = small();
     let total = mm.end_pfn().0 - mm.start_pfn().0;
-    let free = mm.nr_free_pages();
+    let free = Report::new(&mm).nr_free_pages();
     for n in [1usize << 40, usize::MAX, (1usize << 40) + 7] {
         let mut pages = Vec::new();
         let got = mm.alloc_pages_bulk_vec(Gfp::KERNEL, n, &mut pages);
@@ -553,11 +554,11 @@ fn a_huge_bulk_count_is_a_short_count_not_an_abort() {
         assert!(got >= 1 && got as u64 <= total, "{got} pages of {total}");
         mm.free_pages_bulk(&pages).unwrap();
         let mut pages = Vec::new();
-        let got = mm.cpu(0).unwrap().alloc_pages_bulk_vec(Gfp::KERNEL, n, &mut pages);
+        let got = Cpus::new(&mm).cpu(0).unwrap().alloc_pages_bulk_vec(Gfp::KERNEL, n, &mut pages);
         assert!(got >= 1 && got as u64 <= total);
         mm.free_pages_bulk(&pages).unwrap();
     }
-    assert_eq!(mm.nr_free_pages(), free, "every page came back");
+    assert_eq!(Report::new(&mm).nr_free_pages(), free, "every page came back");
     let before = state(&mm);
     let contig = mmkit::Contig::new(&mm);
     assert!(contig.alloc_contig_pages(u64::MAX, Gfp::KERNEL, 0).is_err());

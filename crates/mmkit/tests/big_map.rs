@@ -4,6 +4,7 @@
 //! 16 bytes of descriptor per page (4 GiB), mostly untouched. Build time is
 //! printed, not asserted.
 
+use mmkit::{Cpus, Tuning};
 use mmkit::{Gfp, MemoryMapBuilder, Report, ZoneType};
 use std::time::Instant;
 
@@ -46,15 +47,15 @@ fn one_tebibyte_metadata_only() {
     let present: u64 = zones.iter().map(|z| z.present_pages()).sum();
     assert_eq!(present, (1 << 28) - 1, "PFN 0 is not in any zone");
     assert_eq!(managed, present, "nothing else is reserved");
-    assert_eq!(mm.nr_free_pages(), managed);
-    assert_eq!(mm.nr_free_pages(), (1 << 28) - 1);
+    assert_eq!(Report::new(&mm).nr_free_pages(), managed);
+    assert_eq!(Report::new(&mm).nr_free_pages(), (1 << 28) - 1);
     // NORMAL is 2^28 - 2^20 pages: all order-10 blocks.
     let report = Report::new(&mm);
     let normal = &report.zone_snapshots()[2];
     assert_eq!(normal.free.free_blocks_per_order[10], ((1 << 28) - (1 << 20)) >> 10);
     // min_free_kbytes = isqrt(lowmem KiB * 16) = isqrt((2^28 - 1) * 64),
     // just under 2^17 (the 256 MiB ceiling needs 4 TiB).
-    assert_eq!(mm.min_free_kbytes(), 131_071);
+    assert_eq!(Tuning::new(&mm).min_free_kbytes(), 131_071);
 
     // Descriptors: 16 B/page = 4 GiB of address space, the rest small.
     let table_mib = (16u64 << 28) >> 20;
@@ -79,12 +80,12 @@ fn one_tebibyte_metadata_only() {
     }
     let used: u64 = held.iter().map(|&(_, o)| 1u64 << o).sum();
     let pcp: u64 = report.zone_snapshots().iter().map(|z| z.pcp_pages).sum();
-    assert_eq!(mm.nr_free_pages() + pcp, managed - used);
+    assert_eq!(Report::new(&mm).nr_free_pages() + pcp, managed - used);
     for (p, order) in held {
         mm.free_pages(p, order).unwrap();
     }
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_free_pages(), managed);
+    Cpus::new(&mm).drain_all_pages();
+    assert_eq!(Report::new(&mm).nr_free_pages(), managed);
     assert_eq!(report.zone_snapshots()[2].free.free_blocks_per_order[10], ((1 << 28) - (1 << 20)) >> 10);
     eprintln!("allocations and frees: {:?}", t.elapsed());
     let (_, rss2) = vm_kib();

@@ -5,6 +5,7 @@
 //! next allocation, before it takes a page), and the boost stays until
 //! reclaim resets it.
 
+use mmkit::Tuning;
 use mmkit::{Gfp, Hooks, MemoryMapBuilder, Pfn, Report, Watermark, ZoneType};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -68,7 +69,7 @@ fn claiming_a_mixed_pageblock_boosts_the_watermarks_until_reset() {
     assert_eq!(wakeups.load(Ordering::Relaxed), wakeups_before + 1, "and only once");
     mm.free_pages(again, 0).unwrap();
 
-    mm.reset_watermark_boost();
+    Tuning::new(&mm).reset_watermark_boost();
     assert_eq!(zone.watermark_boost(), 0);
     assert_eq!(zone.watermark(Watermark::Min), base_min);
 

@@ -12,6 +12,7 @@
 //!    bad pages) == managed pages; the last term is computed from the
 //!    allocator's own counters, so a page that simply vanished still fails.
 
+use mmkit::Cpus;
 use mmkit::{Contig, Gfp, MemoryMapBuilder, MigrateType, PageAllocator, PageFlags, Pfn, Report, ZoneType};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -186,7 +187,7 @@ fn check(mm: &PageAllocator, held: &Held) {
     let snaps = Report::new(mm).zone_snapshots();
     let free: u64 = snaps.iter().map(|z| z.free_pages + z.pcp_pages).sum();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
-    let stats = mm.stats();
+    let stats = Report::new(mm).stats();
     let out_of_service = stats.hwpoison_offlined + stats.bad_pages_leaked;
     assert!(
         free + held.pages() + out_of_service >= managed && free + held.pages() <= managed,
@@ -326,12 +327,12 @@ fn step(mm: &PageAllocator, held: &mut Held, op: Op) {
                 assert_eq!(err.done, 0, "a page nobody held was freed");
             }
         }
-        Op::Drain { cpu } => match mm.drain_cpu_pages(cpu) {
-            Ok(_) => assert!(cpu < mm.nr_cpus()),
-            Err(e) => assert_eq!(e, mmkit::IndexError::NoSuchCpu { cpu, nr_cpus: mm.nr_cpus() }),
+        Op::Drain { cpu } => match Cpus::new(mm).drain_cpu_pages(cpu) {
+            Ok(_) => assert!(cpu < Cpus::new(mm).nr_cpus()),
+            Err(e) => assert_eq!(e, mmkit::IndexError::NoSuchCpu { cpu, nr_cpus: Cpus::new(mm).nr_cpus() }),
         },
         Op::Pinned { cpu, order } => {
-            if let Ok(mut pinned) = mm.pin_cpu(cpu) {
+            if let Ok(mut pinned) = Cpus::new(mm).pin_cpu(cpu) {
                 if let Ok(pfn) = pinned.alloc_pages(Gfp::KERNEL, order) {
                     pinned.free_pages(pfn, order).unwrap();
                 }
@@ -339,7 +340,7 @@ fn step(mm: &PageAllocator, held: &mut Held, op: Op) {
         }
         Op::Locked { cpu, gfp, orders, bad } => {
             let gfp = Gfp::from_bits(gfp);
-            let Ok(mut pinned) = mm.pin_cpu(cpu) else { return };
+            let Ok(mut pinned) = Cpus::new(mm).pin_cpu(cpu) else { return };
             let Ok(mut zone) = pinned.lock_zone(gfp) else { return };
             let mut kept = Vec::new();
             for (i, order) in orders.into_iter().enumerate() {

@@ -1,6 +1,7 @@
 //! Compaction: the migrate and free scanners, direct compaction for a
 //! pageblock-sized request, and the vmstat counters.
 
+use mmkit::Tuning;
 use mmkit::{CopyMigrator, Gfp, MemoryMapBuilder, PageAllocator, Pfn, PlacementPolicy, Report, ZoneType};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -80,7 +81,7 @@ fn compact_zone_makes_a_pageblock_free_and_keeps_every_page() {
     for policy in PlacementPolicy::ALL {
         let (mm, mut live, moves) = fragmented(policy);
         let before = live.len();
-        let result = mm.compact_zone(0, Some(4)).unwrap();
+        let result = Tuning::new(&mm).compact_zone(0, Some(4)).unwrap();
         assert!(result.success, "{policy:?}: {result:?}");
         assert!(result.migrated > 0 && result.migrate_scanned > 0 && result.free_scanned > 0, "{result:?}");
         follow(&mut live, &moves);
@@ -99,7 +100,7 @@ fn compact_zone_makes_a_pageblock_free_and_keeps_every_page() {
 #[test]
 fn linux_scanners_move_pages_up_until_they_meet() {
     let (mm, mut live, moves) = fragmented(PlacementPolicy::Linux);
-    let result = mm.compact_zone(0, None).unwrap();
+    let result = Tuning::new(&mm).compact_zone(0, None).unwrap();
     assert!(!result.success, "no order asked");
     follow(&mut live, &moves);
     Report::new(&mm).check_invariants().unwrap();
@@ -113,7 +114,7 @@ fn linux_scanners_move_pages_up_until_they_meet() {
 fn sparsest_first_empties_equally_used_pageblocks_from_the_top() {
     for policy in [PlacementPolicy::Lean, PlacementPolicy::TwoEnds, PlacementPolicy::Addr] {
         let (mm, mut live, moves) = fragmented(policy);
-        let result = mm.compact_zone(0, None).unwrap();
+        let result = Tuning::new(&mm).compact_zone(0, None).unwrap();
         follow(&mut live, &moves);
         Report::new(&mm).check_invariants().unwrap();
         // Every pageblock had 4 of 16 pages in use: three of every four
@@ -145,7 +146,7 @@ fn sparsest_first_moves_only_what_frees_a_pageblock() {
     // emptied; the 3-page one then does not fit the 2 holes left, and a
     // pageblock is only started when all of it fits.
     let (mm, mut live, moves) = with_occupancy(PlacementPolicy::Lean, &[14, 14, 3, 2]);
-    let result = mm.compact_zone(0, None).unwrap();
+    let result = Tuning::new(&mm).compact_zone(0, None).unwrap();
     follow(&mut live, &moves);
     Report::new(&mm).check_invariants().unwrap();
     assert_eq!(result.migrated, 2, "{result:?}");
@@ -160,22 +161,26 @@ fn proactive_compaction_starts_above_its_mark_and_stops_at_the_low_one() {
     assert_eq!((mmkit::fragmentation_score_wmark(100, false), mmkit::fragmentation_score_wmark(100, true)), (15, 5));
     assert_eq!(mmkit::fragmentation_score_wmark(0, false), 100);
     let (mm, mut live, moves) = fragmented(PlacementPolicy::Lean);
-    assert_eq!(mm.fragmentation_score(0).unwrap(), 1000, "every free page is in a block below a pageblock");
-    assert!(mm.proactive_compact(0, 0).unwrap().is_none(), "proactiveness 0: off");
-    assert!(mm.proactive_compact_marks(0, 1000, 0).unwrap().is_none(), "the score is not above 1000");
-    let before = mm.stats().compact_daemon_wake;
-    let r = mm.proactive_compact_marks(0, 500, 400).unwrap().expect("above the start mark");
+    assert_eq!(
+        Tuning::new(&mm).fragmentation_score(0).unwrap(),
+        1000,
+        "every free page is in a block below a pageblock"
+    );
+    assert!(Tuning::new(&mm).proactive_compact(0, 0).unwrap().is_none(), "proactiveness 0: off");
+    assert!(Tuning::new(&mm).proactive_compact_marks(0, 1000, 0).unwrap().is_none(), "the score is not above 1000");
+    let before = Report::new(&mm).stats().compact_daemon_wake;
+    let r = Tuning::new(&mm).proactive_compact_marks(0, 500, 400).unwrap().expect("above the start mark");
     assert!(r.success, "{r:?}");
-    assert_eq!(mm.stats().compact_daemon_wake, before + 1);
-    let score = mm.fragmentation_score(0).unwrap();
+    assert_eq!(Report::new(&mm).stats().compact_daemon_wake, before + 1);
+    let score = Tuning::new(&mm).fragmentation_score(0).unwrap();
     assert!(score <= 400, "stopped at the low mark: {score}");
     assert!(score > 0, "and not much further: one move at a time");
     follow(&mut live, &moves);
     Report::new(&mm).check_invariants().unwrap();
     // The policy's own marks (15 and 5 thousandths) go on from there.
-    assert!(mm.kcompactd_check(0).unwrap().is_some());
-    assert!(mm.fragmentation_score(0).unwrap() <= 5);
-    assert!(mm.kcompactd_check(0).unwrap().is_none(), "below the start mark now");
+    assert!(Tuning::new(&mm).kcompactd_check(0).unwrap().is_some());
+    assert!(Tuning::new(&mm).fragmentation_score(0).unwrap() <= 5);
+    assert!(Tuning::new(&mm).kcompactd_check(0).unwrap().is_none(), "below the start mark now");
     let vmstat = Report::new(&mm).vmstat();
     assert!(vmstat.lines().any(|l| l == "compact_daemon_wake 2"), "Linux's name: {vmstat}");
 }
@@ -186,7 +191,7 @@ fn direct_compaction_serves_a_failing_pageblock_request() {
     let got = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE | Gfp::COMP, 4).unwrap();
     follow(&mut live, &moves);
     assert!(live.iter().all(|p| p.0 < got.0 || p.0 >= got.0 + 16), "the block is free of live pages");
-    let stats = mm.stats();
+    let stats = Report::new(&mm).stats();
     assert!(stats.compact_stall >= 1);
     assert_eq!(stats.compact_success, 1);
     assert!(stats.compact_migrate_scanned > 0);
@@ -210,11 +215,11 @@ fn without_migrate_page_to_nothing_moves() {
     for p in pages.iter().filter(|p| p.0 % 2 == 1) {
         mm.free_pages(*p, 0).unwrap();
     }
-    let free = mm.nr_free_pages();
-    let result = mm.compact_zone(0, None).unwrap();
+    let free = Report::new(&mm).nr_free_pages();
+    let result = Tuning::new(&mm).compact_zone(0, None).unwrap();
     assert_eq!(result.migrated, 0);
     assert!(result.failed > 0);
-    assert_eq!(mm.nr_free_pages(), free, "every target was given back");
+    assert_eq!(Report::new(&mm).nr_free_pages(), free, "every target was given back");
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -250,7 +255,7 @@ fn sparsest_first_moves_contents_with_real_memory() {
             mm.free_pages(b.0, b.1).unwrap();
         }
     }
-    let result = mm.compact_zone(0, None).unwrap();
+    let result = Tuning::new(&mm).compact_zone(0, None).unwrap();
     assert!(result.migrated > 0, "{result:?}");
     let mut moved: std::collections::BTreeMap<Pfn, Pfn> = std::collections::BTreeMap::new();
     for (old, new, _) in moves.lock().unwrap().drain(..) {

@@ -11,6 +11,7 @@
 //! - zone boundaries: a batched free never builds a block across zones, and
 //!   a range whose pageblocks reach into another zone is refused.
 
+use mmkit::Cpus;
 use mmkit::{
     Backing, CmaError, Contig, ContigError, CopyMigrator, FreeError, Geometry, Gfp, MemoryMapBuilder, MigrateType,
     PageAllocator, PageFlags, Pfn, PlacementPolicy, QuietHooks, Report, ZoneType,
@@ -52,7 +53,7 @@ fn assert_same(a: &Observed, b: &Observed, what: &str) {
 
 /// Free blocks per order of zone 0.
 fn free_blocks(mm: &PageAllocator) -> Vec<u64> {
-    assert_eq!(mm.drain_all_pages(), 0);
+    assert_eq!(Cpus::new(mm).drain_all_pages(), 0);
     Report::new(mm).zone_snapshots()[0].free.free_blocks_per_order.clone()
 }
 
@@ -97,7 +98,7 @@ fn poisoned_and_bad_pages_end_runs_and_the_rest_is_freed_in_maximal_chunks() {
     let (mm, _) = map(geo, 0..4096);
     // Take the whole zone, so the only free blocks afterwards are the chunks.
     Contig::new(&mm).alloc_contig_range(Pfn(0), Pfn(4096), MigrateType::Movable, Gfp::KERNEL).unwrap();
-    assert_eq!(mm.nr_free_pages(), 0);
+    assert_eq!(Report::new(&mm).nr_free_pages(), 0);
     Report::new(&mm).check_invariants().unwrap();
     let poisoned = [100u64, 2049];
     let bad = [1000u64, 1001, 3000];
@@ -107,13 +108,13 @@ fn poisoned_and_bad_pages_end_runs_and_the_rest_is_freed_in_maximal_chunks() {
     for &p in &bad {
         mm.set_page_flags(Pfn(p), PageFlags::LRU).unwrap();
     }
-    let before = mm.stats();
+    let before = Report::new(&mm).stats();
     let summary = Contig::new(&mm).free_contig_range(Pfn(0), 4096).unwrap();
     assert_eq!(summary.freed, 4096 - 5);
     assert_eq!(summary.bad, 3);
     assert_eq!(summary.hwpoisoned, 2);
     assert_eq!(summary.still_in_use, 0);
-    let after = mm.stats();
+    let after = Report::new(&mm).stats();
     assert_eq!(after.hwpoison_offlined - before.hwpoison_offlined, 2);
     assert_eq!(after.bad_pages - before.bad_pages, 3);
     let skipped: Vec<u64> = poisoned.iter().chain(&bad).copied().collect();
@@ -269,7 +270,7 @@ fn batched_free_equals_freeing_page_by_page() {
         assert_eq!(summary.hwpoisoned, 1);
         assert_eq!(summary.still_in_use, u64::from(!frozen));
         assert_same(&observe(&a), &observe(&b), &format!("frozen={frozen}"));
-        assert_eq!(a.stats(), b.stats());
+        assert_eq!(Report::new(&a).stats(), Report::new(&b).stats());
         Report::new(&a).check_invariants().unwrap();
         Report::new(&b).check_invariants().unwrap();
     }
@@ -310,8 +311,8 @@ fn movable_pages_are_migrated_out_of_the_range() {
         mm.clear_page_flags(pfn, PageFlags::LRU).unwrap();
         mm.free_pages(pfn, order).unwrap();
     }
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_free_pages(), 8192);
+    Cpus::new(&mm).drain_all_pages();
+    assert_eq!(Report::new(&mm).nr_free_pages(), 8192);
     Report::new(&mm).check_invariants().unwrap();
 }
 

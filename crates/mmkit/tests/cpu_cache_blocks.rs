@@ -1,5 +1,5 @@
 //! Pageblock-order (THP-order) blocks through the per-CPU cache's block
-//! stacks (`page_alloc::cpu_cache`, "Pageblock-order blocks"): a freed
+//! stacks (`page_alloc::cache::cpu`, "Pageblock-order blocks"): a freed
 //! block is served again without the lists, the stacks are counted by the
 //! invariant checker and `nr_pcp_pages`, drained by `drain_all_pages` and
 //! by pinning, a full stack sends blocks to the lists, bad frees change
@@ -9,6 +9,7 @@
 //! Where restartable sequences are unavailable the map has no cache; the
 //! tests then check the same outcomes through the per-CPU lists and say so.
 
+use mmkit::Cpus;
 use mmkit::{FreeError, Gfp, MemoryMapBuilder, PageAllocator, Pfn, Report};
 use std::sync::Arc;
 use std::thread;
@@ -22,7 +23,7 @@ const PAGES: u64 = 1 << ORDER;
 fn map(bytes: u64) -> PageAllocator {
     let mm = MemoryMapBuilder::with_memory(bytes).nr_cpus(2).build().unwrap();
     assert_eq!(mm.geometry().pageblock_order, ORDER, "the tests assume pageblocks of order 9");
-    if !mm.has_cpu_caches() {
+    if !Cpus::new(&mm).has_cpu_caches() {
         eprintln!("no restartable sequences here: blocks go through the per-CPU lists");
     }
     mm
@@ -31,7 +32,7 @@ fn map(bytes: u64) -> PageAllocator {
 /// Free pages plus pages cached on lists and in caches: what the map has
 /// when nothing is allocated.
 fn free_and_cached(mm: &PageAllocator) -> u64 {
-    mm.nr_free_pages() + mm.nr_pcp_pages()
+    Report::new(mm).nr_free_pages() + Report::new(mm).nr_pcp_pages()
 }
 
 #[test]
@@ -42,19 +43,19 @@ fn a_freed_block_is_served_again_and_counted_while_cached() {
     assert_eq!(block.0 % PAGES, 0);
     mm.free_pages(block, ORDER).unwrap();
     // Cached (on the CPU's stack or its list), counted, and consistent.
-    assert!(mm.nr_pcp_pages() >= PAGES);
+    assert!(Report::new(&mm).nr_pcp_pages() >= PAGES);
     assert_eq!(free_and_cached(&mm), before);
     Report::new(&mm).check_invariants().unwrap();
     // The next request of the order takes it back (LIFO on either path),
     // unless the thread moved to the other CPU in between.
     let again = mm.alloc_pages(Gfp::KERNEL, ORDER).unwrap();
-    if mm.has_cpu_caches() && again != block {
+    if Cpus::new(&mm).has_cpu_caches() && again != block {
         eprintln!("the thread moved CPUs between the free and the allocation");
     }
     mm.free_pages(again, ORDER).unwrap();
-    assert_eq!(mm.drain_all_pages(), 0);
-    assert_eq!(mm.nr_pcp_pages(), 0, "the drain empties the block stacks");
-    assert_eq!(mm.nr_free_pages(), before);
+    assert_eq!(Cpus::new(&mm).drain_all_pages(), 0);
+    assert_eq!(Report::new(&mm).nr_pcp_pages(), 0, "the drain empties the block stacks");
+    assert_eq!(Report::new(&mm).nr_free_pages(), before);
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -76,8 +77,8 @@ fn more_blocks_than_a_stack_holds_go_to_the_lists() {
     for b in again {
         mm.free_pages(b, ORDER).unwrap();
     }
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_free_pages(), before);
+    Cpus::new(&mm).drain_all_pages();
+    assert_eq!(Report::new(&mm).nr_free_pages(), before);
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -103,7 +104,7 @@ fn bad_frees_of_a_cached_block_change_nothing() {
     assert_eq!(mm.page_count(live).unwrap(), 1, "one reference dropped, the first page still in use");
     assert!(matches!(mm.free_pages(live, ORDER), Err(FreeError::WrongOrder { .. })));
     mm.free_pages(live, 0).unwrap();
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -127,7 +128,7 @@ fn a_poisoned_page_in_a_cached_block_is_never_handed_out() {
     for b in got {
         mm.free_pages(b, ORDER).unwrap();
     }
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -137,23 +138,23 @@ fn pinning_a_cpu_empties_its_block_stacks() {
     let before = free_and_cached(&mm);
     let block = mm.alloc_pages(Gfp::KERNEL, ORDER).unwrap();
     mm.free_pages(block, ORDER).unwrap();
-    let cached = mm.nr_pcp_pages();
+    let cached = Report::new(&mm).nr_pcp_pages();
     assert!(cached >= PAGES);
     // Pinning a CPU takes its stacks' blocks to the buddy (its lists stay
     // with the handle): after both CPUs were pinned, the freed block is on
     // no stack, and only list pages are left cached.
     for cpu in 0..2 {
-        let pinned = mm.pin_cpu(cpu).unwrap();
-        assert!(mm.nr_free_pages() + mm.nr_pcp_pages() <= before);
+        let pinned = Cpus::new(&mm).pin_cpu(cpu).unwrap();
+        assert!(Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages() <= before);
         drop(pinned);
         Report::new(&mm).check_invariants().unwrap();
     }
-    if mm.has_cpu_caches() {
-        assert_eq!(mm.nr_pcp_pages(), cached - PAGES, "the block left its stack");
+    if Cpus::new(&mm).has_cpu_caches() {
+        assert_eq!(Report::new(&mm).nr_pcp_pages(), cached - PAGES, "the block left its stack");
     }
     assert_eq!(free_and_cached(&mm), before);
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_free_pages(), before);
+    Cpus::new(&mm).drain_all_pages();
+    assert_eq!(Report::new(&mm).nr_free_pages(), before);
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -184,8 +185,8 @@ fn stress_blocks(threads: usize) {
     for h in handles {
         h.join().unwrap();
     }
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_free_pages(), before);
+    Cpus::new(&mm).drain_all_pages();
+    assert_eq!(Report::new(&mm).nr_free_pages(), before);
     Report::new(&mm).check_invariants().unwrap();
 }
 

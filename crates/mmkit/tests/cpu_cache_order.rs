@@ -1,10 +1,11 @@
-//! The order the per-CPU order-0 cache (`page_alloc::cpu_cache`) leaves
+//! The order the per-CPU order-0 cache (`page_alloc::cache::cpu`) leaves
 //! pages in on the per-CPU lists. A test binary of its own: the check reads
 //! one CPU's list after thousands of single frees on that CPU, and the
 //! multi-threaded tests of `cpu_caches.rs` running beside it moved this
 //! thread between CPUs often enough to scatter the window (456 and 659 of
 //! 4095 next-page steps in two of four full runs of that file).
 
+use mmkit::Cpus;
 use mmkit::{Gfp, MemoryMapBuilder, Pfn, Report};
 
 /// A cache flush hands its pages to the CPU's list in the order they were
@@ -31,7 +32,7 @@ const WINDOW: usize = 4096;
 /// (`None` without restartable sequences, so without the cache).
 fn next_page_steps() -> Option<usize> {
     let mm = MemoryMapBuilder::with_memory(256 << 20).build().unwrap();
-    if !mm.has_cpu_caches() {
+    if !Cpus::new(&mm).has_cpu_caches() {
         eprintln!("no restartable sequences here: nothing to check");
         return None;
     }

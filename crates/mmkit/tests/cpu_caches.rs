@@ -9,7 +9,7 @@
 //! and check a pattern in every page before freeing it.
 //!
 //! Where restartable sequences are unavailable the map has no cache
-//! ([`PageAllocator::has_cpu_caches`]); the tests then run on the locked
+//! ([`Cpus::has_cpu_caches`]); the tests then run on the locked
 //! lists and say so.
 //!
 //! Properties, after every step:
@@ -20,6 +20,7 @@
 //! 4. a second free, a wrong order, a page with another reference are
 //!    refused or handled exactly as without caches.
 
+use mmkit::Cpus;
 use mmkit::{FreeError, Gfp, MemoryMapBuilder, PageAllocator, Pfn, Report};
 use mmkit_testkit::XorShift64;
 use proptest::prelude::*;
@@ -34,7 +35,7 @@ const GFPS: [Gfp; 5] = [Gfp::KERNEL, Gfp::HIGHUSER_MOVABLE, Gfp::ATOMIC, Gfp::KE
 
 fn map() -> PageAllocator {
     let mm = two_zone_map().nr_cpus(2).build().unwrap();
-    if !mm.has_cpu_caches() {
+    if !Cpus::new(&mm).has_cpu_caches() {
         eprintln!("no restartable sequences here: the shared API runs on the locked lists");
     }
     mm
@@ -175,7 +176,7 @@ fn run(ops: Vec<Op>) {
                 }
                 worker.ask(Cmd::Free(zero.into_iter().map(Pfn).collect()));
             }
-            Op::Drain => assert_eq!(mm.drain_all_pages(), 0, "no CPU is pinned"),
+            Op::Drain => assert_eq!(Cpus::new(&mm).drain_all_pages(), 0, "no CPU is pinned"),
         }
         model.check(&mm);
     }
@@ -184,10 +185,10 @@ fn run(ops: Vec<Op>) {
     }
     worker.stop();
     model.check(&mm);
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
-    assert_eq!(mm.nr_free_pages(), managed, "every page came back");
-    assert_eq!(mm.nr_pcp_pages(), 0);
+    assert_eq!(Report::new(&mm).nr_free_pages(), managed, "every page came back");
+    assert_eq!(Report::new(&mm).nr_pcp_pages(), 0);
 }
 
 proptest! {
@@ -203,7 +204,7 @@ fn bad_input_on_the_cached_path_changes_nothing() {
     let mm = map();
     let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
     mm.free_pages(p, 0).unwrap();
-    assert!(mm.nr_pcp_pages() > 0, "the page is cached");
+    assert!(Report::new(&mm).nr_pcp_pages() > 0, "the page is cached");
     let report = Report::new(&mm);
     let before = report.zone_snapshots();
     assert_eq!(mm.free_pages(p, 0), Err(FreeError::DoubleFree(p)));
@@ -215,7 +216,7 @@ fn bad_input_on_the_cached_path_changes_nothing() {
 }
 
 /// A drain reaches the caches of CPUs whose threads are idle: it stops
-/// each CPU's stacks and takes their pages itself (`mem::rseq`'s stop
+/// each CPU's stacks and takes their pages itself (`sys`'s restartable sequences' stop
 /// protocol), nobody is asked to flush.
 #[test]
 fn a_drain_empties_the_caches_of_idle_threads_at_once() {
@@ -223,18 +224,18 @@ fn a_drain_empties_the_caches_of_idle_threads_at_once() {
     let worker = Worker::start(Arc::clone(&mm));
     let pages = worker.ask(Cmd::Alloc(Gfp::KERNEL, 8));
     worker.ask(Cmd::Free(pages));
-    if mm.has_cpu_caches() {
-        assert!(mm.nr_pcp_pages() > 0, "the freed pages are cached");
+    if Cpus::new(&mm).has_cpu_caches() {
+        assert!(Report::new(&mm).nr_pcp_pages() > 0, "the freed pages are cached");
     }
-    assert_eq!(mm.drain_all_pages(), 0);
-    assert_eq!(mm.nr_pcp_pages(), 0, "the idle worker's CPU cache was emptied by the drain");
+    assert_eq!(Cpus::new(&mm).drain_all_pages(), 0);
+    assert_eq!(Report::new(&mm).nr_pcp_pages(), 0, "the idle worker's CPU cache was emptied by the drain");
     Report::new(&mm).check_invariants().unwrap();
     // The worker goes on as before.
     let one = worker.ask(Cmd::Alloc(Gfp::KERNEL, 1));
     worker.ask(Cmd::Free(one));
     worker.stop();
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_pcp_pages(), 0);
+    Cpus::new(&mm).drain_all_pages();
+    assert_eq!(Report::new(&mm).nr_pcp_pages(), 0);
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -257,10 +258,10 @@ fn many_more_threads_than_cpus() {
     for h in handles {
         h.join().unwrap();
     }
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
-    assert_eq!(mm.nr_free_pages(), managed);
+    assert_eq!(Report::new(&mm).nr_free_pages(), managed);
 }
 
 #[test]
@@ -279,7 +280,7 @@ fn a_poisoned_page_in_a_cache_is_never_handed_out() {
         mm.free_pages(p, 0).unwrap();
     }
     assert_eq!(mm.free_pages(victim, 0), Err(FreeError::Poisoned(victim)));
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -290,7 +291,7 @@ fn a_poisoned_page_in_a_cache_is_never_handed_out() {
 /// the rest themselves, while thread 0 drains every CPU now and then.
 fn stress_cross_thread_frees(threads: usize) {
     let mm = Arc::new(real_memory_map());
-    let free_at_start = mm.nr_free_pages() + mm.nr_pcp_pages();
+    let free_at_start = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads).map(|_| mpsc::channel::<(Pfn, u64)>()).unzip();
     let handles: Vec<_> = receivers
         .into_iter()
@@ -303,7 +304,7 @@ fn stress_cross_thread_frees(threads: usize) {
                 let mut held: Vec<(Pfn, u64)> = Vec::new();
                 for round in 0..20_000u64 {
                     if t == 0 && round % 2048 == 0 {
-                        mm.drain_all_pages();
+                        Cpus::new(&mm).drain_all_pages();
                     }
                     if rng.next_u64() % 3 != 0 || held.is_empty() {
                         let gfp = if rng.next_u64() % 2 == 0 { Gfp::KERNEL } else { Gfp::HIGHUSER_MOVABLE };
@@ -345,11 +346,11 @@ fn stress_cross_thread_frees(threads: usize) {
             mm.free_pages(pfn, 0).unwrap();
         }
     }
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
-    assert_eq!(mm.nr_pcp_pages(), 0);
-    assert_eq!(mm.nr_free_pages(), free_at_start, "every page came back");
-    assert_eq!(mm.stats().bad_pages, 0);
+    assert_eq!(Report::new(&mm).nr_pcp_pages(), 0);
+    assert_eq!(Report::new(&mm).nr_free_pages(), free_at_start, "every page came back");
+    assert_eq!(Report::new(&mm).stats().bad_pages, 0);
 }
 
 #[test]
@@ -420,11 +421,11 @@ fn speculative_references_never_race_the_cached_free() {
     owner.join().unwrap();
     stop.store(true, Relaxed);
     let taken = taker.join().unwrap();
-    assert_eq!(mm.stats().bad_pages, 0);
-    mm.drain_all_pages();
+    assert_eq!(Report::new(&mm).stats().bad_pages, 0);
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
-    assert_eq!(mm.nr_free_pages(), managed);
+    assert_eq!(Report::new(&mm).nr_free_pages(), managed);
     eprintln!("speculative references taken: {taken}");
 }
 
@@ -438,23 +439,23 @@ fn a_consumer_thread_caches_what_it_frees() {
     let movable = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap();
     let consumer = Worker::start(Arc::clone(&mm));
     consumer.ask(Cmd::Free(pages));
-    if mm.has_cpu_caches() {
-        assert!(mm.nr_pcp_pages() >= 16, "the consumer's CPU cache holds what it freed");
+    if Cpus::new(&mm).has_cpu_caches() {
+        assert!(Report::new(&mm).nr_pcp_pages() >= 16, "the consumer's CPU cache holds what it freed");
     }
     let report = Report::new(&mm);
     report.check_invariants().unwrap();
     // A page of another type goes on its own stack.
     consumer.ask(Cmd::Free(vec![movable]));
     report.check_invariants().unwrap();
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_pcp_pages(), 0, "a drain from here reaches the consumer's CPU");
+    Cpus::new(&mm).drain_all_pages();
+    assert_eq!(Report::new(&mm).nr_pcp_pages(), 0, "a drain from here reaches the consumer's CPU");
     let got = consumer.ask(Cmd::Alloc(Gfp::HIGHUSER_MOVABLE, 1));
     consumer.ask(Cmd::Free(got));
     consumer.stop();
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     report.check_invariants().unwrap();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
-    assert_eq!(mm.nr_free_pages(), managed);
+    assert_eq!(Report::new(&mm).nr_free_pages(), managed);
 }
 
 /// A pinned CPU's cache is emptied when it is pinned and stays out of use
@@ -464,7 +465,7 @@ fn a_consumer_thread_caches_what_it_frees() {
 #[test]
 fn pinning_a_cpu_empties_its_cache_and_keeps_others_off_it() {
     let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
-    if !mm.has_cpu_caches() {
+    if !Cpus::new(&mm).has_cpu_caches() {
         eprintln!("skipped: no per-CPU cache here");
         return;
     }
@@ -472,24 +473,24 @@ fn pinning_a_cpu_empties_its_cache_and_keeps_others_off_it() {
     for &p in &pages[..4] {
         mm.free_pages(p, 0).unwrap();
     }
-    assert!(mm.nr_pcp_pages() >= 4, "cached");
+    assert!(Report::new(&mm).nr_pcp_pages() >= 4, "cached");
     {
         // Every CPU of the map: whichever this thread runs on is pinned.
-        let pins = (mm.pin_cpu(0).unwrap(), mm.pin_cpu(1).unwrap());
-        assert_eq!(mm.nr_pcp_pages(), 0, "pinning emptied the caches");
+        let pins = (Cpus::new(&mm).pin_cpu(0).unwrap(), Cpus::new(&mm).pin_cpu(1).unwrap());
+        assert_eq!(Report::new(&mm).nr_pcp_pages(), 0, "pinning emptied the caches");
         for &p in &pages[4..] {
             mm.free_pages(p, 0).unwrap();
         }
         let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
         mm.free_pages(p, 0).unwrap();
-        assert_eq!(mm.nr_pcp_pages(), 0, "frees on a pinned CPU skip its cache");
+        assert_eq!(Report::new(&mm).nr_pcp_pages(), 0, "frees on a pinned CPU skip its cache");
         drop(pins);
     }
     let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
     mm.free_pages(p, 0).unwrap();
-    assert!(mm.nr_pcp_pages() > 0, "cached again once unpinned");
-    assert_eq!(mm.drain_all_pages(), 0);
+    assert!(Report::new(&mm).nr_pcp_pages() > 0, "cached again once unpinned");
+    assert_eq!(Cpus::new(&mm).drain_all_pages(), 0);
     Report::new(&mm).check_invariants().unwrap();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
-    assert_eq!(mm.nr_free_pages(), managed);
+    assert_eq!(Report::new(&mm).nr_free_pages(), managed);
 }

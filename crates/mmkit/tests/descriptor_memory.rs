@@ -4,6 +4,7 @@
 //! small is refused with the size needed; the sizes agree with `build`.
 
 use core::mem::MaybeUninit;
+use mmkit::Cpus;
 use mmkit::{BuildError, Gfp, MemoryMapBuilder, Pfn, Report};
 
 /// `bytes` of leaked memory filled with `fill`, starting `offset` bytes
@@ -32,7 +33,7 @@ fn a_1_gib_map_builds_in_lent_memory_that_held_garbage() {
         for pfn in held {
             mm.free_pages(pfn, 9).unwrap();
         }
-        mm.drain_all_pages();
+        Cpus::new(&mm).drain_all_pages();
         Report::new(&mm).check_invariants().unwrap();
     }
 }

@@ -14,6 +14,7 @@
 //!    `CpuLocal` and change nothing;
 //! 4. bad input through the locked zone gets the shared API's typed error.
 
+use mmkit::Cpus;
 use mmkit::{FreeError, Gfp, LockedZone, PageAllocator, PageError, PageFlags, Pfn, PinnedCpu, Report};
 use mmkit_testkit::XorShift64;
 use proptest::prelude::*;
@@ -109,7 +110,7 @@ fn run(ops: &[Op], per_cpu_lists: bool) {
     let mut local = BTreeSet::new();
     let mut ops = ops.iter();
     loop {
-        let mut cpu = mm.pin_cpu(0).unwrap();
+        let mut cpu = Cpus::new(&mm).pin_cpu(0).unwrap();
         let mut holder = Holder::Pinned(&mut cpu);
         let mut repin = false;
         for op in ops.by_ref() {
@@ -184,7 +185,7 @@ fn run(ops: &[Op], per_cpu_lists: bool) {
             assert!(!is_local(&mm, Pfn(pfn)), "{pfn:#x} still LOCAL after the handle's drop");
         }
         local.clear();
-        mm.drain_all_pages();
+        Cpus::new(&mm).drain_all_pages();
         model.check(&mm);
         if !repin {
             break;
@@ -193,7 +194,7 @@ fn run(ops: &[Op], per_cpu_lists: bool) {
     while let Some((pfn, order)) = model.take(0) {
         mm.free_pages(pfn, order).unwrap();
     }
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     model.check(&mm);
 }
 
@@ -211,8 +212,8 @@ proptest! {
 #[test]
 fn higher_order_local_blocks_leave_by_every_door() {
     let mm = map(true);
-    let before = mm.nr_free_pages();
-    let mut cpu = mm.pin_cpu(0).unwrap();
+    let before = Report::new(&mm).nr_free_pages();
+    let mut cpu = Cpus::new(&mm).pin_cpu(0).unwrap();
     let (a, b, c) = {
         let mut zone = cpu.lock_zone(Gfp::KERNEL).unwrap();
         let blocks = [3, 5, 6].map(|order| zone.alloc_pages(Gfp::KERNEL, order).unwrap());
@@ -228,8 +229,8 @@ fn higher_order_local_blocks_leave_by_every_door() {
     drop(cpu);
     assert!(!is_local(&mm, c), "dropping the handle handed the block over");
     mm.free_pages(c, 6).unwrap();
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_free_pages(), before);
+    Cpus::new(&mm).drain_all_pages();
+    assert_eq!(Report::new(&mm).nr_free_pages(), before);
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -240,9 +241,9 @@ fn bad_input_through_a_locked_zone_changes_nothing() {
     let mm = map(false);
     // A block LOCAL to CPU 1 (its zone held, then released; the handle
     // stays alive so the block stays LOCAL).
-    let mut cpu1 = mm.pin_cpu(1).unwrap();
+    let mut cpu1 = Cpus::new(&mm).pin_cpu(1).unwrap();
     let other = cpu1.lock_zone(Gfp::KERNEL).unwrap().alloc_pages(Gfp::KERNEL, 2).unwrap();
-    let mut cpu = mm.pin_cpu(0).unwrap();
+    let mut cpu = Cpus::new(&mm).pin_cpu(0).unwrap();
     let frozen = cpu.alloc_frozen_pages(Gfp::KERNEL, 0).unwrap();
     let mut zone = cpu.lock_zone(Gfp::KERNEL).unwrap();
     let mine = zone.alloc_pages(Gfp::KERNEL, 4).unwrap();
@@ -284,7 +285,7 @@ fn the_holder_stops_at_the_same_watermark_as_the_shared_path() {
         let held = map(false);
         let mut n_held = 0u64;
         {
-            let mut cpu = held.pin_cpu(0).unwrap();
+            let mut cpu = Cpus::new(&held).pin_cpu(0).unwrap();
             let mut zone = cpu.lock_zone(Gfp::KERNEL).unwrap();
             while zone.alloc_pages(Gfp::KERNEL | Gfp::NOWARN, order).is_ok() {
                 n_held += 1;
@@ -302,11 +303,11 @@ fn the_holder_stops_at_the_same_watermark_as_the_shared_path() {
 #[test]
 fn a_page_poisoned_while_out_is_dropped_at_the_locked_free() {
     let mm = map(false);
-    let mut cpu = mm.pin_cpu(0).unwrap();
+    let mut cpu = Cpus::new(&mm).pin_cpu(0).unwrap();
     let block = cpu.lock_zone(Gfp::KERNEL).unwrap().alloc_pages(Gfp::KERNEL, 2).unwrap();
     let victim = Pfn(block.0 + 1);
     mm.memory_failure(victim).unwrap();
-    let offlined = mm.stats().hwpoison_offlined;
+    let offlined = Report::new(&mm).stats().hwpoison_offlined;
     let mut zone = cpu.lock_zone(Gfp::KERNEL).unwrap();
     zone.free_pages(block, 2).unwrap();
     let mut got = Vec::new();
@@ -320,7 +321,7 @@ fn a_page_poisoned_while_out_is_dropped_at_the_locked_free() {
     }
     drop(zone);
     drop(cpu);
-    assert_eq!(mm.stats().hwpoison_offlined, offlined + 1);
+    assert_eq!(Report::new(&mm).stats().hwpoison_offlined, offlined + 1);
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -370,7 +371,7 @@ fn stress_holder_shared_and_speculative_threads_keep_every_block_intact() {
         })
     };
     let mut rng = XorShift64::new(3);
-    let mut cpu = mm.pin_cpu(0).unwrap();
+    let mut cpu = Cpus::new(&mm).pin_cpu(0).unwrap();
     for burst in 0..400u64 {
         let mut zone = cpu.lock_zone(Gfp::KERNEL).unwrap();
         let mut held = Vec::new();
@@ -397,9 +398,9 @@ fn stress_holder_shared_and_speculative_threads_keep_every_block_intact() {
     stop.store(true, Relaxed);
     speculator.join().unwrap();
     drop(cpu);
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
-    assert_eq!(mm.nr_free_pages(), mm.zones().iter().map(|z| z.managed_pages()).sum::<u64>());
+    assert_eq!(Report::new(&mm).nr_free_pages(), mm.zones().iter().map(|z| z.managed_pages()).sum::<u64>());
 }
 
 /// A holder that calls the map itself on a path that needs the held
@@ -414,7 +415,7 @@ fn a_holder_calling_the_map_gets_a_panic_not_a_deadlock() {
     let worker = {
         let mm = Arc::clone(&mm);
         thread::spawn(move || {
-            let mut cpu = mm.pin_cpu(0).unwrap();
+            let mut cpu = Cpus::new(&mm).pin_cpu(0).unwrap();
             let mine = std::cell::Cell::new(None);
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let mut zone = cpu.lock_zone(Gfp::KERNEL).unwrap();
@@ -442,14 +443,14 @@ fn a_holder_calling_the_map_gets_a_panic_not_a_deadlock() {
     worker.join().unwrap();
     Report::new(&mm).check_invariants().unwrap();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
-    assert_eq!(mm.nr_free_pages(), managed);
+    assert_eq!(Report::new(&mm).nr_free_pages(), managed);
 }
 
 /// The scoped burst serves like the guard and leaves nothing locked.
 #[test]
 fn a_burst_allocates_and_frees_and_unlocks() {
     let mm = map(true);
-    let mut cpu = mm.pin_cpu(1).unwrap();
+    let mut cpu = Cpus::new(&mm).pin_cpu(1).unwrap();
     let kept = cpu
         .burst(Gfp::KERNEL, |zone| {
             let blocks: Vec<Pfn> = (0..16).map(|i| zone.alloc_pages(Gfp::KERNEL, i % 4).unwrap()).collect();

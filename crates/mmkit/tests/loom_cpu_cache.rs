@@ -1,5 +1,5 @@
 //! Model check (loom) of the per-CPU order-0 cache's protocol
-//! (`mem::rseq`, `page_alloc::cpu_cache`): threads pop and push on the
+//! (`sys`'s rseq module, `page_alloc::cache::cpu`): threads pop and push on the
 //! stack of the CPU they run on, refill it from the locked lists and
 //! flush it there, migrate between CPUs in the middle of an operation, and
 //! another thread drains every CPU's stack through the stop protocol.
@@ -36,7 +36,7 @@ const CPUS: usize = 2;
 const SLOTS: usize = 3;
 const HOME_ANY: u32 = u32::MAX;
 
-/// One CPU's stack, as `mem::rseq` lays it out (`len`, `stopped`, items).
+/// One CPU's stack, as `sys::stack` lays it out (`len`, `stopped`, items).
 struct Stack {
     len: AtomicU32,
     stopped: AtomicU32,
@@ -110,7 +110,7 @@ impl System {
         .flatten()
     }
 
-    /// `page_alloc::cpu_cache`'s push: only on the thread's home CPU.
+    /// `page_alloc::cache::cpu`'s push: only on the thread's home CPU.
     fn push(&self, cpu: usize, item: u32, home: u32) -> Push {
         self.sequence(cpu, |s| {
             if home != HOME_ANY && home != cpu as u32 {

@@ -9,6 +9,7 @@
 
 use loom::sync::Arc;
 use loom::thread;
+use mmkit::Cpus;
 use mmkit::{Gfp, MemoryMapBuilder, PageAllocator, Report, ZoneType};
 
 const PAGES: u64 = 32;
@@ -33,9 +34,9 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 }
 
 fn settle(mm: &PageAllocator) {
-    assert_eq!(mm.drain_all_pages(), 0);
+    assert_eq!(Cpus::new(&mm).drain_all_pages(), 0);
     Report::new(mm).check_invariants().unwrap();
-    assert_eq!(mm.nr_free_pages(), PAGES, "every page is back on the buddy lists");
+    assert_eq!(Report::new(&mm).nr_free_pages(), PAGES, "every page is back on the buddy lists");
 }
 
 #[test]
@@ -45,7 +46,7 @@ fn same_cpu_alloc_free_against_drain() {
         let worker = {
             let mm = mm.clone();
             thread::spawn(move || {
-                let cpu = mm.cpu(0).unwrap();
+                let cpu = Cpus::new(&mm).cpu(0).unwrap();
                 let a = cpu.alloc_pages(Gfp::KERNEL, 0).unwrap();
                 let b = cpu.alloc_pages(Gfp::KERNEL, 1).unwrap();
                 cpu.free_pages(a, 0).unwrap();
@@ -55,10 +56,10 @@ fn same_cpu_alloc_free_against_drain() {
         let drainer = {
             let mm = mm.clone();
             thread::spawn(move || {
-                mm.drain_all_pages();
+                Cpus::new(&mm).drain_all_pages();
             })
         };
-        let cpu = mm.cpu(0).unwrap();
+        let cpu = Cpus::new(&mm).cpu(0).unwrap();
         let c = cpu.alloc_pages(Gfp::KERNEL, 0).unwrap();
         cpu.free_pages(c, 0).unwrap();
         worker.join().unwrap();
@@ -71,12 +72,12 @@ fn same_cpu_alloc_free_against_drain() {
 fn remote_free_lands_on_another_cpu() {
     model(|| {
         let mm = Arc::new(small_map());
-        let pfn = mm.cpu(0).unwrap().alloc_pages(Gfp::KERNEL, 0).unwrap();
+        let pfn = Cpus::new(&mm).cpu(0).unwrap().alloc_pages(Gfp::KERNEL, 0).unwrap();
         let freer = {
             let mm = mm.clone();
-            thread::spawn(move || mm.cpu(1).unwrap().free_pages(pfn, 0).unwrap())
+            thread::spawn(move || Cpus::new(&mm).cpu(1).unwrap().free_pages(pfn, 0).unwrap())
         };
-        let cpu0 = mm.cpu(0).unwrap();
+        let cpu0 = Cpus::new(&mm).cpu(0).unwrap();
         let other = cpu0.alloc_pages(Gfp::KERNEL, 0).unwrap();
         assert_ne!(other, pfn, "a live page is never handed out twice");
         cpu0.free_pages(other, 0).unwrap();
@@ -92,14 +93,14 @@ fn pinned_owner_serves_drain_requests() {
         let owner = {
             let mm = mm.clone();
             thread::spawn(move || {
-                let mut pinned = mm.pin_cpu(1).unwrap();
+                let mut pinned = Cpus::new(&mm).pin_cpu(1).unwrap();
                 let a = pinned.alloc_pages(Gfp::KERNEL, 0).unwrap();
                 pinned.free_pages(a, 0).unwrap();
                 let b = pinned.alloc_pages(Gfp::KERNEL, 0).unwrap();
                 pinned.free_pages(b, 0).unwrap();
             })
         };
-        let deferred = mm.drain_all_pages();
+        let deferred = Cpus::new(&mm).drain_all_pages();
         assert!(deferred <= 1);
         owner.join().unwrap();
         settle(&mm);

@@ -5,6 +5,8 @@
 //! migrator answered `Ok` for a block it could not free (the layer owned it
 //! now) and had copied it while the layer could write it.
 
+use mmkit::Blocks;
+use mmkit::Cpus;
 use mmkit::{Backing, CopyMigrator, Gfp, HugePages, MemoryMapBuilder, MigrateRequest, Migrator, Report};
 use std::sync::Barrier;
 
@@ -15,7 +17,8 @@ fn a_block_in_flight_is_either_moved_or_adopted_never_both() {
         .nr_cpus(2)
         .build()
         .unwrap();
-    let key = mm.new_owner_key().unwrap();
+    let blocks = Blocks::new(&mm);
+    let key = blocks.new_owner_key().unwrap();
     let migrator = CopyMigrator::new(|_, _, _| {});
     let (mut moved, mut adopted) = (0, 0);
     for round in 0..4000u32 {
@@ -31,34 +34,34 @@ fn a_block_in_flight_is_either_moved_or_adopted_never_both() {
             if round % 2 == 0 {
                 std::hint::spin_loop();
             }
-            let taken = mm.take_back_block(&key, pfn, 0);
+            let taken = blocks.take_back_block(&key, pfn, 0);
             (mover.join().unwrap(), taken)
         });
         match (migrated, taken) {
             (Ok(new), Err(_)) => {
                 moved += 1;
                 assert_ne!(new, pfn);
-                assert_eq!(mm.page_owner(pfn), None, "the old block went back free");
+                assert_eq!(blocks.page_owner(pfn), None, "the old block went back free");
                 mm.free_pages(new, 0).unwrap();
             }
             (Err(_), Ok(block)) => {
                 adopted += 1;
                 assert_eq!(block.pfn(), pfn);
-                mm.free_block(block).unwrap();
+                blocks.free_block(block).unwrap();
             }
             (Ok(new), Ok(block)) => panic!("round {round}: moved to {new} and adopted as {block:?}"),
             // Both backed off (the take-back marked the block just before
             // the freeze, the move saw the mark and unfroze): still a plain
             // block with its one reference.
             (Err(_), Err(_)) => {
-                assert_eq!(mm.page_owner(pfn), None);
+                assert_eq!(blocks.page_owner(pfn), None);
                 mm.free_pages(pfn, 0).unwrap();
             }
         }
     }
     assert!(moved + adopted > 0);
-    assert_eq!(mm.stats().bad_pages, 0);
-    mm.drain_all_pages();
+    assert_eq!(Report::new(&mm).stats().bad_pages, 0);
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -67,10 +70,11 @@ fn a_block_in_flight_is_either_moved_or_adopted_never_both() {
 #[test]
 fn a_frozen_block_refuses_adoption() {
     let mm = MemoryMapBuilder::with_memory(16 << 20).build().unwrap();
-    let key = mm.new_owner_key().unwrap();
+    let blocks = Blocks::new(&mm);
+    let key = blocks.new_owner_key().unwrap();
     let pfn = mm.alloc_frozen_pages(Gfp::KERNEL, 0).unwrap();
-    assert!(mm.take_back_block(&key, pfn, 0).is_err());
-    assert_eq!(mm.page_owner(pfn), None);
+    assert!(blocks.take_back_block(&key, pfn, 0).is_err());
+    assert_eq!(blocks.page_owner(pfn), None);
     mm.free_frozen_pages(pfn, 0).unwrap();
     Report::new(&mm).check_invariants().unwrap();
 }

@@ -14,6 +14,7 @@
 //! `CpuHandle`s of both CPUs, where pages cached on the lists count as free.
 
 use mmkit::gfp::gfp_zone;
+use mmkit::Cpus;
 use mmkit::{
     AllocError, BadPageReason, FreeError, Gfp, MemoryFailure, MemoryMapBuilder, PageAllocator, PageError, PageFlags,
     Pfn, Report, ZoneType,
@@ -256,7 +257,7 @@ impl<'a> Model<'a> {
         match *op {
             Op::Alloc { gfp, order, frozen, node, cpu } => self.alloc(GFPS[gfp], order, frozen, node, cpu),
             Op::Drain => {
-                mm.drain_all_pages();
+                Cpus::new(mm).drain_all_pages();
             }
             Op::Free { which, wrong, cpu } => {
                 if self.live.is_empty() {
@@ -265,7 +266,7 @@ impl<'a> Model<'a> {
                 let i = which.index(self.live.len());
                 let b = self.live[i];
                 let given = wrong.unwrap_or(b.order);
-                let h = mm.cpu(cpu).unwrap();
+                let h = Cpus::new(mm).cpu(cpu).unwrap();
                 let got = match (b.frozen, self.pcp) {
                     (true, true) => h.free_frozen_pages(Pfn(b.pfn), given),
                     (false, true) => h.free_pages(Pfn(b.pfn), given),
@@ -405,7 +406,7 @@ impl<'a> Model<'a> {
         let got = if frozen {
             mm.alloc_frozen_pages_node(node, gfp, order)
         } else if self.pcp {
-            mm.cpu(cpu).unwrap().alloc_pages_node(node, gfp, order)
+            Cpus::new(mm).cpu(cpu).unwrap().alloc_pages_node(node, gfp, order)
         } else {
             mm.alloc_pages_node(node, gfp, order)
         };
@@ -514,7 +515,7 @@ impl<'a> Model<'a> {
 
 /// State that a rejected call must leave alone.
 fn snapshot(mm: &PageAllocator) -> (Vec<mmkit::ZoneSnapshot>, mmkit::StatsSnapshot) {
-    (Report::new(mm).zone_snapshots(), mm.stats())
+    (Report::new(mm).zone_snapshots(), Report::new(mm).stats())
 }
 
 fn run(which: u8, pcp: bool, ops: &[Op]) {
@@ -543,7 +544,7 @@ fn run(which: u8, pcp: bool, ops: &[Op]) {
             }
         }
     }
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     model.check();
 }
 
@@ -591,18 +592,18 @@ proptest! {
 #[test]
 fn drained_page_merges_cleanly() {
     let mm = MemoryMapBuilder::new().nr_cpus(2).zone(0, ZoneType::Normal, 0..4096).build().unwrap();
-    let (c0, c1) = (mm.cpu(0).unwrap(), mm.cpu(1).unwrap());
+    let (c0, c1) = (Cpus::new(&mm).cpu(0).unwrap(), Cpus::new(&mm).cpu(1).unwrap());
     let a = c0.alloc_pages(Gfp::KERNEL, 0).unwrap();
     let b = c0.alloc_pages(Gfp::KERNEL, 0).unwrap();
     assert_eq!(a.0 ^ 1, b.0, "buddies");
     c0.free_pages(a, 0).unwrap();
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     c1.free_pages(b, 0).unwrap();
     Report::new(&mm).check_invariants().unwrap();
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
     assert_eq!(mm.page_flags(b), Ok(PageFlags::EMPTY));
-    assert_eq!(mm.nr_free_pages(), 4096);
+    assert_eq!(Report::new(&mm).nr_free_pages(), 4096);
 }
 
 /// Regression: a tail of a leaked (bad) compound page resolves to its head

@@ -5,6 +5,7 @@
 //! pinned CPU means for the others (no false contention).
 
 use mmkit::{AllocError, BuildError, Gfp, MemoryMapBuilder, PageAllocator, Pfn, Report, ZoneType};
+use mmkit::{Cpus, Tuning};
 
 const NODE_PAGES: u64 = 4096;
 
@@ -28,17 +29,17 @@ fn node_of(pfn: Pfn) -> usize {
 #[test]
 fn every_entry_point_prefers_the_cpus_node() {
     let mm = two_nodes(|| 1);
-    assert_eq!(mm.cpu_to_node(1), Ok(1));
+    assert_eq!(Cpus::new(&mm).cpu_to_node(1), Ok(1));
     assert_eq!(node_of(mm.alloc_pages(Gfp::KERNEL, 0).unwrap()), 1, "default CPU id");
     assert_eq!(node_of(mm.alloc_frozen_pages(Gfp::KERNEL, 2).unwrap()), 1);
-    assert_eq!(node_of(mm.cpu(0).unwrap().alloc_pages(Gfp::KERNEL, 0).unwrap()), 0, "CpuHandle 0");
-    assert_eq!(node_of(mm.cpu(1).unwrap().alloc_pages(Gfp::KERNEL, 3).unwrap()), 1, "CpuHandle 1");
+    assert_eq!(node_of(Cpus::new(&mm).cpu(0).unwrap().alloc_pages(Gfp::KERNEL, 0).unwrap()), 0, "CpuHandle 0");
+    assert_eq!(node_of(Cpus::new(&mm).cpu(1).unwrap().alloc_pages(Gfp::KERNEL, 3).unwrap()), 1, "CpuHandle 1");
     {
-        let mut pinned = mm.pin_cpu(0).unwrap();
+        let mut pinned = Cpus::new(&mm).pin_cpu(0).unwrap();
         assert_eq!(node_of(pinned.alloc_pages(Gfp::KERNEL, 0).unwrap()), 0, "PinnedCpu 0");
     }
     let mut slots = [None; 16];
-    assert_eq!(mm.cpu(0).unwrap().alloc_pages_bulk(Gfp::KERNEL, &mut slots), 16);
+    assert_eq!(Cpus::new(&mm).cpu(0).unwrap().alloc_pages_bulk(Gfp::KERNEL, &mut slots), 16);
     assert!(slots.iter().flatten().all(|&p| node_of(p) == 0), "bulk on CPU 0");
     let mut slots = [None; 16];
     assert_eq!(mm.alloc_pages_bulk(Gfp::KERNEL, &mut slots), 16);
@@ -48,7 +49,7 @@ fn every_entry_point_prefers_the_cpus_node() {
 #[test]
 fn a_full_node_falls_back_unless_thisnode() {
     let mm = two_nodes(|| 1);
-    let handle = mm.cpu(1).unwrap();
+    let handle = Cpus::new(&mm).cpu(1).unwrap();
     let mut held = Vec::new();
     while let Ok(pfn) = handle.alloc_pages(Gfp::KERNEL | Gfp::THISNODE, 0) {
         assert_eq!(node_of(pfn), 1, "THISNODE stays on node 1");
@@ -59,7 +60,7 @@ fn a_full_node_falls_back_unless_thisnode() {
     assert_eq!(node_of(remote), 0, "without THISNODE the zonelist goes on to node 0");
     held.push(remote);
     assert_eq!(mm.free_pages_bulk(&held), Ok(held.len()));
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -79,9 +80,9 @@ fn a_pinned_cpu_honours_thisnode_on_a_memoryless_node() {
         .cpu_node(1, 1)
         .build()
         .unwrap();
-    let shared = mm.cpu(1).unwrap().alloc_pages(Gfp::KERNEL | Gfp::THISNODE, 0);
+    let shared = Cpus::new(&mm).cpu(1).unwrap().alloc_pages(Gfp::KERNEL | Gfp::THISNODE, 0);
     assert!(matches!(shared, Err(AllocError::NoMemory { .. })), "{shared:?}");
-    let mut pinned = mm.pin_cpu(1).unwrap();
+    let mut pinned = Cpus::new(&mm).pin_cpu(1).unwrap();
     let got = pinned.alloc_pages(Gfp::KERNEL | Gfp::THISNODE, 0);
     assert!(matches!(got, Err(AllocError::NoMemory { .. })), "pinned CPU 1 handed out {got:?}");
     assert!(pinned.alloc_pages(Gfp::KERNEL, 0).is_ok(), "without THISNODE another node serves");
@@ -90,7 +91,7 @@ fn a_pinned_cpu_honours_thisnode_on_a_memoryless_node() {
 #[test]
 fn a_pinned_cpu_is_not_contention_for_itself() {
     let mm = two_nodes(|| 0);
-    let mut pinned = mm.pin_cpu(0).unwrap();
+    let mut pinned = Cpus::new(&mm).pin_cpu(0).unwrap();
     // A partial free: the first page lives on, the rest is freed on CPU 0,
     // whose lists the handle holds.
     let pfn = pinned.alloc_pages(Gfp::KERNEL, 2).unwrap();
@@ -99,21 +100,21 @@ fn a_pinned_cpu_is_not_contention_for_itself() {
     // The shared API on the pinned CPU goes to the buddy.
     let other = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
     mm.free_pages(other, 0).unwrap();
-    assert_eq!(mm.stats().pcp_contended, 0, "a pinned pageset is owned, not contended");
+    assert_eq!(Report::new(&mm).stats().pcp_contended, 0, "a pinned pageset is owned, not contended");
     pinned.free_pages(pfn, 0).unwrap();
 }
 
 #[test]
 fn a_pinned_cpu_takes_a_new_high_fraction_at_its_next_call() {
     let mm = two_nodes(|| 1);
-    let before = mm.pcp_info(0, 0).unwrap().unwrap();
-    let mut pinned = mm.pin_cpu(0).unwrap();
-    mm.set_percpu_pagelist_high_fraction(8).unwrap();
-    let other = mm.pcp_info(1, 1).unwrap().unwrap();
+    let before = Cpus::new(&mm).pcp_info(0, 0).unwrap().unwrap();
+    let mut pinned = Cpus::new(&mm).pin_cpu(0).unwrap();
+    Tuning::new(&mm).set_percpu_pagelist_high_fraction(8).unwrap();
+    let other = Cpus::new(&mm).pcp_info(1, 1).unwrap().unwrap();
     assert_ne!((other.high_min, other.high_max), (before.high_min, before.high_max), "an unpinned CPU resized");
     let pfn = pinned.alloc_pages(Gfp::KERNEL, 0).unwrap();
     pinned.free_pages(pfn, 0).unwrap();
     drop(pinned);
-    let after = mm.pcp_info(0, 0).unwrap().unwrap();
+    let after = Cpus::new(&mm).pcp_info(0, 0).unwrap().unwrap();
     assert_eq!((after.high_min, after.high_max), (other.high_min, other.high_max), "the pinned CPU resized too");
 }

@@ -1,10 +1,11 @@
 //! `PageGuard`: a guarded block is freed on drop, exactly once, and a
 //! guard taken apart or freed by hand frees nothing more.
 
+use mmkit::Blocks;
 use mmkit::{FreeError, Gfp, MemoryMapBuilder, PageAllocator, Report};
 
 fn free(mm: &PageAllocator) -> u64 {
-    mm.nr_free_pages() + mm.nr_pcp_pages()
+    Report::new(mm).nr_free_pages() + Report::new(mm).nr_pcp_pages()
 }
 
 #[test]
@@ -39,6 +40,7 @@ fn no_bare_pfn_call_frees_a_guarded_block() {
     // the guard's drop later freed whoever held the page next.
     for (lists, caches) in [(false, false), (true, false), (true, true)] {
         let mm = MemoryMapBuilder::with_memory(16 << 20).per_cpu_lists(lists).cpu_caches(caches).build().unwrap();
+        let blocks = Blocks::new(&mm);
         let before = free(&mm);
         assert_eq!(mm.alloc_pages_guarded(Gfp::KERNEL, 1).unwrap().free(), Ok(()));
         assert_eq!(free(&mm), before);
@@ -52,9 +54,9 @@ fn no_bare_pfn_call_frees_a_guarded_block() {
             assert!(mm.free_pages_bulk(&[pfn]).is_err() || order != 0);
             assert_eq!(free(&mm), before - (1 << order), "nothing freed behind the guard");
             // Another layer's key cannot take it either.
-            let key = mm.new_owner_key().unwrap();
-            assert!(matches!(mm.take_back_block(&key, pfn, order), Err(FreeError::Owned { .. })));
-            assert!(mm.release_owner_key(key));
+            let key = blocks.new_owner_key().unwrap();
+            assert!(matches!(blocks.take_back_block(&key, pfn, order), Err(FreeError::Owned { .. })));
+            assert!(blocks.release_owner_key(key));
             assert_eq!(guard.free(), Ok(()));
             assert_eq!(free(&mm), before);
         }
@@ -81,19 +83,20 @@ fn a_page_freed_and_reallocated_is_not_freed_by_a_stale_guard() {
 #[test]
 fn guards_share_one_tag_and_fail_cleanly_when_keys_hold_them_all() {
     let mm = MemoryMapBuilder::with_memory(16 << 20).build().unwrap();
-    let keys: Vec<_> = std::iter::from_fn(|| mm.new_owner_key().ok()).collect();
+    let blocks = Blocks::new(&mm);
+    let keys: Vec<_> = std::iter::from_fn(|| blocks.new_owner_key().ok()).collect();
     assert_eq!(keys.len(), usize::from(mmkit::PageOwner::MAX));
     let before = free(&mm);
     assert_eq!(mm.alloc_pages_guarded(Gfp::KERNEL, 0).err(), Some(mmkit::AllocError::OwnerTagsExhausted));
     assert_eq!(free(&mm), before, "nothing allocated");
     for key in keys {
-        assert!(mm.release_owner_key(key));
+        assert!(blocks.release_owner_key(key));
     }
     let a = mm.alloc_pages_guarded(Gfp::KERNEL, 0).unwrap();
     let b = mm.alloc_pages_guarded(Gfp::KERNEL, 0).unwrap();
-    assert_eq!(mm.page_owner(a.pfn()), mm.page_owner(b.pfn()));
+    assert_eq!(blocks.page_owner(a.pfn()), blocks.page_owner(b.pfn()));
     // The guards' tag stays taken: one fewer key for layers.
-    let keys: Vec<_> = std::iter::from_fn(|| mm.new_owner_key().ok()).collect();
+    let keys: Vec<_> = std::iter::from_fn(|| blocks.new_owner_key().ok()).collect();
     assert_eq!(keys.len(), usize::from(mmkit::PageOwner::MAX) - 1);
     drop((a, b));
     assert_eq!(free(&mm), before);
@@ -107,7 +110,7 @@ fn threads_racing_for_the_first_guard_take_one_tag() {
             .map(|_| {
                 s.spawn(|| {
                     let g = mm.alloc_pages_guarded(Gfp::KERNEL, 0).unwrap();
-                    let owner = mm.page_owner(g.pfn());
+                    let owner = Blocks::new(&mm).page_owner(g.pfn());
                     g.free().unwrap();
                     owner
                 })
@@ -116,7 +119,7 @@ fn threads_racing_for_the_first_guard_take_one_tag() {
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert!(owners.iter().all(|o| o.is_some() && *o == owners[0]));
-    let keys: Vec<_> = std::iter::from_fn(|| mm.new_owner_key().ok()).collect();
+    let keys: Vec<_> = std::iter::from_fn(|| Blocks::new(&mm).new_owner_key().ok()).collect();
     assert_eq!(keys.len(), usize::from(mmkit::PageOwner::MAX) - 1, "losers gave their tags back");
     Report::new(&mm).check_invariants().unwrap();
 }

@@ -6,6 +6,8 @@
 //! it: `put_page` and `free_pages_bulk` of its own `LOCAL` pages and the
 //! refusal of another pinned CPU's.
 
+use mmkit::Blocks;
+use mmkit::Cpus;
 use mmkit::{FreeError, Gfp, PageAllocator, PageSource, Pfn, Report};
 use proptest::prelude::*;
 
@@ -37,7 +39,7 @@ fn op() -> impl Strategy<Value = Op> {
 /// model's own checks run until the handle is dropped (then `settle`).
 fn run(source: &mut impl PageSource, ops: &[Op], pinned: bool) {
     let mut model = LiveBlocks::default();
-    let owner = source.allocator().new_owner_key().unwrap();
+    let owner = Blocks::new(source.allocator()).new_owner_key().unwrap();
     for op in ops {
         match *op {
             Op::Alloc { order } => {
@@ -77,10 +79,10 @@ fn run(source: &mut impl PageSource, ops: &[Op], pinned: bool) {
             }
             Op::Block { order, byte } => {
                 if let Ok(mut block) = source.alloc_block(&owner, Gfp::KERNEL, order) {
-                    if let Some(bytes) = source.allocator().block_bytes_mut(&mut block) {
+                    if let Some(bytes) = Blocks::new(source.allocator()).block_bytes_mut(&mut block) {
                         bytes.fill(byte);
                     }
-                    if let Some(bytes) = source.allocator().block_bytes(&block) {
+                    if let Some(bytes) = Blocks::new(source.allocator()).block_bytes(&block) {
                         assert!(bytes.iter().all(|&b| b == byte));
                     }
                     source.free_block(block).unwrap();
@@ -97,10 +99,10 @@ fn run(source: &mut impl PageSource, ops: &[Op], pinned: bool) {
 }
 
 fn settle(mm: &PageAllocator) {
-    assert_eq!(mm.drain_all_pages(), 0);
+    assert_eq!(Cpus::new(mm).drain_all_pages(), 0);
     Report::new(mm).check_invariants().unwrap();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
-    assert_eq!(mm.nr_free_pages(), managed, "every page came back");
+    assert_eq!(Report::new(mm).nr_free_pages(), managed, "every page came back");
 }
 
 proptest! {
@@ -110,10 +112,10 @@ proptest! {
         let mm = two_zone_map().nr_cpus(2).build().unwrap();
         run(&mut &mm, &ops, false);
         settle(&mm);
-        run(&mut mm.cpu(1).unwrap(), &ops, false);
+        run(&mut Cpus::new(&mm).cpu(1).unwrap(), &ops, false);
         settle(&mm);
         {
-            let mut pinned = mm.pin_cpu(0).unwrap();
+            let mut pinned = Cpus::new(&mm).pin_cpu(0).unwrap();
             run(&mut pinned, &ops, true);
         }
         settle(&mm);
@@ -123,8 +125,8 @@ proptest! {
 #[test]
 fn a_pinned_cpu_puts_and_bulk_frees_its_own_pages_and_refuses_anothers() {
     let mm = two_zone_map().nr_cpus(2).build().unwrap();
-    let mut cpu0 = mm.pin_cpu(0).unwrap();
-    let mut cpu1 = mm.pin_cpu(1).unwrap();
+    let mut cpu0 = Cpus::new(&mm).pin_cpu(0).unwrap();
+    let mut cpu1 = Cpus::new(&mm).pin_cpu(1).unwrap();
     let mine: Vec<Pfn> = (0..8).map(|_| cpu0.alloc_pages(Gfp::KERNEL, 0).unwrap()).collect();
     let theirs = cpu1.alloc_pages(Gfp::KERNEL, 0).unwrap();
     // Another pinned CPU's LOCAL page is refused and stays theirs.

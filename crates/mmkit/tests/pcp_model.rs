@@ -11,6 +11,7 @@
 //! 4. `check_invariants()` holds (lists, counters, merging, pcp lists);
 //! 5. bulk allocation fills a prefix of the array and never more than asked.
 
+use mmkit::{Cpus, Tuning};
 use mmkit::{Gfp, PageAllocator, Pfn, Report};
 
 mod live_blocks;
@@ -57,13 +58,13 @@ fn run(ops: Vec<Op>) {
     for op in ops {
         match op {
             Op::Alloc { cpu, order, gfp } => {
-                if let Ok(pfn) = mm.cpu(cpu).unwrap().alloc_pages(GFPS[gfp], order) {
+                if let Ok(pfn) = Cpus::new(&mm).cpu(cpu).unwrap().alloc_pages(GFPS[gfp], order) {
                     model.insert(&mm, pfn, order);
                 }
             }
             Op::Free { cpu, pick } => {
                 if let Some((pfn, order)) = model.take(pick) {
-                    mm.cpu(cpu).unwrap().free_pages(pfn, order).unwrap();
+                    Cpus::new(&mm).cpu(cpu).unwrap().free_pages(pfn, order).unwrap();
                     assert!(mm.free_pages(pfn, order).is_err(), "second free of {pfn} must fail");
                 }
             }
@@ -77,7 +78,7 @@ fn run(ops: Vec<Op>) {
                         mine.push(pfn);
                     }
                 }
-                let filled = mm.cpu(cpu).unwrap().alloc_pages_bulk(Gfp::KERNEL, &mut slots);
+                let filled = Cpus::new(&mm).cpu(cpu).unwrap().alloc_pages_bulk(Gfp::KERNEL, &mut slots);
                 assert!(filled <= n);
                 assert!(slots[..filled].iter().all(Option::is_some), "filled slots form a prefix");
                 for pfn in slots.into_iter().flatten() {
@@ -90,27 +91,27 @@ fn run(ops: Vec<Op>) {
                 for p in &zero {
                     model.live.remove(p);
                 }
-                assert_eq!(mm.cpu(cpu).unwrap().free_pages_bulk(&pfns), Ok(pfns.len()));
+                assert_eq!(Cpus::new(&mm).cpu(cpu).unwrap().free_pages_bulk(&pfns), Ok(pfns.len()));
                 if let Some(&first) = pfns.first() {
                     let err = mm.free_pages_bulk(&[first]).unwrap_err();
                     assert_eq!((err.done, err.failed), (0, 1));
                 }
             }
             Op::Drain { cpu } => match cpu {
-                Some(cpu) => assert_eq!(mm.drain_cpu_pages(cpu), Ok(true)),
-                None => assert_eq!(mm.drain_all_pages(), 0),
+                Some(cpu) => assert_eq!(Cpus::new(&mm).drain_cpu_pages(cpu), Ok(true)),
+                None => assert_eq!(Cpus::new(&mm).drain_all_pages(), 0),
             },
             Op::PinnedPair { cpu, order } => {
-                let mut pinned = mm.pin_cpu(cpu).unwrap();
+                let mut pinned = Cpus::new(&mm).pin_cpu(cpu).unwrap();
                 if let Ok(pfn) = pinned.alloc_pages(Gfp::KERNEL, order) {
                     model.insert(&mm, pfn, order);
-                    assert_eq!(mm.drain_all_pages(), 1, "the pinned CPU defers its drain");
+                    assert_eq!(Cpus::new(&mm).drain_all_pages(), 1, "the pinned CPU defers its drain");
                     pinned.free_pages(pfn, order).unwrap();
                     model.live.remove(&pfn.0);
                 }
             }
-            Op::HighFraction { fraction } => mm.set_percpu_pagelist_high_fraction(fraction).unwrap(),
-            Op::Decay => mm.decay_pcp_high(),
+            Op::HighFraction { fraction } => Tuning::new(&mm).set_percpu_pagelist_high_fraction(fraction).unwrap(),
+            Op::Decay => Tuning::new(&mm).decay_pcp_high(),
         }
         model.check(&mm);
     }
@@ -118,9 +119,9 @@ fn run(ops: Vec<Op>) {
         mm.free_pages(Pfn(pfn), order).unwrap();
     }
     model.check(&mm);
-    assert_eq!(mm.drain_all_pages(), 0);
+    assert_eq!(Cpus::new(&mm).drain_all_pages(), 0);
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
-    assert_eq!(mm.nr_free_pages(), managed);
+    assert_eq!(Report::new(&mm).nr_free_pages(), managed);
 }
 
 proptest! {

@@ -1,4 +1,4 @@
-//! The pinned handle's magazine (`page_alloc::magazine`) under a long-lived
+//! The pinned handle's magazine (`page_alloc::cache::pinned`) under a long-lived
 //! [`PinnedCpu`](mmkit::PinnedCpu): random sequences of order-0 and higher
 //! allocations with several GFP masks, frees through the handle and (after
 //! a hand-over) through the shared API, frees and references refused for
@@ -14,6 +14,7 @@
 //! 3. conservation and `check_invariants()` whenever the handle is dropped
 //!    (a pinned CPU's lists cannot be inspected while it is held).
 
+use mmkit::Cpus;
 use mmkit::{
     FreeError, Gfp, MemoryFailure, MemoryMapBuilder, PageAllocator, PageError, PageFlags, Pfn, PinnedCpu, Report,
 };
@@ -76,17 +77,20 @@ impl Model {
 }
 
 fn check(mm: &PageAllocator, model: &Model) {
-    assert_eq!(mm.drain_all_pages(), 0);
+    assert_eq!(Cpus::new(mm).drain_all_pages(), 0);
     Report::new(mm).check_invariants().unwrap();
     let live: u64 = model.blocks.live.values().map(|&order| 1u64 << order).sum();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
-    assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages() + live + model.gone.len() as u64, managed);
+    assert_eq!(
+        Report::new(mm).nr_free_pages() + Report::new(mm).nr_pcp_pages() + live + model.gone.len() as u64,
+        managed
+    );
 }
 
 fn run(ops: Vec<Op>) {
     let mm = map();
     let mut model = Model::default();
-    let mut pinned: Option<PinnedCpu<'_>> = Some(mm.pin_cpu(0).unwrap());
+    let mut pinned: Option<PinnedCpu<'_>> = Some(Cpus::new(&mm).pin_cpu(0).unwrap());
     for op in ops {
         let cpu = pinned.as_mut().expect("held between steps");
         match op {
@@ -101,12 +105,12 @@ fn run(ops: Vec<Op>) {
                     // another thread: refused while the page is this CPU's,
                     // fine once handed over.
                     let freed = if shared {
-                        let foreign = mm.cpu(1).unwrap().free_pages(pfn, order);
+                        let foreign = Cpus::new(&mm).cpu(1).unwrap().free_pages(pfn, order);
                         if let Err(FreeError::CpuLocal { pfn: refused, cpu: owner }) = foreign {
                             assert_eq!((refused, owner, order), (pfn, cpu.cpu_id(), 0));
                             assert_eq!(mm.get_page(pfn), Err(PageError::CpuLocal(pfn)));
                             cpu.hand_over(pfn).unwrap();
-                            mm.cpu(1).unwrap().free_pages(pfn, order)
+                            Cpus::new(&mm).cpu(1).unwrap().free_pages(pfn, order)
                         } else {
                             foreign
                         }
@@ -171,11 +175,11 @@ fn run(ops: Vec<Op>) {
                     model.gone.insert(pfn.0);
                 }
             }
-            Op::DrainRequest => assert_eq!(mm.drain_all_pages(), 1, "the pinned CPU defers its drain"),
+            Op::DrainRequest => assert_eq!(Cpus::new(&mm).drain_all_pages(), 1, "the pinned CPU defers its drain"),
             Op::Repin { cpu } => {
                 drop(pinned.take());
                 check(&mm, &model);
-                pinned = Some(mm.pin_cpu(cpu).unwrap());
+                pinned = Some(Cpus::new(&mm).pin_cpu(cpu).unwrap());
             }
         }
     }
@@ -228,7 +232,7 @@ fn pinned_workers_exchange_pages_and_keep_their_bytes() {
         }
     };
     let worker = |cpu_id: usize, send: mpsc::SyncSender<(Pfn, u64)>, recv: mpsc::Receiver<(Pfn, u64)>| {
-        let mut cpu = mm.pin_cpu(cpu_id).unwrap();
+        let mut cpu = Cpus::new(&mm).pin_cpu(cpu_id).unwrap();
         let mut mine = Vec::new();
         for round in 0..20_000u64 {
             let stamp = (cpu_id as u64) << 56 | round;
@@ -267,7 +271,7 @@ fn pinned_workers_exchange_pages_and_keep_their_bytes() {
         let b = s.spawn(|| worker(1, to_a, from_a));
         s.spawn(|| {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                mm.drain_all_pages();
+                Cpus::new(&mm).drain_all_pages();
                 std::thread::yield_now();
             }
         });
@@ -279,10 +283,10 @@ fn pinned_workers_exchange_pages_and_keep_their_bytes() {
             }
         }
     });
-    assert_eq!(mm.drain_all_pages(), 0);
+    assert_eq!(Cpus::new(&mm).drain_all_pages(), 0);
     Report::new(&mm).check_invariants().unwrap();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
-    assert_eq!(mm.nr_free_pages(), managed);
+    assert_eq!(Report::new(&mm).nr_free_pages(), managed);
 }
 
 /// The `LOCAL` protocol under a speculative reference-taker: one pinned
@@ -301,7 +305,7 @@ fn speculative_references_never_race_the_owners_plain_free() {
     let latest = std::sync::atomic::AtomicU64::new(zone.start);
     std::thread::scope(|s| {
         let owner = s.spawn(|| {
-            let mut cpu = mm.pin_cpu(0).unwrap();
+            let mut cpu = Cpus::new(&mm).pin_cpu(0).unwrap();
             let mut held = std::collections::VecDeque::new();
             for round in 0..2_000_000u64 {
                 let pfn = cpu.alloc_pages(Gfp::KERNEL, 0).unwrap();
@@ -340,11 +344,11 @@ fn speculative_references_never_race_the_owners_plain_free() {
         owner.join().unwrap();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
     });
-    assert_eq!(mm.stats().bad_pages, 0);
-    assert_eq!(mm.drain_all_pages(), 0);
+    assert_eq!(Report::new(&mm).stats().bad_pages, 0);
+    assert_eq!(Cpus::new(&mm).drain_all_pages(), 0);
     Report::new(&mm).check_invariants().unwrap();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
-    assert_eq!(mm.nr_free_pages(), managed);
+    assert_eq!(Report::new(&mm).nr_free_pages(), managed);
     eprintln!("speculative references taken: {}", taken.into_inner());
 }
 
@@ -357,7 +361,7 @@ fn speculative_references_never_race_the_owners_plain_free() {
 fn every_cpu_hands_out_local_pages() {
     let mm = two_zone_map().nr_cpus(64).build().unwrap();
     for cpu in [0, 1, 31, 32, 33, 40, 63] {
-        let mut pinned = mm.pin_cpu(cpu).unwrap();
+        let mut pinned = Cpus::new(&mm).pin_cpu(cpu).unwrap();
         let page = pinned.alloc_pages(Gfp::KERNEL, 0).unwrap();
         assert_eq!(mm.free_pages(page, 0), Err(FreeError::CpuLocal { pfn: page, cpu }), "cpu {cpu}");
         assert_eq!(mm.get_page(page), Err(PageError::CpuLocal(page)), "cpu {cpu}");

@@ -1,5 +1,6 @@
 //! Placement policies: which free block a request gets.
 
+use mmkit::Cpus;
 use mmkit::{Gfp, MemoryMapBuilder, PlacementPolicy, Report, ZoneType};
 
 fn map(policy: PlacementPolicy) -> mmkit::PageAllocator {
@@ -65,11 +66,11 @@ fn address_ordered_policies_free_a_mergeable_page_to_the_buddy() {
         assert_eq!(pages[3].0, pages[0].0 + 3, "{policy:?}: one refill, in address order");
         // The last page's buddy is the third: free the last, and drain it.
         mm.free_pages(pages[3], 0).unwrap();
-        mm.drain_all_pages();
-        let free = mm.nr_free_pages();
+        Cpus::new(&mm).drain_all_pages();
+        let free = Report::new(&mm).nr_free_pages();
         // Now the third page's buddy sits on the buddy lists.
         mm.free_pages(pages[2], 0).unwrap();
-        assert_eq!(mm.nr_free_pages() > free, bypass, "{policy:?}");
+        assert_eq!(Report::new(&mm).nr_free_pages() > free, bypass, "{policy:?}");
         Report::new(&mm).check_invariants().unwrap();
     }
 }
@@ -83,7 +84,7 @@ fn address_ordered_policies_keep_per_cpu_lists_small() {
             .placement(policy)
             .build()
             .unwrap();
-        let info = mm.pcp_info(0, 0).unwrap().unwrap();
+        let info = Cpus::new(&mm).pcp_info(0, 0).unwrap().unwrap();
         (info.high_min, info.high_max)
     };
     let (min, max) = high(PlacementPolicy::TwoEnds);
@@ -112,17 +113,25 @@ fn lean_movable_pcp_keeps_unmovable_pages_off_the_per_cpu_lists() {
             .build()
             .unwrap();
         let kernel = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
-        assert_eq!(mm.nr_pcp_pages() > 0, cached, "{policy:?} grouping {grouping}: a refill brought a batch");
-        mm.drain_all_pages();
-        let free = mm.nr_free_pages();
+        assert_eq!(
+            Report::new(&mm).nr_pcp_pages() > 0,
+            cached,
+            "{policy:?} grouping {grouping}: a refill brought a batch"
+        );
+        Cpus::new(&mm).drain_all_pages();
+        let free = Report::new(&mm).nr_free_pages();
         mm.free_pages(kernel, 0).unwrap();
-        assert_eq!(mm.nr_free_pages() == free, cached, "{policy:?} grouping {grouping}: the free went to the buddy");
+        assert_eq!(
+            Report::new(&mm).nr_free_pages() == free,
+            cached,
+            "{policy:?} grouping {grouping}: the free went to the buddy"
+        );
         // Movable requests use the lists under every policy.
-        mm.drain_all_pages();
+        Cpus::new(&mm).drain_all_pages();
         let movable = mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap();
-        assert!(mm.nr_pcp_pages() > 0, "{policy:?} grouping {grouping}");
+        assert!(Report::new(&mm).nr_pcp_pages() > 0, "{policy:?} grouping {grouping}");
         mm.free_pages(movable, 0).unwrap();
-        mm.drain_all_pages();
+        Cpus::new(&mm).drain_all_pages();
         Report::new(&mm).check_invariants().unwrap();
     }
 }
@@ -133,8 +142,8 @@ fn a_pinned_cpu_decays_its_high_and_spills() {
     // Linux's periodic decay `decays` times: (free pages, high) after.
     let run = |decays: usize| {
         let mm = MemoryMapBuilder::new().zone(0, ZoneType::Normal, 0x10000..0x50000).nr_cpus(1).build().unwrap();
-        let max = mm.pcp_info(0, 0).unwrap().unwrap().high_max;
-        let mut cpu = mm.pin_cpu(0).unwrap();
+        let max = Cpus::new(&mm).pcp_info(0, 0).unwrap().unwrap().high_max;
+        let mut cpu = Cpus::new(&mm).pin_cpu(0).unwrap();
         let pages: Vec<_> = (0..max).map(|_| cpu.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap()).collect();
         for p in pages {
             cpu.free_pages(p, 0).unwrap();
@@ -143,8 +152,8 @@ fn a_pinned_cpu_decays_its_high_and_spills() {
             cpu.decay_pcp_high();
         }
         drop(cpu);
-        let out = (mm.nr_free_pages(), mm.pcp_info(0, 0).unwrap().unwrap().high);
-        mm.drain_all_pages();
+        let out = (Report::new(&mm).nr_free_pages(), Cpus::new(&mm).pcp_info(0, 0).unwrap().unwrap().high);
+        Cpus::new(&mm).drain_all_pages();
         Report::new(&mm).check_invariants().unwrap();
         out
     };

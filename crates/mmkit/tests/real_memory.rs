@@ -6,6 +6,7 @@
 //! and with two threads at once (per-CPU lists on, as by default). At the
 //! end all pages are free again and the invariants hold.
 
+use mmkit::Cpus;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn, Report};
 use mmkit_testkit::XorShift64;
 use std::sync::Arc;
@@ -99,7 +100,7 @@ fn free_random(mm: &PageAllocator, rng: &mut XorShift64, live: &mut Vec<Block>, 
 #[test]
 fn patterns_survive_random_allocation_rounds() {
     let mm = real_map(64 << 20);
-    let initial = mm.nr_free_pages();
+    let initial = Report::new(&mm).nr_free_pages();
     let managed: u64 = mm.zones().iter().map(|z| z.managed_pages()).sum();
     assert_eq!(initial, managed);
     let mut rng = XorShift64::new(0x9e37_79b9_7f4a_7c15);
@@ -110,7 +111,7 @@ fn patterns_survive_random_allocation_rounds() {
         fill(&mm, &mut rng, &mut live, &mut used, managed / 2);
         assert!(used >= managed / 2, "round {round}: only {used} pages");
         let pcp: u64 = report.zone_snapshots().iter().map(|z| z.pcp_pages).sum();
-        assert_eq!(mm.nr_free_pages() + pcp, initial - used);
+        assert_eq!(Report::new(&mm).nr_free_pages() + pcp, initial - used);
         // Free a random half, refill, then verify and free everything.
         let half = live.len() / 2;
         free_random(&mm, &mut rng, &mut live, &mut used, half);
@@ -118,8 +119,8 @@ fn patterns_survive_random_allocation_rounds() {
         report.check_invariants().unwrap();
         free_random(&mm, &mut rng, &mut live, &mut used, 0);
         assert_eq!(used, 0);
-        mm.drain_all_pages();
-        assert_eq!(mm.nr_free_pages(), initial, "round {round}");
+        Cpus::new(&mm).drain_all_pages();
+        assert_eq!(Report::new(&mm).nr_free_pages(), initial, "round {round}");
         report.check_invariants().unwrap();
     }
     // All free again: DMA and DMA32 are back to their boot-time blocks.
@@ -135,7 +136,7 @@ fn patterns_survive_random_allocation_rounds() {
 #[test]
 fn patterns_survive_two_threads() {
     let mm = Arc::new(real_map(64 << 20));
-    let initial = mm.nr_free_pages();
+    let initial = Report::new(&mm).nr_free_pages();
     let threads: Vec<_> = (0..2u64)
         .map(|t| {
             let mm = Arc::clone(&mm);
@@ -156,7 +157,7 @@ fn patterns_survive_two_threads() {
         t.join().unwrap();
     }
     Report::new(&mm).check_invariants().unwrap();
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_free_pages(), initial);
+    Cpus::new(&mm).drain_all_pages();
+    assert_eq!(Report::new(&mm).nr_free_pages(), initial);
     Report::new(&mm).check_invariants().unwrap();
 }

@@ -6,6 +6,7 @@
 //! `/proc/self/pagemap`, counted over the map's own pages only.
 
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn, Report};
+use mmkit::{Cpus, Tuning};
 
 const MIB: u64 = 1 << 20;
 
@@ -48,7 +49,7 @@ fn allocate(mm: &PageAllocator, gfp: Gfp) -> Vec<(Pfn, u32)> {
 fn freed_memory_leaves_the_resident_set_and_comes_back_zeroed() {
     let mm = MemoryMapBuilder::with_memory(512 * MIB).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
     let fresh = resident_bytes(&mm);
-    assert_eq!(mm.report_free_pages().pages, 0, "a fresh map has nothing resident to report");
+    assert_eq!(Tuning::new(&mm).report_free_pages().pages, 0, "a fresh map has nothing resident to report");
 
     let blocks = allocate(&mm, Gfp::KERNEL);
     for &(pfn, order) in &blocks {
@@ -59,18 +60,18 @@ fn freed_memory_leaves_the_resident_set_and_comes_back_zeroed() {
     for &(pfn, order) in &blocks {
         mm.free_pages(pfn, order).unwrap();
     }
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     let freed = resident_bytes(&mm);
     assert!(freed >= peak - 8 * MIB, "freeing alone keeps the memory: {freed} of {peak}");
 
-    let summary = mm.report_free_pages();
+    let summary = Tuning::new(&mm).report_free_pages();
     let after = resident_bytes(&mm);
     eprintln!("map rss: fresh {fresh}, peak {peak}, freed {freed}, after reporting {after}; {summary:?}");
     assert!(summary.pages >= (240 * MIB) >> 12, "{summary:?}");
     assert!(after * 10 < peak * 4, "resident after reporting {after} not below 40 % of the peak {peak}");
-    assert!(mm.nr_reported_pages() >= summary.pages);
-    assert_eq!(mm.report_free_pages().pages, 0, "nothing is reported twice");
-    assert!(mm.stats().reported_pages >= summary.pages);
+    assert!(Report::new(&mm).nr_reported_pages() >= summary.pages);
+    assert_eq!(Tuning::new(&mm).report_free_pages().pages, 0, "nothing is reported twice");
+    assert!(Report::new(&mm).stats().reported_pages >= summary.pages);
     Report::new(&mm).check_invariants().unwrap();
 
     // The memory comes back: zeroed when asked, and usable.
@@ -84,6 +85,6 @@ fn freed_memory_leaves_the_resident_set_and_comes_back_zeroed() {
         mm.free_pages(pfn, order).unwrap();
     }
     assert!(resident_bytes(&mm) >= 250 * MIB, "the pages refaulted on reuse");
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
 }

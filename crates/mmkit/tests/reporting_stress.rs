@@ -9,6 +9,7 @@
 //! invariants (the `REPORTED` flag's included) hold.
 
 use mmkit::{Backing, FreePageReporter, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn, Report};
+use mmkit::{Cpus, Tuning};
 use mmkit_testkit::XorShift64;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -77,7 +78,7 @@ fn reporting_passes_never_discard_pages_in_use() {
             .build()
             .unwrap(),
     );
-    let free_at_start = mm.nr_free_pages();
+    let free_at_start = Report::new(&mm).nr_free_pages();
     let reporter = FreePageReporter::start(Arc::clone(&mm), Duration::from_millis(1)).unwrap();
     let done = Arc::new(AtomicBool::new(false));
     let passes = {
@@ -85,8 +86,8 @@ fn reporting_passes_never_discard_pages_in_use() {
         std::thread::spawn(move || {
             let mut reported = 0;
             while !done.load(Ordering::Relaxed) {
-                mm.drain_all_pages();
-                reported += mm.report_free_pages().pages;
+                Cpus::new(&mm).drain_all_pages();
+                reported += Tuning::new(&mm).report_free_pages().pages;
             }
             reported
         })
@@ -103,12 +104,12 @@ fn reporting_passes_never_discard_pages_in_use() {
     done.store(true, Ordering::Relaxed);
     let reported = passes.join().unwrap();
     drop(reporter);
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
-    assert_eq!(mm.nr_free_pages(), free_at_start, "every page is free again");
-    assert!(reported > 0 && mm.stats().reported_pages >= reported, "the passes gave memory back");
+    assert_eq!(Report::new(&mm).nr_free_pages(), free_at_start, "every page is free again");
+    assert!(reported > 0 && Report::new(&mm).stats().reported_pages >= reported, "the passes gave memory back");
     // What is left resident is given back now, and reads zero on reuse.
-    mm.report_free_pages();
+    Tuning::new(&mm).report_free_pages();
     let pfn = mm.alloc_pages(Gfp::KERNEL | Gfp::ZERO, 10).unwrap();
     assert!(with_words(&mm, pfn, 10, |words| words.iter().all(|&w| w == 0)));
     mm.free_pages(pfn, 10).unwrap();

@@ -7,6 +7,7 @@
 //! cap). The slow path and its hooks are in `slow_path.rs`.
 
 use mmkit::gfp::Watermark;
+use mmkit::Tuning;
 use mmkit::{
     AllocError, Backing, Gfp, HugePages, MemoryMapBuilder, MigrateType, PageAllocator, PageFlags, Pfn, Report, ZoneType,
 };
@@ -44,7 +45,7 @@ fn atomic_mark(min: u64) -> u64 {
 #[test]
 fn compound_page_tails_point_at_head_and_share_its_count() {
     let mm = MemoryMapBuilder::with_memory(64 << 20).per_cpu_lists(false).build().unwrap();
-    let free = mm.nr_free_pages();
+    let free = Report::new(&mm).nr_free_pages();
     let head = mm.alloc_pages(Gfp::KERNEL | Gfp::COMP, 3).unwrap();
     assert_eq!(head.0 % 8, 0);
     let hf = mm.page_flags(head).unwrap();
@@ -63,10 +64,10 @@ fn compound_page_tails_point_at_head_and_share_its_count() {
     // Dropping it through another tail keeps the page...
     mm.put_page(Pfn(head.0 + 7)).unwrap();
     assert_eq!(mm.page_count(head), Ok(1));
-    assert_eq!(mm.nr_free_pages(), free - 8);
+    assert_eq!(Report::new(&mm).nr_free_pages(), free - 8);
     // ...and the last reference, dropped through a tail, frees all 8 pages.
     mm.put_page(Pfn(head.0 + 1)).unwrap();
-    assert_eq!(mm.nr_free_pages(), free);
+    assert_eq!(Report::new(&mm).nr_free_pages(), free);
     for i in 0..8 {
         let f = mm.page_flags(Pfn(head.0 + i)).unwrap();
         assert!(!f.intersects(PageFlags::HEAD | PageFlags::TAIL | PageFlags::ALLOCATED));
@@ -83,23 +84,23 @@ fn compound_page_tails_point_at_head_and_share_its_count() {
     assert!(!mm.page_flags(q).unwrap().contains(PageFlags::HEAD));
     mm.free_pages(p, 3).unwrap();
     mm.put_page(q).unwrap();
-    assert_eq!(mm.nr_free_pages(), free);
+    assert_eq!(Report::new(&mm).nr_free_pages(), free);
 }
 
 #[test]
 fn frozen_pages_have_no_references() {
     let mm = MemoryMapBuilder::with_memory(64 << 20).per_cpu_lists(false).build().unwrap();
-    let free = mm.nr_free_pages();
+    let free = Report::new(&mm).nr_free_pages();
     let p = mm.alloc_frozen_pages(Gfp::KERNEL, 2).unwrap();
     assert_eq!(mm.page_count(p), Ok(0));
     assert!(mm.page_flags(p).unwrap().contains(PageFlags::ALLOCATED));
-    assert_eq!(mm.nr_free_pages(), free - 4);
+    assert_eq!(Report::new(&mm).nr_free_pages(), free - 4);
     let c = mm.alloc_frozen_pages(Gfp::KERNEL | Gfp::COMP, 2).unwrap();
     assert_eq!(mm.compound_head(Pfn(c.0 + 3)), Ok(c));
     assert_eq!(mm.page_count(Pfn(c.0 + 3)), Ok(0));
     mm.free_frozen_pages(p, 2).unwrap();
     mm.free_frozen_pages(c, 2).unwrap();
-    assert_eq!(mm.nr_free_pages(), free);
+    assert_eq!(Report::new(&mm).nr_free_pages(), free);
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -165,7 +166,7 @@ fn gfp_zero_zeroes_real_memory() {
 fn watermark_setup_follows_linux_formulas() {
     let mm = four_zones();
     // lowmem = DMA + DMA32 + NORMAL = 4096 pages = 16 MiB → 512 KiB.
-    assert_eq!(mm.min_free_kbytes(), 512);
+    assert_eq!(Tuning::new(&mm).min_free_kbytes(), 512);
     let z = mm.zones();
     let mins: Vec<u64> = z.iter().map(|z| z.watermark(Watermark::Min)).collect();
     // 128 pages split by managed pages; MOVABLE gets the clamp to 32.
@@ -186,7 +187,7 @@ fn watermarks_convert_kbytes_to_pages_for_any_page_size() {
     // 256 KiB = 512 pages.
     let mm =
         MemoryMapBuilder::new().page_size(512).zone(0, ZoneType::Normal, 0..8192).per_cpu_lists(false).build().unwrap();
-    assert_eq!(mm.min_free_kbytes(), 256);
+    assert_eq!(Tuning::new(&mm).min_free_kbytes(), 256);
     assert_eq!(mm.zones()[0].watermark(Watermark::Min), 512);
     // 4096 pages of 64 KiB = 256 MiB: 2048 KiB = 32 pages.
     let mm = MemoryMapBuilder::new()
@@ -195,7 +196,7 @@ fn watermarks_convert_kbytes_to_pages_for_any_page_size() {
         .per_cpu_lists(false)
         .build()
         .unwrap();
-    assert_eq!(mm.min_free_kbytes(), 2048);
+    assert_eq!(Tuning::new(&mm).min_free_kbytes(), 2048);
     assert_eq!(mm.zones()[0].watermark(Watermark::Min), 32);
 }
 
@@ -474,12 +475,12 @@ fn pageblock_order_allocations_take_the_per_cpu_list_first() {
     let mm = MemoryMapBuilder::with_memory(1 << 30).nr_cpus(1).cpu_id_fn(|| 0).build().unwrap();
     let gfp = Gfp::HIGHUSER_MOVABLE;
     let block = mm.alloc_pages(gfp, 9).unwrap();
-    let before = mm.nr_pcp_pages();
+    let before = Report::new(&mm).nr_pcp_pages();
     mm.free_pages(block, 9).unwrap();
-    assert_eq!(mm.nr_pcp_pages(), before + 512, "the freed block is on the list");
+    assert_eq!(Report::new(&mm).nr_pcp_pages(), before + 512, "the freed block is on the list");
     let again = mm.alloc_pages(gfp, 9).unwrap();
     assert_eq!(again, block, "the list's block came back");
-    assert_eq!(mm.nr_pcp_pages(), before);
+    assert_eq!(Report::new(&mm).nr_pcp_pages(), before);
     mm.free_pages(again, 9).unwrap();
     Report::new(&mm).check_invariants().unwrap();
 }

@@ -103,19 +103,19 @@ fn no_progress_reclaim_retries_then_fails() {
     let (mm, shared, _held) = full_zone_with_hooks();
     // The failing call that ended the fill: 16 retries + 1 (MAX_RECLAIM_RETRIES).
     assert_eq!(shared.reclaim_calls.load(SeqCst), 17);
-    assert_eq!(mm.stats().allocstall, 17);
+    assert_eq!(Report::new(&mm).stats().allocstall, 17);
     assert!(shared.kswapd_calls.load(SeqCst) >= 17);
 }
 
 #[test]
 fn direct_reclaim_that_frees_pages_rescues_gfp_kernel() {
     let (mm, shared, mut held) = full_zone_with_hooks();
-    let stall = mm.stats().allocstall;
+    let stall = Report::new(&mm).stats().allocstall;
     let calls = shared.reclaim_calls.load(SeqCst);
     shared.stash.lock().unwrap().extend(held.drain(..32));
     shared.reclaim_frees.store(true, SeqCst);
     let p = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
-    assert_eq!(mm.stats().allocstall, stall + 1);
+    assert_eq!(Report::new(&mm).stats().allocstall, stall + 1);
     assert_eq!(shared.reclaim_calls.load(SeqCst), calls + 1);
     assert!(shared.stash.lock().unwrap().is_empty());
     let z = &mm.zones()[0];
@@ -128,11 +128,11 @@ fn direct_reclaim_that_frees_pages_rescues_gfp_kernel() {
 fn nowait_and_atomic_wake_kswapd_but_never_reclaim() {
     let (mm, shared, _held) = full_zone_with_hooks();
     let (reclaim, kswapd, stall) =
-        (shared.reclaim_calls.load(SeqCst), shared.kswapd_calls.load(SeqCst), mm.stats().allocstall);
+        (shared.reclaim_calls.load(SeqCst), shared.kswapd_calls.load(SeqCst), Report::new(&mm).stats().allocstall);
     assert!(mm.alloc_pages(Gfp::NOWAIT, 0).is_err());
     assert_eq!(shared.reclaim_calls.load(SeqCst), reclaim);
     assert_eq!(shared.kswapd_calls.load(SeqCst), kswapd + 1);
-    assert_eq!(mm.stats().allocstall, stall);
+    assert_eq!(Report::new(&mm).stats().allocstall, stall);
     // GFP_ATOMIC succeeds below MIN without any reclaim.
     mm.alloc_pages(Gfp::ATOMIC, 0).unwrap();
     assert_eq!(shared.reclaim_calls.load(SeqCst), reclaim);
@@ -153,7 +153,7 @@ fn noretry_and_costly_orders_give_up_after_one_round() {
     assert!(mm.alloc_pages(Gfp::KERNEL, 4).is_err());
     assert_eq!(shared.reclaim_calls.load(SeqCst), reclaim + 2);
     assert_eq!(shared.compact_calls.load(SeqCst), 1);
-    assert_eq!(mm.stats().compact_stall, 1);
+    assert_eq!(Report::new(&mm).stats().compact_stall, 1);
 }
 
 #[test]
@@ -170,7 +170,7 @@ fn nofail_retries_until_pages_appear() {
     shared.nofail_release_at.store(3, SeqCst);
     let p = mm.alloc_pages(Gfp::KERNEL | Gfp::NOFAIL, 0).unwrap();
     assert_eq!(shared.nofail_calls.load(SeqCst), 3);
-    assert_eq!(mm.stats().nofail_retries, 3);
+    assert_eq!(Report::new(&mm).stats().nofail_retries, 3);
     assert!(shared.stash.lock().unwrap().is_empty());
     mm.free_pages(p, 0).unwrap();
     Report::new(&mm).check_invariants().unwrap();
@@ -182,7 +182,7 @@ fn nofail_without_hooks_fails_cleanly() {
     while mm.alloc_pages(Gfp::ATOMIC | Gfp::NOWARN, 0).is_ok() {}
     let err = mm.alloc_pages(Gfp::KERNEL | Gfp::NOFAIL, 0).unwrap_err();
     assert_eq!(err, AllocError::NoMemory { order: 0, gfp: Gfp::KERNEL | Gfp::NOFAIL });
-    assert_eq!(mm.stats().nofail_retries, 0);
+    assert_eq!(Report::new(&mm).stats().nofail_retries, 0);
 }
 
 #[test]

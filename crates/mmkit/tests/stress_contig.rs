@@ -11,6 +11,7 @@
 //! clash) nor lose one (every page is back at the end), and a busy range
 //! changes nothing that is later visible.
 
+use mmkit::Cpus;
 use mmkit::{
     Backing, Contig, CopyMigrator, Gfp, HugePages, MemoryMapBuilder, MigrateError, MigrateRequest, MigrateType,
     Migrator, PageAllocator, Pfn, Report, ZoneType,
@@ -100,7 +101,7 @@ fn contiguous_collection_races_ordinary_traffic() {
             .build()
             .unwrap(),
     );
-    let free_at_start = mm.nr_free_pages();
+    let free_at_start = Report::new(&mm).nr_free_pages();
     let stop = AtomicBool::new(false);
     let cma = Contig::new(&mm).cma_area("cma").unwrap();
     std::thread::scope(|scope| {
@@ -180,8 +181,8 @@ fn contiguous_collection_races_ordinary_traffic() {
         check_tag(&mm, pfn, (worker << 48) | r as u64);
         mm.free_pages(Pfn(pfn), 0).unwrap();
     }
-    assert_eq!(mm.drain_all_pages(), 0);
+    assert_eq!(Cpus::new(&mm).drain_all_pages(), 0);
     Report::new(&mm).check_invariants().unwrap();
-    assert_eq!(mm.nr_free_pages(), free_at_start, "every page came back");
+    assert_eq!(Report::new(&mm).nr_free_pages(), free_at_start, "every page came back");
     assert!(moved.load(Ordering::Relaxed) > 0, "no page was ever migrated: the test did not exercise migration");
 }

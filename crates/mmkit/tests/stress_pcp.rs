@@ -9,6 +9,7 @@
 //! overwrite the first owner's pattern), remote frees and concurrent drains
 //! keep the lists consistent, and accounting is exact.
 
+use mmkit::Cpus;
 use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder, PageAllocator, Pfn, Report};
 use mmkit_testkit::XorShift64;
 use std::sync::mpsc;
@@ -67,7 +68,7 @@ fn stress(threads: usize, rounds: usize) {
         .min_free_kbytes(256)
         .build()
         .unwrap();
-    let free_at_start = mm.nr_free_pages();
+    let free_at_start = Report::new(&mm).nr_free_pages();
     let barrier = Barrier::new(threads);
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads).map(|_| mpsc::channel::<Owned>()).unzip();
     std::thread::scope(|scope| {
@@ -122,7 +123,7 @@ fn stress(threads: usize, rounds: usize) {
                         }
                         _ => {
                             if round % 64 == 0 {
-                                mm.drain_all_pages();
+                                Cpus::new(mm).drain_all_pages();
                             }
                             // Free the bulk-allocated pages in one batch.
                             let (bulk, rest): (Vec<Owned>, Vec<Owned>) = held.drain(..).partition(|b| b.bulk);
@@ -152,10 +153,10 @@ fn stress(threads: usize, rounds: usize) {
         }
         drop(senders);
     });
-    assert_eq!(mm.drain_all_pages(), 0);
+    assert_eq!(Cpus::new(&mm).drain_all_pages(), 0);
     Report::new(&mm).check_invariants().unwrap();
-    assert_eq!(mm.nr_free_pages(), free_at_start, "every page came back");
-    let stats = mm.stats();
+    assert_eq!(Report::new(&mm).nr_free_pages(), free_at_start, "every page came back");
+    let stats = Report::new(&mm).stats();
     assert_eq!(stats.bad_pages, 0);
 }
 
@@ -219,7 +220,7 @@ fn a_speculative_reference_on_a_freed_block_frees_one_page_once() {
     owner.join().unwrap();
     stop.store(true, Relaxed);
     speculator.join().unwrap();
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
-    assert_eq!(mm.nr_free_pages(), mm.zones().iter().map(|z| z.managed_pages()).sum::<u64>());
+    assert_eq!(Report::new(&mm).nr_free_pages(), mm.zones().iter().map(|z| z.managed_pages()).sum::<u64>());
 }

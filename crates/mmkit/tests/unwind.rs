@@ -7,6 +7,8 @@
 //! the burst, which frees it as it unwinds, and the checker finds a page
 //! in neither state.
 
+use mmkit::Blocks;
+use mmkit::Cpus;
 use mmkit::{Gfp, MemoryMapBuilder, PageAllocator, Pfn, Report};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -25,7 +27,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// Frees `block` of `order` through the map inside a burst of CPU 0, which
 /// panics; returns the panic's message.
 fn free_inside_a_burst(mm: &PageAllocator, block: Pfn, order: u32) -> String {
-    let mut cpu = mm.pin_cpu(0).unwrap();
+    let mut cpu = Cpus::new(mm).pin_cpu(0).unwrap();
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         cpu.burst(Gfp::KERNEL, |zone| {
             let mine = zone.alloc_pages(Gfp::KERNEL, 1).unwrap();
@@ -45,9 +47,13 @@ fn a_free_refused_inside_a_burst_loses_no_page() {
         let block = mm.alloc_pages(Gfp::KERNEL, order).unwrap();
         let message = free_inside_a_burst(&mm, block, order);
         assert!(message.contains("self-deadlock"), "{message}");
-        mm.drain_all_pages();
+        Cpus::new(&mm).drain_all_pages();
         Report::new(&mm).check_invariants().unwrap();
-        assert_eq!(mm.nr_free_pages(), managed(&mm), "per-CPU lists {lists}, order {order}: every page is free");
+        assert_eq!(
+            Report::new(&mm).nr_free_pages(),
+            managed(&mm),
+            "per-CPU lists {lists}, order {order}: every page is free"
+        );
         // The block is free: a second free is a double free, not a loss.
         assert!(mm.free_pages(block, order).is_err());
     }
@@ -59,13 +65,13 @@ fn a_free_refused_inside_a_burst_loses_no_page() {
 #[test]
 fn pages_a_forgotten_pinned_cpu_holds_are_known() {
     let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
-    let mut cpu = mm.pin_cpu(1).unwrap();
+    let mut cpu = Cpus::new(&mm).pin_cpu(1).unwrap();
     let pages: Vec<Pfn> = (0..40).map(|_| cpu.alloc_pages(Gfp::KERNEL, 0).unwrap()).collect();
     for &pfn in &pages[..30] {
         cpu.free_pages(pfn, 0).unwrap();
     }
     std::mem::forget(cpu);
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
     let kept: Vec<_> = pages[30..].to_vec();
     // Its handed-out pages stay its own: nobody else frees them.
@@ -77,9 +83,9 @@ fn pages_a_forgotten_pinned_cpu_holds_are_known() {
 fn pages_a_forgotten_guard_or_block_holds_are_allocated() {
     let mm = MemoryMapBuilder::with_memory(16 << 20).nr_cpus(1).build().unwrap();
     std::mem::forget(mm.alloc_pages_guarded(Gfp::KERNEL, 2).unwrap());
-    let key = mm.new_owner_key().unwrap();
-    let _held = mm.alloc_block(&key, Gfp::KERNEL, 1).unwrap(); // a dropped one leaks, as documented
-    mm.drain_all_pages();
+    let key = Blocks::new(&mm).new_owner_key().unwrap();
+    let _held = Blocks::new(&mm).alloc_block(&key, Gfp::KERNEL, 1).unwrap(); // a dropped one leaks, as documented
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
-    assert_eq!(mm.nr_free_pages() + 4 + 2, managed(&mm));
+    assert_eq!(Report::new(&mm).nr_free_pages() + 4 + 2, managed(&mm));
 }

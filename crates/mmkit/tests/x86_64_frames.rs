@@ -3,6 +3,8 @@
 //! back on deallocation, and a bad deallocation changes nothing.
 #![cfg(feature = "x86_64")]
 
+use mmkit::Blocks;
+use mmkit::Cpus;
 use mmkit::{FreeError, Gfp, MemoryMapBuilder, Report, X86Frames};
 use std::collections::HashSet;
 use x86_64::structures::paging::{FrameAllocator, FrameDeallocator, PhysFrame, Size1GiB, Size2MiB, Size4KiB};
@@ -11,7 +13,7 @@ use x86_64::PhysAddr;
 #[test]
 fn frames_are_unique_aligned_and_go_back() {
     let mm = MemoryMapBuilder::with_memory(256 << 20).nr_cpus(2).build().unwrap();
-    let before = mm.nr_free_pages() + mm.nr_pcp_pages();
+    let before = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
     let mut frames = X86Frames::new(&mm, Gfp::KERNEL).unwrap();
     let mut small: Vec<PhysFrame<Size4KiB>> = Vec::new();
     let mut huge: Vec<PhysFrame<Size2MiB>> = Vec::new();
@@ -41,8 +43,8 @@ fn frames_are_unique_aligned_and_go_back() {
         // SAFETY: nothing uses the frame.
         unsafe { frames.try_deallocate(f) }.unwrap();
     }
-    mm.drain_all_pages();
-    assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), before);
+    Cpus::new(&mm).drain_all_pages();
+    assert_eq!(Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages(), before);
     Report::new(&mm).check_invariants().unwrap();
 }
 
@@ -73,7 +75,7 @@ fn only_4_kib_pages_make_frames_and_a_pinned_cpu_is_a_source_too() {
     let mm = MemoryMapBuilder::new().page_size(16384).add_pc_node(0, 0, 64 << 20).build().unwrap();
     assert!(X86Frames::new(&mm, Gfp::KERNEL).is_none());
     let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
-    let mut frames = X86Frames::new(mm.pin_cpu(0).unwrap(), Gfp::KERNEL).unwrap();
+    let mut frames = X86Frames::new(Cpus::new(&mm).pin_cpu(0).unwrap(), Gfp::KERNEL).unwrap();
     let f: PhysFrame<Size4KiB> = frames.allocate_frame().unwrap();
     // SAFETY: nothing uses the frame.
     unsafe { frames.try_deallocate(f) }.unwrap();
@@ -101,12 +103,12 @@ fn safe_frees_of_a_handed_out_frame_are_refused_and_it_is_never_handed_out_twice
     assert!(mm.free_frozen_pages(pfn, 0).is_err());
     // The range free refuses an owned page before touching anything, and
     // no bare-PFN call takes a reference or sets a flag on it.
-    let tag = mm.page_owner(pfn);
+    let tag = Blocks::new(&mm).page_owner(pfn);
     assert!(tag.is_some());
     assert!(owned(mmkit::Contig::new(&mm).free_contig_range(pfn, 1).map(drop)));
     assert!(matches!(mm.get_page(pfn), Err(mmkit::PageError::Owned { .. })));
     assert!(mm.set_page_flags(pfn, mmkit::PageFlags::LRU).is_err());
-    assert_eq!(mm.page_owner(pfn), tag, "still the adapter's");
+    assert_eq!(Blocks::new(&mm).page_owner(pfn), tag, "still the adapter's");
     // A guard's block cannot be freed behind its back (it carries the
     // map's guard tag), so it is never reallocated as a frame meanwhile.
     let guard = mm.alloc_pages_guarded(Gfp::KERNEL, 0).unwrap();
@@ -147,6 +149,6 @@ fn safe_frees_of_a_handed_out_frame_are_refused_and_it_is_never_handed_out_twice
         }
     }
     let _ = (frames.into_inner(), other.into_inner());
-    mm.drain_all_pages();
+    Cpus::new(&mm).drain_all_pages();
     Report::new(&mm).check_invariants().unwrap();
 }

@@ -134,7 +134,7 @@ mod tests {
         let mm = &boot.mm;
         Report::new(mm).check_invariants().unwrap();
         let usable: u64 = regions.iter().map(|r| (r.end / FRAME_SIZE) - r.start.div_ceil(FRAME_SIZE)).sum();
-        assert_eq!(mm.nr_free_pages(), usable - 1025, "every usable frame is free but the descriptors'");
+        assert_eq!(Report::new(mm).nr_free_pages(), usable - 1025, "every usable frame is free but the descriptors'");
         // Every frame the allocator hands out is usable and none holds
         // descriptors.
         let mut held: Vec<Pfn> = Vec::new();
@@ -165,7 +165,7 @@ mod tests {
         Report::new(mm).check_invariants().unwrap();
         let usable: u64 = regions.iter().map(|r| (r.end / FRAME_SIZE) - r.start.div_ceil(FRAME_SIZE)).sum();
         let descriptors = boot.descriptor_frames.end - boot.descriptor_frames.start;
-        assert_eq!(mm.nr_free_pages(), usable - descriptors, "only usable frames are free");
+        assert_eq!(Report::new(mm).nr_free_pages(), usable - descriptors, "only usable frames are free");
         let mut held: Vec<Pfn> = Vec::new();
         while let Ok(pfn) = mm.alloc_pages(Gfp::KERNEL | Gfp::DMA32, 0) {
             let byte = pfn.0 * FRAME_SIZE;

@@ -9,7 +9,7 @@ pub enum QuicklistError {
     /// Quicklists need a map with real memory behind it.
     NoRealMemory,
     /// The map has no owner tag left for another set of quicklists
-    /// ([`PageAllocator::new_owner_key`](mmkit::PageAllocator::new_owner_key)).
+    /// ([`Blocks::new_owner_key`](mmkit::Blocks::new_owner_key)).
     NoOwnerTag,
     /// [`Quicklists::new`](super::Quicklists::new) of more lists per CPU
     /// than [`MAX_NR_QUICK`](super::MAX_NR_QUICK).

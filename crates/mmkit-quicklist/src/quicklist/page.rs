@@ -16,6 +16,8 @@
 //! `quicklist_free_page_in_state`.
 
 use super::{PageFn, QuicklistCpu, QuicklistError, Quicklists, StateCheck};
+use mmkit::Blocks;
+use mmkit::Cpus;
 use mmkit::{Gfp, PageBlock, Pfn};
 
 /// A page from list [`list`](Self::list) of a [`Quicklists`], held by its
@@ -127,14 +129,14 @@ impl Quicklists {
 
     /// The page's bytes, to read; the page stays clean.
     pub fn page_bytes<'p>(&'p self, page: &'p QuickPage) -> &'p [u8] {
-        self.alloc.block_bytes(&page.block).unwrap_or_default()
+        Blocks::new(&self.alloc).block_bytes(&page.block).unwrap_or_default()
     }
 
     /// The page's bytes, writable; the page is marked written, so that it
     /// is restored to its list's state when it goes back.
     pub fn page_bytes_mut<'p>(&'p self, page: &'p mut QuickPage) -> &'p mut [u8] {
         page.list_and_state |= WRITTEN;
-        self.alloc.block_bytes_mut(&mut page.block).unwrap_or_default()
+        Blocks::new(&self.alloc).block_bytes_mut(&mut page.block).unwrap_or_default()
     }
 
     /// Gives a [`QuickPage`] back to its list on the calling CPU: as it is
@@ -148,7 +150,7 @@ impl Quicklists {
     #[inline]
     pub fn free_quick_page(&self, dtor: Option<PageFn<'_>>, page: QuickPage) -> Result<(), QuicklistError> {
         if !self.owns(&page) {
-            return self.release(self.alloc.current_cpu(), page.block, dtor);
+            return self.release(Cpus::new(&self.alloc).current_cpu(), page.block, dtor);
         }
         let check = page.check();
         self.free_block_checked(page.list(), dtor, page.block, check)

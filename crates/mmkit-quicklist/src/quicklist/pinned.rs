@@ -7,7 +7,7 @@
 //! # Why pages stay with the handle while they are out
 //! The shared API hands a page out with refcount 1 and takes it back with
 //! one compare-and-swap of that refcount
-//! ([`take_back_block`](mmkit::PageAllocator::take_back_block)), so that of
+//! ([`take_back_block`](mmkit::Blocks::take_back_block)), so that of
 //! two racing frees of one page exactly one wins. On the pinned hit pair
 //! that compare-and-swap was most of the cost (of a 140-instruction pair;
 //! `mmkit bench quicklist`, case `quicklist/hit_alloc_free`).

@@ -3,6 +3,7 @@
 //!
 //! Owns only the guard; the quicklists decide when a closure runs.
 
+use mmkit::Blocks;
 use mmkit::{PageAllocator, PageBlock};
 
 /// A held block while a caller's constructor or destructor runs on it:
@@ -17,7 +18,7 @@ pub(super) struct FreeOnUnwind<'q> {
 impl Drop for FreeOnUnwind<'_> {
     fn drop(&mut self) {
         if let Some(block) = self.block.take() {
-            let _ = self.alloc.free_block(block);
+            let _ = Blocks::new(self.alloc).free_block(block);
         }
     }
 }

@@ -27,7 +27,7 @@ use crate::handle::{HandleId, MAX_SLOTS, RAW_GEN_LIMIT};
 use crate::slot_state::{state, SlotEntry, SlotStates, FREE, HANDLE, QUEUED, RAW};
 use crate::zspage::{self, Zspage};
 use crate::ZsError;
-use mmkit::{PageAllocator, PageBlock, Pfn};
+use mmkit::{Blocks, PageAllocator, PageBlock, Pfn};
 use std::sync::Arc;
 
 pub(crate) use crate::groups::NR_GROUPS;
@@ -574,7 +574,9 @@ impl ClassState {
         let live = self.zspage(id).is_some_and(|z| at < usize::from(z.npages));
         match self.pages.get_mut(id * self.chain + at).filter(|_| live) {
             Some(Some(page)) if page.pfn() == pfn => {
-                if let (Some(src), Some(dst)) = (mm.block_bytes(page), mm.block_bytes_mut(&mut target)) {
+                if let (Some(src), Some(dst)) =
+                    (Blocks::new(mm).block_bytes(page), Blocks::new(mm).block_bytes_mut(&mut target))
+                {
                     dst.copy_from_slice(src);
                 }
                 Ok(std::mem::replace(page, target))

@@ -26,6 +26,7 @@
 
 use crate::contig::Contig;
 use crate::mem::page::{DescWord, PageFlags, PageIdx};
+use crate::page_alloc::cpu::Locked;
 use crate::page_alloc::free::{BadPages, Claim};
 use crate::types::error::FreeError;
 use crate::zone::buddy::chunk_order;
@@ -247,7 +248,7 @@ impl Contig<'_> {
         let mut idx = start;
         while idx < end {
             let order = chunk_order(idx, end - idx, max_order);
-            self.mm.free_prepared_block(cpu, idx, order);
+            self.mm.free_prepared_block(&mut Locked(cpu), idx, order);
             idx += 1 << order;
         }
         (end - start) as u64

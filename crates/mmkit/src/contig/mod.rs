@@ -262,7 +262,7 @@ impl Contig<'_> {
         let isolated = self
             .start_isolate_page_range(zone, s, e, mt, &mut movable)
             .map_err(|idx| ContigError::Busy { pfn: self.mm.idx_to_pfn(idx) })?;
-        self.mm.drain_all_pages();
+        crate::Cpus::new(self.mm).drain_all_pages();
         // The migrator is the embedder's code and may panic: the guard
         // gives the pageblocks their types back on the way out.
         let isolation = isolation::Isolation::new(self, zone, isolated);
@@ -294,7 +294,6 @@ impl Contig<'_> {
             return Err(ContigError::Busy { pfn: self.mm.idx_to_pfn(idx) });
         }
         self.prep_contig_pages(s, e, compound_order, prep);
-        #[cfg(feature = "std")]
         if gfp.contains(Gfp::ZERO) {
             if let Some(mem) = &self.mm.mem.memory {
                 mem.zero_pages(s as usize, nr_pages as usize);
@@ -406,7 +405,7 @@ mod tests {
                 }))
                 .build()
                 .unwrap();
-            let total = mm.nr_free_pages();
+            let total = crate::Report::new(&mm).nr_free_pages();
             let held: Vec<Pfn> = (0..16).map(|_| mm.alloc_pages(Gfp::HIGHUSER_MOVABLE, 0).unwrap()).collect();
             let start = Pfn(held[0].0 & !15);
             let contig = Contig::new(&mm);
@@ -424,7 +423,7 @@ mod tests {
                     mm.free_pages(pfn, 0).unwrap();
                 }
             }
-            assert_eq!(mm.nr_free_pages(), total, "panic at {k}: pages lost");
+            assert_eq!(crate::Report::new(&mm).nr_free_pages(), total, "panic at {k}: pages lost");
             if !panicked {
                 assert!(k > 1, "the migrator ran");
                 break;

@@ -103,9 +103,9 @@ impl Contig<'_> {
     /// gives them back.
     ///
     /// ```
-    /// use mmkit::{Contig, Gfp, MemoryMapBuilder, MigrateType, Pfn};
+    /// use mmkit::{Blocks, Contig, Gfp, MemoryMapBuilder, MigrateType, Pfn};
     /// let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
-    /// let pool = mm.new_owner_key().unwrap();
+    /// let pool = Blocks::new(&mm).new_owner_key().unwrap();
     /// let contig = Contig::new(&mm);
     /// let range = contig.alloc_contig_block(&pool, Pfn(4096), Pfn(8192), MigrateType::Movable, Gfp::KERNEL).unwrap();
     /// assert!(contig.free_contig_range(Pfn(4096), 1).is_err()); // owned: the plain free refuses it

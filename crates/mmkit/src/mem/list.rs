@@ -136,7 +136,7 @@ impl PageList {
             // soon: fetch its descriptor's line now. Only a hint; a wrong
             // guess costs a useless prefetch (which never faults).
             let ahead = next.wrapping_add(next.wrapping_sub(idx).wrapping_mul(8));
-            crate::mem::rawmem::prefetch(descs.as_ptr().wrapping_add(ahead as usize));
+            crate::sys::prefetch(descs.as_ptr().wrapping_add(ahead as usize));
             if take(idx, page) {
                 left -= 1;
             } else {

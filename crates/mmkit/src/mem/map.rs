@@ -1,5 +1,5 @@
 //! The memory map's memory-layer state: geometry, the descriptor table, the
-//! pageblock bitmap and (with `std`) the real memory behind the PFNs.
+//! pageblock bitmap and the real memory behind the PFNs, if any.
 //!
 //! Owns those four things and nothing else; zones, per-CPU lists and the
 //! allocator hold their own state beside it. Built once by the builder.
@@ -19,6 +19,5 @@ pub(crate) struct MemMap {
     /// Migratetype of every pageblock.
     pub(crate) blocks: PageblockMap,
     /// The memory behind the PFNs, when the map has real backing.
-    #[cfg(feature = "std")]
-    pub(crate) memory: Option<crate::mem::rawmem::RealMemory>,
+    pub(crate) memory: Option<crate::sys::RealMemory>,
 }

@@ -18,16 +18,17 @@ use crate::Pfn;
 ///
 /// ```compile_fail
 /// # let mm = mmkit::MemoryMapBuilder::with_memory(16 << 20).build().unwrap();
-/// # let key = mm.new_owner_key().unwrap();
-/// let block = mm.alloc_block(&key, mmkit::Gfp::KERNEL, 0).unwrap();
+/// # let blocks = mmkit::Blocks::new(&mm);
+/// # let key = blocks.new_owner_key().unwrap();
+/// let block = blocks.alloc_block(&key, mmkit::Gfp::KERNEL, 0).unwrap();
 /// let twin = block.clone(); // not Clone: one holder per block
 /// ```
 ///
-/// Give it back with [`PageAllocator::free_block`](crate::PageAllocator::free_block); a dropped `PageBlock`
+/// Give it back with [`Blocks::free_block`](crate::Blocks::free_block); a dropped `PageBlock`
 /// leaks its pages (they stay allocated and owned, and
 /// [`check_invariants`](crate::Report::check_invariants) counts them as
 /// allocated).
-#[must_use = "a dropped PageBlock leaks its pages; free it with PageAllocator::free_block"]
+#[must_use = "a dropped PageBlock leaks its pages; free it with Blocks::free_block"]
 #[derive(Debug, PartialEq, Eq)]
 pub struct PageBlock {
     pfn: Pfn,
@@ -87,20 +88,20 @@ impl PageBlock {
 }
 
 /// The right to be one owner of pages in one map: issued by
-/// [`PageAllocator::new_owner_key`](crate::PageAllocator::new_owner_key)
+/// [`Blocks::new_owner_key`](crate::Blocks::new_owner_key)
 /// with a tag no other live key of the map has, neither `Clone` nor
 /// `Copy`, and made nowhere else. Allocating owned blocks
-/// ([`alloc_block`](crate::PageAllocator::alloc_block)) and taking back a
+/// ([`alloc_block`](crate::Blocks::alloc_block)) and taking back a
 /// block handed out as a bare PFN
-/// ([`take_back_block`](crate::PageAllocator::take_back_block)) ask for it,
+/// ([`take_back_block`](crate::Blocks::take_back_block)) ask for it,
 /// so only the layer holding the key can turn its handed-out PFNs into
 /// [`PageBlock`]s again; a tag alone grants nothing. Give it back with
-/// [`release_owner_key`](crate::PageAllocator::release_owner_key) when the
+/// [`release_owner_key`](crate::Blocks::release_owner_key) when the
 /// layer is done (a dropped key keeps its tag taken).
 ///
 /// ```compile_fail
 /// # let mm = mmkit::MemoryMapBuilder::with_memory(16 << 20).build().unwrap();
-/// let key = mm.new_owner_key().unwrap();
+/// let key = mmkit::Blocks::new(&mm).new_owner_key().unwrap();
 /// let copy = key.clone(); // not Clone: one holder per tag
 /// ```
 #[derive(Debug, PartialEq, Eq)]
@@ -116,7 +117,7 @@ impl OwnerKey {
         Self { owner, map_id }
     }
     /// The tag the key's blocks carry (what
-    /// [`page_owner`](crate::PageAllocator::page_owner) and
+    /// [`page_owner`](crate::Blocks::page_owner) and
     /// [`FreeError::Owned`](crate::FreeError::Owned) report).
     #[inline(always)]
     pub fn owner(&self) -> PageOwner {
@@ -145,20 +146,21 @@ impl OwnerKey {
 /// refused and handed back, and a popped block is gone from the stack.
 ///
 /// ```
-/// use mmkit::{BlockStack, Gfp, MemoryMapBuilder};
+/// use mmkit::{BlockStack, Blocks, Gfp, MemoryMapBuilder};
 ///
 /// let mm = MemoryMapBuilder::with_memory(16 << 20).build().unwrap();
-/// let key = mm.new_owner_key().unwrap();
+/// let blocks = Blocks::new(&mm);
+/// let key = blocks.new_owner_key().unwrap();
 /// let mut cache = BlockStack::new(&key, 0);
-/// let block = mm.alloc_block(&key, Gfp::KERNEL, 0).unwrap();
+/// let block = blocks.alloc_block(&key, Gfp::KERNEL, 0).unwrap();
 /// let pfn = block.pfn();
 /// cache.push(block).unwrap();
-/// let wrong_order = mm.alloc_block(&key, Gfp::KERNEL, 1).unwrap();
+/// let wrong_order = blocks.alloc_block(&key, Gfp::KERNEL, 1).unwrap();
 /// let wrong_order = cache.push(wrong_order).unwrap_err(); // handed back
 /// let again = cache.pop().unwrap();
 /// assert_eq!(again.pfn(), pfn);
-/// mm.free_block(again).unwrap();
-/// mm.free_block(wrong_order).unwrap();
+/// blocks.free_block(again).unwrap();
+/// blocks.free_block(wrong_order).unwrap();
 /// ```
 #[derive(Debug, Default)]
 pub struct BlockStack {

@@ -59,7 +59,7 @@
 //! CPU's number (in place of the refcount, which is 1 while the page is
 //! `LOCAL`, so every CPU number fits and no state bit is shared); its
 //! owner frees it with a plain load and store of this
-//! word, no atomic read-modify-write (`page_alloc::magazine`). That is sound
+//! word, no atomic read-modify-write (`page_alloc::cache::pinned`). That is sound
 //! because every read-modify-write that could take a page away from its
 //! owner — a reference taken ([`try_get`](PageDesc::try_get)), dropped
 //! ([`try_put`](PageDesc::try_put)), exchanged, or a frozen page's claim —
@@ -132,6 +132,12 @@ pub(crate) struct PageDesc {
 
 #[cfg(not(all(loom, feature = "loom-desc")))]
 const _: () = assert!(core::mem::size_of::<PageDesc>() == 16);
+
+// SAFETY: PageDesc is two AtomicU32s and an AtomicU64 (`repr(C)`, not
+// zero-sized); all-zero bytes are a valid value of each. The promise
+// `rawmem`'s tables rely on; declared here, beside the layout it is about.
+#[allow(unsafe_code)]
+unsafe impl crate::mem::rawmem::Zeroable for PageDesc {}
 
 impl PageDesc {
     #[inline(always)]
@@ -258,7 +264,6 @@ impl PageDesc {
     /// Marks the free block this page heads as reported. The caller holds
     /// the zone lock (free state changes only under it); one
     /// compare-and-swap all the same, like the embedder's flag updates.
-    #[cfg_attr(not(feature = "std"), allow(dead_code))] // a pass discards only with std
     pub(crate) fn set_reported(&self) {
         let _ = self.update_state(Relaxed, |s| {
             (s & (PageFlags::BUDDY.bits() | LOCAL_BIT) == PageFlags::BUDDY.bits()).then_some(s | REPORTED_BIT)
@@ -269,7 +274,6 @@ impl PageDesc {
     /// Nothing hands such a block out or merges with it; the pass returns
     /// it through the ordinary free path, which overwrites this word.
     #[inline]
-    #[cfg_attr(not(feature = "std"), allow(dead_code))] // a pass discards only with std
     pub(crate) fn set_reporting_state(&self, order: u32) {
         debug_assert!(order < 32);
         self.rc_state.store((REPORTED_BIT | (order << ORDER_SHIFT)) as u64, Relaxed);
@@ -278,7 +282,6 @@ impl PageDesc {
     /// block goes back through the free path, which expects a prepared head
     /// (no state, order 0): a merge with a lower buddy never writes this
     /// page again. Keeps any flag set meanwhile (`memory_failure`'s).
-    #[cfg_attr(not(feature = "std"), allow(dead_code))] // a pass discards only with std
     pub(crate) fn clear_reporting_state(&self) {
         let _ = self.update_state(Relaxed, |s| Some(s & !(REPORTED_BIT | ORDER_MASK)));
     }
@@ -545,7 +548,7 @@ impl PageTable {
         self.descs.as_slice().get(usize::try_from(idx).ok()?)
     }
     /// Every descriptor, for a hot path that keeps the slice in registers
-    /// (see `page_alloc::magazine`).
+    /// (see `page_alloc::cache::pinned`).
     #[inline]
     pub(crate) fn all(&self) -> &[PageDesc] {
         self.descs.as_slice()

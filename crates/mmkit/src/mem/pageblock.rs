@@ -42,7 +42,7 @@ impl PageblockMap {
     }
 
     /// The raw type bytes and the pageblock order, for a hot path that
-    /// keeps them in registers (see `page_alloc::magazine`).
+    /// keeps them in registers (see `page_alloc::cache::pinned`).
     #[inline]
     pub(crate) fn raw(&self) -> (&[AtomicU8], u32) {
         (&self.types, self.order)

@@ -38,8 +38,9 @@ pub enum Backing {
     MetadataOnly,
     /// One anonymous mapping covering the whole map; `page_address` works and
     /// `Gfp::ZERO` zeroes.
-    #[cfg(feature = "std")]
-    RealMemory(crate::mem::rawmem::HugePages),
+    /// Where the target has no such mapping (no `std`, no native OS layer:
+    /// `sys`), building fails with [`BuildError::RealMemory`].
+    RealMemory(crate::sys::HugePages),
 }
 
 /// Builds a [`PageAllocator`]; see the crate example.
@@ -206,7 +207,7 @@ impl MemoryMapBuilder {
     }
     /// How the allocator learns the calling thread's CPU (default:
     /// `sched_getcpu` with `std`, always 0 without). Callers that know their
-    /// CPU can instead use [`PageAllocator::cpu`](crate::PageAllocator::cpu).
+    /// CPU can instead use [`Cpus::cpu`](crate::Cpus::cpu).
     ///
     /// The per-CPU order-0 cache ([`cpu_caches`](Self::cpu_caches)) follows
     /// the CPU the kernel reports, so a map given its own source does
@@ -251,12 +252,12 @@ impl MemoryMapBuilder {
     /// comparisons. See `docs/fast-paths.md`.
     ///
     /// ```
-    /// use mmkit::{Gfp, MemoryMapBuilder, Report};
+    /// use mmkit::{Cpus, Gfp, MemoryMapBuilder, Report};
     /// let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
     /// let pfn = mm.alloc_pages(Gfp::KERNEL, 0).unwrap();
     /// mm.free_pages(pfn, 0).unwrap(); // onto this CPU's cache, no lock
-    /// assert_eq!(mm.drain_all_pages(), 0); // every CPU's cache, too
-    /// assert_eq!(mm.nr_pcp_pages(), 0);
+    /// assert_eq!(Cpus::new(&mm).drain_all_pages(), 0); // every CPU's cache, too
+    /// assert_eq!(Report::new(&mm).nr_pcp_pages(), 0);
     /// Report::new(&mm).check_invariants().unwrap();
     /// ```
     pub fn cpu_caches(mut self, enabled: bool) -> Self {
@@ -330,7 +331,9 @@ impl MemoryMapBuilder {
     /// [`BuildError::BadGeometry`] and [`BuildError::TooLarge`] as
     /// [`build`](Self::build) reports them.
     pub fn descriptor_table_bytes(&self) -> Result<usize, BuildError> {
-        self.geometry.validate()?;
+        if !self.geometry.is_valid() {
+            return Err(BuildError::BadGeometry(self.geometry));
+        }
         let (base_pfn, highest) = span(&self.zones, &self.geometry).ok_or(BuildError::NoZones)?;
         let nr_pages = highest - base_pfn;
         if nr_pages >= u32::MAX as u64 {
@@ -377,7 +380,9 @@ impl MemoryMapBuilder {
     /// reserved included).
     pub fn build(mut self) -> Result<PageAllocator, BuildError> {
         let geo = self.geometry;
-        geo.validate()?;
+        if !geo.is_valid() {
+            return Err(BuildError::BadGeometry(geo));
+        }
         validate::knobs(&self)?;
         let mut specs = self.zones;
         if specs.is_empty() {
@@ -489,7 +494,6 @@ impl MemoryMapBuilder {
             }
         }
 
-        #[cfg(feature = "std")]
         let memory = match self.backing {
             Backing::MetadataOnly => None,
             Backing::RealMemory(huge) => {
@@ -501,26 +505,17 @@ impl MemoryMapBuilder {
                 if let Some(machine) = machine_memory().filter(|&machine| bytes > machine) {
                     return Err(BuildError::RealMemoryTooLarge { bytes, machine });
                 }
-                Some(crate::mem::rawmem::RealMemory::map(nr_pages as usize, geo.page_size() as usize, huge).map_err(
-                    |e| {
-                        if huge == crate::mem::rawmem::HugePages::Explicit {
-                            BuildError::HugePagesUnavailable { bytes: e.bytes, errno: e.errno }
-                        } else {
-                            BuildError::RealMemory(e)
-                        }
-                    },
-                )?)
+                Some(crate::sys::RealMemory::map(nr_pages as usize, geo.page_size() as usize, huge).map_err(|e| {
+                    if huge == crate::sys::HugePages::Explicit {
+                        BuildError::HugePagesUnavailable { bytes: e.bytes, errno: e.errno }
+                    } else {
+                        BuildError::RealMemory(e)
+                    }
+                })?)
             }
         };
 
-        let mem = MemMap {
-            geometry: geo,
-            base_pfn,
-            pages,
-            blocks,
-            #[cfg(feature = "std")]
-            memory,
-        };
+        let mem = MemMap { geometry: geo, base_pfn, pages, blocks, memory };
         for (zone, runs) in zones.iter().zip(&free_runs) {
             let cx = zone.cx(&mem);
             let mut state = zone.state.lock();
@@ -532,7 +527,6 @@ impl MemoryMapBuilder {
             }
             // A fresh anonymous mapping has no frames yet: its free blocks
             // start out reported, so the first reporting pass skips them.
-            #[cfg(feature = "std")]
             if mem.memory.is_some() {
                 state.area.mark_all_reported(cx, geo.pageblock_order);
             }
@@ -563,18 +557,11 @@ impl MemoryMapBuilder {
     }
 }
 
-/// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`), if it
-/// can be read: the most a [`Backing::RealMemory`] map may span.
-#[cfg(feature = "std")]
+/// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`), if the
+/// OS layer can tell (`None` on targets without it): the most a
+/// [`Backing::RealMemory`] map may span.
 pub fn machine_memory() -> Option<u64> {
-    // Miri keeps the program from the file system: unknown.
-    if cfg!(miri) {
-        return None;
-    }
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
+    crate::sys::machine_memory()
 }
 
 /// The descriptor table's first PFN and the map's end: the lowest zone

@@ -74,7 +74,7 @@ impl PageAllocator {
         match self.take_block_at(zi, idx, order, mt) {
             // Only pages cached on per-CPU lists can be won back by a drain.
             Err(_) if self.pcp.enabled && self.nr_pcp_pages() > 0 => {
-                self.drain_all_pages();
+                crate::Cpus::new(self).drain_all_pages();
                 self.take_block_at(zi, idx, order, mt)?;
             }
             other => other?,
@@ -136,20 +136,20 @@ mod tests {
     #[test]
     fn takes_exactly_the_block_and_leaves_the_rest_free() {
         let mm = map(false);
-        let free = mm.nr_free_pages();
+        let free = crate::Report::new(&mm).nr_free_pages();
         assert_eq!(
             mm.alloc_pages_at(Pfn(0x1236), 2, Gfp::KERNEL),
             Err(AllocError::BadBlock { pfn: Pfn(0x1236), order: 2 })
         );
         assert_eq!(mm.alloc_pages_at(Pfn(0x1238), 2, Gfp::KERNEL | Gfp::COMP), Ok(Pfn(0x1238)));
-        assert_eq!(mm.nr_free_pages(), free - 4);
+        assert_eq!(crate::Report::new(&mm).nr_free_pages(), free - 4);
         assert_eq!(mm.compound_head(Pfn(0x123b)), Ok(Pfn(0x1238)));
         assert_eq!(mm.alloc_pages_at(Pfn(0x1239), 0, Gfp::KERNEL), Err(AllocError::NotFree(Pfn(0x1239))));
         assert_eq!(mm.alloc_pages_at(Pfn(0x1230), 4, Gfp::KERNEL), Err(AllocError::NotFree(Pfn(0x1238))));
         let report = Report::new(&mm);
         report.check_invariants().unwrap();
         mm.free_pages(Pfn(0x1238), 2).unwrap();
-        assert_eq!(mm.nr_free_pages(), free);
+        assert_eq!(crate::Report::new(&mm).nr_free_pages(), free);
         report.check_invariants().unwrap();
         assert_eq!(report.buddyinfo(), Report::new(&map(false)).buddyinfo(), "everything merged back");
     }
@@ -210,10 +210,10 @@ mod tests {
         // Two neighbours from one refill: the first is freed while the
         // second is in use, the second while the first is on the list, so
         // neither goes straight to the buddy, whatever the policy.
-        let pfn = mm.cpu(0).unwrap().alloc_pages(Gfp::KERNEL, 0).unwrap();
-        let other = mm.cpu(0).unwrap().alloc_pages(Gfp::KERNEL, 0).unwrap();
-        mm.cpu(0).unwrap().free_pages(pfn, 0).unwrap();
-        mm.cpu(0).unwrap().free_pages(other, 0).unwrap();
+        let pfn = crate::Cpus::new(&mm).cpu(0).unwrap().alloc_pages(Gfp::KERNEL, 0).unwrap();
+        let other = crate::Cpus::new(&mm).cpu(0).unwrap().alloc_pages(Gfp::KERNEL, 0).unwrap();
+        crate::Cpus::new(&mm).cpu(0).unwrap().free_pages(pfn, 0).unwrap();
+        crate::Cpus::new(&mm).cpu(0).unwrap().free_pages(other, 0).unwrap();
         assert!(mm.nr_pcp_pages() > 0);
         assert_eq!(mm.alloc_pages_at(pfn, 0, Gfp::KERNEL), Ok(pfn));
         mm.free_pages(pfn, 0).unwrap();

@@ -1,5 +1,7 @@
-//! The allocation path: `alloc_pages` and friends, the per-CPU fast path,
-//! the zonelist walk of `get_page_from_freelist`, `rmqueue` and
+//! The allocation path: the front doors of `alloc_pages` and friends (the
+//! per-CPU cache first, `page_alloc::cache`), the one slow path behind it
+//! (`alloc_slow`: the per-CPU lists, the preferred zone's buddy lists,
+//! then the zonelist walk of `get_page_from_freelist`), `rmqueue` and
 //! `prep_new_page`.
 //!
 //! Allocation in one paragraph: walk the zonelist (this node's zones from the
@@ -14,8 +16,10 @@
 #![deny(unsafe_code)]
 
 use crate::mem::page::{DescWord, PageDesc, PageFlags, PageIdx};
+use crate::page_alloc::cache::Target;
+use crate::page_alloc::cpu::{Lists, Locked};
 use crate::page_alloc::hooks::AllocFailure;
-use crate::page_alloc::{AllocContext, PageAllocator};
+use crate::page_alloc::{AllocContext, Cpus, PageAllocator, Tuning};
 use crate::pcp::pcp_allowed_order;
 use crate::types::gfp::Watermark;
 use crate::types::gfp::{fast_path_alloc_flags, gfp_zone, AllocFlags, Gfp, MigrateType, ZoneType};
@@ -32,52 +36,53 @@ impl PageAllocator {
     ///
     /// # Errors
     /// As [`alloc_pages_node`](Self::alloc_pages_node).
-    #[inline]
+    #[inline(always)]
     pub fn alloc_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
         if order == 0 {
-            if let Some(pfn) = self.cpu_cache_alloc(gfp) {
+            if let Some(pfn) = self.cpu_cache().and_then(|mut cache| cache.take::<false>(self, None, gfp, false)) {
                 return Ok(pfn);
             }
         }
         self.alloc_pages_uncached(gfp, order)
     }
 
-    /// [`alloc_pages`](Self::alloc_pages) past the per-CPU order-0 cache:
-    /// the cache's pageblock-order stacks, then the general path. Out of
-    /// line: inlined, the general path's callee-saved registers and stack
-    /// frame were set up on every cached allocation too (docs/perf-log/2026-11.md).
-    /// A compare and a jump to one of two functions, so that neither the
-    /// block path nor the general path pays the other's saved registers
-    /// (nor does `alloc_pages` grow where it is inlined).
+    /// [`alloc_pages`](Self::alloc_pages) past the per-CPU cache's order-0
+    /// stacks: its pageblock-order stacks, then the slow path. Out of
+    /// line: inlined, the slow path's callee-saved registers and stack
+    /// frame were set up on every cached allocation too
+    /// (docs/perf-log/2026-11.md). A compare and a jump to one of two
+    /// functions, so that neither the block path nor the slow path pays
+    /// the other's saved registers (nor does `alloc_pages` grow where it
+    /// is inlined).
     #[inline(never)]
     fn alloc_pages_uncached(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
         if order == self.mem.geometry.pageblock_order && self.pcp.enabled {
             return self.alloc_pages_block(gfp, order);
         }
         self.alloc_pages_general(gfp, order)
     }
 
-    /// A pageblock-order allocation: the current CPU's block stack, else
-    /// the general path.
-    #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
+    /// A pageblock-order allocation: the per-CPU cache's block stacks,
+    /// else the slow path.
     #[inline(never)]
     fn alloc_pages_block(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        if let Some(pfn) = self.cpu_cache_alloc_block(gfp, order) {
+        if let Some(pfn) = self.cpu_cache().and_then(|mut cache| cache.take::<true>(self, None, gfp, false)) {
             return Ok(pfn);
         }
         self.alloc_pages_general(gfp, order)
     }
 
-    /// [`alloc_pages`](Self::alloc_pages) past every per-CPU cache.
+    /// [`alloc_pages`](Self::alloc_pages) into the slow path, with the
+    /// calling CPU's lists.
     #[inline(never)]
     fn alloc_pages_general(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
         let cpu = self.cpu_if_it_matters();
-        self.alloc_on(cpu, self.node_of_cpu(cpu), gfp, order, false)
+        self.alloc_slow(&mut Locked(cpu), self.node_of_cpu(cpu), gfp, order, false)
     }
 
-    /// Allocates 2^`order` contiguous pages, preferring node `nid`.
+    /// Allocates 2^`order` contiguous pages, preferring node `nid`. An
+    /// order-0 page for the local node comes from the per-CPU cache, as
+    /// [`alloc_pages`](Self::alloc_pages)'s does.
     ///
     /// The block's first page has refcount 1; free it with
     /// [`free_pages`](Self::free_pages) (same order) or drop the reference
@@ -92,7 +97,12 @@ impl PageAllocator {
     /// [`AllocError::NoSuchNode`].
     #[inline]
     pub fn alloc_pages_node(&self, nid: usize, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc_on(self.current_cpu(), nid, gfp, order, false)
+        if order == 0 {
+            if let Some(pfn) = self.cpu_cache().and_then(|mut cache| cache.take::<false>(self, Some(nid), gfp, false)) {
+                return Ok(pfn);
+            }
+        }
+        self.alloc_pages_slow(Some(nid), gfp, order, false)
     }
 
     /// Like [`alloc_pages`](Self::alloc_pages) but the page comes back with
@@ -103,8 +113,12 @@ impl PageAllocator {
     /// As [`alloc_pages_node`](Self::alloc_pages_node).
     #[inline]
     pub fn alloc_frozen_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        let cpu = self.current_cpu();
-        self.alloc_on(cpu, self.node_of_cpu(cpu), gfp, order, true)
+        if order == 0 {
+            if let Some(pfn) = self.cpu_cache().and_then(|mut cache| cache.take::<false>(self, None, gfp, true)) {
+                return Ok(pfn);
+            }
+        }
+        self.alloc_pages_slow(None, gfp, order, true)
     }
 
     /// Frozen allocation preferring node `nid`.
@@ -113,18 +127,20 @@ impl PageAllocator {
     /// As [`alloc_pages_node`](Self::alloc_pages_node).
     #[inline]
     pub fn alloc_frozen_pages_node(&self, nid: usize, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc_on(self.current_cpu(), nid, gfp, order, true)
+        if order == 0 {
+            if let Some(pfn) = self.cpu_cache().and_then(|mut cache| cache.take::<false>(self, Some(nid), gfp, true)) {
+                return Ok(pfn);
+            }
+        }
+        self.alloc_pages_slow(Some(nid), gfp, order, true)
     }
 
-    /// The node CPU `cpu` belongs to (Linux's `cpu_to_node`): the node
-    /// `alloc_pages` prefers when called on that CPU.
-    ///
-    /// # Errors
-    /// [`IndexError::NoSuchCpu`](crate::IndexError::NoSuchCpu) for a CPU at
-    /// or above [`nr_cpus`](Self::nr_cpus).
-    pub fn cpu_to_node(&self, cpu: usize) -> Result<usize, crate::IndexError> {
-        self.check_cpu(cpu)?;
-        Ok(self.node_of_cpu(cpu))
+    /// The `_node` and frozen forms past the per-CPU cache: the slow path
+    /// with the calling CPU's lists (`nid`: `None` for the local node).
+    #[inline(never)]
+    fn alloc_pages_slow(&self, nid: Option<usize>, gfp: Gfp, order: u32, frozen: bool) -> Result<Pfn, AllocError> {
+        let cpu = self.current_cpu();
+        self.alloc_slow(&mut Locked(cpu), nid.unwrap_or_else(|| self.node_of_cpu(cpu)), gfp, order, frozen)
     }
 
     /// [`cpu_to_node`](Self::cpu_to_node) for a CPU the caller already
@@ -134,13 +150,23 @@ impl PageAllocator {
         self.pcp.cpu_nodes.get(cpu).copied().unwrap_or(0)
     }
 
-    /// Allocation on behalf of CPU `cpu` (its per-CPU lists are used).
-    /// Always inlined: the fast path is a few dozen instructions, and as a
-    /// call it cost the shared pair about ten more.
+    /// The one slow path, where every allocation the per-CPU cache did not
+    /// serve goes (and every order it does not cache): the per-CPU
+    /// `lists` (locked or held, `cpu.rs`) for the orders they cache, the
+    /// preferred zone's buddy lists for the others, then, `#[cold]`, the
+    /// zonelist walk and `slowpath` (`alloc_general`).
+    ///
+    /// Always inlined, with the cold part out of line: for a map without
+    /// a per-CPU cache (no restartable sequences, `cpu_caches(false)`) and
+    /// for a [`CpuHandle`](crate::CpuHandle) the lists step is the main
+    /// path. Out of line (or cold) it took the mask's constant folding and
+    /// the list code's inlining with it (`examples/pcp_probe.rs lists` and
+    /// `handle` under callgrind); the shared API reaches it out of line
+    /// anyway, from `alloc_pages_uncached`.
     #[inline(always)]
-    pub(crate) fn alloc_on(
+    pub(crate) fn alloc_slow(
         &self,
-        cpu: usize,
+        lists: &mut impl Lists,
         nid: usize,
         gfp: Gfp,
         order: u32,
@@ -149,13 +175,13 @@ impl PageAllocator {
         if self.pcp_serves(gfp) && pcp_allowed_order(order, self.mem.geometry.pageblock_order) {
             // Every cached order, the pageblock (THP) order included, as
             // Linux's `rmqueue` sends each to `rmqueue_pcplist`.
-            if let Some(pfn) = self.alloc_fast(cpu, nid, gfp, order, frozen) {
+            if let Some(pfn) = self.alloc_from_lists(lists, nid, gfp, order, frozen) {
                 return Ok(pfn);
             }
         } else if let Some(pfn) = self.alloc_buddy_fast(nid, gfp, order, frozen) {
             return Ok(pfn);
         }
-        self.alloc_general(cpu, nid, gfp, order, frozen)
+        self.alloc_general(lists, nid, gfp, order, frozen)
     }
 
     /// The first pass of `get_page_from_freelist` for a block no per-CPU
@@ -165,17 +191,20 @@ impl PageAllocator {
     /// nothing and sends the request down the general path, which walks the
     /// zonelist, the fallback chain, CMA balancing and highatomic reserves.
     ///
-    /// The general path spends about 500 instructions before and around the
-    /// list edit on the zonelist iterator, the allocation context and the
-    /// fallback chain's checks (`buddy_probe frag0` under callgrind); this
-    /// path is the list edit plus one lock and a few loads.
+    /// The general path spends most of its instructions before and around
+    /// the list edit on the zonelist iterator, the allocation context and
+    /// the fallback chain's checks (`buddy_probe frag0` under callgrind);
+    /// this path is the list edit plus one lock and a few loads.
     #[inline(always)]
     fn alloc_buddy_fast(&self, nid: usize, gfp: Gfp, order: u32, frozen: bool) -> Option<Pfn> {
         if order > self.mem.geometry.merge_order() {
             return None;
         }
-        let target = self.fast_target(nid, gfp, order)?;
-        let (zone, flags) = (target.zone, target.flags);
+        let target = self.preferred_target(nid, gfp)?;
+        if !self.fast_watermark_ok(&target, order, gfp) {
+            return None;
+        }
+        let Target { zone, flags, highest, mt, .. } = target;
         // Highatomic requests reserve pageblocks, which the general path's
         // `rmqueue` does.
         if flags.contains(AllocFlags::HIGHATOMIC) {
@@ -196,37 +225,44 @@ impl PageAllocator {
             let comfortable = order <= cx.pageblock_order && zone.comfortably_free();
             if !comfortable && !flags.contains(AllocFlags::NO_WATERMARKS) {
                 let mark = zone.watermark(flags.watermark());
-                if !zone.watermark_ok(&state, order, mark, target.highest, flags) {
+                if !zone.watermark_ok(&state, order, mark, highest, flags) {
                     return None;
                 }
             }
-            let idx = state.area.rmqueue_smallest(cx, order, target.mt)?;
+            let idx = state.area.rmqueue_smallest(cx, order, mt)?;
             state.counters.pgalloc_blocks += 1;
             state.counters.pgalloc_pages += 1 << order;
             zone.publish(&state);
             idx
         };
-        Some(self.finish_fast_alloc(&target, idx, order, gfp, frozen))
+        self.prep_new_page(idx, order, gfp, mt, frozen);
+        Some(self.idx_to_pfn(idx))
     }
 
-    /// The fast path of `get_page_from_freelist` for cached orders: the
-    /// preferred zone only, a lockless watermark check, one try of the
-    /// pageset lock. `None` sends the request down the general path, which
-    /// repeats these steps zone by zone and then enters the slow path.
+    /// The first step of the slow path for cached orders: the preferred
+    /// zone only, the fast path's watermark check, the pageset of `lists`.
+    /// `None` sends the request down the general path, which repeats these
+    /// steps zone by zone and then enters `slowpath`.
     #[inline(always)]
-    fn alloc_fast(&self, cpu: usize, nid: usize, gfp: Gfp, order: u32, frozen: bool) -> Option<Pfn> {
-        let target = self.fast_target(nid, gfp, order)?;
-        let idx = {
-            let mut pcp = self.try_lock_pcp(cpu, target.zi)?;
-            self.pcp_take_locked(&mut pcp, target.zi, order, target.mt, target.flags)?
-        };
-        Some(self.finish_fast_alloc(&target, idx, order, gfp, frozen))
+    fn alloc_from_lists(&self, lists: &mut impl Lists, nid: usize, gfp: Gfp, order: u32, frozen: bool) -> Option<Pfn> {
+        let target = self.preferred_target(nid, gfp)?;
+        if !self.fast_watermark_ok(&target, order, gfp) {
+            return None;
+        }
+        let Target { zi, flags, mt, .. } = target;
+        // A boost this take causes wakes kswapd at the next allocation's
+        // check, before it takes a page (`wake_kswapd_if_boosted`).
+        let idx = self.rmqueue_pcplist(lists, zi, order, mt, flags)?;
+        self.prep_new_page(idx, order, gfp, mt, frozen);
+        Some(self.idx_to_pfn(idx))
     }
 
-    /// The checks of the fast path before a per-CPU list is touched: the
-    /// preferred zone of node `nid` (on that node), above its watermark.
+    /// Where a request for `gfp` on node `nid` goes on the fast paths: the
+    /// preferred zone of that node (on that node), the fast path's ALLOC
+    /// flags, the request's migratetype (the target's stack is the
+    /// per-CPU cache's business, 0 here). No watermark is checked.
     #[inline(always)]
-    pub(crate) fn fast_target(&self, nid: usize, gfp: Gfp, order: u32) -> Option<FastTarget<'_>> {
+    pub(crate) fn preferred_target(&self, nid: usize, gfp: Gfp) -> Option<Target<'_>> {
         let highest = gfp_zone(gfp).ok()?;
         let (zi, nofragment) = self.preferred_zone(nid, highest)?;
         let zone = &self.zones[zi];
@@ -234,24 +270,18 @@ impl PageAllocator {
             return None;
         }
         let flags = fast_path_alloc_flags(gfp, nofragment);
-        if !zone.comfortably_free() && !self.zone_allows_waking(zone, order, flags, highest, gfp) {
-            return None;
-        }
-        Some(FastTarget { zi, zone, flags, mt: self.request_migratetype(gfp), highest })
+        Some(Target { slot: 0, zi, zone, mt: self.request_migratetype(gfp), flags, highest })
     }
 
-    /// The fast path after a block came off a per-CPU list.
+    /// The fast paths' one watermark check (the per-CPU cache's, the
+    /// lists' and the buddy's first step): a zone comfortably free is
+    /// above every mark and has no boost waiting for kswapd (one load, one
+    /// compare); otherwise the lockless check, which also wakes kswapd for
+    /// a waiting boost. The target is read field by field, so a hit loads
+    /// only the zone.
     #[inline(always)]
-    pub(crate) fn finish_fast_alloc(
-        &self,
-        target: &FastTarget<'_>,
-        idx: PageIdx,
-        order: u32,
-        gfp: Gfp,
-        frozen: bool,
-    ) -> Pfn {
-        self.prep_new_page(idx, order, gfp, target.mt, frozen);
-        self.idx_to_pfn(idx)
+    pub(crate) fn fast_watermark_ok(&self, target: &Target<'_>, order: u32, gfp: Gfp) -> bool {
+        target.zone.comfortably_free() || self.zone_allows_waking(target.zone, order, target.flags, target.highest, gfp)
     }
 
     /// The fast paths' check when the zone is not comfortably free
@@ -292,7 +322,15 @@ impl PageAllocator {
         zone.watermark_fast(order, zone.watermark(flags.watermark()), highest, flags)
     }
 
-    fn alloc_general(&self, cpu: usize, nid: usize, gfp: Gfp, order: u32, frozen: bool) -> Result<Pfn, AllocError> {
+    #[cold]
+    fn alloc_general(
+        &self,
+        lists: &mut impl Lists,
+        nid: usize,
+        gfp: Gfp,
+        order: u32,
+        frozen: bool,
+    ) -> Result<Pfn, AllocError> {
         let max = self.mem.geometry.merge_order();
         if order > max {
             return Err(AllocError::OrderTooLarge { order, max });
@@ -307,13 +345,12 @@ impl PageAllocator {
             highest,
             migratetype: self.request_migratetype(gfp),
             this_node_only: gfp.contains(Gfp::THISNODE),
-            cpu,
         };
         let nofragment = self.zones.preferred_zone(nid, highest).is_some_and(|(_, nofrag)| nofrag);
         let flags = fast_path_alloc_flags(gfp, nofragment);
-        let got = match self.get_page_from_freelist(order, flags, &ac) {
+        let got = match self.get_page_from_freelist(lists, order, flags, &ac) {
             Some(got) => Some(got),
-            None => self.alloc_slowpath(gfp, order, &ac),
+            None => self.alloc_slowpath(lists, gfp, order, &ac),
         };
         match got {
             Some((_zone, idx)) => {
@@ -342,6 +379,7 @@ impl PageAllocator {
     /// Tries each candidate zone once (Linux's `get_page_from_freelist`).
     pub(crate) fn get_page_from_freelist(
         &self,
+        lists: &mut impl Lists,
         order: u32,
         alloc_flags: AllocFlags,
         ac: &AllocContext,
@@ -356,7 +394,7 @@ impl PageAllocator {
                     retry_without_nofragment = true;
                     break;
                 }
-                if let Some(idx) = self.rmqueue_zone(zi, zone, order, alloc_flags, ac) {
+                if let Some(idx) = self.rmqueue_zone(lists, zi, zone, order, alloc_flags, ac) {
                     return Some((zi, idx));
                 }
             }
@@ -374,6 +412,7 @@ impl PageAllocator {
     #[inline]
     fn rmqueue_zone(
         &self,
+        lists: &mut impl Lists,
         zi: usize,
         zone: &Zone,
         order: u32,
@@ -388,7 +427,7 @@ impl PageAllocator {
         // panic in it must not strand a page in hand.
         self.wake_kswapd_if_boosted(zone, ac.gfp, alloc_flags);
         if self.pcp_serves(ac.gfp) && pcp_allowed_order(order, self.mem.geometry.pageblock_order) {
-            if let Some(idx) = self.rmqueue_pcplist(ac.cpu, zi, order, ac.migratetype, alloc_flags) {
+            if let Some(idx) = self.rmqueue_pcplist(lists, zi, order, ac.migratetype, alloc_flags) {
                 if alloc_flags.contains(AllocFlags::HIGHATOMIC) {
                     self.reserve_highatomic_after_pcp(zi, idx, order);
                 }
@@ -427,17 +466,6 @@ impl PageAllocator {
                 nid: zone.nid,
                 attempt: 0,
             });
-        }
-    }
-
-    /// Drops every zone's watermark boost. Boosts are raised when a fallback
-    /// claims another type's pageblock; Linux's kswapd clears them once it
-    /// has reclaimed, so call this from the work your
-    /// [`Hooks::wake_kswapd`](crate::Hooks::wake_kswapd) starts.
-    pub fn reset_watermark_boost(&self) {
-        for zone in self.zones.iter() {
-            let _state = zone.state.lock();
-            zone.reset_watermark_boost();
         }
     }
 
@@ -481,11 +509,19 @@ impl PageAllocator {
     /// else can touch its word, and its private word and `word` (state and
     /// refcount, which the caller computed once) are two stores. Returns
     /// whether `word` was stored; with `__GFP_ZERO` the general preparation
-    /// runs instead.
+    /// runs instead (one reference, or none when `frozen`; never `LOCAL`).
     #[inline(always)]
-    pub(crate) fn prep_order0(&self, page: &PageDesc, idx: PageIdx, gfp: Gfp, mt: MigrateType, word: DescWord) -> bool {
+    pub(crate) fn prep_order0(
+        &self,
+        page: &PageDesc,
+        idx: PageIdx,
+        gfp: Gfp,
+        mt: MigrateType,
+        word: DescWord,
+        frozen: bool,
+    ) -> bool {
         if gfp.contains(Gfp::ZERO) {
-            self.prep_new_page(idx, 0, gfp, mt, false);
+            self.prep_new_page(idx, 0, gfp, mt, frozen);
             return false;
         }
         page.set_private(0);
@@ -522,7 +558,6 @@ impl PageAllocator {
             HandedTo::Cpu(cpu) => DescWord::local(flags, order, mt as u8, cpu),
             HandedTo::References(refcount) => DescWord::allocated(flags, order, mt as u8, refcount),
         });
-        #[cfg(feature = "std")]
         if gfp.contains(Gfp::ZERO) {
             if let Some(mem) = &self.mem.memory {
                 mem.zero_pages(idx as usize, 1 << order);
@@ -540,16 +575,28 @@ pub(crate) enum HandedTo {
     Cpu(usize),
 }
 
-/// Where a fast-path allocation goes: see [`PageAllocator::fast_target`].
-pub(crate) struct FastTarget<'a> {
-    /// Zone index.
-    pub(crate) zi: usize,
-    /// The zone.
-    pub(crate) zone: &'a Zone,
-    /// ALLOC flags of the fast path.
-    pub(crate) flags: AllocFlags,
-    /// The request's migratetype.
-    pub(crate) mt: MigrateType,
-    /// The highest zone type the request allows.
-    pub(crate) highest: ZoneType,
+impl Cpus<'_> {
+    /// The node CPU `cpu` belongs to (Linux's `cpu_to_node`): the node
+    /// `alloc_pages` prefers when called on that CPU.
+    ///
+    /// # Errors
+    /// [`IndexError::NoSuchCpu`](crate::IndexError::NoSuchCpu) for a CPU at
+    /// or above [`nr_cpus`](Self::nr_cpus).
+    pub fn cpu_to_node(&self, cpu: usize) -> Result<usize, crate::IndexError> {
+        self.mm.check_cpu(cpu)?;
+        Ok(self.mm.node_of_cpu(cpu))
+    }
+}
+
+impl Tuning<'_> {
+    /// Drops every zone's watermark boost. Boosts are raised when a fallback
+    /// claims another type's pageblock; Linux's kswapd clears them once it
+    /// has reclaimed, so call this from the work your
+    /// [`Hooks::wake_kswapd`](crate::Hooks::wake_kswapd) starts.
+    pub fn reset_watermark_boost(&self) {
+        for zone in self.mm.zones.iter() {
+            let _state = zone.state.lock();
+            zone.reset_watermark_boost();
+        }
+    }
 }

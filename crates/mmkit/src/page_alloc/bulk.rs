@@ -45,19 +45,10 @@
 //! nothing ([`BulkFreeError`]).
 //!
 //! # Cost
-//! Batch 64, 4096-page window (`examples/bulk_probe.rs`; instructions are
-//! callgrind's, per page):
-//!
-//! | | before | after |
-//! |---|---|---|
-//! | `alloc_pages_bulk`, instructions | 87 | 41 |
-//! | `free_pages_bulk`, instructions | 204 | 52 |
-//! | `pcp_probe bulk64` (alloc + free), instructions | 308 | 110 |
-//!
-//! The times are `mmkit bench bulk`'s cases `bulk/64` and `bulk_free/64`
-//! (see BENCHMARKS.md). (The bench made its page array on the clock until
-//! this change, a third of what `bulk/64` measured then.) What is left of
-//! the allocation is the walk: per page, one descriptor load whose address
+//! Timed by `mmkit bench bulk`, cases `bulk/N` and `bulk_free/N`;
+//! instructions per page by `examples/bulk_probe.rs` and `pcp_probe bulk64`
+//! under callgrind (`docs/perf-log/`). What is left of the allocation is
+//! the walk: per page, one descriptor load whose address
 //! comes from the load before, so the chain's load latency bounds it, not
 //! its instructions. Of the free, the one `lock cmpxchg` per page is the
 //! floor while the reference drop stays atomic.
@@ -65,6 +56,7 @@
 
 use crate::mem::page::{DescWord, PageFlags, PageIdx};
 use crate::mem::sync::LockGuard;
+use crate::page_alloc::cpu::{Lists, Locked};
 use crate::page_alloc::free::{BadPages, Claim};
 use crate::pcp::{order_to_pindex, PcpState};
 use crate::types::error::FreeError;
@@ -150,7 +142,7 @@ impl PageAllocator {
     /// assert_eq!(mm.free_pages_bulk(&pfns), Ok(32));
     /// ```
     pub fn alloc_pages_bulk(&self, gfp: Gfp, page_array: &mut [Option<Pfn>]) -> usize {
-        self.alloc_pages_bulk_on(self.current_cpu(), gfp, page_array)
+        self.alloc_pages_bulk_with(&mut Locked(self.current_cpu()), gfp, page_array)
     }
 
     /// Appends up to `nr_pages` order-0 pages to `out` (the list flavour of
@@ -173,7 +165,13 @@ impl PageAllocator {
         self.alloc_pages_bulk_vec_on(self.current_cpu(), gfp, nr_pages, out)
     }
 
-    pub(crate) fn alloc_pages_bulk_on(&self, cpu: usize, gfp: Gfp, page_array: &mut [Option<Pfn>]) -> usize {
+    /// [`alloc_pages_bulk`](Self::alloc_pages_bulk) from `lists`.
+    pub(crate) fn alloc_pages_bulk_with(
+        &self,
+        lists: &mut impl Lists,
+        gfp: Gfp,
+        page_array: &mut [Option<Pfn>],
+    ) -> usize {
         let first_empty = page_array.iter().position(Option::is_none).unwrap_or(page_array.len());
         let wanted = page_array[first_empty..].iter().filter(|slot| slot.is_none()).count();
         let rest = &mut page_array[first_empty..];
@@ -181,7 +179,7 @@ impl PageAllocator {
             // Every slot from the first empty one on is empty (the usual
             // call): fill them in order without looking.
             let mut slots = rest.iter_mut();
-            let filled = self.bulk_take(cpu, gfp, wanted, move |pfn| {
+            let filled = self.bulk_take(lists, gfp, wanted, move |pfn| {
                 if let Some(slot) = slots.next() {
                     *slot = Some(pfn);
                 }
@@ -189,7 +187,7 @@ impl PageAllocator {
             return first_empty + filled;
         }
         let mut slots = rest.iter_mut().filter(|slot| slot.is_none());
-        self.bulk_take(cpu, gfp, wanted, move |pfn| {
+        self.bulk_take(lists, gfp, wanted, move |pfn| {
             if let Some(slot) = slots.next() {
                 *slot = Some(pfn);
             }
@@ -206,24 +204,25 @@ impl PageAllocator {
         }
         // `bulk_take` hands out at most `wanted` pages: every push fits the
         // capacity reserved above.
-        self.bulk_take(cpu, gfp, wanted, move |pfn| out.push(pfn))
+        self.bulk_take(&mut Locked(cpu), gfp, wanted, move |pfn| out.push(pfn))
     }
 
     /// Allocates up to `wanted` order-0 pages, handing each to `put`.
     /// (`put` travels by value, and back, so that the walk keeps its state,
     /// such as a slot iterator, in registers.)
-    fn bulk_take<P: FnMut(Pfn)>(&self, cpu: usize, gfp: Gfp, wanted: usize, mut put: P) -> usize {
+    fn bulk_take<P: FnMut(Pfn)>(&self, lists: &mut impl Lists, gfp: Gfp, wanted: usize, mut put: P) -> usize {
         if wanted == 0 {
             return 0;
         }
         if wanted > 1 && self.pcp_serves(gfp) {
             let taken;
-            (taken, put) = self.bulk_take_pcp(cpu, gfp, wanted, put);
+            (taken, put) = self.bulk_take_pcp(lists, gfp, wanted, put);
             if taken > 0 {
                 return taken;
             }
         }
-        match self.alloc_on(cpu, self.node_of_cpu(cpu), gfp, 0, false) {
+        let nid = self.node_of_cpu(lists.cpu());
+        match self.alloc_slow(lists, nid, gfp, 0, false) {
             Ok(pfn) => {
                 put(pfn);
                 1
@@ -234,14 +233,14 @@ impl PageAllocator {
 
     /// The batched part: pick the first zone whose LOW watermark covers the
     /// whole request, then pop pages under one pageset-lock hold.
-    fn bulk_take_pcp<P: FnMut(Pfn)>(&self, cpu: usize, gfp: Gfp, wanted: usize, mut put: P) -> (usize, P) {
+    fn bulk_take_pcp<P: FnMut(Pfn)>(&self, lists: &mut impl Lists, gfp: Gfp, wanted: usize, mut put: P) -> (usize, P) {
         let Ok(highest) = gfp_zone(gfp) else {
             return (0, put);
         };
         let mt = self.request_migratetype(gfp);
         let flags = fast_path_alloc_flags(gfp, false).with_watermark(Watermark::Low);
         let this_node = gfp.contains(Gfp::THISNODE);
-        let nid = self.node_of_cpu(cpu);
+        let nid = self.node_of_cpu(lists.cpu());
         let Some(zi) = self.zonelist(nid).iter().copied().find(|&zi| {
             let z = &self.zones[zi];
             z.zone_type <= highest
@@ -250,7 +249,7 @@ impl PageAllocator {
         }) else {
             return (0, put);
         };
-        let Some(mut pcp) = self.try_lock_pcp(cpu, zi) else {
+        let Some(mut pcp) = lists.get(self, zi) else {
             return (0, put);
         };
         pcp.note_alloc();
@@ -291,7 +290,7 @@ impl PageAllocator {
                 self.drop_poisoned(idx);
                 return false;
             }
-            self.prep_order0(page, idx, gfp, mt, allocated);
+            self.prep_order0(page, idx, gfp, mt, allocated, false);
             put(Pfn(base + u64::from(idx)));
             true
         });
@@ -588,7 +587,7 @@ mod tests {
 
     fn take(mm: &PageAllocator, n: usize) -> Vec<Pfn> {
         let mut slots = vec![None; n];
-        assert_eq!(mm.alloc_pages_bulk_on(0, Gfp::KERNEL, &mut slots), n);
+        assert_eq!(mm.alloc_pages_bulk_with(&mut Locked(0), Gfp::KERNEL, &mut slots), n);
         slots.into_iter().flatten().collect()
     }
 
@@ -647,7 +646,7 @@ mod tests {
         mm.desc(idx).update_flags_atomic(PageFlags::HWPOISON, PageFlags::EMPTY);
         let again = take(&mm, 16);
         assert!(!again.contains(&victim));
-        assert_eq!(mm.stats().hwpoison_offlined, 1);
+        assert_eq!(crate::Report::new(&mm).stats().hwpoison_offlined, 1);
         assert!(mm.page_flags(victim).unwrap().contains(PageFlags::RESERVED));
         Report::new(&mm).check_invariants().unwrap();
     }
@@ -686,7 +685,7 @@ mod tests {
         let mut slots = [None; 8];
         slots[2] = Some(a);
         slots[5] = Some(b);
-        assert_eq!(mm.alloc_pages_bulk_on(0, Gfp::KERNEL, &mut slots), 8);
+        assert_eq!(mm.alloc_pages_bulk_with(&mut Locked(0), Gfp::KERNEL, &mut slots), 8);
         assert_eq!((slots[2], slots[5]), (Some(a), Some(b)));
     }
 }

@@ -28,6 +28,7 @@
 
 use crate::mem::page::{PageFlags, PageIdx};
 use crate::page_alloc::migrate::{MigrateRequest, Migrator};
+use crate::page_alloc::Tuning;
 use crate::types::error::MigrateError;
 use crate::types::gfp::{Gfp, MigrateType};
 use crate::types::placement::CompactionMode;
@@ -79,7 +80,7 @@ pub struct CompactResult {
     pub success: bool,
 }
 
-impl PageAllocator {
+impl Tuning<'_> {
     /// Compacts zone `zone_index` (Linux's `compact_zone`): until a free
     /// block of `order` exists, or with `None` over the whole zone (as
     /// `/proc/sys/vm/compact_memory` does). Which pass runs is the map's
@@ -91,26 +92,8 @@ impl PageAllocator {
     /// [`IndexError::NoSuchZone`](crate::IndexError::NoSuchZone) for a zone
     /// index the map lacks.
     pub fn compact_zone(&self, zone_index: usize, order: Option<u32>) -> Result<CompactResult, crate::IndexError> {
-        self.check_zone(zone_index)?;
-        Ok(self.compact_zone_to(zone_index, order.map_or(CompactGoal::Whole, CompactGoal::Order)))
-    }
-
-    /// One pass of zone `zi` towards `goal`, counted in vmstat.
-    pub(crate) fn compact_zone_to(&self, zi: usize, goal: CompactGoal) -> CompactResult {
-        let mut result = CompactResult::default();
-        let (Some(migrator), Some(zone)) = (self.migrator.as_deref(), self.zones.get(zi)) else {
-            return result;
-        };
-        match zone.placement.compaction() {
-            CompactionMode::Linear => self.compact_linear(zi, goal, migrator, &mut result),
-            CompactionMode::SparsestFirst => self.evacuate_sparse(zi, goal, migrator, &mut result),
-        }
-        let s = &self.stats;
-        s.compact_migrate_scanned.fetch_add(result.migrate_scanned, Relaxed);
-        s.compact_free_scanned.fetch_add(result.free_scanned, Relaxed);
-        s.pgmigrate_success.fetch_add(result.migrated, Relaxed);
-        s.pgmigrate_fail.fetch_add(result.failed, Relaxed);
-        result
+        self.mm.check_zone(zone_index)?;
+        Ok(self.mm.compact_zone_to(zone_index, order.map_or(CompactGoal::Whole, CompactGoal::Order)))
     }
 
     /// Proactive compaction of node `nid` at `proactiveness` (Linux's
@@ -130,7 +113,7 @@ impl PageAllocator {
         nid: usize,
         proactiveness: u32,
     ) -> Result<Option<CompactResult>, crate::IndexError> {
-        self.check_node(nid)?;
+        self.mm.check_node(nid)?;
         if proactiveness == 0 {
             return Ok(None);
         }
@@ -148,8 +131,8 @@ impl PageAllocator {
     /// [`IndexError::NoSuchNode`](crate::IndexError::NoSuchNode) for a node
     /// the map lacks.
     pub fn kcompactd_check(&self, nid: usize) -> Result<Option<CompactResult>, crate::IndexError> {
-        self.check_node(nid)?;
-        let Some(zone) = self.zones.iter().find(|z| z.nid == nid) else { return Ok(None) };
+        self.mm.check_node(nid)?;
+        let Some(zone) = self.mm.zones.iter().find(|z| z.nid == nid) else { return Ok(None) };
         let policy = zone.placement;
         let (start, stop) = policy.proactive_marks();
         self.proactive_compact_marks(nid, start, stop)
@@ -170,24 +153,24 @@ impl PageAllocator {
         start_above: u32,
         stop_at: u32,
     ) -> Result<Option<CompactResult>, crate::IndexError> {
-        if self.fragmentation_score(nid)? <= start_above || self.migrator.is_none() {
+        if self.fragmentation_score(nid)? <= start_above || self.mm.migrator.is_none() {
             return Ok(None);
         }
-        self.stats.compact_daemon_wake.fetch_add(1, Relaxed);
+        self.mm.stats.compact_daemon_wake.fetch_add(1, Relaxed);
         let low = stop_at;
         let mut sum = CompactResult { success: true, ..CompactResult::default() };
-        for zi in 0..self.zones.len() {
-            if self.zones[zi].nid != nid || self.zone_fragmentation_score(zi) <= low {
+        for zi in 0..self.mm.zones.len() {
+            if self.mm.zones[zi].nid != nid || self.mm.zone_fragmentation_score(zi) <= low {
                 continue;
             }
-            let r = self.compact_zone_to(zi, CompactGoal::Score(low));
+            let r = self.mm.compact_zone_to(zi, CompactGoal::Score(low));
             sum.migrate_scanned += r.migrate_scanned;
             sum.free_scanned += r.free_scanned;
             sum.migrated += r.migrated;
             sum.failed += r.failed;
             sum.success &= r.success;
         }
-        let s = &self.stats;
+        let s = &self.mm.stats;
         s.compact_daemon_migrate_scanned.fetch_add(sum.migrate_scanned, Relaxed);
         s.compact_daemon_free_scanned.fetch_add(sum.free_scanned, Relaxed);
         Ok(Some(sum))
@@ -202,16 +185,36 @@ impl PageAllocator {
     /// [`IndexError::NoSuchNode`](crate::IndexError::NoSuchNode) for a node
     /// the map lacks.
     pub fn fragmentation_score(&self, nid: usize) -> Result<u32, crate::IndexError> {
-        self.check_node(nid)?;
-        let node_pages: u64 = self.zones.iter().filter(|z| z.nid == nid).map(|z| z.managed_pages()).sum();
+        self.mm.check_node(nid)?;
+        let node_pages: u64 = self.mm.zones.iter().filter(|z| z.nid == nid).map(|z| z.managed_pages()).sum();
         if node_pages == 0 {
             return Ok(0);
         }
-        let weighted: u64 = (0..self.zones.len())
-            .filter(|&zi| self.zones[zi].nid == nid)
-            .map(|zi| u64::from(self.zone_fragmentation_score(zi)) * self.zones[zi].managed_pages())
+        let weighted: u64 = (0..self.mm.zones.len())
+            .filter(|&zi| self.mm.zones[zi].nid == nid)
+            .map(|zi| u64::from(self.mm.zone_fragmentation_score(zi)) * self.mm.zones[zi].managed_pages())
             .sum();
         Ok((weighted / node_pages) as u32)
+    }
+}
+
+impl PageAllocator {
+    /// One pass of zone `zi` towards `goal`, counted in vmstat.
+    pub(crate) fn compact_zone_to(&self, zi: usize, goal: CompactGoal) -> CompactResult {
+        let mut result = CompactResult::default();
+        let (Some(migrator), Some(zone)) = (self.migrator.as_deref(), self.zones.get(zi)) else {
+            return result;
+        };
+        match zone.placement.compaction() {
+            CompactionMode::Linear => self.compact_linear(zi, goal, migrator, &mut result),
+            CompactionMode::SparsestFirst => self.evacuate_sparse(zi, goal, migrator, &mut result),
+        }
+        let s = &self.stats;
+        s.compact_migrate_scanned.fetch_add(result.migrate_scanned, Relaxed);
+        s.compact_free_scanned.fetch_add(result.free_scanned, Relaxed);
+        s.pgmigrate_success.fetch_add(result.migrated, Relaxed);
+        s.pgmigrate_fail.fetch_add(result.failed, Relaxed);
+        result
     }
 
     /// Zone `zi`'s score in thousandths (Linux's `extfrag_for_order` for
@@ -295,7 +298,7 @@ impl PageAllocator {
         if goal != CompactGoal::Whole {
             if !result.success && result.migrated > 0 {
                 // Sources freed onto per-CPU lists merge only in the buddy.
-                self.drain_all_pages();
+                crate::Cpus::new(self).drain_all_pages();
             }
             result.success = result.success || self.compact_goal_met(zi, goal);
         }

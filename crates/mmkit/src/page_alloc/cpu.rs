@@ -1,34 +1,42 @@
-//! The allocator's per-CPU paths: which CPU a call runs on, allocation from
-//! and freeing to the per-CPU lists, drains, and [`CpuHandle`] for callers
-//! that name their CPU (pinned workers, deterministic trace replay).
+//! The per-CPU lists, the second step of every cached order after the
+//! per-CPU cache (`page_alloc::cache`): which CPU a call runs on, the one
+//! path that takes from and frees to a CPU's lists, drains and the lists'
+//! tuning. Handles that name a CPU and the [`Cpus`](crate::Cpus) view are
+//! `cpus.rs`'s.
 //!
 //! Owns the glue between `PageAllocator` and `pcp`; list mechanics and
 //! sizing rules are `pcp`'s, buddy edits go through the zone.
 //!
-//! # Fast path cost
-//! An order-0 allocation that hits its list is: the cached CPU id, one
-//! relaxed load for the watermark check while the zone is comfortably above
-//! its high mark, one compare-and-swap to try the pageset lock, a pop, a
-//! release store to unlock, and the descriptor stores of `prep_new_page`. A
-//! free is the validation loads, the reference drop (the one atomic
-//! read-modify-write Linux semantics require), the same lock try, a push and
-//! the unlock: about 380 instructions for the pair (docs/perf-log/2026-11.md). This
-//! is the path of calls that name a CPU ([`CpuHandle`]) and the shared
-//! API's where restartable sequences are unavailable; elsewhere the shared
-//! API's order-0 pair goes through the per-CPU cache in about 200
-//! instructions with the reference drop as its one atomic
-//! (`page_alloc::cpu_cache`). A pinned handle's magazine does the pair in
-//! about 110, with no atomic (`page_alloc::magazine`).
+//! # One list path, two ways to hold the lists
+//! `Lists` says whose lists a call uses: CPU `cpu`'s behind their
+//! try-lock (`Locked`: the shared API past its cache, a
+//! [`CpuHandle`](crate::CpuHandle)),
+//! or the ones a [`PinnedCpu`](crate::PinnedCpu) holds for its life
+//! (`Held`). Everything else (the pop and its refill, the push and its
+//! spill, the poison and isolation checks) is the same code for both.
+//!
+//! # What a hit costs
+//! An order-0 allocation that hits its list is: the watermark check on
+//! published counters, one compare-and-swap to try the pageset lock (none
+//! when held), a pop, a release store to unlock, and the descriptor stores
+//! of `prep_new_page`. A free is the validation loads, the reference drop
+//! (the one atomic read-modify-write Linux semantics require), the same
+//! lock try, a push and the unlock. The pair is `mmkit bench pcp`,
+//! contender `mmkit_lists` (the shared API built with `cpu_caches(false)`,
+//! the path where restartable sequences are unavailable); its instructions
+//! are `examples/pcp_probe.rs lists` under callgrind (`docs/perf-log/`).
 #![deny(unsafe_code)]
 
 use crate::mem::page::{PageFlags, PageIdx};
+use crate::mem::sync::LockGuard;
+use crate::page_alloc::Tuning;
 use crate::pcp::cpus::forget_cached_cpu;
 use crate::pcp::cpus::{REQUEST_DRAIN, REQUEST_RESIZE};
 use crate::pcp::{self, order_to_pindex, pcp_allowed_order, PcpCounters, PcpState};
-use crate::types::gfp::{AllocFlags, Gfp, MigrateType};
+use crate::types::gfp::{AllocFlags, MigrateType};
 use crate::zone::fallback::RmqueueRequest;
 use crate::zone::Zone;
-use crate::{AllocError, FreeError, PageAllocator, Pfn};
+use crate::PageAllocator;
 use core::sync::atomic::Ordering::{Acquire, Relaxed};
 
 /// Smallest non-zero `percpu_pagelist_high_fraction` Linux accepts.
@@ -48,34 +56,75 @@ impl core::fmt::Display for BadHighFraction {
 #[cfg(feature = "std")]
 impl std::error::Error for BadHighFraction {}
 
-/// Why a CPU handle could not be made.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NoSuchCpu {
-    /// The CPU asked for.
-    pub cpu: usize,
-    /// CPUs the allocator was built for.
-    pub nr_cpus: usize,
+/// Whose per-CPU lists a call takes from and frees to; see the module doc.
+pub(crate) trait Lists {
+    /// A pageset of these lists, held while it lives.
+    type Pageset<'g>: core::ops::DerefMut<Target = PcpState>
+    where
+        Self: 'g;
+
+    /// The CPU whose lists these are.
+    fn cpu(&self) -> usize;
+
+    /// The pageset of zone `zi`, or `None` when it cannot be had now:
+    /// busy, or held by a pinned handle.
+    fn get<'g>(&'g mut self, mm: &'g PageAllocator, zi: usize) -> Option<Self::Pageset<'g>>;
 }
 
-impl core::fmt::Display for NoSuchCpu {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "cpu {} out of range (allocator has {} CPUs)", self.cpu, self.nr_cpus)
+/// The lists of the CPU it names, behind their try-lock.
+pub(crate) struct Locked(pub(crate) usize);
+
+impl Lists for Locked {
+    type Pageset<'g> = LockGuard<'g, PcpState>;
+
+    #[inline(always)]
+    fn cpu(&self) -> usize {
+        self.0
+    }
+
+    #[inline(always)]
+    fn get<'g>(&'g mut self, mm: &'g PageAllocator, zi: usize) -> Option<Self::Pageset<'g>> {
+        mm.try_lock_pcp(self.0, zi)
+    }
+}
+
+/// The lists a pinned handle holds for CPU `cpu`, one pageset per zone:
+/// no lock to take.
+pub(crate) struct Held<'l, 'a> {
+    pub(crate) cpu: usize,
+    pub(crate) lists: &'l mut [LockGuard<'a, PcpState>],
+}
+
+impl<'a> Lists for Held<'_, 'a> {
+    type Pageset<'g>
+        = &'g mut PcpState
+    where
+        Self: 'g;
+
+    #[inline(always)]
+    fn cpu(&self) -> usize {
+        self.cpu
+    }
+
+    #[inline(always)]
+    fn get<'g>(&'g mut self, _mm: &'g PageAllocator, zi: usize) -> Option<Self::Pageset<'g>> {
+        self.lists.get_mut(zi).map(|pcp| &mut **pcp)
     }
 }
 
 impl PageAllocator {
     /// The calling thread's CPU, folded into the allocator's CPU count
-    /// (Linux's `raw_smp_processor_id`): the CPU whose lists the calls
-    /// without an explicit CPU use.
+    /// (see [`Cpus::current_cpu`]).
     #[inline]
-    pub fn current_cpu(&self) -> usize {
+    pub(crate) fn current_cpu(&self) -> usize {
         self.fold_cpu((self.pcp.cpu_id)())
     }
 
     /// The calling CPU where it decides something: with per-CPU lists
     /// (their list) or several nodes (the local node). Otherwise 0, without
-    /// calling the CPU-id function, whose thread-local or rseq read was
-    /// about 27 instructions a call (callgrind, `buddy_probe frag0`).
+    /// calling the CPU-id function, whose thread-local or rseq read a map
+    /// without lists paid on every call (`buddy_probe frag0` under
+    /// callgrind).
     #[inline(always)]
     pub(crate) fn cpu_if_it_matters(&self) -> usize {
         if self.pcp.enabled || self.zones.nr_nodes() > 1 {
@@ -96,43 +145,25 @@ impl PageAllocator {
         }
     }
 
-    /// CPUs the allocator keeps lists for.
-    pub fn nr_cpus(&self) -> usize {
-        self.pcp.nr_cpus
-    }
-
     #[inline]
     pub(crate) fn pageset(&self, cpu: usize, zone: usize) -> &crate::pcp::Pageset {
         &self.pcp.pagesets[cpu * self.zones.len() + zone]
     }
 
-    /// A handle whose operations use CPU `cpu`'s lists, whatever CPU the
-    /// caller runs on.
-    ///
-    /// # Errors
-    /// [`NoSuchCpu`] if `cpu >= nr_cpus()`.
-    pub fn cpu(&self, cpu: usize) -> Result<CpuHandle<'_>, NoSuchCpu> {
-        if cpu < self.pcp.nr_cpus {
-            Ok(CpuHandle { alloc: self, cpu })
-        } else {
-            Err(NoSuchCpu { cpu, nr_cpus: self.pcp.nr_cpus })
-        }
-    }
-
-    /// Takes a block from CPU `cpu`'s list for `zone`, refilling it from
+    /// Takes a block from `lists`' list for zone `zi`, refilling it from
     /// the buddy when empty (Linux's `rmqueue_pcplist`); `None` when the
     /// pageset is busy or the buddy could not refill it (the caller goes to
     /// the buddy either way).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn rmqueue_pcplist(
         &self,
-        cpu: usize,
+        lists: &mut impl Lists,
         zi: usize,
         order: u32,
         mt: MigrateType,
         alloc_flags: AllocFlags,
     ) -> Option<PageIdx> {
-        let mut pcp = self.try_lock_pcp(cpu, zi)?;
+        let mut pcp = lists.get(self, zi)?;
         self.pcp_take_locked(&mut pcp, zi, order, mt, alloc_flags)
     }
 
@@ -182,15 +213,15 @@ impl PageAllocator {
         (added > 0).then_some(())
     }
 
-    /// Puts a prepared block on CPU `cpu`'s list; false when the block must
+    /// Puts a prepared block on `lists`' list; false when the block must
     /// go to the buddy instead (isolated pageblock, poison pending, order not
     /// cached, or the pageset is busy).
-    #[inline]
-    pub(crate) fn free_to_pcp(&self, cpu: usize, zi: usize, idx: PageIdx, order: u32) -> bool {
+    #[inline(always)]
+    pub(crate) fn free_to_pcp(&self, lists: &mut impl Lists, zi: usize, idx: PageIdx, order: u32) -> bool {
         let Some(mt) = self.pcp_list_type(idx, order) else {
             return false;
         };
-        let Some(mut pcp) = self.try_lock_pcp(cpu, zi) else {
+        let Some(mut pcp) = lists.get(self, zi) else {
             return false;
         };
         self.pcp_free_locked(&mut pcp, zi, idx, order, mt)
@@ -338,21 +369,8 @@ impl PageAllocator {
         }
     }
 
-    /// Empties CPU `cpu`'s lists for every zone into the buddy. Returns
-    /// false if the CPU is pinned ([`PageAllocator::pin_cpu`]): its owner
-    /// was asked to drain and does so at its next operation.
-    ///
-    /// # Errors
-    /// [`IndexError::NoSuchCpu`](crate::IndexError::NoSuchCpu) for a CPU at
-    /// or above [`nr_cpus`](Self::nr_cpus); nothing is drained.
-    pub fn drain_cpu_pages(&self, cpu: usize) -> Result<bool, crate::IndexError> {
-        self.check_cpu(cpu)?;
-        Ok(self.drain_cpu_lists(cpu))
-    }
-
     /// [`drain_cpu_pages`](Self::drain_cpu_pages) of a CPU that exists.
-    fn drain_cpu_lists(&self, cpu: usize) -> bool {
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
+    pub(crate) fn drain_cpu_lists(&self, cpu: usize) -> bool {
         self.drain_cpu_caches(cpu);
         for zi in 0..self.zones.len() {
             let Some(mut pcp) = self.lock_pcp_unless_pinned(cpu, zi) else {
@@ -372,35 +390,6 @@ impl PageAllocator {
         }
     }
 
-    /// Empties the calling CPU's lists (Linux's `drain_local_pages`).
-    pub fn drain_local_pages(&self) {
-        let _ = self.drain_cpu_lists(self.current_cpu());
-    }
-
-    /// Empties every CPU's lists (Linux's `drain_all_pages`). Safe from any
-    /// thread at any time: each pageset is locked while it is drained.
-    /// Returns the number of pinned CPUs that were only asked to drain.
-    ///
-    /// It empties every CPU's order-0 cache too (`page_alloc::cpu_cache`),
-    /// through the caches' stop protocol: no thread is asked or waited for.
-    pub fn drain_all_pages(&self) -> usize {
-        (0..self.pcp.nr_cpus).filter(|&cpu| !self.drain_cpu_lists(cpu)).count()
-    }
-
-    /// Periodic decay of every pageset's `high` towards `high_min`, spilling
-    /// what no longer fits (Linux runs this from the vmstat worker; call it
-    /// from a timer if you want the same).
-    pub fn decay_pcp_high(&self) {
-        for cpu in 0..self.pcp.nr_cpus {
-            for zi in 0..self.zones.len() {
-                let Some(mut pcp) = self.lock_pcp_unless_pinned(cpu, zi) else {
-                    continue;
-                };
-                self.decay_locked(zi, &mut pcp);
-            }
-        }
-    }
-
     /// [`decay_pcp_high`](Self::decay_pcp_high) for one locked pageset of
     /// zone `zi`.
     pub(crate) fn decay_locked(&self, zi: usize, pcp: &mut PcpState) {
@@ -408,31 +397,6 @@ impl PageAllocator {
         if excess > 0 {
             self.spill(&self.zones[zi], pcp, excess, 0);
         }
-    }
-
-    /// Sets `percpu_pagelist_high_fraction`: 0 auto-tunes `high` between a
-    /// share of the low watermark and of managed/8; N ≥ 8 pins it to
-    /// managed/N split across CPUs. Excess pages are spilled at once.
-    ///
-    /// # Errors
-    /// [`BadHighFraction`] for a value between 1 and 7 (Linux's
-    /// `EINVAL`); nothing changes.
-    pub fn set_percpu_pagelist_high_fraction(&self, fraction: u32) -> Result<(), BadHighFraction> {
-        if (1..MIN_PERCPU_PAGELIST_HIGH_FRACTION).contains(&fraction) {
-            return Err(BadHighFraction(fraction));
-        }
-        self.pcp.high_fraction.store(fraction, Relaxed);
-        for cpu in 0..self.pcp.nr_cpus {
-            for zi in 0..self.zones.len() {
-                let Some(mut pcp) = self.lock_pcp_unless_pinned(cpu, zi) else {
-                    // Its owner re-reads the fraction at its next call.
-                    self.pcp.slots[cpu].request(REQUEST_RESIZE);
-                    break;
-                };
-                self.resize_locked(zi, &mut pcp);
-            }
-        }
-        Ok(())
     }
 
     /// Applies the current `percpu_pagelist_high_fraction` to a locked
@@ -469,26 +433,6 @@ impl PageAllocator {
         (sum, pages)
     }
 
-    /// Sizing of CPU `cpu`'s pageset for zone index `zone` (count, high,
-    /// batch, high_min, high_max); `None` while the CPU is pinned (its
-    /// lists belong to the handle).
-    ///
-    /// # Errors
-    /// [`IndexError`](crate::IndexError) for a CPU or zone the map lacks.
-    pub fn pcp_info(&self, cpu: usize, zone: usize) -> Result<Option<PcpInfo>, crate::IndexError> {
-        self.check_cpu(cpu)?;
-        self.check_zone(zone)?;
-        let Some(pcp) = self.lock_pcp_unless_pinned(cpu, zone) else { return Ok(None) };
-        Ok(Some(PcpInfo {
-            count: pcp.count,
-            high: pcp.high,
-            batch: pcp.sizing.batch,
-            high_min: pcp.sizing.high_min,
-            high_max: pcp.sizing.high_max,
-            counters: pcp.counters,
-        }))
-    }
-
     /// Walks every pageset of zone `zi` under its lock (invariant checks).
     pub(crate) fn for_each_pcp(&self, zi: usize, mut f: impl FnMut(&PcpState)) {
         for cpu in 0..self.pcp.nr_cpus {
@@ -509,109 +453,43 @@ impl PageAllocator {
     }
 }
 
-/// A pageset's sizing and counters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PcpInfo {
-    /// Pages cached.
-    pub count: u32,
-    /// Current spill threshold.
-    pub high: u32,
-    /// Refill/spill batch.
-    pub batch: u32,
-    /// Lower bound of `high`.
-    pub high_min: u32,
-    /// Upper bound of `high`.
-    pub high_max: u32,
-    /// Event counters.
-    pub counters: PcpCounters,
-}
+impl Tuning<'_> {
+    /// Periodic decay of every pageset's `high` towards `high_min`, spilling
+    /// what no longer fits (Linux runs this from the vmstat worker; call it
+    /// from a timer if you want the same).
+    pub fn decay_pcp_high(&self) {
+        for cpu in 0..self.mm.pcp.nr_cpus {
+            for zi in 0..self.mm.zones.len() {
+                let Some(mut pcp) = self.mm.lock_pcp_unless_pinned(cpu, zi) else {
+                    continue;
+                };
+                self.mm.decay_locked(zi, &mut pcp);
+            }
+        }
+    }
 
-/// Allocator operations bound to one CPU's lists. Cheap to copy; made by
-/// [`PageAllocator::cpu`]. Any thread may use any handle (the lists are
-/// locked), but a handle per pinned worker keeps each list on one core.
-#[derive(Clone, Copy)]
-pub struct CpuHandle<'a> {
-    alloc: &'a PageAllocator,
-    cpu: usize,
-}
-
-impl<'a> CpuHandle<'a> {
-    /// The CPU this handle uses.
-    pub fn cpu_id(&self) -> usize {
-        self.cpu
-    }
-    /// The allocator.
-    pub fn allocator(&self) -> &'a PageAllocator {
-        self.alloc
-    }
-    /// [`PageAllocator::alloc_pages`] on this CPU's lists.
+    /// Sets `percpu_pagelist_high_fraction`: 0 auto-tunes `high` between a
+    /// share of the low watermark and of managed/8; N ≥ 8 pins it to
+    /// managed/N split across CPUs. Excess pages are spilled at once.
     ///
     /// # Errors
-    /// As [`PageAllocator::alloc_pages_node`].
-    #[inline]
-    pub fn alloc_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc.alloc_on(self.cpu, self.alloc.node_of_cpu(self.cpu), gfp, order, false)
-    }
-    /// [`PageAllocator::alloc_pages_node`] on this CPU's lists.
-    ///
-    /// # Errors
-    /// As [`PageAllocator::alloc_pages_node`].
-    pub fn alloc_pages_node(&self, nid: usize, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc.alloc_on(self.cpu, nid, gfp, order, false)
-    }
-    /// [`PageAllocator::alloc_frozen_pages`] on this CPU's lists.
-    ///
-    /// # Errors
-    /// As [`PageAllocator::alloc_pages_node`].
-    pub fn alloc_frozen_pages(&self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc.alloc_on(self.cpu, self.alloc.node_of_cpu(self.cpu), gfp, order, true)
-    }
-    /// [`PageAllocator::free_pages`] onto this CPU's lists.
-    ///
-    /// # Errors
-    /// As [`PageAllocator::free_pages`].
-    #[inline]
-    pub fn free_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        self.alloc.free_pages_on(self.cpu, pfn, order)
-    }
-    /// [`PageAllocator::free_frozen_pages`] onto this CPU's lists.
-    ///
-    /// # Errors
-    /// As [`PageAllocator::free_frozen_pages`].
-    pub fn free_frozen_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        self.alloc.free_frozen_pages_on(self.cpu, pfn, order)
-    }
-    /// [`PageAllocator::put_page`] onto this CPU's lists.
-    ///
-    /// # Errors
-    /// As [`PageAllocator::put_page`].
-    pub fn put_page(&self, pfn: Pfn) -> Result<(), FreeError> {
-        self.alloc.put_page_on(self.cpu, pfn)
-    }
-    /// [`PageAllocator::alloc_pages_bulk`] from this CPU's lists.
-    pub fn alloc_pages_bulk(&self, gfp: Gfp, page_array: &mut [Option<Pfn>]) -> usize {
-        self.alloc.alloc_pages_bulk_on(self.cpu, gfp, page_array)
-    }
-    /// [`PageAllocator::alloc_pages_bulk_vec`] from this CPU's lists.
-    pub fn alloc_pages_bulk_vec(&self, gfp: Gfp, nr_pages: usize, out: &mut alloc::vec::Vec<Pfn>) -> usize {
-        self.alloc.alloc_pages_bulk_vec_on(self.cpu, gfp, nr_pages, out)
-    }
-    /// [`PageAllocator::free_pages_bulk`] onto this CPU's lists.
-    ///
-    /// # Errors
-    /// As [`PageAllocator::free_pages_bulk`].
-    pub fn free_pages_bulk(&self, pfns: &[Pfn]) -> Result<usize, crate::page_alloc::bulk::BulkFreeError> {
-        self.alloc.free_pages_bulk_on(self.cpu, pfns)
-    }
-    /// [`PageAllocator::release_pages`] onto this CPU's lists.
-    ///
-    /// # Errors
-    /// As [`PageAllocator::release_pages`].
-    pub fn release_pages(&self, pfns: &[Pfn]) -> Result<usize, crate::page_alloc::bulk::BulkFreeError> {
-        self.alloc.release_pages_on(self.cpu, pfns)
-    }
-    /// Empties this CPU's lists.
-    pub fn drain_local_pages(&self) {
-        let _ = self.alloc.drain_cpu_lists(self.cpu);
+    /// [`BadHighFraction`] for a value between 1 and 7 (Linux's
+    /// `EINVAL`); nothing changes.
+    pub fn set_percpu_pagelist_high_fraction(&self, fraction: u32) -> Result<(), BadHighFraction> {
+        if (1..MIN_PERCPU_PAGELIST_HIGH_FRACTION).contains(&fraction) {
+            return Err(BadHighFraction(fraction));
+        }
+        self.mm.pcp.high_fraction.store(fraction, Relaxed);
+        for cpu in 0..self.mm.pcp.nr_cpus {
+            for zi in 0..self.mm.zones.len() {
+                let Some(mut pcp) = self.mm.lock_pcp_unless_pinned(cpu, zi) else {
+                    // Its owner re-reads the fraction at its next call.
+                    self.mm.pcp.slots[cpu].request(REQUEST_RESIZE);
+                    break;
+                };
+                self.mm.resize_locked(zi, &mut pcp);
+            }
+        }
+        Ok(())
     }
 }

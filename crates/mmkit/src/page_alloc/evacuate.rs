@@ -113,7 +113,7 @@ impl PageAllocator {
             // only once drained (Linux drains after direct compaction moves
             // out of an order-aligned block). Only then: a drain empties the
             // lists of every CPU, and refilling them costs.
-            self.drain_all_pages();
+            crate::Cpus::new(self).drain_all_pages();
         }
         if let CompactGoal::Order(_) | CompactGoal::Score(_) = goal {
             result.success = result.success || self.compact_goal_met(zi, goal);

@@ -24,6 +24,7 @@
 #![deny(unsafe_code)]
 
 use crate::mem::page::{DescWord, PageFlags, PageIdx};
+use crate::page_alloc::cpu::{Lists, Locked};
 use crate::page_alloc::hooks::BadPageReport;
 use crate::types::error::{BadPageReason, FreeError, PageError};
 use crate::zone::buddy::{BuddyCtx, Placement};
@@ -73,36 +74,33 @@ impl PageAllocator {
     /// [`RefcountMismatch`](FreeError::RefcountMismatch) for a frozen page,
     /// [`Owned`](FreeError::Owned)) change nothing. [`FreeError::BadPage`] means the block failed
     /// `free_pages_prepare` and was reported and leaked.
-    #[inline]
+    #[inline(always)]
     pub fn free_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
-        if order == 0 && self.cpu_cache_free(pfn) {
+        if order == 0 && self.cpu_cache().is_some_and(|mut cache| cache.give::<false>(self, pfn, false)) {
             return Ok(());
         }
         self.free_pages_uncached(pfn, order)
     }
 
-    /// [`free_pages`](Self::free_pages) past the per-CPU order-0 cache:
-    /// the cache's pageblock-order stacks, then the lists or the buddy.
+    /// [`free_pages`](Self::free_pages) past the per-CPU cache's order-0
+    /// stacks: its pageblock-order stacks, then the lists or the buddy.
     /// Out of line and small for the reasons `alloc_pages_uncached` is.
     #[inline(never)]
     fn free_pages_uncached(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         if !self.pcp.enabled {
             return self.free_pages_to_buddy(pfn, order);
         }
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
         if order == self.mem.geometry.pageblock_order {
             return self.free_pages_block(pfn, order);
         }
         self.free_pages_to_lists(pfn, order)
     }
 
-    /// A pageblock-order free: the current CPU's block stack, else the
+    /// A pageblock-order free: the per-CPU cache's block stacks, else the
     /// lists.
-    #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
     #[inline(never)]
     fn free_pages_block(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        if self.cpu_cache_free_block(pfn, order) {
+        if self.cpu_cache().is_some_and(|mut cache| cache.give::<true>(self, pfn, false)) {
             return Ok(());
         }
         self.free_pages_to_lists(pfn, order)
@@ -111,7 +109,7 @@ impl PageAllocator {
     /// [`free_pages`](Self::free_pages) through the current CPU's lists.
     #[inline(never)]
     fn free_pages_to_lists(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        self.free_pages_on(self.current_cpu(), pfn, order)
+        self.free_pages_on(&mut Locked(self.current_cpu()), pfn, order)
     }
 
     /// [`free_pages`](Self::free_pages) in a map without per-CPU lists:
@@ -126,7 +124,7 @@ impl PageAllocator {
         }
         let idx = self.validate_block(pfn, order)?;
         // Without lists the CPU picks nothing (`free_prepared_block`).
-        if self.drop_block_ref(0, pfn, idx, order)? {
+        if self.drop_block_ref(&mut Locked(0), pfn, idx, order)? {
             self.claim_and_prepare(idx, order, Claim::ByRefcount)?;
             if let Some(zi) = self.zone_index_of(idx) {
                 self.release_prepared_inline(&self.zones[zi], idx, 1 << order, Placement::Auto);
@@ -161,11 +159,12 @@ impl PageAllocator {
         true
     }
 
+    /// [`free_pages`](Self::free_pages) onto `lists`.
     #[inline(always)]
-    pub(crate) fn free_pages_on(&self, cpu: usize, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+    pub(crate) fn free_pages_on(&self, lists: &mut impl Lists, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         let idx = self.validate_block(pfn, order)?;
-        if self.drop_block_ref(cpu, pfn, idx, order)? {
-            self.claim_and_free(cpu, idx, order, Claim::ByRefcount)
+        if self.drop_block_ref(lists, pfn, idx, order)? {
+            self.claim_and_free(lists, idx, order, Claim::ByRefcount)
         } else {
             Ok(())
         }
@@ -176,7 +175,13 @@ impl PageAllocator {
     /// a non-compound block (only its refcount counts), everything after it
     /// is freed here and it lives on as an order-0 page, as in Linux.
     #[inline(always)]
-    pub(crate) fn drop_block_ref(&self, cpu: usize, pfn: Pfn, idx: PageIdx, order: u32) -> Result<bool, FreeError> {
+    pub(crate) fn drop_block_ref(
+        &self,
+        lists: &mut impl Lists,
+        pfn: Pfn,
+        idx: PageIdx,
+        order: u32,
+    ) -> Result<bool, FreeError> {
         let page = self.desc(idx);
         let split = order > 0 && !page.has(PageFlags::HEAD);
         let dropped = if split { page.try_put_splitting() } else { page.try_put() };
@@ -188,7 +193,7 @@ impl PageAllocator {
                     // The first page is order 0 now (in the same atomic as
                     // the drop); the rest of the block is free.
                     for o in (0..order).rev() {
-                        self.free_prepared_block(cpu, idx + (1 << o), o);
+                        self.free_prepared_block(lists, idx + (1 << o), o);
                     }
                 }
                 Ok(false)
@@ -204,13 +209,17 @@ impl PageAllocator {
     /// references gets [`FreeError::RefcountMismatch`] and is left alone.
     #[inline]
     pub fn free_frozen_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        self.free_frozen_pages_on(self.current_cpu(), pfn, order)
+        if order == 0 && self.cpu_cache().is_some_and(|mut cache| cache.give::<false>(self, pfn, true)) {
+            return Ok(());
+        }
+        self.free_frozen_pages_on(&mut Locked(self.current_cpu()), pfn, order)
     }
 
+    /// [`free_frozen_pages`](Self::free_frozen_pages) onto `lists`.
     #[inline]
-    pub(crate) fn free_frozen_pages_on(&self, cpu: usize, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+    pub(crate) fn free_frozen_pages_on(&self, lists: &mut impl Lists, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         let idx = self.validate_frozen_block(pfn, order)?;
-        self.claim_and_free(cpu, idx, order, Claim::Frozen)
+        self.claim_and_free(lists, idx, order, Claim::Frozen)
     }
 
     /// Checks that `pfn` starts an allocated block of `order`.
@@ -244,21 +253,21 @@ impl PageAllocator {
     #[inline]
     pub fn put_page(&self, pfn: Pfn) -> Result<(), FreeError> {
         // The last reference to a plain order-0 page: the cache's free.
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
-        if self.cpu_cache_free(pfn) {
+        if self.cpu_cache().is_some_and(|mut cache| cache.give::<false>(self, pfn, false)) {
             return Ok(());
         }
-        self.put_page_on(self.current_cpu(), pfn)
+        self.put_page_on(&mut Locked(self.current_cpu()), pfn)
     }
 
+    /// [`put_page`](Self::put_page) onto `lists`.
     #[inline]
-    pub(crate) fn put_page_on(&self, cpu: usize, pfn: Pfn) -> Result<(), FreeError> {
+    pub(crate) fn put_page_on(&self, lists: &mut impl Lists, pfn: Pfn) -> Result<(), FreeError> {
         let head = self.compound_head(pfn).map_err(|e| match e {
             PageError::Hole(p) => FreeError::Hole(p),
             _ => FreeError::OutOfRange(pfn),
         })?;
         let idx = self.validate_allocated(head)?;
-        self.put_and_maybe_free(cpu, head, idx)
+        self.put_and_maybe_free(lists, head, idx)
     }
 
     /// Takes a reference to the in-use page or compound page containing
@@ -289,7 +298,7 @@ impl PageAllocator {
         if page.has(PageFlags::LOCAL) {
             return PageError::CpuLocal(pfn);
         }
-        if let Some(owner) = self.page_owner(pfn) {
+        if let Some(owner) = crate::Blocks::new(self).page_owner(pfn) {
             return PageError::Owned { pfn, owner };
         }
         if page.refcount() == u32::MAX {
@@ -299,19 +308,19 @@ impl PageAllocator {
     }
 
     #[inline]
-    fn put_and_maybe_free(&self, cpu: usize, pfn: Pfn, idx: PageIdx) -> Result<(), FreeError> {
+    fn put_and_maybe_free(&self, lists: &mut impl Lists, pfn: Pfn, idx: PageIdx) -> Result<(), FreeError> {
         let page = self.desc(idx);
         match page.try_put() {
             None => Err(FreeError::RefcountMismatch { pfn, refcount: 0 }),
-            Some(0) => self.claim_and_free(cpu, idx, page.order(), Claim::ByRefcount),
+            Some(0) => self.claim_and_free(lists, idx, page.order(), Claim::ByRefcount),
             Some(_) => Ok(()),
         }
     }
 
     /// Checks that `pfn` starts an allocated block; the error says what it
     /// is instead. Always inlined into the free paths, with the diagnosis
-    /// of a bad PFN out of line: as a call it cost the per-CPU pair about
-    /// 30 instructions.
+    /// of a bad PFN out of line: as a call it cost the per-CPU pair
+    /// instructions (`pcp_probe lists` under callgrind).
     #[inline(always)]
     pub(crate) fn validate_allocated(&self, pfn: Pfn) -> Result<PageIdx, FreeError> {
         let idx = self.pfn_to_idx(pfn).ok_or(FreeError::OutOfRange(pfn))?;
@@ -367,11 +376,17 @@ impl PageAllocator {
     }
 
     /// Claims the block for freeing (exactly one caller wins), prepares it
-    /// and releases it to CPU `cpu`'s list or its zone.
+    /// and releases it to `lists` or its zone.
     #[inline(always)]
-    pub(crate) fn claim_and_free(&self, cpu: usize, idx: PageIdx, order: u32, claim: Claim) -> Result<(), FreeError> {
+    pub(crate) fn claim_and_free(
+        &self,
+        lists: &mut impl Lists,
+        idx: PageIdx,
+        order: u32,
+        claim: Claim,
+    ) -> Result<(), FreeError> {
         self.claim_and_prepare(idx, order, claim)?;
-        self.free_prepared_block(cpu, idx, order);
+        self.free_prepared_block(lists, idx, order);
         Ok(())
     }
 
@@ -416,14 +431,14 @@ impl PageAllocator {
         Ok(())
     }
 
-    /// Frees a prepared block: onto CPU `cpu`'s list when its order is
-    /// cached there, else (or when that list is busy) to the buddy.
+    /// Frees a prepared block: onto `lists` when its order is cached
+    /// there, else (or when that list is busy) to the buddy.
     #[inline(always)]
-    pub(crate) fn free_prepared_block(&self, cpu: usize, idx: PageIdx, order: u32) {
+    pub(crate) fn free_prepared_block(&self, lists: &mut impl Lists, idx: PageIdx, order: u32) {
         let Some(zi) = self.zone_index_of(idx) else {
             return;
         };
-        if !self.free_to_pcp(cpu, zi, idx, order) {
+        if !self.free_to_pcp(lists, zi, idx, order) {
             self.release_prepared(&self.zones[zi], idx, 1 << order, Placement::Auto);
         }
     }
@@ -643,7 +658,7 @@ impl PageAllocator {
         }
         // An owned block's flags are its owner's: set behind its back, they
         // made the owner's free report a bad page and leak the block.
-        if let Some(owner) = self.page_owner(head) {
+        if let Some(owner) = crate::Blocks::new(self).page_owner(head) {
             return Err(PageError::Owned { pfn: head, owner });
         }
         let idx = self.pfn_to_idx(pfn).ok_or(PageError::OutOfRange(pfn))?;
@@ -667,7 +682,7 @@ impl PageAllocator {
         if !page.has(PageFlags::ALLOCATED) {
             return Err(PageError::NotInUse(pfn));
         }
-        if let Some(owner) = self.page_owner(pfn) {
+        if let Some(owner) = crate::Blocks::new(self).page_owner(pfn) {
             return Err(PageError::Owned { pfn, owner });
         }
         page.set_private(value);

@@ -44,10 +44,10 @@ use core::sync::atomic::Ordering::{AcqRel, Acquire};
 /// guards ([`AllocError::OwnerTagsExhausted`]).
 ///
 /// ```
-/// use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder};
+/// use mmkit::{Backing, FreeError, Gfp, HugePages, MemoryMapBuilder, Report};
 ///
 /// let mm = MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
-/// let before = mm.nr_free_pages() + mm.nr_pcp_pages();
+/// let before = Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages();
 /// {
 ///     let mut block = mm.alloc_pages_guarded(Gfp::KERNEL | Gfp::ZERO, 2).unwrap();
 ///     block.bytes_mut().unwrap()[..5].copy_from_slice(b"hello");
@@ -55,7 +55,7 @@ use core::sync::atomic::Ordering::{AcqRel, Acquire};
 ///     assert!(matches!(mm.free_pages(block.pfn(), 2), Err(FreeError::Owned { .. })));
 ///     assert_eq!(&block.bytes().unwrap()[..5], b"hello");
 /// } // freed here
-/// assert_eq!(mm.nr_free_pages() + mm.nr_pcp_pages(), before);
+/// assert_eq!(Report::new(&mm).nr_free_pages() + Report::new(&mm).nr_pcp_pages(), before);
 ///
 /// // Back to the PFN world, where the caller frees it by hand:
 /// let kept = mm.alloc_pages_guarded(Gfp::KERNEL, 0).unwrap().into_pfn();
@@ -95,18 +95,16 @@ impl<'a> PageGuard<'a> {
     }
 
     /// The block's bytes (`2^order` pages); `None` on a metadata-only map.
-    #[cfg(feature = "std")]
     #[inline]
     pub fn bytes(&self) -> Option<&[u8]> {
-        self.mm.block_bytes(self.block.as_ref()?)
+        crate::Blocks::new(self.mm).block_bytes(self.block.as_ref()?)
     }
 
     /// The block's bytes, writable: the guard is the block's only owner,
     /// so `&mut self` is exclusive access. `None` on a metadata-only map.
-    #[cfg(feature = "std")]
     #[inline]
     pub fn bytes_mut(&mut self) -> Option<&mut [u8]> {
-        self.mm.block_bytes_mut(self.block.as_mut()?)
+        crate::Blocks::new(self.mm).block_bytes_mut(self.block.as_mut()?)
     }
 
     /// Gives up the guard: the block becomes a plain block with one
@@ -162,7 +160,7 @@ impl PageAllocator {
     #[inline]
     pub fn alloc_pages_guarded(&self, gfp: Gfp, order: u32) -> Result<PageGuard<'_>, AllocError> {
         let key = self.guard_key()?;
-        let block = self.alloc_block(&key, gfp, order)?;
+        let block = crate::Blocks::new(self).alloc_block(&key, gfp, order)?;
         Ok(PageGuard { mm: self, block: Some(block) })
     }
 
@@ -180,13 +178,13 @@ impl PageAllocator {
 
     #[cold]
     fn take_guard_tag(&self) -> Result<OwnerKey, AllocError> {
-        let key = self.new_owner_key().map_err(|_| AllocError::OwnerTagsExhausted)?;
+        let key = crate::Blocks::new(self).new_owner_key().map_err(|_| AllocError::OwnerTagsExhausted)?;
         match self.guard_tag.compare_exchange(0, key.owner().id(), AcqRel, Acquire) {
             Ok(_) => Ok(key),
             Err(theirs) => {
                 // Another thread's first guard won: give ours back (no
                 // page carries it yet) and use theirs.
-                self.release_owner_key(key);
+                crate::Blocks::new(self).release_owner_key(key);
                 let owner = PageOwner::new(theirs).ok_or(AllocError::OwnerTagsExhausted)?;
                 Ok(OwnerKey::new(owner, self.map_id()))
             }
@@ -195,7 +193,7 @@ impl PageAllocator {
 
     /// Frees a guard's block through the owned-block path.
     fn free_guarded(&self, block: PageBlock) -> Result<(), FreeError> {
-        self.free_block(block).map_err(|e| match e {
+        crate::Blocks::new(self).free_block(block).map_err(|e| match e {
             crate::page_alloc::block::BlockError::Free(e) => e,
             // The guard borrows this map, so its block is this map's.
             crate::page_alloc::block::BlockError::Foreign(block) => FreeError::OutOfRange(block.pfn()),
@@ -221,7 +219,7 @@ mod tests {
         assert_eq!(b.bytes().unwrap().len(), 2 * 4096);
         assert!(b.bytes().unwrap().iter().all(|&x| x == 0x5a));
         let pfn = a.into_pfn();
-        assert_eq!(mm.page_owner(pfn), None, "plain again");
+        assert_eq!(crate::Blocks::new(&mm).page_owner(pfn), None, "plain again");
         mm.free_pages(pfn, 0).unwrap();
         assert_eq!(b.free(), Ok(()));
     }

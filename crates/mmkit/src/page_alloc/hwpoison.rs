@@ -132,7 +132,7 @@ impl PageAllocator {
         self.hwpoison.insert(idx);
         // A page cached on a per-CPU list is free but not on the buddy
         // lists: drain, which drops it (marking it reserved) on the way.
-        self.drain_all_pages();
+        crate::Cpus::new(self).drain_all_pages();
         if !self.hwpoison.contains(idx) {
             return Ok(MemoryFailure::TakenOffFreeList);
         }
@@ -270,7 +270,7 @@ mod tests {
         for (pinned, cached) in [(true, false), (false, false), (false, true)] {
             let mm = allocator(cached);
             let pfn = if pinned {
-                let mut cpu = mm.pin_cpu(1).unwrap();
+                let mut cpu = crate::Cpus::new(&mm).pin_cpu(1).unwrap();
                 let pfn = cpu.alloc_pages(Gfp::KERNEL, 0).unwrap();
                 let inner = Arc::clone(&mm);
                 race_hook::set(move |_| {
@@ -298,15 +298,15 @@ mod tests {
                 }
                 pfn
             };
-            mm.drain_all_pages();
+            crate::Cpus::new(&mm).drain_all_pages();
             let all = drain_everything(&mm);
             assert!(!all.contains(&pfn), "poisoned page handed out again (pinned: {pinned}, cached: {cached})");
             assert_eq!(mm.hwpoison.len(), 0, "the page left the pending set when dropped");
-            assert_eq!(mm.stats().hwpoison_offlined, 1);
+            assert_eq!(crate::Report::new(&mm).stats().hwpoison_offlined, 1);
             for p in all {
                 mm.free_pages(p, 0).unwrap();
             }
-            mm.drain_all_pages();
+            crate::Cpus::new(&mm).drain_all_pages();
             Report::new(&mm).check_invariants().unwrap();
         }
     }

@@ -12,10 +12,10 @@
 //! # Why
 //! A buddy alloc+free pair through the shared API pays three atomic
 //! read-modify-writes: the zone lock on allocation, again on free, and the
-//! reference drop. Three locked instructions among about 1000, they were
+//! reference drop. Three locked instructions among many more, they were
 //! most of the time of a fragmented pair (`mmkit bench buddy`, case
-//! `buddy_order0_alloc_free_fragmented`); the list work itself is a few
-//! dozen instructions. `buddy_system_allocator`, behind `&mut`, pays none.
+//! `buddy_order0_alloc_free_fragmented`); the list work itself is a small
+//! part of it. `buddy_system_allocator`, behind `&mut`, pays none.
 //! Holding the lock for a burst is what Linux does where it moves many
 //! blocks at once (`rmqueue_bulk`, `free_pcppages_bulk`); this hands the
 //! burst to the caller.
@@ -26,7 +26,7 @@
 //!   because only the holder publishes; the full check when the zone is
 //!   near its marks), `fallback::rmqueue`, the counters, one store of the
 //!   head's word. The block is `LOCAL` to the CPU, as the magazine's pages
-//!   are (`page_alloc::magazine`), and nobody else can take, drop or
+//!   are (`page_alloc::cache::pinned`), and nobody else can take, drop or
 //!   exchange a reference on it.
 //! - Free of such a block: one load and compare of the head's word
 //!   (allocated, `LOCAL` to this CPU, this order, one reference), one plain
@@ -57,16 +57,13 @@
 //! `buddy_system_allocator` and the shared API `mmkit` in the same runs),
 //! cases `buddy_order0_alloc_free_fragmented`,
 //! `buddy_order9_alloc_free_fragmented`, `buddy_order9_alloc_free` and
-//! `buddy_order0_batch` (per page); the figures are in BENCHMARKS.md. The
-//! pair touches no atomic while the zone is held; the peer takes about
-//! twice as long on the fragmented order-0 pair, the shared API two to four
-//! times as long on these cases. Callgrind: 374 / 334 / 488 instructions
-//! per pair or page (`buddy_probe frag0|frag9|batch locked`), against about
-//! 950 / 920 / 1100 through the shared API. Two changes to the buddy made
-//! the difference beyond the lock: `rmqueue_smallest` and `free_one`
-//! inlined into their callers (20 % off the fragmented pairs, with few
-//! fewer instructions: the calls' register spills were the cost), and the
-//! exact-fit case of `rmqueue_smallest` skipping the split.
+//! `buddy_order0_batch` (per page); the figures are in BENCHMARKS.md, the
+//! instructions per pair or page are `examples/buddy_probe.rs
+//! frag0|frag9|batch locked` under callgrind. The pair touches no atomic
+//! while the zone is held. Two changes to the buddy made the difference
+//! beyond the lock: `rmqueue_smallest` and `free_one` inlined into their
+//! callers (the calls' register spills, not their instructions, were the
+//! cost), and the exact-fit case of `rmqueue_smallest` skipping the split.
 //!
 //! # What holding costs others
 //! While a `LockedZone` lives, every other path that needs this zone's
@@ -95,9 +92,9 @@ use crate::{AllocError, FreeError, PageAllocator, Pfn};
 /// One zone's free lists, held by a pinned CPU; see the module doc.
 ///
 /// ```
-/// use mmkit::{FreeError, Gfp, MemoryMapBuilder, Report};
+/// use mmkit::{Cpus, FreeError, Gfp, MemoryMapBuilder, Report};
 /// let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
-/// let mut cpu0 = mm.pin_cpu(0).unwrap();
+/// let mut cpu0 = Cpus::new(&mm).pin_cpu(0).unwrap();
 /// let mut zone = cpu0.lock_zone(Gfp::KERNEL).unwrap();
 /// let block = zone.alloc_pages(Gfp::KERNEL, 9).unwrap(); // 2 MiB, no atomic
 /// zone.free_pages(block, 9).unwrap();
@@ -150,9 +147,9 @@ impl<'a> PinnedCpu<'a> {
     /// loses no page: `tests/unwind.rs`).
     ///
     /// ```
-    /// use mmkit::{Gfp, MemoryMapBuilder, Report};
+    /// use mmkit::{Cpus, Gfp, MemoryMapBuilder, Report};
     /// let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
-    /// let mut cpu0 = mm.pin_cpu(0).unwrap();
+    /// let mut cpu0 = Cpus::new(&mm).pin_cpu(0).unwrap();
     /// let freed = cpu0
     ///     .burst(Gfp::KERNEL, |zone| {
     ///         let blocks: Vec<_> = (0..8).map(|_| zone.alloc_pages(Gfp::KERNEL, 4).unwrap()).collect();
@@ -285,7 +282,7 @@ impl<'h, 'a> LockedZone<'h, 'a> {
         // No hook under the zone lock: a boost wakes kswapd at the next
         // allocation outside the locked zone, before it takes a page.
         alloc.prep_new_page_for(idx, order, self.gfp, self.mt, HandedTo::Cpu(self.cpu_id));
-        self.cpu.mag.outstanding += 1;
+        self.cpu.cache.0.outstanding += 1;
         Some(Pfn(self.base_pfn + u64::from(idx)))
     }
 
@@ -344,7 +341,7 @@ impl<'h, 'a> LockedZone<'h, 'a> {
             #[cfg(all(test, feature = "std"))]
             crate::page_alloc::hwpoison::race_hook::run(idx);
             page.free_from_local(DescWord::PREPARED);
-            self.cpu.mag.outstanding -= 1;
+            self.cpu.cache.0.outstanding -= 1;
         } else if !(word.is_plain_block(order) && page.drop_last_reference(word, DescWord::PREPARED)) {
             // Anything else, or a speculative reference taken since the
             // load: the general path sorts it out.

@@ -55,7 +55,7 @@ pub trait Migrator: Send + Sync {
     /// Moves the block described by `request` into `target`, a block of
     /// the same order (and compound-ness) the allocator has already
     /// allocated for it: compaction's free scanner chose it
-    /// ([`PageAllocator::compact_zone`]). Same contract as
+    /// ([`Tuning::compact_zone`](crate::Tuning::compact_zone)). Same contract as
     /// [`migrate_page`](Self::migrate_page) otherwise; on `Err` the
     /// allocator frees `target` again. The default refuses, so compaction
     /// moves nothing for a migrator that does not implement it.
@@ -91,7 +91,7 @@ pub trait Migrator: Send + Sync {
 /// freezes a folio's count before it moves it: the reference count goes
 /// from 1 to 0 in one compare-and-swap, so from then until the move ends no
 /// one takes a reference, adopts the block
-/// ([`take_back_block`](crate::PageAllocator::take_back_block) sees a
+/// ([`take_back_block`](crate::Blocks::take_back_block) sees a
 /// frozen block and refuses it) or frees it, and a block adopted before
 /// the freeze is refused. Copying still races with plain writes through a
 /// pointer: the embedder must keep the owner from writing the block while

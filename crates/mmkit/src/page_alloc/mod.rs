@@ -1,13 +1,16 @@
 //! The allocator's state and its lookups: `PageAllocator`, built from the
 //! builder's parts, with PFN ↔ descriptor ↔ zone lookups and the zonelists.
 //!
-//! The layer's other files each own one path: `alloc_path` (allocation and
-//! the zonelist walk), `slowpath`, `free`, `bulk`, per-CPU handles (`cpu`,
-//! `pinned` with its `magazine`), the shared API's per-CPU order-0 cache
-//! (`cpu_cache`), hardware poison (`hwpoison`), `alloc_at` (placed allocation for replay), `block` (owned
-//! blocks for the layers above), `guard` (blocks freed on drop), `hooks` and `migrate` (the embedder's
-//! side), `reporting` (free memory back to the OS). All of them go
-//! through zones (which lock) to buddy (which edits
+//! The layer's other files each own one path: `cache` (the per-CPU cache,
+//! the front door of an order-0 page, held by a CPU or a pinned handle),
+//! `alloc_path` (the front doors, the one slow path, the zonelist walk),
+//! `slowpath`, `free`, `cpu` (the per-CPU lists, locked or held), `bulk`,
+//! `locked_zone`, `pinned` and `cpus` (pinned CPUs, handles that name a
+//! CPU, the `Cpus` view), hardware poison (`hwpoison`), `alloc_at` (placed
+//! allocation for replay), `block` (owned blocks for the layers above),
+//! `guard` (blocks freed on drop), `hooks` and `migrate` (the embedder's
+//! side), `compaction` and `reporting` (the `Tuning` view's background
+//! work). All of them go through zones (which lock) to buddy (which edits
 //! lists) to page descriptors; nothing here edits a free list directly.
 #![deny(unsafe_code)]
 
@@ -15,17 +18,16 @@ pub(crate) mod alloc_at;
 pub(crate) mod alloc_path;
 pub(crate) mod block;
 pub(crate) mod bulk;
+pub(crate) mod cache;
 pub(crate) mod compaction;
 pub mod cpu;
-#[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
-pub(crate) mod cpu_cache;
+pub(crate) mod cpus;
 pub(crate) mod evacuate;
 pub(crate) mod free;
 pub(crate) mod guard;
 pub mod hooks;
 pub(crate) mod hwpoison;
 pub(crate) mod locked_zone;
-pub(crate) mod magazine;
 pub mod migrate;
 pub(crate) mod pinned;
 pub(crate) mod reporting;
@@ -40,7 +42,7 @@ use crate::mem::sync::Lock;
 use crate::page_alloc::hooks::{Hooks, RateLimit};
 use crate::page_alloc::hwpoison::PendingPoison;
 use crate::page_alloc::migrate::Migrator;
-use crate::page_alloc::stats::{Stats, StatsSnapshot};
+use crate::page_alloc::stats::Stats;
 use crate::pcp::cpus::PerCpu;
 use crate::pcp::{pcp_sizing, Pageset};
 use crate::types::geometry::Geometry;
@@ -95,14 +97,50 @@ pub(crate) struct Parts {
     pub cma: Vec<CmaArea>,
     /// The per-CPU order-0 cache may be used (on, the CPU-id source the
     /// default one, per-CPU lists on).
-    #[cfg_attr(not(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom))), allow(dead_code))]
     pub cpu_caches: bool,
 }
 
 /// A page allocator over one memory map: nodes, zones, buddy free lists.
+/// Built by [`MemoryMapBuilder`](crate::MemoryMapBuilder).
+///
+/// Its methods are the allocation API, Linux's names in Rust casing:
+/// - allocate: [`alloc_pages`](Self::alloc_pages) (2^order pages on the
+///   local node), [`alloc_pages_node`](Self::alloc_pages_node),
+///   [`alloc_frozen_pages`](Self::alloc_frozen_pages) (no reference),
+///   [`alloc_pages_guarded`](Self::alloc_pages_guarded) (freed on drop),
+///   [`alloc_pages_bulk`](Self::alloc_pages_bulk) (many order-0 pages);
+/// - free: [`free_pages`](Self::free_pages) (same order),
+///   [`put_page`](Self::put_page) (drop a reference),
+///   [`free_frozen_pages`](Self::free_frozen_pages),
+///   [`free_pages_bulk`](Self::free_pages_bulk);
+/// - a page's state: [`get_page`](Self::get_page),
+///   [`page_count`](Self::page_count), [`page_flags`](Self::page_flags),
+///   [`page_address`](Self::page_address) with real memory,
+///   [`memory_failure`](Self::memory_failure);
+/// - the map's shape: [`geometry`](Self::geometry), [`zones`](Self::zones),
+///   [`start_pfn`](Self::start_pfn)..[`end_pfn`](Self::end_pfn).
+///
+/// An order-0 page comes from the per-CPU cache and goes back to it
+/// (`docs/fast-paths.md`); everything else takes the per-CPU lists, the
+/// buddy and the zonelist, as Linux's `get_page_from_freelist` does.
+/// Other concerns are views that borrow the allocator, made where needed
+/// (a view costs a reference): [`Cpus`] (per-CPU handles, pinning,
+/// drains), [`Tuning`] (knobs, compaction, free page reporting),
+/// [`Blocks`] (owner keys and owned blocks, for layers built on the
+/// allocator), [`Report`](crate::Report) (counters, `/proc` texts, the
+/// invariant checker), [`Contig`](crate::Contig) (contiguous ranges, CMA).
 ///
 /// `Send + Sync`: any thread may allocate and free. Each zone has its own
 /// lock; page references are atomic.
+///
+/// ```
+/// use mmkit::{Cpus, Gfp, MemoryMapBuilder, Report};
+/// let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
+/// let pfn = mm.alloc_pages(Gfp::KERNEL, 0).unwrap(); // this CPU's cache
+/// mm.free_pages(pfn, 0).unwrap();
+/// Cpus::new(&mm).drain_all_pages(); // caches and lists back to the buddy
+/// assert_eq!(Report::new(&mm).nr_pcp_pages(), 0);
+/// ```
 pub struct PageAllocator {
     /// The memory layer: geometry, descriptors, pageblock types, backing.
     pub(crate) mem: MemMap,
@@ -133,11 +171,73 @@ pub struct PageAllocator {
     /// The tag of this map's [`PageGuard`](crate::PageGuard)s, 0 until the
     /// first guard takes one (`page_alloc::guard`).
     pub(crate) guard_tag: core::sync::atomic::AtomicU8,
-    /// The per-CPU order-0 caches of the shared API
-    /// (`page_alloc::cpu_cache`); `None` where restartable sequences are
-    /// unavailable or the map was built without them.
-    #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
-    pub(crate) cpu_caches: Option<cpu_cache::CpuCaches>,
+    /// The per-CPU cache's stacks held by the CPUs, the shared API's
+    /// (`page_alloc::cache::cpu`); `None` where restartable sequences are
+    /// unavailable (`sys`) or the map was built without them.
+    pub(crate) cpu_caches: Option<cache::cpu::CpuCaches>,
+}
+
+view::allocator_view! {
+    /// Per-CPU control of an allocator: handles on a named CPU's lists
+    /// ([`cpu`](Self::cpu)), a CPU pinned to the calling thread
+    /// ([`pin_cpu`](Self::pin_cpu)), drains, each CPU's lists and node.
+    ///
+    /// ```
+    /// use mmkit::{Cpus, Gfp, MemoryMapBuilder};
+    /// let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
+    /// let cpus = Cpus::new(&mm);
+    /// let mut cpu1 = cpus.pin_cpu(1).unwrap();
+    /// let pfn = cpu1.alloc_pages(Gfp::KERNEL, 0).unwrap();
+    /// cpu1.free_pages(pfn, 0).unwrap();
+    /// drop(cpu1);
+    /// assert_eq!(cpus.drain_all_pages(), 0, "no pinned CPU left to ask");
+    /// ```
+    pub struct Cpus;
+}
+
+view::allocator_view! {
+    /// The knobs of an allocator and the background work Linux's sysctls
+    /// and daemons drive: `percpu_pagelist_high_fraction`, the per-CPU
+    /// lists' decay (vmstat), a watermark boost's reset (kswapd),
+    /// compaction (`compact_memory`, kcompactd's proactive rounds) and
+    /// free page reporting.
+    ///
+    /// ```
+    /// use mmkit::{MemoryMapBuilder, Tuning};
+    /// let mm = MemoryMapBuilder::with_memory(64 << 20).build().unwrap();
+    /// let tuning = Tuning::new(&mm);
+    /// assert!(tuning.set_percpu_pagelist_high_fraction(4).is_err(), "below 8: Linux's EINVAL");
+    /// tuning.set_percpu_pagelist_high_fraction(8).unwrap();
+    /// tuning.decay_pcp_high();
+    /// ```
+    pub struct Tuning;
+}
+
+view::allocator_view! {
+    /// Owned blocks, what the layers above the page allocator build on
+    /// (quicklists, page tables, zsmalloc): owner keys, blocks of a key,
+    /// their bytes, handing a block out as a bare PFN and taking it back
+    /// (`page_alloc::block` says how; `docs/architecture.md`, "Ownership of
+    /// pages", who may do what).
+    ///
+    /// ```
+    /// use mmkit::{Backing, Blocks, Gfp, HugePages, MemoryMapBuilder};
+    /// let mm = MemoryMapBuilder::with_memory(16 << 20).backing(Backing::RealMemory(HugePages::None)).build().unwrap();
+    /// let blocks = Blocks::new(&mm);
+    /// let key = blocks.new_owner_key().unwrap();
+    /// let mut block = blocks.alloc_block(&key, Gfp::KERNEL | Gfp::ZERO, 0).unwrap();
+    /// blocks.block_bytes_mut(&mut block).unwrap()[0] = 7; // the key's holder alone
+    /// blocks.free_block(block).unwrap();
+    /// assert!(blocks.release_owner_key(key));
+    /// ```
+    pub struct Blocks;
+}
+
+impl Tuning<'_> {
+    /// `min_free_kbytes` in force.
+    pub fn min_free_kbytes(&self) -> u64 {
+        self.mm.min_free_kbytes
+    }
 }
 
 /// Source of [`PageAllocator::map_id`]s: the next id to hand out.
@@ -166,8 +266,6 @@ pub(crate) struct AllocContext {
     pub(crate) highest: ZoneType,
     pub(crate) migratetype: MigrateType,
     pub(crate) this_node_only: bool,
-    /// Whose per-CPU lists to use.
-    pub(crate) cpu: usize,
 }
 
 impl PageAllocator {
@@ -194,7 +292,6 @@ impl PageAllocator {
         // With grouping off every request is unmovable: the lists then serve
         // everything, as under the policy's other settings.
         pcp.movable_only = !p.mobility_disabled && zones.iter().next().is_some_and(|z| z.placement.pcp_movable_only());
-        #[allow(unused_mut)]
         let mut allocator = Self {
             mem: p.mem,
             zones,
@@ -210,12 +307,10 @@ impl PageAllocator {
             mobility_disabled: p.mobility_disabled,
             migrator: p.migrator,
             cma: p.cma,
-            #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
             cpu_caches: None,
         };
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
         if p.cpu_caches && p.pcp_enabled {
-            allocator.cpu_caches = cpu_cache::CpuCaches::new(&allocator);
+            allocator.cpu_caches = cache::cpu::CpuCaches::new(&allocator);
         }
         Ok(allocator)
     }
@@ -234,10 +329,6 @@ impl PageAllocator {
     pub fn zones(&self) -> &[Zone] {
         &self.zones
     }
-    /// `min_free_kbytes` in force.
-    pub fn min_free_kbytes(&self) -> u64 {
-        self.min_free_kbytes
-    }
     /// First PFN covered by descriptors.
     pub fn start_pfn(&self) -> Pfn {
         Pfn(self.mem.base_pfn)
@@ -246,53 +337,12 @@ impl PageAllocator {
     pub fn end_pfn(&self) -> Pfn {
         Pfn(self.mem.base_pfn + self.mem.pages.len() as u64)
     }
-    /// Free pages on the buddy lists of all zones. As in Linux, pages cached
-    /// on per-CPU lists are not included: see
-    /// [`nr_pcp_pages`](Self::nr_pcp_pages), or call
-    /// [`drain_all_pages`](Self::drain_all_pages) first.
-    pub fn nr_free_pages(&self) -> u64 {
-        self.zones.iter().map(|z| z.free_pages()).sum()
+    /// Pages cached on every CPU's lists and per-CPU caches (free, but not
+    /// in the zones' free counts). Pinned CPUs are not counted.
+    pub(crate) fn nr_pcp_pages(&self) -> u64 {
+        (0..self.zones.len()).map(|zi| self.pcp_totals(zi).1 + self.cpu_cached_blocks(zi).1).sum()
     }
 
-    /// Pages cached on every CPU's lists (free, but not in
-    /// [`nr_free_pages`](Self::nr_free_pages)). Pinned CPUs are not counted.
-    pub fn nr_pcp_pages(&self) -> u64 {
-        (0..self.zones.len()).map(|zi| self.pcp_totals(zi).1 + self.cpu_cached(zi)).sum()
-    }
-    /// Whether the shared API's order-0 calls go through the per-CPU cache
-    /// ([`MemoryMapBuilder::cpu_caches`](crate::MemoryMapBuilder::cpu_caches)):
-    /// false where restartable sequences are unavailable, with a custom
-    /// CPU-id source, or when built without it or without per-CPU lists.
-    pub fn has_cpu_caches(&self) -> bool {
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
-        return self.cpu_caches.is_some();
-        #[allow(unreachable_code)]
-        false
-    }
-
-    /// Pages the shared API's per-CPU caches hold in zone `zi`.
-    #[inline]
-    pub(crate) fn cpu_cached(&self, zi: usize) -> u64 {
-        self.cpu_cached_heads_and_pages(zi).1
-    }
-
-    /// Blocks (their heads carry `PCP`) the shared API's per-CPU caches
-    /// hold in zone `zi`, and the pages in them.
-    #[inline]
-    pub(crate) fn cpu_cached_heads_and_pages(&self, zi: usize) -> (u64, u64) {
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
-        return self.cpu_cached_blocks(zi);
-        #[allow(unreachable_code)]
-        {
-            let _ = zi;
-            (0, 0)
-        }
-    }
-
-    /// Allocator-wide counters.
-    pub fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot()
-    }
     /// Whether free memory is grouped by mobility (see
     /// [`MemoryMapBuilder::group_by_mobility`](crate::MemoryMapBuilder::group_by_mobility)).
     pub fn group_by_mobility(&self) -> bool {
@@ -320,17 +370,6 @@ impl PageAllocator {
     /// Number of nodes (highest node id + 1).
     pub fn nr_nodes(&self) -> usize {
         self.zones.nr_nodes()
-    }
-
-    /// Free pages on node `nid`'s buddy lists (Linux's
-    /// `node_page_state(nid, NR_FREE_PAGES)`).
-    ///
-    /// # Errors
-    /// [`IndexError::NoSuchNode`](crate::IndexError::NoSuchNode) for a node
-    /// at or above [`nr_nodes`](Self::nr_nodes).
-    pub fn node_free_pages(&self, nid: usize) -> Result<u64, crate::IndexError> {
-        self.check_node(nid)?;
-        Ok(self.zones.iter().filter(|z| z.nid == nid).map(|z| z.free_pages()).sum())
     }
 
     /// `Ok` if the allocator has CPU `cpu`.
@@ -383,7 +422,7 @@ impl PageAllocator {
     #[inline]
     pub fn prefetch_page(&self, pfn: Pfn) {
         if let Some(idx) = self.pfn_to_idx(pfn) {
-            crate::mem::rawmem::prefetch(self.desc(idx));
+            crate::sys::prefetch(self.desc(idx));
         }
     }
 
@@ -429,16 +468,9 @@ impl PageAllocator {
 
     /// Whether real memory stands behind the PFNs
     /// ([`Backing::RealMemory`](crate::Backing)): only then do blocks have
-    /// bytes ([`block_bytes`](Self::block_bytes)).
+    /// bytes ([`block_bytes`](crate::Blocks::block_bytes)).
     pub fn has_real_memory(&self) -> bool {
-        #[cfg(feature = "std")]
-        {
-            self.mem.memory.is_some()
-        }
-        #[cfg(not(feature = "std"))]
-        {
-            false
-        }
+        self.mem.memory.is_some()
     }
 
     /// Address of `pfn`'s memory when the map has real backing.
@@ -453,7 +485,6 @@ impl PageAllocator {
     /// promise holds a [`PageGuard`](crate::PageGuard) (its
     /// `bytes`/`bytes_mut`) or a [`PageBlock`](crate::PageBlock), which no
     /// PFN call can free (`docs/architecture.md`, "Ownership of pages").
-    #[cfg(feature = "std")]
     pub fn page_address(&self, pfn: Pfn) -> Option<core::ptr::NonNull<u8>> {
         let idx = self.pfn_to_idx(pfn)?;
         self.mem.memory.as_ref()?.page_ptr(idx as usize)
@@ -461,16 +492,14 @@ impl PageAllocator {
 
     /// The page that holds `addr` (Linux's `virt_to_page`), when the map has
     /// real backing and `addr` lies in it.
-    #[cfg(feature = "std")]
     pub fn address_to_pfn(&self, addr: *const u8) -> Option<Pfn> {
         let index = self.mem.memory.as_ref()?.index_of(addr)?;
         Some(self.idx_to_pfn(index as PageIdx))
     }
 
     /// The real-memory region, if the map has one.
-    #[cfg(feature = "std")]
     #[inline]
-    pub(crate) fn real_memory(&self) -> Option<&crate::mem::rawmem::RealMemory> {
+    pub(crate) fn real_memory(&self) -> Option<&crate::sys::RealMemory> {
         self.mem.memory.as_ref()
     }
 }

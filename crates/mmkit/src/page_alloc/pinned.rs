@@ -6,18 +6,16 @@
 //! lock. Everything else stays as on the shared path: watermarks, refills
 //! and spills through the zone lock, the same descriptor checks.
 //!
-//! Cost: an order-0 allocation with the mask of the previous one is served
-//! by the handle's magazine (`page_alloc::magazine`): a watermark check on
-//! published counters, a pop from an array and one descriptor store; its
-//! free is one load and compare of the descriptor and one store, with no
-//! atomic operation, because the page is `LOCAL` to this CPU until it is
-//! freed or handed over ([`PinnedCpu::hand_over`]). About 120 instructions
-//! a pair (`mmkit bench pcp`, case `pcp_order0_alloc_free`, contender
-//! `mmkit_pinned`, times it). Everything else (other orders, frozen pages,
-//! another mask's first request, a page with flags or extra references)
-//! takes the general path: a list pop and the descriptor stores; the
-//! validation loads, the single atomic that makes this caller the page's
-//! only freer, and a list push.
+//! An order-0 allocation or free goes through the per-CPU cache, here held
+//! by the handle (its magazine, `page_alloc::cache::pinned`): with the mask
+//! of the previous allocation, a pop and one descriptor store; a free of a
+//! page the magazine handed out, one load and compare of the descriptor
+//! and one store, with no atomic operation, because the page is `LOCAL` to
+//! this CPU until it is freed or handed over ([`PinnedCpu::hand_over`]).
+//! Everything else (other orders, another mask's first request, a page
+//! with flags or extra references) takes the one slow path with the lists
+//! this handle holds (`page_alloc::cpu::Held`): the same list code as the
+//! shared path's, without the lock.
 //!
 //! Blocks of any order: [`PinnedCpu::lock_zone`] holds a zone's lock
 //! across calls and serves the buddy's free lists directly, with the same
@@ -32,16 +30,16 @@
 
 use crate::mem::owned::OwnerKey;
 use crate::mem::owned::PageBlock;
-use crate::mem::sync::LockGuard;
 use crate::page_alloc::block::BlockError;
 use crate::page_alloc::bulk::BulkFreeError;
+use crate::page_alloc::cache::pinned::Magazine;
+use crate::page_alloc::cache::PageCache;
+use crate::page_alloc::cpu::Held;
 use crate::page_alloc::free::Claim;
-use crate::page_alloc::magazine::Magazine;
+use crate::page_alloc::Cpus;
 use crate::pcp::cpus::{REQUEST_DRAIN, REQUEST_RESIZE};
-use crate::pcp::{pcp_allowed_order, PcpState};
 use crate::types::gfp::Gfp;
 use crate::{AllocError, FreeError, PageAllocator, Pfn};
-use alloc::vec::Vec;
 use core::sync::atomic::Ordering::{AcqRel, Release};
 
 /// Why a CPU could not be pinned.
@@ -68,14 +66,14 @@ impl std::error::Error for PinError {}
 /// Sole use of one CPU's per-CPU lists; see the module doc.
 ///
 /// ```
-/// use mmkit::{Gfp, MemoryMapBuilder, Report};
+/// use mmkit::{Cpus, Gfp, MemoryMapBuilder, Report};
 /// let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
-/// let mut cpu1 = mm.pin_cpu(1).unwrap();
+/// let mut cpu1 = Cpus::new(&mm).pin_cpu(1).unwrap();
 /// let pfn = cpu1.alloc_pages(Gfp::KERNEL, 0).unwrap();
 /// cpu1.free_pages(pfn, 0).unwrap();
-/// assert!(mm.pin_cpu(1).is_err(), "one owner at a time");
+/// assert!(Cpus::new(&mm).pin_cpu(1).is_err(), "one owner at a time");
 /// drop(cpu1);
-/// mm.drain_all_pages();
+/// Cpus::new(&mm).drain_all_pages();
 /// Report::new(&mm).check_invariants().unwrap();
 /// ```
 pub struct PinnedCpu<'a> {
@@ -83,31 +81,30 @@ pub struct PinnedCpu<'a> {
     pub(super) cpu: usize,
     /// The CPU's node, looked up once.
     pub(super) nid: usize,
-    /// One held pageset per zone, indexed like `PageAllocator::zones`.
-    pub(super) lists: Vec<LockGuard<'a, PcpState>>,
-    /// Order-0 pages ahead of the lists (`page_alloc::magazine`).
-    pub(super) mag: Magazine<'a>,
+    /// The per-CPU cache this handle holds: its magazine, in front of the
+    /// CPU's lists, which it holds too (`page_alloc::cache::pinned`).
+    pub(super) cache: PageCache<Magazine<'a>>,
 }
 
-impl PageAllocator {
+impl<'a> Cpus<'a> {
     /// Takes CPU `cpu`'s lists for the calling thread until the handle is
     /// dropped. Other threads that land on this CPU use the buddy directly
     /// meanwhile.
     ///
     /// # Errors
     /// [`PinError::NoSuchCpu`], [`PinError::AlreadyPinned`].
-    pub fn pin_cpu(&self, cpu: usize) -> Result<PinnedCpu<'_>, PinError> {
-        let slot = self.pcp.slots.get(cpu).ok_or(PinError::NoSuchCpu(cpu))?;
+    pub fn pin_cpu(&self, cpu: usize) -> Result<PinnedCpu<'a>, PinError> {
+        let mm = self.mm;
+        let slot = mm.pcp.slots.get(cpu).ok_or(PinError::NoSuchCpu(cpu))?;
         if slot.pinned.swap(true, AcqRel) {
             return Err(PinError::AlreadyPinned(cpu));
         }
         // Other holders keep a pageset only for one operation.
-        let lists = (0..self.zones.len()).map(|zi| self.pageset(cpu, zi).lock.lock()).collect();
+        let lists = (0..mm.zones.len()).map(|zi| mm.pageset(cpu, zi).lock.lock()).collect();
         // The CPU's order-0 caches too: other threads running there go to
         // the buddy while it is pinned, as they do for its lists.
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
-        self.pin_cpu_caches(cpu, true);
-        Ok(PinnedCpu { alloc: self, cpu, nid: self.node_of_cpu(cpu), lists, mag: Magazine::new(self, cpu) })
+        mm.pin_cpu_caches(cpu, true);
+        Ok(PinnedCpu { alloc: mm, cpu, nid: mm.node_of_cpu(cpu), cache: PageCache(Magazine::new(mm, cpu, lists)) })
     }
 }
 
@@ -115,6 +112,12 @@ impl<'a> PinnedCpu<'a> {
     /// The pinned CPU.
     pub fn cpu_id(&self) -> usize {
         self.cpu
+    }
+
+    /// The lists this handle holds, as the slow path takes them.
+    #[inline(always)]
+    fn held(&mut self) -> Held<'_, 'a> {
+        Held { cpu: self.cpu, lists: &mut self.cache.0.lists }
     }
 
     /// Serves what other threads asked of this CPU meanwhile (a drain, a
@@ -130,7 +133,7 @@ impl<'a> PinnedCpu<'a> {
     #[cold]
     fn serve(&mut self, requests: u8) {
         if requests & REQUEST_RESIZE != 0 {
-            for (zi, pcp) in self.lists.iter_mut().enumerate() {
+            for (zi, pcp) in self.cache.0.lists.iter_mut().enumerate() {
                 self.alloc.resize_locked(zi, pcp);
             }
         }
@@ -139,10 +142,10 @@ impl<'a> PinnedCpu<'a> {
         }
     }
 
-    /// Empties this CPU's lists into the buddy.
+    /// Empties this CPU's lists (and its magazine) into the buddy.
     pub fn drain_local_pages(&mut self) {
-        self.mag_flush_all();
-        for (zi, pcp) in self.lists.iter_mut().enumerate() {
+        self.cache.0.flush_all(self.alloc);
+        for (zi, pcp) in self.cache.0.lists.iter_mut().enumerate() {
             self.alloc.drain_locked(zi, pcp);
         }
     }
@@ -150,69 +153,69 @@ impl<'a> PinnedCpu<'a> {
     /// Shrinks this CPU's `high` by an eighth towards its minimum and spills
     /// what no longer fits, at most a batch (Linux's `decay_pcp_high`, which
     /// the vmstat worker runs every second from `refresh_cpu_vm_stats`):
-    /// [`PageAllocator::decay_pcp_high`] cannot reach a pinned CPU's lists,
+    /// [`Tuning::decay_pcp_high`](crate::Tuning::decay_pcp_high) cannot reach a pinned CPU's lists,
     /// so their owner calls this on its own timer.
     pub fn decay_pcp_high(&mut self) {
-        for (zi, pcp) in self.lists.iter_mut().enumerate() {
+        for (zi, pcp) in self.cache.0.lists.iter_mut().enumerate() {
             self.alloc.decay_locked(zi, pcp);
         }
     }
 
-    /// Allocates like [`PageAllocator::alloc_pages`], from this CPU's lists
-    /// without locking them.
+    /// Allocates like [`PageAllocator::alloc_pages`], from this CPU's
+    /// magazine and lists without locking them.
     ///
     /// # Errors
     /// As [`PageAllocator::alloc_pages_node`].
-    #[inline]
+    #[inline(always)]
     pub fn alloc_pages(&mut self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
         if order == 0 {
-            if let Some(pfn) = self.mag_alloc(gfp) {
+            if let Some(pfn) = self.cache.take::<false>(self.alloc, None, gfp, false) {
                 return Ok(pfn);
             }
-            return self.alloc_order0_slow(gfp);
+            return self.alloc_order0_missed(gfp, false);
         }
-        self.alloc_inner(gfp, order, false)
+        self.alloc_slow(gfp, order, false)
     }
 
-    /// An order-0 allocation the magazine did not serve: aim it at this
-    /// mask and try again, else the general path.
-    #[cold]
-    fn alloc_order0_slow(&mut self, gfp: Gfp) -> Result<Pfn, AllocError> {
-        self.serve_drain_request();
-        if self.mag_retarget(gfp) {
-            if let Some(pfn) = self.mag_alloc(gfp) {
-                return Ok(pfn);
-            }
-        }
-        self.alloc_inner(gfp, 0, false)
-    }
-
-    /// Frozen allocation (refcount 0) from this CPU's lists.
+    /// Frozen allocation (refcount 0) from this CPU's magazine and lists.
     ///
     /// # Errors
     /// As [`PageAllocator::alloc_pages_node`].
     pub fn alloc_frozen_pages(&mut self, gfp: Gfp, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc_inner(gfp, order, true)
+        if order == 0 {
+            if let Some(pfn) = self.cache.take::<false>(self.alloc, None, gfp, true) {
+                return Ok(pfn);
+            }
+            return self.alloc_order0_missed(gfp, true);
+        }
+        self.alloc_slow(gfp, order, true)
     }
 
-    #[inline]
-    fn alloc_inner(&mut self, gfp: Gfp, order: u32, frozen: bool) -> Result<Pfn, AllocError> {
+    /// An order-0 allocation the magazine did not serve: serve what other
+    /// threads asked, aim the magazine at this mask and try again, else the
+    /// slow path.
+    #[cold]
+    fn alloc_order0_missed(&mut self, gfp: Gfp, frozen: bool) -> Result<Pfn, AllocError> {
         self.serve_drain_request();
-        let alloc = self.alloc;
-        if alloc.pcp_serves(gfp) && pcp_allowed_order(order, alloc.mem.geometry.pageblock_order) {
-            if let Some(pfn) = self.try_fast_alloc(gfp, order, frozen) {
+        if self.cache.0.retarget(self.alloc, self.nid, gfp) {
+            if let Some(pfn) = self.cache.take::<false>(self.alloc, None, gfp, frozen) {
                 return Ok(pfn);
             }
         }
-        // Everything else (other zones, the slow path) as usual; our own
-        // lists are held, so that path goes to the buddy.
-        match alloc.alloc_on(self.cpu, self.nid, gfp, order, frozen) {
+        self.alloc_slow(gfp, 0, frozen)
+    }
+
+    /// The one slow path, with the lists this handle holds.
+    fn alloc_slow(&mut self, gfp: Gfp, order: u32, frozen: bool) -> Result<Pfn, AllocError> {
+        self.serve_drain_request();
+        let (alloc, nid) = (self.alloc, self.nid);
+        match alloc.alloc_slow(&mut self.held(), nid, gfp, order, frozen) {
             Err(AllocError::NoMemory { .. }) if self.holds_pages() => {
                 // The slow path's drain cannot reach this CPU's own lists
                 // (they are held here): give them back and try once more,
                 // as Linux's drain before failing would have.
                 self.drain_local_pages();
-                alloc.alloc_on(self.cpu, self.nid, gfp, order, frozen)
+                alloc.alloc_slow(&mut self.held(), nid, gfp, order, frozen)
             }
             other => other,
         }
@@ -220,67 +223,46 @@ impl<'a> PinnedCpu<'a> {
 
     /// Whether this CPU caches any page (lists or magazine).
     fn holds_pages(&self) -> bool {
-        self.mag_len() > 0 || self.lists.iter().any(|pcp| pcp.count > 0)
+        self.cache.0.len() > 0 || self.cache.0.lists.iter().any(|pcp| pcp.count > 0)
     }
 
-    /// The preferred zone only, above its watermark, from the held list.
-    #[inline]
-    fn try_fast_alloc(&mut self, gfp: Gfp, order: u32, frozen: bool) -> Option<Pfn> {
-        let alloc = self.alloc;
-        let target = alloc.fast_target(self.nid, gfp, order)?;
-        let idx = alloc.pcp_take_locked(&mut self.lists[target.zi], target.zi, order, target.mt, target.flags)?;
-        Some(alloc.finish_fast_alloc(&target, idx, order, gfp, frozen))
-    }
-
-    /// Frees like [`PageAllocator::free_pages`], onto this CPU's lists
-    /// without locking them.
+    /// Frees like [`PageAllocator::free_pages`], onto this CPU's magazine
+    /// or lists without locking them.
     ///
     /// # Errors
     /// As [`PageAllocator::free_pages`].
-    #[inline]
+    #[inline(always)]
     pub fn free_pages(&mut self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        if order == 0 && self.mag_free(pfn) {
+        if order == 0 && self.cache.give::<false>(self.alloc, pfn, false) {
             return Ok(());
         }
-        self.free_pages_general(pfn, order)
+        self.free_pages_slow(pfn, order)
     }
 
     /// Every free the magazine does not take.
-    fn free_pages_general(&mut self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+    fn free_pages_slow(&mut self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         self.serve_drain_request();
         self.unlocal_for_free(pfn, order)?;
-        let idx = self.alloc.validate_block(pfn, order)?;
-        if self.alloc.drop_block_ref(self.cpu, pfn, idx, order)? {
-            self.free_claimed(idx, order, Claim::ByRefcount)
+        let alloc = self.alloc;
+        let idx = alloc.validate_block(pfn, order)?;
+        if alloc.drop_block_ref(&mut self.held(), pfn, idx, order)? {
+            alloc.claim_and_free(&mut self.held(), idx, order, Claim::ByRefcount)
         } else {
             Ok(())
         }
     }
 
-    /// Frees a frozen block onto this CPU's lists.
+    /// Frees a frozen block onto this CPU's magazine or lists.
     ///
     /// # Errors
     /// As [`PageAllocator::free_frozen_pages`].
     pub fn free_frozen_pages(&mut self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        self.serve_drain_request();
-        let idx = self.alloc.validate_frozen_block(pfn, order)?;
-        self.free_claimed(idx, order, Claim::Frozen)
-    }
-
-    #[inline]
-    fn free_claimed(&mut self, idx: u32, order: u32, claim: Claim) -> Result<(), FreeError> {
-        let alloc = self.alloc;
-        alloc.claim_and_prepare(idx, order, claim)?;
-        let Some(zi) = alloc.zone_index_of(idx) else {
+        if order == 0 && self.cache.give::<false>(self.alloc, pfn, true) {
             return Ok(());
-        };
-        if let Some(mt) = alloc.pcp_list_type(idx, order) {
-            if alloc.pcp_free_locked(&mut self.lists[zi], zi, idx, order, mt) {
-                return Ok(());
-            }
         }
-        alloc.release_prepared(&alloc.zones[zi], idx, 1 << order, crate::zone::buddy::Placement::Auto);
-        Ok(())
+        self.serve_drain_request();
+        let alloc = self.alloc;
+        alloc.free_frozen_pages_on(&mut self.held(), pfn, order)
     }
 
     /// The allocator this handle pins a CPU of.
@@ -300,7 +282,8 @@ impl<'a> PinnedCpu<'a> {
         if let Ok(head) = self.alloc.compound_head(pfn) {
             self.hand_over(head)?;
         }
-        self.alloc.put_page_on(self.cpu, pfn)
+        let alloc = self.alloc;
+        alloc.put_page_on(&mut self.held(), pfn)
     }
 
     /// Frees blocks allocated with refcount 1 (see
@@ -319,7 +302,7 @@ impl<'a> PinnedCpu<'a> {
     }
 
     /// Allocates a block owned by layer `owner` on this CPU (see
-    /// [`PageAllocator::alloc_block`]).
+    /// [`Blocks::alloc_block`](crate::Blocks::alloc_block)).
     ///
     /// # Errors
     /// As [`PageAllocator::alloc_pages`].
@@ -328,49 +311,116 @@ impl<'a> PinnedCpu<'a> {
         self.alloc.alloc_block_on(self.cpu, self.nid, owner, gfp, order)
     }
 
-    /// Frees an owned block (see [`PageAllocator::free_block`]).
+    /// Frees an owned block (see [`Blocks::free_block`](crate::Blocks::free_block)).
     ///
     /// # Errors
-    /// As [`PageAllocator::free_block`].
+    /// As [`Blocks::free_block`](crate::Blocks::free_block).
     pub fn free_block(&mut self, block: PageBlock) -> Result<(), BlockError> {
         self.serve_drain_request();
         self.alloc.free_block_on(self.cpu, block)
     }
 
     /// Fills the empty slots of `page_array` with order-0 pages from this
-    /// CPU's lists (see [`PageAllocator::alloc_pages_bulk`]).
+    /// CPU's lists (see [`PageAllocator::alloc_pages_bulk`]), held, so the
+    /// bulk walk takes no lock.
     pub fn alloc_pages_bulk(&mut self, gfp: Gfp, page_array: &mut [Option<Pfn>]) -> usize {
         self.serve_drain_request();
-        let mut cursor = 0;
-        for slot in page_array.iter_mut() {
-            if slot.is_none() {
-                match self.try_fast_alloc(gfp, 0, false) {
-                    Some(pfn) => *slot = Some(pfn),
-                    None => break,
+        let alloc = self.alloc;
+        alloc.alloc_pages_bulk_with(&mut self.held(), gfp, page_array)
+    }
+
+    /// Turns the magazine on (the default) or off. Off, order-0 requests
+    /// take the per-CPU lists page by page exactly as Linux's
+    /// `rmqueue_pcplist` and `free_frozen_page_commit` do, which a trace
+    /// replay that models Linux's lists needs: the magazine hands out the
+    /// same pages but not in the same order, and moves pages to and from
+    /// the lists in batches, so `high` and spills see them later.
+    pub fn set_magazine(&mut self, enabled: bool) {
+        self.cache.0.set_enabled(self.alloc, enabled);
+    }
+
+    /// Makes page `pfn`, handed out by this handle, an ordinary allocated
+    /// page that any thread or path may free or reference (the one atomic a
+    /// page pays to leave its CPU). A page that is not this CPU's is left
+    /// as it is.
+    ///
+    /// ```
+    /// use mmkit::{Cpus, FreeError, Gfp, MemoryMapBuilder};
+    /// let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
+    /// let mut cpu0 = Cpus::new(&mm).pin_cpu(0).unwrap();
+    /// let pfn = cpu0.alloc_pages(Gfp::KERNEL, 0).unwrap();
+    /// assert!(matches!(mm.free_pages(pfn, 0), Err(FreeError::CpuLocal { cpu: 0, .. })));
+    /// cpu0.hand_over(pfn).unwrap(); // from here on, any thread may free it
+    /// mm.free_pages(pfn, 0).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// [`FreeError::OutOfRange`], or [`FreeError::CpuLocal`] for a page
+    /// local to another CPU.
+    pub fn hand_over(&mut self, pfn: Pfn) -> Result<(), FreeError> {
+        let idx = self.alloc.pfn_to_idx(pfn).ok_or(FreeError::OutOfRange(pfn))?;
+        let page = self.alloc.desc(idx);
+        if page.clear_local(self.cpu) {
+            self.cache.0.outstanding -= 1;
+            return Ok(());
+        }
+        match page.local_cpu() {
+            Some(cpu) if cpu != self.cpu => Err(FreeError::CpuLocal { pfn, cpu }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Before the slow free path: a page local to this CPU becomes an
+    /// ordinary one (that path's atomics then apply); one local to another
+    /// CPU is left for the validation to refuse. `Err` (and the page stays
+    /// `LOCAL`) for a block freed with another order than it was
+    /// allocated with.
+    fn unlocal_for_free(&mut self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        let Some(idx) = self.alloc.pfn_to_idx(pfn) else {
+            return Ok(());
+        };
+        let page = self.alloc.desc(idx);
+        if page.local_cpu() != Some(self.cpu) {
+            return Ok(());
+        }
+        let allocated = page.order();
+        if order != allocated {
+            return Err(FreeError::WrongOrder { pfn, allocated, given: order });
+        }
+        if page.clear_local(self.cpu) {
+            self.cache.0.outstanding -= 1;
+        }
+        Ok(())
+    }
+
+    /// Hands over every page this handle still has out (dropping the
+    /// handle): a scan of the descriptor table, paid only when pages are
+    /// still out.
+    #[cold]
+    fn hand_over_all(&mut self) {
+        if self.cache.0.outstanding == 0 {
+            return;
+        }
+        for page in self.alloc.mem.pages.all() {
+            if page.clear_local(self.cpu) {
+                self.cache.0.outstanding -= 1;
+                if self.cache.0.outstanding == 0 {
+                    break;
                 }
             }
-            cursor += 1;
         }
-        if cursor == 0 && !page_array.is_empty() {
-            if let Ok(pfn) = self.alloc.alloc_on(self.cpu, self.nid, gfp, 0, false) {
-                page_array[0] = Some(pfn);
-                cursor = 1;
-            }
-        }
-        cursor
     }
 }
 
 impl Drop for PinnedCpu<'_> {
     fn drop(&mut self) {
         self.hand_over_all();
-        self.mag_flush_all();
+        self.cache.0.flush_all(self.alloc);
         let requests = self.alloc.pcp.slots[self.cpu].take_requests();
         if requests != 0 {
             self.serve(requests);
         }
-        self.lists.clear();
-        #[cfg(all(feature = "std", target_os = "linux", target_arch = "x86_64", not(loom)))]
+        self.cache.0.lists.clear();
         self.alloc.pin_cpu_caches(self.cpu, false);
         self.alloc.pcp.slots[self.cpu].pinned.store(false, Release);
     }

@@ -2,7 +2,7 @@
 //! mm/page_reporting.c, which tells a hypervisor which guest pages are
 //! free; here the "hypervisor" is the process's own kernel).
 //!
-//! Owns the reporting pass ([`PageAllocator::report_free_pages`]), its
+//! Owns the reporting pass ([`Tuning::report_free_pages`]), its
 //! counters, and (with `std`) the background thread that runs a pass
 //! every [`PAGE_REPORTING_DELAY`] ([`FreePageReporter`]). It edits free
 //! lists only through `zone::buddy`'s reporting helpers and the ordinary
@@ -56,7 +56,7 @@
 //!
 //! # When a pass runs
 //! The core is `no_std`, so it has no timer of its own: the embedder calls
-//! [`report_free_pages`](PageAllocator::report_free_pages) when it wants
+//! [`report_free_pages`](Tuning::report_free_pages) when it wants
 //! memory back (zram's `compact` and `reset` do, after draining the per-CPU
 //! lists), or, with `std`, starts a [`FreePageReporter`] on an
 //! `Arc<PageAllocator>`, which runs a pass every `delay` (Linux's
@@ -66,16 +66,12 @@
 //! of each zone's lists of pageblock order and above under its lock.
 #![deny(unsafe_code)]
 
-#[cfg(feature = "std")]
 use crate::mem::page::PageIdx;
-#[cfg(feature = "std")]
+use crate::page_alloc::Tuning;
 use crate::types::gfp::Watermark;
-#[cfg(feature = "std")]
 use crate::zone::buddy::Placement;
-#[cfg(feature = "std")]
 use crate::zone::Zone;
 use crate::PageAllocator;
-#[cfg(feature = "std")]
 use core::sync::atomic::Ordering::Relaxed;
 use core::time::Duration;
 
@@ -98,11 +94,11 @@ pub struct ReportSummary {
     pub bytes_discarded: u64,
 }
 
-impl PageAllocator {
+impl Tuning<'_> {
     /// The smallest order a reporting pass gives back: the pageblock
     /// order (Linux's default `page_reporting_order`).
     pub fn page_reporting_order(&self) -> u32 {
-        self.mem.geometry.pageblock_order
+        self.mm.page_reporting_order()
     }
 
     /// One free page reporting pass over every zone: free blocks of at
@@ -114,7 +110,7 @@ impl PageAllocator {
     /// See the module doc of `page_alloc::reporting` for the protocol.
     ///
     /// Does nothing on a map without real memory. Per-CPU lists are not
-    /// drained first: call [`drain_all_pages`](Self::drain_all_pages)
+    /// drained first: call [`drain_all_pages`](crate::Cpus::drain_all_pages)
     /// before, to give back what they hold too. Safe to call from any
     /// thread at any time, concurrently with everything else (also with
     /// another pass); bounded by the free blocks of reporting order, in
@@ -122,44 +118,42 @@ impl PageAllocator {
     ///
     /// # Examples
     /// ```
-    /// use mmkit::{Backing, Gfp, HugePages, MemoryMapBuilder};
-    ///
+    /// use mmkit::{Backing, Cpus, Gfp, HugePages, MemoryMapBuilder, Tuning};
+    ///     ///
     /// let mm = MemoryMapBuilder::with_memory(64 << 20)
     ///     .backing(Backing::RealMemory(HugePages::None))
     ///     .build()
     ///     .unwrap();
     /// let pfn = mm.alloc_pages(Gfp::KERNEL | Gfp::ZERO, 9).unwrap(); // 2 MiB, now resident
     /// mm.free_pages(pfn, 9).unwrap();
-    /// mm.drain_all_pages();                                     // per-CPU lists to the buddy
-    /// let summary = mm.report_free_pages();                     // back to the OS
+    /// Cpus::new(&mm).drain_all_pages();                                     // per-CPU lists to the buddy
+    /// let summary = Tuning::new(&mm).report_free_pages();                     // back to the OS
     /// assert!(summary.pages >= 512);
-    /// assert_eq!(mm.report_free_pages().pages, 0);              // nothing twice
+    /// assert_eq!(Tuning::new(&mm).report_free_pages().pages, 0);              // nothing twice
     /// ```
     pub fn report_free_pages(&self) -> ReportSummary {
-        #[cfg(feature = "std")]
-        if let Some(memory) = self.real_memory() {
+        if let Some(memory) = self.mm.real_memory() {
             let mut summary = ReportSummary::default();
-            for zone in self.zones.iter() {
-                self.report_zone(zone, memory, &mut summary);
+            for zone in self.mm.zones.iter() {
+                self.mm.report_zone(zone, memory, &mut summary);
             }
-            self.stats.reporting_passes.fetch_add(1, Relaxed);
-            self.stats.reported_pages.fetch_add(summary.pages, Relaxed);
+            self.mm.stats.reporting_passes.fetch_add(1, Relaxed);
+            self.mm.stats.reported_pages.fetch_add(summary.pages, Relaxed);
             return summary;
         }
         ReportSummary::default()
     }
+}
 
-    /// Free pages in `REPORTED` blocks: memory the allocator manages but
-    /// the OS does not back. Takes each zone's lock in turn; cost O(free
-    /// blocks of reporting order).
-    pub fn nr_reported_pages(&self) -> u64 {
-        let order = self.page_reporting_order();
-        self.zones.iter().map(|zone| zone.state.lock().area.reported_pages(zone.cx(&self.mem), order)).sum()
+impl PageAllocator {
+    /// The smallest order a reporting pass gives back: the pageblock
+    /// order (Linux's default `page_reporting_order`).
+    pub(crate) fn page_reporting_order(&self) -> u32 {
+        self.mem.geometry.pageblock_order
     }
 
     /// The pass over one zone: batches of isolate, discard, return.
-    #[cfg(feature = "std")]
-    fn report_zone(&self, zone: &Zone, memory: &crate::mem::rawmem::RealMemory, summary: &mut ReportSummary) {
+    fn report_zone(&self, zone: &Zone, memory: &crate::sys::RealMemory, summary: &mut ReportSummary) {
         let cx = zone.cx(&self.mem);
         let order = self.page_reporting_order();
         let mut batch = [(0 as PageIdx, 0u32); PAGE_REPORTING_CAPACITY];
@@ -215,7 +209,7 @@ mod reporter {
     use std::sync::{Condvar, Mutex};
 
     /// A background thread that runs a free page reporting pass
-    /// ([`PageAllocator::report_free_pages`]) every `delay`, until dropped
+    /// ([`Tuning::report_free_pages`]) every `delay`, until dropped
     /// (Linux's `page_reporting_process` work, rescheduled every
     /// `page_reporting_delay`).
     ///
@@ -258,7 +252,7 @@ mod reporter {
                         return;
                     }
                     drop(stopped);
-                    mm.report_free_pages();
+                    crate::Tuning::new(&mm).report_free_pages();
                     stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
                 }
             })?;

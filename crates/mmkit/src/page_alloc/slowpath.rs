@@ -10,6 +10,7 @@
 #![deny(unsafe_code)]
 
 use crate::mem::page::PageIdx;
+use crate::page_alloc::cpu::Lists;
 use crate::page_alloc::hooks::ReclaimRequest;
 use crate::page_alloc::{AllocContext, MAX_COMPACT_RETRIES, MAX_RECLAIM_RETRIES};
 use crate::types::gfp::{gfp_to_alloc_flags, AllocFlags, Gfp};
@@ -19,7 +20,13 @@ use core::sync::atomic::Ordering::Relaxed;
 
 impl PageAllocator {
     /// Linux's `__alloc_pages_slowpath`, with reclaim as hooks.
-    pub(crate) fn alloc_slowpath(&self, gfp: Gfp, order: u32, ac: &AllocContext) -> Option<(usize, PageIdx)> {
+    pub(crate) fn alloc_slowpath(
+        &self,
+        lists: &mut impl Lists,
+        gfp: Gfp,
+        order: u32,
+        ac: &AllocContext,
+    ) -> Option<(usize, PageIdx)> {
         self.stats.slowpath_entries.fetch_add(1, Relaxed);
         let mut alloc_flags = gfp_to_alloc_flags(gfp, order);
         let can_direct_reclaim = gfp.contains(Gfp::DIRECT_RECLAIM);
@@ -33,12 +40,12 @@ impl PageAllocator {
                 self.stats.kswapd_wakeups.fetch_add(1, Relaxed);
                 self.hooks.wake_kswapd(&request);
             }
-            if let Some(got) = self.get_page_from_freelist(order, alloc_flags, ac) {
+            if let Some(got) = self.get_page_from_freelist(lists, order, alloc_flags, ac) {
                 return Some(got);
             }
             if gfp.contains(Gfp::MEMALLOC) && !gfp.contains(Gfp::NOMEMALLOC) {
                 alloc_flags = alloc_flags.union(AllocFlags::NO_WATERMARKS);
-                if let Some(got) = self.get_page_from_freelist(order, alloc_flags, ac) {
+                if let Some(got) = self.get_page_from_freelist(lists, order, alloc_flags, ac) {
                     return Some(got);
                 }
             }
@@ -47,7 +54,7 @@ impl PageAllocator {
             }
             self.stats.allocstall.fetch_add(1, Relaxed);
             let reclaimed = self.hooks.direct_reclaim(&request);
-            if let Some(got) = self.get_page_from_freelist(order, alloc_flags, ac) {
+            if let Some(got) = self.get_page_from_freelist(lists, order, alloc_flags, ac) {
                 return Some(got);
             }
             if !drained {
@@ -55,8 +62,8 @@ impl PageAllocator {
                 // in the highatomic reserve. Shrink both and retry once.
                 drained = true;
                 self.unreserve_highatomic(ac, false);
-                self.drain_all_pages();
-                if let Some(got) = self.get_page_from_freelist(order, alloc_flags, ac) {
+                crate::Cpus::new(self).drain_all_pages();
+                if let Some(got) = self.get_page_from_freelist(lists, order, alloc_flags, ac) {
                     return Some(got);
                 }
             }
@@ -66,7 +73,7 @@ impl PageAllocator {
                 compacted = self.direct_compact_zones(order, ac.nid) || self.hooks.direct_compact(&request);
                 if compacted {
                     compact_retries += 1;
-                    if let Some(got) = self.get_page_from_freelist(order, alloc_flags, ac) {
+                    if let Some(got) = self.get_page_from_freelist(lists, order, alloc_flags, ac) {
                         self.stats.compact_success.fetch_add(1, Relaxed);
                         return Some(got);
                     }
@@ -99,8 +106,8 @@ impl PageAllocator {
         }
         // Pages cached on other CPUs' lists are free too: drain and retry
         // once before giving up.
-        self.drain_all_pages();
-        if let Some(got) = self.get_page_from_freelist(order, alloc_flags, ac) {
+        crate::Cpus::new(self).drain_all_pages();
+        if let Some(got) = self.get_page_from_freelist(lists, order, alloc_flags, ac) {
             return Some(got);
         }
         if gfp.contains(Gfp::NOFAIL) {
@@ -108,7 +115,7 @@ impl PageAllocator {
             // NO_WATERMARKS here so the reserves survive for others).
             let flags = alloc_flags.union(AllocFlags::MIN_RESERVE);
             loop {
-                if let Some(got) = self.get_page_from_freelist(order, flags, ac) {
+                if let Some(got) = self.get_page_from_freelist(lists, order, flags, ac) {
                     return Some(got);
                 }
                 request.attempt += 1;

@@ -29,7 +29,7 @@ use crate::{CpuHandle, PageAllocator, Pfn, PinnedCpu};
 /// and costs of the method of the same name on the implementing type.
 ///
 /// ```
-/// use mmkit::{Gfp, MemoryMapBuilder, PageSource, Report};
+/// use mmkit::{Blocks, Cpus, Gfp, MemoryMapBuilder, PageSource, Report};
 ///
 /// /// A tiny pool that works on any source.
 /// fn fill_and_check(source: &mut impl PageSource) {
@@ -37,20 +37,20 @@ use crate::{CpuHandle, PageAllocator, Pfn, PinnedCpu};
 ///     for &pfn in &pages {
 ///         source.free_pages(pfn, 0).unwrap();
 ///     }
-///     let key = source.allocator().new_owner_key().unwrap();
+///     let key = Blocks::new(source.allocator()).new_owner_key().unwrap();
 ///     let mut block = source.alloc_block(&key, Gfp::KERNEL, 0).unwrap();
-///     if let Some(bytes) = source.allocator().block_bytes_mut(&mut block) {
+///     if let Some(bytes) = Blocks::new(source.allocator()).block_bytes_mut(&mut block) {
 ///         bytes[0] = 7; // safe bytes: the block is owned, nobody else frees it
 ///     }
 ///     source.free_block(block).unwrap();
-///     assert!(source.allocator().release_owner_key(key));
+///     assert!(Blocks::new(source.allocator()).release_owner_key(key));
 /// }
 ///
 /// let mm = MemoryMapBuilder::with_memory(64 << 20).nr_cpus(2).build().unwrap();
 /// fill_and_check(&mut &mm);                      // the shared API
-/// fill_and_check(&mut mm.cpu(1).unwrap());       // CPU 1's lists
-/// fill_and_check(&mut mm.pin_cpu(0).unwrap());   // a pinned CPU's fast path
-/// mm.drain_all_pages();
+/// fill_and_check(&mut Cpus::new(&mm).cpu(1).unwrap());       // CPU 1's lists
+/// fill_and_check(&mut Cpus::new(&mm).pin_cpu(0).unwrap());   // a pinned CPU's fast path
+/// Cpus::new(&mm).drain_all_pages();
 /// Report::new(&mm).check_invariants().unwrap();
 /// ```
 ///
@@ -108,17 +108,17 @@ pub trait PageSource: sealed::Sealed {
     fn free_pages_bulk(&mut self, pfns: &[Pfn]) -> Result<usize, BulkFreeError>;
 
     /// Allocates a block owned by layer `owner` (see
-    /// [`PageAllocator::alloc_block`]); its bytes are reachable safely
-    /// through [`PageAllocator::block_bytes`].
+    /// [`Blocks::alloc_block`](crate::Blocks::alloc_block)); its bytes are reachable safely
+    /// through [`Blocks::block_bytes`](crate::Blocks::block_bytes).
     ///
     /// # Errors
     /// As [`PageAllocator::alloc_pages`].
     fn alloc_block(&mut self, owner: &OwnerKey, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError>;
 
-    /// Frees an owned block (see [`PageAllocator::free_block`]).
+    /// Frees an owned block (see [`Blocks::free_block`](crate::Blocks::free_block)).
     ///
     /// # Errors
-    /// As [`PageAllocator::free_block`].
+    /// As [`Blocks::free_block`](crate::Blocks::free_block).
     fn free_block(&mut self, block: PageBlock) -> Result<(), BlockError>;
 }
 
@@ -152,10 +152,10 @@ impl PageSource for &PageAllocator {
         PageAllocator::free_pages_bulk(self, pfns)
     }
     fn alloc_block(&mut self, owner: &OwnerKey, gfp: Gfp, order: u32) -> Result<PageBlock, AllocError> {
-        PageAllocator::alloc_block(self, owner, gfp, order)
+        crate::Blocks::new(self).alloc_block(owner, gfp, order)
     }
     fn free_block(&mut self, block: PageBlock) -> Result<(), BlockError> {
-        PageAllocator::free_block(self, block)
+        crate::Blocks::new(self).free_block(block)
     }
 }
 

@@ -58,43 +58,21 @@ impl PerCpu {
     }
 }
 
-#[cfg(all(feature = "std", target_os = "linux"))]
-std::thread_local! {
-    /// This thread's CPU and how many more calls may use it unchecked.
-    static CACHED_CPU: core::cell::Cell<(u32, u32)> = const { core::cell::Cell::new((0, 0)) };
-}
-
 /// Makes the next [`default_cpu_id`] call ask the kernel again.
 #[inline]
 pub(crate) fn forget_cached_cpu() {
-    #[cfg(all(feature = "std", target_os = "linux"))]
-    CACHED_CPU.with(|cached| cached.set((cached.get().0, 0)));
+    crate::sys::forget_cpu_id();
 }
 
-/// The CPU id source when the embedder gives none: `sched_getcpu` with `std`
-/// (glibc answers it from the rseq area without a system call), CPU 0
-/// without.
+/// The CPU id source when the embedder gives none: the OS layer's
+/// (`sched_getcpu` on Linux, CPU 0 where the target cannot tell).
 ///
 /// The answer is cached per thread and refreshed every 64 calls, and at
 /// once after a pageset was found busy: a thread that migrates keeps using
 /// its old CPU's lists for a few operations, which costs nothing in
 /// correctness (the lists are locked) and saves a call per operation.
 pub(crate) fn default_cpu_id() -> usize {
-    #[cfg(all(feature = "std", target_os = "linux"))]
-    {
-        return CACHED_CPU.with(|cached| {
-            let (cpu, left) = cached.get();
-            if left > 0 {
-                cached.set((cpu, left - 1));
-                return cpu as usize;
-            }
-            let cpu = crate::mem::rawmem::sched_getcpu().max(0) as u32;
-            cached.set((cpu, 63));
-            cpu as usize
-        });
-    }
-    #[allow(unreachable_code)]
-    0
+    crate::sys::cpu_id()
 }
 
 /// Per-CPU flags kept outside the pagesets, padded to a cache line.

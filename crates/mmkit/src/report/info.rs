@@ -70,6 +70,49 @@ impl ZoneSnapshot {
     }
 }
 
+/// Counters: the allocator's statistics (Linux's `/proc/vmstat` and
+/// `/proc/zoneinfo` numbers, as values).
+impl Report<'_> {
+    /// Allocator-wide counters.
+    pub fn stats(&self) -> crate::StatsSnapshot {
+        self.mm.stats.snapshot()
+    }
+
+    /// Free pages on the buddy lists of all zones. As in Linux, pages cached
+    /// on per-CPU lists and caches are not included: see
+    /// [`nr_pcp_pages`](Self::nr_pcp_pages), or drain them first
+    /// ([`Cpus::drain_all_pages`](crate::Cpus::drain_all_pages)).
+    pub fn nr_free_pages(&self) -> u64 {
+        self.mm.zones.iter().map(|z| z.free_pages()).sum()
+    }
+
+    /// Pages cached on every CPU's lists and per-CPU caches (free, but not
+    /// in [`nr_free_pages`](Self::nr_free_pages)). Pinned CPUs are not
+    /// counted.
+    pub fn nr_pcp_pages(&self) -> u64 {
+        self.mm.nr_pcp_pages()
+    }
+
+    /// Free pages on node `nid`'s buddy lists (Linux's
+    /// `node_page_state(nid, NR_FREE_PAGES)`).
+    ///
+    /// # Errors
+    /// [`IndexError::NoSuchNode`](crate::IndexError::NoSuchNode) for a node
+    /// at or above [`nr_nodes`](crate::PageAllocator::nr_nodes).
+    pub fn node_free_pages(&self, nid: usize) -> Result<u64, crate::IndexError> {
+        self.mm.check_node(nid)?;
+        Ok(self.mm.zones.iter().filter(|z| z.nid == nid).map(|z| z.free_pages()).sum())
+    }
+
+    /// Free pages in `REPORTED` blocks: memory the allocator manages but
+    /// the OS does not back. Takes each zone's lock in turn; cost O(free
+    /// blocks of reporting order).
+    pub fn nr_reported_pages(&self) -> u64 {
+        let order = self.mm.page_reporting_order();
+        self.mm.zones.iter().map(|zone| zone.state.lock().area.reported_pages(zone.cx(&self.mm.mem), order)).sum()
+    }
+}
+
 impl Report<'_> {
     /// The placement policy the map was built with (the same in every zone).
     pub fn placement_policy(&self) -> crate::types::placement::PlacementPolicy {
@@ -90,7 +133,7 @@ impl Report<'_> {
             .enumerate()
             .map(|(zi, zone)| {
                 let (pcp, pcp_pages) = self.mm.pcp_totals(zi);
-                let pcp_pages = pcp_pages + self.mm.cpu_cached(zi);
+                let pcp_pages = pcp_pages + self.mm.cpu_cached_blocks(zi).1;
                 let state = zone.state.lock();
                 let area = &state.area;
                 let orders = self.mm.mem.geometry.merge_order() as usize + 1;
@@ -198,7 +241,7 @@ impl Report<'_> {
             ));
         }
         out.push((String::from("pgfree"), sum(&|z| z.counters.pgfree_pages + z.pcp.free_pages)));
-        let stats = self.mm.stats();
+        let stats = self.stats();
         for (name, value) in stats.pairs() {
             let name = match name {
                 "allocstall"
@@ -247,7 +290,7 @@ mod tests {
         }
         let snap = &Report::new(&mm).zone_snapshots()[0];
         let by_order = snap.free_pages_by_order_and_type();
-        assert_eq!(by_order.iter().flatten().sum::<u64>(), mm.nr_free_pages());
+        assert_eq!(by_order.iter().flatten().sum::<u64>(), crate::Report::new(&mm).nr_free_pages());
         assert_eq!(by_order[0][MigrateType::Movable as usize], 8);
         assert_eq!(by_order[9][MigrateType::Movable as usize], 512);
         // 1016 free pages, 512 of them in a block of order >= 9.

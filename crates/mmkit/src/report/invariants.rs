@@ -202,7 +202,7 @@ impl Report<'_> {
                 "zone {:?}: {heads_seen} BUDDY pages in the span, {listed_heads} on lists",
                 zone.zone_type
             );
-            let pcp_heads = pcp_heads + self.mm.cpu_cached_heads_and_pages(zi).0;
+            let pcp_heads = pcp_heads + self.mm.cpu_cached_blocks(zi).0;
             // The rest are a pinned CPU's (its lists and magazine), if any
             // CPU is pinned.
             let pinned = self.mm.pcp.slots.iter().any(|slot| slot.pinned.load(core::sync::atomic::Ordering::Relaxed));

@@ -85,7 +85,7 @@ pub enum BadPageReason {
     },
     /// The layer that owns the block found its contents wrong (for example
     /// a page given back to a quicklist that is not in the list's state);
-    /// see [`PageAllocator::report_bad_block`](crate::PageAllocator::report_bad_block).
+    /// see [`Blocks::report_bad_block`](crate::Blocks::report_bad_block).
     OwnerState {
         /// The owning layer.
         owner: crate::PageOwner,
@@ -246,14 +246,12 @@ pub enum BuildError {
         /// Pages the map would span.
         pages: u64,
     },
-    /// Mapping real memory failed.
-    #[cfg(feature = "std")]
+    /// Mapping real memory failed (or the target has no mapping to offer).
     RealMemory(RealMemoryError),
     /// [`HugePages::Explicit`](crate::HugePages::Explicit) backing, and the
     /// kernel could not reserve enough hugetlb pages for the whole map
     /// (`/proc/sys/vm/nr_hugepages` too low): refused here rather than a
     /// `SIGBUS` at the first touch.
-    #[cfg(feature = "std")]
     HugePagesUnavailable {
         /// Bytes the map needs.
         bytes: usize,
@@ -353,12 +351,10 @@ impl fmt::Display for BuildError {
             Self::TooManyNodes(n) => write!(f, "node {n} is above the node limit"),
             Self::CpuOnUnknownNode { cpu, nid } => write!(f, "cpu {cpu} is on node {nid}, which the map does not have"),
             Self::TooLarge { pages } => write!(f, "{pages} pages exceed 2^32 - 1 descriptors"),
-            #[cfg(feature = "std")]
             Self::RealMemory(e) => write!(f, "{e}"),
             Self::BadCmaArea { name, pfns, reason } => {
                 write!(f, "CMA area {name} ({pfns:?}): {reason}")
             }
-            #[cfg(feature = "std")]
             Self::HugePagesUnavailable { bytes, errno } => {
                 write!(f, "cannot reserve hugetlb pages for {bytes} bytes (errno {errno}); raise vm.nr_hugepages")
             }
@@ -648,7 +644,8 @@ impl std::error::Error for PageError {}
 /// Why the real-memory region could not be mapped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RealMemoryError {
-    /// `errno` from `mmap`.
+    /// `errno` from `mmap`; 0 where the target has no real memory to offer
+    /// (no `std`, or no native OS layer).
     pub errno: i32,
     /// Bytes requested.
     pub bytes: usize,
@@ -656,13 +653,16 @@ pub struct RealMemoryError {
 
 impl core::fmt::Display for RealMemoryError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.errno == 0 {
+            return write!(f, "real memory ({} bytes) is not available on this target", self.bytes);
+        }
         write!(f, "mmap of {} bytes failed with errno {}", self.bytes, self.errno)
     }
 }
 
-/// [`PageAllocator::new_owner_key`](crate::PageAllocator::new_owner_key):
+/// [`Blocks::new_owner_key`](crate::Blocks::new_owner_key):
 /// every owner tag of the map is held by a live key (or retired, see
-/// [`release_owner_key`](crate::PageAllocator::release_owner_key)).
+/// [`release_owner_key`](crate::Blocks::release_owner_key)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OwnerTagsExhausted;
 

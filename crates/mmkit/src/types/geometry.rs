@@ -2,7 +2,6 @@
 //! block orders, and the zone spans a map is declared with. Plain values;
 //! imports only the error and GFP types beside it.
 
-use crate::types::error::BuildError;
 use crate::types::gfp::ZoneType;
 use core::ops::Range;
 
@@ -55,20 +54,17 @@ impl Geometry {
         pfn >> self.section_order
     }
 
-    pub(crate) fn validate(&self) -> Result<(), BuildError> {
-        let ok = (9..=30).contains(&self.page_shift)
+    /// Whether these sizes make a map (the builder refuses the rest with
+    /// `BuildError::BadGeometry`).
+    pub(crate) fn is_valid(&self) -> bool {
+        (9..=30).contains(&self.page_shift)
             && self.max_page_order <= MAX_PAGE_ORDER_LIMIT
             && self.pageblock_order <= self.max_page_order
             // A pageblock never straddles a section (Linux: `pageblock_order`
             // <= `MAX_PAGE_ORDER` <= `SECTION_SIZE_BITS - PAGE_SHIFT`); with
             // smaller sections every order above the section's would fail.
             && self.pageblock_order <= self.section_order
-            && self.section_order <= 30;
-        if ok {
-            Ok(())
-        } else {
-            Err(BuildError::BadGeometry(*self))
-        }
+            && self.section_order <= 30
     }
 }
 

@@ -88,14 +88,14 @@ pub const PFN_CALLS: &[PfnCall] = &[
     call("PinnedCpu::hand_over", LeftAlone),
     call("LockedZone::hand_over", LeftAlone),
     // The owner's own way back: it needs the owner's key, not a bare PFN.
-    call("PageAllocator::take_back_block", Exempt("needs the owner's key; another key's blocks are refused")),
+    call("Blocks::take_back_block", Exempt("needs the owner's key; another key's blocks are refused")),
     // Hardware poison: the report of a broken frame, whoever holds it.
     call(
         "PageAllocator::memory_failure",
         Exempt("marks the frame poisoned for its owner to see (block_poisoned); the owner's free takes it offline"),
     ),
     // Reads.
-    call("PageAllocator::page_owner", ReadsOnly),
+    call("Blocks::page_owner", ReadsOnly),
     call("PageAllocator::compound_head", ReadsOnly),
     call("PageAllocator::page_count", ReadsOnly),
     call("PageAllocator::page_flags", ReadsOnly),

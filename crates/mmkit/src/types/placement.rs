@@ -30,7 +30,8 @@ pub enum PlacementPolicy {
     /// proactive marks. The default:
     /// against `buddy_system_allocator` it keeps the order-9 unusable
     /// index lower on every recorded workload but `gittar`, and replays
-    /// 5–17 % slower than Linux's placement.
+    /// somewhat slower than Linux's placement (`mmkit replay --compare`;
+    /// `docs/perf-log/2026-11.md`, "replay — placement and compaction").
     #[default]
     Lean,
     /// `Lean` with per-CPU lists for movable pages only: unmovable and
@@ -46,7 +47,7 @@ pub enum PlacementPolicy {
     LeanMovablePcp,
 }
 
-/// Which pass compaction runs (`PageAllocator::compact_zone`).
+/// Which pass compaction runs (`Tuning::compact_zone`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CompactionMode {
     /// Linux's two scanners: movable pages from the bottom of the zone

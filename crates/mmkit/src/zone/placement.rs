@@ -11,167 +11,45 @@
 //! them up to date; the fallback code asks it for blocks through
 //! `FreeArea::pick`.
 //!
-//! # What decides order-9 fragmentation under pressure (measured)
+//! # What decides order-9 fragmentation under pressure
 //!
-//! Seven whole-machine traces replayed with `--memory` at 1.25× their peak
-//! of live pages, from an empty start, on two CPUs (`docs/perf-log/2026-11.md`,
-//! "replay — placement and compaction", has every row and the commands):
-//! `gittar` (`../shared/traces`) and six recorded for this work, `configure`
-//! (an autoconf `configure`), `cbuild` (`make -j2` of a C library),
-//! `rustbuild` (`cargo build` of a small crate), `pytest` (CPython tests),
-//! `thp` (a program churning `MADV_HUGEPAGE` regions) and `filescan`
-//! (reading every small file under `/usr` and `/var`). Indices are the
-//! order-9 unusable free space index, end (per-CPU lists drained) / time
-//! average (per-CPU pages count as in use, as in Linux);
-//! `buddy_system_allocator` (the peer: address-ordered, no migratetypes, no
-//! per-CPU lists) is the bar.
-//!
-//! - *Linux's per-CPU lists.* `--policy linux` ends `gittar` at 0.233 /
-//!   0.0123 against the peer's 0.013 / 0.0021. Without per-CPU lists the
-//!   same replay ends at 0.021 / 0.006: Linux auto-tunes each list's `high`
-//!   up to an eighth of the zone per CPU (1063 refills bring 267988 pages;
-//!   13875 pages sit on the lists at the end), pages parked there cannot
-//!   merge and come back scattered between live pages. Of the 518 free
-//!   blocks of order ≥ 9 broken, 237 were for order-0 refills; fallbacks are
-//!   rare (21, claiming 42 pageblocks, no steals), so no pageblock is mixed.
-//! - *Placement alone cannot beat the peer.* With per-CPU lists off, every
-//!   policy, grouping on or off, lands within a few percent of the peer on
-//!   every trace (e.g. `cbuild` 0.383–0.400 / 0.105–0.112 against 0.386 /
-//!   0.105, `configure` 0.639–0.670 against 0.639): the workloads free page
-//!   cache and anonymous memory in an order unrelated to where it was put,
-//!   and an address-ordered buddy is already close to what any placement
-//!   that never moves a page can keep whole.
-//! - *Where the unusable free space is.* At the end of five of the six new
-//!   traces 94–99 % of the free pages outside order-9 blocks lie in
-//!   *movable* pageblocks (`cbuild` 81796 of 84136, `rustbuild` 125871 of
-//!   129688, `configure` 31805 of 33290, `thp` 390878 of 394582;
-//!   `filescan` 77 %): holes a migration can fill. `gittar` is the
-//!   exception: 1942 in unmovable and 545 in reclaimable pageblocks against
-//!   933 in movable ones.
-//! - *Compaction is what wins, and Linux's scanners waste it here.* Linux's
-//!   migrate scanner starts at the bottom of the zone, which under address
-//!   order (and often under list-head order) is the densest part: with
-//!   proactive rounds at 1.5 % / 0.5 % marks, Linux's placement and
-//!   scanners leave `cbuild` at 0.432 / 0.080 (94301 moves) and
-//!   `configure` at 0.690 / 0.171, while sparsest-first evacuation
-//!   (`page_alloc::evacuate`) under the same placement and lists (`lean`)
-//!   reaches 0.080 / 0.015 and 0.175 / 0.053. It moves a
-//!   pageblock only when denser ones have room for all of it, ranks equally
-//!   used pageblocks by address (a zone of evenly used pageblocks still
-//!   compacts), and reads per-pageblock free counts kept with the free lists
-//!   (`PageblockFree`) instead of scanning descriptors (`cbuild`: 23 s of
-//!   compaction per replay down to about 1 s for the same 727k moves).
-//! - *Grouping is what lets compaction work.* With grouping off every
-//!   request is unmovable and every pageblock ends up unmovable, so nothing
-//!   can move: `lean --no-grouping` is Linux's `--no-grouping` (e.g.
-//!   `cbuild` 0.480 / 0.079) while `lean` reaches 0.080 / 0.015.
-//! - *Per-CPU list size.* Small lists (the low-watermark share, as the
-//!   address-ordered policies keep them) with merge-first frees give the
-//!   lowest end indices (`lean` with them, a one-off build: `gittar`
-//!   0.054 / 0.0071, `configure` 0.103 / 0.053, `pytest` 0.019 / 0.019,
-//!   against 0.176 / 0.012, 0.175 / 0.053 and 0.041 / 0.018 with Linux's
-//!   auto-tuned lists), but they refill and spill about four times as
-//!   often: the replay loop ran 14–49 % slower than Linux's (medians per
-//!   trace; 579 against 373 instructions per event on `configure`).
-//!   Linux's lists also halve the pages compaction moves (`cbuild` 394659
-//!   against 726911: pages on the lists count as in use, so fewer rounds
-//!   start) and give lower time averages on the large traces (`cbuild`
-//!   0.015 against 0.022), provided a round that empties a pageblock with
-//!   pages on the lists drains them (`cbuild` 0.206 / 0.044 without that
-//!   drain, 0.080 / 0.015 with it). Merge-first frees with Linux's lists
-//!   changed the indices by a few thousandths either way but took the zone
-//!   lock on the per-CPU fast path, so `lean` leaves the lists as Linux
-//!   has them.
-//! - *Address order adds little once compaction runs.* With the same small
-//!   lists, `two-ends` and `addr` (an address index beside the lists) end
-//!   within a few thousandths of list-head order on average (better on
-//!   `cbuild`, 0.049 against 0.088; worse on `configure`, 0.123 against
-//!   0.103) and cost another 67 instructions per event on `configure` (the
-//!   index update on every list change).
-//! - *Proactive marks.* Linux's `vm.compaction_proactiveness` can go no
-//!   lower than 5 % / 15 %; on these traces that leaves 0.13–0.19 at the
-//!   end. Marks of 1.5 % / 0.5 % (the default of the policies other than
-//!   `linux`) cost `lean` 0.3–8.3 % of the trace's allocations in moved
-//!   blocks (`cbuild` 394659 moves for 4755137 allocations, `filescan`
-//!   0.9 %); 1 % / 0.3 % or lower change little. With small lists, only
-//!   evacuating pageblocks at most half used cut the moves by five to seven
-//!   times but left `cbuild` at 0.313 / 0.071 instead of 0.088 / 0.022.
-//! - *What `gittar`'s index is made of* (the replay's samples give free
-//!   pages below order 9 per migratetype and live pages per mobility).
-//!   Under `lean`, after the final drain, 11100 of the 62812 free pages lie
-//!   outside order-9 blocks: 9622 in unmovable pageblocks (30 of them, for
-//!   5738 live unmovable pages, 11.2 pageblocks' worth), 1057 in
-//!   reclaimable and 421 in movable ones. 8405 of those unmovable pages
-//!   were on per-CPU lists until the drain (15740 in all). The cause is the
-//!   workload: 94 % of the unmovable blocks (pipe buffers,
-//!   `GFP_HIGHUSER|__GFP_ACCOUNT`) are freed on the other CPU than the one
-//!   that allocated them (14 % of movable ones). The freeing CPU's list
-//!   grows under Linux's auto-tuned `high` (`nr_pcp_high`,
-//!   mm/page_alloc.c) while the allocating CPU refills from the buddy and,
-//!   when the unmovable lists run dry, claims another pageblock: 30
-//!   unmovable pageblocks instead of 12. Over the replay the free pages
-//!   below order 9 average 1053 unmovable, 255 movable and 252
-//!   reclaimable, with 11338 pages on the lists.
-//! - *No policy that keeps pageblocks pure can meet the aim on `gittar`.*
-//!   With each mobility's live pages packed into whole pageblocks and one
-//!   partly filled pageblock per mobility, the free pages below order 9
-//!   are the sum over the three of (−live) mod 512. At the end that is
-//!   406, 421 and 33: 860 of 62812 free pages, an index of 0.0137, printed
-//!   0.013: the peer's figure, so at best equal. Averaged over the samples
-//!   it is 0.0047 (per-CPU pages counted as free), more than twice the
-//!   peer's 0.0021 (whose own floor, one partly filled pageblock, is
-//!   0.0015), and above half of `--no-grouping`'s 0.0037. Only movable
-//!   pages in the holes of unmovable pageblocks could go lower, which was
-//!   tried: on `addr` that gave 0.021 / 0.0031, but unmovable requests then
-//!   claimed new pageblocks (206 unmovable and 255 mixed at the end).
-//!   Again here (a one-off build): a movable request that would break a
-//!   pageblock took the smallest unmovable or reclaimable hole that fits
-//!   first; `lean-movable-pcp` then ends at 0.029 / 0.0041 with 258 mixed
-//!   pageblocks (116 unmovable, 144 reclaimable), `lean` at 0.111 / 0.0042
-//!   with 184 unmovable ones. Compaction cannot help either: it moves only
-//!   movable pages out of movable pageblocks.
-//! - *Unmovable and reclaimable pages off the per-CPU lists*
-//!   (`lean-movable-pcp`). Every free of such a page is then a hole that the
-//!   next unmovable request fills (`__rmqueue_smallest` takes the smallest
-//!   block first), so the cross-CPU frees no longer force claims: `gittar`
-//!   ends at 0.021 / 0.0047 (0.176 / 0.0123 for `lean`), at the floor
-//!   above on average, with 14 unmovable pageblocks at the end (12 at
-//!   least) and 825 blocks moved. It costs every unmovable request and
-//!   free a zone-lock hold: 737 instructions per replayed event against
-//!   710 for `lean` and 671 for `linux --no-compact` (callgrind, the
-//!   replay loop with its samples and compaction). Half measures do not
-//!   work: unmovable frees to the buddy while their allocations still
-//!   refill a list, 0.087 / 0.0118; the reverse, 0.184 / 0.0119. Not the
-//!   default: it could not be measured on the six other traces, where the
-//!   lists also hide short-lived kernel pages from the index (pages on a
-//!   list count as in use) and where unmovable requests are as frequent
-//!   (page tables, pipes of the builds).
-//! - *Linux decays the lists; the replay did not.* Linux's vmstat worker
-//!   shrinks each list's `high` by an eighth every second and spills at
-//!   most a batch (`decay_pcp_high`, mm/page_alloc.c, from
-//!   `refresh_cpu_vm_stats`, mm/vmstat.c). The replay's CPUs are pinned,
-//!   which `PageAllocator::decay_pcp_high` skips; `PinnedCpu::decay_pcp_high`
-//!   and `mmkit replay --pcp-upkeep decay` run it at every kcompactd check.
-//!   On `gittar`: `lean` 0.095 / 0.0128, `linux` 0.111 / 0.0128,
-//!   `lean-movable-pcp` 0.021 / 0.0049; draining the lists at every check
-//!   (`--pcp-upkeep drain`) `lean` 0.103 / 0.0138. It halves the end but
-//!   not the average, and changes every configuration of every trace, so
-//!   it stays off by default.
-//! - Earlier one-off builds on `gittar`: unmovable and reclaimable
-//!   requests kept off small per-CPU lists under `two-ends` end at 0.029 /
-//!   0.005, and marks down to 0.3 % / 0.1 % leave small-list `lean` at
-//!   0.046 / 0.0068.
-//!
-//! So the default, `lean`, is Linux's placement and per-CPU lists
-//! unchanged, with sparsest-first compaction at 1.5 % / 0.5 %: below the
-//! peer at the end and on average on the six new traces (e.g. `cbuild`
-//! 0.080 / 0.015 against 0.386 / 0.105, `configure` 0.175 / 0.053 against
-//! 0.639 / 0.174), grouping at under half of no grouping there (`filescan`
-//! 0.0017 against 0.0039, the others 0.36 or less), the replay loop within
-//! a fifth of Linux's. On `gittar` it ends at 0.176 / 0.0123 (Linux's 0.233
-//! / 0.0123, the peer's 0.013 / 0.0021); `lean-movable-pcp` reaches 0.021 /
-//! 0.0047 there, as low as pure pageblocks allow on average, and `two-ends`
-//! and `addr`, with small lists, 0.054 / 0.0068.
+//! Measured by replaying seven whole-machine traces at 1.25× their peak of
+//! live pages against `buddy_system_allocator` (`mmkit replay --compare`;
+//! the rows and the commands: `docs/perf-log/2026-11.md`, "replay —
+//! placement and compaction", and the findings this doc once quoted in
+//! full: `docs/perf-log/2026-12-one-front-door.md`). What they showed, and
+//! so why the default (`lean`) is Linux's placement and per-CPU lists
+//! unchanged with sparsest-first compaction and the policy's proactive
+//! marks ([`PlacementPolicy::proactive_marks`](crate::PlacementPolicy::proactive_marks)):
+//! - *Placement alone cannot beat the peer.* With per-CPU lists off every
+//!   policy lands near an address-ordered buddy: workloads free memory in
+//!   an order unrelated to where it was put.
+//! - *Pages parked on Linux's auto-tuned per-CPU lists cannot merge,* and
+//!   come back scattered between live pages; smaller lists merge more but
+//!   refill and spill more often, which the replay loop pays.
+//! - *Most unusable free space lies in movable pageblocks:* holes a
+//!   migration can fill. Compaction is what wins, and Linux's scanners
+//!   start at the zone's densest part; sparsest-first evacuation
+//!   (`page_alloc::evacuate`) moves a pageblock only when denser ones have
+//!   room for all of it, reading per-pageblock free counts kept with the
+//!   free lists (`PageblockFree`) instead of scanning descriptors. A round
+//!   that empties a pageblock with pages on the lists drains them.
+//! - *Grouping is what lets compaction work:* without it every pageblock
+//!   ends up unmovable and nothing can move.
+//! - *Address order adds little once compaction runs,* at an index update
+//!   on every list change.
+//! - *Where unmovable pages are freed on another CPU than the one that
+//!   allocated them* (pipe buffers in `gittar`), the freeing CPU's list
+//!   grows while the allocating CPU claims new pageblocks; keeping
+//!   unmovable and reclaimable pages off the lists (`lean-movable-pcp`)
+//!   fixes that at a zone-lock hold per such request, and is not the
+//!   default for want of the other traces' measure. No policy that keeps
+//!   pageblocks pure can reach the peer there: one partly filled pageblock
+//!   per mobility is its floor, and compaction moves only movable pages.
+//! - *Linux decays the lists* (`decay_pcp_high` from the vmstat worker);
+//!   `PinnedCpu::decay_pcp_high` and `mmkit replay --pcp-upkeep` run it
+//!   for pinned CPUs. It changes every configuration of every trace, so it
+//!   stays off by default.
 #![deny(unsafe_code)]
 
 use crate::mem::page::PageIdx;

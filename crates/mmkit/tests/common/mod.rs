@@ -1,6 +1,7 @@
 //! Helpers shared by the contiguous-range tests: the allocator's observable
 //! state, and a comparison that names the first difference.
 
+use mmkit::Cpus;
 use mmkit::{PageAllocator, PageFlags, Pfn, Report};
 
 /// What a caller can see of an allocator.
@@ -19,7 +20,7 @@ type ZoneEssence = (mmkit::procfs::ZoneFreeInfo, u64, [u64; 6], u64, u64, u64, u
 /// The observable state, per-CPU lists drained first (a contiguous
 /// allocation drains them too, busy or not, as Linux does).
 pub fn observe(mm: &PageAllocator) -> Observed {
-    assert_eq!(mm.drain_all_pages(), 0);
+    assert_eq!(Cpus::new(mm).drain_all_pages(), 0);
     let pages = (mm.start_pfn().0..mm.end_pfn().0)
         .map(|p| {
             let flags = mm.page_flags(Pfn(p)).unwrap();

@@ -25,8 +25,6 @@ use super::{BuddyCtx, FreeArea};
 use crate::mem::page::PageIdx;
 use crate::types::gfp::MigrateType;
 
-// Without `std` a pass has no memory to discard and never isolates.
-#[cfg_attr(not(feature = "std"), allow(dead_code))]
 impl FreeArea {
     /// Takes unreported free blocks of at least `min_order` off the lists
     /// into `out` (head, order), largest orders first, until `out` is full

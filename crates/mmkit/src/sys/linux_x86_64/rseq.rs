@@ -3,9 +3,9 @@
 //! Owns the stacks' memory, the sequences that edit them (Linux's
 //! `rseq(2)`, as TCMalloc's per-CPU caches use it) and the stop protocol
 //! through which another thread empties a CPU's stacks. The stacks are
-//! `mem::stack`'s type, the one the pinned magazine owns outright. It
+//! `sys::stack`'s type, the one a pinned CPU's cache owns outright. It
 //! knows nothing of pages, zones or lists: a stack holds `u32`s, and what
-//! they mean is the per-CPU cache's business (`page_alloc::cpu_cache`).
+//! they mean is the per-CPU cache's business (`page_alloc::cache`).
 //!
 //! # Why restartable sequences
 //! A stack belongs to a CPU, and any thread may run there. Linux makes its
@@ -16,8 +16,7 @@
 //! thread is preempted, migrated or signalled before the one store that
 //! commits it, and the abort handler starts it again, on whatever CPU the
 //! thread now runs. An operation is a few loads, one plain store and a
-//! publication of the sequence's descriptor (`rseq_cs`), about 15
-//! instructions.
+//! publication of the sequence's descriptor (`rseq_cs`).
 //!
 //! # The stop protocol
 //! No thread may edit another CPU's stack with plain stores while a
@@ -34,42 +33,17 @@
 //! x86-64 Linux, with `std`, when the C library registered an rseq area
 //! (glibc 2.35 and later does, for every thread) and the kernel accepts the
 //! membarrier registration (Linux 5.10 for the per-CPU fence). Elsewhere
-//! [`CpuStacks::new`] returns `None` and the allocator keeps its locked
-//! per-CPU lists; a thread whose area is not registered (its `cpu_id` reads
-//! as unset) is told [`Pop::Unavailable`] and takes the same path.
+//! [`CpuStacks::new`] returns `None` (as the fallback of other targets
+//! always does) and the allocator keeps its locked per-CPU lists; a thread
+//! whose area is not registered (its `cpu_id` reads as unset) is told
+//! [`Pop::Unavailable`] and takes the same path.
 
-use crate::mem::stack::{PageStack, STACK_SLOTS};
-use crate::mem::sync::Lock;
+use crate::sys::stack::{PageStack, STACK_SLOTS};
+use crate::sys::{Pop, Push};
 use alloc::vec::Vec;
 use core::arch::asm;
 use core::sync::atomic::AtomicIsize;
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
-
-/// What a pop found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Pop {
-    /// The index on top of the current CPU's stack, now the caller's, and
-    /// that CPU.
-    Item(u32, u32),
-    /// The stack is empty.
-    Empty,
-    /// The stack is stopped, or this thread has no usable CPU number.
-    Unavailable,
-}
-
-/// What a push did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Push {
-    /// The index is on the current CPU's stack.
-    Done,
-    /// The stack is at its capacity; nothing changed.
-    Full,
-    /// As [`Pop::Unavailable`]; nothing changed.
-    Unavailable,
-    /// The sequence ran on another CPU than the caller's `home`; nothing
-    /// changed.
-    Foreign,
-}
 
 /// Sentinels the sequences return in a 64-bit register (items are `u32`).
 const UNAVAILABLE: u64 = u64::MAX;
@@ -81,6 +55,24 @@ const STOP_DRAIN: u32 = 1;
 /// `stopped` bits: the stack's CPU is pinned (its pages belong to the
 /// pinned handle's lists; no sequence may use the stack meanwhile).
 const STOP_PINNED: u32 = 2;
+
+std::thread_local! {
+    /// The CPU of this thread's last cached allocation (`u32::MAX`: none
+    /// yet): the `home` a free pushes for (see [`CpuStacks::push`]).
+    static HOME_CPU: core::cell::Cell<u32> = const { core::cell::Cell::new(u32::MAX) };
+}
+
+/// The calling thread's home CPU for pushes (`u32::MAX`: none yet).
+#[inline(always)]
+pub(crate) fn home_cpu() -> u32 {
+    HOME_CPU.with(core::cell::Cell::get)
+}
+
+/// Makes `cpu` the calling thread's home CPU for pushes.
+#[inline(always)]
+pub(crate) fn set_home_cpu(cpu: u32) {
+    HOME_CPU.with(|home| home.set(cpu));
+}
 
 /// Offset of the thread's rseq area from its thread pointer
 /// (`__rseq_offset`); `isize::MIN` until looked up, `isize::MAX` if absent.
@@ -178,7 +170,7 @@ pub(crate) struct CpuStacks {
     rseq_offset: isize,
     nr_cpus: usize,
     /// One drainer at a time: two would both edit a stopped stack.
-    drain_lock: Lock<()>,
+    drain_lock: std::sync::Mutex<()>,
     /// The per-CPU fence is refused (a kernel before 5.10): fence all.
     fence_all: core::sync::atomic::AtomicBool,
 }
@@ -226,7 +218,7 @@ impl CpuStacks {
             slot_shift,
             rseq_offset: rseq_offset()?,
             nr_cpus,
-            drain_lock: Lock::new(()),
+            drain_lock: std::sync::Mutex::new(()),
             fence_all: core::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -505,7 +497,7 @@ impl CpuStacks {
         }
         let mut taken: Vec<(usize, Vec<u32>)> = Vec::new();
         {
-            let _one_drainer = self.drain_lock.lock();
+            let _one_drainer = self.drain_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             for stack in &mine {
                 stack.stopped.fetch_or(STOP_DRAIN, SeqCst);
             }

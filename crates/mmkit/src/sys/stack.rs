@@ -4,12 +4,13 @@
 //! - A pinned CPU's magazine owns its stack outright (`&mut`): pushes and
 //!   pops are plain loads and stores through [`AtomicU32::get_mut`].
 //! - Each CPU owns one stack per (zone, migratetype) for every thread that
-//!   runs there: `mem::rseq` edits those in restartable sequences and
-//!   empties them under its stop protocol, addressing the fields by the
-//!   offsets fixed here.
+//!   runs there: the restartable sequences of this layer's rseq module edit
+//!   those and empty them under its stop protocol, addressing the fields by
+//!   the offsets fixed here.
 //!
-//! Owns the layout and the owner's operations; it knows nothing of pages
-//! beyond their indices, nor of who the owner is.
+//! Portable (no OS call): it lives in `sys` because the sequences address
+//! its layout. Owns the layout and the owner's operations; it knows nothing
+//! of pages beyond their indices, nor of who the owner is.
 
 use core::sync::atomic::AtomicU32;
 
@@ -17,12 +18,12 @@ use core::sync::atomic::AtomicU32;
 pub(crate) const STACK_SLOTS: usize = 61;
 
 /// See the module doc. The layout (`len` at 0, `stopped` at 4, `cap` at
-/// 8, the items from 12) is what `mem::rseq`'s sequences address.
+/// 8, the items from 12) is what the rseq sequences address.
 #[repr(C, align(256))]
 pub(crate) struct PageStack {
     /// Indices on the stack; `items[len - 1]` is the top.
     pub(super) len: AtomicU32,
-    /// Non-zero while a drainer owns a per-CPU stack (`mem::rseq`); an
+    /// Non-zero while a drainer owns a per-CPU stack (the rseq stop protocol); an
     /// owned stack never sets it.
     pub(super) stopped: AtomicU32,
     /// Indices the stack takes before a push is refused (1..=`STACK_SLOTS`).
