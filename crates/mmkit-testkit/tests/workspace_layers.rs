@@ -12,21 +12,11 @@
 //! siblings must form a graph without cycles: so `a/x.rs` using
 //! `crate::b::y` and `b/z.rs` using `crate::a` is the cycle `a → b → a`.
 //!
-//! Cycles the lead has agreed to remove with other work are listed in
-//! `KNOWN_CYCLES`; the test fails when one is gone too, so the list only
-//! shrinks.
-//!
 //! Run: `cargo test -p mmkit-testkit --test workspace_layers`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-
-/// Cycles waiting for work under way elsewhere, as (crate directory,
-/// the cycle's members joined by " ↔ " in sorted order). Each goes when
-/// the files it names are split (the `SwapRegion`'s fault hand-off slots
-/// apart from the fault path).
-const KNOWN_CYCLES: &[(&str, &str)] = &[("crates/mmkit-zswap", "region::fault ↔ region::pager")];
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -254,27 +244,15 @@ fn describe(parent: &[String], members: &[String]) -> String {
 #[test]
 fn no_crate_has_an_import_cycle() {
     let root = workspace_root();
-    let mut new = Vec::new();
-    let mut seen_known = BTreeSet::new();
+    let mut found = Vec::new();
     for member in members(&root) {
         let files = crate_files(&root.join(&member));
         assert!(!files.is_empty(), "{member}: no source files found");
         for (parent, cycle) in cycles(&sibling_edges(&files)) {
-            let text = describe(&parent, &cycle);
-            if KNOWN_CYCLES.contains(&(member.as_str(), text.as_str())) {
-                seen_known.insert((member.clone(), text));
-            } else {
-                new.push(format!("{member}: {text}"));
-            }
+            found.push(format!("{member}: {}", describe(&parent, &cycle)));
         }
     }
-    let gone: Vec<String> = KNOWN_CYCLES
-        .iter()
-        .filter(|(m, c)| !seen_known.contains(&(m.to_string(), c.to_string())))
-        .map(|(m, c)| format!("{m}: {c}"))
-        .collect();
-    assert!(new.is_empty(), "files that import each other (a cycle between siblings):\n{}", new.join("\n"));
-    assert!(gone.is_empty(), "known cycles that are gone (remove them from KNOWN_CYCLES):\n{}", gone.join("\n"));
+    assert!(found.is_empty(), "files that import each other (a cycle between siblings):\n{}", found.join("\n"));
 }
 
 /// The checker on small crates made up here: it must see a cycle through

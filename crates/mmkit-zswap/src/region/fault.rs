@@ -14,36 +14,13 @@
 //!
 //! Works on the `pager`'s shared state, through its facade.
 
+use super::handoff::{DONE_FAILED, DONE_OK, FILLING, FREE, PENDING, TAKEN};
 use super::os::Os;
 use super::page::{self, DIRTY, EVICTING, FAILED, LOADING, RESIDENT};
 use super::pager::{Room, Shared};
 use super::Counters;
 use crate::PAGE_SIZE;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
-
-/// A load the `SIGBUS` handler hands to the handler thread: the page's
-/// claim (`LOADING`) is the handler's, the work the thread's.
-pub(crate) struct Handoff {
-    /// `FREE` → `FILLING` → `PENDING` → `TAKEN` → `DONE_OK` / `DONE_FAILED`
-    /// → `FREE`; the handler sleeps on it (a futex).
-    state: AtomicU32,
-    page: AtomicUsize,
-    write: AtomicBool,
-}
-
-impl Handoff {
-    pub(crate) fn new() -> Self {
-        Self { state: AtomicU32::new(FREE), page: AtomicUsize::new(0), write: AtomicBool::new(false) }
-    }
-}
-
-// A hand-off's states (`Handoff::state`).
-const FREE: u32 = 0;
-const FILLING: u32 = 1;
-const PENDING: u32 = 2;
-const TAKEN: u32 = 3;
-const DONE_OK: u32 = 4;
-const DONE_FAILED: u32 = 5;
+use std::sync::atomic::{Ordering::Relaxed, Ordering::SeqCst};
 
 impl<O: Os> Shared<O> {
     /// Resolves a fault on page `index` in the faulting thread's `SIGBUS`

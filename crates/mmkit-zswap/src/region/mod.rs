@@ -83,6 +83,7 @@ mod calls;
 mod evict;
 mod fault;
 mod handler;
+mod handoff;
 mod os;
 mod page;
 mod pager;

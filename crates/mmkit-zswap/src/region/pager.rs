@@ -14,7 +14,7 @@
 //! counters and the CLOCK hand, the load buffers and the hand-offs.
 //! Storage goes through `slots`.
 
-use super::fault::Handoff;
+use super::handoff::Handoff;
 use super::os::{CopyError, Os};
 use super::page::{self, DIRTY, FAILED, LOADING, REFERENCED, RESIDENT};
 use super::slots::Slots;
