@@ -29,29 +29,9 @@ pub use input::{Input, Passes};
 pub use output::{check_output, Output};
 
 use std::fs::Metadata;
-use std::os::unix::fs::FileTypeExt;
 
-/// What kind of file a path names, in words for a message ("a FIFO").
-pub fn noun(meta: &Metadata) -> &'static str {
-    let t = meta.file_type();
-    if t.is_symlink() {
-        "a symbolic link"
-    } else if t.is_file() {
-        "a regular file"
-    } else if t.is_dir() {
-        "a directory"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_fifo() {
-        "a FIFO (a named or unnamed pipe)"
-    } else if t.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
-}
+/// What kind of file a path names, in words for a message.
+pub use mmkit_zram::file_kind as noun;
 
 /// Whether `meta` (of this process's standard output, say) is the file
 /// `other` is: same device and inode.

@@ -103,7 +103,9 @@ fn rows() -> Vec<Row> {
                 Form::Odd => Expect::Refused("not UTF-8"),
                 Form::Directory | Form::LinkToDirectory => Expect::Refused("a directory, not a regular file"),
                 Form::Device | Form::LinkToDevice => Expect::Refused("a character device, not a regular file"),
-                Form::Fifo | Form::LinkToFifo => Expect::Refused("a FIFO, not a regular file"),
+                Form::Fifo | Form::LinkToFifo => {
+                    Expect::Refused("a FIFO (a named or unnamed pipe), not a regular file")
+                }
                 other => device_file_expect(other, "No such file", ""),
             },
         },
@@ -150,7 +152,9 @@ fn rows() -> Vec<Row> {
                 Form::Odd => Expect::Refused("UTF-8"),
                 Form::Directory | Form::LinkToDirectory => Expect::Refused("a directory, not a regular file"),
                 Form::Device | Form::LinkToDevice => Expect::Refused("a character device, not a regular file"),
-                Form::Fifo | Form::LinkToFifo => Expect::Refused("a FIFO, not a regular file"),
+                Form::Fifo | Form::LinkToFifo => {
+                    Expect::Refused("a FIFO (a named or unnamed pipe), not a regular file")
+                }
                 other => device_file_expect(other, "No such file", ""),
             },
         },

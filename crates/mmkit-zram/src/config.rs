@@ -184,18 +184,24 @@ pub(crate) fn refuse_backing_not_a_file(path: &std::path::Path) -> Result<(), St
     }
 }
 
-/// What kind of file `meta` is, in words.
-fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+/// What kind of file `meta` names, in words for a message ("a FIFO (a
+/// named or unnamed pipe)"): the one wording of zram's and the CLI's
+/// refusals of a path.
+pub fn file_kind(meta: &std::fs::Metadata) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     let t = meta.file_type();
-    if t.is_dir() {
+    if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_file() {
+        "a regular file"
+    } else if t.is_dir() {
         "a directory"
     } else if t.is_char_device() {
         "a character device"
     } else if t.is_block_device() {
         "a block device"
     } else if t.is_fifo() {
-        "a FIFO"
+        "a FIFO (a named or unnamed pipe)"
     } else if t.is_socket() {
         "a socket"
     } else {

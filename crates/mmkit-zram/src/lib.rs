@@ -35,7 +35,7 @@ mod table;
 mod writeback;
 
 pub use attrs::{Extent, ExtentKind, SHOW_ATTRS, STORE_ATTRS};
-pub use config::{machine_memory, slot_table_bytes, ZramConfig, MAX_RECOMP_ALGORITHMS};
+pub use config::{file_kind, machine_memory, slot_table_bytes, ZramConfig, MAX_RECOMP_ALGORITHMS};
 pub use counters::MmStat;
 pub use lifecycle::{OpenHandle, Zram};
 pub use mmkit_compress::{Algorithm, CompressError, Compressor, Dictionary};
